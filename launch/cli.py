@@ -1,0 +1,90 @@
+"""``python -m launch <command> <recipe> [overrides...]``: the one entry point behind every make target.
+
+Commands:
+  recipes                      list the recipes
+  plan <recipe> [overrides]    compose, validate, write results/plans/<recipe>/plan.json, print it
+  pretrain <recipe> [overrides]  the same, then launch (engine and executor from the config)
+
+Overrides are Hydra's (``parallel.pp=8``, ``cluster=h100``, ``debug=true``). With ``--from-make``
+the recipe and overrides come from the environment the Makefile exports (see make_args).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from launch.make_args import overrides_from_make, recipe_from_make
+from optbench.config.compose import compose_run, list_recipes
+from optbench.errors import UserError, exit_on_user_error
+from optbench.plan import build_plan, format_summary, write_plan
+from optbench.validate import validate
+
+TRUE_WORDS = ("true", "True", "1", "yes")
+
+
+def wants_debug(overrides: Sequence[str]) -> bool:
+    """debug=true must be known before composing, so that composition errors keep their traceback."""
+    for override in overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key == "debug" and value in TRUE_WORDS:
+            return True
+    return False
+
+
+def plan_run(recipe: str, overrides: Sequence[str]):
+    """Compose, validate, write and print the plan; returns (run, plan)."""
+    run = compose_run(recipe, overrides)
+    validate(run)
+    plan = build_plan(run, overrides)
+    path = write_plan(run, plan)
+    print(format_summary(plan))
+    print(f"  plan.json   {path}")
+    return run, plan
+
+
+def cmd_recipes(_: argparse.Namespace) -> int:
+    for name in list_recipes():
+        print(name)
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan_run(args.recipe, args.overrides)
+    return 0
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    plan_run(args.recipe, args.overrides)
+    raise UserError("validated and planned; the launcher is not built yet, so nothing was launched", "pretrain")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m launch", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("recipes", help="list the recipes").set_defaults(func=cmd_recipes)
+    for name, func, text in (
+        ("plan", cmd_plan, "validate a recipe and write its plan"),
+        ("pretrain", cmd_pretrain, "validate, plan and launch a recipe"),
+    ):
+        command = sub.add_parser(name, help=text)
+        command.add_argument("--from-make", action="store_true", help="read RECIPE and overrides from make")
+        command.add_argument("recipe", nargs="?", help="recipe name (file under recipes/)")
+        command.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. parallel.pp=8")
+        command.set_defaults(func=func)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if getattr(args, "from_make", False):
+        if args.recipe:
+            args.overrides = [args.recipe, *args.overrides]
+        args.recipe = recipe_from_make()
+        args.overrides = [*overrides_from_make(), *args.overrides]
+    if hasattr(args, "recipe") and not args.recipe:
+        print("error: RECIPE: name a recipe; `python -m launch recipes` lists them", file=sys.stderr)
+        return 2
+    with exit_on_user_error(debug=wants_debug(getattr(args, "overrides", []))):
+        return args.func(args)

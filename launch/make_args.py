@@ -1,0 +1,54 @@
+"""Recover the Hydra overrides a user typed after ``make <target>``.
+
+GNU Make treats every ``key=value`` word on its command line as a variable assignment and
+lists them in ``$(MAKEOVERRIDES)``, newest first, with spaces and backslashes escaped by a
+backslash. The Makefile exports that text (and RECIPE) in the environment, so no shell ever
+parses the values; this module splits it back into the override strings, in the order typed.
+Upper-case names are Make's own variables (RECIPE, PYTHON, ...) and are not overrides.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+MAKE_OVERRIDES_ENV = "OPTBENCH_MAKE_OVERRIDES"
+MAKE_RECIPE_ENV = "OPTBENCH_RECIPE"
+
+
+def split_make_words(text: str) -> list[str]:
+    """Split Make's escaped word list: ``\\x`` is a literal x, an unescaped space separates words."""
+    words, current, escaped = [], [], False
+    for char in text:
+        if escaped:
+            current.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == " ":
+            if current:
+                words.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    if current:
+        words.append("".join(current))
+    return words
+
+
+def is_make_variable(word: str) -> bool:
+    """Upper-case assignments (RECIPE=..., PYTHON=...) configure Make, not the run."""
+    name = word.split("=", 1)[0].lstrip("+~")
+    return name.isupper()
+
+
+def overrides_from_make(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The Hydra overrides from ``make <target> key=value ...``, in the order they were typed."""
+    environ = os.environ if environ is None else environ
+    words = split_make_words(environ.get(MAKE_OVERRIDES_ENV, ""))
+    return [w for w in reversed(words) if not is_make_variable(w)]
+
+
+def recipe_from_make(environ: Mapping[str, str] | None = None) -> str | None:
+    environ = os.environ if environ is None else environ
+    return environ.get(MAKE_RECIPE_ENV) or None

@@ -1,0 +1,1 @@
+"""Throughput and memory accounting shared by plans and live metrics of every engine."""

@@ -1,0 +1,1 @@
+"""Run configuration: typed schema, Hydra composition and derived layout."""

@@ -1,0 +1,213 @@
+"""Compose a recipe with Hydra, then merge it into the typed schema.
+
+Recipes are Hydra primary configs in ``recipes/``; config groups live in ``conf/``
+and are found through Hydra's search path. Overrides are Hydra override strings
+exactly as a user types them (``parallel.pp=8``, ``cluster=h100``, ``+x=1``).
+Every Hydra or OmegaConf failure is translated into a :class:`UserError` whose
+one line names the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import typing
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from optbench.config.schema import RunConfig
+from optbench.errors import Problem, UserError
+
+CONFIG_GROUPS = ("model", "parallel", "optimizer", "precision", "cluster", "train", "data", "logger")
+
+
+def repo_root() -> Path:
+    """The checkout holding recipes/ and conf/: $OPTBENCH_ROOT, else the source tree, else the working directory."""
+    candidates = []
+    if os.environ.get("OPTBENCH_ROOT"):
+        candidates.append(Path(os.environ["OPTBENCH_ROOT"]))
+    candidates += [Path(__file__).resolve().parents[3], Path.cwd()]
+    for root in candidates:
+        if (root / "recipes").is_dir() and (root / "conf").is_dir():
+            return root
+    raise UserError("cannot find recipes/ and conf/; run from the repository root or set OPTBENCH_ROOT", "OPTBENCH_ROOT")
+
+
+def list_recipes() -> list[str]:
+    """Names of every recipe file under recipes/."""
+    return sorted(p.stem for p in (repo_root() / "recipes").glob("*.yaml"))
+
+
+def list_group_options(group: str) -> list[str]:
+    """Names of every option of one config group under conf/<group>/."""
+    return sorted(p.stem for p in (repo_root() / "conf" / group).glob("*.yaml"))
+
+
+def _closest(word: str, choices: Sequence[str]) -> str:
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]}?)" if match else ""
+
+
+def _schema_keys(path: str) -> list[str]:
+    """Field names the schema allows under a dotted path ('' = top level)."""
+    node: Any = RunConfig
+    for part in [p for p in path.split(".") if p]:
+        hint = typing.get_type_hints(node).get(part)
+        candidates = typing.get_args(hint) or (hint,)
+        node = next((c for c in candidates if is_dataclass(c)), None)
+        if node is None:
+            return []
+    return [f.name for f in fields(node)]
+
+
+def _unknown_key_problem(full_key: str) -> Problem:
+    parent, _, key = full_key.rpartition(".")
+    allowed = _schema_keys(parent)
+    where = parent or "the run config"
+    known = ", ".join(allowed) if allowed else "(none)"
+    return Problem(full_key, f"unknown key{_closest(key, allowed)}; {where} has: {known}")
+
+
+def _keyed_cause(err: BaseException) -> OmegaConfBaseException | None:
+    """The innermost OmegaConf error in the chain that knows which key failed."""
+    found = None
+    while err is not None:
+        if isinstance(err, OmegaConfBaseException) and getattr(err, "full_key", None):
+            found = err
+        err = err.__cause__ or err.__context__  # type: ignore[assignment]
+    return found
+
+
+def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> UserError:
+    text = str(err)
+    cause = _keyed_cause(err)
+    if cause is not None:
+        return _translate_schema_error(cause)
+    missing = re.search(r"Could not find '([^']+)/([^']+)'", text)
+    if missing:
+        group, option = missing.groups()
+        options = list_group_options(group)
+        return UserError(
+            Problem(group, f"no option '{option}'{_closest(option, options)}; available: {', '.join(options)}")
+        )
+    ambiguous = re.search(r"Ambiguous value for argument '([^']+)'", text)
+    if ambiguous:
+        return UserError(
+            Problem(
+                ambiguous.group(1).split("=")[0],
+                "a comma-separated value is a sweep; use `make sweep` (or quote it to pass a string)",
+            )
+        )
+    if type(err).__name__ == "OverrideParseException":
+        return UserError(Problem("overrides", f"cannot parse {list(overrides)}: {text.splitlines()[0]}"))
+    if "Unexpected type for root: NoneType" in text:
+        return UserError(
+            Problem(
+                "overrides",
+                f"one of {list(overrides)} sets a key under a null section (e.g. optimizer.muon on AdamW); "
+                "select the group first (optimizer=muon)",
+            )
+        )
+    return UserError(Problem("config", text.splitlines()[0] if text else type(err).__name__))
+
+
+def _translate_schema_error(err: OmegaConfBaseException) -> UserError:
+    key = getattr(err, "full_key", "") or ""
+    text = str(err).splitlines()[0]
+    if "not in struct" in text or re.search(r"Key '[^']+' not in '\w+'", text):
+        return UserError(_unknown_key_problem(key))
+    if "is not Optional" in text or "Non optional field cannot be assigned None" in text:
+        return UserError(Problem(key, "cannot be null; give it a value"))
+    incompatible = re.search(r"Incompatible value '([^']*)' for field of type '(\w+)'", text)
+    if incompatible:
+        return UserError(Problem(key, f"expected {incompatible.group(2)}, got '{incompatible.group(1)}'"))
+    value = re.search(r"Value '([^']*)'", text)
+    expected = re.search(r"could not be converted to (\w+)", text)
+    if value and expected:
+        kind = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false"}.get(
+            expected.group(1), expected.group(1)
+        )
+        return UserError(Problem(key, f"expected {kind}, got '{value.group(1)}'"))
+    invalid_bool = re.search(r"Value '([^']*)' is not a valid bool", text)
+    if invalid_bool:
+        return UserError(Problem(key, f"expected true or false, got '{invalid_bool.group(1)}'"))
+    if "Missing mandatory value" in text:
+        return UserError(Problem(key, "has no value; set it in the recipe or on the command line"))
+    return UserError(Problem(key, text))
+
+
+def _unknown_keys(node: Any, path: str = "") -> list[str]:
+    """Keys of a typed config that its dataclass does not declare (``+key=value`` appends them)."""
+    if not isinstance(node, DictConfig):
+        return []
+    object_type = OmegaConf.get_type(node)
+    known = {f.name for f in fields(object_type)} if is_dataclass(object_type) else None
+    found = []
+    for key in node.keys():
+        full = f"{path}.{key}" if path else str(key)
+        if known is not None and key not in known:
+            found.append(full)
+        else:
+            found += _unknown_keys(node._get_node(key), full)
+    return found
+
+
+SCHEMA_NAME = "run_schema"
+"""conf/base.yaml lists this first, so Hydra composes every group into the typed schema."""
+
+
+def _register_schema() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=RunConfig)
+
+
+def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """Hydra composition of recipes/<recipe>.yaml with conf/ groups and the overrides, typed by the schema."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    _register_schema()
+    root = repo_root()
+    recipes = list_recipes()
+    if recipe not in recipes:
+        raise UserError(
+            Problem("RECIPE", f"no recipe '{recipe}'{_closest(recipe, recipes)}; available: {', '.join(recipes)}")
+        )
+    search = f"hydra.searchpath=[file://{root / 'conf'}]"
+    try:
+        with initialize_config_dir(config_dir=str(root / "recipes"), version_base="1.3"):
+            return compose(config_name=recipe, overrides=[search, f"++recipe={recipe}", *overrides])
+    except (HydraException, OmegaConfBaseException, ValueError, AssertionError) as err:
+        raise _translate_hydra_error(err, overrides) from err
+
+
+def to_run_config(cfg: DictConfig) -> RunConfig:
+    """Merge a composed config into the typed schema; unknown keys and wrong types become one-line errors."""
+    unknown = _unknown_keys(cfg)
+    if unknown:
+        raise UserError([_unknown_key_problem(key) for key in unknown])
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(RunConfig), cfg)
+        run = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        raise _translate_schema_error(err) from err
+    assert isinstance(run, RunConfig)
+    return run
+
+
+def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
+    """Compose and type-check one run: the single entry point for every command."""
+    return to_run_config(compose_dictconfig(recipe, overrides))
+
+
+def run_config_to_dict(run: RunConfig) -> dict[str, Any]:
+    """Plain-dict view of a typed run config (for plan.json, config.yaml)."""
+    container = OmegaConf.to_container(OmegaConf.structured(run), resolve=True)
+    assert isinstance(container, dict)
+    return container

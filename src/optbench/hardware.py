@@ -1,0 +1,66 @@
+"""GPU catalog: architecture, HBM and peak dense tensor throughput, read from data/gpus.csv.
+
+The peaks are the MFU denominators (FACTS.md section 3): dense (no sparsity) tensor-core
+TFLOP/s per GPU, each row with its source and how sure that source is. Rack-level
+NVL72 figures are divided by 72.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU type."""
+
+    gpu: str
+    """Short name used by cluster presets (cluster.gpu)."""
+    arch: str
+    """hopper, blackwell or blackwell_ultra."""
+    compute_capability: float
+    """CUDA SM version; MXFP8 needs 10.x."""
+    hbm_gb: float
+    """HBM capacity in GB (10^9 bytes)."""
+    peak_tflops: dict[str, float]
+    """Dense peak TFLOP/s per precision: bf16, fp8 and, where published, fp4."""
+    mxfp8: bool
+    """Hardware MXFP8 (block-scaled FP8) support."""
+    source: str
+    """Where the peak figures come from."""
+    confidence: str
+    """datasheet, vendor page or third-party."""
+
+    def peak(self, precision: str) -> float:
+        """Peak TFLOP/s for bf16, fp8 or fp4; raises KeyError when the GPU has none published."""
+        return self.peak_tflops[precision]
+
+
+@lru_cache(maxsize=1)
+def gpu_catalog() -> dict[str, GpuSpec]:
+    """Every GPU in data/gpus.csv, by name."""
+    text = resources.files("optbench.data").joinpath("gpus.csv").read_text()
+    catalog = {}
+    for row in csv.DictReader(text.splitlines()):
+        peaks = {
+            key: float(row[f"peak_{key}_tflops"]) for key in ("bf16", "fp8", "fp4") if row[f"peak_{key}_tflops"]
+        }
+        catalog[row["gpu"]] = GpuSpec(
+            gpu=row["gpu"],
+            arch=row["arch"],
+            compute_capability=float(row["compute_capability"]),
+            hbm_gb=float(row["hbm_gb"]),
+            peak_tflops=peaks,
+            mxfp8=row["mxfp8"] == "true",
+            source=row["source"],
+            confidence=row["confidence"],
+        )
+    return catalog
+
+
+def gpu_spec(name: str) -> GpuSpec:
+    """Spec of one GPU type; KeyError when it is not in the catalog."""
+    return gpu_catalog()[name]

@@ -1,0 +1,118 @@
+"""The plan: what a run will do, computed before any GPU is touched.
+
+``build_plan`` turns a validated run config into a JSON-able dict (written to
+``results/plans/<recipe>/plan.json``) and ``format_summary`` renders it for humans.
+Later stages add their own sections to the same dict (FLOPs, memory, Bridge overrides,
+launch script, projection), so that a plan and a run can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from optbench.accounting.params import parameter_counts
+from optbench.config.compose import run_config_to_dict
+from optbench.config.layout import derive_layout, stage_decoder_layers
+from optbench.config.schema import RunConfig
+from optbench.io import atomic_write_json
+from optbench.redact import redact_config
+
+
+def plan_path(run: RunConfig) -> Path:
+    """Where the plan of a recipe is written."""
+    return Path(run.results_dir) / "plans" / run.recipe / "plan.json"
+
+
+def gpu_label(run: RunConfig) -> str:
+    """The GPU named by the cluster preset (auto: decided on the machine that runs)."""
+    return run.cluster.gpu
+
+
+def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Every number a user needs to check a run before launching it."""
+    layout = derive_layout(run)
+    counts = parameter_counts(run.model)
+    optimizer = asdict(run.optimizer)
+    if optimizer["muon"] is None:
+        optimizer.pop("muon")
+    return {
+        "recipe": run.recipe,
+        "description": run.description,
+        "overrides": list(overrides),
+        "engine": run.engine,
+        "cluster": run.cluster.name,
+        "executor": run.cluster.executor,
+        "world_size": layout.world_size,
+        "nodes": layout.nodes,
+        "gpus_per_node": layout.gpus_per_node,
+        "gpu": gpu_label(run),
+        "precision": run.precision.name,
+        "layout": layout.as_dict(),
+        "pipeline_stage_layers": stage_decoder_layers(run),
+        "gbs": run.train.gbs,
+        "mbs": run.train.mbs,
+        "seq_length": run.train.seq_length,
+        "num_microbatches": layout.num_microbatches,
+        "tokens_per_step": run.train.gbs * run.train.seq_length,
+        "model": {
+            "name": run.model.name,
+            "architecture": run.model.architecture,
+            "total_params": counts.total,
+            "active_params": counts.active,
+        },
+        "optimizer": optimizer,
+        "config": redact_config(run_config_to_dict(run)),
+    }
+
+
+def write_plan(run: RunConfig, plan: dict[str, Any]) -> Path:
+    """Atomically write plan.json; returns its path."""
+    return atomic_write_json(plan_path(run), plan)
+
+
+def _human(n: float, unit: str = "") -> str:
+    for scale, suffix in ((1e12, " T"), (1e9, " B"), (1e6, " M"), (1e3, " k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{suffix}{unit}"
+    return f"{n:.3g}{' ' + unit if unit else ''}"
+
+
+def _optimizer_line(plan: dict[str, Any]) -> str:
+    o = plan["optimizer"]
+    text = f"{o['name']} lr {o['lr']:g} -> {o['min_lr']:g}, wd {o['weight_decay']:g}, clip {o['clip_grad']:g}"
+    muon = o.get("muon")
+    if muon:
+        mode = "layer-wise (dist_muon)" if muon["layer_wise"] else "replicated (muon)"
+        text += (
+            f"; {mode}, {muon['coefficients']} NS x{muon['ns_steps']}, {muon['scale_mode']} scale, "
+            f"TP mode {muon['tp_mode']}, momentum {muon['momentum']:g}{' nesterov' if muon['nesterov'] else ''}"
+        )
+    else:
+        text += "; distributed optimizer" if o["use_distributed_optimizer"] else ""
+    return text
+
+
+def format_summary(plan: dict[str, Any]) -> str:
+    """Readable multi-line summary of a plan."""
+    lay = plan["layout"]
+    stages = plan["pipeline_stage_layers"]
+    lines = [
+        f"Plan: {plan['recipe']} - {plan['description']}".rstrip(" -"),
+        f"  engine      {plan['engine']} on {plan['cluster']} ({plan['executor']})",
+        f"  GPUs        {plan['world_size']} = {plan['nodes']} nodes x {plan['gpus_per_node']} {plan['gpu'].upper()}",
+        f"  layout      TP{lay['tp']} PP{lay['pp']} VPP{lay['vpp']} CP{lay['cp']} EP{lay['ep']} ETP{lay['etp']}"
+        f" | DP{lay['dp']} EDP{lay['edp']}",
+    ]
+    if len(stages) > 1:
+        lines.append(f"  pipeline    {len(stages)} virtual stages, decoder layers per stage: {stages}")
+    lines += [
+        f"  batch       GBS {plan['gbs']} = MBS {plan['mbs']} x DP {lay['dp']} x {plan['num_microbatches']} microbatches;"
+        f" seq {plan['seq_length']}; {_human(plan['tokens_per_step'])} tokens/step",
+        f"  model       {plan['model']['name']} ({plan['model']['architecture']}):"
+        f" {_human(plan['model']['total_params'])} params, {_human(plan['model']['active_params'])} active",
+        f"  optimizer   {_optimizer_line(plan)}",
+        f"  precision   {plan['precision']}",
+    ]
+    return "\n".join(lines)

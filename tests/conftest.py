@@ -1,0 +1,39 @@
+"""Shared fixtures: compose runs quickly and keep every output under a temporary results dir."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def results_dir(tmp_path: Path) -> Path:
+    """A private results/ root for one test."""
+    return tmp_path / "results"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """Run ``python -m launch <args>`` the way a user does, capturing output."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "launch", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120
+    )
+
+
+def run_make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``make <args>`` with this interpreter standing in for .venv/bin/python."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        ["make", "--no-print-directory", f"PY={sys.executable}", *args],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -1,0 +1,82 @@
+"""Every recipe composes and validates; every named layout is valid for the model it names;
+every published row's layout is expressible and matches the published numbers."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from optbench.config.compose import compose_run, list_group_options, list_recipes
+from optbench.config.layout import derive_layout
+from optbench.plan import build_plan
+from optbench.validate import collect_problems
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER_FOR_GPU = {
+    "gb300": "gb300_nvl72",
+    "gb200": "gb200_nvl72",
+    "b300": "b300",
+    "b200": "b200",
+    "h100": "h100",
+    "h200": "h200",
+}
+
+
+@pytest.mark.parametrize("recipe", list_recipes())
+def test_recipe_composes_validates_and_plans(recipe: str) -> None:
+    run = compose_run(recipe)
+    assert collect_problems(run) == []
+    plan = build_plan(run)
+    assert plan["recipe"] == recipe
+    assert plan["model"]["total_params"] > plan["model"]["active_params"] > 0
+
+
+def test_recipe_file_is_short_and_says_what_it_reproduces() -> None:
+    for path in sorted((REPO / "recipes").glob("*.yaml")):
+        text = path.read_text()
+        assert len(text.splitlines()) <= 40, path
+        assert text.startswith("# @package _global_\n#"), f"{path.name} must open with a comment on what it reproduces"
+
+
+def _layout_overrides(layout: str) -> tuple[str, list[str]]:
+    """Recipe and overrides that put a named layout on the model and GPU its name says."""
+    model, gpu, _ = layout.rsplit("_", 2)
+    precision = "fp8_cs" if gpu in ("h100", "h200") else "mxfp8"
+    overrides = [f"parallel={layout}", f"cluster={CLUSTER_FOR_GPU[gpu]}", f"precision={precision}"]
+    preset = f"{model}_{gpu}"
+    if preset in list_group_options("train"):
+        overrides.append(f"train={preset}")
+    return f"{model}_adamw", overrides
+
+
+@pytest.mark.parametrize("layout", [name for name in list_group_options("parallel") if name != "single"])
+def test_named_layout_is_valid_for_its_model(layout: str) -> None:
+    recipe, overrides = _layout_overrides(layout)
+    run = compose_run(recipe, overrides)
+    if not any(o.startswith("train=") for o in overrides):
+        # No published batch for this row (DeepSeek-V3 on B200/B300): eight sequences per replica.
+        run.train.mbs = 1
+        run.train.gbs = 8 * run.parallel.num_gpus // (run.parallel.tp * run.parallel.pp * run.parallel.cp)
+    assert collect_problems(run) == [], layout
+
+
+def _published_rows() -> list[dict[str, str]]:
+    with open(REPO / "results" / "published" / "published.csv") as handle:
+        return [row for row in csv.DictReader(handle) if row["tp"]]
+
+
+@pytest.mark.parametrize("row", _published_rows(), ids=lambda r: f"{r['model']}-{r['gpu']}-{r['release']}")
+def test_published_row_layout_matches(row: dict[str, str]) -> None:
+    layout = f"{row['model']}_{row['gpu']}_{row['num_gpus']}"
+    recipe, overrides = _layout_overrides(layout)
+    run = compose_run(recipe, overrides)
+    lay = derive_layout(run)
+    assert lay.world_size == int(row["num_gpus"])
+    for key in ("tp", "pp", "cp", "ep", "etp"):
+        assert getattr(lay, key) == int(row[key]), key
+    assert lay.vpp == int(row["vpp"] or 1)
+    assert run.precision.name == {"fp8": "fp8_cs"}.get(row["precision"], row["precision"])
+    if row["gbs"]:
+        assert (run.train.gbs, run.train.mbs, run.train.seq_length) == (int(row["gbs"]), int(row["mbs"]), int(row["seq_length"]))

@@ -1,0 +1,91 @@
+"""Each invalid layout or override gets its own specific one-line message naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from optbench.config.compose import compose_run
+from optbench.errors import Problem, UserError
+from optbench.validate import collect_problems
+
+
+def problems_for(recipe: str, overrides: list[str]) -> list[Problem]:
+    try:
+        run = compose_run(recipe, overrides)
+    except UserError as err:
+        return err.problems
+    return collect_problems(run)
+
+
+K, Q, T = "kimi_k2_muon", "qwen3_30b_a3b_adamw", "qwen3_moe_tiny_muon"
+
+INVALID = [
+    # (id, recipe, overrides, field, fragment of the message)
+    ("world-size", K, ["parallel.pp=3"], "parallel.num_gpus", "not a multiple of tp*pp*cp"),
+    ("partial-nodes", K, ["parallel.num_gpus=258", "parallel.ep=1", "parallel.pp=1", "parallel.vpp=null",
+                          "parallel.pipeline_layout=null", "model.num_layers=60"], "parallel.num_gpus",
+     "do not fill whole gb300_nvl72 nodes of 4"),
+    ("expert-rule", K, ["parallel.ep=48"], "parallel.ep", "must divide tp*cp*dp"),
+    ("experts-per-ep", Q, ["parallel.ep=3", "parallel.num_gpus=12", "train.gbs=516"], "parallel.ep",
+     "128 experts are not divisible by ep=3"),
+    ("heads-per-tp", Q, ["parallel.tp=3", "parallel.num_gpus=24", "parallel.ep=1", "parallel.sequence_parallel=true"],
+     "parallel.tp", "32 attention heads are not divisible by tp=3"),
+    ("groups-per-tp", Q, ["parallel.tp=8", "parallel.ep=1", "parallel.num_gpus=64", "parallel.sequence_parallel=true"],
+     "parallel.tp", "4 query groups are not divisible by tp=8"),
+    ("layers-per-stage", Q, ["parallel.pp=5", "parallel.num_gpus=40", "parallel.ep=1"], "parallel.pipeline_layout",
+     "48 layers do not split evenly over pp*vpp"),
+    ("layout-stage-count", K, ["parallel.vpp=2"], "parallel.pipeline_layout", "has 16 stages but pp*vpp = 4*2 = 8"),
+    ("layout-layer-count", K, ["model.num_layers=60"], "parallel.pipeline_layout",
+     "places 61 decoder layers but the model has 60"),
+    ("layout-entry", K, ["parallel.pipeline_layout.0.0=embeding"], "parallel.pipeline_layout", "unknown entries"),
+    ("vpp-without-pp", Q, ["parallel.vpp=2"], "parallel.vpp", "need pp > 1"),
+    ("gbs-vs-mbs-dp", K, ["train.gbs=4000"], "train.gbs", "not a multiple of mbs*dp = 2*64 = 128"),
+    ("seq-vs-tp-sp", Q, ["parallel.tp=2", "parallel.num_gpus=16", "parallel.sequence_parallel=true",
+                         "train.seq_length=4095"], "train.seq_length", "not divisible by tp=2"),
+    ("seq-vs-cp", Q, ["parallel.cp=2", "parallel.num_gpus=16", "train.seq_length=4094"], "train.seq_length",
+     "not divisible by 2*cp=4"),
+    ("moe-tp-needs-sp", Q, ["parallel.tp=2", "parallel.num_gpus=16"], "parallel.sequence_parallel",
+     "requires sequence parallelism"),
+    ("muon-dist-opt", K, ["optimizer.use_distributed_optimizer=true"], "optimizer.use_distributed_optimizer",
+     "Muon refuses the element-wise distributed optimizer"),
+    ("muon-overlap-gather", K, ["optimizer.overlap_param_gather=true"], "optimizer.overlap_param_gather",
+     "no overlapped parameter all-gather"),
+    ("muon-fp16", T, ["precision=fp16"], "precision", "Muon does not support fp16"),
+    ("muon-fp8-param-gather", K, ["precision.fp8_param_gather=true"], "precision.fp8_param_gather",
+     "incompatible with the layer-wise Muon optimizer"),
+    ("muon-simple-on-bridge", K, ["optimizer.muon.coefficients=simple"], "optimizer.muon.coefficients",
+     "quintic set only"),
+    ("mxfp8-on-hopper", K, ["cluster=h100"], "precision", "mxfp8 needs a Blackwell GPU"),
+    ("unknown-key", K, ["parallel.tpp=2"], "parallel.tpp", "unknown key (did you mean tp?)"),
+    ("appended-unknown-key", K, ["+train.gbs_typo=3"], "train.gbs_typo", "unknown key"),
+    ("wrong-type", K, ["parallel.tp=two"], "parallel.tp", "expected an integer, got 'two'"),
+    ("null-int", K, ["train.mbs=null"], "train.mbs", "cannot be null"),
+    ("unknown-recipe", "kimi_k2_moun", [], "RECIPE", "no recipe 'kimi_k2_moun' (did you mean kimi_k2_muon?)"),
+    ("unknown-group-option", K, ["cluster=gb300"], "cluster", "no option 'gb300'"),
+    ("bad-enum", K, ["optimizer.muon.tp_mode=sharded"], "optimizer.muon.tp_mode", "'sharded' is not one of"),
+    ("ns-steps", T, ["optimizer.muon.ns_steps=0"], "optimizer.muon.ns_steps", "must be at least 1"),
+    ("local-engine-model-parallel", T, ["parallel.tp=2", "parallel.num_gpus=2"], "parallel",
+     "the local engine runs data parallel only"),
+    ("local-engine-fp8", T, ["precision=fp8_cs"], "precision", "the local engine runs bf16/fp32 only"),
+    ("indexed-needs-path", K, ["data=indexed"], "data.path", "indexed data needs dataset prefixes"),
+    ("muon-settings-on-adamw", Q, ["optimizer.name=muon"], "optimizer.muon", "needs its settings"),
+    ("sweep-in-plan", K, ["parallel.ep=32,64"], "parallel.ep", "a comma-separated value is a sweep"),
+    ("flex-needs-backend", K, ["parallel.moe_flex_dispatcher_backend=null"], "parallel.moe_flex_dispatcher_backend",
+     "needs a backend"),
+]
+
+
+@pytest.mark.parametrize(("recipe", "overrides", "field", "fragment"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_input_gets_its_own_message(recipe: str, overrides: list[str], field: str, fragment: str) -> None:
+    problems = problems_for(recipe, overrides)
+    matching = [p for p in problems if p.field == field and fragment in p.message]
+    assert matching, f"expected '{field}: ...{fragment}...', got {[str(p) for p in problems]}"
+    assert all("\n" not in str(p) for p in problems)
+
+
+def test_messages_are_distinct() -> None:
+    """No two cases are answered by the same sentence: each failure has its own specific message."""
+    messages = set()
+    for _, recipe, overrides, field, fragment in INVALID:
+        messages |= {str(p) for p in problems_for(recipe, overrides) if p.field == field and fragment in p.message}
+    assert len(messages) == len(INVALID)
