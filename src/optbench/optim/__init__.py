@@ -1,0 +1,1 @@
+"""Optimizers: Muon with Megatron Core's semantics, its TP modes and the layer-wise distributed optimizer."""
