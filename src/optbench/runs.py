@@ -1,0 +1,60 @@
+"""Run identity and the resolved config a run is launched with.
+
+A run lives in ``<results_dir>/runs/<run_id>/``. Its ``config.yaml`` is the fully resolved,
+typed config (secrets redacted) that every engine entry point reads back with
+:func:`load_resolved_config`, so a job on a cluster runs exactly what was planned here.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from optbench.config.compose import run_config_to_dict, to_run_config
+from optbench.config.schema import RunConfig
+from optbench.errors import UserError
+from optbench.io import atomic_write_text
+from optbench.redact import redact_config
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def new_run_id(run: RunConfig, now: _dt.datetime | None = None) -> str:
+    """``<recipe>-<YYYYmmdd-HHMMSS>`` in UTC: sortable, unique per second, safe in paths and job names."""
+    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y%m%d-%H%M%S")
+    return f"{run.recipe}-{stamp}"
+
+
+def resolve_run_id(run: RunConfig) -> str:
+    """Fix ``run.run_id`` (a new one unless the user gave one) and return it."""
+    if run.run_id is None:
+        run.run_id = new_run_id(run)
+    if not RUN_ID_PATTERN.match(run.run_id):
+        raise UserError("use letters, digits, '.', '_' and '-' only (it names a directory and a job)", "run_id")
+    return run.run_id
+
+
+def run_dir(run: RunConfig) -> Path:
+    """``<results_dir>/runs/<run_id>`` (the run id must be resolved)."""
+    return Path(run.results_dir) / "runs" / resolve_run_id(run)
+
+
+def resolved_config_yaml(run: RunConfig) -> str:
+    """The run config as YAML with secrets redacted."""
+    return OmegaConf.to_yaml(OmegaConf.create(redact_config(run_config_to_dict(run))))
+
+
+def save_resolved_config(run: RunConfig, path: str | Path) -> Path:
+    """Atomically write the resolved config (what ``load_resolved_config`` reads back)."""
+    return atomic_write_text(path, resolved_config_yaml(run))
+
+
+def load_resolved_config(path: str | Path) -> RunConfig:
+    """Read a config written by :func:`save_resolved_config` back into the typed schema."""
+    source = Path(path)
+    if not source.is_file():
+        raise UserError(f"no resolved config at {source}", "config")
+    return to_run_config(OmegaConf.load(source))
