@@ -12,13 +12,14 @@ RECIPE ?= kimi_k2_tiny_muon
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY ?= $(VENV)/bin/python
+CONTAINER_PYTHON ?= python
 PIP := $(PY) -m pip
 
 export OPTBENCH_MAKE_OVERRIDES := $(MAKEOVERRIDES)
 export OPTBENCH_RECIPE := $(RECIPE)
 LAUNCH := $(PY) -m launch
 
-.PHONY: help setup test plan pretrain recipes clean
+.PHONY: help setup setup-container test plan pretrain sweep recipes clean
 
 help: ## List every target with what it does
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,6 +29,8 @@ setup: ## Create .venv and install the project with its local, launch and test e
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install -e ".[local,launch,dev]"
+	# Megatron Bridge's source only (its dependencies need CUDA): the adapter tests read its dataclasses.
+	$(PIP) install --no-deps megatron-bridge==0.3.1
 
 test: ## Run the test suite (no GPU, no cluster, no network)
 	$(PY) -m pytest
@@ -41,6 +44,41 @@ plan: ## Validate RECIPE with overrides and write results/plans/<recipe>/plan.js
 pretrain: ## Validate, plan and launch RECIPE (default: the tiny Muon recipe on this machine)
 	@$(LAUNCH) pretrain --from-make
 
+sweep: ## Validate and plan every point of a sweep (parallel.ep=32,64 parallel.pp=4,8), launch the valid ones
+	@$(LAUNCH) sweep --from-make
+
+.PHONY: bench
+bench: ## Run the benchmarks (optimizer step times, SYRK, layer-wise imbalance) into results/bench/
+	$(PY) -m optbench.bench
+
+# Reports. Options are upper-case make variables taken only from the command line (an unrelated MODEL or
+# TARGET in your shell's environment is ignored); lower-case key=value words after `make compare` are
+# Hydra overrides applied to both runs of the pair. docs/results.md explains both outputs.
+#   make table [WARMUP=3] [LOGS="path/to/bridge.log ..."]
+#   make compare [MODEL=kimi_k2_tiny] [SEEDS=3 | SEEDS=1,2,3] [TARGET=auto | TARGET=4.5] [ITERS=<steps>]
+#                [WINDOW=5] [MUON_RECIPE=<recipe> ADAMW_RECIPE=<recipe>] [REUSE=compare-<model>-<time>] [train.gbs=8 ...]
+typed = $(if $(filter command line,$(origin $(1))),$($(1)))
+.PHONY: table compare
+table: export OPTBENCH_TABLE_WARMUP = $(call typed,WARMUP)
+table: export OPTBENCH_TABLE_LOGS = $(call typed,LOGS)
+table: ## Write results/throughput.{md,csv} + plots: published rows beside measured runs (WARMUP=3 LOGS=<bridge logs>)
+	@$(PY) -m optbench.report table --from-make
+
+compare: export OPTBENCH_COMPARE_MODEL = $(call typed,MODEL)
+compare: export OPTBENCH_COMPARE_SEEDS = $(call typed,SEEDS)
+compare: export OPTBENCH_COMPARE_TARGET = $(call typed,TARGET)
+compare: export OPTBENCH_COMPARE_ITERS = $(call typed,ITERS)
+compare: export OPTBENCH_COMPARE_WINDOW = $(call typed,WINDOW)
+compare: export OPTBENCH_COMPARE_MUON_RECIPE = $(call typed,MUON_RECIPE)
+compare: export OPTBENCH_COMPARE_ADAMW_RECIPE = $(call typed,ADAMW_RECIPE)
+compare: export OPTBENCH_COMPARE_REUSE = $(call typed,REUSE)
+compare: ## Train MODEL's Muon and AdamW recipes over SEEDS to a TARGET loss; time-to-target in results/compare.md
+	@$(PY) -m optbench.report compare --from-make
+
+setup-container: ## Inside the NeMo container: install optbench with --no-deps (keeps its torch, Megatron, TE)
+	$(CONTAINER_PYTHON) -m pip install --no-deps --no-build-isolation -e .
+	$(CONTAINER_PYTHON) -c "import hydra, omegaconf, yaml, optbench.bridge.entry; print('optbench installed; torch, megatron-core, megatron-bridge and transformer-engine untouched')"
+
 clean: ## Remove run outputs (results/runs, results/plans) and caches; keeps .venv
-	rm -rf results/runs results/plans results/wandb results/checkpoints .pytest_cache
+	rm -rf results/runs results/plans results/sweeps results/wandb results/checkpoints .pytest_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -4,6 +4,8 @@ Commands:
   recipes                      list the recipes
   plan <recipe> [overrides]    compose, validate, write results/plans/<recipe>/plan.json, print it
   pretrain <recipe> [overrides]  the same, then launch (engine and executor from the config)
+  sweep <recipe> [overrides]   expand Hydra sweep overrides (parallel.ep=32,64), validate every point,
+                               plan the valid ones and render or submit them as one NeMo-Run experiment
 
 Overrides are Hydra's (``parallel.pp=8``, ``cluster=h100``, ``debug=true``). With ``--from-make``
 the recipe and overrides come from the environment the Makefile exports (see make_args).
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 
 from launch.make_args import overrides_from_make, recipe_from_make
 from optbench.config.compose import compose_run, list_recipes
-from optbench.errors import UserError, exit_on_user_error
+from optbench.errors import exit_on_user_error
 from optbench.plan import build_plan, format_summary, write_plan
 from optbench.validate import validate
 
@@ -56,8 +58,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    plan_run(args.recipe, args.overrides)
-    raise UserError("validated and planned; the launcher is not built yet, so nothing was launched", "pretrain")
+    from launch.dispatch import pretrain
+
+    return pretrain(args.recipe, args.overrides)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from launch.sweep import sweep
+
+    return sweep(args.recipe, args.overrides)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, func, text in (
         ("plan", cmd_plan, "validate a recipe and write its plan"),
         ("pretrain", cmd_pretrain, "validate, plan and launch a recipe"),
+        ("sweep", cmd_sweep, "validate and plan every point of a sweep, then render or submit the valid ones"),
     ):
         command = sub.add_parser(name, help=text)
         command.add_argument("--from-make", action="store_true", help="read RECIPE and overrides from make")

@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from optbench.accounting.params import parameter_counts
+from optbench.accounting.plan_fields import accounting_fields, accounting_summary_lines
+from optbench.bridge.adapter import bridge_setup
 from optbench.config.compose import run_config_to_dict
 from optbench.config.layout import derive_layout, stage_decoder_layers
 from optbench.config.schema import RunConfig
 from optbench.io import atomic_write_json
-from optbench.redact import redact_config
+from optbench.projection.plan_fields import projection_fields, projection_summary_lines
+from optbench.redact import REDACTED, is_secret_name, redact_config
 
 
 def plan_path(run: RunConfig) -> Path:
@@ -30,6 +33,15 @@ def gpu_label(run: RunConfig) -> str:
     return run.cluster.gpu
 
 
+def recorded_overrides(overrides: Sequence[str]) -> list[str]:
+    """The overrides as typed, with the value of a secret key (cluster.account=..., *KEY*=...) hidden."""
+    recorded = []
+    for override in overrides:
+        key, sep, _ = override.partition("=")
+        recorded.append(f"{key}={REDACTED}" if sep and is_secret_name(key) else override)
+    return recorded
+
+
 def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Every number a user needs to check a run before launching it."""
     layout = derive_layout(run)
@@ -37,10 +49,13 @@ def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
     optimizer = asdict(run.optimizer)
     if optimizer["muon"] is None:
         optimizer.pop("muon")
-    return {
+    # The Bridge recipe function and the overrides the in-container entry point applies (computed
+    # first: it fixes the run id that the overrides and the config section below both show).
+    bridge = bridge_setup(run).as_dict() if run.engine == "megatron_bridge" else None
+    plan = {
         "recipe": run.recipe,
         "description": run.description,
-        "overrides": list(overrides),
+        "overrides": recorded_overrides(overrides),
         "engine": run.engine,
         "cluster": run.cluster.name,
         "executor": run.cluster.executor,
@@ -63,8 +78,15 @@ def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
             "active_params": counts.active,
         },
         "optimizer": optimizer,
+        # FLOPs per token/step, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied TFLOP/s.
+        **accounting_fields(run),
+        # Projected step time, TFLOP/s and MFU; for Muon its AdamW twin and the overhead's causes.
+        **projection_fields(run, recorded_overrides(overrides)),
         "config": redact_config(run_config_to_dict(run)),
     }
+    if bridge is not None:
+        plan["bridge"] = bridge
+    return plan
 
 
 def write_plan(run: RunConfig, plan: dict[str, Any]) -> Path:
@@ -115,4 +137,26 @@ def format_summary(plan: dict[str, Any]) -> str:
         f"  optimizer   {_optimizer_line(plan)}",
         f"  precision   {plan['precision']}",
     ]
+    lines += accounting_summary_lines(plan)
+    lines += projection_summary_lines(plan)
+    bridge = plan.get("bridge")
+    if bridge:
+        recipe = bridge["recipe"]
+        args = ", ".join(f"{k}={v!r}" for k, v in recipe["kwargs"].items())
+        lines.append(
+            f"  bridge      {recipe['module']}.{recipe['function']}({args}) + {bridge['mixed_precision_preset']}"
+            f" + {len(bridge['overrides'])} overrides (plan.json bridge.overrides)"
+        )
+    lines += format_launch_lines(plan)
     return "\n".join(lines)
+
+
+def format_launch_lines(plan: dict[str, Any]) -> list[str]:
+    """The plan's launch section (added by the launcher once the job is rendered): job script and resources."""
+    launch = plan.get("launch")
+    if not launch:
+        return []
+    lines = [f"  launch      {launch['summary']}"]
+    if launch.get("job_script"):
+        lines.append(f"  job script  {launch['job_script']}")
+    return lines

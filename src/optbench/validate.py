@@ -73,6 +73,8 @@ def check_ranges(run: RunConfig) -> Iterable[Problem]:
         yield from _positive(f"model.{name}", getattr(m, name))
     yield from _positive("model.mtp_num_layers", m.mtp_num_layers, 0)
     yield from _positive("cluster.gpus_per_node", run.cluster.gpus_per_node)
+    if run.step_time_s is not None and run.step_time_s <= 0:
+        yield Problem("step_time_s", f"must be a positive number of seconds, got {run.step_time_s}")
     o = run.optimizer
     if o.lr <= 0:
         yield Problem("optimizer.lr", f"must be positive, got {o.lr}")
@@ -322,6 +324,25 @@ def check_engine(run: RunConfig) -> Iterable[Problem]:
         )
 
 
+def check_memory(run: RunConfig) -> Iterable[Problem]:
+    """The per-GPU memory estimate must fit the GPU's HBM (``force=true`` launches anyway)."""
+    if run.force or run.cluster.gpu not in gpu_catalog():
+        return
+    from optbench.accounting.memory import estimate_memory  # the estimate needs a valid layout
+
+    estimate = estimate_memory(run)
+    if estimate.fits:
+        return
+    term = estimate.largest_term
+    yield Problem(
+        "parallel",
+        f"estimated memory per GPU {estimate.total_gb:.0f} GB exceeds the {estimate.hbm_gb:g} GB HBM of "
+        f"{run.cluster.gpu} (pipeline rank {estimate.worst_pipeline_rank}; largest term: {term} "
+        f"{estimate.breakdown_gb[term]:.0f} GB; estimate +-{100 * estimate.expected_error:.0f} %); use more GPUs, "
+        "more pp or ep, recompute or a smaller train.mbs, or set force=true to launch anyway",
+    )
+
+
 BASIC_CHECKS: tuple[Check, ...] = (check_choices, check_ranges, check_model, check_world)
 """Checks that need nothing but the config."""
 LAYOUT_CHECKS: tuple[Check, ...] = (
@@ -341,7 +362,10 @@ def collect_problems(run: RunConfig) -> list[Problem]:
     problems = [problem for check in BASIC_CHECKS for problem in check(run)]
     if problems:
         return problems
-    return [problem for check in LAYOUT_CHECKS for problem in check(run)]
+    problems = [problem for check in LAYOUT_CHECKS for problem in check(run)]
+    if problems:
+        return problems
+    return list(check_memory(run))
 
 
 def validate(run: RunConfig) -> None:

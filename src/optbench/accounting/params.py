@@ -54,6 +54,8 @@ class ParamSpec:
     """Transformer layer index (MTP layers numbered after the decoder), None outside layers."""
     partition_dim: int | None = None
     """Dimension sharded by TP (ETP for experts); None when replicated across TP."""
+    expert: int | None = None
+    """Routed-expert index within its layer (expert parallelism deals experts out by it); None otherwise."""
 
     @property
     def numel(self) -> int:
@@ -126,10 +128,11 @@ def _attention(model: ModelConfig, prefix: str, layer: int) -> list[ParamSpec]:
     return specs
 
 
-def _gated_mlp(prefix: str, hidden: int, ffn: int, kind: str, layer: int, suffix: str = "") -> list[ParamSpec]:
+def _gated_mlp(prefix: str, hidden: int, ffn: int, kind: str, layer: int, expert: int | None = None) -> list[ParamSpec]:
+    suffix = "" if expert is None else str(expert)
     return [
-        ParamSpec(f"{prefix}.linear_fc1.weight{suffix}", (2 * ffn, hidden), kind, layer, COLUMN),
-        ParamSpec(f"{prefix}.linear_fc2.weight{suffix}", (hidden, ffn), kind, layer, ROW),
+        ParamSpec(f"{prefix}.linear_fc1.weight{suffix}", (2 * ffn, hidden), kind, layer, COLUMN, expert),
+        ParamSpec(f"{prefix}.linear_fc2.weight{suffix}", (hidden, ffn), kind, layer, ROW, expert),
     ]
 
 
@@ -141,7 +144,7 @@ def _ffn(model: ModelConfig, prefix: str, layer: int) -> list[ParamSpec]:
     experts = model.num_moe_experts or 0
     specs.append(ParamSpec(f"{prefix}.mlp.router.weight", (experts, h), ROUTER, layer))
     for e in range(experts):
-        specs += _gated_mlp(f"{prefix}.mlp.experts", h, model.moe_ffn_hidden_size or 0, EXPERT, layer, str(e))
+        specs += _gated_mlp(f"{prefix}.mlp.experts", h, model.moe_ffn_hidden_size or 0, EXPERT, layer, e)
     if model.moe_shared_expert_intermediate_size:
         specs += _gated_mlp(
             f"{prefix}.mlp.shared_experts", h, model.moe_shared_expert_intermediate_size, SHARED_EXPERT, layer

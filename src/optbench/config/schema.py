@@ -87,6 +87,8 @@ class ModelConfig:
     """Aux-loss-free load balancing bias (DeepSeek-V3 / Kimi K2)."""
     norm_topk_prob: bool = True
     """Renormalise the top-k routing weights to sum to one."""
+    moe_aux_loss_coeff: float = 0.0
+    """Load-balancing auxiliary loss coefficient (Megatron moe_aux_loss_coeff; Qwen3-MoE: 1e-3; 0: none)."""
     vocab_size: int = 256
     """Tokenizer vocabulary before padding."""
     make_vocab_size_divisible_by: int = 128
@@ -363,3 +365,5 @@ class RunConfig:
     """Launch even when the memory estimate exceeds the GPU's HBM."""
     resume: bool = False
     """Resume from the latest checkpoint of run_id."""
+    step_time_s: Optional[float] = None
+    """Seconds per step to turn into TFLOP/s and MFU in the plan (null: only published step times that match the run)."""

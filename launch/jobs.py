@@ -1,0 +1,179 @@
+"""What a cluster job needs, decided on the submitting machine: checks, environment, mounts, command.
+
+Nothing here imports NeMo-Run (that happens in :mod:`launch.slurm`, only when a job is rendered), so
+``make pretrain`` on the local engine pays nothing for it.
+
+Secrets: the Slurm account is never written to any file. sbatch reads it from ``SBATCH_ACCOUNT`` in
+its own environment (:func:`launch.slurm.submit` sets it for the sbatch child when the account came
+from ``conf/local/<cluster>.yaml``). ``WANDB_API_KEY`` and other credentials travel the same way: sbatch
+passes the submitting environment to the job, so they are never rendered into the job script.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from optbench.config.compose import repo_root
+from optbench.config.layout import derive_layout
+from optbench.config.schema import RunConfig
+from optbench.errors import Problem, UserError
+from optbench.metrics.wandb_run import JOB_TYPE, wandb_group, wandb_tags
+from optbench.redact import is_secret_name
+
+ENTRY_SCRIPT = Path("src") / "optbench" / "bridge" / "entry.py"
+"""The in-container entry point, run by path so that the container needs no install of optbench."""
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SAFE_PATH = re.compile(r"^[A-Za-z0-9._/+@=,-]+$")
+"""Characters allowed in paths NeMo-Run writes into the script unquoted (the Slurm log paths)."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One Slurm job: the run it executes and the folder that holds its files."""
+
+    name: str
+    """Job and task name (letters, digits, '.', '_', '-')."""
+    run: RunConfig
+    """The validated run, run id fixed and results_dir absolute."""
+    folder: Path
+    """Holds config.yaml (what the job reads), sbatch.sh (the kept job script) and logs/."""
+
+    @property
+    def config_path(self) -> Path:
+        return self.folder / "config.yaml"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.folder / "logs"
+
+    @property
+    def script_path(self) -> Path:
+        return self.folder / "sbatch.sh"
+
+
+def check_text(field: str, value: str) -> str:
+    """A value rendered into the job script: no control characters (a newline would end a #SBATCH comment)."""
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise UserError(Problem(field, "must not contain newlines or control characters (it goes into the job script)"))
+    return value
+
+
+def check_path(field: str, path: Path) -> Path:
+    """A path NeMo-Run writes unquoted (Slurm's --output): only plain characters."""
+    if not SAFE_PATH.match(str(path)):
+        raise UserError(
+            Problem(field, f"'{path}' has characters a job script cannot carry unquoted; use letters, digits, . _ - / only")
+        )
+    return path
+
+
+def require_slurm(run: RunConfig, dryrun: bool) -> None:
+    """Launch-time checks that depend on this machine and the cluster preset; the first failure is raised."""
+    cluster = run.cluster
+    if not cluster.container_image:
+        raise UserError(
+            Problem(
+                "cluster.container_image",
+                f"cluster {cluster.name} names no container image; set cluster.container_image=nvcr.io/nvidia/nemo:26.02 "
+                f"(or container_image: in conf/local/{cluster.name}.yaml)",
+            )
+        )
+    if not cluster.gpus_per_node:
+        raise UserError(Problem("cluster.gpus_per_node", f"cluster {cluster.name} runs on Slurm and needs gpus_per_node"))
+    if not dryrun and shutil.which("sbatch") is None:
+        raise UserError(
+            Problem(
+                "cluster",
+                f"no sbatch on PATH: this machine cannot submit to {cluster.name}; run from a login node of that "
+                "cluster, or add dryrun=true to only render the job script (recipes *_tiny_* run on this machine)",
+            )
+        )
+    if not cluster.account:
+        raise UserError(
+            Problem(
+                "cluster.account",
+                f"no Slurm account for {cluster.name}; export SBATCH_ACCOUNT=<account> or put account: in "
+                f"conf/local/{cluster.name}.yaml (it is never written to any file)",
+            )
+        )
+
+
+def hybrid_ep_ranks_per_domain(ep: int, domain: int) -> int:
+    """Expert-parallel ranks that share one NVLink domain: ep itself, or the largest divisor of ep that fits."""
+    return max(d for d in range(1, min(ep, domain) + 1) if ep % d == 0)
+
+
+def job_env(run: RunConfig) -> dict[str, str]:
+    """The job's environment (values unquoted; the renderer quotes them). No secret is ever included."""
+    cluster, parallel, logger = run.cluster, run.parallel, run.logger
+    env: dict[str, str] = {}
+    per_node = cluster.gpus_per_node or parallel.num_gpus
+    if parallel.moe_flex_dispatcher_backend == "hybridep" and cluster.nvlink_domain_size > per_node:
+        # Multi-node NVLink (GB200/GB300 NVL72): hybrid EP runs its all-to-all over the whole domain.
+        env["NVLINK_DOMAIN_SIZE"] = str(cluster.nvlink_domain_size)
+        env["USE_MNNVL"] = "1"
+        env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = str(
+            hybrid_ep_ranks_per_domain(parallel.ep, cluster.nvlink_domain_size)
+        )
+    env["WANDB_MODE"] = logger.wandb_mode
+    if logger.wandb_mode != "disabled":
+        # Bridge's LoggerConfig has no group, tags or job type; wandb.init reads them from here.
+        env["WANDB_RUN_GROUP"] = wandb_group(run, cluster.gpu, run.precision.name)
+        env["WANDB_TAGS"] = ",".join(wandb_tags(run, cluster.gpu, run.precision.name))
+        env["WANDB_JOB_TYPE"] = JOB_TYPE
+        env["WANDB_RUN_ID"] = str(run.run_id)
+        if run.resume:
+            env["WANDB_RESUME"] = "allow"
+    for name, value in cluster.env.items():
+        if not ENV_NAME.match(name):
+            raise UserError(Problem(f"cluster.env.{name}", "is not a valid environment variable name"))
+        if is_secret_name(name):
+            raise UserError(
+                Problem(
+                    f"cluster.env.{name}",
+                    "looks like a credential and would be written into the job script; export it in your shell "
+                    "instead (sbatch passes your environment to the job)",
+                )
+            )
+        env[name] = str(value)
+    for name, value in env.items():
+        check_text(f"job environment {name}", value)
+    return env
+
+
+def job_mounts(run: RunConfig) -> list[str]:
+    """host:container mounts: the checkout and the results folder at the same paths, then the cluster's own."""
+    root = repo_root().resolve()
+    results = Path(run.results_dir).resolve()
+    mounts = [f"{root}:{root}"]
+    if root not in results.parents and results != root:
+        mounts.append(f"{results}:{results}")
+    for mount in run.cluster.container_mounts:
+        mounts.append(check_text("cluster.container_mounts", str(mount)))
+    return mounts
+
+
+def job_command(config_path: Path) -> list[str]:
+    """argv of each task: the container's python runs our entry point on the resolved config."""
+    return ["python", str(repo_root().resolve() / ENTRY_SCRIPT), str(config_path)]
+
+
+def slurm_resources(run: RunConfig) -> dict[str, object]:
+    """Nodes and tasks: one task per GPU, Bridge reads rank and world size from SLURM_* (no torchrun)."""
+    layout = derive_layout(run)
+    cluster = run.cluster
+    return {
+        "nodes": layout.nodes,
+        "ntasks_per_node": layout.gpus_per_node,
+        "gpus_per_node": layout.gpus_per_node,
+        "partition": check_text("cluster.partition", cluster.partition) if cluster.partition else None,
+        "time": check_text("cluster.time", cluster.time),
+        "mem": check_text("cluster.mem", cluster.mem) if cluster.mem else None,
+        "exclusive": True if cluster.exclusive else None,
+        "container_image": check_text("cluster.container_image", str(cluster.container_image)),
+        "srun_args": [check_text("cluster.srun_args", str(arg)) for arg in cluster.srun_args],
+    }

@@ -1,0 +1,229 @@
+"""``make sweep``: expand Hydra sweep overrides, validate every point, plan and launch the valid ones.
+
+``make sweep RECIPE=kimi_k2_muon parallel.ep=32,64 parallel.pp=4,8`` is the cartesian product of
+the swept values, as Hydra's basic sweeper builds it (``a=1,2``, ``choice(...)``, ``range(...)``).
+Each point is composed and validated on its own; invalid points are listed with their one-line
+reason; the valid ones are planned and, on a Slurm cluster, rendered (``dryrun=true``) or submitted
+as ONE NeMo-Run experiment. On the local executor the valid points run one after another.
+
+Files: ``results/plans/<recipe>/sweep/`` holds ``sweep.json`` and, for a dry run, one folder per
+point (plan.json, config.yaml, sbatch.sh). Submitted points get their own run folder
+``results/runs/<run_id>/`` whose run id is ``<sweep id>-<point>``.
+
+:func:`plan_sweep` returns the planned points (each with its plan dict) before anything is
+rendered, so that a ranking (e.g. by projected throughput) can be inserted between planning and
+launching.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from launch.dispatch import launch_local_engine, prepare_for_job, shown, slurm_launch_section
+from launch.jobs import JobSpec, require_slurm
+from optbench.config.compose import compose_run
+from optbench.config.schema import RunConfig
+from optbench.errors import Problem, UserError
+from optbench.io import atomic_write_json
+from optbench.plan import build_plan, recorded_overrides
+from optbench.projection.ranking import print_ranking
+from optbench.runs import new_run_id, resolve_run_id, run_dir, save_resolved_config
+from optbench.validate import validate
+
+
+@dataclass
+class SweepPoint:
+    """One combination of swept values."""
+
+    name: str
+    """Readable, path-safe name from the swept values, e.g. ep32-pp4."""
+    swept: list[str]
+    """The swept overrides of this point, e.g. ['parallel.ep=32', 'parallel.pp=4']."""
+    overrides: list[str]
+    """Every override of the point: the fixed ones, then the swept ones."""
+    run: Optional[RunConfig] = None
+    """The composed, validated run (None when invalid)."""
+    plan: Optional[dict[str, Any]] = None
+    """Its plan (None when invalid)."""
+    problems: list[str] = field(default_factory=list)
+    """One line per problem when the point is invalid."""
+    job_script: Optional[str] = None
+    job_id: Optional[str] = None
+
+    @property
+    def valid(self) -> bool:
+        return self.plan is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "swept": recorded_overrides(self.swept),
+            "overrides": recorded_overrides(self.overrides),
+            "valid": self.valid,
+            "problems": self.problems,
+            "run_id": self.run.run_id if self.run else None,
+            "layout": self.plan["layout"] if self.plan else None,
+            "job_script": self.job_script,
+            "job_id": self.job_id,
+        }
+
+
+def expand_overrides(overrides: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """(fixed overrides, one list of swept overrides per point), with Hydra's override grammar."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    fixed: list[str] = []
+    axes: list[list[str]] = []
+    for text in overrides:
+        try:
+            [override] = parser.parse_overrides([text])
+            if not override.is_sweep_override():
+                fixed.append(text)
+                continue
+            key = override.get_key_element()
+            axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        except HydraException as err:
+            raise UserError(Problem("overrides", f"cannot expand '{text}': {str(err).splitlines()[0]}")) from err
+    if not axes:
+        raise UserError(Problem("overrides", "nothing to sweep; give comma-separated values, e.g. parallel.ep=32,64"))
+    return fixed, [list(point) for point in itertools.product(*axes)]
+
+
+def point_name(swept: Sequence[str]) -> str:
+    """ep32-pp4 from parallel.ep=32 parallel.pp=4 (letters, digits, '.', '_', '-' only)."""
+    parts = []
+    for text in swept:
+        key, _, value = text.lstrip("+~").partition("=")
+        short = key.split(".")[-1].split("@")[0]
+        joined = f"{short}{value}" if re.fullmatch(r"[0-9.]+", value) else f"{short}-{value}"
+        parts.append(re.sub(r"[^A-Za-z0-9._-]+", "_", joined))
+    return "-".join(parts)
+
+
+def plan_sweep(recipe: str, overrides: Sequence[str]) -> list[SweepPoint]:
+    """Compose, validate and plan every point; invalid points keep their problems instead of a plan."""
+    fixed, combos = expand_overrides(overrides)
+    points: list[SweepPoint] = []
+    used: set[str] = set()
+    sweep_id: Optional[str] = None
+    for swept in combos:
+        name = point_name(swept)
+        if name in used:
+            name = f"{name}-{len(points)}"
+        used.add(name)
+        point = SweepPoint(name=name, swept=swept, overrides=[*fixed, *swept])
+        try:
+            run = compose_run(recipe, point.overrides)
+            validate(run)
+            sweep_id = sweep_id or new_run_id(run)
+            # Every point is its own run: <run_id or sweep id>-<point>.
+            run.run_id = f"{run.run_id or sweep_id}-{name}"
+            resolve_run_id(run)
+            if run.engine == "megatron_bridge":
+                prepare_for_job(run)
+            point.run = run
+            point.plan = build_plan(run, point.overrides)
+        except UserError as err:
+            point.run, point.plan = None, None
+            point.problems = err.lines()
+        points.append(point)
+    return points
+
+
+def _layout_text(plan: dict[str, Any]) -> str:
+    lay = plan["layout"]
+    return (
+        f"TP{lay['tp']} PP{lay['pp']} VPP{lay['vpp']} CP{lay['cp']} EP{lay['ep']} ETP{lay['etp']} | DP{lay['dp']}"
+        f", GBS {plan['gbs']} MBS {plan['mbs']}, {plan['world_size']} GPUs"
+    )
+
+
+def print_points(recipe: str, points: list[SweepPoint]) -> None:
+    valid = [p for p in points if p.valid]
+    print(f"Sweep: {recipe}, {len(points)} points, {len(valid)} valid")
+    width = max(len(p.name) for p in points)
+    for point in points:
+        if point.valid:
+            print(f"  ok       {point.name:<{width}}  {_layout_text(point.plan)}")
+        else:
+            for line in point.problems:
+                print(f"  invalid  {point.name:<{width}}  {line}")
+
+
+def sweep_folder(run: RunConfig) -> Path:
+    return Path(run.results_dir) / "plans" / run.recipe / "sweep"
+
+
+def _point_jobs(points: list[SweepPoint], folder: Path, dryrun: bool) -> list[JobSpec]:
+    """Each valid point's job folder, with its plan.json and config.yaml written."""
+    jobs = []
+    for point in points:
+        run = point.run
+        target = folder / point.name if dryrun else run_dir(run)
+        job = JobSpec(name=str(run.run_id), run=run, folder=target)
+        point.plan["launch"] = slurm_launch_section(job, dryrun)
+        save_resolved_config(run, job.config_path)
+        atomic_write_json(target / "plan.json", point.plan)
+        jobs.append(job)
+    return jobs
+
+
+def launch_slurm_points(recipe: str, points: list[SweepPoint], folder: Path, dryrun: bool) -> None:
+    from launch import slurm
+
+    require_slurm(points[0].run, dryrun)
+    jobs = _point_jobs(points, folder, dryrun)
+    base = folder / "nemo_run" if dryrun else Path(points[0].run.results_dir) / "sweeps" / str(jobs[0].run.run_id) / "nemo_run"
+    rendered = slurm.render(jobs, base, title=f"{recipe}-sweep", submit=not dryrun)
+    for point, job, result in zip(points, jobs, rendered):
+        point.job_script = shown(result.script)
+        point.job_id = result.job_id
+        point.plan["launch"]["job_script"] = point.job_script
+        point.plan["launch"]["nemo_run_script"] = shown(result.nemo_run_script)
+        if result.job_id:
+            point.plan["launch"]["job_ids"] = [result.job_id]
+        atomic_write_json(job.folder / "plan.json", point.plan)
+    state = "rendered as one NeMo-Run experiment (dry run, not submitted)" if dryrun else "submitted as one NeMo-Run experiment"
+    print(f"  {len(jobs)} job scripts {state}:")
+    for point in points:
+        print(f"    {point.name}: {point.job_script}" + (f" (Slurm job {point.job_id})" if point.job_id else ""))
+
+
+def sweep(recipe: str, overrides: Sequence[str]) -> int:
+    points = plan_sweep(recipe, overrides)
+    print_points(recipe, points)
+    valid = [p for p in points if p.valid]
+    print_ranking([(p.name, p.plan) for p in valid])  # projected throughput, best first
+    if not valid:
+        raise UserError(Problem("sweep", f"none of the {len(points)} points is valid; see the reasons above"))
+    first = valid[0].run
+    folder = sweep_folder(first)
+    if folder.is_dir():
+        shutil.rmtree(folder)  # generated files of the previous sweep of this recipe
+    dryrun = first.dryrun
+    if first.cluster.executor == "slurm":
+        launch_slurm_points(recipe, valid, folder, dryrun)
+    elif dryrun:
+        print(f"  {len(valid)} points planned; dry run, nothing launched")
+    else:
+        for point in valid:
+            print(f"  running {point.name} on the local engine")
+            launch_local_engine(point.run)
+    summary = {
+        "recipe": recipe,
+        "overrides": recorded_overrides(overrides),
+        "dryrun": dryrun,
+        "points": [p.as_dict() for p in points],
+    }
+    path = atomic_write_json(folder / "sweep.json", summary)
+    print(f"  sweep.json  {shown(path)}")
+    return 0
+
+

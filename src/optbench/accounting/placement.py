@@ -1,0 +1,209 @@
+"""Where every parameter lives: pipeline stages, tensor/expert shards, and Megatron's global rank order.
+
+Shared by the Newton-Schulz FLOPs per rank and the memory estimate, so both see the same model slice.
+
+* Virtual pipeline stages follow ``parallel.pipeline_layout`` when given (embedding / decoder / mtp /
+  loss entries), else an even split of the decoder layers with the embedding on the first stage and
+  the final norm, output layer and MTP layers on the last. Pipeline rank ``r`` holds virtual stages
+  ``r, r + pp, r + 2 pp, ...`` (Megatron's interleaved schedule). A stage with MTP layers also holds a
+  copy of the input embedding (Megatron's ``GPTModel``: ``pre_process or mtp_process``); with tied
+  embeddings the loss stage holds the embedding as its output layer.
+* Tensor parallelism shards a parameter along its ``partition_dim`` over ``tp`` ranks (routed experts
+  over ``etp``); expert parallelism deals the routed experts of every MoE layer out in contiguous
+  blocks of ``num_experts / ep``.
+* Global ranks follow Megatron Core's default order ``tp-cp-ep-dp-pp``
+  (``parallel_state.RankGenerator``; the first name varies fastest). Dense parameters:
+  ``rank = tp_r + tp * (cp_r + cp * (dp_r + dp * pp_r))``. Expert parameters use a second generator
+  over the same ranks with sizes (etp, ep, edp, pp): ``rank = etp_r + etp * (ep_r + ep * (edp_r + edp * pp_r))``.
+  The data-parallel group of dense parameters is DP x CP (group rank ``cp_r + cp * dp_r``), that of
+  expert parameters the expert-data-parallel group (group rank ``edp_r``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from optbench.accounting.params import EMBEDDING, ParamSpec, model_parameters
+from optbench.config.layout import Layout, derive_layout, stage_decoder_layers, vpp_size
+from optbench.config.schema import ModelConfig, RunConfig
+
+
+@dataclass(frozen=True)
+class VirtualStage:
+    """One virtual pipeline stage (model chunk)."""
+
+    index: int
+    """Position in Megatron's stage order (0 .. pp*vpp-1)."""
+    pipeline_rank: int
+    """Pipeline rank that runs it: index % pp."""
+    decoder_layers: tuple[int, ...]
+    """Decoder layer indices it holds."""
+    embedding: bool
+    """Holds the input embedding (first stage, or a stage with MTP layers)."""
+    loss: bool
+    """Holds the final norm, the output layer and the loss."""
+    mtp_layers: tuple[int, ...]
+    """MTP layers it holds, numbered after the decoder (num_layers + i)."""
+
+
+@dataclass(frozen=True)
+class LocalParam:
+    """One parameter as one rank holds it."""
+
+    spec: ParamSpec
+    """The unsharded parameter."""
+    local_shape: tuple[int, ...]
+    """Shape of this rank's shard."""
+    shards: int
+    """Ranks it is split over (TP, or ETP for routed experts); 1 when replicated."""
+    stage: int
+    """Virtual stage holding it."""
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.local_shape)
+
+
+@dataclass(frozen=True)
+class PipelineRankParams:
+    """The parameters of one pipeline rank."""
+
+    dense: tuple[LocalParam, ...]
+    """Non-expert parameters, as every TP rank of this pipeline rank holds them."""
+    experts: tuple[tuple[LocalParam, ...], ...]
+    """Routed-expert parameters held by each EP rank (index = ep rank), ETP-sharded."""
+
+
+def layout_key(run: RunConfig) -> tuple:
+    """Hashable key of everything that decides which parameters each rank holds."""
+    p = run.parallel
+    layout = tuple(tuple(stage) for stage in p.pipeline_layout) if p.pipeline_layout else None
+    return (tuple(sorted(vars(run.model).items())), p.tp, p.pp, vpp_size(run), p.ep, p.etp, layout)
+
+
+def virtual_stages(run: RunConfig) -> tuple[VirtualStage, ...]:
+    """Every virtual stage of the run, in Megatron's order."""
+    pp = run.parallel.pp
+    counts = stage_decoder_layers(run)
+    layout = run.parallel.pipeline_layout
+    stages, next_layer, next_mtp = [], 0, run.model.num_layers
+    for index, count in enumerate(counts):
+        if layout:
+            entries = layout[index]
+            embedding, loss, mtp = "embedding" in entries, "loss" in entries, entries.count("mtp")
+        else:
+            last = index == len(counts) - 1
+            embedding, loss, mtp = index == 0, last, run.model.mtp_num_layers if last else 0
+        stages.append(
+            VirtualStage(
+                index=index,
+                pipeline_rank=index % pp,
+                decoder_layers=tuple(range(next_layer, next_layer + count)),
+                embedding=embedding or mtp > 0,
+                loss=loss,
+                mtp_layers=tuple(range(next_mtp, next_mtp + mtp)),
+            )
+        )
+        next_layer += count
+        next_mtp += mtp
+    return tuple(stages)
+
+
+def _local(spec: ParamSpec, shards: int, stage: int) -> LocalParam:
+    shape = list(spec.shape)
+    if spec.partition_dim is None or shards == 1:
+        return LocalParam(spec, tuple(shape), 1, stage)
+    shape[spec.partition_dim] //= shards
+    return LocalParam(spec, tuple(shape), shards, stage)
+
+
+def _stage_of(spec: ParamSpec, stages: tuple[VirtualStage, ...], model: ModelConfig) -> list[int]:
+    """Virtual stages holding a parameter (the embedding may be held twice)."""
+    if spec.layer is not None:
+        return [s.index for s in stages if spec.layer in s.decoder_layers or spec.layer in s.mtp_layers]
+    if spec.kind == EMBEDDING:
+        held = [s.index for s in stages if s.embedding]
+        if model.share_embeddings_and_output_weights:
+            held += [s.index for s in stages if s.loss and not s.embedding]
+        return held
+    return [s.index for s in stages if s.loss]  # output layer, decoder final norm
+
+
+def _rank_params(run: RunConfig) -> tuple[PipelineRankParams, ...]:
+    model, p = run.model, run.parallel
+    stages = virtual_stages(run)
+    experts_per_rank = (model.num_moe_experts or 0) // p.ep or 1
+    dense: list[list[LocalParam]] = [[] for _ in range(p.pp)]
+    experts: list[list[list[LocalParam]]] = [[[] for _ in range(p.ep)] for _ in range(p.pp)]
+    for spec in model_parameters(model, p.tp):
+        for stage in _stage_of(spec, stages, model):
+            rank = stages[stage].pipeline_rank
+            if spec.is_expert:
+                experts[rank][(spec.expert or 0) // experts_per_rank].append(_local(spec, p.etp, stage))
+            else:
+                dense[rank].append(_local(spec, p.tp, stage))
+    return tuple(
+        PipelineRankParams(dense=tuple(dense[r]), experts=tuple(tuple(e) for e in experts[r])) for r in range(p.pp)
+    )
+
+
+_CACHE: dict[tuple, tuple[PipelineRankParams, ...]] = {}
+"""Per-rank parameter lists by layout key (RunConfig is mutable, so not hashable itself)."""
+
+
+def pipeline_rank_params(run: RunConfig, pp_rank: int) -> PipelineRankParams:
+    """Parameters held by pipeline rank ``pp_rank`` (cached per model and layout)."""
+    key = layout_key(run)
+    if key not in _CACHE:
+        if len(_CACHE) >= 32:
+            _CACHE.clear()
+        _CACHE[key] = _rank_params(run)
+    return _CACHE[key][pp_rank]
+
+
+@dataclass(frozen=True)
+class DataParallelGroup:
+    """One data-parallel group: the ranks that share (and all-reduce) the same parameters."""
+
+    pp_rank: int
+    """Pipeline rank of every member."""
+    ranks: tuple[int, ...]
+    """Global ranks, in group-rank order."""
+    expert_rank: int | None
+    """EP rank whose experts the group holds; None for the dense (DP x CP) group."""
+
+
+def dense_dp_groups(layout: Layout) -> list[DataParallelGroup]:
+    """The DP x CP groups of dense parameters: one per (pipeline rank, TP rank)."""
+    tp, cp, dp = layout.tp, layout.cp, layout.dp
+    groups = []
+    for pp_r in range(layout.pp):
+        for tp_r in range(tp):
+            ranks = tuple(
+                tp_r + tp * (cp_r + cp * (dp_r + dp * pp_r)) for dp_r in range(dp) for cp_r in range(cp)
+            )
+            groups.append(DataParallelGroup(pp_r, ranks, None))
+    return groups
+
+
+def expert_dp_groups(layout: Layout) -> list[DataParallelGroup]:
+    """The expert-data-parallel groups: one per (pipeline rank, EP rank, ETP rank)."""
+    etp, ep, edp = layout.etp, layout.ep, layout.edp
+    groups = []
+    for pp_r in range(layout.pp):
+        for ep_r in range(ep):
+            for etp_r in range(etp):
+                ranks = tuple(etp_r + etp * (ep_r + ep * (edp_r + edp * pp_r)) for edp_r in range(edp))
+                groups.append(DataParallelGroup(pp_r, ranks, ep_r))
+    return groups
+
+
+def pipeline_rank_of(layout: Layout, rank: int) -> int:
+    """Pipeline rank of a global rank (pp varies slowest in both generators)."""
+    return rank // (layout.world_size // layout.pp)
+
+
+def layout_of(run: RunConfig) -> Layout:
+    """The derived layout (re-exported so callers need one import)."""
+    return derive_layout(run)

@@ -1,0 +1,14 @@
+"""Benchmarks behind ``make bench``: each module measures one thing and writes results/bench/<name>.json + .md.
+
+A benchmark module exposes ``NAME`` (what ``--only`` selects), ``DESCRIPTION`` (one line) and
+``run(out_dir: Path, quick: bool) -> list[Path]`` (the files it wrote). Register it in
+:data:`BENCHMARKS`; ``python -m optbench.bench`` runs them all in this order.
+"""
+
+from __future__ import annotations
+
+BENCHMARKS: dict[str, str] = {
+    "optim": "optbench.bench.optim",
+    "pretrain": "optbench.bench.pretrain",
+}
+"""Benchmark name -> module that implements it."""

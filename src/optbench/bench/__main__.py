@@ -1,0 +1,51 @@
+"""``python -m optbench.bench [--only NAME] [--quick] [--threads N] [--out DIR]``: run the benchmarks, write results/bench/."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from optbench.bench import BENCHMARKS
+from optbench.errors import Problem, UserError, exit_on_user_error
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m optbench.bench", description=__doc__.split(":", 1)[1].strip())
+    parser.add_argument("--only", metavar="NAME", help=f"run one benchmark: {', '.join(BENCHMARKS)}")
+    parser.add_argument("--out", default=None, help="output folder (default: <repo>/results/bench)")
+    parser.add_argument("--quick", action="store_true", help="smaller models and fewer repetitions (smoke test)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, one per core)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    with exit_on_user_error(args.debug):
+        if args.only is not None and args.only not in BENCHMARKS:
+            raise UserError(Problem("--only", f"unknown benchmark {args.only!r}; choose one of {', '.join(BENCHMARKS)}"))
+        if args.out is None:
+            from optbench.config.compose import repo_root
+
+            out = repo_root() / "results" / "bench"
+        else:
+            out = Path(args.out)
+        if args.threads is not None:
+            if args.threads < 1:
+                raise UserError(Problem("--threads", f"must be at least 1, got {args.threads}"))
+            import torch
+
+            torch.set_num_threads(args.threads)
+        names = [args.only] if args.only else list(BENCHMARKS)
+        for name in names:
+            module = importlib.import_module(BENCHMARKS[name])
+            print(f"bench {name}: {module.DESCRIPTION}", flush=True)
+            for path in module.run(out, quick=args.quick):
+                print(f"  wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

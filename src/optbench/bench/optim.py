@@ -1,0 +1,209 @@
+"""The optimizer benchmark: results/bench/optim.json and optim.md.
+
+- ``cpu``: one optimizer step on the tiny proxies' parameters, ours vs torch.optim.Muon vs AdamW
+  (:mod:`optbench.bench.optim_timing`), and the blocked-SYRK Newton-Schulz against the plain one.
+- ``imbalance``: NS FLOPs max/mean over ranks at the published GB300 layouts for Megatron's
+  ping-pong, our cost-aware policy and a lower bound (:mod:`optbench.bench.optim_imbalance`).
+- ``gpu``: the same step-time ratios on a CUDA device when there is one, else why not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import platform
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+from optbench.bench.optim_imbalance import imbalance_section
+from optbench.bench.optim_timing import step_times, syrk_times
+from optbench.config.compose import compose_run
+from optbench.config.schema import ModelConfig
+from optbench.io import atomic_write_json, atomic_write_text
+
+NAME = "optim"
+DESCRIPTION = "Muon step time vs torch.optim.Muon and AdamW, SYRK, layer-wise load imbalance"
+PROXIES = {"kimi_k2_tiny": ("kimi_k2_tiny_muon", "kimi_k2_tiny_adamw"), "qwen3_moe_tiny": ("qwen3_moe_tiny_muon", "qwen3_moe_tiny_adamw")}
+"""Proxy model -> (Muon recipe, AdamW recipe) whose model and optimizer settings are timed."""
+HEADLINE = "kimi_k2_tiny"
+"""The proxy of the default local recipe: its numbers are the top-level cpu.* keys."""
+SPEEDUP_TARGET = 10.0
+IMBALANCE_SLACK = 1.05
+SYRK_SHAPES = {"cpu": [(512, 2048), (1024, 4096)], "cuda": [(2048, 7168), (4096, 14336)]}
+"""Matrices for the SYRK comparison: CPU-sized, and Kimi K2's expert fc1 / a 4096-row matrix on GPUs."""
+
+
+def _shrunk(model: ModelConfig) -> ModelConfig:
+    """A much smaller model of the same architecture, for --quick smoke runs."""
+    return dataclasses.replace(
+        model, num_layers=2, hidden_size=64, ffn_hidden_size=128, num_moe_experts=4, moe_ffn_hidden_size=32,
+        moe_router_topk=2, moe_shared_expert_intermediate_size=32 if model.moe_shared_expert_intermediate_size else 0,
+        vocab_size=256,
+    )
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _proxy_times(device: str, quick: bool) -> dict:
+    results = {}
+    for proxy, (muon_recipe, adamw_recipe) in PROXIES.items():
+        muon_run, adamw_run = compose_run(muon_recipe, []), compose_run(adamw_recipe, [])
+        model = _shrunk(muon_run.model) if quick else muon_run.model
+        results[proxy] = step_times(
+            model, muon_run.optimizer, adamw_run.optimizer, device=device, rounds=2 if quick else 7, warmup=1 if quick else 2
+        )
+    return results
+
+
+def _device_section(device: str, quick: bool) -> dict:
+    models = _proxy_times(device, quick)
+    headline = models[HEADLINE]
+    shapes = [(64, 256)] if quick else SYRK_SHAPES[torch.device(device).type]
+    return {
+        "model": HEADLINE,
+        "muon_step_s": headline["muon_step_s"],
+        "torch_muon_step_s": headline["torch_muon_step_s"],
+        "speedup_vs_torch_muon": headline["speedup_vs_torch_muon"],
+        "speedup_vs_torch_muon_min_over_proxies": min(m["speedup_vs_torch_muon"] for m in models.values()),
+        "muon_vs_adamw_training_step": headline["muon_vs_adamw_training_step"],
+        "threads": torch.get_num_threads(),
+        "models": models,
+        "syrk": syrk_times(shapes, device=device, rounds=1 if quick else 3),
+    }
+
+
+def _gpu_section(quick: bool) -> dict:
+    if not torch.cuda.is_available():
+        return {
+            "measured": False,
+            "reason": "no CUDA device in this run (torch.cuda.is_available() is False; torch "
+            f"{torch.__version__} is {'a CPU-only build' if torch.version.cuda is None else 'a CUDA build'}); "
+            "run `make bench` on a GPU machine to fill this section",
+        }
+    return {"measured": True, "device": torch.cuda.get_device_name(0), **_device_section("cuda", quick)}
+
+
+def _targets(cpu: dict, imbalance: dict) -> dict:
+    return {
+        f"cpu speedup vs torch.optim.Muon >= {SPEEDUP_TARGET:g}x ({HEADLINE}, auto precision)": cpu["speedup_vs_torch_muon"]
+        >= SPEEDUP_TARGET,
+        f"cpu speedup vs torch.optim.Muon >= {SPEEDUP_TARGET:g}x (every proxy, auto precision)": cpu[
+            "speedup_vs_torch_muon_min_over_proxies"
+        ]
+        >= SPEEDUP_TARGET,
+        "cost_aware never worse than pingpong": all(v["cost_aware"] <= v["pingpong"] for v in imbalance.values()),
+        "cost_aware within 5 % of the lower bound": all(
+            v["cost_aware"] <= IMBALANCE_SLACK * v["lower_bound"] for v in imbalance.values()
+        ),
+    }
+
+
+def run(out_dir: Path, quick: bool = False) -> list[Path]:
+    """Measure everything and write optim.json and optim.md under ``out_dir``."""
+    torch.manual_seed(0)
+    load_before = os.getloadavg()[0]
+    cpu = {"cpu_model": _cpu_name(), "logical_cpus": os.cpu_count(), **_device_section("cpu", quick)}
+    # Other processes on a small machine skew every number; the 1-minute load average says how busy it was.
+    cpu["load_average_1min"] = {"before": load_before, "after": os.getloadavg()[0]}
+    imbalance = imbalance_section()
+    data = {
+        "benchmark": NAME,
+        "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "quick": quick,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "gpu": _gpu_section(quick),
+        "imbalance": imbalance,
+        "targets": _targets(cpu, imbalance),
+    }
+    out_dir = Path(out_dir)
+    json_path = atomic_write_json(out_dir / "optim.json", data)
+    md_path = atomic_write_text(out_dir / "optim.md", markdown(data))
+    return [json_path, md_path]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _step_table(section: dict) -> list[str]:
+    rows = [
+        "| proxy | ours Muon (auto) | ours fp32 | ours bf16 | ours unbatched | torch.optim.Muon | speedup | full step Muon run | AdamW run | Muon/AdamW |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for proxy, m in section["models"].items():
+        t = m["median_step_s"]
+        rows.append(
+            f"| {proxy} ({m['muon_matrices']} matrices) | {_ms(m['muon_step_s'])} ({m['auto_precision']}) | {_ms(t['muon_highest'])} "
+            f"| {_ms(t['muon_medium'])} | {_ms(t['muon_unbatched'])} | {_ms(t['torch_muon'])} "
+            f"| {m['speedup_vs_torch_muon']:.1f}x (fp32: {m['speedup_vs_torch_muon_fp32']:.1f}x) "
+            f"| {_ms(t['training_step_muon'])} | {_ms(t['training_step_adamw'])} | {m['muon_vs_adamw_training_step']:.1f}x |"
+        )
+    rows += [
+        "",
+        "| Newton-Schulz shape (5 quintic steps) | precision | plain | blocked SYRK | speedup | FLOP ratio: blocked / ideal SYRK |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in section["syrk"]:
+        rows.append(
+            f"| {'x'.join(map(str, r['shape']))} | {r['precision']} | {_ms(r['plain_s'])} | {_ms(r['syrk_s'])} "
+            f"| {r['speedup']:.2f}x | {r['blocked_flop_ratio']:.2f}x / {r['ideal_flop_ratio']:.2f}x |"
+        )
+    return rows
+
+
+def markdown(data: dict) -> str:
+    """The short human-readable summary written beside optim.json."""
+    cpu, gpu = data["cpu"], data["gpu"]
+    lines = [
+        "# Optimizer benchmark",
+        "",
+        f"Command: `{data['command']}` (`make bench`), {data['created']}, torch {data['torch']}"
+        + (" (QUICK smoke run: shrunk models, few rounds)" if data["quick"] else ""),
+        "",
+        f"## CPU: {cpu['cpu_model']}, {cpu['logical_cpus']} logical CPUs, {cpu['threads']} torch threads "
+        f"(1-min load average {cpu['load_average_1min']['before']:.1f} before, {cpu['load_average_1min']['after']:.1f} after)",
+        "",
+        "One optimizer step on the tiny proxies' parameters (median of interleaved rounds). "
+        "'auto' is the precision our default picks on this device.",
+        "",
+        *_step_table(cpu),
+        "",
+        "## GPU",
+        "",
+    ]
+    if gpu["measured"]:
+        lines += [f"Device: {gpu['device']}", "", *_step_table(gpu)]
+    else:
+        lines.append(f"Not measured: {gpu['reason']}.")
+    lines += [
+        "",
+        "## Layer-wise load imbalance (NS FLOPs per step, max / mean over ranks; from shapes)",
+        "",
+        "| model | layout | ping-pong | cost-aware | lower bound | dealt part only: ping-pong / cost-aware / bound |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model, v in data["imbalance"].items():
+        lay, dealt = v["layout"], v["dealt_part_only"]
+        lines.append(
+            f"| {model} | {lay['gpus']} GPUs TP{lay['tp']} PP{lay['pp']} EP{lay['ep']} DP{lay['dp']} EDP{lay['edp']} "
+            f"| {v['pingpong']:.4f} | {v['cost_aware']:.4f} | {v['lower_bound']:.4f} "
+            f"| {dealt['pingpong']:.3f} / {dealt['cost_aware']:.3f} / {dealt['lower_bound']:.3f} |"
+        )
+    lines += ["", "## Targets", ""]
+    lines += [f"- {'met' if met else 'MISSED'}: {target}" for target, met in data["targets"].items()]
+    return "\n".join(lines) + "\n"

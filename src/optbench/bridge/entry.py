@@ -1,0 +1,102 @@
+"""In-container entry point: ``python -m optbench.bridge.entry <results>/runs/<run_id>/config.yaml``.
+
+Runs on every rank inside the NeMo container (one Slurm task per GPU, or torchrun on one machine):
+
+1. read the resolved config the launcher wrote (:func:`optbench.runs.load_resolved_config`);
+2. compute the Bridge recipe and overrides from it (:func:`optbench.bridge.adapter.bridge_setup`,
+   the same function that wrote plan.json's ``bridge`` section);
+3. call the recipe function, put in the mixed-precision preset and any missing section, and apply
+   the overrides with Bridge's own ``process_config_with_overrides``;
+4. register :class:`optbench.bridge.callback.MetricsCallback` and call Bridge's ``pretrain`` with
+   its GPT ``forward_step``.
+
+Kept thin on purpose: every Bridge call goes through :class:`BridgeAPI`, which tests replace with a
+fake, because Bridge itself cannot be imported outside the container. The job script runs this file
+by path (``python <checkout>/src/optbench/bridge/entry.py``), so the container needs no install of
+optbench; run that way, it puts ``<checkout>/src`` on ``sys.path`` first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+if __package__ in (None, ""):  # run by path: make the package importable from the checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from optbench.bridge.adapter import SECTIONS_CREATED_IF_MISSING, BridgeRecipe, BridgeSetup, bridge_setup  # noqa: E402
+from optbench.bridge.callback import MetricsCallback  # noqa: E402
+from optbench.errors import exit_on_user_error  # noqa: E402
+from optbench.runs import load_resolved_config  # noqa: E402
+
+
+class BridgeAPI:
+    """The few Megatron Bridge functions the entry point calls, imported when first used."""
+
+    def recipe_function(self, recipe: BridgeRecipe) -> Callable[..., Any]:
+        return getattr(importlib.import_module(recipe.module), recipe.function)
+
+    def mixed_precision(self, preset: str) -> Any:
+        from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+        return get_mixed_precision_config(preset)
+
+    def new_section(self, name: str) -> Any:
+        if name == "comm_overlap":
+            from megatron.bridge.training.comm_overlap import CommOverlapConfig
+
+            return CommOverlapConfig(tp_comm_overlap=False)
+        raise KeyError(name)
+
+    def apply_overrides(self, config: Any, overrides: Sequence[str]) -> Any:
+        from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+        return process_config_with_overrides(config, cli_overrides=list(overrides))
+
+    def callback_manager(self) -> Any:
+        from megatron.bridge.training.callbacks import CallbackManager
+
+        return CallbackManager()
+
+    def pretrain(self, config: Any, callbacks: Any) -> None:
+        from megatron.bridge.training.gpt_step import forward_step
+        from megatron.bridge.training.pretrain import pretrain
+
+        pretrain(config, forward_step, callbacks=callbacks)
+
+
+def build_config_container(setup: BridgeSetup, api: BridgeAPI) -> Any:
+    """Recipe function -> mixed-precision preset -> missing sections -> overrides (Bridge's mechanism)."""
+    config = api.recipe_function(setup.recipe)(**setup.recipe.kwargs)
+    config.mixed_precision = api.mixed_precision(setup.mixed_precision)
+    for name in SECTIONS_CREATED_IF_MISSING:
+        if getattr(config, name) is None:
+            setattr(config, name, api.new_section(name))
+    return api.apply_overrides(config, setup.overrides)
+
+
+def run_bridge(config_path: Path, api: Optional[BridgeAPI] = None, callback: Optional[MetricsCallback] = None) -> int:
+    """Train the run described by ``config_path`` with Megatron Bridge."""
+    api = api or BridgeAPI()
+    run = load_resolved_config(config_path)
+    config = build_config_container(bridge_setup(run), api)
+    manager = api.callback_manager()
+    (callback or MetricsCallback(run)).register(manager)
+    api.pretrain(config, manager)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m optbench.bridge.entry", description=__doc__.split("\n\n")[0])
+    parser.add_argument("config", type=Path, help="the resolved config.yaml the launcher wrote")
+    args = parser.parse_args(argv)
+    with exit_on_user_error(debug=False):
+        return run_bridge(args.config)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,281 @@
+"""The one optimizer object the local engine's trainer drives, for AdamW and Muon runs alike.
+
+Muon runs mirror Megatron Bridge's ``muon`` / ``dist_muon``: 2-D (and 3-D expert) weights other than
+the embedding and output layer go to :class:`~optbench.optim.muon.Muon`, everything else to
+``torch.optim.AdamW``; both share the learning rate the trainer's schedule sets. With
+``optimizer.muon.layer_wise`` and more than one data-parallel rank, each parameter is owned by one
+rank (:mod:`optbench.optim.layer_wise`). AdamW runs give every parameter to ``torch.optim.AdamW``
+and update it on every rank (Megatron's element-wise distributed optimizer is not reproduced).
+
+Both sides follow Megatron's weight-decay rule (0 for 1-D parameters and biases) and, like
+Megatron's gradient buffers, treat a trainable parameter without a gradient as having a zero one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from optbench.config.schema import MUON_ASSIGNMENTS, ModelConfig, OptimizerConfig
+from optbench.errors import Problem, UserError
+from optbench.optim.layer_wise import LayerWiseSharding
+from optbench.optim.muon import Muon
+from optbench.optim.newton_schulz import coefficient_schedule, resolve_matmul_precision
+from optbench.optim.routing import MUON, ParamRoute, megatron_order, qkv_split_shapes_for, route_parameters
+from optbench.optim.tensor_parallel import TP_MODES
+
+STATE_FORMAT = "optbench.optim/1"
+
+
+class TrainingOptimizer:
+    """Gradient reduction, clipping, the update, the parameter all-gather and checkpoint state."""
+
+    def __init__(
+        self,
+        name: str,
+        routes: Sequence[ParamRoute],
+        muon: Muon | None,
+        adamw: torch.optim.AdamW | None,
+        *,
+        dp_group=None,
+        sharding: LayerWiseSharding | None = None,
+        grad_reduce_in_fp32: bool = False,
+    ) -> None:
+        self.name = name
+        self.routes = list(routes)
+        self.muon = muon
+        self.adamw = adamw
+        self.dp_group = dp_group
+        self.sharding = sharding
+        self.grad_reduce_in_fp32 = grad_reduce_in_fp32
+        self.params = [r.param for r in self.routes]
+
+    @property
+    def last_ns_time_s(self) -> float:
+        """Wall time of the Newton-Schulz part of the last step (0 for AdamW, or a rank owning no matrix)."""
+        return self.muon.last_ns_time_s if self.muon is not None else 0.0
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """This rank's torch optimizers (Muon first)."""
+        return [o for o in (self.muon, self.adamw) if o is not None]
+
+    def _dp_world(self) -> int:
+        return dist.get_world_size(self.dp_group) if dist.is_initialized() else 1
+
+    def _fill_missing_grads(self) -> None:
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+
+    @torch.no_grad()
+    def reduce_gradients(self) -> None:
+        """Average gradients over the data-parallel group: one all-reduce per gradient dtype."""
+        world = self._dp_world()
+        if world == 1:
+            return
+        self._fill_missing_grads()
+        for dtype in dict.fromkeys(p.grad.dtype for p in self.params):
+            grads = [p.grad for p in self.params if p.grad.dtype == dtype]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            if self.grad_reduce_in_fp32:
+                flat = flat.float()
+            dist.all_reduce(flat, group=self.dp_group)
+            flat.div_(world)
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset : offset + g.numel()].view_as(g))
+                offset += g.numel()
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm: float) -> float:
+        """Global L2 norm of all gradients (before clipping); scales them to ``max_norm`` if it is > 0.
+
+        After :meth:`reduce_gradients` every rank holds the full averaged gradients, so the local
+        norm is the global one (Megatron's layer-wise optimizer also reduces it over all parameters).
+        """
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            return 0.0
+        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+        if max_norm > 0:
+            torch.nn.utils.clip_grads_with_norm_(self.params, max_norm, norm)
+        return float(norm)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Update this rank's parameters (its owned ones when layer-wise), then all-gather them."""
+        self._fill_missing_grads()
+        for optimizer in self.optimizers:
+            optimizer.step()
+        if self.sharding is not None:
+            self.sharding.all_gather()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear every parameter's gradient, owned or not."""
+        for p in self.params:
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad.zero_()
+
+    def set_lr(self, lr: float) -> None:
+        """Set the learning rate of every group (Muon and AdamW share it, as in Megatron)."""
+        for optimizer in self.optimizers:
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+
+    def state_dict(self) -> dict:
+        """This rank's optimizer state; with the layer-wise optimizer, only the parameters it owns.
+
+        Resume: every rank saves its own dict and loads it back into an optimizer built the same
+        way (same model, config, data-parallel size and assignment); :meth:`load_state_dict` checks that.
+        """
+        return {
+            "format": STATE_FORMAT,
+            "optimizer": self.name,
+            "layer_wise": self._layer_wise_identity(),
+            "param_names": {key: self._names(opt) for key, opt in (("muon", self.muon), ("adamw", self.adamw))},
+            "muon": self.muon.state_dict() if self.muon is not None else None,
+            "adamw": self.adamw.state_dict() if self.adamw is not None else None,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output; a dict from a different setup is a clear ValueError."""
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not an optbench optimizer state (format {state.get('format')!r}, expected {STATE_FORMAT})")
+        if state["optimizer"] != self.name:
+            raise ValueError(f"optimizer state is for {state['optimizer']!r}, this run uses {self.name!r}")
+        if state["layer_wise"] != self._layer_wise_identity():
+            raise ValueError(
+                "optimizer state was written with a different layer-wise sharding (data-parallel size, rank "
+                "or owner assignment); resume with the same data-parallel size and optimizer.muon.assignment"
+            )
+        for key, optimizer in (("muon", self.muon), ("adamw", self.adamw)):
+            if state["param_names"][key] != self._names(optimizer):
+                raise ValueError(f"optimizer state's {key} parameters do not match this model's")
+            if optimizer is not None:
+                optimizer.load_state_dict(state[key])
+
+    def _layer_wise_identity(self) -> dict | None:
+        if self.sharding is None:
+            return None
+        return {"world": self.sharding.world, "rank": self.sharding.rank, "owners": dict(self.sharding.owner_of_name)}
+
+    def _names(self, optimizer: torch.optim.Optimizer | None) -> list[str]:
+        if optimizer is None:
+            return []
+        name_of = {id(r.param): r.name for r in self.routes}
+        return [name_of[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def _check_config(cfg: OptimizerConfig) -> None:
+    """One UserError listing every optimizer setting this engine cannot run."""
+    problems = []
+    if cfg.name not in ("adamw", MUON):
+        problems.append(Problem("optimizer.name", f"unknown optimizer {cfg.name!r}; choose adamw or muon"))
+    if cfg.name == MUON and cfg.muon is None:
+        problems.append(Problem("optimizer.muon", "muon needs its settings block (optimizer=muon provides it)"))
+    if cfg.name == MUON and cfg.muon is not None:
+        m = cfg.muon
+        try:
+            coefficient_schedule(m.coefficients, m.ns_steps)
+        except ValueError as err:
+            field = "optimizer.muon.coefficients" if m.coefficients not in ("quintic", "simple") else "optimizer.muon.ns_steps"
+            problems.append(Problem(field, str(err)))
+        checks = [
+            ("scale_mode", m.scale_mode, ("spectral", "shape_scaling", "unit_rms_norm")),
+            ("tp_mode", m.tp_mode, TP_MODES),
+            ("assignment", m.assignment, MUON_ASSIGNMENTS),
+            ("fp32_matmul_prec", m.fp32_matmul_prec, ("auto", "medium", "high", "highest")),
+        ]
+        for key, value, allowed in checks:
+            if value not in allowed:
+                problems.append(Problem(f"optimizer.muon.{key}", f"unknown value {value!r}; choose one of {list(allowed)}"))
+    if problems:
+        raise UserError(problems)
+
+
+def build_optimizer(
+    model: nn.Module,
+    cfg: OptimizerConfig,
+    *,
+    dp_group=None,
+    tp_group=None,
+    model_config: ModelConfig | None = None,
+) -> TrainingOptimizer:
+    """Route ``model``'s parameters as Megatron does and build the optimizer the trainer steps."""
+    _check_config(cfg)
+    if dp_group is None and dist.is_initialized():
+        dp_group = dist.group.WORLD
+    qkv_shapes = None
+    if model_config is not None and model_config.num_query_groups and model_config.kv_channels:
+        qkv_shapes = qkv_split_shapes_for(
+            model_config.num_attention_heads, model_config.num_query_groups, model_config.kv_channels
+        )
+    routes = megatron_order(route_parameters(model, optimizer=cfg.name, qkv_split_shapes=qkv_shapes))
+    sharding = None
+    world = dist.get_world_size(dp_group) if dist.is_initialized() else 1
+    if cfg.name == MUON and cfg.muon.layer_wise and world > 1:
+        sharding = LayerWiseSharding.build(
+            routes, dp_group, cfg.muon.assignment, ns_steps=cfg.muon.ns_steps, split_qkv=cfg.muon.split_qkv
+        )
+    mine = [r for r in routes if sharding is None or sharding.owns(r.param)]
+    muon_routes = [r for r in mine if r.optimizer == MUON]
+    adam_routes = [r for r in mine if r.optimizer != MUON]
+    muon = _build_muon(muon_routes, cfg, tp_group) if muon_routes else None
+    adamw = _build_adamw(adam_routes, cfg) if adam_routes else None
+    return TrainingOptimizer(
+        cfg.name, routes, muon, adamw, dp_group=dp_group, sharding=sharding, grad_reduce_in_fp32=cfg.grad_reduce_in_fp32
+    )
+
+
+def _groups(routes: Sequence[ParamRoute], weight_decay: float, keys) -> list[dict]:
+    """Param groups: one per distinct (weight-decay multiplier, *keys(route)), in first-seen order."""
+    groups: dict[tuple, dict] = {}
+    for r in routes:
+        extra = keys(r)
+        group = groups.setdefault(
+            (r.weight_decay_mult, *extra.values()),
+            {"params": [], "weight_decay": weight_decay * r.weight_decay_mult, **extra},
+        )
+        group["params"].append(r.param)
+    return list(groups.values())
+
+
+def _build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group) -> Muon:
+    m = cfg.muon
+    groups = _groups(
+        routes,
+        cfg.weight_decay,
+        lambda r: {"qkv_split_shapes": r.qkv_split_shapes, "partition_dim": r.partition_dim, "is_expert": r.is_expert},
+    )
+    device = routes[0].param.device
+    return Muon(
+        groups,
+        lr=cfg.lr,
+        momentum=m.momentum,
+        weight_decay=cfg.weight_decay,
+        nesterov=m.nesterov,
+        ns_steps=m.ns_steps,
+        coefficients=m.coefficients,
+        scale_mode=m.scale_mode,
+        extra_scale_factor=m.extra_scale_factor,
+        fp32_matmul_prec=resolve_matmul_precision(m.fp32_matmul_prec, device),
+        split_qkv=m.split_qkv,
+        tp_mode=m.tp_mode,
+        tp_group=tp_group,
+        expert_tp_group=tp_group,
+    )
+
+
+def _build_adamw(routes: Sequence[ParamRoute], cfg: OptimizerConfig) -> torch.optim.AdamW:
+    groups = _groups(routes, cfg.weight_decay, lambda r: {})
+    return torch.optim.AdamW(
+        groups, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay, foreach=True
+    )

@@ -1,0 +1,69 @@
+"""The a-priori constants of the step-time model: stated, sourced, never fitted to a Muon figure.
+
+The only fitted number of the projection is the model-GEMM efficiency, calibrated on a published
+AdamW figure (:mod:`optbench.projection.calibration`). Everything Muon adds is priced with the
+constants below; docs/projection.md shows how the Muon prediction moves when each one moves.
+
+Kernel counts per Muon parameter, read from Megatron Core 0.16.1 ``TensorParallelMuon`` and
+Emerging-Optimizers ``OrthogonalizedOptimizer.step`` / ``newton_schulz`` (eager PyTorch, one
+parameter at a time, no batching or CUDA graphs):
+
+* per parameter: decoupled weight decay ``p.add_``, momentum ``lerp_``, Nesterov ``lerp``, the
+  update ``p.add_``: 4;
+* per Newton-Schulz call (a split QKV makes 3 calls): ``F.normalize`` (norm, clamp_min, div: 3), the
+  cast to bf16 for ``fp32_matmul_prec='medium'`` and back (2), the scale ``* scale * extra`` (2): 7;
+* per iteration: ``X @ X.mT`` (1 GEMM) and two ``torch.addmm`` with beta != 0, each a copy of the
+  input into the output plus a GEMM (2 + 2): 5. The SYRK path (``tsyrk_ex`` twice, one addmm): 4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from optbench.optim.assignment import DEFAULT_COST_MODEL
+
+NS_PEAK_FRACTION_OF_BF16 = {"auto": 1.0, "medium": 1.0, "high": 0.5, "highest": 1.0 / 15.0}
+"""Newton-Schulz matmul peak by ``fp32_matmul_prec``, as a fraction of the dense bf16 peak: medium
+casts to bf16 (Emerging-Optimizers), high runs TF32 (half the bf16 rate on Hopper and Blackwell
+datasheets, e.g. H100 495 vs 989 TFLOP/s), highest runs fp32 on CUDA cores (H100 67 vs 989: ~1/15)."""
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """A-priori constants of the step-time model (see the module docstring and docs/projection.md)."""
+
+    ns_gemm_efficiency: float = 0.70
+    """Fraction of the Newton-Schulz peak that NS GEMMs sustain. cuBLAS reaches 65-80 % of the dense
+    (boost-clock) bf16 peak on large GEMMs on Hopper and Blackwell; 0.70 is the middle. Not fitted."""
+    eager_op_overhead_s: float = 10e-6
+    """Host time to issue one eager PyTorch op (Python, dispatcher, cudaLaunchKernel): published
+    estimates range 5-25 us per op; 10 us is the middle. Kernels shorter than this are launch-bound."""
+    muon_ops_per_param: int = 4
+    """Eager ops per Muon parameter outside Newton-Schulz (weight decay, momentum, Nesterov, update)."""
+    ns_ops_per_call: int = 7
+    """Eager ops per Newton-Schulz call outside the iterations (normalize 3, bf16 casts 2, scale 2)."""
+    ns_ops_per_iteration: int = 5
+    """Eager ops per Newton-Schulz iteration (X X^T, and two addmm of copy + GEMM)."""
+    ns_ops_per_iteration_syrk: int = 4
+    """Eager ops per iteration with the SYRK kernels (two tsyrk_ex, one addmm of copy + GEMM)."""
+    adam_bytes_per_element: float = DEFAULT_COST_MODEL.adam_bytes_per_element
+    """HBM bytes per element of a fused AdamW update (optbench.optim.assignment.CostModel)."""
+    muon_bytes_per_element: float = DEFAULT_COST_MODEL.muon_bytes_per_element
+    """HBM bytes per element of Muon's element-wise work around Newton-Schulz (CostModel)."""
+    fp8_cast_bytes_per_element: float = 4.0
+    """HBM bytes per weight element to quantize bf16 weights to FP8 row- and column-wise copies once a
+    step (read 2, write 1 + 1; scales neglected)."""
+    dispatch_bytes_per_element: float = 2.0
+    """Bytes per hidden element of a token sent by the MoE dispatcher (bf16 dispatch and combine)."""
+    backward_share: float = 2.0 / 3.0
+    """Share of a microbatch's GEMM FLOPs in its backward pass (data and weight gradient: 2 of 3)."""
+    ddp_bucket_min_elements: int = 40_000_000
+    """Megatron DDP's default bucket: max(40M, 1M x DP size) elements (distributed_data_parallel.py)."""
+    ddp_bucket_per_dp_rank: int = 1_000_000
+    """Per-DP-rank part of Megatron DDP's default bucket size."""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+DEFAULT_ASSUMPTIONS = Assumptions()

@@ -1,0 +1,110 @@
+"""Collective communication times on a cluster, from volumes and cited bandwidths.
+
+Bandwidth-only (alpha-beta without the alpha) ring formulas, per GPU, for a group of ``n`` ranks
+and a buffer of ``B`` bytes (Thakur, Rabenseifner and Gropp, "Optimization of Collective
+Communication Operations in MPICH", 2005; the bus-bandwidth convention of NVIDIA's nccl-tests):
+
+* all-reduce: ``2 (n-1)/n * B / bw``; reduce-scatter and all-gather of a B-byte result:
+  ``(n-1)/n * B / bw``, with ``bw`` the achievable NVLink bandwidth when the whole group sits in one
+  NVLink domain (block of consecutive ranks, :mod:`optbench.projection.interconnect`);
+* a group spread over ``k > 1`` domains with ``g`` members in each runs hierarchically (reduce-scatter
+  inside the domain over NVLink, the cross-domain step on ``B / g`` bytes over every member's own NIC,
+  all-gather inside the domain; Jia et al., "Highly Scalable Deep Learning Training System with
+  Mixed-Precision", 2018, section 3.3): all-reduce ``2 (g-1)/g * B / nvlink + 2 (k-1)/k * B / g / network``,
+  reduce-scatter and all-gather half of each term;
+* all-to-all where every rank sends ``V`` bytes spread evenly over the group: the share for peers in
+  its domain goes over NVLink, the rest over the network at the same time, so
+  ``max(V * local/n / nvlink, V * remote/n / network)``;
+* point-to-point: ``B / bw`` of the link between the two ranks.
+
+Not modelled: latency terms, NVLS / SHARP in-network reductions, fabric oversubscription.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from optbench.projection.interconnect import Interconnect
+
+
+def group_bandwidth(ranks: Sequence[int], net: Interconnect) -> float:
+    """Achievable bytes/s per GPU of a point-to-point or flat collective over ``ranks``."""
+    blocks = {net.block_of(rank) for rank in ranks}
+    return net.nvlink_effective if len(blocks) <= 1 else net.network_effective
+
+
+def _levels(ranks: Sequence[int], net: Interconnect) -> tuple[int, int]:
+    """(members per NVLink domain, domains) of a group (the most crowded domain counts)."""
+    counts: dict[int, int] = {}
+    for rank in ranks:
+        counts[net.block_of(rank)] = counts.get(net.block_of(rank), 0) + 1
+    return max(counts.values()), len(counts)
+
+
+def _ring_s(nbytes: float, ranks: Sequence[int], net: Interconnect, passes: float) -> float:
+    """``passes`` = 1 for reduce-scatter / all-gather, 2 for all-reduce; hierarchical across domains."""
+    if len(ranks) <= 1:
+        return 0.0
+    g, k = _levels(ranks, net)
+    inside = passes * (g - 1) / g * nbytes / net.nvlink_effective
+    across = passes * (k - 1) / k * nbytes / g / net.network_effective
+    return inside + across
+
+
+def all_reduce_s(nbytes: float, ranks: Sequence[int], net: Interconnect) -> float:
+    """All-reduce of ``nbytes`` over ``ranks``."""
+    return _ring_s(nbytes, ranks, net, 2.0)
+
+
+def reduce_scatter_s(nbytes: float, ranks: Sequence[int], net: Interconnect) -> float:
+    """Reduce-scatter of an ``nbytes`` buffer over ``ranks`` (all-gather costs the same)."""
+    return _ring_s(nbytes, ranks, net, 1.0)
+
+
+all_gather_s = reduce_scatter_s
+
+
+def all_to_all_s(send_bytes: float, ranks: Sequence[int], net: Interconnect) -> float:
+    """All-to-all where each rank sends ``send_bytes`` spread evenly over the group (slowest member)."""
+    n = len(ranks)
+    if n <= 1:
+        return 0.0
+    worst = 0.0
+    for rank in ranks:
+        block = net.block_of(rank)
+        local = sum(1 for other in ranks if other != rank and net.block_of(other) == block)
+        remote = n - 1 - local
+        nvlink = send_bytes * local / n / net.nvlink_effective
+        network = send_bytes * remote / n / net.network_effective
+        worst = max(worst, nvlink, network)
+    return worst
+
+
+def p2p_s(nbytes: float, src: int, dst: int, net: Interconnect) -> float:
+    """One point-to-point transfer."""
+    return nbytes / group_bandwidth((src, dst), net)
+
+
+def expert_parallel_groups(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int) -> list[tuple[int, ...]]:
+    """Every expert-parallel group (Megatron's expert rank order etp-ep-edp-pp, first fastest)."""
+    edp = tp * cp * dp // (ep * etp)
+    groups = []
+    for pp_r in range(pp):
+        for edp_r in range(edp):
+            for etp_r in range(etp):
+                groups.append(tuple(etp_r + etp * (ep_r + ep * (edp_r + edp * pp_r)) for ep_r in range(ep)))
+    return groups
+
+
+def tensor_parallel_groups(tp: int, world: int) -> list[tuple[int, ...]]:
+    """Every tensor-parallel group (tp varies fastest: consecutive ranks)."""
+    return [tuple(range(start, start + tp)) for start in range(0, world, tp)]
+
+
+def context_parallel_groups(tp: int, cp: int, world: int) -> list[tuple[int, ...]]:
+    """Every context-parallel group (order tp-cp-...: stride tp)."""
+    groups = []
+    for base in range(0, world, tp * cp):
+        for tp_r in range(tp):
+            groups.append(tuple(base + tp_r + tp * cp_r for cp_r in range(cp)))
+    return groups

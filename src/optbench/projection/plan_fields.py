@@ -1,0 +1,72 @@
+"""The ``projection`` section of plan.json and its summary lines (``make plan``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from optbench.config.schema import RunConfig
+from optbench.projection.project import project
+
+SHORT_NAMES = {
+    "compute": "GEMMs",
+    "pipeline_bubble": "bubble",
+    "moe_all_to_all": "MoE all-to-all",
+    "tensor_parallel": "TP",
+    "context_parallel": "CP",
+    "pipeline_p2p": "PP p2p",
+    "dp_grad_reduce_exposed": "grad reduce",
+    "optimizer": "optimizer",
+    "param_gather_exposed": "param gather",
+    "fp8_weight_cast": "FP8 cast",
+}
+
+
+def projection_fields(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """``{"projection": ...}`` for plan.json."""
+    return {"projection": project(run, overrides)}
+
+
+def _ms_or_s(seconds: float) -> str:
+    return f"{seconds:.2f} s" if abs(seconds) >= 1 else f"{1000 * seconds:.1f} ms"
+
+
+def _mfu(mfu: dict[str, float]) -> str:
+    return ", ".join(f"{100 * v:.1f} % of {k}" for k, v in mfu.items()) or "no peak for this GPU"
+
+
+def projection_summary_lines(plan: dict[str, Any]) -> list[str]:
+    """Summary lines of the projection section (none when the plan has no such section)."""
+    p = plan.get("projection")
+    if p is None:
+        return []
+    if not p["available"]:
+        return [f"  projection  none: {p['reason']}"]
+    eff = p["efficiency"]
+    ns = f" + {p['ns_tflops_per_gpu']:.1f} NS = {p['tflops_per_gpu_with_ns']:.1f}" if p.get("muon_overhead") is not None else ""
+    lines = [
+        f"  projection  step {p['step_time_s']:.2f} s: {p['tflops_per_gpu']:.1f} model{ns} TFLOP/s/GPU; MFU {_mfu(p['mfu'])}",
+        f"              GEMM efficiency {eff['value']:.3f} of {eff['of_peak']} ({eff['status']} on {eff['calibrated_on']})",
+        "  breakdown   "
+        + ", ".join(f"{SHORT_NAMES[k]} {_ms_or_s(v)}" for k, v in p["breakdown_s"].items() if v > 0),
+    ]
+    twin, overhead = p.get("adamw_twin"), p.get("muon_overhead")
+    if twin and twin.get("available", True) and overhead:
+        parts = ", ".join(f"{k.replace('_', ' ')} {_ms_or_s(v)}" for k, v in overhead["parts_s"].items())
+        lines.append(
+            f"  vs AdamW    twin {twin['recipe']}: step {twin['step_time_s']:.2f} s, {twin['tflops_per_gpu']:.1f} TFLOP/s/GPU;"
+            f" Muon {overhead['tflops_per_gpu_change_percent']:+.2f} %, +{_ms_or_s(overhead['total_s'])} = {parts}"
+        )
+        if overhead["twin_differs_in"]:
+            lines.append(f"              (the twin also differs in {', '.join(overhead['twin_differs_in'])}: counted in 'other')")
+    elif twin:
+        lines.append(f"  vs AdamW    {twin['reason']}")
+    for row in p.get("compared_with_published", []):
+        lines.append(
+            f"  published   {row['published']}: {row['published_model_tflops_per_gpu']:g} model TFLOP/s/GPU;"
+            f" projected {row['projected_tflops_per_gpu']:.1f} ({row['error_percent']:+.2f} %)"
+        )
+    if p.get("what_if"):
+        wins = ", ".join(f"{k.replace('_', ' ')} {v['win_percent']:+.2f} %" for k, v in p["what_if"].items())
+        lines.append(f"  what-if     model TFLOP/s/GPU: {wins}")
+    return lines

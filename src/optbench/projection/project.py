@@ -1,0 +1,142 @@
+"""The projection of one run: step time, TFLOP/s per GPU, MFU, breakdown, and for Muon its AdamW twin.
+
+:func:`project` returns the ``projection`` section of plan.json. Every number comes from the
+step-time model (:mod:`optbench.projection.step_model`) at the model's calibrated GEMM efficiency
+(:mod:`optbench.projection.calibration`); a Muon run is compared with its AdamW twin evaluated at the
+same efficiency, and with the published figures of its setup (never used to fit anything).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from optbench.accounting.plan_fields import matching_published_rows
+from optbench.accounting.throughput import step_throughput
+from optbench.config.layout import derive_layout
+from optbench.config.schema import RunConfig
+from optbench.errors import UserError
+from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
+from optbench.projection.calibration import calibrate
+from optbench.projection.inputs_cache import inputs_for
+from optbench.projection.interconnect import interconnect_for
+from optbench.projection.step_model import StepBreakdown, evaluate
+from optbench.projection.twin import adamw_twin, decompose
+from optbench.projection.whatif import what_ifs
+
+MODEL_DOC = "docs/projection.md"
+
+
+def unavailable(reason: str) -> dict[str, Any]:
+    """The projection section of a run the model does not project."""
+    return {"available": False, "reason": reason}
+
+
+def _throughput(run: RunConfig, breakdown: StepBreakdown) -> dict[str, Any]:
+    t = step_throughput(run, breakdown.total_s)
+    return {
+        "step_time_s": round(breakdown.total_s, 4),
+        "tokens_per_s_per_gpu": round(t.tokens_per_s_per_gpu, 1),
+        "tflops_per_gpu": round(t.tflops_per_gpu, 2),
+        "ns_tflops_per_gpu": round(t.ns_tflops_per_gpu, 2),
+        "tflops_per_gpu_with_ns": round(t.tflops_per_gpu_with_ns, 2),
+        "mfu": {k: round(v, 4) for k, v in t.mfu.items()},
+        "mfu_with_ns": {k: round(v, 4) for k, v in t.mfu_with_ns.items()},
+    }
+
+
+def _compared(run: RunConfig, projected_tflops: float) -> list[dict[str, Any]]:
+    """The run's published model-only figures beside the projection (compared, never fitted)."""
+    out = []
+    for row in matching_published_rows(run):
+        if not row.model_tflops_per_gpu:
+            continue
+        out.append(
+            {
+                "published": row.label,
+                "published_model_tflops_per_gpu": row.model_tflops_per_gpu,
+                "projected_tflops_per_gpu": round(projected_tflops, 2),
+                "error_percent": round(100 * (projected_tflops / row.model_tflops_per_gpu - 1), 2),
+            }
+        )
+    return out
+
+
+def _differences(run: RunConfig, twin: RunConfig) -> list[str]:
+    """Layout and batch fields where the twin differs from the run (their effect lands in 'other')."""
+    ours, theirs = derive_layout(run).as_dict(), derive_layout(twin).as_dict()
+    out = [f"parallel.{k}" for k in ours if ours[k] != theirs[k]]
+    out += [f"train.{k}" for k in ("gbs", "mbs", "seq_length") if getattr(run.train, k) != getattr(twin.train, k)]
+    return out
+
+
+def _twin_section(
+    run: RunConfig, overrides: Sequence[str], net, a: Assumptions, efficiency: float, muon: StepBreakdown
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    try:
+        recipe, kept, twin = adamw_twin(run, overrides)
+    except UserError as err:
+        return unavailable(f"the AdamW twin does not compose: {err.lines()[0]}"), {}
+    twin_net = interconnect_for(twin.cluster.gpu, twin.cluster.nvlink_domain_size)
+    if twin_net is None:
+        return unavailable(f"no interconnect figures for the twin's gpu {twin.cluster.gpu!r}"), {}
+    adamw = evaluate(inputs_for(twin, twin_net, a), efficiency, a.backward_share)
+    section = {
+        "recipe": " ".join([recipe, *kept]),
+        **_throughput(twin, adamw),
+        "breakdown_s": adamw.as_dict()["parts_s"],
+    }
+    parts = decompose(muon, adamw)
+    muon_tflops = step_throughput(run, muon.total_s).tflops_per_gpu
+    overhead = {
+        "twin_differs_in": _differences(run, twin),
+        "total_s": round(muon.total_s - adamw.total_s, 5),
+        "parts_s": {k: round(v, 5) for k, v in parts.items()},
+        "tflops_per_gpu_change": round(muon_tflops - section["tflops_per_gpu"], 2),
+        "tflops_per_gpu_change_percent": round(100 * (muon_tflops / section["tflops_per_gpu"] - 1), 2),
+    }
+    return section, overhead
+
+
+def project(
+    run: RunConfig,
+    overrides: Sequence[str] = (),
+    assumptions: Assumptions = DEFAULT_ASSUMPTIONS,
+    published_dir: str | Path | None = None,
+    with_what_ifs: bool = True,
+) -> dict[str, Any]:
+    """The projection section for ``run`` (``overrides`` as typed: the AdamW twin reuses them)."""
+    if run.engine == "local":
+        return unavailable("engine=local runs small proxies on this machine and measures itself; no projection needed")
+    net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
+    if net is None:
+        return unavailable(f"no interconnect figures for gpu {run.cluster.gpu!r} in optbench/data/interconnect.csv")
+    calibration = calibrate(run, assumptions, published_dir)
+    if calibration is None:
+        return unavailable(
+            f"not calibrated: no published AdamW figure of model {run.model.name!r} that a recipe reproduces"
+            " (results/published/published.csv); the model has no efficiency to project with"
+        )
+    eff = calibration.efficiency
+    breakdown = evaluate(inputs_for(run, net, assumptions), eff, assumptions.backward_share)
+    detail = breakdown.as_dict()
+    section: dict[str, Any] = {
+        "available": True,
+        "model": f"first-principles step-time model, one calibrated GEMM efficiency ({MODEL_DOC})",
+        **_throughput(run, breakdown),
+        "breakdown_s": detail["parts_s"],
+        "efficiency": calibration.as_dict(run.cluster.gpu),
+        "slowest_pipeline_rank": detail["slowest_pipeline_rank"],
+        "optimizer_busiest_rank": detail["optimizer_busiest_rank"],
+        "optimizer_busiest_s": detail["optimizer_busiest_s"],
+        "optimizer_mean_s": detail["optimizer_mean_s"],
+        "interconnect": net.as_dict(),
+        "assumptions": assumptions.as_dict(),
+        "compared_with_published": _compared(run, step_throughput(run, breakdown.total_s).tflops_per_gpu),
+    }
+    if run.optimizer.muon is not None:
+        section["adamw_twin"], section["muon_overhead"] = _twin_section(run, overrides, net, assumptions, eff, breakdown)
+        if with_what_ifs:
+            section["what_if"] = what_ifs(run, net, assumptions, eff, breakdown.total_s)
+    return section

@@ -1,0 +1,75 @@
+"""Model FLOPs per token held by each pipeline rank, split from Bridge's whole-model count.
+
+:func:`optbench.accounting.flops.flop_terms` gives the whole model's FLOPs per sequence by term.
+A pipeline rank runs the layers of its virtual stages (:func:`optbench.accounting.placement.virtual_stages`),
+so its share is split from those terms without restating the formula:
+
+* attention is the same for every layer (Bridge's attention term is per layer times layers): each
+  decoder or MTP layer gets ``attention / (layers + mtp_layers)``;
+* the MLP term is ``12 h * 3/2 * sum of FFN widths``: each layer gets the term times its width over
+  the sum of widths (a dense layer's width is ``ffn_hidden_size``, a MoE layer's
+  ``moe_ffn_hidden_size * topk + shared``; MTP layers take the last decoder layer's kind, as Bridge does);
+* the output GEMM (``logits``) is split evenly over the prediction heads: the main head on the loss
+  stage, one more per MTP layer on the stage that holds it, with the MTP norms and ``eh_proj``.
+
+The per-rank values add up to ``flop_terms(...).total / seq_length`` (tests check it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optbench.accounting.flops import flop_terms
+from optbench.accounting.params import is_moe_layer
+from optbench.accounting.placement import virtual_stages
+from optbench.config.schema import RunConfig
+
+
+@dataclass(frozen=True)
+class PipelineRankWork:
+    """What one pipeline rank computes per token (forward + backward, Bridge's rule)."""
+
+    flops_per_token: float
+    """Model FLOPs per token of every layer (and head) this pipeline rank holds."""
+    attention_flops_per_token: float
+    """The attention part of it (what a context-parallel ring exchange can overlap with)."""
+    layers: int
+    """Decoder plus MTP layers held."""
+    moe_layers: int
+    """Of which MoE layers (each costs a token dispatch and combine)."""
+
+
+def _ffn_width(run: RunConfig, layer: int) -> int:
+    model = run.model
+    if is_moe_layer(model, layer):
+        return (model.moe_ffn_hidden_size or model.ffn_hidden_size) * model.moe_router_topk + (
+            model.moe_shared_expert_intermediate_size
+        )
+    return model.ffn_hidden_size
+
+
+def pipeline_rank_work(run: RunConfig) -> list[PipelineRankWork]:
+    """Per pipeline rank: FLOPs per token, attention FLOPs per token, layers and MoE layers."""
+    model, seq = run.model, run.train.seq_length
+    terms = flop_terms(model, seq, run.parallel.tp)
+    mtp = model.mtp_num_layers
+    last = model.num_layers - 1
+    layer_kinds = list(range(model.num_layers)) + [last] * mtp
+    widths = [_ffn_width(run, layer) for layer in layer_kinds]
+    attention_per_layer = terms.attention / seq / len(layer_kinds)
+    mlp_per_width = terms.mlp / seq / sum(widths)
+    head = terms.logits / seq / (mtp + 1)
+    mtp_extra = terms.mtp / seq / mtp if mtp else 0.0
+    work = [[0.0, 0.0, 0, 0] for _ in range(run.parallel.pp)]
+    for stage in virtual_stages(run):
+        held = list(stage.decoder_layers) + [last] * len(stage.mtp_layers)
+        acc = work[stage.pipeline_rank]
+        for layer in held:
+            acc[0] += attention_per_layer + mlp_per_width * _ffn_width(run, layer)
+            acc[1] += attention_per_layer
+            acc[2] += 1
+            acc[3] += int(is_moe_layer(model, layer))
+        acc[0] += len(stage.mtp_layers) * (head + mtp_extra)
+        if stage.loss:
+            acc[0] += head
+    return [PipelineRankWork(f, a, layers, moe) for f, a, layers, moe in work]

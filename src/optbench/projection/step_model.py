@@ -1,0 +1,157 @@
+"""The step-time model: one optimizer step's wall time from :class:`StepInputs` and a GEMM efficiency.
+
+With ``R = eff * peak`` (the one calibrated factor, :mod:`optbench.projection.calibration`) and for
+pipeline rank ``r``, per microbatch
+
+    t_r = F_r / R + a2a_r + tp_r + max(0, cp_r - A_r / R)
+
+(``F_r`` its GEMM FLOPs per GPU, ``A_r`` their attention part that a context-parallel ring overlaps
+with). The slowest pipeline rank sets the pace; interleaved 1F1B adds ``(pp - 1) / vpp`` microbatch
+times of bubble (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters
+Using Megatron-LM", SC 2021, section 2.2.2), and the fill and drain cross ``pp - 1`` hops each way:
+
+    pipeline = (m + (pp - 1) / vpp) * max_r t_r + 2 (pp - 1) * hop
+
+After the last backward (Megatron's order; every rank then meets in the gradient-norm all-reduce):
+
+    step = pipeline + max_rank grad_exposed + max_rank optimizer + max_rank gather_exposed + max_rank fp8_cast
+
+* gradient reduction overlapped with the last microbatch's backward (``overlap_grad_reduce``):
+  ``grad_exposed = max(last bucket, reduction - backward share x F_r / R)``, else all of it;
+* parameter all-gather: the first bucket when it overlaps the next forward (AdamW
+  ``overlap_param_gather``), all of it when it follows the step (Muon's layer-wise optimizer);
+* the optimizer step of the slowest rank sets the step (the all-gather waits for it): Muon's
+  imbalance is the busiest rank minus the mean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from optbench.projection.work import RankOptimizer, StepInputs
+
+BREAKDOWN_TERMS = (
+    "compute",
+    "pipeline_bubble",
+    "moe_all_to_all",
+    "tensor_parallel",
+    "context_parallel",
+    "pipeline_p2p",
+    "dp_grad_reduce_exposed",
+    "optimizer",
+    "param_gather_exposed",
+    "fp8_weight_cast",
+)
+"""Named parts of a projected step, in the order they add up."""
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """One projected step, seconds per part (they add up to ``total_s``)."""
+
+    parts: dict[str, float]
+    """Seconds per BREAKDOWN_TERMS entry."""
+    efficiency: float
+    """GEMM efficiency the step was evaluated at (fraction of the GEMM peak)."""
+    slowest_pipeline_rank: int
+    """Pipeline rank that sets the microbatch time."""
+    optimizer_busiest_rank: int
+    """Global rank with the longest optimizer step."""
+    optimizer_busiest: RankOptimizer
+    """Its optimizer time by kind."""
+    optimizer_mean: RankOptimizer
+    """Mean over ranks of the optimizer time by kind."""
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.parts.values())
+
+    @property
+    def optimizer_imbalance_s(self) -> float:
+        """Busiest rank's optimizer time minus the mean rank's."""
+        return self.optimizer_busiest.total_s - self.optimizer_mean.total_s
+
+    def as_dict(self, digits: int = 5) -> dict:
+        return {
+            "step_time_s": round(self.total_s, digits),
+            "parts_s": {k: round(v, digits) for k, v in self.parts.items()},
+            "efficiency": round(self.efficiency, 6),
+            "slowest_pipeline_rank": self.slowest_pipeline_rank,
+            "optimizer_busiest_rank": self.optimizer_busiest_rank,
+            "optimizer_busiest_s": {k: round(v, digits) for k, v in asdict(self.optimizer_busiest).items()},
+            "optimizer_mean_s": {k: round(v, digits) for k, v in asdict(self.optimizer_mean).items()},
+        }
+
+
+def _mean(ranks: tuple[RankOptimizer, ...]) -> RankOptimizer:
+    n = len(ranks)
+    return RankOptimizer(
+        ns_gemm_s=sum(r.ns_gemm_s for r in ranks) / n,
+        elementwise_s=sum(r.elementwise_s for r in ranks) / n,
+        launch_s=sum(r.launch_s for r in ranks) / n,
+    )
+
+
+def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 / 3.0) -> StepBreakdown:
+    """Project one step at GEMM ``efficiency`` (fraction of ``inputs.gemm_peak_flops``)."""
+    if not 0 < efficiency:
+        raise ValueError(f"efficiency must be positive, got {efficiency}")
+    rate = efficiency * inputs.gemm_peak_flops
+    per_stage = []
+    for r in range(inputs.pp):
+        cp_exposed = max(0.0, inputs.stage_cp_s[r] - inputs.stage_attention_flops_mb[r] / rate)
+        gemm = inputs.stage_flops_mb[r] / rate
+        per_stage.append((gemm + inputs.stage_ep_s[r] + inputs.stage_tp_s[r] + cp_exposed, gemm, cp_exposed))
+    slow = max(range(inputs.pp), key=lambda r: per_stage[r][0])
+    t_mb, gemm, cp_exposed = per_stage[slow]
+    m = inputs.microbatches
+
+    def exposed_grad(rank: int) -> float:
+        reduction = inputs.grad_comm_s[rank]
+        if not inputs.overlap_grad_reduce:
+            return reduction
+        window = backward_share * inputs.stage_flops_mb[inputs.rank_pipeline[rank]] / rate
+        return max(inputs.grad_bucket_s[rank], reduction - window)
+
+    gather = inputs.gather_bucket_s if inputs.gather_overlapped else inputs.gather_s
+    busiest = max(range(inputs.world), key=lambda r: inputs.optimizer[r].total_s)
+    parts = {
+        "compute": m * gemm,
+        "pipeline_bubble": (inputs.pp - 1) / inputs.vpp * t_mb,
+        "moe_all_to_all": m * inputs.stage_ep_s[slow],
+        "tensor_parallel": m * inputs.stage_tp_s[slow],
+        "context_parallel": m * cp_exposed,
+        "pipeline_p2p": 2 * (inputs.pp - 1) * inputs.p2p_s,
+        "dp_grad_reduce_exposed": max(exposed_grad(r) for r in range(inputs.world)),
+        "optimizer": inputs.optimizer[busiest].total_s,
+        "param_gather_exposed": max(gather),
+        "fp8_weight_cast": max(inputs.fp8_cast_s),
+    }
+    return StepBreakdown(
+        parts=parts,
+        efficiency=efficiency,
+        slowest_pipeline_rank=slow,
+        optimizer_busiest_rank=busiest,
+        optimizer_busiest=inputs.optimizer[busiest],
+        optimizer_mean=_mean(inputs.optimizer),
+    )
+
+
+def solve_efficiency(inputs: StepInputs, step_time_s: float, backward_share: float = 2.0 / 3.0) -> float:
+    """The GEMM efficiency at which the projected step equals ``step_time_s`` (bisection; the step
+    time falls monotonically as the efficiency grows). Raises ValueError when even a perfect GEMM
+    efficiency (1.0) leaves the step slower than ``step_time_s``."""
+    if evaluate(inputs, 1.0, backward_share).total_s > step_time_s:
+        raise ValueError(
+            f"the non-GEMM parts alone exceed the {step_time_s:.3f} s step; the model cannot reach it"
+        )
+    low, high = 1e-6, 1.0
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        if evaluate(inputs, mid, backward_share).total_s > step_time_s:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-13:
+            break
+    return 0.5 * (low + high)

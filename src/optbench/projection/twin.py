@@ -1,0 +1,67 @@
+"""A Muon run's AdamW twin and where the difference between the two steps comes from.
+
+The twin is the same run with AdamW as the recipes configure it: the model's ``<model>_adamw``
+recipe when the run's recipe is ``<model>_muon`` (so the twin also gets AdamW's distributed
+optimizer, its gradient precision and FP8 parameter gather), else the same recipe with
+``optimizer=adamw``; the user's overrides are kept except the ``optimizer.*`` ones.
+
+The Muon-minus-AdamW step difference is split into
+
+* ``newton_schulz_compute``: NS GEMM time of the mean rank;
+* ``kernel_launch``: host time of Muon's eager ops not hidden behind GPU work (mean rank);
+* ``elementwise_update``: mean rank's element-wise optimizer time, Muon's minus AdamW's;
+* ``imbalance``: busiest rank minus mean rank (Muon's minus AdamW's; the slowest rank sets the step);
+* ``communication``: exposed gradient reduction and parameter all-gather, Muon's (full all-reduce,
+  un-overlapped variable-size all-gather) minus AdamW's (reduce-scatter and overlapped all-gather);
+* ``other``: the rest (FP8 weight casts once per step: Muon cannot gather FP8 parameters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from optbench.config.compose import list_recipes
+from optbench.config.schema import RunConfig
+from optbench.errors import UserError
+from optbench.projection.calibration import compose_cached
+from optbench.projection.step_model import StepBreakdown
+
+COMMUNICATION_PARTS = ("dp_grad_reduce_exposed", "param_gather_exposed")
+DECOMPOSITION = ("newton_schulz_compute", "kernel_launch", "elementwise_update", "imbalance", "communication", "other")
+
+
+def _is_optimizer_override(override: str) -> bool:
+    key = override.lstrip("+~").partition("=")[0]
+    return key == "optimizer" or key.startswith("optimizer.")
+
+
+def twin_recipe(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """(recipe, overrides) of the AdamW twin of a Muon run."""
+    kept = tuple(o for o in overrides if not _is_optimizer_override(o))
+    if run.recipe.endswith("_muon"):
+        counterpart = run.recipe[: -len("_muon")] + "_adamw"
+        if counterpart in list_recipes():
+            return counterpart, kept
+    return run.recipe, (*kept, "optimizer=adamw")
+
+
+def adamw_twin(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...], RunConfig]:
+    """The twin's recipe, overrides and composed run; UserError when it does not compose."""
+    recipe, kept = twin_recipe(run, overrides)
+    twin = compose_cached(recipe, kept)
+    if twin.optimizer.name != "adamw":
+        raise UserError(f"the twin {recipe} {' '.join(kept)} does not use AdamW", "optimizer")
+    return recipe, kept, twin
+
+
+def decompose(muon: StepBreakdown, adamw: StepBreakdown) -> dict[str, float]:
+    """Seconds of the Muon-minus-AdamW step difference by cause; they add up to the difference."""
+    parts = {
+        "newton_schulz_compute": muon.optimizer_mean.ns_gemm_s - adamw.optimizer_mean.ns_gemm_s,
+        "kernel_launch": muon.optimizer_mean.launch_s - adamw.optimizer_mean.launch_s,
+        "elementwise_update": muon.optimizer_mean.elementwise_s - adamw.optimizer_mean.elementwise_s,
+        "imbalance": muon.optimizer_imbalance_s - adamw.optimizer_imbalance_s,
+        "communication": sum(muon.parts[k] - adamw.parts[k] for k in COMMUNICATION_PARTS),
+    }
+    parts["other"] = muon.total_s - adamw.total_s - sum(parts.values())
+    return parts

@@ -1,0 +1,70 @@
+"""What the blog's "upcoming" Muon techniques would each win, by the model, at the same efficiency.
+
+Each scenario changes one input of the model and re-projects the Muon step with the calibrated
+efficiency unchanged:
+
+* ``param_gather_overlap``: the layer-wise all-gather of updated parameters is hidden behind the
+  next forward, as AdamW's ``overlap_param_gather`` is (only its first bucket stays exposed);
+* ``syrk``: X X^T and A A computed as one triangle (``ns_flops(..., syrk=True)``: 3 s^2 l + s^3
+  per iteration instead of 4 s^2 l + 2 s^3) with one eager op fewer per iteration;
+* ``cost_balanced``: parameters dealt to data-parallel ranks by modelled cost
+  (:func:`optbench.optim.assignment.cost_aware_owners`) instead of Megatron's size ping-pong;
+* ``all_three``: the three together;
+* ``no_launch_overhead`` (ours, not in the blog's list): Newton-Schulz batched over same-shape
+  parameters or captured in a CUDA graph, so no parameter is launch-bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from optbench.accounting.ns_flops import pingpong_by_numel
+from optbench.accounting.throughput import step_throughput
+from optbench.config.schema import RunConfig
+from optbench.optim.assignment import cost_aware_owners
+from optbench.projection.assumptions import Assumptions
+from optbench.projection.inputs_cache import inputs_for
+from optbench.projection.interconnect import Interconnect
+from optbench.projection.step_model import evaluate
+from optbench.projection.work import StepInputs
+
+SCENARIOS = {
+    "param_gather_overlap": "parameter all-gather overlapped with the next forward",
+    "syrk": "SYRK kernels for the symmetric products",
+    "cost_balanced": "cost-based balancing of parameters over ranks",
+    "all_three": "all three together",
+    "no_launch_overhead": "no eager launch overhead (batched / graph-captured NS; ours)",
+}
+"""Scenario name -> what it changes."""
+
+
+def scenario_inputs(run: RunConfig, net: Interconnect, a: Assumptions, name: str) -> StepInputs:
+    """The model inputs of one scenario."""
+    if name in ("syrk", "all_three"):
+        inputs = inputs_for(run, net, a, syrk=True, owners_fn=cost_aware_owners if name == "all_three" else pingpong_by_numel)
+    elif name == "cost_balanced":
+        inputs = inputs_for(run, net, a, owners_fn=cost_aware_owners)
+    else:
+        inputs = inputs_for(run, net, a)
+    if name in ("param_gather_overlap", "all_three"):
+        inputs = replace(inputs, gather_overlapped=True)
+    if name == "no_launch_overhead":
+        inputs = replace(inputs, optimizer=tuple(replace(r, launch_s=0.0) for r in inputs.optimizer))
+    return inputs
+
+
+def what_ifs(run: RunConfig, net: Interconnect, a: Assumptions, efficiency: float, baseline_s: float) -> dict:
+    """Projected step and model TFLOP/s per GPU of every scenario, with its win over the baseline."""
+    out = {}
+    base_tflops = step_throughput(run, baseline_s).tflops_per_gpu
+    for name, text in SCENARIOS.items():
+        step = evaluate(scenario_inputs(run, net, a, name), efficiency, a.backward_share).total_s
+        tflops = step_throughput(run, step).tflops_per_gpu
+        out[name] = {
+            "what": text,
+            "step_time_s": round(step, 4),
+            "tflops_per_gpu": round(tflops, 1),
+            "win_s": round(baseline_s - step, 4),
+            "win_percent": round(100 * (tflops / base_tflops - 1), 2),
+        }
+    return out

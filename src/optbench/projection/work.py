@@ -1,0 +1,362 @@
+"""Everything the step-time model needs that does not depend on the calibrated efficiency.
+
+:func:`build_inputs` turns a run into per-pipeline-rank GEMM FLOPs and communication per
+microbatch, and per-global-rank data-parallel traffic and optimizer time. The calibration then
+evaluates :func:`optbench.projection.step_model.evaluate` many times at different efficiencies,
+cheaply. Formulas (docs/projection.md has them with sources):
+
+* microbatch GEMM FLOPs per GPU = pipeline rank's FLOPs per token x ``mbs * seq / (tp * cp)``;
+* MoE token dispatch: each MoE layer does 4 all-to-alls per microbatch (dispatch and combine,
+  forward and backward) of ``tokens * topk * hidden * 2`` bytes per rank;
+* tensor parallelism (when ``tp > 1`` and ``tp_comm_overlap`` is off): 8 all-gathers /
+  reduce-scatters of ``tokens * hidden * 2`` bytes per layer and microbatch (4 forward, 4 backward);
+  with ``tp_comm_overlap`` they are taken as hidden;
+* context parallelism: a ring passes K and V ``cp - 1`` times forward and twice that backward;
+* pipeline: one ``tokens * hidden * 2``-byte activation per hop;
+* data parallelism (dense params over DP x CP, experts over expert-DP): AdamW's distributed
+  optimizer reduce-scatters gradients (fp32 with ``grad_reduce_in_fp32``, else bf16) and all-gathers
+  parameters (FP8 with ``fp8_param_gather``: 1 byte, + 1/32 for MXFP8 scales; else bf16), Megatron
+  DDP otherwise all-reduces gradients; Muon's layer-wise optimizer then all-gathers the updated bf16
+  parameters of every group larger than one (variable-size, after the step, not overlapped);
+* optimizer step per rank: AdamW (fused, multi-tensor) is memory-bound; each Muon parameter a rank
+  owns costs ``max(GPU time, host time)``: GPU = NS FLOPs / (NS efficiency x NS peak) + element-wise
+  bytes / HBM, host = eager ops x op overhead (:mod:`optbench.projection.assumptions`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from optbench.accounting.ns_flops import OwnedItem, OwnersFn, dp_group_work, pingpong_by_numel
+from optbench.accounting.params import ROUTER
+from optbench.accounting.placement import layout_key, pipeline_rank_of, pipeline_rank_params
+from optbench.config.layout import derive_layout
+from optbench.config.schema import RunConfig
+from optbench.hardware import gpu_catalog
+from optbench.projection import comm
+from optbench.projection.assumptions import NS_PEAK_FRACTION_OF_BF16, Assumptions
+from optbench.projection.interconnect import Interconnect
+from optbench.projection.stages import pipeline_rank_work
+
+BF16_BYTES = 2
+MXFP8_SCALE_BYTES = 1 / 32
+"""One 1-byte E8M0 scale per 32 elements."""
+
+
+@dataclass(frozen=True)
+class RankOptimizer:
+    """Optimizer-step time of one rank, by kind of work (seconds)."""
+
+    ns_gemm_s: float = 0.0
+    """Newton-Schulz GEMMs at the NS efficiency."""
+    elementwise_s: float = 0.0
+    """Memory-bound element-wise work (AdamW updates, Muon momentum / scale / update)."""
+    launch_s: float = 0.0
+    """Host time of eager ops not hidden behind GPU work (launch-bound parameters)."""
+
+    @property
+    def total_s(self) -> float:
+        return self.ns_gemm_s + self.elementwise_s + self.launch_s
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """Efficiency-independent inputs of the step-time model."""
+
+    world: int
+    pp: int
+    vpp: int
+    microbatches: int
+    """Microbatches per model replica per step."""
+    gemm_peak_flops: float
+    """Dense peak FLOP/s of the GEMM precision (FP8 under FP8 recipes, else BF16)."""
+    gemm_peak_key: str
+    """Its key, e.g. gb300_fp8."""
+    stage_flops_mb: tuple[float, ...]
+    """Per pipeline rank: GEMM FLOPs per GPU per microbatch (forward + backward)."""
+    stage_attention_flops_mb: tuple[float, ...]
+    """Per pipeline rank: the attention part of it."""
+    stage_ep_s: tuple[float, ...]
+    """Per pipeline rank: MoE all-to-all seconds per microbatch."""
+    stage_tp_s: tuple[float, ...]
+    """Per pipeline rank: exposed tensor-parallel seconds per microbatch."""
+    stage_cp_s: tuple[float, ...]
+    """Per pipeline rank: context-parallel ring seconds per microbatch (before overlap with attention)."""
+    p2p_s: float
+    """One pipeline hop of one microbatch's activations."""
+    rank_pipeline: tuple[int, ...]
+    """Pipeline rank of every global rank."""
+    grad_comm_s: tuple[float, ...]
+    """Per rank: gradient reduction (all dense and expert buckets), seconds."""
+    grad_bucket_s: tuple[float, ...]
+    """Per rank: the last bucket's reduction (exposed even when overlapped)."""
+    overlap_grad_reduce: bool
+    """Gradient reduction overlapped with the last microbatch's backward."""
+    gather_s: tuple[float, ...]
+    """Per rank: parameter all-gather after the step, seconds (0 when there is none)."""
+    gather_bucket_s: tuple[float, ...]
+    """Per rank: the first bucket of it (exposed when the gather is overlapped with the forward)."""
+    gather_overlapped: bool
+    """Parameter all-gather overlapped with the next forward (AdamW overlap_param_gather)."""
+    optimizer: tuple[RankOptimizer, ...]
+    """Per rank: optimizer-step time."""
+    fp8_cast_s: tuple[float, ...]
+    """Per rank: quantizing weights to FP8 once per step."""
+
+
+def gemm_peak(run: RunConfig) -> tuple[float, str]:
+    """(FLOP/s, key) of the precision the model's GEMMs run in: FP8 under FP8 recipes, else BF16."""
+    spec = gpu_catalog()[run.cluster.gpu]
+    key = "fp8" if run.precision.fp8 is not None and "fp8" in spec.peak_tflops else "bf16"
+    return spec.peak(key) * 1e12, f"{run.cluster.gpu}_{key}"
+
+
+def ns_peak(run: RunConfig) -> float:
+    """FLOP/s peak of the Newton-Schulz products at ``optimizer.muon.fp32_matmul_prec``."""
+    muon = run.optimizer.muon
+    prec = muon.fp32_matmul_prec if muon is not None else "medium"
+    return gpu_catalog()[run.cluster.gpu].peak("bf16") * 1e12 * NS_PEAK_FRACTION_OF_BF16[prec]
+
+
+def _tokens(run: RunConfig, split_by_tp: bool) -> float:
+    """Tokens of one microbatch on one GPU (sequence parallelism splits them over TP)."""
+    p = run.parallel
+    tokens = run.train.mbs * run.train.seq_length / p.cp
+    return tokens / p.tp if split_by_tp and p.sequence_parallel and p.tp > 1 else tokens
+
+
+def _stage_comm(run: RunConfig, net: Interconnect, a: Assumptions, layers: list, world: int) -> tuple[list, list, list]:
+    """Per pipeline rank and microbatch: (MoE all-to-all, exposed TP, CP ring) seconds."""
+    p, m = run.parallel, run.model
+    pp = p.pp
+    dp = world // (p.tp * p.pp * p.cp)
+    ep_s, tp_s, cp_s = [0.0] * pp, [0.0] * pp, [0.0] * pp
+    if p.ep > 1 and m.num_moe_experts:
+        send = _tokens(run, True) * m.moe_router_topk * m.hidden_size * a.dispatch_bytes_per_element
+        groups = comm.expert_parallel_groups(p.tp, p.cp, dp, pp, p.ep, p.etp)
+        per_pp = len(groups) // pp
+        for r in range(pp):
+            a2a = max(comm.all_to_all_s(send, g, net) for g in groups[r * per_pp : (r + 1) * per_pp])
+            ep_s[r] = 4 * layers[r].moe_layers * a2a
+    if p.tp > 1 and not p.tp_comm_overlap:
+        activation = _tokens(run, False) * m.hidden_size * BF16_BYTES
+        group = comm.tensor_parallel_groups(p.tp, world)[0]
+        per_layer = 8 * comm.reduce_scatter_s(activation, group, net)
+        tp_s = [layers[r].layers * per_layer for r in range(pp)]
+    if p.cp > 1:
+        if m.multi_latent_attention:
+            kv_width = m.num_attention_heads * ((m.qk_head_dim or 0) + (m.qk_pos_emb_head_dim or 0) + (m.v_head_dim or 0))
+        else:
+            kv = m.kv_channels or m.hidden_size // m.num_attention_heads
+            kv_width = 2 * (m.num_query_groups or m.num_attention_heads) * kv
+        kv_bytes = _tokens(run, False) * kv_width / p.tp * BF16_BYTES
+        group = comm.context_parallel_groups(p.tp, p.cp, world)[0]
+        per_layer = 3 * (p.cp - 1) * comm.p2p_s(kv_bytes, group[0], group[1], net)
+        cp_s = [layers[r].layers * per_layer for r in range(pp)]
+    return ep_s, tp_s, cp_s
+
+
+def _ns_calls(item: OwnedItem, run: RunConfig) -> int:
+    muon = run.optimizer.muon
+    return 3 if muon is not None and muon.split_qkv and item.name.endswith("linear_qkv.weight") else 1
+
+
+def _param_gather_bytes(run: RunConfig) -> float:
+    prec = run.precision
+    if prec.fp8 is not None and prec.fp8_param_gather:
+        return 1 + (MXFP8_SCALE_BYTES if prec.fp8_recipe == "mxfp8" else 0.0)
+    return BF16_BYTES
+
+
+@dataclass(frozen=True)
+class _GroupCosts:
+    """Optimizer seconds of each parameter of a data-parallel group, were one rank to own it."""
+
+    items: tuple
+    """The group's items (kept so that the cache key, their id, stays theirs)."""
+    per_item: tuple[tuple[float, float, float], ...]
+    """(NS GEMM, element-wise, launch excess) seconds per item."""
+    totals: tuple[float, float, float]
+    """Their sums."""
+    volume: int
+    """Elements of the group (its gradient and parameter traffic)."""
+
+
+_COSTS: dict[tuple, _GroupCosts] = {}
+
+
+def _item_costs(items: tuple, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float, syrk: bool) -> _GroupCosts:
+    """Per-item optimizer seconds of a group: a Muon matrix costs max(GPU, host), an AdamW-side one its bytes."""
+    muon = run.optimizer.muon
+    key = (id(items), rate_ns, hbm, a, syrk, None if muon is None else (muon.ns_steps, muon.split_qkv))
+    cached = _COSTS.get(key)
+    if cached is not None and cached.items is items:
+        return cached
+    per_iteration = a.ns_ops_per_iteration_syrk if syrk else a.ns_ops_per_iteration
+    memo: dict[tuple, tuple[float, float, float]] = {}
+    per_item = []
+    for item in items:
+        calls = _ns_calls(item, run) if item.ns_flops > 0 else 0
+        shape = (item.numel, item.ns_flops, calls)
+        if shape not in memo:
+            if calls == 0:
+                memo[shape] = (0.0, item.numel * a.adam_bytes_per_element / hbm, 0.0)
+            else:
+                gemm = item.ns_flops / rate_ns
+                elem = item.numel * a.muon_bytes_per_element / hbm
+                ops = a.muon_ops_per_param + calls * (a.ns_ops_per_call + muon.ns_steps * per_iteration)
+                memo[shape] = (gemm, elem, max(0.0, ops * a.eager_op_overhead_s - gemm - elem))
+        per_item.append(memo[shape])
+    totals = tuple(sum(c[i] for c in per_item) for i in range(3))
+    costs = _GroupCosts(items, tuple(per_item), totals, sum(item.numel for item in items))
+    if len(_COSTS) >= 4096:
+        _COSTS.clear()
+    _COSTS[key] = costs
+    return costs
+
+
+def build_inputs(
+    run: RunConfig,
+    net: Interconnect,
+    a: Assumptions,
+    syrk: bool = False,
+    owners_fn: OwnersFn = pingpong_by_numel,
+) -> StepInputs:
+    """The model's inputs for ``run`` on ``net`` (``syrk`` and ``owners_fn`` serve the what-ifs)."""
+    layout = derive_layout(run)
+    world, p, opt = layout.world_size, run.parallel, run.optimizer
+    work = pipeline_rank_work(run)
+    tokens_gpu = run.train.mbs * run.train.seq_length / (p.tp * p.cp)
+    ep_s, tp_s, cp_s = _stage_comm(run, net, a, work, world)
+    activation = _tokens(run, True) * run.model.hidden_size * BF16_BYTES
+    p2p = comm.p2p_s(activation, 0, world // p.pp, net) if p.pp > 1 else 0.0
+
+    muon = opt.muon
+    mode = muon.tp_mode if muon is not None else "blockwise"
+    groups = dp_group_work(run, mode, syrk)
+    shared = muon is not None and muon.layer_wise and layout.dp * layout.cp > 1
+    distopt = muon is None and opt.use_distributed_optimizer
+    grad_bytes = 4 if opt.grad_reduce_in_fp32 else 2
+    bucket = max(a.ddp_bucket_min_elements, a.ddp_bucket_per_dp_rank * layout.dp * layout.cp)
+    rate_ns = a.ns_gemm_efficiency * ns_peak(run) if muon is not None else 1.0
+    hbm = net.hbm_effective
+
+    grad_s, grad_bucket, gather_s, gather_bucket = ([0.0] * world for _ in range(4))
+    ns_gemm, elementwise, launch = ([0.0] * world for _ in range(3))
+
+    for group in groups:
+        ranks, n = group.ranks, len(group.ranks)
+        costs = _item_costs(group.items, run, a, rate_ns, hbm, syrk)
+        volume = costs.volume
+        if distopt:
+            reduce = comm.reduce_scatter_s(volume * grad_bytes, ranks, net)
+            last = comm.reduce_scatter_s(min(bucket, volume) * grad_bytes, ranks, net)
+            gather = comm.all_gather_s(volume * _param_gather_bytes(run), ranks, net)
+            first = comm.all_gather_s(min(bucket, volume) * _param_gather_bytes(run), ranks, net)
+        else:
+            reduce = comm.all_reduce_s(volume * grad_bytes, ranks, net)
+            last = comm.all_reduce_s(min(bucket, volume) * grad_bytes, ranks, net)
+            gather = first = 0.0
+        for rank in ranks:
+            grad_s[rank] += reduce
+            grad_bucket[rank] = max(grad_bucket[rank], last)
+            gather_s[rank] += gather
+            gather_bucket[rank] = max(gather_bucket[rank], first)
+        if distopt or muon is None:
+            # Fused (multi-tensor) AdamW: memory-bound on the shard (distributed) or everything held.
+            share = volume / n if distopt else volume
+            for rank in ranks:
+                elementwise[rank] += share * a.adam_bytes_per_element / hbm
+            continue
+        if not shared or n == 1:
+            # Every holder updates every parameter of the group (or the group is one rank).
+            g, e, l = costs.totals
+            for rank in ranks:
+                ns_gemm[rank] += g
+                elementwise[rank] += e
+                launch[rank] += l
+            continue
+        owners = owners_fn(group.items, n)
+        for (g, e, l), owner in zip(costs.per_item, owners):
+            rank = ranks[owner]
+            ns_gemm[rank] += g
+            elementwise[rank] += e
+            launch[rank] += l
+        # Variable-size all-gather of the updated bf16 parameters, then one copy_ per received parameter.
+        total = volume * BF16_BYTES
+        wire = comm.all_gather_s(total, ranks, net)
+        first = comm.all_gather_s(min(bucket, volume) * BF16_BYTES, ranks, net)
+        owned_numel, owned_count = [0] * n, [0] * n
+        for item, owner in zip(group.items, owners):
+            owned_numel[owner] += item.numel
+            owned_count[owner] += 1
+        for index, rank in enumerate(ranks):
+            received = total - owned_numel[index] * BF16_BYTES
+            copies = (len(group.items) - owned_count[index]) * a.eager_op_overhead_s
+            gather_s[rank] += wire + max(2 * received / hbm, copies)
+            gather_bucket[rank] = max(gather_bucket[rank], first)
+
+    fp8_cast = _fp8_cast(run, net, a, layout, distopt)
+    rank_pp = tuple(pipeline_rank_of(layout, r) for r in range(world))
+    return StepInputs(
+        world=world,
+        pp=p.pp,
+        vpp=layout.vpp,
+        microbatches=layout.num_microbatches,
+        gemm_peak_flops=gemm_peak(run)[0],
+        gemm_peak_key=gemm_peak(run)[1],
+        stage_flops_mb=tuple(w.flops_per_token * tokens_gpu for w in work),
+        stage_attention_flops_mb=tuple(w.attention_flops_per_token * tokens_gpu for w in work),
+        stage_ep_s=tuple(ep_s),
+        stage_tp_s=tuple(tp_s),
+        stage_cp_s=tuple(cp_s),
+        p2p_s=p2p,
+        rank_pipeline=rank_pp,
+        grad_comm_s=tuple(grad_s),
+        grad_bucket_s=tuple(grad_bucket),
+        overlap_grad_reduce=opt.overlap_grad_reduce,
+        gather_s=tuple(gather_s),
+        gather_bucket_s=tuple(gather_bucket),
+        gather_overlapped=distopt and opt.overlap_param_gather,
+        optimizer=tuple(RankOptimizer(g, e, l) for g, e, l in zip(ns_gemm, elementwise, launch)),
+        fp8_cast_s=fp8_cast,
+    )
+
+
+_GEMM_NUMEL: dict[tuple, list[tuple[int, list[int]]]] = {}
+
+
+def gemm_numel_per_pipeline_rank(run: RunConfig) -> list[tuple[int, list[int]]]:
+    """Per pipeline rank: (dense GEMM-weight elements, GEMM-weight elements of each EP rank's experts); cached."""
+    key = layout_key(run)
+    if key not in _GEMM_NUMEL:
+        if len(_GEMM_NUMEL) >= 32:
+            _GEMM_NUMEL.clear()
+
+        def gemm(params: tuple) -> int:
+            return sum(x.numel for x in params if x.spec.is_muon and x.spec.kind != ROUTER)
+
+        held = [pipeline_rank_params(run, r) for r in range(run.parallel.pp)]
+        _GEMM_NUMEL[key] = [(gemm(h.dense), [gemm(e) for e in h.experts] or [0]) for h in held]
+    return _GEMM_NUMEL[key]
+
+
+def _fp8_cast(run: RunConfig, net: Interconnect, a: Assumptions, layout, distopt: bool) -> tuple[float, ...]:
+    """Per rank: quantizing its GEMM weights to FP8 once per step (TE caches them across microbatches).
+
+    With ``fp8_param_gather`` under the distributed optimizer only the rank's shard is cast (the
+    gathered parameters arrive in FP8); otherwise every GEMM weight the rank holds.
+    """
+    world = layout.world_size
+    if run.precision.fp8 is None:
+        return (0.0,) * world
+    sharded = distopt and run.precision.fp8_param_gather
+    dense_share = 1 / (layout.dp * layout.cp) if sharded else 1.0
+    expert_share = 1 / layout.edp if sharded else 1.0
+    per_pp = gemm_numel_per_pipeline_rank(run)
+    out = []
+    for rank in range(world):
+        dense, experts = per_pp[pipeline_rank_of(layout, rank)]
+        ep_rank = (rank // layout.etp) % layout.ep
+        numel = dense * dense_share + experts[ep_rank % len(experts)] * expert_share
+        out.append(numel * a.fp8_cast_bytes_per_element / net.hbm_effective)
+    return tuple(out)

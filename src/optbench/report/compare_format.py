@@ -1,0 +1,117 @@
+"""Write a time-to-target comparison: results/compare.md, .json, .csv and its loss plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from optbench.io import atomic_write_text
+from optbench.report.compare import ADAMW, MUON, CompareResult, verdict
+from optbench.report.plots import plot_loss
+from optbench.report.runs import MeasuredRun
+from optbench.report.stats import Spread, format_number
+
+NOT_REACHED = "not reached"
+
+
+def _range(s: Spread | None, digits: int = 3, unit: str = "") -> str:
+    """``median [min-max] (n=N)`` over seeds."""
+    if s is None:
+        return NOT_REACHED
+    if s.n == 1:
+        return f"{format_number(s.median, digits)}{unit} (n=1)"
+    return f"{format_number(s.median, digits)}{unit} [{format_number(s.low, digits)}-{format_number(s.high, digits)}] (n={s.n})"
+
+
+def _ratio(value: float | None) -> str:
+    return f"{value:.3f}" if value is not None else "-"
+
+
+def render_compare_markdown(result: CompareResult, plot: str | None = None) -> str:
+    ctx = result.context
+    muon, adamw = result.summaries[MUON], result.summaries[ADAMW]
+    floor = f"; the stream's loss floor is {result.loss_floor:.3f} nats/token" if result.loss_floor is not None else ""
+    out = [
+        f"# Time to target: Muon vs AdamW on {result.model}",
+        "",
+        verdict(result),
+        "",
+        f"Recipes {ctx.get('recipes', {}).get(MUON, '?')} vs {ctx.get('recipes', {}).get(ADAMW, '?')} on {ctx.get('data', '?')} data, "
+        f"{ctx.get('iters', '?')} steps of {ctx.get('gbs', '?')} x {ctx.get('seq_length', '?')} tokens, seeds {ctx.get('seeds', [])}"
+        + (f" (CPU-sized defaults `{' '.join(ctx['defaults'])}`" if ctx.get("defaults") else "")
+        + (f", then your overrides `{' '.join(ctx['overrides'])}`" if ctx.get("overrides") else "")
+        + (")" if ctx.get("defaults") else "")
+        + f". Target loss {result.target:.4f} ({result.target_rule}){floor}; loss smoothed by a trailing mean over "
+        f"{result.window} steps. Time = sum of step times up to the step that reaches the target (forward, backward, "
+        "optimizer and Newton-Schulz; start-up excluded). A run that never reaches the target is reported as not reached, "
+        "never extrapolated. Medians [min-max] over the seeds that reached. Method: docs/results.md.",
+        "",
+        "| optimizer | reached | tokens to target | seconds to target | seconds per step | Newton-Schulz share of step |",
+        "|---|---|---|---|---|---|",
+    ]
+    for summary in (adamw, muon):
+        out.append(
+            f"| {summary.optimizer} | {summary.reached}/{summary.runs} | {_range(summary.tokens, 4)} | {_range(summary.seconds)} | "
+            f"{_range(summary.step_time_s)} | {_range(summary.ns_share.scaled(100), 3, ' %') if summary.ns_share else '-'} |"
+        )
+    paired_tokens = result.paired_tokens_ratio
+    paired_seconds = result.paired_seconds_ratio
+    out.append(
+        f"| Muon/AdamW | | {_ratio(result.tokens_ratio)} (per seed {_range(paired_tokens) if paired_tokens else '-'}) | "
+        f"{_ratio(result.seconds_ratio)} (per seed {_range(paired_seconds) if paired_seconds else '-'}) | {_ratio(result.step_time_ratio)} | |"
+    )
+    out += ["", "## Runs", "", "| run | optimizer | seed | steps | final loss (smoothed) | step reached | tokens | seconds |", "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(result.seeds, key=lambda r: (r.seed, r.optimizer)):
+        final = f"{r.final_loss:.4f}" if r.final_loss is not None else "-"
+        if r.reached:
+            out.append(f"| {r.run_id} | {r.optimizer} | {r.seed} | {r.steps} | {final} | {r.step} | {r.tokens:,.0f} | {r.seconds:.2f} |")
+        else:
+            out.append(f"| {r.run_id} | {r.optimizer} | {r.seed} | {r.steps} | {final} | {NOT_REACHED} | - | - |")
+    if ctx.get("reused"):
+        out += ["", f"Analysed again from the runs of `{ctx['reused']}` (no training in this invocation)."]
+    commands = ctx.get("commands") or {}
+    if any(commands.values()):
+        out += ["", "Commands: " + "; ".join(f"`{c}`" for c in dict.fromkeys(commands.values()) if c)]
+    if plot:
+        out += ["", f"![loss curves]({plot})"]
+    return "\n".join(out) + "\n"
+
+
+CSV_FIELDS = ["model", "optimizer", "seed", "run_id", "steps", "final_loss_smoothed", "reached", "step_to_target",
+              "tokens_to_target", "seconds_to_target", "step_time_s_median", "ns_share_median", "target", "target_rule", "window"]
+
+
+def render_compare_csv(result: CompareResult) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for r in result.seeds:
+        writer.writerow({
+            "model": result.model, "optimizer": r.optimizer, "seed": r.seed, "run_id": r.run_id, "steps": r.steps,
+            "final_loss_smoothed": r.final_loss, "reached": r.reached, "step_to_target": r.step if r.reached else "",
+            "tokens_to_target": r.tokens if r.reached else "", "seconds_to_target": r.seconds if r.reached else "",
+            "step_time_s_median": r.step_time_s if r.step_time_s is not None else "",
+            "ns_share_median": r.ns_share if r.ns_share is not None else "",
+            "target": result.target, "target_rule": result.target_rule, "window": result.window,
+        })
+    return buffer.getvalue()
+
+
+def write_compare(result: CompareResult, runs: list[MeasuredRun], results_dir: str | Path = "results") -> list[Path]:
+    """compare.md, compare.json, compare.csv and plots/compare_<model>_loss.png under ``results_dir``."""
+    results = Path(results_dir)
+    plot_path = results / "plots" / f"compare_{result.model}_loss.png"
+    labels = [f"{run.optimizer}" for run in runs]
+    title = (f"{result.model}: training loss per step, {len(runs)} runs (one line per seed); "
+             f"the target (dashed) is met by the {result.window}-step trailing mean")
+    plot_loss(runs, plot_path, title, result.target, labels)
+    relative = str(plot_path.relative_to(results))
+    return [
+        atomic_write_text(results / "compare.md", render_compare_markdown(result, relative)),
+        atomic_write_text(results / "compare.json", json.dumps(asdict(result), indent=2, default=str) + "\n"),
+        atomic_write_text(results / "compare.csv", render_compare_csv(result)),
+        plot_path,
+    ]

@@ -1,0 +1,161 @@
+"""The published side of the tables: ``results/published/published.csv`` and ``sources.csv``.
+
+Every published figure keeps its source and release; the same configuration published for
+several releases stays several rows (FACTS.md section 1). Nothing here is computed: the loader
+only parses and checks the files (a malformed row is a one-line error naming file, line and column).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from optbench.errors import UserError
+
+PUBLISHED_CSV = "published.csv"
+SOURCES_CSV = "sources.csv"
+FLOPS_COUNTED = ("model", "model+newton_schulz")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a set of published figures comes from."""
+
+    source: str
+    """Short id used by published.csv rows."""
+    title: str
+    """Title of the page or article."""
+    publisher: str
+    """Who published it."""
+    date: str
+    """Publication date (or how the source is dated)."""
+    where: str
+    """URL or other locator."""
+    releases: str
+    """Software releases the source covers (space separated)."""
+    what: str
+    """What the figures are and how they count FLOPs."""
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    """One published throughput figure."""
+
+    source: str
+    """Id of the source (a row of sources.csv)."""
+    release: str
+    """NeMo container / Megatron Bridge release the figure was measured with."""
+    model: str
+    """Model id, as in conf/model (kimi_k2, qwen3_30b_a3b, deepseek_v3)."""
+    gpu: str
+    """GPU id, as in optbench/data/gpus.csv."""
+    num_gpus: int
+    """GPUs in the run."""
+    precision: str
+    """Precision id, as in conf/precision (mxfp8, fp8 for Hopper FP8, bf16)."""
+    optimizer: str
+    """adamw or muon."""
+    tflops_per_gpu: float
+    """Headline TFLOP/s per GPU exactly as published."""
+    flops_counted: str
+    """What tflops_per_gpu counts: model (Megatron formula) or model+newton_schulz."""
+    model_tflops_per_gpu: float | None
+    """Model-FLOPs-only TFLOP/s per GPU (equals the headline for rows counting model FLOPs only)."""
+    ns_tflops_per_gpu: float | None
+    """Newton-Schulz TFLOP/s per GPU where the source splits it out."""
+    tokens_per_s_per_gpu: float | None
+    """Tokens per second per GPU where published."""
+    layout: dict[str, int | None]
+    """gbs, mbs, seq_length, tp, pp, vpp, cp, ep, etp as published (None: not stated)."""
+    note: str
+    """Free-text caveat from the source row."""
+
+    @property
+    def label(self) -> str:
+        """``<source> <release>``, how the tables name a published figure."""
+        return f"{self.source} {self.release}"
+
+
+LAYOUT_COLUMNS = ("gbs", "mbs", "seq_length", "tp", "pp", "vpp", "cp", "ep", "etp")
+
+
+def default_published_dir(results_dir: str | Path = "results") -> Path:
+    """``<results_dir>/published``."""
+    return Path(results_dir) / "published"
+
+
+def _number(row: dict[str, str], column: str, where: str, required: bool = False) -> float | None:
+    text = (row.get(column) or "").strip()
+    if not text:
+        if required:
+            raise UserError(f"{where}: column {column} is empty; every published row needs it", column)
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"{where}: column {column} is {text!r}, not a number", column) from None
+
+
+def _read_rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
+    if not path.is_file():
+        raise UserError(f"no file at {path}; restore it from git (results/published/ is committed)", "published")
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in required if c not in (reader.fieldnames or [])]
+        if missing:
+            raise UserError(f"{path}: missing column(s) {', '.join(missing)}", "published")
+        return [(number, row) for number, row in enumerate(reader, start=2)]
+
+
+def load_published(directory: str | Path) -> list[PublishedRow]:
+    """Every row of ``<directory>/published.csv``, checked (numbers, known flops_counted, split adds up)."""
+    path = Path(directory) / PUBLISHED_CSV
+    required = ("source", "release", "model", "gpu", "num_gpus", "precision", "optimizer", "tflops_per_gpu")
+    rows = []
+    for line, raw in _read_rows(path, required):
+        where = f"{path}:{line}"
+        counted = (raw.get("flops_counted") or "model").strip()
+        if counted not in FLOPS_COUNTED:
+            raise UserError(f"{where}: flops_counted is {counted!r}; use one of {', '.join(FLOPS_COUNTED)}", "flops_counted")
+        total = _number(raw, "tflops_per_gpu", where, required=True)
+        model_only = _number(raw, "model_tflops_per_gpu", where)
+        ns = _number(raw, "ns_tflops_per_gpu", where)
+        if counted == "model" and model_only is None:
+            model_only = total
+        if model_only is not None and ns is not None and abs(model_only + ns - total) > 0.5:
+            raise UserError(f"{where}: model {model_only:g} + NS {ns:g} != tflops_per_gpu {total:g}", "tflops_per_gpu")
+        layout = {c: (int(v) if (v := _number(raw, c, where)) is not None else None) for c in LAYOUT_COLUMNS}
+        rows.append(
+            PublishedRow(
+                source=raw["source"].strip(),
+                release=raw["release"].strip(),
+                model=raw["model"].strip(),
+                gpu=raw["gpu"].strip(),
+                num_gpus=int(_number(raw, "num_gpus", where, required=True)),
+                precision=raw["precision"].strip(),
+                optimizer=raw["optimizer"].strip(),
+                tflops_per_gpu=total,
+                flops_counted=counted,
+                model_tflops_per_gpu=model_only,
+                ns_tflops_per_gpu=ns,
+                tokens_per_s_per_gpu=_number(raw, "tokens_per_s_per_gpu", where),
+                layout=layout,
+                note=(raw.get("note") or "").strip(),
+            )
+        )
+    return rows
+
+
+def load_sources(directory: str | Path) -> dict[str, Source]:
+    """``<directory>/sources.csv`` by source id."""
+    path = Path(directory) / SOURCES_CSV
+    fields = ("source", "title", "publisher", "date", "where", "releases", "what")
+    return {row["source"]: Source(**{f: (row.get(f) or "").strip() for f in fields}) for _, row in _read_rows(path, fields)}
+
+
+def check_sources(rows: list[PublishedRow], sources: dict[str, Source]) -> None:
+    """Every published row must name a documented source."""
+    unknown = sorted({r.source for r in rows} - set(sources))
+    if unknown:
+        raise UserError(f"source(s) {', '.join(unknown)} used in published.csv have no row in sources.csv", "published")

@@ -1,0 +1,285 @@
+"""Render a :class:`~optbench.report.table.Table` as results/throughput.md and results/throughput.csv.
+
+The markdown is for people (one section per model family, a Muon/AdamW section, provenance of every
+run); the CSV is for tools (one line per row, medians with quartiles, every provenance field).
+A missing measurement is written as "not measured" (markdown) or an empty cell (CSV), never filled in.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+
+from optbench.report.published import PublishedRow, Source
+from optbench.report.runs import PeakInfo, RunThroughput, run_throughput
+from optbench.report.stats import format_number, format_spread
+from optbench.report.table import Table, TableRow
+
+NOT_MEASURED = "not measured"
+NONE_PUBLISHED = "none published"
+
+
+def format_tflops(tflops: float) -> str:
+    """A peak or rate in TFLOP/s, or GFLOP/s below 1 TFLOP/s (CPUs)."""
+    if tflops < 1:
+        return f"{format_number(tflops * 1000)} GFLOP/s"
+    return f"{format_number(tflops, 4)} TFLOP/s"
+
+
+def peak_text(peak: PeakInfo) -> str:
+    """``<key> <value>``, e.g. ``gb300_bf16 2,500 TFLOP/s`` or ``cpu_fp32_probe 85.0 GFLOP/s``."""
+    return f"{peak.key} {format_tflops(peak.tflops)}"
+
+
+def mfu_text(throughput: RunThroughput | None, peak: PeakInfo | None) -> str:
+    """``31.2 % of <peak>``: an MFU always names its denominator."""
+    if throughput is None or throughput.mfu is None:
+        return NOT_MEASURED
+    if peak is None:
+        return "no peak known"
+    return f"{throughput.mfu.median * 100:.1f} % of {peak_text(peak)}"
+
+
+def as_published(value: float) -> str:
+    """A published figure as printed by its source (no digits added)."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,g}"
+
+
+def published_text(pub: PublishedRow | None) -> str:
+    if pub is None:
+        return NONE_PUBLISHED
+    text = as_published(pub.tflops_per_gpu)
+    if pub.flops_counted == "model+newton_schulz" and pub.model_tflops_per_gpu is not None:
+        text += f" = {as_published(pub.model_tflops_per_gpu)} model + {as_published(pub.ns_tflops_per_gpu or 0)} NS"
+    return text
+
+
+def _signed_percent(value: float | None) -> str:
+    return "" if value is None else f"{value * 100:+.1f} %"
+
+
+def _ratio_text(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def delta_text(row: TableRow) -> str:
+    if row.delta is None:
+        return "-" if row.published is None or row.throughput is None else "no comparable figure"
+    basis = "with NS" if row.delta_basis == "model+newton_schulz" else "model"
+    return f"{_signed_percent(row.delta)} ({basis})"
+
+
+def versions_text(versions: dict[str, str]) -> str:
+    return ", ".join(f"{name} {version}" for name, version in sorted(versions.items()))
+
+
+def measured_sentence(table: Table) -> str:
+    """What was measured where, and what is only published."""
+    measured = {(r.kind, r.gpu) for r in table.runs}
+    published_gpus = sorted({r.gpu for r in table.rows if r.published is not None} - {g for _, g in measured})
+    published_part = (
+        f"{', '.join(g.upper() for g in published_gpus)} rows are published figures, not measured here."
+        if published_gpus
+        else ""
+    )
+    if not table.runs:
+        return (
+            "Nothing was measured: no run with step records was found under results/runs (run `make pretrain` "
+            f"or `make compare`, then `make table`). Every figure below is published. {published_part}"
+        ).strip()
+    where = "; ".join(f"{engine} on {gpu}" for engine, gpu in sorted(measured))
+    return f"Measured here: {where} ({len(table.runs)} run(s)). {published_part}".strip()
+
+
+def _row_cells(row: TableRow) -> list[str]:
+    t = row.throughput
+    source = f"{row.published.source} {row.published.release}" if row.published else "-"
+    if row.optimizer != "muon":
+        measured_ns = "-"  # AdamW has no Newton-Schulz
+    else:
+        measured_ns = format_spread(t.tflops_per_gpu_with_ns) if t else NOT_MEASURED
+    run = row.run.run_id if row.run else "-"
+    if row.other_runs:
+        run += f" (+{len(row.other_runs)} older)"
+    return [
+        f"{row.model}",
+        row.gpu,
+        str(row.num_gpus or "-"),
+        row.precision,
+        row.optimizer,
+        published_text(row.published),
+        source,
+        format_spread(t.tflops_per_gpu) if t else NOT_MEASURED,
+        measured_ns,
+        format_spread(t.tokens_per_s_per_gpu) if t else NOT_MEASURED,
+        mfu_text(t, row.run.peak if row.run else None),
+        delta_text(row),
+        run,
+    ]
+
+
+MAIN_HEADER = [
+    "model",
+    "GPU",
+    "GPUs",
+    "precision",
+    "optimizer",
+    "published TFLOP/s/GPU",
+    "source release",
+    "measured TFLOP/s/GPU (model)",
+    "measured TFLOP/s/GPU (with NS)",
+    "tokens/s/GPU",
+    "MFU (model, of peak)",
+    "delta to published",
+    "run",
+]
+
+
+def _markdown_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
+    def clean(cell: str) -> str:
+        return str(cell).replace("|", "\\|").replace("\n", " ")
+
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(clean(c) for c in line) + " |" for line in lines]
+    return out
+
+
+def _ratio_lines(table: Table) -> list[list[str]]:
+    """One line per (model, GPU, precision[, source]) that has both optimizers."""
+    lines, seen = [], set()
+    for row in table.rows:
+        if row.optimizer != "muon":
+            continue
+        if row.published is not None and row.published_ratio != (None, None):
+            key = (row.model, row.gpu, row.precision, row.published.source, row.published.release)
+            if key not in seen:
+                seen.add(key)
+                lines.append([row.model, row.gpu, row.precision, f"published ({key[3]} {key[4]})",
+                              _ratio_text(row.published_ratio[0]), _ratio_text(row.published_ratio[1])])
+        if row.run is not None and row.measured_ratio != (None, None):
+            key = (row.model, row.gpu, row.precision, "measured")
+            if key not in seen:
+                seen.add(key)
+                lines.append([row.model, row.gpu, row.precision, "measured",
+                              _ratio_text(row.measured_ratio[0]) or NOT_MEASURED,
+                              _ratio_text(row.measured_ratio[1]) or NOT_MEASURED])
+    return lines
+
+
+def _run_lines(table: Table) -> list[list[str]]:
+    lines = []
+    for run in sorted(table.runs, key=lambda r: r.run_id):
+        t = run_throughput(run, table.warmup)
+        lines.append([
+            run.run_id, run.kind, run.recipe or "-", run.date or "-", f"`{run.command}`" if run.command else "-",
+            run.git_commit[:12] or "-", versions_text(run.versions) or "-", f"{t.steps_used}/{t.steps_total}",
+            "; ".join(run.notes) or "-",
+        ])
+    return lines
+
+
+def render_markdown(
+    table: Table,
+    sources: dict[str, Source],
+    generated: str,
+    plots: Sequence[str] = (),
+    skipped: Sequence[tuple[str, str]] = (),
+) -> str:
+    """results/throughput.md."""
+    out = [
+        "# Throughput: Muon vs AdamW",
+        "",
+        measured_sentence(table),
+        "",
+        f"Generated by `make table` at {generated}. Measured cells are medians [interquartile range] (n = steps) "
+        f"over each run's steps after the first {table.warmup} of every segment (warm-up, at most half of a short segment; "
+        "a restart warms up again). "
+        "Delta to published = measured / published - 1 on the same counting (model FLOPs, or model + Newton-Schulz). "
+        "Rules: docs/results.md.",
+    ]
+    for family in dict.fromkeys(r.family for r in table.rows):
+        out += ["", f"## {family}", ""]
+        out += _markdown_table(MAIN_HEADER, [_row_cells(r) for r in table.rows if r.family == family])
+    ratios = _ratio_lines(table)
+    out += ["", "## Muon / AdamW per model", ""]
+    if ratios:
+        out += _markdown_table(
+            ["model", "GPU", "precision", "figures", "Muon/AdamW (model FLOPs)", "Muon/AdamW (with NS)"], ratios
+        )
+    else:
+        out.append("No configuration has both optimizers.")
+    out += ["", "## Runs", ""]
+    out += _markdown_table(
+        ["run", "kind", "recipe", "date", "command", "git", "versions", "steps used/total", "notes"], _run_lines(table)
+    ) if table.runs else ["No measured runs."]
+    if skipped:
+        out += ["", "Skipped:", ""] + [f"- `{path}`: {reason}" for path, reason in skipped]
+    out += ["", "## Sources", ""]
+    out += [f"- `{s.source}`: {s.title}, {s.publisher}, {s.date}. {s.where} ({s.what})" for s in sources.values()]
+    if plots:
+        out += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    return "\n".join(out) + "\n"
+
+
+CSV_FIELDS = [
+    "family", "model", "gpu", "num_gpus", "precision", "optimizer",
+    "published_source", "published_release", "published_tflops_per_gpu", "published_flops_counted",
+    "published_model_tflops_per_gpu", "published_ns_tflops_per_gpu", "published_tokens_per_s_per_gpu",
+    "measured_tflops_per_gpu_median", "measured_tflops_per_gpu_q1", "measured_tflops_per_gpu_q3",
+    "measured_tflops_per_gpu_with_ns_median", "measured_tflops_per_gpu_with_ns_q1", "measured_tflops_per_gpu_with_ns_q3",
+    "measured_tokens_per_s_per_gpu_median", "measured_tokens_per_s_per_gpu_q1", "measured_tokens_per_s_per_gpu_q3",
+    "measured_mfu_median", "mfu_peak_key", "mfu_peak_tflops", "mfu_peak_label",
+    "steps_used", "steps_total", "warmup_steps_skipped",
+    "delta_to_published", "delta_basis",
+    "published_muon_adamw_ratio_model", "published_muon_adamw_ratio_headline",
+    "measured_muon_adamw_ratio_model", "measured_muon_adamw_ratio_with_ns",
+    "run_id", "run_kind", "other_run_ids", "command", "date", "git_commit", "versions", "run_path",
+]
+
+
+def _spread_columns(prefix: str, spread) -> dict[str, float | str]:
+    if spread is None:
+        return {f"{prefix}_median": "", f"{prefix}_q1": "", f"{prefix}_q3": ""}
+    return {f"{prefix}_median": spread.median, f"{prefix}_q1": spread.q1, f"{prefix}_q3": spread.q3}
+
+
+def csv_record(row: TableRow, warmup: int) -> dict[str, object]:
+    pub, run, t = row.published, row.run, row.throughput
+    record: dict[str, object] = {name: "" for name in CSV_FIELDS}
+    record.update(family=row.family, model=row.model, gpu=row.gpu, num_gpus=row.num_gpus or "",
+                  precision=row.precision, optimizer=row.optimizer, warmup_steps_skipped=warmup)
+    if pub is not None:
+        record.update(
+            published_source=pub.source, published_release=pub.release, published_tflops_per_gpu=pub.tflops_per_gpu,
+            published_flops_counted=pub.flops_counted, published_model_tflops_per_gpu=pub.model_tflops_per_gpu or "",
+            published_ns_tflops_per_gpu=pub.ns_tflops_per_gpu or "", published_tokens_per_s_per_gpu=pub.tokens_per_s_per_gpu or "",
+        )
+    if t is not None:
+        record.update(_spread_columns("measured_tflops_per_gpu", t.tflops_per_gpu))
+        record.update(_spread_columns("measured_tflops_per_gpu_with_ns", t.tflops_per_gpu_with_ns))
+        record.update(_spread_columns("measured_tokens_per_s_per_gpu", t.tokens_per_s_per_gpu))
+        record.update(measured_mfu_median=t.mfu.median if t.mfu else "", steps_used=t.steps_used, steps_total=t.steps_total)
+    if run is not None:
+        if run.peak is not None:
+            record.update(mfu_peak_key=run.peak.key, mfu_peak_tflops=run.peak.tflops, mfu_peak_label=run.peak.label)
+        record.update(
+            run_id=run.run_id, run_kind=run.kind, other_run_ids=" ".join(row.other_runs), command=run.command,
+            date=run.date, git_commit=run.git_commit, versions=versions_text(run.versions), run_path=run.path,
+        )
+    record.update(
+        delta_to_published="" if row.delta is None else row.delta, delta_basis=row.delta_basis,
+        published_muon_adamw_ratio_model=row.published_ratio[0] or "", published_muon_adamw_ratio_headline=row.published_ratio[1] or "",
+        measured_muon_adamw_ratio_model=row.measured_ratio[0] or "", measured_muon_adamw_ratio_with_ns=row.measured_ratio[1] or "",
+    )
+    return record
+
+
+def render_csv(table: Table) -> str:
+    """results/throughput.csv."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in table.rows:
+        writer.writerow(csv_record(row, table.warmup))
+    return buffer.getvalue()

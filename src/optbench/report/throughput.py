@@ -1,0 +1,68 @@
+"""``make table``: collect runs, build the table, draw the plots, write results/throughput.{md,csv}."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from optbench.errors import UserError
+from optbench.io import atomic_write_text
+from optbench.metrics.summary import WARMUP_SKIP_STEPS
+from optbench.report.collect import collect_runs
+from optbench.report.plots import plot_loss, plot_throughput
+from optbench.report.published import check_sources, default_published_dir, load_published, load_sources
+from optbench.report.table import Table, build_table
+from optbench.report.table_format import render_csv, render_markdown
+
+DEFAULT_WARMUP = WARMUP_SKIP_STEPS
+"""Steps skipped at the start of every segment (as summary.json's medians): allocation, lazy optimizer state."""
+
+
+@dataclass(frozen=True)
+class TableOutputs:
+    """What ``make table`` wrote."""
+
+    markdown: Path
+    csv: Path
+    plots: list[Path]
+    table: Table
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+
+
+def write_throughput(
+    results_dir: str | Path = "results",
+    warmup: int = DEFAULT_WARMUP,
+    extra_logs: Sequence[str | Path] = (),
+    published_dir: str | Path | None = None,
+    now: _dt.datetime | None = None,
+) -> TableOutputs:
+    """Write ``<results_dir>/throughput.md``, ``throughput.csv`` and ``plots/*.png``."""
+    if warmup < 0:
+        raise UserError("must be 0 or more (steps skipped at the start of every run segment)", "WARMUP")
+    results = Path(results_dir)
+    published_dir = Path(published_dir) if published_dir is not None else default_published_dir(results)
+    published = load_published(published_dir)
+    sources = load_sources(published_dir)
+    check_sources(published, sources)
+    collection = collect_runs(results, extra_logs)
+    table = build_table(published, collection.runs, warmup)
+
+    plots_dir = results / "plots"
+    plots: list[Path] = []
+    for family in dict.fromkeys(r.family for r in table.rows):
+        plots.append(plot_throughput(table, family, plots_dir / f"throughput_{_slug(family)}.png"))
+        measured = [r.run for r in table.rows if r.family == family and r.run is not None]
+        if any(step.loss is not None for run in measured for step in run.steps):
+            unique = list({run.run_id: run for run in measured}.values())
+            plots.append(plot_loss(unique, plots_dir / f"loss_{_slug(family)}.png", f"{family}: measured runs used in the table"))
+
+    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
+    relative = [str(p.relative_to(results)) for p in plots]
+    markdown = atomic_write_text(results / "throughput.md", render_markdown(table, sources, stamp, relative, collection.skipped))
+    csv_path = atomic_write_text(results / "throughput.csv", render_csv(table))
+    return TableOutputs(markdown, csv_path, plots, table)

@@ -1,0 +1,92 @@
+"""Model FLOPs: Bridge's rule reproduces every published (tokens/s, TFLOP/s) pair; each term checked by hand."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from optbench.accounting.flops import flop_terms, model_flops_per_step, model_flops_per_token
+from optbench.config.compose import compose_run
+from optbench.config.schema import ModelConfig
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pairs() -> list[dict[str, str]]:
+    with open(REPO / "results" / "published" / "published.csv") as handle:
+        return [r for r in csv.DictReader(handle) if r["tokens_per_s_per_gpu"] and r["tflops_per_gpu"]]
+
+
+def test_every_model_has_published_pairs() -> None:
+    assert {r["model"] for r in _pairs()} == {"kimi_k2", "qwen3_30b_a3b", "deepseek_v3"}
+
+
+@pytest.mark.parametrize("row", _pairs(), ids=lambda r: f"{r['model']}-{r['gpu']}-{r['release']}")
+def test_published_tokens_times_flops_per_token_gives_published_tflops(row: dict[str, str]) -> None:
+    model = compose_run(f"{row['model']}_adamw").model
+    per_token = model_flops_per_token(model, int(row["seq_length"]), int(row["tp"]))
+    tflops = float(row["tokens_per_s_per_gpu"]) * per_token / 1e12
+    assert tflops == pytest.approx(float(row["tflops_per_gpu"]), rel=0.005)
+
+
+def _gqa() -> ModelConfig:
+    return ModelConfig(
+        name="gqa", architecture="qwen3_moe", num_layers=2, hidden_size=64, ffn_hidden_size=128,
+        num_attention_heads=4, num_query_groups=2, kv_channels=16, vocab_size=250, make_vocab_size_divisible_by=128,
+    )
+
+
+def test_dense_gqa_terms_match_a_gemm_by_gemm_count() -> None:
+    m, s = _gqa(), 32
+    h, n, g, d, f = 64, 4, 2, 16, 128
+    # Forward multiply-adds per token and layer, x2 FLOPs, x3 passes (fwd, dgrad, wgrad).
+    projections = h * n * d + 2 * h * g * d + n * d * h
+    mlp = h * 2 * f + f * h
+    core = n * d * s / 2 + n * d * s / 2  # causal: half of QK^T and of AV
+    logits = h * 256  # vocabulary 250 padded to 256 (multiple of 128)
+    expected = 3 * 2 * (2 * (projections + mlp + core) + logits)
+    assert model_flops_per_token(m, s) == pytest.approx(expected)
+    terms = flop_terms(m, s)
+    assert terms.logits / s == pytest.approx(3 * 2 * logits)
+    assert terms.mtp == 0
+
+
+def test_vocabulary_is_padded_to_a_multiple_of_divisor_times_tp() -> None:
+    m, s = _gqa(), 32
+    # tp=4: 250 -> 512 (multiple of 128*4); only the logits term changes.
+    delta = model_flops_per_token(m, s, tp=4) - model_flops_per_token(m, s, tp=1)
+    assert delta == pytest.approx(3 * 2 * 64 * (512 - 256))
+
+
+def test_mla_moe_first_k_dense_shared_experts_and_mtp() -> None:
+    m = ModelConfig(
+        name="mla", architecture="deepseek_v3", num_layers=3, hidden_size=64, ffn_hidden_size=96,
+        num_attention_heads=4, multi_latent_attention=True, q_lora_rank=24, kv_lora_rank=16, qk_head_dim=8,
+        qk_pos_emb_head_dim=4, v_head_dim=8, num_moe_experts=8, moe_ffn_hidden_size=16,
+        moe_shared_expert_intermediate_size=32, moe_router_topk=2, first_k_dense_layers=1, vocab_size=100,
+        make_vocab_size_divisible_by=64, mtp_num_layers=1,
+    )
+    s, h, n, ql, kvl, qk, r, v = 16, 64, 4, 24, 16, 8, 4, 8
+    attention = (
+        h * ql + ql * n * (qk + r)  # q down, q up
+        + h * (kvl + r) + kvl * n * (qk + v)  # kv down (latent + shared rotary key), kv up
+        + n * v * h  # output projection
+        + n * (qk + r) * s / 2 + n * v * s / 2  # causal scores and values
+    )
+    norms = ql + kvl  # Bridge's +1 per q / kv latent (their norms)
+    dense_ffn = 3 * h * 96
+    moe_ffn = 3 * h * 16 * 2 + 3 * h * 32  # top-2 routed experts + shared expert
+    layers = 3 + 1  # the MTP layer counts as one more MoE layer (the last decoder layer is MoE)
+    mtp_extra = 3 * h + 2 * h * h  # MTP norms + eh_proj [2h -> h]
+    logits = h * 128 * 2  # vocab 100 -> 128, main head + MTP head
+    expected = 3 * 2 * (layers * (attention + norms) + dense_ffn + 3 * moe_ffn + mtp_extra + logits)
+    assert model_flops_per_token(m, s) == pytest.approx(expected)
+
+
+def test_flops_per_step_is_per_token_times_tokens_per_step() -> None:
+    run = compose_run("kimi_k2_muon")
+    per_token = model_flops_per_token(run.model, 4096, 1)
+    assert per_token == pytest.approx(2.045e11, rel=1e-3)  # FACTS.md section 4
+    assert model_flops_per_step(run) == pytest.approx(per_token * 4096 * 4096)

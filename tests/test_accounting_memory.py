@@ -1,0 +1,111 @@
+"""Memory per GPU: published layouts fit, Kimi K2 on 64 H100 is refused with the reason, terms move the right way."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from conftest import run_make
+from optbench.accounting.activations import forwards_in_flight
+from optbench.accounting.memory import estimate_memory
+from optbench.config.compose import compose_run, list_group_options
+from optbench.config.layout import derive_layout
+from optbench.validate import collect_problems
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER_FOR_GPU = {"gb300": "gb300_nvl72", "gb200": "gb200_nvl72", "b300": "b300", "b200": "b200", "h100": "h100"}
+KIMI_ON_64_H100 = (
+    "cluster=h100", "precision=fp8_cs", "parallel.num_gpus=64", "parallel.tp=8", "parallel.pp=1", "parallel.vpp=null",
+    "parallel.ep=64", "parallel.pipeline_layout=null", "parallel.sequence_parallel=true", "train.gbs=512",
+    "train.mbs=1",
+)
+
+
+def _published_layouts() -> list[dict[str, str]]:
+    with open(REPO / "results" / "published" / "published.csv") as handle:
+        return [row for row in csv.DictReader(handle) if row["tp"]]
+
+
+@pytest.mark.parametrize("row", _published_layouts(), ids=lambda r: f"{r['model']}-{r['gpu']}-{r['release']}")
+def test_published_layouts_fit(row: dict[str, str]) -> None:
+    model, gpu = row["model"], row["gpu"]
+    overrides = [
+        f"parallel={model}_{gpu}_{row['num_gpus']}",
+        f"cluster={CLUSTER_FOR_GPU[gpu]}",
+        f"precision={'fp8_cs' if row['precision'] == 'fp8' else row['precision']}",
+    ]
+    if f"{model}_{gpu}" in list_group_options("train"):
+        overrides.append(f"train={model}_{gpu}")
+    run = compose_run(f"{model}_{row['optimizer']}", overrides)
+    if not row["gbs"]:  # no published batch (DeepSeek-V3 on B200/B300): eight sequences per replica
+        run.train.mbs, run.train.gbs = 1, 8 * derive_layout(run).dp
+    estimate = estimate_memory(run)
+    assert estimate.fits, (estimate.total_gb, estimate.breakdown_gb)
+    assert estimate.total_gb > 0.25 * estimate.hbm_gb  # a real estimate, not an empty one
+    assert collect_problems(run) == []
+
+
+def test_kimi_k2_on_64_h100_is_refused_naming_memory_and_the_largest_term() -> None:
+    run = compose_run("kimi_k2_adamw", list(KIMI_ON_64_H100))
+    estimate = estimate_memory(run)
+    assert not estimate.fits and estimate.largest_term == "optimizer_state"
+    (problem,) = collect_problems(run)
+    assert "memory" in problem.message and "optimizer_state" in problem.message and "force=true" in problem.message
+    run.force = True
+    assert collect_problems(run) == []
+
+
+def test_make_plan_refuses_kimi_k2_on_64_h100_and_force_overrides(tmp_path: Path) -> None:
+    done = run_make("plan", "RECIPE=kimi_k2_adamw", *KIMI_ON_64_H100, f"results_dir={tmp_path}")
+    assert done.returncode == 2, done.stdout
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "memory" in errors[0] and "optimizer_state" in errors[0], done.stderr
+    forced = run_make("plan", "RECIPE=kimi_k2_adamw", *KIMI_ON_64_H100, "force=true", f"results_dir={tmp_path}")
+    assert forced.returncode == 0, forced.stderr
+    assert "DOES NOT FIT" in forced.stdout
+
+
+def test_muon_layer_wise_keeps_less_optimizer_state_than_adamw_and_than_replicated_muon() -> None:
+    muon = estimate_memory(compose_run("kimi_k2_muon")).breakdown_gb
+    adamw = estimate_memory(compose_run("kimi_k2_adamw")).breakdown_gb
+    # EDP is 1 at this layout: each GPU keeps its experts' state; Muon 8 B/param vs Adam's 12 B.
+    assert muon["optimizer_state"] < adamw["optimizer_state"]
+    assert muon["gradients"] == pytest.approx(2 * adamw["gradients"])  # fp32 vs bf16 gradient reduction
+    # Without layer-wise ownership every GPU keeps state for all of its dense parameters too.
+    replicated = estimate_memory(compose_run("kimi_k2_muon", ["optimizer.muon.layer_wise=false"])).breakdown_gb
+    assert replicated["optimizer_state"] > muon["optimizer_state"] + 15
+
+
+def test_recompute_and_microbatch_size_move_activations() -> None:
+    base = estimate_memory(compose_run("kimi_k2_muon")).breakdown_gb["activations"]
+    no_recompute = compose_run("kimi_k2_muon", ["parallel.recompute_granularity=null"])
+    assert estimate_memory(no_recompute).breakdown_gb["activations"] > 1.2 * base
+    half = estimate_memory(compose_run("kimi_k2_muon", ["train.mbs=1"])).breakdown_gb["activations"]
+    assert half == pytest.approx(base / 2, rel=0.01)
+    full = compose_run(
+        "kimi_k2_muon",
+        ["parallel.recompute_granularity=full", "parallel.recompute_method=uniform", "parallel.recompute_num_layers=1"],
+    )
+    assert estimate_memory(full).breakdown_gb["activations"] < 0.3 * base
+
+
+def test_first_pipeline_rank_holds_the_most_forwards() -> None:
+    run = compose_run("kimi_k2_muon")  # PP4 VPP4, 32 microbatches
+    layout = derive_layout(run)
+    # Megatron's interleaved warm-up: 2 (pp - r - 1) + (vpp - 1) pp, plus the forward in flight.
+    assert [len(forwards_in_flight(layout, r)) for r in range(4)] == [19, 17, 15, 13]
+    assert forwards_in_flight(layout, 0)[:8] == [0, 0, 0, 0, 1, 1, 1, 1]
+    estimate = estimate_memory(run)
+    assert estimate.worst_pipeline_rank == 0
+    assert list(estimate.stage_totals_gb) == sorted(estimate.stage_totals_gb, reverse=True)
+    plain = derive_layout(compose_run("kimi_k2_adamw", ["parallel=kimi_k2_b200_256", "train=kimi_k2_b200"]))
+    assert [len(forwards_in_flight(plain, r)) for r in (0, 1, 15)] == [16, 15, 1]  # PP16, no interleaving
+
+
+def test_estimate_lists_error_and_omissions() -> None:
+    estimate = estimate_memory(compose_run("qwen3_30b_a3b_adamw"))
+    assert estimate.expected_error == 0.2 and estimate.omissions
+    assert estimate.total_gb == pytest.approx(sum(estimate.breakdown_gb.values()))
+    assert estimate.as_dict()["hbm"] == 288

@@ -1,0 +1,116 @@
+"""The in-container entry point, with a fake Bridge API (Bridge cannot be imported here).
+
+What runs here: reading the resolved config, computing the setup, the order of the calls into
+Bridge, the callback registration, the error path, and running the file by path as the job does.
+What does not: Bridge's recipe functions and ``pretrain`` themselves (they need the NeMo container).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from conftest import REPO
+from test_bridge_source import bridge_override_module, stand_in_container
+
+from optbench.bridge.adapter import bridge_setup
+from optbench.bridge.entry import build_config_container, run_bridge
+from optbench.config.compose import compose_run
+from optbench.runs import save_resolved_config
+
+
+class FakeManager:
+    def __init__(self) -> None:
+        self.registered: dict[str, Any] = {}
+
+    def register(self, event: str, fn: Any) -> None:
+        self.registered[event] = fn
+
+
+class FakeBridge:
+    """Records every call the entry point makes into Bridge, in order."""
+
+    def __init__(self, comm_overlap: Any = None, apply: Any = None) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.comm_overlap = comm_overlap
+        self.apply = apply
+        self.manager = FakeManager()
+
+    def recipe_function(self, recipe):
+        def recipe_fn(**kwargs):
+            self.calls.append(("recipe", (recipe.module, recipe.function, kwargs)))
+            return SimpleNamespace(mixed_precision="bf16_mixed", comm_overlap=self.comm_overlap)
+
+        return recipe_fn
+
+    def mixed_precision(self, preset):
+        self.calls.append(("mixed_precision", preset))
+        return f"preset:{preset}"
+
+    def new_section(self, name):
+        self.calls.append(("new_section", name))
+        return f"new:{name}"
+
+    def apply_overrides(self, config, overrides):
+        self.calls.append(("overrides", list(overrides)))
+        return self.apply(config, overrides) if self.apply else config
+
+    def callback_manager(self):
+        return self.manager
+
+    def pretrain(self, config, callbacks):
+        self.calls.append(("pretrain", (config, callbacks)))
+
+
+def test_config_container_is_built_in_bridges_order(tmp_path: Path) -> None:
+    setup = bridge_setup(compose_run("qwen3_30b_a3b_muon", [f"results_dir={tmp_path}"]))
+    fake = FakeBridge()
+    config = build_config_container(setup, fake)
+    assert [name for name, _ in fake.calls] == ["recipe", "mixed_precision", "new_section", "overrides"]
+    assert fake.calls[0][1] == ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_30b_a3b_pretrain_config", {})
+    assert config.mixed_precision == "preset:bf16_with_mxfp8_mixed" and config.comm_overlap == "new:comm_overlap"
+    assert fake.calls[-1][1] == list(setup.overrides)
+
+
+def test_an_existing_comm_overlap_section_is_kept(tmp_path: Path) -> None:
+    setup = bridge_setup(compose_run("kimi_k2_muon", [f"results_dir={tmp_path}"]))
+    fake = FakeBridge(comm_overlap="recipe's own")
+    config = build_config_container(setup, fake)
+    assert config.comm_overlap == "recipe's own" and "new_section" not in [name for name, _ in fake.calls]
+    assert fake.calls[0][1][2] == {"optimizer_type": "muon"}
+
+
+def test_run_bridge_reads_the_resolved_config_and_registers_the_callback(tmp_path: Path) -> None:
+    run = compose_run("kimi_k2_muon", [f"results_dir={tmp_path}", "run_id=entry-test"])
+    path = save_resolved_config(run, tmp_path / "runs" / "entry-test" / "config.yaml")
+
+    # Bridge's real override function on a container with Bridge's field names stands in for the recipe's.
+    def apply(config, overrides):
+        return bridge_override_module().process_config_with_overrides(stand_in_container("kimi_k2"), cli_overrides=list(overrides))
+
+    fake = FakeBridge(apply=apply)
+    assert run_bridge(path, api=fake) == 0
+    name, (config, callbacks) = fake.calls[-1]
+    assert name == "pretrain" and callbacks is fake.manager
+    assert set(fake.manager.registered) == {"on_train_start", "on_train_step_start", "on_train_step_end", "on_train_end"}
+    assert config.optimizer.optimizer == "dist_muon" and config.ddp.use_distributed_optimizer is False
+    assert config.model.pipeline_model_parallel_size == 4 and config.train.global_batch_size == 4096
+    assert config.logger.wandb_exp_name == "entry-test"
+
+
+def test_entry_runs_by_path_without_an_install_and_fails_in_one_line(tmp_path: Path) -> None:
+    """The job runs ``python <checkout>/src/optbench/bridge/entry.py <config>`` from another directory.
+
+    ``-S`` skips site processing, so the editable install of optbench is invisible: only the entry's
+    own bootstrap can find the package; third-party packages come from PYTHONPATH as in a container.
+    """
+    site_packages = next(p for p in sys.path if p.endswith("site-packages"))
+    done = subprocess.run(
+        [sys.executable, "-S", str(REPO / "src" / "optbench" / "bridge" / "entry.py"), str(tmp_path / "missing.yaml")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": site_packages},
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"error: config: no resolved config at {tmp_path / 'missing.yaml'}"]

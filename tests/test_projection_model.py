@@ -1,0 +1,158 @@
+"""The step-time model on cases small enough to compute by hand (docs/projection.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from optbench.accounting.flops import model_flops_per_step
+from optbench.accounting.params import parameter_counts
+from optbench.config.compose import compose_run
+from optbench.projection import comm
+from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
+from optbench.projection.interconnect import interconnect_for
+from optbench.projection.stages import pipeline_rank_work
+from optbench.projection.step_model import evaluate, solve_efficiency
+from optbench.projection.work import RankOptimizer, StepInputs, build_inputs
+
+GB300_BF16 = 2500e12  # dense bf16 peak per GB300 (gpus.csv)
+NVLINK = 900e9 * 0.8  # NVLink 5 per direction x achievable fraction (interconnect.csv)
+HBM = 8e12 * 0.75  # GB300 HBM x achievable fraction
+ADAM_BYTES = 30.0  # bytes per element of a fused AdamW update (CostModel)
+QWEN_BF16 = ["precision=bf16"]
+
+
+def _inputs(*overrides: str):
+    run = compose_run("qwen3_30b_a3b_adamw", [*QWEN_BF16, *overrides])
+    net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
+    return run, build_inputs(run, net, DEFAULT_ASSUMPTIONS)
+
+
+def synthetic(**changes) -> StepInputs:
+    """A 4-stage pipeline, 8 microbatches of 1 TFLOP per GPU each, nothing else."""
+    base = dict(
+        world=4,
+        pp=4,
+        vpp=1,
+        microbatches=8,
+        gemm_peak_flops=1e15,
+        gemm_peak_key="test_bf16",
+        stage_flops_mb=(1e12,) * 4,
+        stage_attention_flops_mb=(0.0,) * 4,
+        stage_ep_s=(0.0,) * 4,
+        stage_tp_s=(0.0,) * 4,
+        stage_cp_s=(0.0,) * 4,
+        p2p_s=0.0,
+        rank_pipeline=(0, 1, 2, 3),
+        grad_comm_s=(0.0,) * 4,
+        grad_bucket_s=(0.0,) * 4,
+        overlap_grad_reduce=True,
+        gather_s=(0.0,) * 4,
+        gather_bucket_s=(0.0,) * 4,
+        gather_overlapped=False,
+        optimizer=(RankOptimizer(),) * 4,
+        fp8_cast_s=(0.0,) * 4,
+    )
+    return StepInputs(**{**base, **changes})
+
+
+def test_synthetic_pipeline_bubble_and_optimizer_by_hand():
+    # t_mb = 1e12 / (0.5 * 1e15) = 2 ms; compute 8 x 2 ms; bubble (pp-1)/vpp = 3 microbatch times.
+    step = evaluate(synthetic(), 0.5)
+    assert step.parts["compute"] == pytest.approx(0.016)
+    assert step.parts["pipeline_bubble"] == pytest.approx(0.006)
+    assert step.total_s == pytest.approx(0.022)
+    # Interleaving (vpp 2) halves the bubble; the busiest rank's optimizer sets the step.
+    ranks = (RankOptimizer(0.1, 0.01, 0.0), RankOptimizer(0.3, 0.01, 0.0), RankOptimizer(), RankOptimizer())
+    step = evaluate(synthetic(vpp=2, optimizer=ranks), 0.5)
+    assert step.parts["pipeline_bubble"] == pytest.approx(0.003)
+    assert step.parts["optimizer"] == pytest.approx(0.31)
+    assert step.optimizer_busiest_rank == 1
+    assert step.optimizer_imbalance_s == pytest.approx(0.31 - 0.42 / 4)
+
+
+def test_synthetic_gradient_overlap_window():
+    # 10 ms of reduction behind a 2/3 x 2 ms backward window: 10 - 1.333 ms exposed; never less than the bucket.
+    inputs = synthetic(grad_comm_s=(0.010,) * 4, grad_bucket_s=(0.001,) * 4)
+    assert evaluate(inputs, 0.5).parts["dp_grad_reduce_exposed"] == pytest.approx(0.010 - 2 / 3 * 0.002)
+    inputs = synthetic(grad_comm_s=(0.0012,) * 4, grad_bucket_s=(0.001,) * 4)
+    assert evaluate(inputs, 0.5).parts["dp_grad_reduce_exposed"] == pytest.approx(0.001)
+    assert evaluate(synthetic(grad_comm_s=(0.01,) * 4, overlap_grad_reduce=False), 0.5).parts[
+        "dp_grad_reduce_exposed"
+    ] == pytest.approx(0.01)
+
+
+def test_single_gpu_is_gemms_plus_adamw_update():
+    run, inputs = _inputs("parallel=single")
+    step = evaluate(inputs, 0.5)
+    params = parameter_counts(run.model).total
+    expected_compute = model_flops_per_step(run) / (0.5 * GB300_BF16)
+    expected_optimizer = params * ADAM_BYTES / HBM
+    assert step.parts["compute"] == pytest.approx(expected_compute, rel=1e-9)
+    assert step.parts["optimizer"] == pytest.approx(expected_optimizer, rel=1e-9)
+    assert step.total_s == pytest.approx(expected_compute + expected_optimizer, rel=1e-9)
+    for part in ("pipeline_bubble", "moe_all_to_all", "dp_grad_reduce_exposed", "param_gather_exposed", "fp8_weight_cast"):
+        assert step.parts[part] == 0.0
+
+
+def test_pure_data_parallel_exposed_communication():
+    # 8 GPUs, DP8, no overlap: reduce-scatter fp32 gradients + all-gather bf16 parameters, all exposed.
+    run, inputs = _inputs(
+        "parallel.num_gpus=8", "parallel.ep=1", "optimizer.overlap_grad_reduce=false", "optimizer.overlap_param_gather=false"
+    )
+    params = parameter_counts(run.model).total
+    step = evaluate(inputs, 0.5)
+    assert step.parts["dp_grad_reduce_exposed"] == pytest.approx(7 / 8 * params * 4 / NVLINK, rel=1e-9)
+    assert step.parts["param_gather_exposed"] == pytest.approx(7 / 8 * params * 2 / NVLINK, rel=1e-9)
+    assert step.parts["optimizer"] == pytest.approx(params / 8 * ADAM_BYTES / HBM, rel=1e-9)
+    assert step.parts["compute"] == pytest.approx(model_flops_per_step(run) / 8 / (0.5 * GB300_BF16), rel=1e-9)
+    # With Megatron's overlap only the last reduce-scatter bucket and the first all-gather bucket
+    # (max(40M, 1M x 8) elements) stay exposed.
+    _, overlapped = _inputs("parallel.num_gpus=8", "parallel.ep=1")
+    step = evaluate(overlapped, 0.5)
+    assert step.parts["dp_grad_reduce_exposed"] == pytest.approx(7 / 8 * 40e6 * 4 / NVLINK, rel=1e-9)
+    assert step.parts["param_gather_exposed"] == pytest.approx(7 / 8 * 40e6 * 2 / NVLINK, rel=1e-9)
+
+
+def test_bubble_only_pipeline_fraction():
+    run, inputs = _inputs(
+        "parallel.num_gpus=4", "parallel.pp=4", "parallel.vpp=2", "parallel.ep=1", "train.gbs=32", "train.mbs=1"
+    )
+    step = evaluate(inputs, 0.4)
+    m, pp, vpp = 32, 4, 2
+    assert inputs.microbatches == m
+    assert step.parts["pipeline_bubble"] / step.parts["compute"] == pytest.approx((pp - 1) / (vpp * m), rel=1e-12)
+    slowest = max(inputs.stage_flops_mb)
+    assert step.parts["compute"] == pytest.approx(m * slowest / (0.4 * GB300_BF16), rel=1e-12)
+    hop = run.train.mbs * run.train.seq_length * run.model.hidden_size * 2 / NVLINK
+    assert step.parts["pipeline_p2p"] == pytest.approx(2 * (pp - 1) * hop, rel=1e-9)
+
+
+def test_stage_flops_add_up_to_the_model():
+    for recipe in ("kimi_k2_muon", "qwen3_30b_a3b_muon", "deepseek_v3_adamw"):
+        run = compose_run(recipe, [])
+        per_token = sum(w.flops_per_token for w in pipeline_rank_work(run))
+        total = model_flops_per_step(run) / (run.train.gbs * run.train.seq_length)
+        assert per_token == pytest.approx(total, rel=1e-12)
+
+
+def test_collective_formulas_by_hand():
+    net = interconnect_for("gb300")
+    inside = tuple(range(8))
+    assert comm.all_reduce_s(1e9, inside, net) == pytest.approx(2 * 7 / 8 * 1e9 / NVLINK)
+    assert comm.reduce_scatter_s(1e9, inside, net) == pytest.approx(7 / 8 * 1e9 / NVLINK)
+    # 128 ranks over two 64-GPU blocks: hierarchical, the cross-block step on 1/64 of the data over the NICs.
+    across = tuple(range(128))
+    network = 100e9 * 0.85
+    assert comm.all_reduce_s(1e9, across, net) == pytest.approx(2 * 63 / 64 * 1e9 / NVLINK + 2 * 1 / 2 * 1e9 / 64 / network)
+    # All-to-all inside a block: 7/8 of the data leaves the rank over NVLink.
+    assert comm.all_to_all_s(1e9, inside, net) == pytest.approx(7 / 8 * 1e9 / NVLINK)
+    assert comm.all_reduce_s(1e9, (3,), net) == 0.0
+
+
+def test_solve_efficiency_inverts_evaluate():
+    inputs = synthetic(optimizer=(RankOptimizer(0.0, 0.002, 0.0),) * 4)
+    for eff in (0.1, 0.37, 0.9):
+        target = evaluate(inputs, eff).total_s
+        assert solve_efficiency(inputs, target) == pytest.approx(eff, rel=1e-9)
+    with pytest.raises(ValueError, match="cannot reach"):
+        solve_efficiency(inputs, 0.001)

@@ -1,0 +1,87 @@
+"""plan.json's projection section, its summary lines, the sweep ranking and the interconnect data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launch.sweep import plan_sweep
+from optbench.config.compose import compose_run, list_group_options, repo_root
+from optbench.hardware import gpu_catalog
+from optbench.plan import build_plan, format_summary
+from optbench.projection.interconnect import interconnect_catalog
+from optbench.projection.ranking import rank_by_projection, ranking_lines
+from optbench.projection.twin import twin_recipe
+
+FIELDS = ("step_time_s", "tflops_per_gpu", "tflops_per_gpu_with_ns", "mfu", "breakdown_s", "efficiency")
+
+
+def test_kimi_k2_muon_plan_has_projection_twin_and_decomposition() -> None:
+    plan = build_plan(compose_run("kimi_k2_muon", []))
+    p = plan["projection"]
+    assert p["available"] and all(field in p for field in FIELDS)
+    assert set(p["mfu"]) == {"gb300_fp8", "gb300_bf16"}
+    assert p["step_time_s"] == pytest.approx(sum(p["breakdown_s"].values()), abs=1e-3)
+    assert p["tflops_per_gpu_with_ns"] > p["tflops_per_gpu"]
+    twin, overhead = p["adamw_twin"], p["muon_overhead"]
+    assert twin["recipe"] == "kimi_k2_adamw" and twin["tflops_per_gpu"] > p["tflops_per_gpu"]
+    assert overhead["total_s"] == pytest.approx(p["step_time_s"] - twin["step_time_s"], abs=1e-3)
+    assert sum(overhead["parts_s"].values()) == pytest.approx(overhead["total_s"], abs=1e-4)
+    assert overhead["parts_s"]["newton_schulz_compute"] > 0 and overhead["twin_differs_in"] == []
+    assert set(p["what_if"]) >= {"param_gather_overlap", "syrk", "cost_balanced"}
+    assert p["what_if"]["syrk"]["win_s"] > 0
+    summary = format_summary(plan)
+    assert "  projection  step " in summary and "  vs AdamW    twin kimi_k2_adamw" in summary
+    assert "nvidia_blog_table1 26.02: 1029 model TFLOP/s/GPU; projected" in summary
+
+
+def test_qwen3_adamw_plan_projection() -> None:
+    plan = build_plan(compose_run("qwen3_30b_a3b_adamw", []))
+    p = plan["projection"]
+    assert p["available"] and all(field in p for field in FIELDS)
+    assert "adamw_twin" not in p and "muon_overhead" not in p
+    assert p["tflops_per_gpu"] == pytest.approx(713.0, abs=0.01)  # its own calibration anchor
+    assert p["tflops_per_gpu_with_ns"] == p["tflops_per_gpu"]
+
+
+def test_local_engine_needs_no_projection() -> None:
+    plan = build_plan(compose_run("qwen3_moe_tiny_muon", []))
+    assert plan["projection"]["available"] is False
+    assert "engine=local" in plan["projection"]["reason"]
+    assert "  projection  none: engine=local" in format_summary(plan)
+
+
+def test_twin_keeps_user_overrides_but_not_optimizer_ones() -> None:
+    run = compose_run("kimi_k2_muon", ["train.mbs=1", "optimizer.muon.tp_mode=duplicated"])
+    assert twin_recipe(run, ["train.mbs=1", "optimizer.muon.tp_mode=duplicated"]) == ("kimi_k2_adamw", ("train.mbs=1",))
+
+
+def test_sweep_points_ranked_by_projected_throughput(tmp_path: Path) -> None:
+    points = plan_sweep("qwen3_30b_a3b_muon", ["train.mbs=4,8", f"results_dir={tmp_path}"])
+    valid = [(p.name, p.plan) for p in points if p.valid]
+    assert len(valid) == 2
+    ranked = rank_by_projection(valid)
+    tflops = [plan["projection"]["tflops_per_gpu"] for _, plan in ranked]
+    assert tflops == sorted(tflops, reverse=True)
+    lines = ranking_lines(valid)
+    assert lines[0].startswith("Projected throughput")
+    assert lines[2].split()[:2] == ["1", ranked[0][0]] and lines[3].split()[:2] == ["2", ranked[1][0]]
+    unranked = ranking_lines([("x", {"projection": {"available": False, "reason": "not calibrated"}})])
+    assert unranked[-1].endswith("x: not ranked (not calibrated)")
+
+
+def test_interconnect_rows_cover_the_gpu_catalog_and_agree_with_cluster_presets() -> None:
+    import yaml
+
+    catalog = interconnect_catalog()
+    assert set(catalog) == set(gpu_catalog())
+    for row in catalog.values():
+        assert all(row.sources) and row.confidence
+        assert 0 < row.nvlink_efficiency <= 1 and 0 < row.network_efficiency <= 1 and 0 < row.hbm_efficiency <= 1
+        assert row.aligned_block_gpus <= row.nvlink_domain_gpus
+    for name in list_group_options("cluster"):
+        cluster = yaml.safe_load((repo_root() / "conf" / "cluster" / f"{name}.yaml").read_text())
+        if cluster["gpu"] in catalog:
+            assert cluster["nvlink_domain_size"] == catalog[cluster["gpu"]].nvlink_domain_gpus, name
+    assert catalog["gb300"].network_bytes_per_s == 100e9 and catalog["h100"].nvlink_bytes_per_s == 450e9

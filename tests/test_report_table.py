@@ -1,0 +1,190 @@
+"""`make table`: published rows beside measured fixture runs, plots, and the rules of docs/results.md."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_make
+from optbench.config.compose import compose_run
+from optbench.errors import UserError
+from optbench.report.collect import collect_runs
+from optbench.report.published import load_published
+from optbench.report.throughput import write_throughput
+from optbench.runs import save_resolved_config
+
+FIXTURES = Path(__file__).parent / "fixtures" / "report"
+ADAMW_RUN = "kimi_k2_tiny_adamw-20261120-100000"
+MUON_RUN = "kimi_k2_tiny_muon-20261120-100500"
+LOG_RUN = "kimi_k2_muon-20260401-100000"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _published(results: Path) -> None:
+    shutil.copytree(REPO / "results" / "published", results / "published")
+
+
+def _local_run(results: Path, run_id: str) -> Path:
+    directory = results / "runs" / run_id
+    shutil.copytree(FIXTURES / "runs" / run_id, directory)
+    recipe = run_id.rsplit("-", 2)[0]
+    save_resolved_config(compose_run(recipe, [f"run_id={run_id}"]), directory / "config.yaml")
+    return directory
+
+
+def _log_run(results: Path) -> Path:
+    directory = results / "runs" / LOG_RUN
+    directory.mkdir(parents=True)
+    shutil.copy(FIXTURES / "logs" / "bridge_kimi_k2_restart.log", directory / "log-kimi_k2_muon_0.out")
+    save_resolved_config(compose_run("kimi_k2_muon", [f"run_id={LOG_RUN}"]), directory / "config.yaml")
+    return directory
+
+
+@pytest.fixture
+def measured(results_dir: Path) -> Path:
+    _published(results_dir)
+    _local_run(results_dir, ADAMW_RUN)
+    _local_run(results_dir, MUON_RUN)
+    _log_run(results_dir)
+    return results_dir
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def _fixture_median(run_id: str, field: str, skip: int = 3) -> float:
+    lines = (FIXTURES / "runs" / run_id / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.endswith("}")]
+    return statistics.median(r[field] for r in records[skip:])
+
+
+def test_published_side_alone_says_nothing_was_measured(results_dir):
+    _published(results_dir)
+    out = write_throughput(results_dir)
+    text = out.markdown.read_text()
+    assert "Nothing was measured" in text
+    for figure in ("1,051", "1,080 = 1,029 model + 51 NS", "713", "721 = 686 model + 35 NS"):
+        assert figure in text
+    assert "1,037" in text and "bridge_perf_summary 26.02.01" in text and "bridge_perf_summary 26.06" in text
+    rows = _rows(out.csv)
+    assert len(rows) == len(load_published(results_dir / "published"))
+    assert all(r["measured_tflops_per_gpu_median"] == "" and r["run_id"] == "" for r in rows)
+    assert {"0.979", "1.028", "0.962", "1.011"} <= {t for t in text.replace("|", " ").split()}
+    assert all(p.read_bytes().startswith(PNG) for p in out.plots)
+
+
+def test_measured_rows_beside_published(measured):
+    out = write_throughput(measured)
+    rows = _rows(out.csv)
+    local = {r["optimizer"]: r for r in rows if r["model"] == "kimi_k2_tiny"}
+    assert set(local) == {"adamw", "muon"}
+    muon, adamw = local["muon"], local["adamw"]
+    # medians over the steps after the warm-up, the killed run's partial last line skipped
+    assert float(adamw["measured_tflops_per_gpu_median"]) == pytest.approx(_fixture_median(ADAMW_RUN, "tflops_per_gpu"))
+    assert float(muon["measured_tflops_per_gpu_with_ns_median"]) == pytest.approx(
+        _fixture_median(MUON_RUN, "tflops_per_gpu_with_ns")
+    )
+    assert muon["steps_used"] == "7" and muon["steps_total"] == "10"
+    ratio = _fixture_median(MUON_RUN, "tflops_per_gpu") / _fixture_median(ADAMW_RUN, "tflops_per_gpu")
+    assert float(muon["measured_muon_adamw_ratio_model"]) == pytest.approx(ratio)
+    assert muon["mfu_peak_key"] == "cpu_fp32_probe" and float(muon["mfu_peak_tflops"]) == 0.085
+    assert muon["command"] == "make pretrain RECIPE=kimi_k2_tiny_muon" and "torch 2.13.0+cpu" in muon["versions"]
+    assert muon["git_commit"].endswith("+dirty") and muon["family"] == "kimi_k2"
+    assert muon["published_tflops_per_gpu"] == "" and muon["delta_to_published"] == ""
+
+    text = out.markdown.read_text()
+    assert text.splitlines()[2].startswith("Measured here: local engine on cpu; megatron log on gb300 (3 run(s)).")
+    assert "% of cpu_fp32_probe 85.0 GFLOP/s" in text
+    assert "none published" in text and "not measured" in text
+
+
+def test_raw_log_row_compares_like_with_like(measured):
+    rows = _rows(write_throughput(measured).csv)
+    muon_gb300 = [r for r in rows if (r["model"], r["gpu"], r["optimizer"]) == ("kimi_k2", "gb300", "muon")]
+    by_release = {r["published_release"]: r for r in muon_gb300}
+    bridge = by_release["26.02.01"]  # Bridge counts model FLOPs: compared with the log's model-only median
+    median = float(bridge["measured_tflops_per_gpu_median"])
+    assert median == pytest.approx(statistics.median([1031.4, 1037.0, 1038.5, 1034.6, 1036.2, 1037.4, 1036.6, 1035.3]))
+    assert float(bridge["delta_to_published"]) == pytest.approx(median / 1037 - 1)
+    assert bridge["delta_basis"] == "model" and bridge["mfu_peak_key"] == "gb300_fp8"
+    blog = by_release["26.02"]  # the blog counts Newton-Schulz FLOPs: compared with model + our NS count
+    with_ns = float(blog["measured_tflops_per_gpu_with_ns_median"])
+    assert with_ns > median and blog["delta_basis"] == "model+newton_schulz"
+    assert float(blog["delta_to_published"]) == pytest.approx(with_ns / 1080 - 1)
+    adamw = [r for r in rows if (r["model"], r["gpu"], r["optimizer"]) == ("kimi_k2", "gb300", "adamw")]
+    assert adamw and all(r["measured_tflops_per_gpu_median"] == "" for r in adamw)  # missing stays missing
+
+
+def test_plots_written(measured):
+    out = write_throughput(measured)
+    names = {p.name for p in out.plots}
+    assert {"throughput_kimi_k2.png", "loss_kimi_k2.png", "throughput_qwen3_30b_a3b.png"} <= names
+    assert all(p.stat().st_size > 5000 and p.read_bytes().startswith(PNG) for p in out.plots)
+    assert "![plots/throughput_kimi_k2.png](plots/throughput_kimi_k2.png)" in out.markdown.read_text()
+
+
+def test_most_recent_run_wins_and_others_are_listed(measured):
+    newer = "kimi_k2_tiny_adamw-20261121-090000"
+    shutil.copytree(measured / "runs" / ADAMW_RUN, measured / "runs" / newer)
+    summary_path = measured / "runs" / newer / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary.update(run_id=newer, started="2026-11-21T09:00:00+00:00")
+    summary_path.write_text(json.dumps(summary))
+    rows = _rows(write_throughput(measured).csv)
+    adamw = next(r for r in rows if (r["model"], r["optimizer"]) == ("kimi_k2_tiny", "adamw"))
+    assert adamw["run_id"] == newer and adamw["other_run_ids"] == ADAMW_RUN
+
+
+def test_unreadable_run_dirs_are_skipped_with_reason(measured):
+    (measured / "runs" / "empty-run").mkdir()
+    broken = measured / "runs" / "broken-run"
+    broken.mkdir()
+    (broken / "metrics.jsonl").write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    collection = collect_runs(measured)
+    reasons = dict(collection.skipped)
+    assert "no metrics.jsonl and no log file" in reasons[str(measured / "runs" / "empty-run")]
+    assert "corrupt metrics line" in reasons[str(broken)]
+    assert len(collection.runs) == 3
+    assert "Skipped:" in write_throughput(measured).markdown.read_text()
+
+
+def test_a_log_without_config_is_a_clear_error(tmp_path, results_dir):
+    _published(results_dir)
+    log = tmp_path / "orphan.log"
+    shutil.copy(FIXTURES / "logs" / "bridge_kimi_k2_restart.log", log)
+    with pytest.raises(UserError, match="cannot tell which model"):
+        write_throughput(results_dir, extra_logs=[log])
+
+
+def test_bad_published_number_names_file_line_and_column(tmp_path):
+    source = REPO / "results" / "published"
+    shutil.copytree(source, tmp_path / "published")
+    path = tmp_path / "published" / "published.csv"
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1].replace(",1051,", ",1O51,")
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError) as err:
+        load_published(tmp_path / "published")
+    assert "published.csv:2: column tflops_per_gpu is '1O51'" in str(err.value)
+
+
+def test_published_split_adds_up():
+    for row in load_published(REPO / "results" / "published"):
+        if row.ns_tflops_per_gpu is not None:
+            assert row.model_tflops_per_gpu + row.ns_tflops_per_gpu == row.tflops_per_gpu
+
+
+def test_make_table_end_to_end(measured):
+    done = run_make("table", "WARMUP=2", env={"OPTBENCH_RESULTS_DIR": str(measured)})
+    assert done.returncode == 0, done.stderr
+    assert "3 measured run(s)" in done.stdout
+    assert "after the first 2 of every segment" in (measured / "throughput.md").read_text()
+    bad = run_make("table", "WARMUP=x", env={"OPTBENCH_RESULTS_DIR": str(measured)})
+    assert bad.returncode == 2 and bad.stderr.splitlines()[0] == "error: WARMUP: 'x' is not a whole number of steps"
