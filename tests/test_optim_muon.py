@@ -247,9 +247,13 @@ def test_clear_errors():
     Muon([nn.Parameter(torch.zeros(4, 4))], ns_steps=3, coefficients="simple")  # any count for one tuple
 
 
-def test_precision_resolution():
+def test_precision_resolution(monkeypatch):
     assert auto_matmul_precision("cuda") == "medium"
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
     expected = "medium" if torch.cpu._is_amx_tile_supported() else "highest"
     assert auto_matmul_precision("cpu") == expected
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert auto_matmul_precision("cpu") == "highest", "oneDNN kept off AMX: bf16 GEMMs are slow"
     assert resolve_matmul_precision("high", "cpu") == "high"
     assert len(COEFFICIENT_SETS["quintic"]) == 5 and len(COEFFICIENT_SETS["simple"]) == 1

@@ -23,7 +23,7 @@ from torch import nn
 
 from optbench.config.schema import ModelConfig, OptimizerConfig
 from optbench.optim import build_optimizer
-from optbench.optim.newton_schulz import MATMUL_PRECISIONS, newton_schulz, ns_matmul_flops, resolve_matmul_precision
+from optbench.optim.newton_schulz import newton_schulz, ns_matmul_flops, resolve_matmul_precision
 from optbench.optim.routing import MUON, route_parameters
 from optbench.optim.syrk import computed_fraction
 
@@ -84,6 +84,7 @@ def step_times(
     rounds: int = 5,
     warmup: int = 2,
     seed: int = 0,
+    precisions: tuple[str, ...] = ("highest", "medium"),
 ) -> dict:
     """Median step seconds of every variant on one proxy, plus what it stepped."""
     from optbench.engine.local.model import build_model
@@ -101,7 +102,7 @@ def step_times(
             setattr(optimizer.muon, key, value)
         return optimizer
 
-    ours = {precision: fresh(_muon_config(muon_config, precision)) for precision in MATMUL_PRECISIONS if precision != "high"}
+    ours = {precision: fresh(_muon_config(muon_config, precision)) for precision in dict.fromkeys((*precisions, auto))}
     unbatched = fresh(_muon_config(muon_config, auto), batch_same_shapes=False)
     training_muon = fresh(_muon_config(muon_config, auto))
     training_adamw = fresh(adamw_config)
@@ -124,7 +125,7 @@ def step_times(
         "muon_step_s": medians[f"muon_{auto}"],
         "torch_muon_step_s": medians["torch_muon"],
         "speedup_vs_torch_muon": medians["torch_muon"] / medians[f"muon_{auto}"],
-        "speedup_vs_torch_muon_fp32": medians["torch_muon"] / medians["muon_highest"],
+        "speedup_vs_torch_muon_fp32": medians["torch_muon"] / medians["muon_highest"] if "muon_highest" in medians else None,
         "batching_speedup": medians["muon_unbatched"] / medians[f"muon_{auto}"],
         "muon_vs_adamw_training_step": medians["training_step_muon"] / medians["training_step_adamw"],
         "rounds": rounds,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -43,13 +43,19 @@ from optbench.optim.tensor_parallel import check_tp_mode, newton_schulz_tp, scal
 
 
 @dataclass
-class _ShapeBatch:
-    """Matrices of one shape (and TP placement) to orthogonalize together, and where each result goes."""
+class _Piece:
+    """Matrices of one parameter's update that go into one shape batch."""
 
-    inputs: list[torch.Tensor] = field(default_factory=list)
-    """Each [b, rows, cols] float32."""
-    destinations: list[torch.Tensor] = field(default_factory=list)
-    """Views the scaled results are copied into (any shape with b * rows * cols elements)."""
+    param: torch.Tensor
+    """The parameter (its update's shape)."""
+    key: tuple
+    """(rows, cols, partition_dim, is_expert[, unbatched id]): which batch."""
+    count: int
+    """Matrices in this piece (experts of a stack, 1 for a plain matrix)."""
+    block: tuple[int, int, int] | None = None
+    """For a QKV block: (query groups, row offset in a group, rows in a group)."""
+    offset: int = 0
+    """First matrix of this piece in its batch."""
 
 
 class Muon(torch.optim.Optimizer):
@@ -166,8 +172,7 @@ class Muon(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        batches: dict[tuple, _ShapeBatch] = {}
-        pending: list[tuple[list[torch.Tensor], list[torch.Tensor], float]] = []
+        work = []  # (group, params, grads, buffers, pieces per param)
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
@@ -178,51 +183,86 @@ class Muon(torch.optim.Optimizer):
             if wd > 0.0:
                 torch._foreach_add_(params, params, alpha=-lr * wd)
             torch._foreach_lerp_(buffers, grads, 1.0 - beta)
-            updates = torch._foreach_lerp(grads, buffers, beta) if group["nesterov"] else buffers
-            results = [torch.empty_like(u) for u in updates]
-            for index, (update, result) in enumerate(zip(updates, results)):
-                self._queue(batches, group, update, result, index)
-            pending.append((params, results, lr))
-        self.last_ns_time_s = self._orthogonalize_all(batches)
-        for params, results, lr in pending:
-            torch._foreach_add_(params, results, alpha=-lr)
+            work.append((group, params, grads, buffers, [self._pieces(group, p) for p in params]))
+        # Every matrix of one shape goes into one contiguous batch, written there directly by the
+        # Nesterov step (no per-matrix copies), orthogonalized by one batched call, and read back as views.
+        sizes: dict[tuple, int] = {}
+        for *_, pieces in work:
+            for piece in (x for per_param in pieces for x in per_param):
+                piece.offset = sizes.get(piece.key, 0)
+                sizes[piece.key] = piece.offset + piece.count
+        device = work[0][1][0].device if work else torch.device("cpu")
+        stacks = {key: torch.empty(n, key[0], key[1], device=device) for key, n in sizes.items()}
+        for group, params, grads, buffers, pieces in work:
+            for grad, buffer, per_param in zip(grads, buffers, pieces):
+                self._fill(stacks, group, grad, buffer, per_param)
+        self.last_ns_time_s, results = self._orthogonalize_all(stacks)
+        for group, params, _, _, pieces in work:
+            updates = [self._collect(results, per_param) for per_param in pieces]
+            torch._foreach_add_(params, updates, alpha=-group["lr"])
         return loss
 
-    def _queue(self, batches, group, update: torch.Tensor, result: torch.Tensor, index: int) -> None:
-        """Add the matrices of one parameter's update to the shape batches."""
-        lead = update.shape[:-2]
-        rows, cols = update.shape[-2:]
-        pieces: list[tuple[torch.Tensor, torch.Tensor]] = []
+    def _pieces(self, group: dict, p: torch.Tensor) -> list[_Piece]:
+        """How one parameter's update splits into same-shape matrices (one piece, or Q, K, V blocks)."""
+        *lead, rows, cols = p.shape
+        count = lead[0] if lead else 1
+        base = (group["partition_dim"], bool(group["is_expert"]))
+        if not self.batch_same_shapes:
+            base = base + (id(p),)
         shapes = group["qkv_split_shapes"]
-        if shapes is not None and self.split_qkv:
-            num_groups = rows // sum(shapes)
-            grouped_in = update.view(*lead, num_groups, sum(shapes), cols)
-            grouped_out = result.view(*lead, num_groups, sum(shapes), cols)
-            offset = 0
-            for size in shapes:
-                block = grouped_in[..., offset : offset + size, :].reshape(*lead, num_groups * size, cols)
-                pieces.append((block, grouped_out[..., offset : offset + size, :]))
-                offset += size
-        else:
-            pieces.append((update, result))
-        for source, destination in pieces:
-            matrices = source.reshape(-1, *source.shape[-2:])
-            key = (tuple(matrices.shape[-2:]), group["partition_dim"], bool(group["is_expert"]))
-            if not self.batch_same_shapes:
-                key = key + (len(batches), index)
-            batch = batches.setdefault(key, _ShapeBatch())
-            batch.inputs.append(matrices)
-            batch.destinations.append(destination)
+        if shapes is None or not self.split_qkv:
+            return [_Piece(p, (rows, cols, *base), count)]
+        groups, offset, pieces = rows // sum(shapes), 0, []
+        for size in shapes:
+            pieces.append(_Piece(p, (groups * size, cols, *base), count, (groups, offset, size)))
+            offset += size
+        return pieces
 
-    def _orthogonalize_all(self, batches: dict[tuple, _ShapeBatch]) -> float:
-        """Orthogonalize and scale every batch into its destinations; returns the wall time it took."""
-        device = next((b.inputs[0].device for b in batches.values()), torch.device("cpu"))
+    def _fill(self, stacks, group, grad: torch.Tensor, buffer: torch.Tensor, pieces: list[_Piece]) -> None:
+        """Write the (Nesterov) momentum update of one parameter into its batch slots."""
+        beta = group["momentum"]
+        if pieces[0].block is None:
+            piece = pieces[0]
+            target = stacks[piece.key][piece.offset : piece.offset + piece.count].view(grad.shape)
+            if group["nesterov"]:
+                torch.lerp(grad, buffer, beta, out=target)
+            else:
+                target.copy_(buffer)
+            return
+        update = grad.lerp(buffer, beta) if group["nesterov"] else buffer
+        *lead, rows, cols = update.shape
+        for piece in pieces:
+            groups, offset, size = piece.block
+            grouped = update.view(*lead, groups, rows // groups, cols)[..., offset : offset + size, :]
+            slots = stacks[piece.key][piece.offset : piece.offset + piece.count]
+            slots.view(*lead, groups, size, cols).copy_(grouped)
+
+    @staticmethod
+    def _collect(results: dict, pieces: list[_Piece]) -> torch.Tensor:
+        """One parameter's scaled orthogonal update: a view of its batch, or its QKV blocks reassembled."""
+        p = pieces[0].param
+        if pieces[0].block is None:
+            piece = pieces[0]
+            return results[piece.key][piece.offset : piece.offset + piece.count].reshape(p.shape)
+        update = torch.empty(p.shape, dtype=torch.float32, device=p.device)
+        *lead, rows, cols = p.shape
+        for piece in pieces:
+            groups, offset, size = piece.block
+            blocks = results[piece.key][piece.offset : piece.offset + piece.count].reshape(*lead, groups, size, cols)
+            update.view(*lead, groups, rows // groups, cols)[..., offset : offset + size, :].copy_(blocks)
+        return update
+
+    def _orthogonalize_all(self, stacks: dict[tuple, torch.Tensor]) -> tuple[float, dict[tuple, torch.Tensor]]:
+        """Scaled orthogonalization of every batch, and the wall time it took."""
+        device = next((t.device for t in stacks.values()), torch.device("cpu"))
         _synchronize(device)
         start = time.perf_counter()
-        for ((rows, cols), partition_dim, is_expert), batch in ((k[:3], v) for k, v in batches.items()):
+        results = {}
+        for key, stacked in stacks.items():
+            rows, cols, partition_dim, is_expert = key[:4]
             group = self.expert_tp_group if is_expert else self.tp_group
-            stacked = batch.inputs[0] if len(batch.inputs) == 1 else torch.cat(batch.inputs)
-            orthogonal = newton_schulz_tp(
+            full_rows, full_cols = scale_shape(rows, cols, partition_dim, self.tp_mode, tp_world(group))
+            results[key] = newton_schulz_tp(
                 stacked,
                 self.ns_steps,
                 self.coefficients,
@@ -231,16 +271,10 @@ class Muon(torch.optim.Optimizer):
                 mode=self.tp_mode,
                 precision=self.precision,
                 syrk=self.syrk,
+                scale=muon_scale_factor(full_rows, full_cols, self.scale_mode) * self.extra_scale_factor,
             )
-            full_rows, full_cols = scale_shape(rows, cols, partition_dim, self.tp_mode, tp_world(group))
-            orthogonal.mul_(muon_scale_factor(full_rows, full_cols, self.scale_mode) * self.extra_scale_factor)
-            offset = 0
-            for source, destination in zip(batch.inputs, batch.destinations):
-                count = source.shape[0]
-                destination.copy_(orthogonal[offset : offset + count].reshape(destination.shape))
-                offset += count
         _synchronize(device)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, results
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load, keeping momentum buffers in fp32 (torch casts state to the parameter dtype)."""

@@ -19,6 +19,7 @@ flattens a 3-D tensor into one matrix (its conv1d case, which Megatron never hit
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 import torch
@@ -84,9 +85,10 @@ def ns_matmul_flops(rows: int, cols: int, steps: int, syrk: bool = False) -> flo
 def auto_matmul_precision(device: torch.device | str) -> str:
     """The fast precision on ``device``: "medium" (bf16 products) where bf16 GEMMs are fast, else "highest".
 
-    CUDA GPUs run bf16 on tensor cores. On CPUs, bf16 GEMMs are much slower than fp32 ones unless
-    the CPU has AMX tiles (Intel Sapphire Rapids and later), where they are 2-4x faster (measured,
-    see docs/optimizer.md); so "medium" there and "highest" on every other CPU.
+    CUDA GPUs run bf16 on tensor cores. On CPUs it depends on the ISA oneDNN may use (measured on
+    one Sapphire Rapids core, 16 x 256 x 256 bmm, see docs/optimizer.md): with AMX tiles bf16 is
+    ~13x faster than fp32; with AVX512-BF16 alone about as fast; with AVX2 only ~5x slower. So
+    "medium" with AMX (unless ``ONEDNN_MAX_CPU_ISA`` rules it out) and "highest" on every other CPU.
     """
     device = torch.device(device)
     if device.type == "cuda":
@@ -97,6 +99,10 @@ def auto_matmul_precision(device: torch.device | str) -> str:
 
 
 def _cpu_has_amx_bf16() -> bool:
+    """AMX tiles present and not switched off for oneDNN (which runs PyTorch's bf16 CPU GEMMs)."""
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "ALL")).upper()
+    if limit != "ALL" and "AMX" not in limit:
+        return False
     probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
     try:
         return bool(probe()) if probe is not None else False
@@ -134,13 +140,15 @@ def newton_schulz(
     transpose: bool | None = None,
     tp_group: dist.ProcessGroup | None = None,
     syrk: bool = False,
+    scale: float = 1.0,
 ) -> torch.Tensor:
-    """Orthogonalize ``x`` ([..., m, n], float32); returns a new float32 tensor of the same shape.
+    """Orthogonalize ``x`` ([..., m, n], float32); returns a new float32 tensor of the same shape, times ``scale``.
 
     With ``tp_group`` the input is this rank's shard of a matrix split along the dimension that
     ``transpose`` makes the contraction (columns after the transpose): the norm and every Gram
     matrix X X^T are summed over the group ("distributed" tensor-parallel mode).
     ``syrk`` computes the two symmetric products (X X^T and A A) one block triangle at a time.
+    The result may be a transposed view (it is the transpose of the iteration's contiguous buffer).
     """
     if x.ndim < 2:
         raise ValueError(f"Newton-Schulz needs a matrix or a batch of matrices, got shape {tuple(x.shape)}")
@@ -155,23 +163,32 @@ def newton_schulz(
         transpose = x.size(-2) > x.size(-1)
     if transpose:
         x = x.mT
-    X = _normalize(x, eps, tp_group)
+    # "medium": PyTorch has no fp32-in/bf16-compute GEMM, so X itself is bf16 during the iteration.
+    X = _normalized(x, eps, tp_group, torch.bfloat16 if precision == "medium" else torch.float32)
     with matmul_precision(precision):
-        if precision == "medium":
-            X = X.to(torch.bfloat16)
         for a, b, c in schedule:
             X = _step(X, a, b, c, tp_group, syrk)
-    X = X.to(torch.float32)
+    if X.dtype == torch.float32:
+        X = X.mul_(scale) if scale != 1.0 else X
+    else:
+        X = torch.empty(X.shape, dtype=torch.float32, device=X.device).copy_(X).mul_(scale)
     if transpose:
         X = X.mT
     return X.reshape(*batch_shape, *X.shape[-2:])
 
 
-def _normalize(x: torch.Tensor, eps: float, tp_group: dist.ProcessGroup | None) -> torch.Tensor:
-    squares = x.square().sum(dim=(-2, -1), keepdim=True)
+def _normalized(x: torch.Tensor, eps: float, tp_group: dist.ProcessGroup | None, dtype: torch.dtype) -> torch.Tensor:
+    """x / max(||x||_F, eps) per matrix, written in one pass into a contiguous tensor of ``dtype``.
+
+    The quotient is computed in fp32 and rounded once, as upstream's normalize-then-cast does.
+    """
+    norm = torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True)
     if tp_group is not None:
+        squares = norm.square()
         dist.all_reduce(squares, group=tp_group)
-    return x / squares.sqrt().clamp_min(eps)
+        norm = squares.sqrt()
+    out = torch.empty(x.shape, dtype=dtype, device=x.device)
+    return torch.div(x, norm.clamp_min(eps), out=out)
 
 
 def _step(X: torch.Tensor, a: float, b: float, c: float, tp_group, syrk: bool) -> torch.Tensor:

@@ -57,11 +57,12 @@ def newton_schulz_tp(
     mode: str,
     precision: str = "highest",
     syrk: bool = False,
+    scale: float = 1.0,
 ) -> torch.Tensor:
-    """This rank's shard of the orthogonalized matrix (or batch) whose shard ``x`` is."""
+    """This rank's shard of the orthogonalized matrix (or batch) whose shard ``x`` is, times ``scale``."""
     check_tp_mode(mode)
     world = tp_world(tp_group)
-    kwargs = dict(steps=steps, coefficients=coefficients, precision=precision, syrk=syrk)
+    kwargs = dict(steps=steps, coefficients=coefficients, precision=precision, syrk=syrk, scale=scale)
     if partition_dim is None or world == 1 or mode == "blockwise":
         return newton_schulz(x, **kwargs)
     if partition_dim not in (0, 1):

@@ -16,7 +16,6 @@ the efficiency is always re-calibrated on AdamW only.
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any

@@ -44,7 +44,7 @@ def _groups(table: Table, family: str) -> list[dict]:
             group["published"][row.optimizer] = pub
         if row.throughput is not None and row.throughput.tflops_per_gpu is not None:
             key = ("measured", row.model, row.gpu, row.precision)
-            group = groups.setdefault(key, {"label": f"{row.model}\n{row.gpu} {row.precision}\nmeasured\n{row.run.run_id[-15:]}",
+            group = groups.setdefault(key, {"label": f"{row.model}\n{row.gpu} {row.precision}\nmeasured",
                                             "published": {}, "measured": {}})
             group["measured"][row.optimizer] = row.throughput
     return list(groups.values())
@@ -124,7 +124,7 @@ def plot_throughput(table: Table, family: str, path: str | Path) -> Path:
         right.text(0.5, 0.5, "no configuration\nwith both optimizers", ha="center", va="center", transform=right.transAxes)
     else:
         values = [v for pair in ratio_measured + ratio_published if pair for v in pair if v]
-        right.set_ylim(min(0.8, min(values) - 0.05), max(1.2, max(values) + 0.05))
+        right.set_ylim(0 if min(values) < 0.8 else 0.8, max(1.2, max(values) + 0.05))
     figure.tight_layout()
     return _save(figure, Path(path))
 

@@ -3,9 +3,10 @@
 One process per data-parallel rank. Under ``torchrun`` the process group comes from the environment
 (gloo on CPU, nccl on GPU); a single process needs none. Compute precision follows the device:
 
-* CPU: fp32 weights and fp32 compute (bf16 matmuls run ~10x slower than fp32 on CPUs); each process
-  gets ``cores / processes`` threads. MFU divides by a peak *measured* at start (see
-  :func:`cpu_matmul_probe`), because a CPU has no datasheet tensor peak.
+* CPU: fp32 weights and fp32 compute; each process gets ``OMP_NUM_THREADS`` threads, else
+  ``cores / processes``; torch's deterministic algorithms, so a run is bitwise reproducible at a given
+  thread count. MFU divides by a peak *measured* at start (see :func:`cpu_matmul_probe`), because a
+  CPU has no datasheet tensor peak.
 * GPU: fp32 weights, gradients and optimizer state, bf16 autocast for the forward and backward
   (precision=bf16); MFU divides by the GPU's datasheet peak from ``optbench/data/gpus.csv``.
 """
@@ -215,6 +216,9 @@ def init_runtime(run: RunConfig) -> Runtime:
             precision="bf16 autocast (fp32 weights and optimizer state)", precision_key="bf16",
             autocast_dtype=torch.bfloat16, peaks=peaks_for(gpu, run.precision),
         )
+    # Bitwise-reproducible CPU runs (resume == uninterrupted): without this, Muon's bf16 (AMX) Newton-Schulz
+    # GEMMs with 2+ threads differ from run to run in the last bits; measured cost: none.
+    torch.use_deterministic_algorithms(True, warn_only=True)
     description = f"cpu: {_cpu_name()}, {world} processes x {threads} threads"
     return Runtime(
         rank, world, local_rank, device, threads, "cpu", description, precision="fp32", precision_key="fp32",
