@@ -2,7 +2,7 @@
 #
 # Run targets take a recipe and Hydra overrides exactly as typed, e.g.
 #   make plan RECIPE=kimi_k2_muon parallel.pp=8 parallel.ep=32
-# Every lower-case key=value word is a Hydra override; upper-case ones (RECIPE, PYTHON) configure make.
+# Every lower-case key=value word is a Hydra override; upper-case ones (RECIPE, PYTHON, ...) configure make.
 # The overrides reach Python through the environment, never through a shell.
 
 SHELL := /bin/bash
@@ -19,10 +19,14 @@ export OPTBENCH_MAKE_OVERRIDES := $(MAKEOVERRIDES)
 export OPTBENCH_RECIPE := $(RECIPE)
 LAUNCH := $(PY) -m launch
 
-.PHONY: help setup setup-container test plan pretrain sweep recipes clean
+# Report options are upper-case variables read only when typed on the make command line, so that an
+# unrelated MODEL or TARGET in your shell's environment is ignored.
+typed = $(if $(filter command line,$(origin $(1))),$($(1)))
+
+.PHONY: help setup setup-container test recipes plan pretrain sweep bench table compare clean
 
 help: ## List every target with what it does
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  Variables: RECIPE=<name> (default $(RECIPE)); any lower-case key=value is a Hydra override."
 
 setup: ## Create .venv and install the project with its local, launch and test extras (CPU torch)
@@ -31,6 +35,10 @@ setup: ## Create .venv and install the project with its local, launch and test e
 	$(PIP) install -e ".[local,launch,dev]"
 	# Megatron Bridge's source only (its dependencies need CUDA): the adapter tests read its dataclasses.
 	$(PIP) install --no-deps megatron-bridge==0.3.1
+
+setup-container: ## Inside the NeMo container: install optbench with --no-deps (keeps its torch, Megatron, TE)
+	$(CONTAINER_PYTHON) -m pip install --no-deps --no-build-isolation -e .
+	$(CONTAINER_PYTHON) -c "import hydra, omegaconf, yaml, optbench.bridge.entry; print('optbench installed; torch, megatron-core, megatron-bridge and transformer-engine untouched')"
 
 test: ## Run the test suite (no GPU, no cluster, no network)
 	$(PY) -m pytest
@@ -44,26 +52,20 @@ plan: ## Validate RECIPE with overrides and write results/plans/<recipe>/plan.js
 pretrain: ## Validate, plan and launch RECIPE (default: the tiny Muon recipe on this machine)
 	@$(LAUNCH) pretrain --from-make
 
-sweep: ## Validate and plan every point of a sweep (parallel.ep=32,64 parallel.pp=4,8), launch the valid ones
+sweep: ## Validate, plan and rank every point of a sweep (parallel.ep=32,64 parallel.pp=4,8); launch the valid ones
 	@$(LAUNCH) sweep --from-make
 
-.PHONY: bench
-bench: ## Run the benchmarks (optimizer step times, SYRK, layer-wise imbalance) into results/bench/
+bench: ## Benchmarks into results/bench/: optimizer step times and imbalance, `make pretrain` wall time
 	$(PY) -m optbench.bench
 
-# Reports. Options are upper-case make variables taken only from the command line (an unrelated MODEL or
-# TARGET in your shell's environment is ignored); lower-case key=value words after `make compare` are
-# Hydra overrides applied to both runs of the pair. docs/results.md explains both outputs.
 #   make table [WARMUP=3] [LOGS="path/to/bridge.log ..."]
-#   make compare [MODEL=kimi_k2_tiny] [SEEDS=3 | SEEDS=1,2,3] [TARGET=auto | TARGET=4.5] [ITERS=<steps>]
-#                [WINDOW=5] [MUON_RECIPE=<recipe> ADAMW_RECIPE=<recipe>] [REUSE=compare-<model>-<time>] [train.gbs=8 ...]
-typed = $(if $(filter command line,$(origin $(1))),$($(1)))
-.PHONY: table compare
 table: export OPTBENCH_TABLE_WARMUP = $(call typed,WARMUP)
 table: export OPTBENCH_TABLE_LOGS = $(call typed,LOGS)
 table: ## Write results/throughput.{md,csv} + plots: published rows beside measured runs (WARMUP=3 LOGS=<bridge logs>)
 	@$(PY) -m optbench.report table --from-make
 
+#   make compare [MODEL=kimi_k2_tiny] [SEEDS=3 | SEEDS=1,2,3] [TARGET=auto | TARGET=4.5] [ITERS=<steps>]
+#                [WINDOW=5] [MUON_RECIPE=<recipe> ADAMW_RECIPE=<recipe>] [REUSE=compare-<model>-<time>] [train.gbs=8 ...]
 compare: export OPTBENCH_COMPARE_MODEL = $(call typed,MODEL)
 compare: export OPTBENCH_COMPARE_SEEDS = $(call typed,SEEDS)
 compare: export OPTBENCH_COMPARE_TARGET = $(call typed,TARGET)
@@ -75,10 +77,6 @@ compare: export OPTBENCH_COMPARE_REUSE = $(call typed,REUSE)
 compare: ## Train MODEL's Muon and AdamW recipes over SEEDS to a TARGET loss; time-to-target in results/compare.md
 	@$(PY) -m optbench.report compare --from-make
 
-setup-container: ## Inside the NeMo container: install optbench with --no-deps (keeps its torch, Megatron, TE)
-	$(CONTAINER_PYTHON) -m pip install --no-deps --no-build-isolation -e .
-	$(CONTAINER_PYTHON) -c "import hydra, omegaconf, yaml, optbench.bridge.entry; print('optbench installed; torch, megatron-core, megatron-bridge and transformer-engine untouched')"
-
-clean: ## Remove run outputs (results/runs, results/plans) and caches; keeps .venv
+clean: ## Remove run outputs (results/runs, results/plans, results/wandb) and caches; keeps .venv
 	rm -rf results/runs results/plans results/sweeps results/wandb results/checkpoints .pytest_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -14,13 +14,16 @@ the recipe and overrides come from the environment the Makefile exports (see mak
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 from collections.abc import Sequence
 
 from launch.make_args import overrides_from_make, recipe_from_make
 from optbench.config.compose import compose_run, list_recipes
 from optbench.errors import exit_on_user_error
-from optbench.plan import build_plan, format_summary, write_plan
+from optbench.metrics.summary import COMMAND_ENV
+from optbench.plan import build_plan, format_summary, recorded_overrides, write_plan
 from optbench.validate import validate
 
 TRUE_WORDS = ("true", "True", "1", "yes")
@@ -86,6 +89,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def typed_command(command: str, recipe: str, overrides: Sequence[str], from_make: bool) -> str:
+    """How the user launched this, for a run's provenance (secret values hidden)."""
+    words = [*recorded_overrides(overrides)]
+    if from_make:
+        return shlex.join(["make", command, f"RECIPE={recipe}", *words])
+    return shlex.join(["python", "-m", "launch", command, recipe, *words])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "from_make", False):
@@ -96,5 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hasattr(args, "recipe") and not args.recipe:
         print("error: RECIPE: name a recipe; `python -m launch recipes` lists them", file=sys.stderr)
         return 2
+    if hasattr(args, "recipe"):
+        os.environ.setdefault(COMMAND_ENV, typed_command(args.command, args.recipe, args.overrides, args.from_make))
     with exit_on_user_error(debug=wants_debug(getattr(args, "overrides", []))):
         return args.func(args)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,7 +93,14 @@ def require_slurm(run: RunConfig, dryrun: bool) -> None:
                 "cluster, or add dryrun=true to only render the job script (recipes *_tiny_* run on this machine)",
             )
         )
-    if not cluster.account:
+    if not cluster.account and dryrun:
+        # The rendered script never holds the account (sbatch gets it from SBATCH_ACCOUNT at submission).
+        print(
+            f"note: cluster.account: not set; submitting to {cluster.name} will need SBATCH_ACCOUNT or "
+            f"account: in conf/local/{cluster.name}.yaml",
+            file=sys.stderr,
+        )
+    elif not cluster.account:
         raise UserError(
             Problem(
                 "cluster.account",

@@ -112,10 +112,24 @@ def test_unknown_cluster(account: str, capsys) -> None:
     assert code == 2 and error_line(err).startswith("error: cluster: no option 'gb400_nvl72'")
 
 
-def test_missing_account(monkeypatch: pytest.MonkeyPatch, capsys, tmp_path: Path) -> None:
+def test_missing_account_stops_a_submission(monkeypatch: pytest.MonkeyPatch, capsys, tmp_path: Path) -> None:
+    monkeypatch.delenv("SBATCH_ACCOUNT", raising=False)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/sh\necho should-not-run >&2\nexit 1\n")
+    (fake / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    code, _, err = launch(capsys, "pretrain", "kimi_k2_muon", "cluster.account=null", f"results_dir={tmp_path}")
+    assert code == 2 and error_line(err).startswith("error: cluster.account: no Slurm account for gb300_nvl72")
+    assert "should-not-run" not in err
+
+
+def test_dry_run_needs_no_account_and_says_so(monkeypatch: pytest.MonkeyPatch, capsys, tmp_path: Path) -> None:
     monkeypatch.delenv("SBATCH_ACCOUNT", raising=False)
     code, _, err = launch(capsys, "pretrain", "kimi_k2_muon", "cluster.account=null", "dryrun=true", f"results_dir={tmp_path}")
-    assert code == 2 and error_line(err).startswith("error: cluster.account: no Slurm account for gb300_nvl72")
+    assert code == 0, err
+    assert "note: cluster.account: not set" in err
+    assert (tmp_path / "plans" / "kimi_k2_muon" / "sbatch.sh").is_file()
 
 
 def test_no_container_image(account: str, capsys, tmp_path: Path) -> None:

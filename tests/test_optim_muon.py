@@ -6,13 +6,13 @@ import pytest
 import torch
 from torch import nn
 
+from optbench.accounting.ns_flops import ns_flops
 from optbench.optim.muon import Muon
 from optbench.optim.newton_schulz import (
     COEFFICIENT_SETS,
     auto_matmul_precision,
     muon_scale_factor,
     newton_schulz,
-    ns_matmul_flops,
     resolve_matmul_precision,
 )
 from optbench.optim.syrk import symmetric_product
@@ -180,7 +180,7 @@ def test_syrk_symmetric_product_and_newton_schulz():
     torch.testing.assert_close(symmetric_product(x[0], blocks=5, min_block_rows=8), x[0] @ x[0].T, rtol=1e-5, atol=1e-5)
     big = torch.randn(600, 900)
     torch.testing.assert_close(newton_schulz(big, 5, syrk=True), newton_schulz(big, 5), rtol=1e-4, atol=1e-4)
-    assert ns_matmul_flops(600, 900, 5, syrk=True) < ns_matmul_flops(600, 900, 5)
+    assert ns_flops(600, 900, 5, syrk=True) < ns_flops(600, 900, 5)
 
 
 def test_expert_stack_is_a_batch_of_matrices():

@@ -70,6 +70,7 @@ INVALID = [
     ("indexed-needs-path", K, ["data=indexed"], "data.path", "indexed data needs dataset prefixes"),
     ("muon-settings-on-adamw", Q, ["optimizer.name=muon"], "optimizer.muon", "needs its settings"),
     ("sweep-in-plan", K, ["parallel.ep=32,64"], "parallel.ep", "a comma-separated value is a sweep"),
+    ("muon-syrk-on-bridge", K, ["optimizer.muon.syrk=true"], "optimizer.muon.syrk", "no SYRK Newton-Schulz kernel"),
     ("flex-needs-backend", K, ["parallel.moe_flex_dispatcher_backend=null"], "parallel.moe_flex_dispatcher_backend",
      "needs a backend"),
 ]

@@ -116,14 +116,28 @@ def _optimizer_line(plan: dict[str, Any]) -> str:
     return text
 
 
+def _devices_line(plan: dict[str, Any]) -> str:
+    if plan["gpu"] == "auto":
+        count = plan["world_size"]
+        return (
+            f"  devices     {count} process{'es' if count > 1 else ''} on this machine "
+            "(CUDA GPUs if present, else the CPU; decided at run time)"
+        )
+    nodes = plan["nodes"]
+    return (
+        f"  GPUs        {plan['world_size']} = {nodes} node{'s' if nodes > 1 else ''} x "
+        f"{plan['gpus_per_node']} {plan['gpu'].upper()}"
+    )
+
+
 def format_summary(plan: dict[str, Any]) -> str:
     """Readable multi-line summary of a plan."""
     lay = plan["layout"]
     stages = plan["pipeline_stage_layers"]
     lines = [
         f"Plan: {plan['recipe']} - {plan['description']}".rstrip(" -"),
-        f"  engine      {plan['engine']} on {plan['cluster']} ({plan['executor']})",
-        f"  GPUs        {plan['world_size']} = {plan['nodes']} nodes x {plan['gpus_per_node']} {plan['gpu'].upper()}",
+        f"  engine      {plan['engine']} on cluster {plan['cluster']} ({plan['executor']} executor)",
+        _devices_line(plan),
         f"  layout      TP{lay['tp']} PP{lay['pp']} VPP{lay['vpp']} CP{lay['cp']} EP{lay['ep']} ETP{lay['etp']}"
         f" | DP{lay['dp']} EDP{lay['edp']}",
     ]
@@ -135,7 +149,8 @@ def format_summary(plan: dict[str, Any]) -> str:
         f"  model       {plan['model']['name']} ({plan['model']['architecture']}):"
         f" {_human(plan['model']['total_params'])} params, {_human(plan['model']['active_params'])} active",
         f"  optimizer   {_optimizer_line(plan)}",
-        f"  precision   {plan['precision']}",
+        f"  precision   {plan['precision']}"
+        + (" (the local engine computes in fp32 on a CPU, bf16 autocast on a GPU)" if plan["engine"] == "local" else ""),
     ]
     lines += accounting_summary_lines(plan)
     lines += projection_summary_lines(plan)

@@ -278,6 +278,10 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
                 "optimizer.muon.assignment",
                 "Megatron's layer-wise optimizer assigns by size ping-pong only; cost_aware runs on engine=local",
             )
+        if o.muon.syrk:
+            yield Problem(
+                "optimizer.muon.syrk", "Megatron Core 0.16.1 has no SYRK Newton-Schulz kernel; syrk=true runs on engine=local"
+            )
 
 
 def check_precision(run: RunConfig) -> Iterable[Problem]:

@@ -38,7 +38,7 @@ def ns_by_tp_mode(run: RunConfig) -> dict[str, Any]:
     return out
 
 
-def _layout_matches(run: RunConfig, layout: dict[str, int | None]) -> bool:
+def layout_matches(run: RunConfig, layout: dict[str, int | None]) -> bool:
     lay = derive_layout(run)
     ours = {
         "gbs": run.train.gbs,
@@ -71,23 +71,12 @@ def matching_published_rows(run: RunConfig) -> list:
         and row.num_gpus == run.parallel.num_gpus
         and PRECISION_ALIASES.get(row.precision, row.precision) == run.precision.name
         and row.optimizer == run.optimizer.name
-        and _layout_matches(run, row.layout)
+        and layout_matches(run, row.layout)
     ]
 
 
 def _implied(run: RunConfig, step_time_s: float, basis: str, **published: Any) -> dict[str, Any]:
-    t = step_throughput(run, step_time_s)
-    return {
-        "basis": basis,
-        "step_time_s": round(step_time_s, 4),
-        "tokens_per_s_per_gpu": round(t.tokens_per_s_per_gpu, 1),
-        "tflops_per_gpu": round(t.tflops_per_gpu, 2),
-        "ns_tflops_per_gpu": round(t.ns_tflops_per_gpu, 2),
-        "tflops_per_gpu_with_ns": round(t.tflops_per_gpu_with_ns, 2),
-        "mfu": {k: round(v, 4) for k, v in t.mfu.items()},
-        "mfu_with_ns": {k: round(v, 4) for k, v in t.mfu_with_ns.items()},
-        **published,
-    }
+    return {"basis": basis, **step_throughput(run, step_time_s).as_record(rounded=True), **published}
 
 
 def throughput_at(run: RunConfig) -> list[dict[str, Any]]:

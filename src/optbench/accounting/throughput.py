@@ -48,6 +48,22 @@ class StepThroughput:
     mfu_with_ns: dict[str, float] = field(default_factory=dict)
     """MFU counting Newton-Schulz FLOPs as useful, {peak.key: fraction}."""
 
+    def as_record(self, rounded: bool = False) -> dict[str, object]:
+        """The throughput fields of a metrics record or plan entry (``rounded`` for human-facing plans)."""
+        def r(value: float, digits: int) -> float:
+            return round(value, digits) if rounded else value
+
+        return {
+            "step_time_s": r(self.step_time_s, 4),
+            "tokens_per_s": r(self.tokens_per_s, 1),
+            "tokens_per_s_per_gpu": r(self.tokens_per_s_per_gpu, 1),
+            "tflops_per_gpu": r(self.tflops_per_gpu, 2),
+            "ns_tflops_per_gpu": r(self.ns_tflops_per_gpu, 2),
+            "tflops_per_gpu_with_ns": r(self.tflops_per_gpu_with_ns, 2),
+            "mfu": {k: r(v, 4) for k, v in self.mfu.items()},
+            "mfu_with_ns": {k: r(v, 4) for k, v in self.mfu_with_ns.items()},
+        }
+
 
 def ns_flops_per_step_total(run: RunConfig) -> float:
     """Newton-Schulz FLOPs all ranks of the run execute in one step (recipe's TP mode, no SYRK)."""

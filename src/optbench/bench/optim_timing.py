@@ -23,7 +23,8 @@ from torch import nn
 
 from optbench.config.schema import ModelConfig, OptimizerConfig
 from optbench.optim import build_optimizer
-from optbench.optim.newton_schulz import newton_schulz, ns_matmul_flops, resolve_matmul_precision
+from optbench.accounting.ns_flops import ns_flops
+from optbench.optim.newton_schulz import newton_schulz, resolve_matmul_precision
 from optbench.optim.routing import MUON, route_parameters
 from optbench.optim.syrk import computed_fraction
 
@@ -134,7 +135,7 @@ def step_times(
         "muon_parameters": len(muon_params),
         "muon_elements": sum(p.numel() for p in muon_params),
         "all_elements": sum(p.numel() for p in base.parameters()),
-        "ns_flops_per_step": sum(ns_matmul_flops(*m.shape, muon_config.muon.ns_steps) for m in matrices),
+        "ns_flops_per_step": sum(ns_flops(*m.shape, muon_config.muon.ns_steps) for m in matrices),
     }
 
 
@@ -164,7 +165,7 @@ def syrk_times(shapes, *, device="cpu", precisions=("highest", "medium"), rounds
                     "plain_s": plain,
                     "syrk_s": blocked,
                     "speedup": plain / blocked,
-                    "ideal_flop_ratio": ns_matmul_flops(*shape[-2:], steps) / ns_matmul_flops(*shape[-2:], steps, syrk=True),
+                    "ideal_flop_ratio": ns_flops(*shape[-2:], steps) / ns_flops(*shape[-2:], steps, syrk=True),
                     "blocked_flop_ratio": _blocked_flop_ratio(*shape[-2:]),
                 }
             )

@@ -189,6 +189,7 @@ def _model(run: RunConfig) -> list[Item]:
             ("model.moe_router_num_groups", m.moe_router_num_groups),
             ("model.moe_router_group_topk", m.moe_router_group_topk),
             ("model.moe_router_enable_expert_bias", m.moe_router_enable_expert_bias),
+            ("model.moe_aux_loss_coeff", m.moe_aux_loss_coeff),
         ]
     items += [
         ("model.vocab_size", m.vocab_size),

@@ -177,6 +177,8 @@ class MuonConfig:
     """Layer-wise distributed optimizer (Bridge dist_muon): each DP rank owns whole parameters."""
     assignment: str = "pingpong"
     """Owner assignment for layer_wise: pingpong (Megatron) or cost_aware (ours; local engine only)."""
+    syrk: bool = False
+    """Compute the symmetric Newton-Schulz products (X X^T, A A) one triangle block at a time (ours; local engine only)."""
 
 
 @dataclass

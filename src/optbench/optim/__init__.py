@@ -23,7 +23,6 @@ _EXPORTS = {
     "auto_matmul_precision": "optbench.optim.newton_schulz",
     "muon_scale_factor": "optbench.optim.newton_schulz",
     "newton_schulz": "optbench.optim.newton_schulz",
-    "ns_matmul_flops": "optbench.optim.newton_schulz",
     "ParamRoute": "optbench.optim.routing",
     "mark_qkv": "optbench.optim.routing",
     "route_parameters": "optbench.optim.routing",

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from optbench.optim.assignment import cost_aware_owners, pingpong_owners
-from optbench.optim.newton_schulz import ns_matmul_flops
+from optbench.accounting.ns_flops import ns_flops
 from optbench.optim.routing import ParamRoute, ns_matrix_shapes
 
 ASSIGNMENTS = ("pingpong", "cost_aware")
@@ -47,7 +47,7 @@ def param_work(routes: Sequence[ParamRoute], ns_steps: int, split_qkv: bool, syr
         ParamWork(
             r.name,
             r.param.numel(),
-            sum(ns_matmul_flops(rows, cols, ns_steps, syrk) for rows, cols in ns_matrix_shapes(r, split_qkv)),
+            sum(ns_flops(rows, cols, ns_steps, syrk) for rows, cols in ns_matrix_shapes(r, split_qkv)),
         )
         for r in routes
     ]

@@ -75,13 +75,6 @@ def muon_scale_factor(rows: int, cols: int, mode: str = "spectral") -> float:
     raise ValueError(f"unknown Muon scale mode {mode!r}; choose one of {list(SCALE_MODES)}")
 
 
-def ns_matmul_flops(rows: int, cols: int, steps: int, syrk: bool = False) -> float:
-    """FLOPs of ``steps`` iterations on a rows x cols matrix: 4 s^2 l + 2 s^3 each (3 s^2 l + s^3 with SYRK)."""
-    s, l = min(rows, cols), max(rows, cols)
-    per_step = 3.0 * s * s * l + s**3 if syrk else 4.0 * s * s * l + 2.0 * s**3
-    return steps * per_step
-
-
 def auto_matmul_precision(device: torch.device | str) -> str:
     """The fast precision on ``device``: "medium" (bf16 products) where bf16 GEMMs are fast, else "highest".
 

@@ -271,6 +271,7 @@ def _build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group) ->
         tp_mode=m.tp_mode,
         tp_group=tp_group,
         expert_tp_group=tp_group,
+        syrk=m.syrk,
     )
 
 

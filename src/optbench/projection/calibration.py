@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from optbench.accounting.plan_fields import PRECISION_ALIASES, _layout_matches
+from optbench.accounting.plan_fields import PRECISION_ALIASES, layout_matches
 from optbench.accounting.throughput import step_time_for_tflops, step_time_for_tokens
 from optbench.config.compose import compose_run, list_group_options, list_recipes, repo_root
 from optbench.config.schema import RunConfig
@@ -103,7 +103,7 @@ def _matches(run: RunConfig, row: PublishedRow) -> bool:
         and run.parallel.num_gpus == row.num_gpus
         and run.precision.name == PRECISION_ALIASES.get(row.precision, row.precision)
         and run.optimizer.name == "adamw"
-        and _layout_matches(run, row.layout)
+        and layout_matches(run, row.layout)
     )
 
 

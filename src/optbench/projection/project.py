@@ -34,16 +34,7 @@ def unavailable(reason: str) -> dict[str, Any]:
 
 
 def _throughput(run: RunConfig, breakdown: StepBreakdown) -> dict[str, Any]:
-    t = step_throughput(run, breakdown.total_s)
-    return {
-        "step_time_s": round(breakdown.total_s, 4),
-        "tokens_per_s_per_gpu": round(t.tokens_per_s_per_gpu, 1),
-        "tflops_per_gpu": round(t.tflops_per_gpu, 2),
-        "ns_tflops_per_gpu": round(t.ns_tflops_per_gpu, 2),
-        "tflops_per_gpu_with_ns": round(t.tflops_per_gpu_with_ns, 2),
-        "mfu": {k: round(v, 4) for k, v in t.mfu.items()},
-        "mfu_with_ns": {k: round(v, 4) for k, v in t.mfu_with_ns.items()},
-    }
+    return step_throughput(run, breakdown.total_s).as_record(rounded=True)
 
 
 def _compared(run: RunConfig, projected_tflops: float) -> list[dict[str, Any]]:

@@ -17,10 +17,8 @@ checkpoint resumes only with the same number of processes. Older step directorie
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ from torch import nn
 
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
-from optbench.io import atomic_write_text
+from optbench.io import atomic_write_text, atomic_write_with
 
 LATEST = "latest"
 
@@ -49,17 +47,7 @@ def _step_name(step: int) -> str:
 
 
 def _atomic_torch_save(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_with(path, lambda handle: torch.save(obj, handle))
 
 
 def rng_state() -> dict[str, Any]:

@@ -113,17 +113,10 @@ class Trainer:
             "loss": _mean_over_ranks(loss, rt.world),
             "grad_norm": grad_norm,
             "lr": lr,
-            "step_time_s": step_time,
             "optimizer_time_s": end - optimizer_start,
             "ns_time_s": opt.last_ns_time_s,
             "tokens": self.run.train.gbs * self.run.train.seq_length,
-            "tokens_per_s": throughput.tokens_per_s,
-            "tokens_per_s_per_gpu": throughput.tokens_per_s_per_gpu,
-            "tflops_per_gpu": throughput.tflops_per_gpu,
-            "ns_tflops_per_gpu": throughput.ns_tflops_per_gpu,
-            "tflops_per_gpu_with_ns": throughput.tflops_per_gpu_with_ns,
-            "mfu": throughput.mfu,
-            "mfu_with_ns": throughput.mfu_with_ns,
+            **throughput.as_record(),
             "peak_memory_gb": peak_memory_gb(rt),
         }
         if imbalance is not None:
