@@ -40,8 +40,8 @@ setup-container: ## Inside the NeMo container: install optbench with --no-deps (
 	$(CONTAINER_PYTHON) -m pip install --no-deps --no-build-isolation -e .
 	$(CONTAINER_PYTHON) -c "import hydra, omegaconf, yaml, optbench.bridge.entry; print('optbench installed; torch, megatron-core, megatron-bridge and transformer-engine untouched')"
 
-test: ## Run the test suite (no GPU, no cluster, no network)
-	$(PY) -m pytest
+test: ## Run the test suite (no GPU, no cluster, no network; one worker per core, at most 4)
+	$(PY) -m pytest -n auto --maxprocesses=4
 
 recipes: ## List the recipes
 	@$(LAUNCH) recipes
@@ -77,6 +77,7 @@ compare: export OPTBENCH_COMPARE_REUSE = $(call typed,REUSE)
 compare: ## Train MODEL's Muon and AdamW recipes over SEEDS to a TARGET loss; time-to-target in results/compare.md
 	@$(PY) -m optbench.report compare --from-make
 
-clean: ## Remove run outputs (results/runs, results/plans, results/wandb) and caches; keeps .venv
-	rm -rf results/runs results/plans results/sweeps results/wandb results/checkpoints .pytest_cache
+clean: ## Remove run outputs (new runs, plans, wandb, checkpoints) and caches; keeps committed runs and .venv
+	rm -rf results/plans results/sweeps results/wandb results/checkpoints .pytest_cache
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then git clean -fdxq -- results/runs; else rm -rf results/runs; fi
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -41,7 +41,9 @@ def test_invalid_points_keep_their_reason_and_valid_points_their_plan(tmp_path: 
     by_name = {p.name: p for p in points}
     assert list(by_name) == ["ep32-pp4", "ep32-pp8", "ep64-pp4", "ep64-pp8"]
     assert by_name["ep64-pp4"].valid and by_name["ep64-pp4"].plan["layout"]["ep"] == 64
-    assert any("pp*vpp = 8*4 = 32" in line for line in by_name["ep32-pp8"].problems)
+    # pp=8 without a typed layout: the recipe's 16-stage layout is rebalanced over 8*4 = 32 stages.
+    assert by_name["ep32-pp8"].valid and len(by_name["ep32-pp8"].plan["pipeline_stage_layers"]) == 32
+    assert any("ep*etp = 64*1 must divide" in line for line in by_name["ep64-pp8"].problems)
     assert not by_name["ep64-pp8"].valid and all(line.startswith("error: ") for line in by_name["ep64-pp8"].problems)
     # Each point is its own run: distinct run ids that the Bridge overrides name.
     plan = by_name["ep64-pp4"].plan

@@ -17,6 +17,7 @@ from optbench.accounting.plan_fields import accounting_fields, accounting_summar
 from optbench.bridge.adapter import bridge_setup
 from optbench.config.compose import run_config_to_dict
 from optbench.config.layout import derive_layout, stage_decoder_layers
+from optbench.config.pipeline import balanced_pipeline_layout, layout_follows_overrides
 from optbench.config.schema import RunConfig
 from optbench.io import atomic_write_json
 from optbench.projection.plan_fields import projection_fields, projection_summary_lines
@@ -66,6 +67,7 @@ def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         "precision": run.precision.name,
         "layout": layout.as_dict(),
         "pipeline_stage_layers": stage_decoder_layers(run),
+        "pipeline_layout_balanced": _layout_was_balanced(run, overrides),
         "gbs": run.train.gbs,
         "mbs": run.train.mbs,
         "seq_length": run.train.seq_length,
@@ -87,6 +89,14 @@ def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
     if bridge is not None:
         plan["bridge"] = bridge
     return plan
+
+
+def _layout_was_balanced(run: RunConfig, overrides: Sequence[str]) -> bool:
+    """Whether compose replaced the recipe's pipeline layout because pp/vpp were typed (config.pipeline)."""
+    p, m = run.parallel, run.model
+    if not p.pipeline_layout or not layout_follows_overrides(overrides):
+        return False
+    return p.pipeline_layout == balanced_pipeline_layout(m.num_layers, len(p.pipeline_layout), m.mtp_num_layers)
 
 
 def write_plan(run: RunConfig, plan: dict[str, Any]) -> Path:
@@ -143,6 +153,11 @@ def format_summary(plan: dict[str, Any]) -> str:
     ]
     if len(stages) > 1:
         lines.append(f"  pipeline    {len(stages)} virtual stages, decoder layers per stage: {stages}")
+        if plan.get("pipeline_layout_balanced"):
+            lines.append(
+                "              layout balanced for the typed pp/vpp (embedding first, loss last);"
+                " parallel.pipeline_layout=[[...],...] sets your own"
+            )
     lines += [
         f"  batch       GBS {plan['gbs']} = MBS {plan['mbs']} x DP {lay['dp']} x {plan['num_microbatches']} microbatches;"
         f" seq {plan['seq_length']}; {_human(plan['tokens_per_step'])} tokens/step",

@@ -77,8 +77,18 @@ def _proxy_times(device: str, quick: bool, rounds: int = 7, warmup: int = 2, pre
 
 def _device_section(device: str, quick: bool) -> dict:
     models = _proxy_times(device, quick)
-    headline = models[HEADLINE]
     shapes = [(64, 256)] if quick else SYRK_SHAPES[torch.device(device).type]
+    return {
+        **_headline(models),
+        "threads": torch.get_num_threads(),
+        "models": models,
+        "syrk": syrk_times(shapes, device=device, rounds=1 if quick else 3),
+    }
+
+
+def _headline(models: dict) -> dict:
+    """The headline proxy's step times and the worst speedup over all proxies (bench targets read these)."""
+    headline = models[HEADLINE]
     return {
         "model": HEADLINE,
         "muon_step_s": headline["muon_step_s"],
@@ -86,9 +96,6 @@ def _device_section(device: str, quick: bool) -> dict:
         "speedup_vs_torch_muon": headline["speedup_vs_torch_muon"],
         "speedup_vs_torch_muon_min_over_proxies": min(m["speedup_vs_torch_muon"] for m in models.values()),
         "muon_vs_adamw_training_step": headline["muon_vs_adamw_training_step"],
-        "threads": torch.get_num_threads(),
-        "models": models,
-        "syrk": syrk_times(shapes, device=device, rounds=1 if quick else 3),
     }
 
 
@@ -104,16 +111,10 @@ def _emulated_avx2_section(quick: bool) -> dict:
         command.append("--quick")
     done = subprocess.run(command, env={**os.environ, **EMULATED_ISA}, capture_output=True, text=True, check=True)
     models = json.loads(done.stdout)
-    headline = models[HEADLINE]
     return {
         "what": "this machine with oneDNN and MKL limited to AVX2, emulating a CPU without AMX / AVX512-BF16",
         "environment": EMULATED_ISA,
-        "model": HEADLINE,
-        "muon_step_s": headline["muon_step_s"],
-        "torch_muon_step_s": headline["torch_muon_step_s"],
-        "speedup_vs_torch_muon": headline["speedup_vs_torch_muon"],
-        "speedup_vs_torch_muon_min_over_proxies": min(m["speedup_vs_torch_muon"] for m in models.values()),
-        "muon_vs_adamw_training_step": headline["muon_vs_adamw_training_step"],
+        **_headline(models),
         "models": models,
     }
 

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from optbench.config.pipeline import follow_stage_overrides
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 
@@ -203,7 +204,9 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
 
 def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
     """Compose and type-check one run: the single entry point for every command."""
-    return to_run_config(compose_dictconfig(recipe, overrides))
+    run = to_run_config(compose_dictconfig(recipe, overrides))
+    follow_stage_overrides(run, overrides)
+    return run
 
 
 def run_config_to_dict(run: RunConfig) -> dict[str, Any]:
