@@ -25,6 +25,7 @@ from optbench.bench.optim_imbalance import imbalance_section
 from optbench.bench.optim_timing import step_times, syrk_times
 from optbench.config.compose import compose_run
 from optbench.config.schema import ModelConfig
+from optbench.engine.local.runtime import cpu_matmul_probe
 from optbench.io import atomic_write_json, atomic_write_text
 
 NAME = "optim"
@@ -75,6 +76,26 @@ def _proxy_times(device: str, quick: bool, rounds: int = 7, warmup: int = 2, pre
     return results
 
 
+def _ceiling(models: dict) -> dict:
+    """The fastest any Muon could step here: each proxy's Newton-Schulz FLOPs at this CPU's best GEMM rate.
+
+    The rate is the better of the bf16 and fp32 square-GEMM probes (the local engine's MFU denominator),
+    a best case that Newton-Schulz's smaller, batched products do not reach; the floor leaves out the
+    momentum and update arithmetic, so the real ceiling on the speedup is lower still.
+    """
+    rates = {"bf16": cpu_matmul_probe(torch.bfloat16), "fp32": cpu_matmul_probe(torch.float32)}
+    best = max(rates.values())
+    ceiling = {"probe_gflops": rates}
+    for proxy, m in models.items():
+        floor_s = m["ns_flops_per_step"] / (best * 1e9)
+        ceiling[proxy] = {
+            "ns_gflop_per_step": m["ns_flops_per_step"] / 1e9,
+            "ns_floor_s": floor_s,
+            "max_speedup_vs_torch_muon": m["torch_muon_step_s"] / floor_s,
+        }
+    return ceiling
+
+
 def _device_section(device: str, quick: bool) -> dict:
     models = _proxy_times(device, quick)
     shapes = [(64, 256)] if quick else SYRK_SHAPES[torch.device(device).type]
@@ -82,6 +103,7 @@ def _device_section(device: str, quick: bool) -> dict:
         **_headline(models),
         "threads": torch.get_num_threads(),
         "models": models,
+        **({"ceiling": _ceiling(models)} if torch.device(device).type == "cpu" else {}),
         "syrk": syrk_times(shapes, device=device, rounds=1 if quick else 3),
     }
 
@@ -110,12 +132,13 @@ def _emulated_avx2_section(quick: bool) -> dict:
     if quick:
         command.append("--quick")
     done = subprocess.run(command, env={**os.environ, **EMULATED_ISA}, capture_output=True, text=True, check=True)
-    models = json.loads(done.stdout)
+    child = json.loads(done.stdout)
     return {
         "what": "this machine with oneDNN and MKL limited to AVX2, emulating a CPU without AMX / AVX512-BF16",
         "environment": EMULATED_ISA,
-        **_headline(models),
-        "models": models,
+        **_headline(child["models"]),
+        "models": child["models"],
+        "ceiling": child["ceiling"],
     }
 
 
@@ -190,6 +213,20 @@ def _step_table(section: dict, syrk: bool = True) -> list[str]:
             f"| {m['speedup_vs_torch_muon']:.1f}x (fp32: {m['speedup_vs_torch_muon_fp32']:.1f}x) "
             f"| {_ms(t['training_step_muon'])} | {_ms(t['training_step_adamw'])} | {m['muon_vs_adamw_training_step']:.1f}x |"
         )
+    ceiling = section.get("ceiling")
+    if ceiling:
+        rates = ceiling["probe_gflops"]
+        rows += [
+            "",
+            f"Ceiling: at this CPU's best GEMM rate through torch (square-GEMM probe: bf16 {rates['bf16']:,.0f}, "
+            f"fp32 {rates['fp32']:,.0f} GFLOP/s), Newton-Schulz alone takes at least",
+        ]
+        rows += [
+            f"{_ms(c['ns_floor_s'])} for {proxy} ({c['ns_gflop_per_step']:.1f} GFLOP per step): no implementation can step "
+            f"more than {c['max_speedup_vs_torch_muon']:.1f}x faster than torch.optim.Muon here;"
+            for proxy, c in ceiling.items() if proxy != "probe_gflops"
+        ]
+        rows[-1] = rows[-1].rstrip(";") + "."
     if not syrk:
         return rows
     rows += [
@@ -259,4 +296,5 @@ if __name__ == "__main__":
         sys.exit("usage: python -m optbench.bench.optim --proxy-times-json THREADS [--quick]")
     torch.set_num_threads(int(arguments[1]))
     # bf16 products take ~10 s per step here and torch.optim.Muon as long: fewer rounds, fp32 only for ours.
-    print(json.dumps(_proxy_times("cpu", quick="--quick" in arguments, rounds=3, warmup=1, precisions=("highest",))))
+    proxies = _proxy_times("cpu", quick="--quick" in arguments, rounds=3, warmup=1, precisions=("highest",))
+    print(json.dumps({"models": proxies, "ceiling": _ceiling(proxies)}))

@@ -167,13 +167,19 @@ def _ratio_lines(table: Table) -> list[list[str]]:
     return lines
 
 
+def _short_commit(git: str) -> str:
+    """The first 12 hex digits of the commit, keeping a ``+dirty`` mark (the run had uncommitted changes)."""
+    commit, plus, mark = git.partition("+")
+    return commit[:12] + plus + mark
+
+
 def _run_lines(table: Table) -> list[list[str]]:
     lines = []
     for run in sorted(table.runs, key=lambda r: r.run_id):
         t = run_throughput(run, table.warmup)
         lines.append([
             run.run_id, run.kind, run.recipe or "-", run.date or "-", f"`{run.command}`" if run.command else "-",
-            run.git_commit[:12] or "-", versions_text(run.versions) or "-", f"{t.steps_used}/{t.steps_total}",
+            _short_commit(run.git_commit) or "-", versions_text(run.versions) or "-", f"{t.steps_used}/{t.steps_total}",
             "; ".join(run.notes) or "-",
         ])
     return lines
