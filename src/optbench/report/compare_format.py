@@ -12,18 +12,14 @@ from optbench.io import atomic_write_text
 from optbench.report.compare import ADAMW, MUON, CompareResult, verdict
 from optbench.report.plots import plot_loss
 from optbench.report.runs import MeasuredRun
-from optbench.report.stats import Spread, format_number
+from optbench.report.stats import Spread, format_spread
 
 NOT_REACHED = "not reached"
 
 
 def _range(s: Spread | None, digits: int = 3, unit: str = "") -> str:
     """``median [min-max] (n=N)`` over seeds."""
-    if s is None:
-        return NOT_REACHED
-    if s.n == 1:
-        return f"{format_number(s.median, digits)}{unit} (n=1)"
-    return f"{format_number(s.median, digits)}{unit} [{format_number(s.low, digits)}-{format_number(s.high, digits)}] (n={s.n})"
+    return format_spread(s, digits, missing=NOT_REACHED, unit=unit, extremes=True)
 
 
 def _ratio(value: float | None) -> str:

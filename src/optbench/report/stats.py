@@ -62,10 +62,13 @@ def format_number(value: float, digits: int = 3) -> str:
     return f"{value:,.{decimals}f}"
 
 
-def format_spread(s: Spread | None, digits: int = 3, missing: str = "not measured") -> str:
-    """``median [q1-q3] (n=N)``, or ``missing``."""
+def format_spread(
+    s: Spread | None, digits: int = 3, missing: str = "not measured", unit: str = "", extremes: bool = False
+) -> str:
+    """``median [q1-q3] (n=N)`` (``[min-max]`` with ``extremes``, for a few seeds), or ``missing``."""
     if s is None:
         return missing
     if s.n == 1:
-        return f"{format_number(s.median, digits)} (n=1)"
-    return f"{format_number(s.median, digits)} [{format_number(s.q1, digits)}-{format_number(s.q3, digits)}] (n={s.n})"
+        return f"{format_number(s.median, digits)}{unit} (n=1)"
+    low, high = (s.low, s.high) if extremes else (s.q1, s.q3)
+    return f"{format_number(s.median, digits)}{unit} [{format_number(low, digits)}-{format_number(high, digits)}] (n={s.n})"
