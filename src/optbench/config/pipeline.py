@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from optbench.config.layout import vpp_size
 from optbench.config.schema import RunConfig
 
 STAGE_KEYS = ("parallel.pp", "parallel.vpp")
@@ -49,7 +50,7 @@ def balanced_pipeline_layout(num_layers: int, stages: int, mtp_layers: int = 0) 
 def follow_stage_overrides(run: RunConfig, overrides: Sequence[str]) -> bool:
     """Rebalance ``run``'s pipeline layout when the overrides changed pp or vpp; True if it did."""
     p = run.parallel
-    stages = p.pp * (p.vpp or 1)
+    stages = p.pp * vpp_size(run)
     if not p.pipeline_layout or len(p.pipeline_layout) == stages or not layout_follows_overrides(overrides):
         return False
     if stages == 1:
