@@ -6,8 +6,11 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, run_cli, run_make
 from launch.make_args import overrides_from_make, split_make_words
+from optbench.errors import exit_on_user_error
 
 PLAN_FIELDS = {
     "recipe", "overrides", "world_size", "nodes", "gpus_per_node", "gpu", "precision", "layout", "gbs", "mbs",
@@ -111,3 +114,13 @@ def test_split_make_words_undoes_make_escaping() -> None:
 def test_overrides_from_make_drop_make_variables_and_restore_order() -> None:
     env = {"OPTBENCH_MAKE_OVERRIDES": r"b=2 RECIPE=kimi_k2_muon a=1 PY=/usr/bin/python"}
     assert overrides_from_make(env) == ["a=1", "b=2"]
+
+
+def test_ctrl_c_is_one_line_with_the_shells_code(capsys) -> None:
+    with pytest.raises(SystemExit) as exited, exit_on_user_error():
+        raise KeyboardInterrupt
+    assert exited.value.code == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("interrupted (Ctrl-C):") and "resume=true run_id=" in err[0]
+    with pytest.raises(KeyboardInterrupt), exit_on_user_error(debug=True):  # debug=true keeps the traceback
+        raise KeyboardInterrupt

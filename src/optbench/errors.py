@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+"""The shell's code for a command stopped by SIGINT."""
 
 
 @dataclass(frozen=True)
@@ -54,3 +56,12 @@ def exit_on_user_error(debug: bool = False) -> Iterator[None]:
         for line in err.lines():
             print(line, file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR) from None
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(
+            "interrupted (Ctrl-C): what was written is complete (metrics.jsonl holds the finished steps); a local run "
+            "with train.save_interval continues from its last checkpoint with resume=true run_id=<its run id>",
+            file=sys.stderr,
+        )
+        raise SystemExit(EXIT_INTERRUPTED) from None

@@ -137,6 +137,9 @@ class Trainer:
             f"  batch   gbs {run.train.gbs} = mbs {run.train.mbs} x {self.num_microbatches} microbatches x "
             f"{self.rt.world} processes, seq {run.train.seq_length}, {run.train.iters} steps",
             f"  peak    {self.rt.peaks[0].label if self.rt.peaks else 'none known (MFU not computed)'}",
+            f"  run     {self.run_dir.name} -> {self.run_dir}"
+            + (f" (checkpoint every {run.train.save_interval} steps; resume=true run_id={self.run_dir.name} continues it)"
+               if run.train.save_interval else ""),
         ]
         if run.model.moe_aux_loss_coeff and not self.aux_loss:
             lines.append("  note    model.moe_aux_loss_coeff is not applied: transformers' DeepSeek-V3 has no auxiliary "
