@@ -17,7 +17,7 @@ from optbench.accounting.plan_fields import accounting_fields, accounting_summar
 from optbench.bridge.adapter import bridge_setup
 from optbench.config.compose import run_config_to_dict
 from optbench.config.layout import derive_layout, stage_decoder_layers
-from optbench.config.pipeline import balanced_pipeline_layout, layout_follows_overrides
+from optbench.config.pipeline import balanced_layout_for, layout_follows_overrides
 from optbench.config.schema import RunConfig
 from optbench.io import atomic_write_json
 from optbench.projection.plan_fields import projection_fields, projection_summary_lines
@@ -93,10 +93,8 @@ def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
 
 def _layout_was_balanced(run: RunConfig, overrides: Sequence[str]) -> bool:
     """Whether compose replaced the recipe's pipeline layout because pp/vpp were typed (config.pipeline)."""
-    p, m = run.parallel, run.model
-    if not p.pipeline_layout or not layout_follows_overrides(overrides):
-        return False
-    return p.pipeline_layout == balanced_pipeline_layout(m.num_layers, len(p.pipeline_layout), m.mtp_num_layers)
+    layout = run.parallel.pipeline_layout
+    return bool(layout) and layout_follows_overrides(overrides) and layout == balanced_layout_for(run)
 
 
 def write_plan(run: RunConfig, plan: dict[str, Any]) -> Path:
@@ -155,8 +153,8 @@ def format_summary(plan: dict[str, Any]) -> str:
         lines.append(f"  pipeline    {len(stages)} virtual stages, decoder layers per stage: {stages}")
         if plan.get("pipeline_layout_balanced"):
             lines.append(
-                "              layout balanced for the typed pp/vpp (embedding first, loss last);"
-                " parallel.pipeline_layout=[[...],...] sets your own"
+                "              layout balanced for the typed pp/vpp (each rank's work evened, the output layer"
+                " weighed by its FLOPs); parallel.pipeline_layout=[[...],...] sets your own"
             )
     lines += [
         f"  batch       GBS {plan['gbs']} = MBS {plan['mbs']} x DP {lay['dp']} x {plan['num_microbatches']} microbatches;"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from optbench.accounting.flops import flop_terms
 from optbench.config.layout import vpp_size
 from optbench.config.schema import RunConfig
 
@@ -30,21 +31,60 @@ def layout_follows_overrides(overrides: Sequence[str]) -> bool:
     return bool(keys & set(STAGE_KEYS)) and not chooses_layout
 
 
-def balanced_pipeline_layout(num_layers: int, stages: int, mtp_layers: int = 0) -> list[list[str]]:
-    """``num_layers`` decoder layers over ``stages`` virtual stages, embedding first, MTP and loss last.
+def last_stage_weight(run: RunConfig) -> float:
+    """The last stage's extra work in average decoder layers: output layer(s), MTP layers and projections.
 
-    Layer counts differ by at most one; the extra layers go to the middle stages first, because the
-    first stage also holds the embedding and the last the output layer, loss and MTP.
+    From Bridge's FLOP terms (:mod:`optbench.accounting.flops`); the embedding lookup has no GEMM FLOPs.
+    Kimi K2 at seq 4096: the 163,840-word output layer weighs about 2 decoder layers, which is why
+    Bridge gives its last stage a single decoder layer.
     """
-    base, extra = divmod(num_layers, stages)
-    counts = [base] * stages
-    order = list(range(1, stages - 1)) + [0, stages - 1] if stages > 2 else list(range(stages))
-    for stage in order[:extra]:
-        counts[stage] += 1
+    m = run.model
+    terms = flop_terms(m, run.train.seq_length)
+    per_layer = (terms.mlp + terms.attention) / (m.num_layers + m.mtp_num_layers)
+    return (terms.logits + terms.mtp) / per_layer + m.mtp_num_layers
+
+
+def _fill(slots: list[int], load: dict[int, float], units: int, edge: set[int]) -> dict[int, int]:
+    """Hand ``units`` layers one by one to the least loaded slot (ties: not an edge slot, then the lowest)."""
+    given = dict.fromkeys(slots, 0)
+    for _ in range(units):
+        slot = min(slots, key=lambda s: (load[s], s in edge, s))
+        given[slot] += 1
+        load[slot] += 1.0
+    return given
+
+
+def balanced_pipeline_layout(
+    num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0, last_weight: float = 0.0
+) -> list[list[str]]:
+    """``num_layers`` decoder layers over ``pp * vpp`` virtual stages, embedding first, MTP and loss last.
+
+    First each pipeline rank gets its share so that the ranks' work (decoder layers, plus
+    ``last_weight`` on the last rank, which holds the last virtual stage) is as even as whole layers
+    allow: the slowest rank sets the step time. Then each rank spreads its share over its virtual
+    stages ``r, r + pp, ...`` the same way. Ties go to middle ranks and stages, because the first
+    also holds the embedding.
+    """
+    stages = pp * vpp
+    rank_load = {r: 0.0 for r in range(pp)}
+    rank_load[pp - 1] = last_weight
+    per_rank = _fill(list(range(pp)), rank_load, num_layers, {0, pp - 1})
+    counts = [0] * stages
+    for rank, layers in per_rank.items():
+        own = list(range(rank, stages, pp))
+        stage_load = {s: (last_weight if s == stages - 1 else 0.0) for s in own}
+        for stage, given in _fill(own, stage_load, layers, {0, stages - 1}).items():
+            counts[stage] = given
     layout = [["decoder"] * count for count in counts]
     layout[0].insert(0, "embedding")
     layout[-1] += ["mtp"] * mtp_layers + ["loss"]
     return layout
+
+
+def balanced_layout_for(run: RunConfig) -> list[list[str]]:
+    """:func:`balanced_pipeline_layout` for ``run``'s model, pp and vpp."""
+    m, p = run.model, run.parallel
+    return balanced_pipeline_layout(m.num_layers, p.pp, vpp_size(run), m.mtp_num_layers, last_stage_weight(run))
 
 
 def follow_stage_overrides(run: RunConfig, overrides: Sequence[str]) -> bool:
@@ -53,8 +93,5 @@ def follow_stage_overrides(run: RunConfig, overrides: Sequence[str]) -> bool:
     stages = p.pp * vpp_size(run)
     if not p.pipeline_layout or len(p.pipeline_layout) == stages or not layout_follows_overrides(overrides):
         return False
-    if stages == 1:
-        p.pipeline_layout = None
-    else:
-        p.pipeline_layout = balanced_pipeline_layout(run.model.num_layers, stages, run.model.mtp_num_layers)
+    p.pipeline_layout = None if stages == 1 else balanced_layout_for(run)
     return True
