@@ -20,11 +20,10 @@ import sys
 from collections.abc import Sequence
 
 from launch.make_args import overrides_from_make, recipe_from_make
-from optbench.config.compose import compose_run, list_recipes
+from optbench.config.compose import list_recipes
 from optbench.errors import exit_on_user_error
 from optbench.metrics.summary import COMMAND_ENV
-from optbench.plan import build_plan, format_summary, recorded_overrides, write_plan
-from optbench.validate import validate
+from optbench.plan import recorded_overrides
 
 TRUE_WORDS = ("true", "True", "1", "yes")
 
@@ -38,17 +37,6 @@ def wants_debug(overrides: Sequence[str]) -> bool:
     return False
 
 
-def plan_run(recipe: str, overrides: Sequence[str]):
-    """Compose, validate, write and print the plan; returns (run, plan)."""
-    run = compose_run(recipe, overrides)
-    validate(run)
-    plan = build_plan(run, overrides)
-    path = write_plan(run, plan)
-    print(format_summary(plan))
-    print(f"  plan.json   {path}")
-    return run, plan
-
-
 def cmd_recipes(_: argparse.Namespace) -> int:
     for name in list_recipes():
         print(name)
@@ -56,7 +44,9 @@ def cmd_recipes(_: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan_run(args.recipe, args.overrides)
+    from launch.dispatch import compose_and_plan
+
+    compose_and_plan(args.recipe, args.overrides)
     return 0
 
 
