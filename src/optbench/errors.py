@@ -47,7 +47,7 @@ class UserError(Exception):
 
 @contextlib.contextmanager
 def exit_on_user_error(debug: bool = False) -> Iterator[None]:
-    """Turn a :class:`UserError` into its one-line messages on stderr and exit code 2."""
+    """Turn a :class:`UserError` into its one-line messages on stderr and exit code 2, Ctrl-C into one line and 130."""
     try:
         yield
     except UserError as err:

@@ -87,11 +87,9 @@ def balanced_layout_for(run: RunConfig) -> list[list[str]]:
     return balanced_pipeline_layout(m.num_layers, p.pp, vpp_size(run), m.mtp_num_layers, last_stage_weight(run))
 
 
-def follow_stage_overrides(run: RunConfig, overrides: Sequence[str]) -> bool:
-    """Rebalance ``run``'s pipeline layout when the overrides changed pp or vpp; True if it did."""
+def follow_stage_overrides(run: RunConfig, overrides: Sequence[str]) -> None:
+    """Rebalance ``run``'s pipeline layout when the overrides changed pp or vpp and the stage count with it."""
     p = run.parallel
     stages = p.pp * vpp_size(run)
-    if not p.pipeline_layout or len(p.pipeline_layout) == stages or not layout_follows_overrides(overrides):
-        return False
-    p.pipeline_layout = None if stages == 1 else balanced_layout_for(run)
-    return True
+    if p.pipeline_layout and len(p.pipeline_layout) != stages and layout_follows_overrides(overrides):
+        p.pipeline_layout = None if stages == 1 else balanced_layout_for(run)
