@@ -21,18 +21,18 @@ from collections.abc import Sequence
 
 from launch.make_args import overrides_from_make, recipe_from_make
 from optbench.config.compose import list_recipes
-from optbench.errors import exit_on_user_error
+from optbench.config.overrides import typed_keys
+from optbench.errors import EXIT_USER_ERROR, exit_on_user_error
 from optbench.metrics.summary import COMMAND_ENV
 from optbench.plan import recorded_overrides
 
-TRUE_WORDS = ("true", "True", "1", "yes")
 
 
 def wants_debug(overrides: Sequence[str]) -> bool:
     """debug=true must be known before composing, so that composition errors keep their traceback."""
     for override in overrides:
         key, _, value = override.lstrip("+").partition("=")
-        if key == "debug" and value in TRUE_WORDS:
+        if key == "debug" and value.strip().lower() == "true":
             return True
     return False
 
@@ -62,8 +62,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return sweep(args.recipe, args.overrides)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one error line (exit 2), not its usage text."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"error: arguments: {message}; `python -m launch --help` (or `make help`) lists the commands", file=sys.stderr)
+        raise SystemExit(EXIT_USER_ERROR)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m launch", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="python -m launch", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("recipes", help="list the recipes").set_defaults(func=cmd_recipes)
     for name, func, text in (
@@ -88,7 +96,11 @@ def typed_command(command: str, recipe: str, overrides: Sequence[str], from_make
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args, unknown = _parser().parse_known_args(argv)
+    if unknown:  # e.g. --foo: not an option of ours; Hydra reports it as an override it cannot read
+        if not hasattr(args, "overrides"):
+            _parser().error(f"unrecognized arguments: {' '.join(unknown)}")
+        args.overrides = [*args.overrides, *unknown]
     if getattr(args, "from_make", False):
         if args.recipe:
             args.overrides = [args.recipe, *args.overrides]
@@ -99,5 +111,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if hasattr(args, "recipe"):
         os.environ.setdefault(COMMAND_ENV, typed_command(args.command, args.recipe, args.overrides, args.from_make))
-    with exit_on_user_error(debug=wants_debug(getattr(args, "overrides", []))):
+    overrides = getattr(args, "overrides", [])
+    with exit_on_user_error(debug=wants_debug(overrides), typed=typed_keys(overrides)):
         return args.func(args)

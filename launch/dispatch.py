@@ -6,6 +6,9 @@
 * cluster executor ``slurm``: a NeMo-Run SlurmExecutor job, submitted with sbatch, or with
   ``dryrun=true`` only rendered into ``results/plans/<recipe>/`` (plan.json, config.yaml, sbatch.sh).
 
+Every refusal the launcher can know of (no sbatch, no account, a bad job variable, a run that
+exists, a resume that does not match) is raised before anything is written, and what a launch
+writes over (the dry-run job files, a new run folder) is put back as it was if the launch fails.
 NeMo-Run and torch are imported only on the paths that need them.
 """
 
@@ -18,11 +21,11 @@ import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
-from launch.jobs import JobSpec, job_command, job_env, job_mounts, require_slurm, slurm_resources
+from launch.jobs import JobSpec, check_path, job_command, job_env, job_mounts, require_slurm, slurm_resources
 from optbench.config.compose import compose_run
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_json
+from optbench.io import atomic_write_json, restored_on_failure
 from optbench.plan import build_plan, format_launch_lines, format_summary, plan_path, write_plan
 from optbench.runs import resolve_run_id, run_dir, save_resolved_config
 from optbench.validate import validate
@@ -47,25 +50,61 @@ def plan_folder(run: RunConfig) -> Path:
     return plan_path(run).parent
 
 
-def compose_and_plan(recipe: str, overrides: Sequence[str]) -> tuple[RunConfig, dict[str, Any]]:
-    """Compose, validate, plan; print the plan; return both."""
+def plan_run(recipe: str, overrides: Sequence[str]) -> tuple[RunConfig, dict[str, Any]]:
+    """Compose, validate and plan, writing nothing."""
     run = compose_run(recipe, overrides)
     validate(run)
     if run.engine == "megatron_bridge":
         prepare_for_job(run)
-    plan = build_plan(run, overrides)
-    path = write_plan(run, plan)
+    return run, build_plan(run, overrides)
+
+
+def compose_and_plan(recipe: str, overrides: Sequence[str]) -> tuple[RunConfig, dict[str, Any]]:
+    """Compose, validate, plan; write and print the plan; return both."""
+    run, plan = plan_run(recipe, overrides)
     print(format_summary(plan))
-    print(f"  plan.json   {shown(path)}")
+    print(f"  plan.json   {shown(write_plan(run, plan))}")
     return run, plan
 
 
+def job_folder(run: RunConfig) -> Path:
+    """Where a Slurm job's files go: the plan folder for a dry run, else the run's own folder."""
+    return plan_folder(run) if run.dryrun else run_dir(run)
+
+
+def check_launch(run: RunConfig) -> None:
+    """Every refusal the launcher can know of before it writes anything (raises UserError)."""
+    if run.cluster.executor == "slurm":
+        require_slurm(run, run.dryrun)
+        folder = job_folder(run)
+        if not run.dryrun and (folder / "sbatch.sh").exists() and not run.resume:
+            raise UserError(
+                Problem("run_id", f"{run.run_id} was already submitted ({shown(folder)}); pick a new run_id or add resume=true")
+            )
+        job_env(run)
+        job_mounts(run)
+        slurm_resources(run)
+        check_path("results_dir", JobSpec(str(run.run_id), run, folder).log_dir)
+    elif run.engine == "local":
+        if not run.dryrun:
+            from optbench.engine.local import check_local_launch
+
+            check_local_launch(run)
+    elif not run.dryrun:
+        problem = bridge_local_problem(run.parallel.num_gpus)
+        if problem is not None:
+            raise UserError(problem)
+
+
 def pretrain(recipe: str, overrides: Sequence[str]) -> int:
-    run, plan = compose_and_plan(recipe, overrides)
+    run, plan = plan_run(recipe, overrides)
+    print(format_summary(plan))
+    check_launch(run)
     if run.cluster.executor == "slurm":
         return launch_slurm(run, plan)
+    print(f"  plan.json   {shown(write_plan(run, plan))}")
     if run.engine == "local":
-        return launch_local_engine(run)
+        return launch_local_engine(run, checked=True)
     return launch_bridge_local(run, plan)
 
 
@@ -102,41 +141,39 @@ def slurm_launch_section(job: JobSpec, dryrun: bool) -> dict[str, Any]:
     }
 
 
+JOB_FILES = ("plan.json", "config.yaml", "sbatch.sh", "nemo_run")
+"""What rendering a job writes into its folder (a dry run's plan folder, or the run folder; the sweep/
+folder beside them, Slurm's logs/ and a resumed run's metrics and checkpoints are not touched)."""
+
+
 def launch_slurm(run: RunConfig, plan: dict[str, Any]) -> int:
-    """Render (dryrun) or submit one Slurm job for the run."""
+    """Render (dryrun) or submit one Slurm job for the run (check_launch has run)."""
     from launch import slurm
 
-    require_slurm(run, run.dryrun)
-    if run.dryrun:
-        folder = plan_folder(run)
-    else:
-        folder = run_dir(run)
-        if (folder / "sbatch.sh").exists() and not run.resume:
-            raise UserError(Problem("run_id", f"{run.run_id} was already submitted ({shown(folder)}); pick a new run_id or add resume=true"))
+    folder = job_folder(run)
     job = JobSpec(name=str(run.run_id), run=run, folder=folder)
-    launch = slurm_launch_section(job, run.dryrun)
-    save_resolved_config(run, job.config_path)
-    base = folder / "nemo_run"
-    if run.dryrun:
-        slurm.clear_experiments(base)
-    [rendered] = slurm.render([job], base, title=run.recipe, submit=not run.dryrun)
-    launch["job_script"] = shown(rendered.script)
-    launch["nemo_run_script"] = shown(rendered.nemo_run_script)
-    if rendered.job_id:
-        launch["job_ids"] = [rendered.job_id]
-        launch["summary"] += f" as Slurm job {rendered.job_id}"
-    _record_launch(run, plan, launch, *(() if run.dryrun else (folder / "plan.json",)))
+    with restored_on_failure([*(folder / name for name in JOB_FILES), plan_path(run)]):
+        launch = slurm_launch_section(job, run.dryrun)
+        save_resolved_config(run, job.config_path)
+        [rendered] = slurm.render([job], folder / "nemo_run", title=run.recipe, submit=not run.dryrun)
+        launch["job_script"] = shown(rendered.script)
+        launch["nemo_run_script"] = shown(rendered.nemo_run_script)
+        if rendered.job_id:
+            launch["job_ids"] = [rendered.job_id]
+            launch["summary"] += f" as Slurm job {rendered.job_id}"
+        _record_launch(run, plan, launch, *(() if run.dryrun else (folder / "plan.json",)))
+    print(f"  plan.json   {shown(plan_path(run))}")
     return 0
 
 
-def launch_local_engine(run: RunConfig) -> int:
+def launch_local_engine(run: RunConfig, checked: bool = False) -> int:
     """The local engine on this machine (nothing runs with dryrun=true)."""
     if run.dryrun:
         print("  launch      local engine on this machine; dry run, nothing launched")
         return 0
     from optbench.engine.local import launch_local
 
-    launch_local(run)
+    launch_local(run, checked=checked)
     return 0
 
 
@@ -173,10 +210,6 @@ def launch_bridge_local(run: RunConfig, plan: dict[str, Any]) -> int:
         "env": job_env(run),
         "config": str(config_path),
     }
-    if not run.dryrun:
-        problem = bridge_local_problem(run.parallel.num_gpus)
-        if problem is not None:
-            raise UserError(problem)
     save_resolved_config(run, config_path)
     _record_launch(run, plan, launch)
     print(f"  command     {' '.join(command)}")

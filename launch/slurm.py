@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -163,9 +162,3 @@ def _submit(experiment, jobs: list[JobSpec]) -> None:
             os.environ.pop("SBATCH_ACCOUNT", None)
         else:
             os.environ["SBATCH_ACCOUNT"] = previous
-
-
-def clear_experiments(base_dir: Path) -> None:
-    """Remove the NeMo-Run folder of a previous dry run (generated files only)."""
-    if base_dir.is_dir():
-        shutil.rmtree(base_dir)

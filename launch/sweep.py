@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import itertools
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from launch.dispatch import launch_local_engine, prepare_for_job, shown, slurm_launch_section
-from launch.jobs import JobSpec, require_slurm
-from optbench.config.compose import compose_run
+from launch.dispatch import check_launch, launch_local_engine, prepare_for_job, shown, slurm_launch_section
+from launch.jobs import JobSpec
+from optbench.config.compose import check_typed_overrides, compose_run
+from optbench.config.overrides import typed_keys
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_json
+from optbench.io import atomic_write_json, restored_on_failure
 from optbench.plan import build_plan, recorded_overrides
 from optbench.projection.ranking import print_ranking
 from optbench.runs import new_run_id, resolve_run_id, run_dir, save_resolved_config
@@ -73,24 +73,40 @@ class SweepPoint:
         }
 
 
+MAX_POINTS = 64
+"""Most points one sweep may have: each is composed, validated and planned (0.1-0.3 s each for the
+published layouts, so a full sweep plans in seconds)."""
+
+
 def expand_overrides(overrides: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    """(fixed overrides, one list of swept overrides per point), with Hydra's override grammar."""
+    """(fixed overrides, one list of swept overrides per point), with Hydra's override grammar.
+
+    Refuses more than :data:`MAX_POINTS` points before listing them (a ``range(0, 10**9)`` is never expanded).
+    """
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    check_typed_overrides(overrides, sweeping=True)
     parser = OverridesParser.create()
     fixed: list[str] = []
     axes: list[list[str]] = []
+    points = 1
     for text in overrides:
+        [override] = parser.parse_overrides([text])
+        if not override.is_sweep_override():
+            fixed.append(text)
+            continue
+        key = override.get_key_element()
         try:
-            [override] = parser.parse_overrides([text])
-            if not override.is_sweep_override():
-                fixed.append(text)
-                continue
-            key = override.get_key_element()
-            axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+            values = list(itertools.islice(override.sweep_string_iterator(), MAX_POINTS + 1))
         except HydraException as err:
-            raise UserError(Problem("overrides", f"cannot expand '{text}': {str(err).splitlines()[0]}")) from err
+            raise UserError(Problem(key, f"cannot expand '{text[:60]}': {str(err).splitlines()[0]}")) from err
+        points *= len(values)
+        if points > MAX_POINTS:
+            raise UserError(
+                Problem(key, f"the sweep has more than {MAX_POINTS} points; sweep fewer values or split it into several sweeps")
+            )
+        axes.append([f"{key}={value}" for value in values])
     if not axes:
         raise UserError(Problem("overrides", "nothing to sweep; give comma-separated values, e.g. parallel.ep=32,64"))
     return fixed, [list(point) for point in itertools.product(*axes)]
@@ -132,7 +148,7 @@ def plan_sweep(recipe: str, overrides: Sequence[str]) -> list[SweepPoint]:
             point.plan = build_plan(run, point.overrides)
         except UserError as err:
             point.run, point.plan = None, None
-            point.problems = err.lines()
+            point.problems = err.focused(typed_keys(point.swept)).lines()
         points.append(point)
     return points
 
@@ -178,7 +194,6 @@ def _point_jobs(points: list[SweepPoint], folder: Path, dryrun: bool) -> list[Jo
 def launch_slurm_points(recipe: str, points: list[SweepPoint], folder: Path, dryrun: bool) -> None:
     from launch import slurm
 
-    require_slurm(points[0].run, dryrun)
     jobs = _point_jobs(points, folder, dryrun)
     base = folder / "nemo_run" if dryrun else Path(points[0].run.results_dir) / "sweeps" / str(jobs[0].run.run_id) / "nemo_run"
     rendered = slurm.render(jobs, base, title=f"{recipe}-sweep", submit=not dryrun)
@@ -205,24 +220,28 @@ def sweep(recipe: str, overrides: Sequence[str]) -> int:
         raise UserError(Problem("sweep", f"none of the {len(points)} points is valid; see the reasons above"))
     first = valid[0].run
     folder = sweep_folder(first)
-    if folder.is_dir():
-        shutil.rmtree(folder)  # generated files of the previous sweep of this recipe
     dryrun = first.dryrun
-    if first.cluster.executor == "slurm":
-        launch_slurm_points(recipe, valid, folder, dryrun)
-    elif dryrun:
+    slurm = first.cluster.executor == "slurm"
+    if slurm:
+        for point in valid:
+            check_launch(point.run)
+    # The previous sweep's folder is replaced only when this one is complete (put back if it fails).
+    with restored_on_failure([folder]):
+        if slurm:
+            launch_slurm_points(recipe, valid, folder, dryrun)
+        summary = {
+            "recipe": recipe,
+            "overrides": recorded_overrides(overrides),
+            "dryrun": dryrun,
+            "points": [p.as_dict() for p in points],
+        }
+        path = atomic_write_json(folder / "sweep.json", summary)
+    if not slurm and dryrun:
         print(f"  {len(valid)} points planned; dry run, nothing launched")
-    else:
+    elif not slurm:
         for point in valid:
             print(f"  running {point.name} on the local engine")
             launch_local_engine(point.run)
-    summary = {
-        "recipe": recipe,
-        "overrides": recorded_overrides(overrides),
-        "dryrun": dryrun,
-        "points": [p.as_dict() for p in points],
-    }
-    path = atomic_write_json(folder / "sweep.json", summary)
     print(f"  sweep.json  {shown(path)}")
     return 0
 

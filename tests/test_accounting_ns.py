@@ -24,8 +24,8 @@ def it(gram: int, contraction: int) -> float:
 
 
 def tiny(*overrides: str):
-    """qwen3_moe_tiny (h 256, 8 heads, 2 groups of kv 32, 16 experts of 128) under a layout."""
-    return compose_run("qwen3_moe_tiny_muon", list(overrides))
+    """qwen3_moe_tiny (h 256, 8 heads, 2 groups of kv 32, 16 experts of 128) under a cluster layout."""
+    return compose_run("qwen3_moe_tiny_muon", ["engine=megatron_bridge", *overrides])
 
 
 def _param(run, name_part: str, pp_rank: int = 0, expert_slice: int | None = None) -> LocalParam:

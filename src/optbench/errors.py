@@ -3,7 +3,9 @@
 Anything a user can get wrong (a config value, a missing file, a missing tool) is
 raised as :class:`UserError`. The command-line entry points catch it with
 :func:`exit_on_user_error` and print ``error: <field>: <message>`` on one line,
-with no traceback unless ``debug=true``.
+with no traceback unless ``debug=true``. When several things are wrong, the first is the
+error line and the others are named on one compact line after it; the problem that involves
+a field the user typed comes first, and the line names that field.
 """
 
 from __future__ import annotations
@@ -24,9 +26,29 @@ class Problem:
 
     field: str
     message: str
+    related: tuple[str, ...] = ()
+    """Other fields, or whole sections, whose values decide this problem too (e.g. parallel.tp for a
+    world-size problem reported on parallel.num_gpus): a typed one among them is named instead."""
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}" if self.field else self.message
+
+    def typed_field(self, typed: Sequence[str]) -> str | None:
+        """The first typed key (``parallel.tp``, ``cluster``) that this problem involves, if any."""
+        involved = [name for name in (self.field, *self.related) if name]
+        for key in typed:
+            for name in involved:
+                if key == name or key.startswith(name + ".") or name.startswith(key + "."):
+                    return key
+        return None
+
+    def named_for(self, typed: Sequence[str]) -> "Problem":
+        """This problem reported on the field the user typed, when it involves one (a field under the typed
+        key, such as ``data.path.0`` of ``data.path=[...]``, is already precise and stays)."""
+        key = self.typed_field(typed)
+        if key is None or self.field == key or self.field.startswith(key + "."):
+            return self
+        return Problem(key, self.message, self.related)
 
 
 class UserError(Exception):
@@ -44,16 +66,32 @@ class UserError(Exception):
         """One line per problem, newlines flattened so each really is one line."""
         return ["error: " + " ".join(str(p).split()) for p in self.problems]
 
+    def focused(self, typed: Sequence[str]) -> "UserError":
+        """The same problems, those involving a typed key first and named on it."""
+        ranked = sorted(self.problems, key=lambda p: p.typed_field(typed) is None)
+        return UserError([p.named_for(typed) for p in ranked])
+
+    def report(self) -> list[str]:
+        """What a command prints: the first problem as the error line, the others named on one line."""
+        first, *rest = self.lines()
+        if not rest:
+            return [first]
+        names = ", ".join(dict.fromkeys(p.field or "config" for p in self.problems[1:]))
+        return [first, f"  and {len(rest)} more problem{'s' if len(rest) > 1 else ''} ({names}); debug=true lists them all"]
+
 
 @contextlib.contextmanager
-def exit_on_user_error(debug: bool = False) -> Iterator[None]:
-    """Turn a :class:`UserError` into its one-line messages on stderr and exit code 2, Ctrl-C into one line and 130."""
+def exit_on_user_error(debug: bool = False, typed: Sequence[str] = ()) -> Iterator[None]:
+    """Turn a :class:`UserError` into its report on stderr and exit code 2, Ctrl-C into one line and 130.
+
+    ``typed``: the keys of the overrides the user typed, so that the error line names one of them.
+    """
     try:
         yield
     except UserError as err:
         if debug:
-            raise
-        for line in err.lines():
+            raise err.focused(typed) from err
+        for line in err.focused(typed).report():
             print(line, file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR) from None
     except KeyboardInterrupt:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -45,6 +48,69 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def strict_json_value(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, +-Infinity, which strict JSON cannot hold) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: strict_json_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json_value(item) for item in value]
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    # numpy and torch scalars become Python numbers (and are then checked like them); anything else its text.
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return strict_json_value(item())
+        except (TypeError, ValueError):
+            pass
+    return str(value)
+
+
+def dumps_strict(data: Any, indent: int | None = None) -> str:
+    """JSON text that every strict reader accepts: non-finite floats written as null, never NaN or Infinity."""
+    return json.dumps(strict_json_value(data), indent=indent, default=_json_default, allow_nan=False)
+
+
 def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
-    """Atomically write ``data`` as indented JSON with a trailing newline."""
-    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    """Atomically write ``data`` as indented strict JSON with a trailing newline."""
+    return atomic_write_text(path, dumps_strict(data, indent=2) + "\n")
+
+
+def remove_path(path: Path) -> None:
+    """Remove a file, link or folder tree if it exists."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+@contextlib.contextmanager
+def restored_on_failure(paths: Sequence[Path]) -> Iterator[None]:
+    """Let a block replace ``paths`` (files or folders) as a whole: kept only if the block succeeds.
+
+    Each existing path is first set aside beside itself (``.<name>.previous-<pid>``); when the block
+    ends normally the set-aside copies are deleted, and when it raises (Ctrl-C included) whatever
+    the block wrote at those paths is deleted and the earlier content put back.
+    """
+    paths = list(dict.fromkeys(Path(p) for p in paths))
+    kept: dict[Path, Path] = {}
+    try:
+        for path in paths:
+            if path.exists() or path.is_symlink():
+                aside = path.with_name(f".{path.name}.previous-{os.getpid()}")
+                remove_path(aside)
+                os.rename(path, aside)
+                kept[path] = aside
+        yield
+    except BaseException:
+        for path in paths:
+            remove_path(path)
+            if path in kept:
+                os.rename(kept[path], path)
+        raise
+    for aside in kept.values():
+        remove_path(aside)

@@ -1,95 +1,75 @@
 """Pre-flight validation: every rule Megatron (or our local engine) would enforce later, checked
 before anything is launched, each failure one line that names the field and the fix.
 
-Checks run in dependency order: value ranges and enumerations first, then the world-size
-arithmetic, and the rules that need a valid data-parallel size only when it is valid.
+Checks run in dependency order: every field's own domain first (:mod:`optbench.config.domains`:
+ranges, finite floats, enumerations, folders, bounded sizes), then rules between fields and the
+world-size arithmetic, and the rules that need a valid data-parallel size only when it is valid.
+A problem that several fields decide lists them as ``related``, so that the error line can name
+the one the user typed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from optbench.config import schema
-from optbench.config.layout import gpus_per_node, vpp_size
+from optbench.config.domains import MAX_EXPERT_LAYERS, check_domains
+from optbench.config.layout import gpus_per_node
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.hardware import gpu_catalog
+from optbench.validate_layout import (
+    PARALLEL_SIZES,
+    check_batch,
+    check_experts,
+    check_pipeline,
+    check_tensor_parallel,
+)
+
 
 Check = Callable[[RunConfig], Iterable[Problem]]
 
 
-def _choice(field: str, value: object, allowed: Iterable[str]) -> Iterable[Problem]:
-    allowed = tuple(allowed)
-    if value not in allowed:
-        yield Problem(field, f"'{value}' is not one of {', '.join(allowed)}")
-
-
-def _positive(field: str, value: int | float | None, minimum: int | float = 1) -> Iterable[Problem]:
-    if value is not None and value < minimum:
-        yield Problem(field, f"must be at least {minimum}, got {value}")
-
-
-def check_choices(run: RunConfig) -> Iterable[Problem]:
-    yield from _choice("engine", run.engine, schema.ENGINES)
-    yield from _choice("model.architecture", run.model.architecture, schema.ARCHITECTURES)
-    yield from _choice("optimizer.name", run.optimizer.name, schema.OPTIMIZERS)
-    yield from _choice("precision.name", run.precision.name, schema.PRECISIONS)
-    yield from _choice("precision.params_dtype", run.precision.params_dtype, ("bf16", "fp16"))
-    yield from _choice("precision.peak", run.precision.peak, ("bf16", "fp8"))
-    yield from _choice("parallel.moe_token_dispatcher", run.parallel.moe_token_dispatcher, schema.DISPATCHERS)
-    if run.parallel.moe_flex_dispatcher_backend is not None:
-        yield from _choice(
-            "parallel.moe_flex_dispatcher_backend", run.parallel.moe_flex_dispatcher_backend, schema.FLEX_BACKENDS
+def check_fields(run: RunConfig) -> Iterable[Problem]:
+    """Rules between fields that need no layout: learning rates, routing, Newton-Schulz, batch."""
+    o, m, t = run.optimizer, run.model, run.train
+    if m.num_moe_experts and m.num_layers * m.num_moe_experts > MAX_EXPERT_LAYERS:
+        yield Problem(
+            "model.num_moe_experts",
+            f"{m.num_layers} layers x {m.num_moe_experts} experts = {m.num_layers * m.num_moe_experts:,} routed-expert "
+            f"layers; the planner handles at most {MAX_EXPERT_LAYERS:,} (Kimi K2: 23,040); use fewer layers or experts",
+            ("model.num_layers",),
         )
-    if run.parallel.recompute_granularity is not None:
-        yield from _choice(
-            "parallel.recompute_granularity", run.parallel.recompute_granularity, schema.RECOMPUTE_GRANULARITIES
+    if o.min_lr > o.lr:
+        yield Problem("optimizer.min_lr", f"must not exceed optimizer.lr={o.lr:g}, got {o.min_lr:g}", ("optimizer.lr",))
+    if o.muon is not None and o.muon.coefficients == "quintic" and o.muon.ns_steps % 5:
+        yield Problem(
+            "optimizer.muon.ns_steps",
+            f"must be a multiple of 5 with the quintic coefficients (one tuple per step, as Emerging-Optimizers "
+            f"requires), got {o.muon.ns_steps}; use 5 or 10, or optimizer.muon.coefficients=simple",
+            ("optimizer.muon.coefficients",),
         )
-    yield from _choice("data.kind", run.data.kind, schema.DATA_KINDS)
-    yield from _choice("logger.wandb_mode", run.logger.wandb_mode, schema.WANDB_MODES)
-    yield from _choice("cluster.executor", run.cluster.executor, schema.EXECUTORS)
-    known_gpus = ("auto", "cpu", *gpu_catalog())
-    yield from _choice("cluster.gpu", run.cluster.gpu, known_gpus)
-    muon = run.optimizer.muon
-    if muon is not None:
-        yield from _choice("optimizer.muon.coefficients", muon.coefficients, schema.MUON_COEFFICIENTS)
-        yield from _choice("optimizer.muon.scale_mode", muon.scale_mode, schema.MUON_SCALE_MODES)
-        yield from _choice("optimizer.muon.fp32_matmul_prec", muon.fp32_matmul_prec, schema.MUON_MATMUL_PRECISIONS)
-        yield from _choice("optimizer.muon.tp_mode", muon.tp_mode, schema.MUON_TP_MODES)
-        yield from _choice("optimizer.muon.assignment", muon.assignment, schema.MUON_ASSIGNMENTS)
-
-
-def check_ranges(run: RunConfig) -> Iterable[Problem]:
-    p, t, m = run.parallel, run.train, run.model
-    for name in ("num_gpus", "tp", "pp", "cp", "ep", "etp"):
-        yield from _positive(f"parallel.{name}", getattr(p, name))
-    yield from _positive("parallel.vpp", p.vpp)
-    for name in ("gbs", "mbs", "seq_length", "iters", "log_interval"):
-        yield from _positive(f"train.{name}", getattr(t, name))
-    yield from _positive("train.warmup_iters", t.warmup_iters, 0)
-    yield from _positive("train.lr_decay_iters", t.lr_decay_iters)
-    yield from _positive("train.save_interval", t.save_interval)
-    for name in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "make_vocab_size_divisible_by"):
-        yield from _positive(f"model.{name}", getattr(m, name))
-    yield from _positive("model.mtp_num_layers", m.mtp_num_layers, 0)
-    yield from _positive("cluster.gpus_per_node", run.cluster.gpus_per_node)
-    if run.step_time_s is not None and run.step_time_s <= 0:
-        yield Problem("step_time_s", f"must be a positive number of seconds, got {run.step_time_s}")
-    o = run.optimizer
-    if o.lr <= 0:
-        yield Problem("optimizer.lr", f"must be positive, got {o.lr}")
-    if not 0 <= o.min_lr <= o.lr:
-        yield Problem("optimizer.min_lr", f"must lie in [0, optimizer.lr={o.lr}], got {o.min_lr}")
-    for name in ("adam_beta1", "adam_beta2"):
-        if not 0 <= getattr(o, name) < 1:
-            yield Problem(f"optimizer.{name}", f"must lie in [0, 1), got {getattr(o, name)}")
-    if o.muon is not None:
-        if o.muon.ns_steps < 1:
-            yield Problem("optimizer.muon.ns_steps", f"must be at least 1, got {o.muon.ns_steps}")
-        if not 0 <= o.muon.momentum < 1:
-            yield Problem("optimizer.muon.momentum", f"must lie in [0, 1), got {o.muon.momentum}")
-        if o.muon.extra_scale_factor <= 0:
-            yield Problem("optimizer.muon.extra_scale_factor", f"must be positive, got {o.muon.extra_scale_factor}")
+    groups, group_topk = m.moe_router_num_groups, m.moe_router_group_topk
+    if m.num_moe_experts and groups:
+        if m.num_moe_experts % groups:
+            yield Problem(
+                "model.moe_router_num_groups",
+                f"{m.num_moe_experts} experts do not split into {groups} routing groups; use a divisor of the experts",
+                ("model.num_moe_experts",),
+            )
+        elif group_topk and (group_topk > groups or m.moe_router_topk > group_topk * (m.num_moe_experts // groups)):
+            yield Problem(
+                "model.moe_router_group_topk",
+                f"{group_topk} of {groups} groups of {m.num_moe_experts // groups} experts cannot hold top-{m.moe_router_topk}; "
+                "raise it (at most the number of groups) or lower model.moe_router_topk",
+                ("model.moe_router_num_groups", "model.moe_router_topk"),
+            )
+    p = run.parallel
+    if p.recompute_num_layers and p.recompute_num_layers > m.num_layers:
+        yield Problem(
+            "parallel.recompute_num_layers", f"must not exceed the model's {m.num_layers} layers", ("model.num_layers",)
+        )
+    if t.mbs > t.gbs:
+        yield Problem("train.mbs", f"must not exceed train.gbs={t.gbs}, got {t.mbs}", ("train.gbs",))
 
 
 def check_model(run: RunConfig) -> Iterable[Problem]:
@@ -97,22 +77,33 @@ def check_model(run: RunConfig) -> Iterable[Problem]:
     if m.multi_latent_attention:
         for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             if not getattr(m, name):
-                yield Problem(f"model.{name}", "multi-latent attention needs it; give a positive size")
+                yield Problem(
+                    f"model.{name}", "multi-latent attention needs it; give a positive size", ("model.multi_latent_attention",)
+                )
     else:
         if not m.kv_channels or not m.num_query_groups:
-            yield Problem("model.kv_channels", "GQA attention needs kv_channels and num_query_groups")
+            yield Problem(
+                "model.kv_channels",
+                "GQA attention needs kv_channels and num_query_groups",
+                ("model.num_query_groups", "model.multi_latent_attention"),
+            )
         elif m.num_attention_heads % m.num_query_groups:
             yield Problem(
                 "model.num_query_groups",
                 f"{m.num_attention_heads} heads do not split into {m.num_query_groups} query groups",
+                ("model.num_attention_heads",),
             )
     if m.num_moe_experts:
         if not m.moe_ffn_hidden_size:
-            yield Problem("model.moe_ffn_hidden_size", "a MoE model needs the expert FFN width")
+            yield Problem("model.moe_ffn_hidden_size", "a MoE model needs the expert FFN width", ("model.num_moe_experts",))
         if not 1 <= m.moe_router_topk <= m.num_moe_experts:
-            yield Problem("model.moe_router_topk", f"must lie in [1, {m.num_moe_experts}] experts")
+            yield Problem(
+                "model.moe_router_topk", f"must lie in [1, {m.num_moe_experts}] experts", ("model.num_moe_experts",)
+            )
         if not 0 <= m.first_k_dense_layers <= m.num_layers:
-            yield Problem("model.first_k_dense_layers", f"must lie in [0, num_layers={m.num_layers}]")
+            yield Problem(
+                "model.first_k_dense_layers", f"must lie in [0, num_layers={m.num_layers}]", ("model.num_layers",)
+            )
 
 
 def check_world(run: RunConfig) -> Iterable[Problem]:
@@ -124,6 +115,7 @@ def check_world(run: RunConfig) -> Iterable[Problem]:
             "parallel.num_gpus",
             f"{p.num_gpus} GPUs is not a multiple of tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {model_parallel}; "
             "choose num_gpus, tp, pp and cp so that dp = num_gpus/(tp*pp*cp) is a whole number",
+            PARALLEL_SIZES[1:],
         )
     per_node = gpus_per_node(run)
     if run.cluster.gpus_per_node and p.num_gpus > per_node and p.num_gpus % per_node:
@@ -131,106 +123,7 @@ def check_world(run: RunConfig) -> Iterable[Problem]:
             "parallel.num_gpus",
             f"{p.num_gpus} GPUs do not fill whole {run.cluster.name} nodes of {per_node} GPUs; "
             f"use a multiple of {per_node}",
-        )
-
-
-def _dp(run: RunConfig) -> int:
-    p = run.parallel
-    return p.num_gpus // (p.tp * p.pp * p.cp)
-
-
-def check_tensor_parallel(run: RunConfig) -> Iterable[Problem]:
-    p, m = run.parallel, run.model
-    if m.num_attention_heads % p.tp:
-        yield Problem("parallel.tp", f"{m.num_attention_heads} attention heads are not divisible by tp={p.tp}")
-    if m.num_query_groups and m.num_query_groups % p.tp:
-        yield Problem("parallel.tp", f"{m.num_query_groups} query groups are not divisible by tp={p.tp}")
-    if m.first_k_dense_layers and m.ffn_hidden_size % p.tp:
-        yield Problem("parallel.tp", f"dense FFN width {m.ffn_hidden_size} is not divisible by tp={p.tp}")
-    if m.num_moe_experts and m.moe_ffn_hidden_size and m.moe_ffn_hidden_size % p.etp:
-        yield Problem("parallel.etp", f"expert FFN width {m.moe_ffn_hidden_size} is not divisible by etp={p.etp}")
-    seq = run.train.seq_length
-    if p.sequence_parallel and p.tp > 1 and seq % p.tp:
-        yield Problem("train.seq_length", f"{seq} is not divisible by tp={p.tp} under sequence parallelism")
-    if p.cp > 1 and seq % (2 * p.cp):
-        yield Problem(
-            "train.seq_length", f"{seq} is not divisible by 2*cp={2 * p.cp} (load-balanced causal context parallelism)"
-        )
-    if m.num_moe_experts and p.tp > 1 and p.ep > 1 and not p.sequence_parallel:
-        yield Problem(
-            "parallel.sequence_parallel",
-            "Megatron requires sequence parallelism for MoE with tp > 1 and ep > 1; set parallel.sequence_parallel=true",
-        )
-
-
-def check_experts(run: RunConfig) -> Iterable[Problem]:
-    p, m = run.parallel, run.model
-    if not m.num_moe_experts:
-        if p.ep > 1 or p.etp > 1:
-            yield Problem("parallel.ep", f"model {m.name} has no experts; set parallel.ep=1 parallel.etp=1")
-        return
-    if m.num_moe_experts % p.ep:
-        yield Problem("parallel.ep", f"{m.num_moe_experts} experts are not divisible by ep={p.ep}")
-    dense_ranks = p.tp * p.cp * _dp(run)
-    if dense_ranks % (p.ep * p.etp):
-        options = [e for e in range(1, dense_ranks + 1) if dense_ranks % (e * p.etp) == 0 and m.num_moe_experts % e == 0]
-        yield Problem(
-            "parallel.ep",
-            f"ep*etp = {p.ep}*{p.etp} must divide tp*cp*dp = {p.tp}*{p.cp}*{_dp(run)} = {dense_ranks} "
-            f"(Megatron's expert layout rule); valid ep here: {', '.join(map(str, options))}",
-        )
-
-
-def check_pipeline(run: RunConfig) -> Iterable[Problem]:
-    p, m = run.parallel, run.model
-    vpp = vpp_size(run)
-    if p.vpp is not None and p.vpp > 1 and p.pp == 1:
-        yield Problem("parallel.vpp", "virtual pipeline stages need pp > 1; set parallel.vpp=null or raise parallel.pp")
-    stages = p.pp * vpp
-    layout = p.pipeline_layout
-    if not layout:
-        if m.num_layers % stages:
-            yield Problem(
-                "parallel.pipeline_layout",
-                f"{m.num_layers} layers do not split evenly over pp*vpp = {p.pp}*{vpp} = {stages} stages; "
-                "give a parallel.pipeline_layout that places every layer once, or change pp/vpp",
-            )
-        return
-    if len(layout) != stages:
-        yield Problem(
-            "parallel.pipeline_layout", f"has {len(layout)} stages but pp*vpp = {p.pp}*{vpp} = {stages}; give one per stage"
-        )
-    entries = [e for stage in layout for e in stage]
-    unknown = sorted(set(entries) - set(schema.PIPELINE_LAYOUT_ENTRIES))
-    if unknown:
-        yield Problem(
-            "parallel.pipeline_layout",
-            f"unknown entries {unknown}; use {', '.join(schema.PIPELINE_LAYOUT_ENTRIES)}",
-        )
-    decoders = entries.count("decoder")
-    if decoders != m.num_layers:
-        yield Problem(
-            "parallel.pipeline_layout",
-            f"places {decoders} decoder layers but the model has {m.num_layers}; place every layer exactly once",
-        )
-    if entries.count("embedding") != 1 or "embedding" not in layout[0]:
-        yield Problem("parallel.pipeline_layout", "needs exactly one 'embedding', in the first stage")
-    if entries.count("loss") != 1 or "loss" not in layout[-1]:
-        yield Problem("parallel.pipeline_layout", "needs exactly one 'loss', in the last stage")
-    if entries.count("mtp") != m.mtp_num_layers or any("mtp" in stage for stage in layout[:-1]):
-        yield Problem(
-            "parallel.pipeline_layout",
-            f"needs {m.mtp_num_layers} 'mtp' entries (model.mtp_num_layers), all in the last stage",
-        )
-
-
-def check_batch(run: RunConfig) -> Iterable[Problem]:
-    t, dp = run.train, _dp(run)
-    if t.gbs % (t.mbs * dp):
-        yield Problem(
-            "train.gbs",
-            f"{t.gbs} is not a multiple of mbs*dp = {t.mbs}*{dp} = {t.mbs * dp}; "
-            f"use e.g. train.gbs={max(1, t.gbs // (t.mbs * dp)) * t.mbs * dp}",
+            ("cluster",),
         )
 
 
@@ -255,16 +148,20 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
             "Muon has no overlapped parameter all-gather (Bridge sets it false for Muon); set it false",
         )
     if run.precision.params_dtype == "fp16" or run.precision.name == "fp16":
-        yield Problem("precision", "Muon does not support fp16 (Megatron: 'muon with fp16 is not supported'); use bf16")
+        yield Problem(
+            "precision", "Muon does not support fp16 (Megatron: 'muon with fp16 is not supported'); use bf16", ("optimizer",)
+        )
     if o.muon.layer_wise and run.precision.fp8_param_gather:
         yield Problem(
             "precision.fp8_param_gather",
             "incompatible with the layer-wise Muon optimizer; set precision.fp8_param_gather=false",
+            ("optimizer.muon.layer_wise", "precision"),
         )
     if o.muon.layer_wise and run.precision.reuse_grad_buf_for_mxfp8_param_ag:
         yield Problem(
             "precision.reuse_grad_buf_for_mxfp8_param_ag",
             "incompatible with the layer-wise Muon optimizer; set it false",
+            ("optimizer.muon.layer_wise", "precision"),
         )
     if run.engine == "megatron_bridge":
         if o.muon.coefficients != "quintic":
@@ -272,15 +169,19 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
                 "optimizer.muon.coefficients",
                 "Megatron Core 0.16.1 runs the quintic set only (no config field for others); "
                 "use quintic, or engine=local for the simple set",
+                ("engine",),
             )
         if o.muon.assignment != "pingpong":
             yield Problem(
                 "optimizer.muon.assignment",
                 "Megatron's layer-wise optimizer assigns by size ping-pong only; cost_aware runs on engine=local",
+                ("engine",),
             )
         if o.muon.syrk:
             yield Problem(
-                "optimizer.muon.syrk", "Megatron Core 0.16.1 has no SYRK Newton-Schulz kernel; syrk=true runs on engine=local"
+                "optimizer.muon.syrk",
+                "Megatron Core 0.16.1 has no SYRK Newton-Schulz kernel; syrk=true runs on engine=local",
+                ("engine",),
             )
 
 
@@ -288,7 +189,11 @@ def check_precision(run: RunConfig) -> Iterable[Problem]:
     fp8 = run.precision.fp8 is not None
     gpu = run.cluster.gpu
     if run.engine == "local" and fp8:
-        yield Problem("precision", f"the local engine runs bf16/fp32 only, not {run.precision.name}; use precision=bf16")
+        yield Problem(
+            "precision",
+            f"the local engine runs bf16/fp32 only, not {run.precision.name}; use precision=bf16",
+            ("engine", "recipe"),
+        )
         return
     spec = gpu_catalog().get(gpu)
     if spec is None:
@@ -298,33 +203,57 @@ def check_precision(run: RunConfig) -> Iterable[Problem]:
             "precision",
             f"mxfp8 needs a Blackwell GPU (SM 10.x); {gpu} ({spec.arch}, SM {spec.compute_capability}) has no MXFP8; "
             "use precision=fp8_cs or precision=bf16",
+            ("cluster",),
         )
 
 
 def check_engine(run: RunConfig) -> Iterable[Problem]:
     p = run.parallel
+    if run.engine == "megatron_bridge":
+        from optbench.bridge.adapter import BRIDGE_MODELS
+
+        if run.model.name not in BRIDGE_MODELS:
+            yield Problem(
+                "model",
+                f"no Megatron Bridge recipe for model '{run.model.name}' ({', '.join(BRIDGE_MODELS)} have one); "
+                "use engine=local for the small proxies",
+                ("engine",),
+            )
     if run.engine == "local":
         if (p.tp, p.pp, p.cp, p.ep, p.etp) != (1, 1, 1, 1, 1):
             yield Problem(
                 "parallel",
                 f"the local engine runs data parallel only, got tp={p.tp} pp={p.pp} cp={p.cp} ep={p.ep} etp={p.etp}; "
                 "use parallel=single (and parallel.num_gpus=N for N processes) or engine=megatron_bridge",
+                ("engine",),
             )
         if run.cluster.executor != "local":
-            yield Problem("cluster", f"the local engine runs on this machine; use cluster=local, not {run.cluster.name}")
+            yield Problem(
+                "cluster", f"the local engine runs on this machine; use cluster=local, not {run.cluster.name}", ("engine",)
+            )
         if run.model.mtp_num_layers:
-            yield Problem("model.mtp_num_layers", "Hugging Face's DeepSeek-V3 classes have no MTP layer; set it to 0")
+            yield Problem(
+                "model.mtp_num_layers", "Hugging Face's DeepSeek-V3 classes have no MTP layer; set it to 0", ("engine", "model")
+            )
         if run.data.kind == "indexed":
-            yield Problem("data", "the local engine reads mock and synthetic data only; use data=synthetic")
+            yield Problem("data", "the local engine reads mock and synthetic data only; use data=synthetic", ("engine",))
     if run.data.kind == "indexed" and not run.data.path:
-        yield Problem("data.path", "indexed data needs dataset prefixes, e.g. data.path=[/data/corpus_text_document]")
+        yield Problem(
+            "data.path", "indexed data needs dataset prefixes, e.g. data.path=[/data/corpus_text_document]", ("data",)
+        )
     if run.data.kind == "indexed" and not run.data.tokenizer:
-        yield Problem("data.tokenizer", "indexed data needs the tokenizer it was built with (path or HF id)")
+        yield Problem("data.tokenizer", "indexed data needs the tokenizer it was built with (path or HF id)", ("data",))
     if p.moe_token_dispatcher == "flex" and p.moe_flex_dispatcher_backend is None:
-        yield Problem("parallel.moe_flex_dispatcher_backend", "the flex dispatcher needs a backend: deepep or hybridep")
+        yield Problem(
+            "parallel.moe_flex_dispatcher_backend",
+            "the flex dispatcher needs a backend: deepep or hybridep",
+            ("parallel.moe_token_dispatcher",),
+        )
     if p.recompute_granularity == "full" and (p.recompute_method is None or not p.recompute_num_layers):
         yield Problem(
-            "parallel.recompute_method", "full recompute needs recompute_method (uniform/block) and recompute_num_layers"
+            "parallel.recompute_method",
+            "full recompute needs recompute_method (uniform/block) and recompute_num_layers",
+            ("parallel.recompute_granularity", "parallel.recompute_num_layers"),
         )
 
 
@@ -344,11 +273,14 @@ def check_memory(run: RunConfig) -> Iterable[Problem]:
         f"{run.cluster.gpu} (pipeline rank {estimate.worst_pipeline_rank}; largest term: {term} "
         f"{estimate.breakdown_gb[term]:.0f} GB; estimate +-{100 * estimate.expected_error:.0f} %); use more GPUs, "
         "more pp or ep, recompute or a smaller train.mbs, or set force=true to launch anyway",
+        ("train", "model", "precision", "optimizer", "cluster", "force"),
     )
 
 
-BASIC_CHECKS: tuple[Check, ...] = (check_choices, check_ranges, check_model, check_world)
-"""Checks that need nothing but the config."""
+BASIC_CHECKS: tuple[Check, ...] = (check_domains,)
+"""Each field on its own."""
+FIELD_CHECKS: tuple[Check, ...] = (check_fields, check_model, check_world)
+"""Rules between fields that need nothing but the config."""
 LAYOUT_CHECKS: tuple[Check, ...] = (
     check_tensor_parallel,
     check_experts,
@@ -362,14 +294,12 @@ LAYOUT_CHECKS: tuple[Check, ...] = (
 
 
 def collect_problems(run: RunConfig) -> list[Problem]:
-    """Every problem with a run, in dependency order."""
-    problems = [problem for check in BASIC_CHECKS for problem in check(run)]
-    if problems:
-        return problems
-    problems = [problem for check in LAYOUT_CHECKS for problem in check(run)]
-    if problems:
-        return problems
-    return list(check_memory(run))
+    """Every problem with a run, in dependency order: a stage runs only when the ones before found nothing."""
+    for stage in (BASIC_CHECKS, FIELD_CHECKS, LAYOUT_CHECKS, (check_memory,)):
+        problems = [problem for check in stage for problem in check(run)]
+        if problems:
+            return problems
+    return []
 
 
 def validate(run: RunConfig) -> None:

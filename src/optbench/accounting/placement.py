@@ -118,16 +118,26 @@ def _local(spec: ParamSpec, shards: int, stage: int) -> LocalParam:
     return LocalParam(spec, tuple(shape), shards, stage)
 
 
-def _stage_of(spec: ParamSpec, stages: tuple[VirtualStage, ...], model: ModelConfig) -> list[int]:
-    """Virtual stages holding a parameter (the embedding may be held twice)."""
-    if spec.layer is not None:
-        return [s.index for s in stages if spec.layer in s.decoder_layers or spec.layer in s.mtp_layers]
-    if spec.kind == EMBEDDING:
-        held = [s.index for s in stages if s.embedding]
+class _StageIndex:
+    """Which virtual stages hold which parameters, looked up in constant time per parameter."""
+
+    def __init__(self, stages: tuple[VirtualStage, ...], model: ModelConfig) -> None:
+        self.by_layer: dict[int, list[int]] = {}
+        for s in stages:
+            for layer in (*s.decoder_layers, *s.mtp_layers):
+                self.by_layer.setdefault(layer, []).append(s.index)
+        self.embedding = [s.index for s in stages if s.embedding]
         if model.share_embeddings_and_output_weights:
-            held += [s.index for s in stages if s.loss and not s.embedding]
-        return held
-    return [s.index for s in stages if s.loss]  # output layer, decoder final norm
+            self.embedding += [s.index for s in stages if s.loss and not s.embedding]
+        self.loss = [s.index for s in stages if s.loss]
+
+    def stages_of(self, spec: ParamSpec) -> list[int]:
+        """Virtual stages holding a parameter (the embedding may be held twice)."""
+        if spec.layer is not None:
+            return self.by_layer.get(spec.layer, [])
+        if spec.kind == EMBEDDING:
+            return self.embedding
+        return self.loss  # output layer, decoder final norm
 
 
 def _rank_params(run: RunConfig) -> tuple[PipelineRankParams, ...]:
@@ -136,8 +146,9 @@ def _rank_params(run: RunConfig) -> tuple[PipelineRankParams, ...]:
     experts_per_rank = (model.num_moe_experts or 0) // p.ep or 1
     dense: list[list[LocalParam]] = [[] for _ in range(p.pp)]
     experts: list[list[list[LocalParam]]] = [[[] for _ in range(p.ep)] for _ in range(p.pp)]
+    index = _StageIndex(stages, model)
     for spec in model_parameters(model, p.tp):
-        for stage in _stage_of(spec, stages, model):
+        for stage in index.stages_of(spec):
             rank = stages[stage].pipeline_rank
             if spec.is_expert:
                 experts[rank][(spec.expert or 0) // experts_per_rank].append(_local(spec, p.etp, stage))

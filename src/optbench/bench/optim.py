@@ -26,7 +26,7 @@ from optbench.bench.optim_timing import step_times, syrk_times
 from optbench.config.compose import compose_run
 from optbench.config.schema import ModelConfig
 from optbench.engine.local.runtime import cpu_matmul_probe
-from optbench.io import atomic_write_json, atomic_write_text
+from optbench.io import atomic_write_json, atomic_write_text, dumps_strict
 
 NAME = "optim"
 DESCRIPTION = "Muon step time vs torch.optim.Muon and AdamW, SYRK, layer-wise load imbalance"
@@ -297,4 +297,4 @@ if __name__ == "__main__":
     torch.set_num_threads(int(arguments[1]))
     # bf16 products take ~10 s per step here and torch.optim.Muon as long: fewer rounds, fp32 only for ours.
     proxies = _proxy_times("cpu", quick="--quick" in arguments, rounds=3, warmup=1, precisions=("highest",))
-    print(json.dumps({"models": proxies, "ceiling": _ceiling(proxies)}))
+    print(dumps_strict({"models": proxies, "ceiling": _ceiling(proxies)}))

@@ -82,6 +82,10 @@ TIMING_LOG_LEVEL = 1
 """Megatron times the optimizer step only from timing level 1; the metrics callback reads that timer."""
 
 
+BRIDGE_MODELS = ("kimi_k2", "qwen3_30b_a3b", "deepseek_v3")
+"""Models with a Megatron Bridge recipe function."""
+
+
 def bridge_recipe(run: RunConfig) -> BridgeRecipe:
     """The Bridge recipe function for the run's model (and, for Kimi K2, its optimizer)."""
     name = run.model.name
@@ -99,7 +103,7 @@ def bridge_recipe(run: RunConfig) -> BridgeRecipe:
     raise UserError(
         Problem(
             "model",
-            f"no Megatron Bridge recipe for model '{name}' (kimi_k2, qwen3_30b_a3b and deepseek_v3 have one); "
+            f"no Megatron Bridge recipe for model '{name}' ({', '.join(BRIDGE_MODELS)} have one); "
             "use engine=local for the small proxies",
         )
     )

@@ -20,11 +20,11 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from optbench.config import overrides as typed
+from optbench.config.domains import check_domains
 from optbench.config.pipeline import follow_stage_overrides
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
-
-CONFIG_GROUPS = ("model", "parallel", "optimizer", "precision", "cluster", "train", "data", "logger")
 
 
 def repo_root() -> Path:
@@ -84,11 +84,25 @@ def _keyed_cause(err: BaseException) -> OmegaConfBaseException | None:
     return found
 
 
+def _innermost_text(err: BaseException) -> str:
+    """First line of the innermost error in the chain (what actually went wrong)."""
+    text = str(err)
+    while err is not None:
+        if str(err).strip():
+            text = str(err)
+        err = err.__cause__ or err.__context__  # type: ignore[assignment]
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
 def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> UserError:
     text = str(err)
     cause = _keyed_cause(err)
     if cause is not None:
         return _translate_schema_error(cause)
+    merging = re.search(r"Error merging override (.+)", text)
+    if merging:
+        key = typed.typed_key(merging.group(1)) or "overrides"
+        return UserError(Problem(key, f"cannot take this value: {_innermost_text(err)}"))
     missing = re.search(r"Could not find '([^']+)/([^']+)'", text)
     if missing:
         group, option = missing.groups()
@@ -104,17 +118,28 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> UserErro
                 "a comma-separated value is a sweep; use `make sweep` (or quote it to pass a string)",
             )
         )
+    appended = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
+    if appended:
+        key = appended.group(1)
+        return UserError(Problem(key, f"already exists; set it without the '+' ({key}=<value>)"))
     if type(err).__name__ == "OverrideParseException":
         return UserError(Problem("overrides", f"cannot parse {list(overrides)}: {text.splitlines()[0]}"))
     if "Unexpected type for root: NoneType" in text:
+        keys = [typed.typed_key(o) for o in overrides]
+        key = next((k for k in keys if any(k.startswith(s + ".") for s in _NULLABLE_SECTIONS)), "overrides")
         return UserError(
-            Problem(
-                "overrides",
-                f"one of {list(overrides)} sets a key under a null section (e.g. optimizer.muon on AdamW); "
-                "select the group first (optimizer=muon)",
-            )
+            Problem(key, "is a setting of a section this run does not have (optimizer.muon on an AdamW run); "
+                    "select the group first, e.g. optimizer=muon")
         )
-    return UserError(Problem("config", text.splitlines()[0] if text else type(err).__name__))
+    keys = [typed.typed_key(o) for o in overrides]
+    reason = _innermost_text(err) or type(err).__name__
+    if reason.startswith("Unexpected type"):
+        reason = "sets a part of a value that is null in this recipe; give the whole value (key=[...] or key={...})"
+    return UserError(Problem((keys[-1] or "overrides") if len(keys) == 1 else "config", reason))
+
+
+_NULLABLE_SECTIONS = ("optimizer.muon",)
+"""Sections of the schema that are null in some presets (Optional dataclasses)."""
 
 
 def _translate_schema_error(err: OmegaConfBaseException) -> UserError:
@@ -181,11 +206,33 @@ def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig
             Problem("RECIPE", f"no recipe '{recipe}'{_closest(recipe, recipes)}; available: {', '.join(recipes)}")
         )
     search = f"hydra.searchpath=[file://{root / 'conf'}]"
-    try:
+
+    def attempt(typed_overrides: Sequence[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(root / "recipes"), version_base="1.3"):
-            return compose(config_name=recipe, overrides=[search, f"++recipe={recipe}", *overrides])
-    except (HydraException, OmegaConfBaseException, ValueError, AssertionError) as err:
-        raise _translate_hydra_error(err, overrides) from err
+            return compose(config_name=recipe, overrides=[search, f"++recipe={recipe}", *typed_overrides])
+
+    failures = (HydraException, OmegaConfBaseException, ValueError, AssertionError)
+    try:
+        return attempt(overrides)
+    except failures as err:
+        error = _translate_hydra_error(err, overrides)
+        if error.problems[0].field in ("config", "overrides") and len(overrides) > 1:
+            culprit = _first_failing(overrides, attempt, failures)
+            error = UserError(Problem(typed.typed_key(culprit) or "overrides", error.problems[0].message))
+        raise error from err
+
+
+def _first_failing(overrides: Sequence[str], attempt, failures: tuple) -> str:
+    """The override that makes composition fail: the shortest failing prefix, by bisection (a few composes)."""
+    low, high = 0, len(overrides)  # overrides[:low] composes; overrides[:high] fails
+    while high - low > 1:
+        middle = (low + high) // 2
+        try:
+            attempt(overrides[:middle])
+            low = middle
+        except failures:
+            high = middle
+    return overrides[high - 1]
 
 
 def to_run_config(cfg: DictConfig) -> RunConfig:
@@ -202,9 +249,25 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
     return run
 
 
+def check_typed_overrides(overrides: Sequence[str], sweeping: bool = False) -> None:
+    """Refuse overrides that are too many or too long, or that Hydra would read past the schema (config.overrides)."""
+    for check in (typed.check_text, lambda o: typed.check_syntax(o, sweeping)):
+        problems = list(check(overrides))
+        if problems:
+            raise UserError(problems)
+
+
 def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
-    """Compose and type-check one run: the single entry point for every command."""
+    """Compose and type-check one run: the single entry point for every command.
+
+    Every value is checked against its domain (:mod:`optbench.config.domains`) before anything is
+    derived from it, so that no input can make the steps after this fail or run unbounded.
+    """
+    check_typed_overrides(overrides)
     run = to_run_config(compose_dictconfig(recipe, overrides))
+    problems = [*typed.check_engine_fields(run, overrides), *check_domains(run)]
+    if problems:
+        raise UserError(problems)
     follow_stage_overrides(run, overrides)
     return run
 

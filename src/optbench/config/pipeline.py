@@ -87,9 +87,20 @@ def balanced_layout_for(run: RunConfig) -> list[list[str]]:
     return balanced_pipeline_layout(m.num_layers, p.pp, vpp_size(run), m.mtp_num_layers, last_stage_weight(run))
 
 
+def max_virtual_stages(run: RunConfig) -> int:
+    """Most virtual stages that can each hold something: one per decoder and MTP layer, plus an
+    embedding-only first and a loss-only last stage."""
+    return run.model.num_layers + run.model.mtp_num_layers + 2
+
+
 def follow_stage_overrides(run: RunConfig, overrides: Sequence[str]) -> None:
-    """Rebalance ``run``'s pipeline layout when the overrides changed pp or vpp and the stage count with it."""
+    """Rebalance ``run``'s pipeline layout when the overrides changed pp or vpp and the stage count with it.
+
+    A stage count above :func:`max_virtual_stages` is left for validation to refuse.
+    """
     p = run.parallel
     stages = p.pp * vpp_size(run)
+    if stages > max_virtual_stages(run):
+        return
     if p.pipeline_layout and len(p.pipeline_layout) != stages and layout_follows_overrides(overrides):
         p.pipeline_layout = None if stages == 1 else balanced_layout_for(run)

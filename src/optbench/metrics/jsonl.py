@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from optbench.io import atomic_write_text
+from optbench.io import atomic_write_text, dumps_strict
 
 
 def _parse(text: str, path: Path) -> tuple[list[dict[str, Any]], bool]:
@@ -54,7 +54,7 @@ def repair_metrics(path: str | Path, keep_through_step: int | None = None) -> li
     records, partial = _parse(text, target)
     kept = [r for r in records if keep_through_step is None or int(r.get("step", 0)) <= keep_through_step]
     if partial or len(kept) != len(records) or (text and not text.endswith("\n")):
-        atomic_write_text(target, "".join(json.dumps(r) + "\n" for r in kept))
+        atomic_write_text(target, "".join(dumps_strict(r) + "\n" for r in kept))
     return kept
 
 
@@ -68,7 +68,7 @@ class JsonlAppender:
 
     def append(self, record: dict[str, Any]) -> None:
         # One write call per line: the only possible tear is a missing tail of the last line.
-        self._handle.write(json.dumps(record, default=float) + "\n")
+        self._handle.write(dumps_strict(record) + "\n")
         self._handle.flush()
 
     def close(self) -> None:

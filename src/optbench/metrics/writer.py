@@ -20,7 +20,7 @@ from typing import Any
 from optbench.config.compose import run_config_to_dict
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
-from optbench.io import atomic_write_text
+from optbench.io import atomic_write_text, dumps_strict
 from optbench.metrics.jsonl import JsonlAppender, read_metrics, repair_metrics
 from optbench.metrics.wandb_run import flatten, start_wandb
 from optbench.redact import redact_config, redact_text, secret_values
@@ -140,7 +140,7 @@ class MetricsWriter:
         """Write summary.json atomically (secrets redacted) and set the wandb run summary."""
         if not self.is_writer:
             return self.summary_path
-        text = redact_text(json.dumps(summary, indent=2, default=str) + "\n", self._secrets)
+        text = redact_text(dumps_strict(summary, indent=2) + "\n", self._secrets)
         atomic_write_text(self.summary_path, text)
         if self._wandb is not None:
             self._wandb.summary.update(flatten(json.loads(text)))

@@ -69,10 +69,13 @@ def all_to_all_s(send_bytes: float, ranks: Sequence[int], net: Interconnect) -> 
     n = len(ranks)
     if n <= 1:
         return 0.0
-    worst = 0.0
+    members: dict[int, int] = {}
     for rank in ranks:
         block = net.block_of(rank)
-        local = sum(1 for other in ranks if other != rank and net.block_of(other) == block)
+        members[block] = members.get(block, 0) + 1
+    worst = 0.0
+    for count in members.values():  # every member of a domain sees the same split
+        local = count - 1
         remote = n - 1 - local
         nvlink = send_bytes * local / n / net.nvlink_effective
         network = send_bytes * remote / n / net.network_effective

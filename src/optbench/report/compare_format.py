@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import asdict
 from pathlib import Path
 
-from optbench.io import atomic_write_text
+from optbench.io import atomic_write_text, dumps_strict
 from optbench.report.compare import ADAMW, MUON, CompareResult, verdict
 from optbench.report.plots import plot_loss
 from optbench.report.runs import MeasuredRun
@@ -107,7 +106,7 @@ def write_compare(result: CompareResult, runs: list[MeasuredRun], results_dir: s
     relative = str(plot_path.relative_to(results))
     return [
         atomic_write_text(results / "compare.md", render_compare_markdown(result, relative)),
-        atomic_write_text(results / "compare.json", json.dumps(asdict(result), indent=2, default=str) + "\n"),
+        atomic_write_text(results / "compare.json", dumps_strict(asdict(result), indent=2) + "\n"),
         atomic_write_text(results / "compare.csv", render_compare_csv(result)),
         plot_path,
     ]

@@ -126,6 +126,13 @@ def compose_compare_runs(spec: CompareSpec, stamp: str) -> list[tuple[int, RunCo
         raise UserError(f"no recipe {', '.join(missing)}; local pairs with both optimizers: {', '.join(local_pairs())}", "MODEL")
     if spec.iters is not None and spec.iters < 1:
         raise UserError("must be at least 1", "ITERS")
+    for name in recipes.values():
+        engine = compose_run(name, []).engine
+        if engine != "local":
+            raise UserError(
+                f"{name} runs on {engine}; make compare trains on this machine, use one of: {', '.join(local_pairs())}",
+                "MODEL",
+            )
     planned = []
     for index, seed in enumerate(spec.seeds):
         order = (MUON, ADAMW) if index % 2 == 0 else (ADAMW, MUON)
@@ -136,11 +143,6 @@ def compose_compare_runs(spec: CompareSpec, stamp: str) -> list[tuple[int, RunCo
             if spec.iters is not None:
                 own.append(f"train.iters={spec.iters}")
             run = compose_run(recipes[optimizer], [*own, *spec.overrides])
-            if run.engine != "local":
-                raise UserError(
-                    f"{run.recipe} runs on {run.engine}; make compare trains on this machine, use one of: "
-                    f"{', '.join(local_pairs())}", "MODEL",
-                )
             validate(run)
             pair[optimizer] = run
         _check_twins(pair)

@@ -94,8 +94,8 @@ def _check_resume(run: RunConfig, directory: Path) -> None:
         )
 
 
-def launch_local(run: RunConfig) -> Path:
-    """Run the local engine on this machine with ``run.parallel.num_gpus`` processes; returns the run directory."""
+def check_local_launch(run: RunConfig) -> Path:
+    """Every refusal the local engine can know of before it starts, with nothing written; returns the run directory."""
     resolve_run_id(run)
     directory = run_dir(run)
     if run.resume:
@@ -103,6 +103,16 @@ def launch_local(run: RunConfig) -> Path:
     elif (directory / "metrics.jsonl").is_file():
         raise UserError(f"{directory} already holds a run; add resume=true or pick a new run_id", "run_id")
     _preflight(run)
+    return directory
+
+
+def launch_local(run: RunConfig, checked: bool = False) -> Path:
+    """Run the local engine on this machine with ``run.parallel.num_gpus`` processes; returns the run directory.
+
+    ``checked``: :func:`check_local_launch` already ran for this run (the launcher runs it before it
+    writes the plan, so that a refused run leaves every earlier file as it was).
+    """
+    directory = run_dir(run) if checked else check_local_launch(run)
     config_path = save_resolved_config(run, directory / CONFIG_FILE)
     os.environ.setdefault(COMMAND_ENV, shlex.join(getattr(sys, "orig_argv", sys.argv)))
     processes = run.parallel.num_gpus

@@ -1,0 +1,192 @@
+"""Rules for the overrides a user types, beyond what the schema can see once they are merged.
+
+Hydra reads ``key=value`` words with its own grammar and OmegaConf converts the values to the
+schema's types. Some inputs pass both and still mean nothing, or something else than typed:
+
+* a boolean written ``yes``, ``on``, ``1`` or ``Y`` (OmegaConf converts them silently): only
+  ``true`` and ``false`` are accepted, so that a typo never flips a switch;
+* deleting a field (``~key``), a package override (``key@pkg=...``) or Hydra's own settings
+  (``hydra.*``, ``hydra/...``): they bypass the schema;
+* a field that names a preset (``recipe``, ``model.name``, ``parallel.name``, ..., ``model.proxy_of``):
+  changing the label changes nothing but the label; the preset is chosen with ``RECIPE=`` or
+  ``<group>=<option>``;
+* a field the run's engine never reads (``parallel.recompute_granularity`` on the local engine,
+  ``data.vocab_size`` on Megatron Bridge, Slurm settings on this machine): it would be silently ignored;
+* absurdly many or long overrides (bounded work).
+
+Each refusal is a :class:`~optbench.errors.Problem` naming the typed key.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from collections.abc import Iterable, Sequence
+from dataclasses import is_dataclass
+from typing import Any, Optional
+
+from optbench.config.schema import RunConfig
+from optbench.errors import Problem
+
+MAX_OVERRIDES = 200
+MAX_OVERRIDE_CHARS = 20_000
+"""A typed pipeline layout of 1024 layers fits; anything longer is not a hand-typed override."""
+
+CONFIG_GROUPS = ("model", "parallel", "optimizer", "precision", "cluster", "train", "data", "logger")
+
+PRESET_LABELS = {
+    "recipe": "the recipe is chosen with RECIPE=<name> (make) or the first argument (python -m launch)",
+    "model.proxy_of": "it labels the model family a proxy stands for; choose the model with model=<option>",
+    **{f"{group}.name": f"it names the {group} preset; choose another with {group}=<option>" for group in CONFIG_GROUPS},
+}
+"""Fields that name a preset: typing a new value changes only the label."""
+
+BRIDGE_ONLY = (
+    "parallel.sequence_parallel",
+    "parallel.recompute_granularity",
+    "parallel.recompute_modules",
+    "parallel.recompute_method",
+    "parallel.recompute_num_layers",
+    "parallel.moe_token_dispatcher",
+    "parallel.moe_flex_dispatcher_backend",
+    "parallel.cuda_graph_scope",
+    "parallel.tp_comm_overlap",
+    "optimizer.use_distributed_optimizer",
+    "optimizer.overlap_grad_reduce",
+    "optimizer.overlap_param_gather",
+    "precision.fp8_param_gather",
+    "precision.reuse_grad_buf_for_mxfp8_param_ag",
+    "precision.bridge_mixed_precision",
+    "train.async_save",
+    "logger.log_throughput",
+)
+"""Fields only the megatron_bridge engine reads (the local engine trains data-parallel in fp32/bf16)."""
+
+LOCAL_ONLY = ("data.vocab_size",)
+"""Fields only the local engine reads (Bridge's mock data uses the model's vocabulary)."""
+
+SLURM_ONLY = (
+    "cluster.container_image",
+    "cluster.container_mounts",
+    "cluster.account",
+    "cluster.partition",
+    "cluster.time",
+    "cluster.exclusive",
+    "cluster.mem",
+    "cluster.srun_args",
+)
+"""Fields only a Slurm job reads."""
+
+
+KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
+"""What a dotted config key looks like."""
+
+
+def typed_key(override: str) -> str:
+    """The key a typed override names (``parallel.tp`` of ``+parallel.tp=2``, ``cluster`` of ``cluster=h100``),
+    or '' when the text names no key."""
+    if "=" not in override and not override.startswith("~"):
+        return ""
+    key = override.split("=", 1)[0].lstrip("+~").split("@", 1)[0].replace("/", ".").strip()
+    return key if KEY.fullmatch(key) else ""
+
+
+def typed_keys(overrides: Sequence[str]) -> list[str]:
+    return [typed_key(o) for o in overrides if typed_key(o)]
+
+
+def field_type(key: str) -> Optional[Any]:
+    """The schema type of a dotted leaf field (Optional unwrapped), or None if it is not a leaf field."""
+    node: Any = RunConfig
+    for part in key.split("."):
+        if not is_dataclass(node):
+            return None
+        hint = typing.get_type_hints(node).get(part)
+        if hint is None:
+            return None
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        node = args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
+    return None if is_dataclass(node) else node
+
+
+def check_text(overrides: Sequence[str]) -> Iterable[Problem]:
+    """Bounded input: how many overrides, and how long each is."""
+    if len(overrides) > MAX_OVERRIDES:
+        yield Problem("overrides", f"{len(overrides)} overrides given; at most {MAX_OVERRIDES} are accepted")
+    for override in overrides:
+        if len(override) > MAX_OVERRIDE_CHARS:
+            yield Problem(
+                typed_key(override) or "overrides",
+                f"override of {len(override):,} characters; at most {MAX_OVERRIDE_CHARS:,} are accepted",
+            )
+
+
+def check_syntax(overrides: Sequence[str], sweeping: bool = False) -> Iterable[Problem]:
+    """Parse every override with Hydra's grammar and refuse what bypasses the schema or is not a plain value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for text in overrides:
+        key = typed_key(text)
+        if "=" not in text and not text.startswith("~"):
+            yield Problem("overrides", f"'{text[:60]}' is not key=value; e.g. parallel.pp=8")
+            continue
+        if not key:
+            yield Problem("overrides", f"'{text[:60]}' names no config key; type key=value, e.g. parallel.pp=8")
+            continue
+        try:
+            [override] = parser.parse_overrides([text])
+        except HydraException as err:
+            reason = " ".join(str(err).split())[:160]
+            yield Problem(key or "overrides", f"cannot read '{text[:60]}': {reason}; quote values with spaces or commas")
+            continue
+        yield from _override_problems(override, key, sweeping)
+
+
+def _override_problems(override: Any, key: str, sweeping: bool) -> Iterable[Problem]:
+    if override.is_delete():
+        yield Problem(key, "cannot be deleted with '~'; set a value instead, or choose another option of its group")
+        return
+    if override.package is not None:
+        yield Problem(key, "package overrides (key@package=...) are not supported; type the dotted key")
+        return
+    if key == "hydra" or key.startswith("hydra."):
+        yield Problem(key, "Hydra's own settings are fixed by optbench; override run fields (make help)")
+        return
+    if key in PRESET_LABELS:
+        yield Problem(key, f"cannot be set on its own: {PRESET_LABELS[key]}")
+        return
+    if override.is_sweep_override():
+        if not sweeping:
+            yield Problem(key, "a comma-separated value is a sweep; use `make sweep` (or quote it to pass a string)")
+        return
+    value = override.value()
+    if key in CONFIG_GROUPS and not isinstance(value, str):
+        yield Problem(key, f"choose an option of the {key} group by name, e.g. {key}=<option> (make help)")
+        return
+    if field_type(key) is bool and not isinstance(value, bool) and not _interpolation(value):
+        yield Problem(key, f"expected true or false, got '{value}'")
+
+
+def _interpolation(value: Any) -> bool:
+    return isinstance(value, str) and "${" in value
+
+
+def check_engine_fields(run: RunConfig, overrides: Sequence[str]) -> Iterable[Problem]:
+    """Typed fields that the run's engine or executor never reads."""
+    for key in dict.fromkeys(typed_keys(overrides)):
+        if run.engine == "local" and key in BRIDGE_ONLY:
+            yield Problem(
+                key,
+                "has no effect on the local engine (only Megatron Bridge reads it); drop it, or plan a cluster recipe",
+            )
+        elif run.engine == "megatron_bridge" and key in LOCAL_ONLY:
+            yield Problem(key, "has no effect on Megatron Bridge (only the local engine reads it); drop it")
+        elif run.cluster.executor != "slurm" and (key in SLURM_ONLY or key.startswith("cluster.env")):
+            if run.engine == "local" or key in SLURM_ONLY:
+                yield Problem(
+                    key,
+                    f"has no effect on cluster {run.cluster.name} ({run.cluster.executor} executor); it configures "
+                    "Slurm jobs: choose a Slurm cluster (e.g. cluster=gb300_nvl72) or drop it",
+                )
