@@ -2,7 +2,7 @@
 
 GNU Make treats every ``key=value`` word on its command line as a variable assignment and
 lists them in ``$(MAKEOVERRIDES)``, newest first, with spaces and backslashes escaped by a
-backslash. The Makefile exports that text (and RECIPE) in the environment, so no shell ever
+backslash and every ``$`` doubled (``$$``, so that a sub-make would not expand it). The Makefile exports that text (and RECIPE) in the environment, so no shell ever
 parses the values; this module splits it back into the override strings, in the order typed.
 Upper-case names are Make's own variables (RECIPE, PYTHON, ...) and are not overrides.
 """
@@ -33,7 +33,7 @@ def split_make_words(text: str) -> list[str]:
             current.append(char)
     if current:
         words.append("".join(current))
-    return words
+    return [word.replace("$$", "$") for word in words]
 
 
 def is_make_variable(word: str) -> bool:

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Optional
 
 from launch.jobs import JobSpec, check_path, job_command, job_env, job_mounts, slurm_resources
-from optbench.config.compose import run_config_to_dict
 from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_text
-from optbench.redact import redact_text, secret_values
+from optbench.io import atomic_write_bytes, atomic_write_text
+from optbench.redact import REDACTED, redact_text, run_secrets
 
 JOB_NAME_PREFIX = "optbench-"
 """Slurm job names are ``optbench-<job>`` (NeMo-Run would otherwise prefix them with the account)."""
@@ -89,11 +88,22 @@ def _task(job: JobSpec):
 
 def _keep_copy(job: JobSpec, script: Path) -> Path:
     """Copy NeMo-Run's script beside config.yaml with every known secret replaced."""
-    secrets = secret_values(run_config_to_dict(job.run))  # the account, credential-like env values, WANDB_API_KEY
-    text = redact_text(script.read_text(), secrets)
+    text = redact_text(script.read_text(), run_secrets(job.run))
     atomic_write_text(job.script_path, text)
     job.script_path.chmod(0o755)
     return job.script_path
+
+
+def _redact_tree(root: Path, secrets: list[str]) -> None:
+    """Rewrite every file NeMo-Run left under ``root`` (scripts, executor and experiment files) without secrets."""
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            clean = redact_text(data.decode("utf-8", errors="surrogateescape"), secrets).encode("utf-8", "surrogateescape")
+            if clean != data:
+                mode = path.stat().st_mode
+                atomic_write_bytes(path, clean)
+                path.chmod(mode)
 
 
 @contextlib.contextmanager
@@ -141,6 +151,7 @@ def _render(jobs: list[JobSpec], base_dir: Path, title: str, submit: bool) -> li
             handle = getattr(nemo_job, "handle", None) if submit else None
             job_id = str(handle).rstrip("/").rsplit("/", 1)[-1] if handle else None
             rendered.append(RenderedJob(job.name, _keep_copy(job, script), script, job_id))
+    _redact_tree(base_dir, sorted({s for job in jobs for s in run_secrets(job.run)}, key=len, reverse=True))
     return rendered
 
 
@@ -155,7 +166,7 @@ def _submit(experiment, jobs: list[JobSpec]) -> None:
     try:
         experiment.run(detach=True)
     except Exception as err:  # invoke's UnexpectedExit carries sbatch's stderr
-        detail = " ".join(redact_text(str(err), [account]).split())[:300]
+        detail = " ".join(str(err).replace(account, REDACTED).split())[:300]
         raise UserError(Problem("sbatch", f"submission failed: {detail}")) from err
     finally:
         if previous is None:

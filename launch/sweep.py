@@ -217,6 +217,10 @@ def sweep(recipe: str, overrides: Sequence[str]) -> int:
     valid = [p for p in points if p.valid]
     print_ranking([(p.name, p.plan) for p in valid])  # projected throughput, best first
     if not valid:
+        reasons = {tuple(p.problems) for p in points}
+        if len(reasons) == 1:  # every point fails the same way: a fixed override, not the swept values
+            field, _, message = next(iter(reasons))[0].removeprefix("error: ").partition(": ")
+            raise UserError(Problem(field, message))
         raise UserError(Problem("sweep", f"none of the {len(points)} points is valid; see the reasons above"))
     first = valid[0].run
     folder = sweep_folder(first)

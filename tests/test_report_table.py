@@ -156,12 +156,16 @@ def test_unreadable_run_dirs_are_skipped_with_reason(measured):
     assert "Skipped:" in write_throughput(measured).markdown.read_text()
 
 
-def test_a_log_without_config_is_a_clear_error(tmp_path, results_dir):
+def test_a_log_without_a_run_folder_is_read_for_what_it_states(tmp_path, results_dir):
     _published(results_dir)
     log = tmp_path / "orphan.log"
     shutil.copy(FIXTURES / "logs" / "bridge_kimi_k2_restart.log", log)
-    with pytest.raises(UserError, match="cannot tell which model"):
-        write_throughput(results_dir, extra_logs=[log])
+    out = write_throughput(results_dir, extra_logs=[log])
+    [run] = out.table.runs
+    assert run.model == "unknown" and run.peak is None
+    assert any("model, GPU and precision are unknown" in note for note in run.notes)
+    assert all(step.tflops_per_gpu is None or step.tflops_per_gpu > 0 for step in run.steps)
+    assert any(step.tflops_per_gpu for step in run.steps)
 
 
 def test_bad_published_number_names_file_line_and_column(tmp_path):

@@ -91,8 +91,10 @@ def exit_on_user_error(debug: bool = False, typed: Sequence[str] = ()) -> Iterat
     except UserError as err:
         if debug:
             raise err.focused(typed) from err
+        from optbench.redact import redact_text, secret_values
+
         for line in err.focused(typed).report():
-            print(line, file=sys.stderr)
+            print(redact_text(line, secret_values()), file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR) from None
     except KeyboardInterrupt:
         if debug:

@@ -8,6 +8,7 @@ launch script, projection), so that a plan and a run can never disagree.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,14 +20,20 @@ from optbench.config.compose import run_config_to_dict
 from optbench.config.layout import derive_layout, stage_decoder_layers
 from optbench.config.pipeline import balanced_layout_for, layout_follows_overrides
 from optbench.config.schema import RunConfig
-from optbench.io import atomic_write_json
+from optbench.errors import Problem, UserError
+from optbench.io import atomic_write_text, dumps_strict
 from optbench.projection.plan_fields import projection_fields, projection_summary_lines
-from optbench.redact import REDACTED, is_secret_name, redact_config
+from optbench.redact import REDACTED, is_secret_name, redact_config, redact_text, run_secrets
 
 
 def plan_path(run: RunConfig) -> Path:
-    """Where the plan of a recipe is written."""
+    """Where the plan of a recipe is written (the recipe is one plain name: the plan stays in its folder)."""
+    if not RECIPE_NAME.fullmatch(run.recipe or ""):
+        raise UserError(Problem("recipe", f"'{run.recipe[:60]}' is not a recipe name; choose one with RECIPE=<name>"))
     return Path(run.results_dir) / "plans" / run.recipe / "plan.json"
+
+
+RECIPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def gpu_label(run: RunConfig) -> str:
@@ -98,8 +105,8 @@ def _layout_was_balanced(run: RunConfig, overrides: Sequence[str]) -> bool:
 
 
 def write_plan(run: RunConfig, plan: dict[str, Any]) -> Path:
-    """Atomically write plan.json; returns its path."""
-    return atomic_write_json(plan_path(run), plan)
+    """Atomically write plan.json (strict JSON, every known secret redacted); returns its path."""
+    return atomic_write_text(plan_path(run), redact_text(dumps_strict(plan, indent=2) + "\n", run_secrets(run)))
 
 
 def _human(n: float, unit: str = "") -> str:

@@ -8,18 +8,22 @@ typed config (secrets redacted) that every engine entry point reads back with
 from __future__ import annotations
 
 import datetime as _dt
+import errno
+import fcntl
+import os
 import re
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from optbench.config.compose import run_config_to_dict, to_run_config
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 from optbench.io import atomic_write_text
-from optbench.redact import redact_config
+from optbench.redact import redact_config, redact_text, run_secrets
 
-RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+"""One folder name: never a path, never '..', at most 128 characters."""
 
 
 def new_run_id(run: RunConfig, now: _dt.datetime | None = None) -> str:
@@ -49,7 +53,7 @@ def resolved_config_yaml(run: RunConfig) -> str:
 
 def save_resolved_config(run: RunConfig, path: str | Path) -> Path:
     """Atomically write the resolved config (what ``load_resolved_config`` reads back)."""
-    return atomic_write_text(path, resolved_config_yaml(run))
+    return atomic_write_text(path, redact_text(resolved_config_yaml(run), run_secrets(run)))
 
 
 def load_resolved_config(path: str | Path) -> RunConfig:
@@ -57,4 +61,46 @@ def load_resolved_config(path: str | Path) -> RunConfig:
     source = Path(path)
     if not source.is_file():
         raise UserError(f"no resolved config at {source}", "config")
-    return to_run_config(OmegaConf.load(source))
+    try:
+        loaded = OmegaConf.load(source)
+    except Exception as err:  # YAML syntax, binary bytes, a list at the top
+        reason = " ".join(str(err).split())[:160]
+        raise UserError(f"{source} is not a readable config.yaml ({type(err).__name__}: {reason})", "config") from err
+    if not isinstance(loaded, DictConfig):
+        raise UserError(f"{source} holds a {type(loaded).__name__}, not a config mapping", "config")
+    return to_run_config(loaded)
+
+
+def lock_run_dir(directory: Path) -> int | None:
+    """Hold an exclusive lock on a run folder for as long as this process writes it; returns its handle.
+
+    A second process writing the same run (the same run_id started twice) gets a one-line error
+    instead of interleaving its steps into metrics.jsonl. File systems without locks (some Lustre
+    mounts) return None: the run goes on unlocked.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        os.close(handle)
+        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise UserError(
+                f"{directory} is being written by another process (the same run_id started twice); "
+                "wait for it to end, or pick a new run_id",
+                "run_id",
+            ) from None
+        return None
+    return handle
+
+
+def unlock_run_dir(handle: int | None) -> None:
+    """Release a lock taken by :func:`lock_run_dir`."""
+    if handle is not None:
+        os.close(handle)
+
+
+def check_run_dir_free(directory: Path) -> None:
+    """Refuse now if another process holds the run folder's lock (nothing is created)."""
+    if directory.is_dir():
+        unlock_run_dir(lock_run_dir(directory))

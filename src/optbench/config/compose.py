@@ -25,6 +25,7 @@ from optbench.config.domains import check_domains
 from optbench.config.pipeline import follow_stage_overrides
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
+from optbench.redact import secret_problems
 
 
 def repo_root() -> Path:
@@ -257,6 +258,14 @@ def check_typed_overrides(overrides: Sequence[str], sweeping: bool = False) -> N
             raise UserError(problems)
 
 
+def _resolved_or_none(cfg: DictConfig) -> dict[str, Any] | None:
+    try:
+        container = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException:  # a broken interpolation: to_run_config names it
+        return None
+    return container if isinstance(container, dict) else None
+
+
 def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
     """Compose and type-check one run: the single entry point for every command.
 
@@ -264,7 +273,11 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
     derived from it, so that no input can make the steps after this fail or run unbounded.
     """
     check_typed_overrides(overrides)
-    run = to_run_config(compose_dictconfig(recipe, overrides))
+    cfg = compose_dictconfig(recipe, overrides)
+    secrets = secret_problems(OmegaConf.to_container(cfg, resolve=False), _resolved_or_none(cfg))
+    if secrets:  # alone: other messages could quote the value
+        raise UserError(secrets)
+    run = to_run_config(cfg)
     problems = [*typed.check_engine_fields(run, overrides), *check_domains(run)]
     if problems:
         raise UserError(problems)

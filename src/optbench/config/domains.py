@@ -219,6 +219,7 @@ DOMAINS: dict[str, Any] = {
     "train.save_interval": STEPS,
     "train.async_save": Flag(),
     "train.checkpoint_dir": Folder(),
+    "train.resume_step": STEPS,
     # data
     "data.name": IDENTIFIER,
     "data.kind": Choice(schema.DATA_KINDS),

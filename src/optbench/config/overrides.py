@@ -62,7 +62,7 @@ BRIDGE_ONLY = (
 )
 """Fields only the megatron_bridge engine reads (the local engine trains data-parallel in fp32/bf16)."""
 
-LOCAL_ONLY = ("data.vocab_size",)
+LOCAL_ONLY = ("data.vocab_size", "train.resume_step")
 """Fields only the local engine reads (Bridge's mock data uses the model's vocabulary)."""
 
 SLURM_ONLY = (

@@ -297,6 +297,9 @@ class TrainConfig:
     """Asynchronous checkpoint save (Bridge only)."""
     checkpoint_dir: Optional[str] = None
     """Where checkpoints go (null: results/checkpoints/<run_id>)."""
+    resume_step: Optional[int] = None
+    """With resume=true: the checkpoint step to continue from (null: the one ``latest`` points to); the
+    local engine keeps the last two complete checkpoints, so a corrupt newest one can be skipped."""
 
 
 @dataclass

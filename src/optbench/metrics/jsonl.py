@@ -25,16 +25,28 @@ def _parse(text: str, path: Path) -> tuple[list[dict[str, Any]], bool]:
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}:{number}: corrupt metrics line ({err.msg})") from err
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{number}: a metrics line must be a JSON object, got a {type(record).__name__}")
+        records.append(record)
     if partial:
         try:  # a complete record that only lacks its newline is kept
-            records.append(json.loads(lines[-1]))
-            partial = False
+            record = json.loads(lines[-1])
         except json.JSONDecodeError:
-            pass
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+            partial = False
     return records, partial
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not a metrics file (bytes that are not UTF-8 text at offset {err.start})") from err
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -42,7 +54,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     source = Path(path)
     if not source.is_file():
         return []
-    return _parse(source.read_text(), source)[0]
+    return _parse(_text(source), source)[0]
 
 
 def repair_metrics(path: str | Path, keep_through_step: int | None = None) -> list[dict[str, Any]]:
@@ -50,7 +62,7 @@ def repair_metrics(path: str | Path, keep_through_step: int | None = None) -> li
     target = Path(path)
     if not target.is_file():
         return []
-    text = target.read_text()
+    text = _text(target)
     records, partial = _parse(text, target)
     kept = [r for r in records if keep_through_step is None or int(r.get("step", 0)) <= keep_through_step]
     if partial or len(kept) != len(records) or (text and not text.endswith("\n")):

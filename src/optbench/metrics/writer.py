@@ -24,6 +24,7 @@ from optbench.io import atomic_write_text, dumps_strict
 from optbench.metrics.jsonl import JsonlAppender, read_metrics, repair_metrics
 from optbench.metrics.wandb_run import flatten, start_wandb
 from optbench.redact import redact_config, redact_text, secret_values
+from optbench.runs import lock_run_dir, unlock_run_dir
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -105,17 +106,26 @@ class MetricsWriter:
         """Records kept from before a resume."""
         self._appender: JsonlAppender | None = None
         self._wandb = None
+        self._lock: int | None = None
         if not is_writer:
             return
-        config = redact_config(run_config_to_dict(run))
-        self._secrets = secret_values(config)
-        if resume_step is None and read_metrics(self.metrics_path):
-            raise UserError(f"{self.metrics_path} already holds metrics; add resume=true or pick a new run_id", "run_id")
-        self.previous = repair_metrics(self.metrics_path, resume_step) if resume_step is not None else []
-        self._appender = JsonlAppender(self.metrics_path)
-        self._wandb = start_wandb(
-            run, config, gpu or run.cluster.gpu, precision or run.precision.name, resume=resume_step is not None
-        )
+        self._lock = lock_run_dir(self.run_dir)
+        try:
+            config = redact_config(run_config_to_dict(run))
+            self._secrets = secret_values(run_config_to_dict(run))
+            try:
+                if resume_step is None and read_metrics(self.metrics_path):
+                    raise UserError(f"{self.metrics_path} already holds metrics; add resume=true or pick a new run_id", "run_id")
+                self.previous = repair_metrics(self.metrics_path, resume_step) if resume_step is not None else []
+            except ValueError as err:  # corruption before the last line: not ours to repair silently
+                raise UserError(f"{err}; move the file aside to continue, or pick a new run_id", "resume") from err
+            self._appender = JsonlAppender(self.metrics_path)
+            self._wandb = start_wandb(
+                run, config, gpu or run.cluster.gpu, precision or run.precision.name, resume=resume_step is not None
+            )
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def wandb_dir(self) -> Path | None:
@@ -154,3 +164,5 @@ class MetricsWriter:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+        unlock_run_dir(self._lock)
+        self._lock = None

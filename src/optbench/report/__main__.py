@@ -61,6 +61,8 @@ def cmd_table(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     out = write_throughput(args.results_dir, warmup, args.logs)
     measured = len(out.table.runs)
+    for folder, reason in out.skipped:
+        print(f"skipped {folder}: {' '.join(reason.split())}")
     print(f"wrote {out.markdown} and {out.csv} ({len(out.table.rows)} rows, {measured} measured run(s)) "
           f"and {len(out.plots)} plot(s) in {time.perf_counter() - started:.1f} s")
     return 0

@@ -195,12 +195,6 @@ def read_log_run(log_paths: list[Path], directory: Path, run_id: str) -> Measure
 
     notes: list[str] = []
     config = _load_config(directory, notes)
-    if config is None:
-        raise UserError(
-            f"cannot tell which model, GPU, precision and optimizer {log_paths[0]} measured: put the log in "
-            f"results/runs/<run_id>/ beside the {CONFIG} the launcher wrote",
-            "log",
-        )
     identity = _identity(run_id, config, {})
     run = MeasuredRun(kind=KIND_LOG, path=", ".join(str(p) for p in log_paths), notes=notes, **identity)
     for path in log_paths:
@@ -245,6 +239,9 @@ def collect_runs(results_dir: str | Path, extra_logs: Sequence[str | Path] = ())
             run = read_run_dir(directory)
         except UserError as err:
             collection.skipped.append((str(directory), "; ".join(p.message for p in err.problems)))
+            continue
+        except Exception as err:  # a folder of anything at all: never stops the table
+            collection.skipped.append((str(directory), f"unreadable ({type(err).__name__}: {' '.join(str(err).split())[:160]})"))
             continue
         if run.steps:
             collection.runs.append(run)

@@ -44,9 +44,11 @@ def _with_gbs(config: RunConfig, gbs: float | None) -> RunConfig:
     return dataclasses.replace(config, train=dataclasses.replace(config.train, gbs=int(gbs)))
 
 
-def _record(step: int, step_time: float | None, logged_tflops: float | None, config: RunConfig,
+def _record(step: int, step_time: float | None, logged_tflops: float | None, config: RunConfig | None,
             peak: PeakInfo | None, loss: float | None = None, tokens: float | None = None) -> tuple[StepRecord, bool]:
     """One record; the flag says the model TFLOP/s came from the accounting rule, not the log."""
+    if config is None:  # a log alone: only what it states itself
+        return StepRecord(step=step, loss=loss, step_time_s=step_time, tflops_per_gpu=logged_tflops), False
     if not step_time:
         mfu = logged_tflops / peak.tflops if peak is not None and logged_tflops is not None else None
         return StepRecord(step=step, loss=loss, tokens=tokens, tflops_per_gpu=logged_tflops, mfu=mfu), False
@@ -65,16 +67,20 @@ def _record(step: int, step_time: float | None, logged_tflops: float | None, con
     return record, logged_tflops is None
 
 
-def _steps_from_step_times(records: list[StepTimeRecord], config: RunConfig, peak: PeakInfo | None) -> list[StepRecord]:
+def _steps_from_step_times(records: list[StepTimeRecord], config: RunConfig | None, peak: PeakInfo | None) -> list[StepRecord]:
     """A log with Step Time lines only: consecutive numbering, no loss, no restart detection."""
     return [_record(i + 1, r.step_time_s, r.tflops_per_gpu, config, peak)[0] for i, r in enumerate(records)]
 
 
-def steps_from_log(log: MegatronLog, config: RunConfig) -> tuple[list[StepRecord], PeakInfo | None, list[str]]:
-    """Step records, the peak and caveats for one parsed log."""
-    peak = log_peak(config)
+def steps_from_log(log: MegatronLog, config: RunConfig | None) -> tuple[list[StepRecord], PeakInfo | None, list[str]]:
+    """Step records, the peak and caveats for one parsed log (``config`` None: a log with no run folder,
+    read for what it states itself: step time, model TFLOP/s per GPU and loss; no MFU, no tokens)."""
+    peak = log_peak(config) if config is not None else None
     notes: list[str] = []
     name = Path(log.path).name
+    if config is None:
+        notes.append(f"{name}: no config.yaml beside it, so model, GPU and precision are unknown; "
+                     "TFLOP/s as the log states them, no MFU or tokens/s")
     if log.restarts:
         notes.append(f"{name}: {log.restarts} restart(s); warm-up skipped again after each")
     if log.duplicates:
@@ -88,7 +94,7 @@ def steps_from_log(log: MegatronLog, config: RunConfig) -> tuple[list[StepRecord
         notes.append(
             f"{name}: {len(log.step_times)} Step Time vs {len(log.iterations)} iteration lines; not paired"
         )
-    seq = config.train.seq_length
+    seq = config.train.seq_length if config is not None else None
     computed = 0
     steps = []
     for index, record in enumerate(log.iterations):
@@ -97,13 +103,14 @@ def steps_from_log(log: MegatronLog, config: RunConfig) -> tuple[list[StepRecord
         logged = record.tflops_per_gpu if record.tflops_per_gpu is not None else (partner.tflops_per_gpu if partner else None)
         consumed = record.fields.get(CONSUMED_SAMPLES)
         step, from_rule = _record(
-            record.iteration, step_time, logged, _with_gbs(config, record.fields.get(GLOBAL_BATCH)), peak,
-            loss=record.loss, tokens=consumed * seq if consumed is not None else None,
+            record.iteration, step_time, logged,
+            _with_gbs(config, record.fields.get(GLOBAL_BATCH)) if config is not None else None, peak,
+            loss=record.loss, tokens=consumed * seq if consumed is not None and seq else None,
         )
         steps.append(step)
         computed += from_rule
     if computed:
         notes.append(f"{name}: TFLOP/s of {computed} interval(s) computed from elapsed time (accounting rule)")
-    if config.optimizer.muon is not None:
+    if config is not None and config.optimizer.muon is not None:
         notes.append(f"{name}: 'with NS' adds our Newton-Schulz FLOP count (textbook, no SYRK) over the logged step time")
     return steps, peak, notes

@@ -21,13 +21,17 @@ told apart from a continuing run.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
-STEP_TIME_RE = re.compile(rf"Step Time\s*:\s*(?P<seconds>{_NUMBER})\s*s\s+GPU utilization:\s*(?P<tflops>{_NUMBER})\s*MODEL_TFLOP/s/GPU")
+STEP_TIME_RE = re.compile(
+    rf"Step Time\s*:\s*(?P<seconds>{_NUMBER})\s*s\s+GPU utilization:\s*(?P<tflops>{_NUMBER})\s*(?:MODEL_)?TFLOP/s/GPU"
+)
+"""Bridge 0.3.1 prints ``...1037.0MODEL_TFLOP/s/GPU``; older releases ``... 528.1 TFLOP/s/GPU``: both are read."""
 ITERATION_RE = re.compile(
     r"(?:\[(?P<timestamp>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})\]\s*)?"
     r"\biteration\s+(?P<iteration>\d+)\s*/\s*(?P<train_iters>\d+)\s*\|"
@@ -38,6 +42,11 @@ ELAPSED_MS = "elapsed time per iteration (ms)"
 THROUGHPUT = "throughput per GPU (TFLOP/s/GPU)"
 LOSS_NAMES = ("lm loss", "loss")
 NOT_LOSSES = ("loss scale",)
+
+
+def _positive(value: float | None) -> float | None:
+    """A rate or duration as logged, or None when it cannot be one (a clock jump prints negative times)."""
+    return value if value is not None and math.isfinite(value) and value > 0 else None
 
 
 @dataclass(frozen=True)
@@ -59,14 +68,14 @@ class IterationRecord:
 
     @property
     def elapsed_s(self) -> float | None:
-        """Seconds per iteration over the logged interval."""
-        ms = self.fields.get(ELAPSED_MS)
+        """Seconds per iteration over the logged interval (None when absent, zero, negative or not finite)."""
+        ms = _positive(self.fields.get(ELAPSED_MS))
         return None if ms is None else ms / 1000.0
 
     @property
     def tflops_per_gpu(self) -> float | None:
-        """Model TFLOP/s per GPU from the throughput field (log_throughput=True), else None."""
-        return self.fields.get(THROUGHPUT)
+        """Model TFLOP/s per GPU from the throughput field (log_throughput=True), else None (also when not positive)."""
+        return _positive(self.fields.get(THROUGHPUT))
 
     @property
     def loss(self) -> float | None:
@@ -131,7 +140,9 @@ def parse_megatron_lines(lines: Iterable[str], path: str = "<text>") -> Megatron
     segment, last_iteration = 0, None
     for number, line in enumerate(lines, start=1):
         for match in STEP_TIME_RE.finditer(line):
-            log.step_times.append(StepTimeRecord(float(match["seconds"]), float(match["tflops"]), number))
+            seconds, tflops = _positive(float(match["seconds"])), _positive(float(match["tflops"]))
+            if seconds is not None and tflops is not None:
+                log.step_times.append(StepTimeRecord(seconds, tflops, number))
         for match in ITERATION_RE.finditer(line):
             iteration = int(match["iteration"])
             fields = _iteration_fields(line, match.end())

@@ -160,7 +160,8 @@ def plot_loss(
         axis.set_xlabel(xlabel)
         axis.grid(alpha=0.3)
     by_tokens.set_ylabel("training loss")
-    by_tokens.legend(fontsize=7)
+    if by_tokens.get_legend_handles_labels()[0]:  # runs without token counts (a bare log) draw no line here
+        by_tokens.legend(fontsize=7)
     figure.suptitle(title, fontsize=10)
     figure.tight_layout()
     return _save(figure, Path(path))

@@ -28,6 +28,8 @@ class TableOutputs:
     csv: Path
     plots: list[Path]
     table: Table
+    skipped: list[tuple[str, str]]
+    """(folder, reason) of every run folder that could not be read."""
 
 
 def _slug(text: str) -> str:
@@ -65,4 +67,4 @@ def write_throughput(
     relative = [str(p.relative_to(results)) for p in plots]
     markdown = atomic_write_text(results / "throughput.md", render_markdown(table, sources, stamp, relative, collection.skipped))
     csv_path = atomic_write_text(results / "throughput.csv", render_csv(table))
-    return TableOutputs(markdown, csv_path, plots, table)
+    return TableOutputs(markdown, csv_path, plots, table, collection.skipped)

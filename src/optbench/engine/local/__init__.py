@@ -21,7 +21,7 @@ from optbench.config.compose import run_config_to_dict
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.metrics.summary import COMMAND_ENV
-from optbench.runs import resolve_run_id, run_dir, save_resolved_config
+from optbench.runs import check_run_dir_free, resolve_run_id, run_dir, save_resolved_config
 
 CONFIG_FILE = "config.yaml"
 BYTES_PER_PARAM = 16
@@ -98,6 +98,7 @@ def check_local_launch(run: RunConfig) -> Path:
     """Every refusal the local engine can know of before it starts, with nothing written; returns the run directory."""
     resolve_run_id(run)
     directory = run_dir(run)
+    check_run_dir_free(directory)
     if run.resume:
         _check_resume(run, directory)
     elif (directory / "metrics.jsonl").is_file():

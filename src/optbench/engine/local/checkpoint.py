@@ -3,21 +3,30 @@
 Layout under the checkpoint directory (``train.checkpoint_dir``, default
 ``<results_dir>/checkpoints/<run_id>``)::
 
-    step_000010/model.pt   model weights and buffers (written by rank 0: the replicas are identical)
-    step_000010/rank0.pt   this rank's optimizer state, RNG states, step, samples consumed, world size
-    step_000010/rank1.pt   ...
-    latest                 "step_000010", replaced atomically once every rank's file is complete
+    step_000010/model.pt        model weights and buffers (written by rank 0: the replicas are identical)
+    step_000010/rank0.pt        this rank's optimizer state, RNG states, step, samples consumed, world size
+    step_000010/rank1.pt        ...
+    step_000010/manifest.json   written last, by rank 0: step, world size, and every file's size and SHA-256
+    latest                      "step_000010", replaced atomically once the manifest is written
 
 Every file is written to a temporary name, fsynced and renamed, so a killed run leaves either the
 previous checkpoint or the new one, never a torn file; ``latest`` only moves after a barrier. Under
 the layer-wise distributed optimizer each rank holds the state of the parameters it owns, so a
-checkpoint resumes only with the same number of processes. Older step directories are removed once
-``latest`` points past them.
+checkpoint resumes only with the same number of processes. The last :data:`KEEP` complete step
+directories are kept.
+
+A checkpoint is *complete* when its manifest reads and every file it lists has the size and hash
+recorded. Resuming loads the one ``latest`` names (or ``train.resume_step``); if that one is not
+complete (a truncated, emptied, missing or altered file, a garbage or escaping ``latest``) or does
+not fit the model, the error names it in one line and offers the last complete checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +42,10 @@ from optbench.errors import UserError
 from optbench.io import atomic_write_text, atomic_write_with
 
 LATEST = "latest"
+MANIFEST = "manifest.json"
+KEEP = 2
+"""Complete checkpoints kept: the newest, and the one before it to fall back to."""
+STEP_DIR = re.compile(r"step_(\d{6,})")
 
 
 def checkpoint_dir(run: RunConfig) -> Path:
@@ -81,10 +94,28 @@ def _barrier(world: int) -> None:
         dist.barrier()
 
 
+def _digest(path: Path) -> str:
+    hasher = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            hasher.update(block)
+    return hasher.hexdigest()
+
+
+def _write_manifest(folder: Path, step: int, world: int) -> None:
+    files = ["model.pt", *(f"rank{r}.pt" for r in range(world))]
+    manifest = {
+        "step": step,
+        "world": world,
+        "files": {name: {"bytes": (folder / name).stat().st_size, "sha256": _digest(folder / name)} for name in files},
+    }
+    atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+
+
 def save_checkpoint(
     run: RunConfig, step: int, model: nn.Module, optimizer: Any, rank: int, world: int
 ) -> Path:
-    """Write this rank's part of the checkpoint of ``step``; rank 0 moves ``latest`` once all are written."""
+    """Write this rank's part of the checkpoint of ``step``; rank 0 seals it and moves ``latest``."""
     root = checkpoint_dir(run)
     folder = root / _step_name(step)
     payload = {
@@ -99,37 +130,119 @@ def save_checkpoint(
     _atomic_torch_save(payload, folder / f"rank{rank}.pt")
     _barrier(world)
     if rank == 0:
+        _write_manifest(folder, step, world)
         atomic_write_text(root / LATEST, _step_name(step) + "\n")
-        for old in root.glob("step_*"):
-            if old.name != folder.name:
-                shutil.rmtree(old, ignore_errors=True)
+        for old in sorted(_step_dirs(root))[:-KEEP]:
+            shutil.rmtree(old[1], ignore_errors=True)
     _barrier(world)
     return folder
 
 
-def latest_step_dir(root: Path) -> Path | None:
-    """The checkpoint ``latest`` points to, or None."""
+def _step_dirs(root: Path) -> list[tuple[int, Path]]:
+    """(step, folder) of every step directory under ``root``."""
+    if not root.is_dir():
+        return []
+    return sorted((int(m[1]), p) for p in root.iterdir() if (m := STEP_DIR.fullmatch(p.name)) and p.is_dir())
+
+
+def checkpoint_problem(folder: Path, world: int | None = None) -> str | None:
+    """Why ``folder`` is not a complete checkpoint (None when it is)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        files = manifest["files"]
+        step, written_by = int(manifest["step"]), int(manifest["world"])
+    except FileNotFoundError:
+        return f"no {MANIFEST} (the save did not finish)"
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"unreadable {MANIFEST} ({type(err).__name__})"
+    if world is not None and written_by != world:
+        return f"written by {written_by} processes, this run has {world}; resume with parallel.num_gpus={written_by}"
+    if folder.name != _step_name(step):
+        return f"{MANIFEST} says step {step}"
+    for name, expected in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != expected.get("bytes"):
+            return f"{name} has {path.stat().st_size:,} bytes, {expected.get('bytes'):,} were written (truncated or replaced)"
+        if _digest(path) != expected.get("sha256"):
+            return f"{name} does not match the hash written with it (altered or corrupt)"
+    return None
+
+
+def complete_steps(root: Path, world: int | None = None) -> list[int]:
+    """Steps of the complete checkpoints under ``root``, oldest first."""
+    return [step for step, folder in _step_dirs(root) if checkpoint_problem(folder, world) is None]
+
+
+def _pointer(root: Path) -> tuple[Path | None, str | None]:
+    """The step folder ``latest`` names, or why the pointer is unusable (None, None: no pointer)."""
     pointer = root / LATEST
     if not pointer.is_file():
-        return None
-    folder = root / pointer.read_text().strip()
-    return folder if folder.is_dir() else None
+        return None, None
+    try:
+        name = pointer.read_bytes().decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None, f"{pointer} is not text"
+    if not STEP_DIR.fullmatch(name):
+        return None, f"{pointer} names {name[:40]!r}, not a step folder of {root}"
+    return root / name, None
 
 
-def load_checkpoint(run: RunConfig, model: nn.Module, optimizer: Any, rank: int, world: int) -> Resumed:
-    """Restore model, optimizer and RNG states from the latest checkpoint of ``run.run_id``."""
+def latest_step_dir(root: Path) -> Path | None:
+    """The checkpoint ``latest`` points to, or None (no checkpoint or an unusable pointer)."""
+    folder, _ = _pointer(root)
+    return folder if folder is not None and folder.is_dir() else None
+
+
+def has_checkpoint(root: Path) -> bool:
+    """Whether a run wrote any checkpoint (complete or not) under ``root``."""
+    return (root / LATEST).exists() or bool(_step_dirs(root))
+
+
+def _offer(root: Path, world: int, bad: str) -> UserError:
+    """One line naming the bad checkpoint and the last complete one to resume from."""
+    complete = complete_steps(root, world)
+    fix = (
+        f"the last complete checkpoint is step {complete[-1]}: add train.resume_step={complete[-1]} to continue from it"
+        if complete
+        else "no complete checkpoint is left: start over with a new run_id (or delete the folder)"
+    )
+    return UserError(f"{bad}; {fix}", "resume")
+
+
+def choose_checkpoint(run: RunConfig, world: int) -> Path | None:
+    """The complete checkpoint to resume from: train.resume_step, else ``latest``; None if the run saved none."""
     root = checkpoint_dir(run)
-    folder = latest_step_dir(root)
+    if run.train.resume_step is not None:
+        folder = root / _step_name(run.train.resume_step)
+        if not folder.is_dir():
+            raise _offer(root, world, f"no checkpoint of step {run.train.resume_step} under {root}")
+    else:
+        if not has_checkpoint(root):
+            return None
+        folder, pointer_problem = _pointer(root)
+        if pointer_problem is not None:
+            raise _offer(root, world, f"checkpoint pointer {pointer_problem}")
+        if folder is None or not folder.is_dir():
+            raise _offer(root, world, f"{root / LATEST} names a step folder that does not exist")
+    problem = checkpoint_problem(folder, world)
+    if problem is not None:
+        raise _offer(root, world, f"checkpoint {folder} is not complete: {problem}")
+    return folder
+
+
+def load_checkpoint(run: RunConfig, model: nn.Module, optimizer: Any, rank: int, world: int) -> Resumed | None:
+    """Restore model, optimizer and RNG states from the chosen checkpoint; None when the run saved none yet."""
+    folder = choose_checkpoint(run, world)
     if folder is None:
-        raise UserError(f"no checkpoint under {root} to resume from; run without resume=true", "resume")
-    mine = torch.load(folder / f"rank{rank}.pt", map_location="cpu", weights_only=False)
-    if mine["world"] != world:
-        raise UserError(
-            f"the checkpoint was written by {mine['world']} processes, this run has {world}; "
-            f"resume with parallel.num_gpus={mine['world']}",
-            "parallel.num_gpus",
-        )
-    model.load_state_dict(torch.load(folder / "model.pt", map_location="cpu", weights_only=True))
-    optimizer.load_state_dict(mine["optimizer"])
-    set_rng_state(mine["rng"])
-    return Resumed(step=mine["step"], samples=mine["samples"])
+        return None
+    try:
+        mine = torch.load(folder / f"rank{rank}.pt", map_location="cpu", weights_only=False)
+        model.load_state_dict(torch.load(folder / "model.pt", map_location="cpu", weights_only=True))
+        optimizer.load_state_dict(mine["optimizer"])
+        set_rng_state(mine["rng"])
+        return Resumed(step=int(mine["step"]), samples=int(mine["samples"]))
+    except Exception as err:  # a checkpoint written for another model or optimizer setup
+        reason = " ".join(str(err).split())[:200]
+        raise _offer(checkpoint_dir(run), world, f"checkpoint {folder} does not fit this run ({reason})") from err

@@ -33,7 +33,7 @@ from optbench.accounting.throughput import step_throughput
 from optbench.accounting.params import parameter_counts, padded_vocab_size
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
-from optbench.engine.local.checkpoint import checkpoint_dir, latest_step_dir, load_checkpoint, save_checkpoint
+from optbench.engine.local.checkpoint import checkpoint_dir, has_checkpoint, load_checkpoint, save_checkpoint
 from optbench.engine.local.data import build_stream, microbatch_indices
 from optbench.engine.local.expert_load import ExpertLoadTracker
 from optbench.engine.local.model import build_model, has_aux_loss, routers
@@ -65,12 +65,19 @@ class Trainer:
         self.vocab = padded_vocab_size(run.model)
         self.model = build_model(run.model, run.train.seed, runtime.device)
         self.aux_loss = has_aux_loss(run.model)
-        self.optimizer = build_optimizer(self.model, run.optimizer, model_config=run.model)
+        try:
+            self.optimizer = build_optimizer(self.model, run.optimizer, model_config=run.model)
+        except ValueError as err:  # a setting the optimizer refuses (validation should have caught it)
+            raise UserError(str(err), "optimizer") from err
         self.experts = ExpertLoadTracker(routers(self.model), runtime.world, run.model.moe_router_enable_expert_bias)
         self.start_step = 0
+        self.resume_note = ""
         if run.resume:
-            self.start_step = load_checkpoint(run, self.model, self.optimizer, runtime.rank, runtime.world).step
-        elif latest_step_dir(checkpoint_dir(run)) is not None:
+            resumed = load_checkpoint(run, self.model, self.optimizer, runtime.rank, runtime.world)
+            # A run killed before its first checkpoint starts over: its steps are recomputed bit for bit.
+            self.start_step = resumed.step if resumed is not None else 0
+            self.resume_note = "" if resumed else "no checkpoint was written before it stopped: starting over from step 0"
+        elif has_checkpoint(checkpoint_dir(run)):
             raise UserError(
                 f"{checkpoint_dir(run)} already holds a checkpoint; add resume=true or pick a new run_id", "run_id"
             )
@@ -122,7 +129,12 @@ class Trainer:
         if imbalance is not None:
             record["moe_load_imbalance"] = imbalance
         if not math.isfinite(record["loss"]):
-            raise RuntimeError(f"loss became {record['loss']} at step {step}; lower optimizer.lr")
+            raise UserError(
+                f"the loss became {record['loss']} at step {step} (training diverged); lower optimizer.lr "
+                f"(now {self.run.optimizer.lr:g}) or set optimizer.clip_grad, then start a new run_id"
+                + (" or resume from a checkpoint before the divergence" if self.run.train.save_interval else ""),
+                "optimizer.lr",
+            )
         return record
 
     def _intro(self, progress: Progress) -> None:
@@ -148,6 +160,8 @@ class Trainer:
             lines.append("  note    data.path is not read by the local engine (it trains on mock or synthetic data only)")
         if self.start_step:
             lines.append(f"  resume  from the checkpoint of step {self.start_step}")
+        elif self.resume_note:
+            lines.append(f"  resume  {self.resume_note}")
         for line in lines:
             progress.write(line)
 
