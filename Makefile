@@ -27,7 +27,7 @@ LAUNCH := $(PY) -m launch
 # unrelated MODEL or TARGET in your shell's environment is ignored.
 typed = $(if $(filter command line,$(origin $(1))),$($(1)))
 
-.PHONY: help setup setup-container test recipes plan pretrain sweep bench table compare clean
+.PHONY: help setup setup-container test recipes plan pretrain sweep bench table compare data clean
 
 help: ## List every target with what it does
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -61,6 +61,14 @@ sweep: ## Validate, plan and rank every point of a sweep (parallel.ep=32,64 para
 
 bench: ## Benchmarks into results/bench/: optimizer step times and imbalance, `make pretrain` wall time
 	$(PY) -m optbench.bench
+
+#   make data [INPUT=<folder of .txt/.jsonl>] [OUT=data/<name>] [TOKENIZER=<tokenizer.json or folder>] [VOCAB=512]
+data: export OPTBENCH_DATA_INPUT = $(call typed,INPUT)
+data: export OPTBENCH_DATA_OUT = $(call typed,OUT)
+data: export OPTBENCH_DATA_TOKENIZER = $(call typed,TOKENIZER)
+data: export OPTBENCH_DATA_VOCAB = $(call typed,VOCAB)
+data: ## Build Megatron .bin/.idx datasets: the built-in pydocs corpus (CPython's docs), or INPUT=<folder of .txt/.jsonl>
+	@$(PY) -m optbench.corpus --from-make
 
 #   make table [WARMUP=3] [LOGS="path/to/bridge.log ..."]
 table: export OPTBENCH_TABLE_WARMUP = $(call typed,WARMUP)

@@ -24,7 +24,7 @@ from optbench.config.compose import list_recipes
 from optbench.config.overrides import typed_keys
 from optbench.errors import EXIT_USER_ERROR, exit_on_user_error
 from optbench.metrics.summary import COMMAND_ENV
-from optbench.plan import recorded_overrides
+from optbench.redact import recorded_overrides
 
 
 

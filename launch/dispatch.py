@@ -18,6 +18,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,7 +27,7 @@ from optbench.config.compose import compose_run
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json, restored_on_failure
-from optbench.plan import build_plan, format_launch_lines, format_summary, plan_path, write_plan
+from optbench.plan import build_plan, format_launch_lines, format_summary, missing_prefixes, plan_path, write_plan
 from optbench.runs import resolve_run_id, run_dir, save_resolved_config
 from optbench.validate import validate
 
@@ -96,9 +97,21 @@ def check_launch(run: RunConfig) -> None:
             raise UserError(problem)
 
 
+def warn_missing_data(run: RunConfig, plan: dict[str, Any]) -> None:
+    """A cluster job reads its data where it runs: a prefix missing here is a warning, not an error."""
+    missing = missing_prefixes(plan)
+    if missing and run.engine == "megatron_bridge":
+        print(
+            f"warning: data.path: {', '.join(missing)} not found on this machine (.bin/.idx); the job fails at start "
+            "unless it exists on the cluster's file system at that path",
+            file=sys.stderr,
+        )
+
+
 def pretrain(recipe: str, overrides: Sequence[str]) -> int:
     run, plan = plan_run(recipe, overrides)
     print(format_summary(plan))
+    warn_missing_data(run, plan)
     check_launch(run)
     if run.cluster.executor == "slurm":
         return launch_slurm(run, plan)

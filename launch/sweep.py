@@ -30,7 +30,8 @@ from optbench.config.overrides import typed_keys
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json, restored_on_failure
-from optbench.plan import build_plan, recorded_overrides
+from optbench.plan import build_plan
+from optbench.redact import recorded_overrides
 from optbench.projection.ranking import print_ranking
 from optbench.runs import new_run_id, resolve_run_id, run_dir, save_resolved_config
 from optbench.validate import validate

@@ -128,7 +128,7 @@ def test_data_vocabulary_and_kind_are_checked():
     model = ModelConfig(vocab_size=256)
     with pytest.raises(UserError, match="exceeds"):
         build_stream(DataConfig(name="s", vocab_size=512), model, TrainConfig(name="t"))
-    with pytest.raises(UserError, match="mock and synthetic"):
+    with pytest.raises(UserError, match="needs the tokenizer it was built with"):
         build_stream(DataConfig(name="i", kind="indexed"), model, TrainConfig(name="t"))
 
 

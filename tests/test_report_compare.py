@@ -92,7 +92,7 @@ def test_compose_pairs_seeds_and_overrides():
     for seed, run in planned:
         assert run.train.seed == seed and run.data.seed == seed and run.train.iters == 7
         assert run.train.gbs == 4  # the user's override wins over the CPU default
-        assert run.data.vocab_size == 256 and run.logger.wandb_mode == "disabled"
+        assert run.data.kind == "indexed" and run.data.name == "pydocs" and run.logger.wandb_mode == "disabled"
         assert run.run_id == f"compare-qwen3_moe_tiny-20261121-000000-{run.optimizer.name}-s{seed}"
 
 

@@ -17,13 +17,14 @@ from optbench.accounting.params import parameter_counts
 from optbench.accounting.plan_fields import accounting_fields, accounting_summary_lines
 from optbench.bridge.adapter import bridge_setup
 from optbench.config.compose import run_config_to_dict
+from optbench.config.data_path import prefix_status
 from optbench.config.layout import derive_layout, stage_decoder_layers
 from optbench.config.pipeline import balanced_layout_for, layout_follows_overrides
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_text, dumps_strict
 from optbench.projection.plan_fields import projection_fields, projection_summary_lines
-from optbench.redact import REDACTED, is_secret_name, redact_config, redact_text, run_secrets
+from optbench.redact import recorded_overrides, redact_config, redact_text, run_secrets
 
 
 def plan_path(run: RunConfig) -> Path:
@@ -39,15 +40,6 @@ RECIPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 def gpu_label(run: RunConfig) -> str:
     """The GPU named by the cluster preset (auto: decided on the machine that runs)."""
     return run.cluster.gpu
-
-
-def recorded_overrides(overrides: Sequence[str]) -> list[str]:
-    """The overrides as typed, with the value of a secret key (cluster.account=..., *KEY*=...) hidden."""
-    recorded = []
-    for override in overrides:
-        key, sep, _ = override.partition("=")
-        recorded.append(f"{key}={REDACTED}" if sep and is_secret_name(key) else override)
-    return recorded
 
 
 def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
@@ -87,15 +79,30 @@ def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
             "active_params": counts.active,
         },
         "optimizer": optimizer,
+        "data": data_section(run),
         # FLOPs per token/step, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied TFLOP/s.
         **accounting_fields(run),
         # Projected step time, TFLOP/s and MFU; for Muon its AdamW twin and the overhead's causes.
-        **projection_fields(run, recorded_overrides(overrides)),
+        **projection_fields(run, overrides),
         "config": redact_config(run_config_to_dict(run)),
     }
     if bridge is not None:
         plan["bridge"] = bridge
     return plan
+
+
+def data_section(run: RunConfig) -> dict[str, Any]:
+    """What the run reads; for indexed data, whether each prefix exists on the machine making the plan."""
+    d = run.data
+    section: dict[str, Any] = {"kind": d.kind, "seed": d.seed}
+    if d.kind == "indexed":
+        section.update(split=d.split, tokenizer=d.tokenizer, prefixes=prefix_status(list(d.path)))
+    return section
+
+
+def missing_prefixes(plan: dict[str, Any]) -> list[str]:
+    """The data prefixes of a plan that do not exist where it was made."""
+    return [p["prefix"] for p in plan.get("data", {}).get("prefixes", []) if not p["exists_here"]]
 
 
 def _layout_was_balanced(run: RunConfig, overrides: Sequence[str]) -> bool:
@@ -172,6 +179,12 @@ def format_summary(plan: dict[str, Any]) -> str:
         f"  precision   {plan['precision']}"
         + (" (the local engine computes in fp32 on a CPU, bf16 autocast on a GPU)" if plan["engine"] == "local" else ""),
     ]
+    data = plan.get("data", {})
+    if data.get("kind") == "indexed":
+        prefixes = data["prefixes"]
+        missing = missing_prefixes(plan)
+        here = "all found on this machine" if not missing else f"{len(missing)} of {len(prefixes)} NOT found on this machine"
+        lines.append(f"  data        indexed, {len(prefixes)} prefix(es), split {data['split']}: {here}")
     lines += accounting_summary_lines(plan)
     lines += projection_summary_lines(plan)
     bridge = plan.get("bridge")

@@ -23,13 +23,14 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from optbench.errors import Problem
 
 REDACTED = "<redacted>"
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|ACCOUNT", re.IGNORECASE)
+SECRET_NAME = re.compile(r"KEY|TOKEN(?!IZER)|SECRET|PASSWORD|PASSWD|CREDENTIAL|ACCOUNT", re.IGNORECASE)
+"""Credential-looking names; ``TOKENIZER`` (data.tokenizer, TOKENIZERS_PARALLELISM) is not one."""
 MIN_TEXT_SECRET = 6
 """Shortest secret replaced in free text."""
 ACCOUNT_FIELD = "cluster.account"
@@ -39,6 +40,16 @@ _SECRET_REFERENCE = re.compile(r"\$\{\s*(?:cluster\.account|oc\.env\s*:\s*([A-Za
 def is_secret_name(name: str) -> bool:
     """Whether an environment variable or config field name looks like it holds a credential."""
     return bool(SECRET_NAME.search(name))
+
+
+def recorded_overrides(overrides: Sequence[str]) -> list[str]:
+    """The overrides as typed, with the value of a secret key (cluster.account=..., *KEY*=...) hidden."""
+    recorded = []
+    for override in overrides:
+        key, sep, _ = override.partition("=")
+        recorded.append(f"{key}={REDACTED}" if sep and is_secret_name(key) else override)
+    return recorded
+
 
 
 def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from optbench.config.data_path import split_weights
 from optbench.config.domains import MAX_EXPERT_LAYERS, check_domains
 from optbench.config.layout import gpus_per_node
 from optbench.config.schema import RunConfig
@@ -68,6 +69,11 @@ def check_fields(run: RunConfig) -> Iterable[Problem]:
         yield Problem(
             "parallel.recompute_num_layers", f"must not exceed the model's {m.num_layers} layers", ("model.num_layers",)
         )
+    if run.data.kind == "indexed":
+        try:
+            split_weights(run.data.split)
+        except UserError as err:
+            yield from err.problems
     if t.mbs > t.gbs:
         yield Problem("train.mbs", f"must not exceed train.gbs={t.gbs}, got {t.mbs}", ("train.gbs",))
 
@@ -235,8 +241,6 @@ def check_engine(run: RunConfig) -> Iterable[Problem]:
             yield Problem(
                 "model.mtp_num_layers", "Hugging Face's DeepSeek-V3 classes have no MTP layer; set it to 0", ("engine", "model")
             )
-        if run.data.kind == "indexed":
-            yield Problem("data", "the local engine reads mock and synthetic data only; use data=synthetic", ("engine",))
     if run.data.kind == "indexed" and not run.data.path:
         yield Problem(
             "data.path", "indexed data needs dataset prefixes, e.g. data.path=[/data/corpus_text_document]", ("data",)

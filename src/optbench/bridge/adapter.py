@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from optbench.bridge.hydra_values import format_override
+from optbench.config.data_path import dataset_blend
 from optbench.config.layout import vpp_size
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
@@ -293,7 +294,7 @@ def _schedule(run: RunConfig) -> list[Item]:
         ("scheduler.start_weight_decay", o.weight_decay),
         ("scheduler.end_weight_decay", o.weight_decay),
         ("scheduler.weight_decay_incr_style", "constant"),
-    ]
+    ] + [(f"train.{name}", getattr(t, name)) for name in ("eval_interval", "eval_iters") if getattr(t, name) is not None]
 
 
 def _data(run: RunConfig) -> list[Item]:
@@ -311,30 +312,13 @@ def _data(run: RunConfig) -> list[Item]:
         return items + [
             ("dataset.blend", dataset_blend(d.path)),
             ("dataset.blend_per_split", None),
+            ("dataset.split", d.split),
             ("tokenizer.tokenizer_type", "HuggingFaceTokenizer"),
             ("tokenizer.tokenizer_model", _checked_text("data.tokenizer", d.tokenizer)),
         ]
     raise UserError(
         Problem("data", f"Megatron Bridge reads mock or indexed data, not '{d.kind}'; use data=mock or data=indexed")
     )
-
-
-def dataset_blend(path: list[str]) -> list[Any]:
-    """Megatron's blend ``[[prefix, ...], [weight, ...] or None]`` from ``data.path`` (prefixes, or weight/prefix pairs)."""
-
-    def is_number(text: str) -> bool:
-        try:
-            float(text)
-        except ValueError:
-            return False
-        return True
-
-    items = [str(_checked_text("data.path", str(entry))) for entry in path]
-    if len(items) % 2 == 0 and items and all(is_number(w) for w in items[0::2]):
-        return [items[1::2], [float(w) for w in items[0::2]]]
-    if any(is_number(item) for item in items):
-        raise UserError(Problem("data.path", "give either prefixes only, or weight, prefix, weight, prefix, ..."))
-    return [items, None]
 
 
 def _logger(run: RunConfig) -> list[Item]:

@@ -220,12 +220,15 @@ DOMAINS: dict[str, Any] = {
     "train.async_save": Flag(),
     "train.checkpoint_dir": Folder(),
     "train.resume_step": STEPS,
+    "train.eval_interval": STEPS,
+    "train.eval_iters": Integer(0, 1_000_000),
     # data
     "data.name": IDENTIFIER,
     "data.kind": Choice(schema.DATA_KINDS),
     "data.path": Items(Text(MAX_PATH, min_len=1), 1024),
     "data.tokenizer": Text(MAX_PATH, min_len=1),
     "data.vocab_size": Integer(1, 1 << 22),
+    "data.split": Text(64, r"\d+(\.\d+)?([,/]\d+(\.\d+)?){0,2}", "train,valid,test shares such as '98,2,0' (quote it)", min_len=1),
     "data.seed": SEED,
     # logger
     "logger.name": IDENTIFIER,

@@ -297,6 +297,11 @@ class TrainConfig:
     """Asynchronous checkpoint save (Bridge only)."""
     checkpoint_dir: Optional[str] = None
     """Where checkpoints go (null: results/checkpoints/<run_id>)."""
+    eval_interval: Optional[int] = None
+    """Steps between validation passes (null: the engine's default; local engine: a tenth of the run,
+    and always at the last step, when the data has a validation split)."""
+    eval_iters: Optional[int] = None
+    """Global batches per validation pass (null: the engine's default; local engine: 4; 0: no validation)."""
     resume_step: Optional[int] = None
     """With resume=true: the checkpoint step to continue from (null: the one ``latest`` points to); the
     local engine keeps the last two complete checkpoints, so a corrupt newest one can be skipped."""
@@ -313,7 +318,10 @@ class DataConfig:
     path: List[str] = field(default_factory=list)
     """Megatron-indexed dataset prefixes (optionally weight, prefix, weight, prefix, ...)."""
     tokenizer: Optional[str] = None
-    """Tokenizer model path or HF id for indexed data (mock data uses Bridge's NullTokenizer)."""
+    """Tokenizer of indexed data: a Hugging Face tokenizer folder or tokenizer.json (the local engine reads
+    local files only; Bridge also takes a hub id). Mock data uses Bridge's NullTokenizer."""
+    split: str = "98,2,0"
+    """Indexed data: train, validation and test shares of each prefix's documents (Megatron's split)."""
     vocab_size: Optional[int] = None
     """Vocabulary the data uses (null: the model's); synthetic streams use small ones."""
     seed: int = 1234

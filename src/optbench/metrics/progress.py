@@ -19,8 +19,12 @@ def _line(record: dict[str, Any], total: int) -> str:
     return (
         f"step {record['step']}/{total}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
         f"{record['tokens_per_s']:,.0f} tok/s  {flops_text(record['tflops_per_gpu'])}/proc  "
-        f"{record['step_time_s']:.2f} s/step"
+        f"{record['step_time_s']:.2f} s/step" + _validation(record)
     )
+
+
+def _validation(record: dict[str, Any]) -> str:
+    return f"  val_loss {record['val_loss']:.4f}" if record.get("val_loss") is not None else ""
 
 
 class Progress:
@@ -42,11 +46,13 @@ class Progress:
         if self._bar is not None:
             self._bar.set_postfix_str(
                 f"loss {record['loss']:.4f} | {record['tokens_per_s']:,.0f} tok/s | "
-                f"{flops_text(record['tflops_per_gpu'])}/proc",
+                f"{flops_text(record['tflops_per_gpu'])}/proc" + _validation(record).replace("  ", " | ", 1),
                 refresh=False,
             )
             self._bar.update(1)
-        elif record["step"] % self.log_interval == 0 or record["step"] == self.total:
+        if self._bar is not None and record.get("val_loss") is not None:
+            self._bar.write(_line(record, self.total), file=sys.stdout)
+        elif self._bar is None and (record["step"] % self.log_interval == 0 or record["step"] == self.total):
             print(_line(record, self.total), file=self.stream, flush=True)
 
     def write(self, text: str) -> None:

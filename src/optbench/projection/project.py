@@ -24,6 +24,7 @@ from optbench.projection.interconnect import interconnect_for
 from optbench.projection.step_model import StepBreakdown, evaluate
 from optbench.projection.twin import adamw_twin, decompose
 from optbench.projection.whatif import what_ifs
+from optbench.redact import recorded_overrides
 
 MODEL_DOC = "docs/projection.md"
 
@@ -74,7 +75,7 @@ def _twin_section(
         return unavailable(f"no interconnect figures for the twin's gpu {twin.cluster.gpu!r}"), {}
     adamw = evaluate(inputs_for(twin, twin_net, a), efficiency, a.backward_share)
     section = {
-        "recipe": " ".join([recipe, *kept]),
+        "recipe": " ".join([recipe, *recorded_overrides(kept)]),
         **_throughput(twin, adamw),
         "breakdown_s": adamw.as_dict()["parts_s"],
     }

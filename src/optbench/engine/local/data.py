@@ -153,14 +153,26 @@ def data_vocab_size(data: DataConfig, model: ModelConfig) -> int:
     return vocab
 
 
-def build_stream(data: DataConfig, model: ModelConfig, train: TrainConfig) -> MockStream | SyntheticStream:
-    """The token stream a run trains on."""
+def build_stream(data: DataConfig, model: ModelConfig, train: TrainConfig):
+    """The token stream a run trains on (mock, synthetic, or Megatron indexed data: indexed_data.py)."""
+    if data.kind == "indexed":
+        from optbench.corpus.tokenizer import load_tokenizer
+        from optbench.engine.local.indexed_data import build_indexed_stream
+
+        if not data.tokenizer:
+            raise UserError("indexed data needs the tokenizer it was built with (a local tokenizer.json or folder)", "data.tokenizer")
+        tokens = load_tokenizer(data.tokenizer).vocab_size
+        if tokens > model.vocab_size:
+            raise UserError(
+                f"the tokenizer has {tokens:,} tokens, the model's vocabulary {model.vocab_size:,}; set "
+                f"model.vocab_size={tokens}",
+                "model.vocab_size",
+            )
+        return build_indexed_stream(data, train, model.vocab_size)
     vocab = data_vocab_size(data, model)
     if data.kind == "mock":
         return MockStream(vocab, data.seed, train.seq_length)
-    if data.kind == "synthetic":
-        return SyntheticStream(vocab, data.seed, train.seq_length)
-    raise UserError("the local engine reads mock and synthetic data only, not indexed; use data=synthetic", "data")
+    return SyntheticStream(vocab, data.seed, train.seq_length)
 
 
 def microbatch_indices(step: int, rank: int, world: int, micro: int, train: TrainConfig) -> np.ndarray:

@@ -35,10 +35,14 @@ class ExpertLoadTracker:
         self.world = world
         self.update_rate = update_rate if update_bias else 0.0
         self.counts = [torch.zeros(r.weight.shape[0], device=r.weight.device) for r in routers]
+        self.paused = False
+        """True during validation: its tokens must not move the bias (Megatron counts training tokens only)."""
         self._hooks = [r.register_forward_hook(self._hook(i)) for i, r in enumerate(self.routers)]
 
     def _hook(self, index: int):
         def count(_module: nn.Module, _inputs, outputs) -> None:
+            if self.paused:
+                return
             # Both routers return (router_logits, topk_weights, topk_indices).
             indices = outputs[2].reshape(-1)
             self.counts[index] += torch.bincount(indices, minlength=self.counts[index].numel()).float()

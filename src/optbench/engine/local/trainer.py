@@ -46,6 +46,10 @@ from optbench.metrics.summary import software_versions, utc_now
 from optbench.optim import build_optimizer
 
 
+DEFAULT_EVAL_ITERS = 4
+"""Global batches per validation pass when train.eval_iters is null."""
+
+
 def _mean_over_ranks(value: torch.Tensor, world: int) -> float:
     if world > 1:
         value = value.clone()
@@ -70,6 +74,7 @@ class Trainer:
         except ValueError as err:  # a setting the optimizer refuses (validation should have caught it)
             raise UserError(str(err), "optimizer") from err
         self.experts = ExpertLoadTracker(routers(self.model), runtime.world, run.model.moe_router_enable_expert_bias)
+        self.eval_interval, self.eval_iters = self._eval_schedule()
         self.start_step = 0
         self.resume_note = ""
         if run.resume:
@@ -81,6 +86,34 @@ class Trainer:
             raise UserError(
                 f"{checkpoint_dir(run)} already holds a checkpoint; add resume=true or pick a new run_id", "run_id"
             )
+
+    def _eval_schedule(self) -> tuple[int, int]:
+        """(interval, batches) of validation: only when the data has a validation split."""
+        train = self.run.train
+        if getattr(self.stream, "valid", None) is None or train.eval_iters == 0:
+            return 0, 0
+        return train.eval_interval or max(1, train.iters // 10), train.eval_iters or DEFAULT_EVAL_ITERS
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, float]:
+        """Mean language-model loss over the same ``eval_iters`` global batches of the validation split
+        (the same held-out samples every time, so values along a run and across runs compare); seconds."""
+        rt = self.rt
+        rt.synchronize()
+        start = time.perf_counter()
+        total = torch.zeros((), device=rt.device)
+        self.experts.paused = True
+        for batch in range(1, self.eval_iters + 1):
+            for micro in range(self.num_microbatches):
+                indices = microbatch_indices(batch, rt.rank, rt.world, micro, self.run.train)
+                tokens = self.stream.valid_batch(indices).to(rt.device, non_blocking=True)
+                with rt.autocast():
+                    logits = self.model(input_ids=tokens[:, :-1]).logits
+                total += F.cross_entropy(logits.float().reshape(-1, self.vocab), tokens[:, 1:].reshape(-1))
+        self.experts.paused = False
+        loss = _mean_over_ranks(total / (self.eval_iters * self.num_microbatches), rt.world)
+        rt.synchronize()
+        return loss, time.perf_counter() - start
 
     def _forward_backward(self, step: int) -> torch.Tensor:
         """Accumulate this rank's gradients of step ``step``; returns its mean loss (detached)."""
@@ -156,8 +189,11 @@ class Trainer:
         if run.model.moe_aux_loss_coeff and not self.aux_loss:
             lines.append("  note    model.moe_aux_loss_coeff is not applied: transformers' DeepSeek-V3 has no auxiliary "
                          "loss (the router bias balances the experts)")
-        if run.data.path:
-            lines.append("  note    data.path is not read by the local engine (it trains on mock or synthetic data only)")
+        if run.data.path and run.data.kind != "indexed":
+            lines.append(f"  note    data.path is not read: data.kind is {run.data.kind} (data=indexed reads it)")
+        if self.eval_interval:
+            lines.append(f"  valid   {self.eval_iters} batches of the validation split every {self.eval_interval} "
+                         "steps and at the last step (val_loss)")
         if self.start_step:
             lines.append(f"  resume  from the checkpoint of step {self.start_step}")
         elif self.resume_note:
@@ -184,6 +220,8 @@ class Trainer:
             clock = time.perf_counter()
             for step in range(self.start_step + 1, run.train.iters + 1):
                 record = self.train_step(step)
+                if self.eval_interval and (step % self.eval_interval == 0 or step == run.train.iters):
+                    record["val_loss"], record["eval_time_s"] = self.evaluate()
                 record["wall_s"] = wall_offset + time.perf_counter() - clock
                 record["timestamp"] = time.time()
                 writer.log_step(record)
@@ -208,6 +246,7 @@ class Trainer:
         summary: dict[str, Any] = {
             **loss_summary(records),
             "loss_floor": info.loss_floor,
+            "final_val_loss": next((r["val_loss"] for r in reversed(records) if r.get("val_loss") is not None), None),
             "tokens_per_s": steady["tokens_per_s"],
             "tflops_per_gpu": steady["tflops_per_gpu"],
             "tflops_per_gpu_with_ns": steady["tflops_per_gpu_with_ns"],

@@ -1,0 +1,1 @@
+"""Text corpora turned into Megatron indexed datasets (``make data``)."""

@@ -1,0 +1,66 @@
+"""``python -m optbench.corpus [--input FOLDER] [--out DIR] [--tokenizer PATH | --vocab N]`` (``make data``).
+
+Without ``--input`` it builds the built-in corpus (``pydocs``: CPython's own documentation, see
+:mod:`optbench.corpus.pydocs`) into ``data/pydocs``; with ``--input`` it tokenizes your folder of
+.txt/.jsonl files (:mod:`optbench.corpus.prepare`). It prints the ``data.path`` blend to train on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from optbench.errors import Problem, UserError, exit_on_user_error
+
+DEFAULT_VOCAB = 512
+"""The tiny proxies' vocabulary: their recipes train on the corpus without a model.vocab_size override."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m optbench.corpus", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--input", help="folder of .txt / .jsonl documents (default: the built-in pydocs corpus)")
+    parser.add_argument("--out", help="output folder (default: data/<corpus or input folder name>)")
+    parser.add_argument("--tokenizer", help="an existing Hugging Face tokenizer.json or folder (default: train a BPE)")
+    parser.add_argument("--vocab", default=str(DEFAULT_VOCAB), help=f"BPE vocabulary to train (default {DEFAULT_VOCAB})")
+    parser.add_argument("--from-make", action="store_true", help="read INPUT, OUT, TOKENIZER, VOCAB from make's environment")
+    args = parser.parse_args(argv)
+    if args.from_make:  # the values reach us through the environment, never through a shell
+        for name in ("input", "out", "tokenizer", "vocab"):
+            setattr(args, name, os.environ.get(f"OPTBENCH_DATA_{name.upper()}") or getattr(args, name))
+    with exit_on_user_error():
+        try:
+            args.vocab = int(args.vocab)
+        except ValueError:
+            raise UserError(Problem("VOCAB", f"{args.vocab!r} is not a whole number of tokens")) from None
+        from optbench.config.compose import repo_root
+        from optbench.corpus.prepare import parts_from_folder, prepare
+
+        if args.vocab < 258 or args.vocab > 1 << 20:
+            raise UserError(Problem("VOCAB", f"must be from 258 to {1 << 20:,}, got {args.vocab}"))
+        if args.input:
+            parts, name = parts_from_folder(args.input), Path(args.input).resolve().name
+            about = {"corpus": name, "what": f"documents from {Path(args.input).resolve()}"}
+        else:
+            from optbench.corpus.pydocs import ABOUT, NAME, pydocs_parts
+
+            parts, name, about = pydocs_parts(), NAME, ABOUT
+        out = Path(args.out) if args.out else repo_root() / "data" / name
+        print(f"corpus {name}: {sum(len(p.documents) for p in parts):,} documents in {len(parts)} part(s) -> {out}", flush=True)
+        manifest = prepare(parts, out, tokenizer=args.tokenizer, vocab_size=args.vocab, about=about)
+        for part in manifest["parts"]:
+            print(f"  {part['name']:<12} {part['documents']:>7,} documents {part['tokens']:>11,} tokens  {part['prefix']}")
+        print(
+            f"  tokenizer    {manifest['tokenizer']['vocab_size']:,} tokens ({manifest['tokenizer']['source']}) "
+            f"{manifest['tokenizer']['path']}\n"
+            f"  total        {manifest['tokens']:,} tokens from {manifest['characters']:,} characters in {manifest['seconds']} s\n"
+            "train on it:   "
+            + ("data=pydocs" if not args.input and not args.out else
+               f"data=indexed 'data.path={manifest['data_path']}' data.tokenizer={manifest['tokenizer']['path']}")
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Turn text into Megatron indexed datasets: one prefix per part, a tokenizer, a blend, a manifest.
+
+Input: a folder of ``.txt`` files (one document each) and ``.jsonl`` files (one document per line,
+the ``text`` field, as Megatron's ``preprocess_data.py`` reads them). Files directly in the folder form
+one part; every subfolder forms its own part. Output, under ``<out>/``:
+
+* ``<part>_text_document.bin/.idx`` per part (Megatron's naming);
+* ``tokenizer/``: the Hugging Face tokenizer the tokens come from (given, or a byte-level BPE trained
+  on the corpus);
+* ``corpus.json``: what was built (parts, documents, tokens, bytes, SHA-256 of every file, tokenizer,
+  the blend in ``data.path`` syntax, provenance and the seconds it took).
+
+Documents are written in a seeded shuffled order (the same on every machine), so that Megatron's
+contiguous train/validation/test split by document draws from the whole part.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from optbench.corpus.indexed import write_indexed
+from optbench.corpus.tokenizer import CorpusTokenizer, load_tokenizer, save_tokenizer, train_byte_level_bpe
+from optbench.errors import UserError
+from optbench.io import atomic_write_json, restored_on_failure
+
+SHUFFLE_SEED = 1234
+MANIFEST = "corpus.json"
+TEXT_FIELD = "text"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One dataset prefix: its name and its documents' text."""
+
+    name: str
+    documents: list[str]
+
+
+def _jsonl_documents(path: Path) -> Iterator[str]:
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UserError(f"{path}:{number} is not JSON ({err.msg})", "INPUT") from err
+        text = record.get(TEXT_FIELD) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            raise UserError(f"{path}:{number} has no string '{TEXT_FIELD}' field", "INPUT")
+        yield text
+
+
+def _documents(files: Sequence[Path]) -> list[str]:
+    documents = []
+    for path in files:
+        if path.suffix == ".jsonl":
+            documents += list(_jsonl_documents(path))
+        else:
+            documents.append(path.read_text(encoding="utf-8", errors="replace"))
+    return [d for d in documents if d.strip()]
+
+
+def parts_from_folder(folder: str | Path) -> list[Part]:
+    """The parts of an input folder: its own .txt/.jsonl files, then one part per subfolder."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise UserError(f"{folder} is not a folder of .txt or .jsonl files", "INPUT")
+    parts = []
+    own = sorted(p for p in root.iterdir() if p.is_file() and p.suffix in (".txt", ".jsonl"))
+    if own:
+        parts.append(Part(root.name, _documents(own)))
+    for sub in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = sorted(p for p in sub.rglob("*") if p.is_file() and p.suffix in (".txt", ".jsonl"))
+        if files:
+            parts.append(Part(sub.name, _documents(files)))
+    parts = [p for p in parts if p.documents]
+    if not parts:
+        raise UserError(f"{folder} holds no non-empty .txt or .jsonl document", "INPUT")
+    return parts
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def blend_text(entries: Sequence[tuple[float, str]]) -> str:
+    """``[w1,prefix1,w2,prefix2]`` as typed after ``data.path=`` (one prefix alone needs no weight)."""
+    if len(entries) == 1:
+        return f"[{entries[0][1]}]"
+    return "[" + ",".join(f"{weight:.4f},{prefix}" for weight, prefix in entries) + "]"
+
+
+def prepare(
+    parts: Sequence[Part],
+    out: str | Path,
+    tokenizer: str | Path | None = None,
+    vocab_size: int = 512,
+    about: Mapping[str, object] | None = None,
+) -> dict:
+    """Tokenize ``parts`` into ``out`` (replaced as a whole only when complete); returns the manifest."""
+    started = time.perf_counter()
+    out = Path(out)
+    with restored_on_failure([out]):
+        out.mkdir(parents=True)
+        corpus: CorpusTokenizer = (
+            load_tokenizer(tokenizer, "TOKENIZER") if tokenizer is not None
+            else train_byte_level_bpe((d for part in parts for d in part.documents), vocab_size)
+        )
+        save_tokenizer(corpus, out / "tokenizer")
+        rng = np.random.default_rng(SHUFFLE_SEED)
+        built = []
+        for part in parts:
+            order = rng.permutation(len(part.documents))
+            texts = [part.documents[i] for i in order]
+            prefix = out / f"{part.name}_text_document"
+            ids = (np.array(doc, dtype=np.int64) for doc in corpus.encode_documents(texts))
+            documents, tokens = write_indexed(prefix, ids, corpus.vocab_size)
+            built.append(
+                {
+                    "name": part.name,
+                    "prefix": str(prefix),
+                    "documents": documents,
+                    "tokens": tokens,
+                    "characters": sum(len(t) for t in texts),
+                    "sha256": {suffix: _sha256(prefix.with_name(prefix.name + suffix)) for suffix in (".bin", ".idx")},
+                }
+            )
+        total = sum(p["tokens"] for p in built)
+        entries = [(p["tokens"] / total, p["prefix"]) for p in built]
+        manifest = {
+            **dict(about or {}),
+            "parts": built,
+            "documents": sum(p["documents"] for p in built),
+            "tokens": total,
+            "characters": sum(p["characters"] for p in built),
+            "tokenizer": {"path": str(out / "tokenizer"), "source": corpus.source, "vocab_size": corpus.vocab_size,
+                          "eod_id": corpus.eod_id},
+            "data_path": blend_text(entries),
+            "blend": "weights proportional to each part's tokens",
+            "document_order": f"shuffled with numpy default_rng({SHUFFLE_SEED}) per part",
+            "python": platform.python_version(),
+            "seconds": round(time.perf_counter() - started, 2),
+        }
+        atomic_write_json(out / MANIFEST, manifest)
+    return manifest
