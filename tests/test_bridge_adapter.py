@@ -51,9 +51,11 @@ def composed(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
 VARIANTS = [
     ("kimi_k2_muon", []),
     ("kimi_k2_muon", ["optimizer.muon.layer_wise=false", "optimizer.muon.fp32_matmul_prec=high", "precision=bf16"]),
+    ("kimi_k2_muon", ["optimizer.muon.qk_clip=true", "optimizer.muon.qk_clip_threshold=50", "train.eval_interval=100",
+                      "train.eval_iters=2"]),
     ("kimi_k2_adamw", ["precision=fp8_cs", "train.save_interval=50", "train.async_save=true", "resume=true"]),
     ("qwen3_30b_a3b_muon", ["data=indexed", "data.path=[0.3,/data/a_text_document,0.7,/data/b_text_document]",
-                            "data.tokenizer=Qwen/Qwen3-30B-A3B", "logger=none"]),
+                            "data.tokenizer=Qwen/Qwen3-30B-A3B", "logger=none", "data.split='90,8,2'"]),
     ("qwen3_30b_a3b_adamw", ["parallel.moe_token_dispatcher=alltoall", "parallel.moe_flex_dispatcher_backend=null"]),
 ]
 
@@ -322,8 +324,9 @@ def test_mock_data_uses_the_null_tokenizer() -> None:
 
 
 def test_indexed_data_uses_a_tokenizer_path_and_a_weighted_blend() -> None:
-    items = items_of("qwen3_30b_a3b_muon", VARIANTS[3][1])
+    items = items_of("qwen3_30b_a3b_muon", VARIANTS[4][1])
     assert items["dataset.blend"] == [["/data/a_text_document", "/data/b_text_document"], [0.3, 0.7]]
+    assert items["dataset.split"] == "90,8,2"
     assert items["tokenizer.tokenizer_type"] == "HuggingFaceTokenizer"
     assert items["tokenizer.tokenizer_model"] == "Qwen/Qwen3-30B-A3B"
 

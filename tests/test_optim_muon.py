@@ -251,9 +251,9 @@ def test_precision_resolution(monkeypatch):
     assert auto_matmul_precision("cuda") == "medium"
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
-    expected = "medium" if torch.cpu._is_amx_tile_supported() else "highest"
-    assert auto_matmul_precision("cpu") == expected
+    native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+    assert auto_matmul_precision("cpu") == ("medium" if native else "highest")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
-    assert auto_matmul_precision("cpu") == "highest", "oneDNN kept off AMX: bf16 GEMMs are slow"
+    assert auto_matmul_precision("cpu") == "highest", "oneDNN kept off AMX and AVX512-BF16: bf16 GEMMs are slow"
     assert resolve_matmul_precision("high", "cpu") == "high"
     assert len(COEFFICIENT_SETS["quintic"]) == 5 and len(COEFFICIENT_SETS["simple"]) == 1

@@ -169,6 +169,14 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
             "incompatible with the layer-wise Muon optimizer; set it false",
             ("optimizer.muon.layer_wise", "precision"),
         )
+    if o.muon.qk_clip and not run.model.multi_latent_attention:
+        yield Problem(
+            "optimizer.muon.qk_clip",
+            f"QK-clip scales MLA query/key up-projections (Kimi K2, DeepSeek-V3); {run.model.name} uses GQA"
+            + (" with QK-norm, under which scaling W_q and W_k changes no logit" if run.model.qk_layernorm else "")
+            + "; set it false",
+            ("model",),
+        )
     if run.engine == "megatron_bridge":
         if o.muon.coefficients != "quintic":
             yield Problem(

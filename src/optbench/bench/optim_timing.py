@@ -1,32 +1,44 @@
-"""Optimizer step times on the tiny proxies' parameters: ours vs torch.optim.Muon vs AdamW, same machine, one run.
+"""One Muon step on a proxy's parameters, ours against torch.optim.Muon, at equal precision.
 
 Every variant steps its own copy of the same Hugging Face proxy with the same fixed random
-gradients; variants are timed interleaved (one step of each per round) so that load from other
-processes hits them alike, and the median over rounds is reported.
+gradients; variants are timed interleaved (one step of each per round, so that load from other
+processes hits them alike) and reported as median and interquartile range over the rounds.
 
-torch.optim.Muon only takes 2-D parameters, so it gets the same matrices Muon does: the 2-D
-weights as they are and every 3-D expert stack split into its per-expert 2-D matrices (copies with
-the matching gradient slices). It always runs Newton-Schulz in bf16 with one coefficient tuple;
-its scale rule does not change the work.
+Precisions are compared like with like:
+
+* ``bf16``: ours with ``fp32_matmul_prec=medium`` (bf16 Newton-Schulz products; the norm and the
+  momentum in fp32) against ``torch.optim.Muon`` as it ships (bf16 iterate, one coefficient tuple);
+* ``fp32``: ours with ``highest`` against torch.optim.Muon's own code with its bf16 cast replaced by an
+  fp32 copy (torch offers no fp32 option; :func:`torch_muon_fp32`).
+
+torch.optim.Muon takes 2-D parameters only, so it gets the matrices ours orthogonalizes: 2-D weights as
+they are and each 3-D expert stack split into per-expert matrices. Both run 5 Newton-Schulz steps (ours
+the quintic schedule, torch its single tuple: the same products). ``executed_gflop`` counts the products
+each variant performs (SYRK's blocked triangles as executed); elementwise work is not counted, so a
+bound built on it is a lower bound on time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
+import torch.optim._muon as torch_muon_module
 from torch import nn
 
+from optbench.accounting.ns_flops import ns_flops
 from optbench.config.schema import ModelConfig, OptimizerConfig
 from optbench.optim import build_optimizer
-from optbench.accounting.ns_flops import ns_flops
-from optbench.optim.newton_schulz import newton_schulz, resolve_matmul_precision
 from optbench.optim.routing import MUON, route_parameters
 from optbench.optim.syrk import computed_fraction
+
+PRECISIONS = {"bf16": "medium", "fp32": "highest"}
+"""Benchmark precision -> our fp32_matmul_prec."""
 
 
 def synchronize(device: torch.device) -> None:
@@ -48,6 +60,40 @@ def time_interleaved(variants: dict[str, Callable[[], object]], rounds: int, war
             if round_index >= warmup:
                 samples[name].append(time.perf_counter() - start)
     return samples
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, quartiles, min and max of timing samples (seconds)."""
+    quartiles = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
+    return {"median": statistics.median(values), "q1": quartiles[0], "q3": quartiles[2], "min": min(values),
+            "max": max(values), "n": len(values)}
+
+
+def _zeropower_fp32(grad: torch.Tensor, ns_coefficients, ns_steps: int, eps: float) -> torch.Tensor:
+    """torch.optim.Muon's ``_zeropower_via_newtonschulz`` (torch 2.13) with ``grad.bfloat16()`` -> ``grad.clone()``."""
+    a, b, c = ns_coefficients
+    ortho_grad = grad.clone()
+    if grad.size(0) > grad.size(1):
+        ortho_grad = ortho_grad.T
+    ortho_grad.div_(ortho_grad.norm().clamp(min=eps))
+    for _ in range(ns_steps):
+        gram_matrix = ortho_grad @ ortho_grad.T
+        gram_update = torch.addmm(gram_matrix, gram_matrix, gram_matrix, beta=b, alpha=c)
+        ortho_grad = torch.addmm(ortho_grad, gram_update, ortho_grad, beta=a)
+    if grad.size(0) > grad.size(1):
+        ortho_grad = ortho_grad.T
+    return ortho_grad
+
+
+@contextlib.contextmanager
+def torch_muon_fp32() -> Iterator[None]:
+    """Run torch.optim.Muon with fp32 Newton-Schulz products for the duration of the block."""
+    original = torch_muon_module._zeropower_via_newtonschulz
+    torch_muon_module._zeropower_via_newtonschulz = _zeropower_fp32
+    try:
+        yield
+    finally:
+        torch_muon_module._zeropower_via_newtonschulz = original
 
 
 def _with_gradients(model: nn.Module, seed: int) -> nn.Module:
@@ -72,8 +118,22 @@ def torch_muon_matrices(model: nn.Module) -> list[nn.Parameter]:
     return matrices
 
 
-def _muon_config(base: OptimizerConfig, precision: str) -> OptimizerConfig:
-    return dataclasses.replace(base, muon=dataclasses.replace(base.muon, fp32_matmul_prec=precision))
+def executed_gflop(shapes: list[tuple[int, int]], steps: int, syrk: bool = False) -> float:
+    """GFLOP of the Newton-Schulz products per step; with ``syrk`` the two symmetric products count the
+    block triangles :func:`optbench.optim.syrk.symmetric_product` computes."""
+    total = 0.0
+    for rows, cols in shapes:
+        s, l = min(rows, cols), max(rows, cols)
+        if syrk:
+            fraction = computed_fraction(s)
+            total += steps * ((2.0 * s * s * l + 2.0 * s**3) * fraction + 2.0 * s * s * l)
+        else:
+            total += ns_flops(rows, cols, steps)
+    return total / 1e9
+
+
+def _muon_config(base: OptimizerConfig, precision: str, syrk: bool = False) -> OptimizerConfig:
+    return dataclasses.replace(base, muon=dataclasses.replace(base.muon, fp32_matmul_prec=precision, syrk=syrk))
 
 
 def step_times(
@@ -82,91 +142,46 @@ def step_times(
     adamw_config: OptimizerConfig,
     *,
     device: str | torch.device = "cpu",
-    rounds: int = 5,
+    rounds: int = 7,
     warmup: int = 2,
     seed: int = 0,
-    precisions: tuple[str, ...] = ("highest", "medium"),
 ) -> dict:
-    """Median step seconds of every variant on one proxy, plus what it stepped."""
+    """Per precision, ours (plain and SYRK) and torch.optim.Muon; the full training steps of both optimizers."""
     from optbench.engine.local.model import build_model
 
     device = torch.device(device)
     base = _with_gradients(build_model(model_config, seed, device), seed + 1)
-    auto = resolve_matmul_precision("auto", device)
 
-    def fresh(config: OptimizerConfig, **muon_kwargs):
+    def fresh(config: OptimizerConfig):
         model = copy.deepcopy(base)  # deepcopy leaves .grad behind
         for source, target in zip(base.parameters(), model.parameters()):
             target.grad = source.grad.clone()
-        optimizer = build_optimizer(model, config)
-        for key, value in muon_kwargs.items():
-            setattr(optimizer.muon, key, value)
-        return optimizer
+        return build_optimizer(model, config)
 
-    ours = {precision: fresh(_muon_config(muon_config, precision)) for precision in dict.fromkeys((*precisions, auto))}
-    unbatched = fresh(_muon_config(muon_config, auto), batch_same_shapes=False)
-    training_muon = fresh(_muon_config(muon_config, auto))
-    training_adamw = fresh(adamw_config)
-    matrices = torch_muon_matrices(base)
-    reference = torch.optim.Muon(matrices, lr=muon_config.lr, weight_decay=muon_config.weight_decay)
-    variants = {f"muon_{precision}": optimizer.muon.step for precision, optimizer in ours.items()}
-    variants.update(
-        muon_unbatched=unbatched.muon.step,
-        torch_muon=reference.step,
-        training_step_muon=training_muon.step,
-        training_step_adamw=training_adamw.step,
-    )
+    variants: dict[str, Callable[[], object]] = {}
+    for name, ours_precision in PRECISIONS.items():
+        variants[f"ours_{name}"] = fresh(_muon_config(muon_config, ours_precision)).muon.step
+        variants[f"ours_{name}_syrk"] = fresh(_muon_config(muon_config, ours_precision, syrk=True)).muon.step
+        reference = torch.optim.Muon(torch_muon_matrices(base), lr=muon_config.lr, weight_decay=muon_config.weight_decay)
+        if name == "fp32":
+            variants["torch_fp32"] = lambda r=reference: _in_fp32(r)
+        else:
+            variants["torch_bf16"] = reference.step
+    variants["training_step_muon"] = fresh(_muon_config(muon_config, "auto")).step
+    variants["training_step_adamw"] = fresh(adamw_config).step
     samples = time_interleaved(variants, rounds, warmup, device)
-    medians = {name: statistics.median(values) for name, values in samples.items()}
-    muon_params = [r.param for r in route_parameters(base) if r.optimizer == MUON]
-    return {
-        "auto_precision": auto,
-        "median_step_s": medians,
-        "min_step_s": {name: min(values) for name, values in samples.items()},
-        "muon_step_s": medians[f"muon_{auto}"],
-        "torch_muon_step_s": medians["torch_muon"],
-        "speedup_vs_torch_muon": medians["torch_muon"] / medians[f"muon_{auto}"],
-        "speedup_vs_torch_muon_fp32": medians["torch_muon"] / medians["muon_highest"] if "muon_highest" in medians else None,
-        "batching_speedup": medians["muon_unbatched"] / medians[f"muon_{auto}"],
-        "muon_vs_adamw_training_step": medians["training_step_muon"] / medians["training_step_adamw"],
-        "rounds": rounds,
-        "warmup_rounds": warmup,
-        "muon_matrices": len(matrices),
-        "muon_parameters": len(muon_params),
-        "muon_elements": sum(p.numel() for p in muon_params),
-        "all_elements": sum(p.numel() for p in base.parameters()),
-        "ns_flops_per_step": sum(ns_flops(*m.shape, muon_config.muon.ns_steps) for m in matrices),
-    }
+    shapes = [tuple(m.shape) for m in torch_muon_matrices(base)]
+    steps = muon_config.muon.ns_steps
+    result: dict = {"rounds": rounds, "warmup_rounds": warmup, "muon_matrices": len(shapes),
+                    "step_s": {name: spread(values) for name, values in samples.items()},
+                    "executed_gflop": {"plain": executed_gflop(shapes, steps), "syrk": executed_gflop(shapes, steps, syrk=True)}}
+    medians = {name: s["median"] for name, s in result["step_s"].items()}
+    result["speedup_vs_torch"] = {p: medians[f"torch_{p}"] / medians[f"ours_{p}"] for p in PRECISIONS}
+    result["speedup_vs_torch_syrk"] = {p: medians[f"torch_{p}"] / medians[f"ours_{p}_syrk"] for p in PRECISIONS}
+    result["muon_vs_adamw_training_step"] = medians["training_step_muon"] / medians["training_step_adamw"]
+    return result
 
 
-def _blocked_flop_ratio(rows: int, cols: int) -> float:
-    """Plain / blocked NS FLOPs: the two symmetric products shrink to syrk.computed_fraction of themselves."""
-    s, l = min(rows, cols), max(rows, cols)
-    symmetric, general = 2.0 * s * s * l + 2.0 * s**3, 2.0 * s * s * l
-    return (symmetric + general) / (symmetric * computed_fraction(s) + general)
-
-
-def syrk_times(shapes, *, device="cpu", precisions=("highest", "medium"), rounds: int = 3, steps: int = 5) -> list[dict]:
-    """Newton-Schulz seconds with and without the blocked SYRK products, per matrix shape and precision."""
-    device = torch.device(device)
-    rows = []
-    for shape in shapes:
-        x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(device)
-        for precision in precisions:
-            variants = {
-                syrk: (lambda s=syrk: newton_schulz(x, steps, "quintic", precision=precision, syrk=s)) for syrk in (False, True)
-            }
-            samples = time_interleaved({str(k): v for k, v in variants.items()}, rounds, 1, device)
-            plain, blocked = statistics.median(samples["False"]), statistics.median(samples["True"])
-            rows.append(
-                {
-                    "shape": list(shape),
-                    "precision": precision,
-                    "plain_s": plain,
-                    "syrk_s": blocked,
-                    "speedup": plain / blocked,
-                    "ideal_flop_ratio": ns_flops(*shape[-2:], steps) / ns_flops(*shape[-2:], steps, syrk=True),
-                    "blocked_flop_ratio": _blocked_flop_ratio(*shape[-2:]),
-                }
-            )
-    return rows
+def _in_fp32(reference: torch.optim.Optimizer) -> None:
+    with torch_muon_fp32():
+        reference.step()

@@ -262,6 +262,12 @@ def _optimizer(run: RunConfig) -> list[Item]:
             ("optimizer.muon_split_qkv", muon.split_qkv),
             ("optimizer.muon_extra_scale_factor", muon.extra_scale_factor),
         ]
+        if muon.qk_clip:  # MuonClip: a TransformerConfig setting; Bridge's train loop calls clip_qk after the step
+            items += [
+                ("model.qk_clip", True),
+                ("model.qk_clip_threshold", muon.qk_clip_threshold),
+                ("model.qk_clip_alpha", muon.qk_clip_alpha),
+            ]
     return items
 
 

@@ -182,6 +182,9 @@ DOMAINS: dict[str, Any] = {
     "optimizer.muon.layer_wise": Flag(),
     "optimizer.muon.assignment": Choice(schema.MUON_ASSIGNMENTS),
     "optimizer.muon.syrk": Flag(),
+    "optimizer.muon.qk_clip": Flag(),
+    "optimizer.muon.qk_clip_threshold": Real(0.0, 1e6, low_open=True),
+    "optimizer.muon.qk_clip_alpha": Real(0.0, 1.0),
     # precision
     "precision.name": Choice(schema.PRECISIONS),
     "precision.params_dtype": Choice(("bf16", "fp16")),

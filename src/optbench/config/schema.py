@@ -179,6 +179,13 @@ class MuonConfig:
     """Owner assignment for layer_wise: pingpong (Megatron) or cost_aware (ours; local engine only)."""
     syrk: bool = False
     """Compute the symmetric Newton-Schulz products (X X^T, A A) one triangle block at a time (ours; local engine only)."""
+    qk_clip: bool = False
+    """MuonClip's QK-clip (Kimi K2): after each step scale the query/key weights of heads whose max attention
+    logit exceeded qk_clip_threshold (Megatron Core model.qk_clip; MLA models)."""
+    qk_clip_threshold: float = 100.0
+    """QK-clip threshold tau on the pre-softmax logit (Megatron qk_clip_threshold)."""
+    qk_clip_alpha: float = 0.5
+    """Share of the scaling put on the query side: q *= eta**alpha, k *= eta**(1-alpha) (Megatron qk_clip_alpha)."""
 
 
 @dataclass

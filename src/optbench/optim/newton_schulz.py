@@ -19,8 +19,10 @@ flattens a 3-D tensor into one matrix (its conv1d case, which Megatron never hit
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -78,27 +80,29 @@ def muon_scale_factor(rows: int, cols: int, mode: str = "spectral") -> float:
 def auto_matmul_precision(device: torch.device | str) -> str:
     """The fast precision on ``device``: "medium" (bf16 products) where bf16 GEMMs are fast, else "highest".
 
-    CUDA GPUs run bf16 on tensor cores. On CPUs it depends on the ISA oneDNN may use (measured on
-    one Sapphire Rapids core, 16 x 256 x 256 bmm, see docs/optimizer.md): with AMX tiles bf16 is
-    ~13x faster than fp32; with AVX512-BF16 alone about as fast; with AVX2 only ~5x slower. So
-    "medium" with AMX (unless ``ONEDNN_MAX_CPU_ISA`` rules it out) and "highest" on every other CPU.
+    CUDA GPUs run bf16 on tensor cores. On CPUs it depends on the instructions oneDNN (PyTorch's bf16
+    CPU GEMMs) may use: AMX tiles (Intel Sapphire Rapids and later) or AVX512-BF16 (Intel Cooper Lake,
+    Sapphire Rapids; AMD Zen 4, Zen 5) run bf16 products natively, measured 4-13x faster than fp32 on
+    the machines we had (docs/optimizer.md); without them bf16 is emulated and ~5x slower. The choice
+    depends on the CPU's features only, never on a timing, so that every run on a machine (and its
+    resume) computes the same way.
     """
     device = torch.device(device)
     if device.type == "cuda":
         return "medium"
-    if device.type == "cpu" and _cpu_has_amx_bf16():
+    if device.type == "cpu" and cpu_has_native_bf16():
         return "medium"
     return "highest"
 
 
-def _cpu_has_amx_bf16() -> bool:
-    """AMX tiles present and not switched off for oneDNN (which runs PyTorch's bf16 CPU GEMMs)."""
+def cpu_has_native_bf16() -> bool:
+    """AMX tiles or AVX512-BF16 present and not switched off for oneDNN (ONEDNN_MAX_CPU_ISA)."""
     limit = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "ALL")).upper()
-    if limit != "ALL" and "AMX" not in limit:
+    if limit != "ALL" and "AMX" not in limit and "BF16" not in limit:
         return False
-    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
     try:
-        return bool(probe()) if probe is not None else False
+        return any(bool(probe()) for probe in probes if probe is not None)
     except RuntimeError:
         return False
 
@@ -134,14 +138,15 @@ def newton_schulz(
     tp_group: dist.ProcessGroup | None = None,
     syrk: bool = False,
     scale: float = 1.0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Orthogonalize ``x`` ([..., m, n], float32); returns a new float32 tensor of the same shape, times ``scale``.
+    """Orthogonalize ``x`` ([..., m, n], float32); returns a float32 tensor of the same shape, times ``scale``
+    (``out``, a float32 tensor of x's shape, when given: reused buffers spare the allocator's page faults).
 
     With ``tp_group`` the input is this rank's shard of a matrix split along the dimension that
     ``transpose`` makes the contraction (columns after the transpose): the norm and every Gram
     matrix X X^T are summed over the group ("distributed" tensor-parallel mode).
     ``syrk`` computes the two symmetric products (X X^T and A A) one block triangle at a time.
-    The result may be a transposed view (it is the transpose of the iteration's contiguous buffer).
     """
     if x.ndim < 2:
         raise ValueError(f"Newton-Schulz needs a matrix or a batch of matrices, got shape {tuple(x.shape)}")
@@ -150,24 +155,57 @@ def newton_schulz(
     if precision not in MATMUL_PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; choose one of {list(MATMUL_PRECISIONS)}")
     schedule = coefficient_schedule(coefficients, steps)
-    batch_shape = x.shape[:-2]
-    x = x.reshape(-1, *x.shape[-2:]) if x.ndim > 3 else x
+    result = torch.empty(x.shape, dtype=torch.float32, device=x.device) if out is None else out
+    x, target = x.reshape(-1, *x.shape[-2:]), result.view(-1, *x.shape[-2:])
     if transpose is None:
         transpose = x.size(-2) > x.size(-1)
     if transpose:
-        x = x.mT
+        x, target = x.mT, target.mT
+    chunk = cpu_chunk_matrices(x, precision)
+    with matmul_precision(precision):
+        for part, into in zip(x.split(chunk), target.split(chunk)):
+            _iterate(part, into, schedule, precision, eps, tp_group, syrk, scale)
+    return result
+
+
+def _iterate(x, out, schedule, precision: str, eps: float, tp_group, syrk: bool, scale: float) -> None:
+    """Newton-Schulz on ``x`` (rows <= cols), the scaled result written into ``out``."""
     # "medium": PyTorch has no fp32-in/bf16-compute GEMM, so X itself is bf16 during the iteration.
     X = _normalized(x, eps, tp_group, torch.bfloat16 if precision == "medium" else torch.float32)
-    with matmul_precision(precision):
-        for a, b, c in schedule:
-            X = _step(X, a, b, c, tp_group, syrk)
-    if X.dtype == torch.float32:
-        X = X.mul_(scale) if scale != 1.0 else X
-    else:
-        X = torch.empty(X.shape, dtype=torch.float32, device=X.device).copy_(X).mul_(scale)
-    if transpose:
-        X = X.mT
-    return X.reshape(*batch_shape, *X.shape[-2:])
+    for a, b, c in schedule:
+        X = _step(X, a, b, c, tp_group, syrk)
+    out.copy_(X)
+    if scale != 1.0:
+        out.mul_(scale)
+
+
+CPU_CACHE_FALLBACK_BYTES = 1 << 20
+"""Per-core L2 size assumed when sysfs does not say (1 MiB: AMD Zen 4/5; Intel Sapphire Rapids has 2 MiB)."""
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_cache_bytes() -> int:
+    """This CPU's per-core L2 cache in bytes (sysfs), else :data:`CPU_CACHE_FALLBACK_BYTES`."""
+    try:
+        text = Path("/sys/devices/system/cpu/cpu0/cache/index2/size").read_text().strip().upper()
+        return int(text.rstrip("KMB")) * {"K": 1 << 10, "M": 1 << 20}.get(text[-1], 1)
+    except (OSError, ValueError, IndexError):
+        return CPU_CACHE_FALLBACK_BYTES
+
+
+def cpu_chunk_matrices(x: torch.Tensor, precision: str) -> int:
+    """How many matrices of a CPU batch one Newton-Schulz call takes: those whose iterate fits one core's L2.
+
+    One batched GEMM over many matrices streams them all through the cache at every product; in
+    chunks that stay cache-resident through the five steps the fp32 products ran 10-25 % faster
+    (256 x 256 and 256 x 128 stacks of 51-64 matrices, 1 and 2 threads, AMD EPYC Zen 5; bf16
+    products 15-30 %), and one matrix at a time loses bf16's batching gain (results/bench/optim.md).
+    GPUs take the whole batch in one call (launches, not caches, dominate there).
+    """
+    if x.device.type != "cpu":
+        return x.size(0)
+    itemsize = 2 if precision == "medium" else 4
+    return max(1, cpu_cache_bytes() // (x.size(-2) * x.size(-1) * itemsize))
 
 
 def _normalized(x: torch.Tensor, eps: float, tp_group: dist.ProcessGroup | None, dtype: torch.dtype) -> torch.Tensor:

@@ -58,13 +58,15 @@ def newton_schulz_tp(
     precision: str = "highest",
     syrk: bool = False,
     scale: float = 1.0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """This rank's shard of the orthogonalized matrix (or batch) whose shard ``x`` is, times ``scale``."""
+    """This rank's shard of the orthogonalized matrix (or batch) whose shard ``x`` is, times ``scale``
+    (written into ``out`` when given, except in duplicated mode)."""
     check_tp_mode(mode)
     world = tp_world(tp_group)
     kwargs = dict(steps=steps, coefficients=coefficients, precision=precision, syrk=syrk, scale=scale)
     if partition_dim is None or world == 1 or mode == "blockwise":
-        return newton_schulz(x, **kwargs)
+        return newton_schulz(x, out=out, **kwargs)
     if partition_dim not in (0, 1):
         raise ValueError(f"partition_dim must be 0 (rows), 1 (columns) or None, got {partition_dim!r}")
     axis = x.ndim - 2 + partition_dim
@@ -74,4 +76,4 @@ def newton_schulz_tp(
         full = newton_schulz(torch.cat(shards, dim=axis), **kwargs)
         return full.chunk(world, dim=axis)[dist.get_rank(tp_group)].contiguous()
     # distributed: make the sharded dimension the columns, i.e. the contraction dimension of X X^T.
-    return newton_schulz(x, transpose=partition_dim == 0, tp_group=tp_group, **kwargs)
+    return newton_schulz(x, transpose=partition_dim == 0, tp_group=tp_group, out=out, **kwargs)

@@ -101,7 +101,7 @@ def _max_positions(model: ModelConfig) -> int:
     return int(model.max_position_embeddings * (model.rotary_scaling_factor or 1))
 
 
-def hf_config(model: ModelConfig):
+def hf_config(model: ModelConfig, attention: str = ATTENTION_IMPLEMENTATION):
     """The transformers config object for ``model`` (raises UserError for what it cannot express)."""
     problems = _unsupported(model)
     if problems:
@@ -121,7 +121,7 @@ def hf_config(model: ModelConfig):
         tie_word_embeddings=model.share_embeddings_and_output_weights,
         rope_parameters=rope_parameters(model),
         use_cache=False,
-        attn_implementation=ATTENTION_IMPLEMENTATION,
+        attn_implementation=attention,
         experts_implementation=EXPERTS_IMPLEMENTATION,
     )
     if model.architecture == "deepseek_v3":
@@ -206,9 +206,11 @@ def has_aux_loss(model: ModelConfig) -> bool:
     return model.architecture == "qwen3_moe" and model.moe_aux_loss_coeff > 0
 
 
-def build_model(model: ModelConfig, seed: int, device: torch.device | str = "cpu") -> nn.Module:
+def build_model(
+    model: ModelConfig, seed: int, device: torch.device | str = "cpu", attention: str = ATTENTION_IMPLEMENTATION
+) -> nn.Module:
     """The causal-LM proxy of ``model`` in fp32 on ``device``, initialised from ``seed`` alone."""
-    config = hf_config(model)
+    config = hf_config(model, attention)
     if model.architecture == "deepseek_v3":
         from transformers import DeepseekV3ForCausalLM as model_class
     else:

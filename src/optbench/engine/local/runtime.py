@@ -28,6 +28,7 @@ from optbench.accounting.peaks import Peak, peaks_for
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 from optbench.hardware import gpu_catalog
+from optbench.optim.newton_schulz import cpu_has_native_bf16
 
 PROBE_SIZES = (256, 512, 1024)
 """Sides of the square GEMMs the CPU peak probe times; the fastest rate of any size is the peak."""
@@ -139,15 +140,6 @@ def cpu_matmul_probe(dtype: torch.dtype = torch.float32) -> float:
     return best_rate
 
 
-def cpu_has_amx_bf16() -> bool:
-    """Intel AMX tiles: bf16 GEMMs several times faster than fp32 ones (elsewhere ~10x slower)."""
-    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    try:
-        return bool(probe()) if probe is not None else False
-    except RuntimeError:
-        return False
-
-
 def cpu_peak(dtype: torch.dtype, gflops: float, threads: int, world: int) -> Peak:
     """An MFU denominator of a CPU run, from the probe's measurement."""
     name = "fp32" if dtype == torch.float32 else "bf16"
@@ -162,9 +154,9 @@ def cpu_peak(dtype: torch.dtype, gflops: float, threads: int, world: int) -> Pea
 
 
 def cpu_peaks(threads: int, world: int) -> list[Peak]:
-    """The fp32 probe (the model computes in fp32), plus a bf16 probe on AMX CPUs, where Muon's
-    Newton-Schulz products run in bf16 (optimizer.muon.fp32_matmul_prec auto -> medium)."""
-    dtypes = [torch.float32] + ([torch.bfloat16] if cpu_has_amx_bf16() else [])
+    """The fp32 probe (the model computes in fp32), plus a bf16 probe on CPUs with native bf16 products,
+    where Muon's Newton-Schulz products run in bf16 (optimizer.muon.fp32_matmul_prec auto -> medium)."""
+    dtypes = [torch.float32] + ([torch.bfloat16] if cpu_has_native_bf16() else [])
     return [cpu_peak(d, _all_reduce_mean(cpu_matmul_probe(d), world), threads, world) for d in dtypes]
 
 

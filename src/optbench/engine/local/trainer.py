@@ -36,7 +36,8 @@ from optbench.config.schema import RunConfig
 from optbench.engine.local.checkpoint import checkpoint_dir, has_checkpoint, load_checkpoint, save_checkpoint
 from optbench.engine.local.data import build_stream, microbatch_indices
 from optbench.engine.local.expert_load import ExpertLoadTracker
-from optbench.engine.local.model import build_model, has_aux_loss, routers
+from optbench.engine.local.model import ATTENTION_IMPLEMENTATION, build_model, has_aux_loss, routers
+from optbench.engine.local.qk_clip import clip_qk, register_attention, reset_logits
 from optbench.engine.local.runtime import Runtime, init_runtime, peak_memory_gb, shutdown
 from optbench.engine.local.schedule import learning_rate
 from optbench.errors import UserError
@@ -67,7 +68,10 @@ class Trainer:
         self.num_microbatches = derive_layout(run).num_microbatches
         self.stream = build_stream(run.data, run.model, run.train)
         self.vocab = padded_vocab_size(run.model)
-        self.model = build_model(run.model, run.train.seed, runtime.device)
+        muon = run.optimizer.muon
+        self.qk_clip = muon if muon is not None and muon.qk_clip else None
+        attention = register_attention() if self.qk_clip else ATTENTION_IMPLEMENTATION
+        self.model = build_model(run.model, run.train.seed, runtime.device, attention)
         self.aux_loss = has_aux_loss(run.model)
         try:
             self.optimizer = build_optimizer(self.model, run.optimizer, model_config=run.model)
@@ -111,6 +115,8 @@ class Trainer:
                     logits = self.model(input_ids=tokens[:, :-1]).logits
                 total += F.cross_entropy(logits.float().reshape(-1, self.vocab), tokens[:, 1:].reshape(-1))
         self.experts.paused = False
+        if self.qk_clip:
+            reset_logits(self.model)  # clipping follows training logits only
         loss = _mean_over_ranks(total / (self.eval_iters * self.num_microbatches), rt.world)
         rt.synchronize()
         return loss, time.perf_counter() - start
@@ -142,6 +148,9 @@ class Trainer:
         lr = learning_rate(step, self.run.optimizer, self.run.train)
         opt.set_lr(lr)
         opt.step()
+        # MuonClip: Megatron (Bridge's train loop) clips right after the optimizer step, inside its optimizer timer.
+        max_logit = clip_qk(self.model, self.qk_clip.qk_clip_threshold, self.qk_clip.qk_clip_alpha, rt.world) \
+            if self.qk_clip else None
         opt.zero_grad(set_to_none=True)
         rt.synchronize()
         end = time.perf_counter()
@@ -161,6 +170,8 @@ class Trainer:
         }
         if imbalance is not None:
             record["moe_load_imbalance"] = imbalance
+        if max_logit is not None:
+            record["max_attention_logit"] = max_logit  # before this step's clip (Megatron's logged value)
         if not math.isfinite(record["loss"]):
             raise UserError(
                 f"the loss became {record['loss']} at step {step} (training diverged); lower optimizer.lr "
@@ -191,6 +202,9 @@ class Trainer:
                          "loss (the router bias balances the experts)")
         if run.data.path and run.data.kind != "indexed":
             lines.append(f"  note    data.path is not read: data.kind is {run.data.kind} (data=indexed reads it)")
+        if self.qk_clip:
+            lines.append(f"  clip    MuonClip QK-clip: heads above logit {self.qk_clip.qk_clip_threshold:g} scaled after each "
+                         f"step (alpha {self.qk_clip.qk_clip_alpha:g}); max_attention_logit recorded")
         if self.eval_interval:
             lines.append(f"  valid   {self.eval_iters} batches of the validation split every {self.eval_interval} "
                          "steps and at the last step (val_loss)")
