@@ -11,6 +11,7 @@ SHELL := /bin/bash
 RECIPE ?= kimi_k2_tiny_muon
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
+BRIDGE_VENV := .venv-bridge
 PY ?= $(VENV)/bin/python
 CONTAINER_PYTHON ?= python
 PIP := $(PY) -m pip
@@ -20,32 +21,39 @@ export OPTBENCH_RECIPE := $(RECIPE)
 # Make exports command-line variables whose names are shell names (the run's top-level fields), and to
 # export one it expands it: a value such as description='$${description}' would stop make ("Recursive
 # variable"). They reach Python through OPTBENCH_MAKE_OVERRIDES only. (tests check this list)
-unexport recipe description engine run_id results_dir debug dryrun force resume step_time_s
+unexport recipe description engine intent run_id results_dir debug dryrun force resume step_time_s
 LAUNCH := $(PY) -m launch
 
 # Report options are upper-case variables read only when typed on the make command line, so that an
 # unrelated MODEL or TARGET in your shell's environment is ignored.
 typed = $(if $(filter command line,$(origin $(1))),$($(1)))
 
-.PHONY: help setup setup-container test recipes plan pretrain sweep bench table compare data clean
+.PHONY: help setup bridge-env setup-container test recipes plan pretrain sweep bench table compare study data clean
 
 help: ## List every target with what it does
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  Variables: RECIPE=<name> (default $(RECIPE)); any lower-case key=value is a Hydra override."
 
-setup: ## Create .venv and install the project with its local, launch and test extras (CPU torch)
+setup: ## Create .venv (project + local, launch, test extras; CPU torch) and .venv-bridge (make bridge-env)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install -e ".[local,launch,dev]"
 	# Megatron Bridge's source only (its dependencies need CUDA): the adapter tests read its dataclasses.
 	$(PIP) install --no-deps megatron-bridge==0.3.1
+	$(MAKE) bridge-env
+
+bridge-env: ## Create .venv-bridge: real Megatron Bridge 0.3.1 + Core 0.16.1 on CPU stand-ins (the conformance test)
+	$(PYTHON) -m venv $(BRIDGE_VENV)
+	$(BRIDGE_VENV)/bin/python -m pip install --upgrade pip
+	$(BRIDGE_VENV)/bin/python -m pip install -r tests/bridge_env/requirements.txt
+	$(BRIDGE_VENV)/bin/python -m pip install --no-deps megatron-core==0.16.1 megatron-bridge==0.3.1
 
 setup-container: ## Inside the NeMo container: install optbench with --no-deps (keeps its torch, Megatron, TE)
 	$(CONTAINER_PYTHON) -m pip install --no-deps --no-build-isolation -e .
 	$(CONTAINER_PYTHON) -c "import hydra, omegaconf, yaml, optbench.bridge.entry; print('optbench installed; torch, megatron-core, megatron-bridge and transformer-engine untouched')"
 
 test: ## Run the test suite (no GPU, no cluster, no network; one worker per core, at most 4)
-	$(PY) -m pytest -n auto --maxprocesses=4
+	$(PY) -m pytest -n auto --maxprocesses=4 --dist loadgroup
 
 recipes: ## List the recipes
 	@$(LAUNCH) recipes
@@ -59,7 +67,7 @@ pretrain: ## Validate, plan and launch RECIPE (default: the tiny Muon recipe on 
 sweep: ## Validate, plan and rank every point of a sweep (parallel.ep=32,64 parallel.pp=4,8); launch the valid ones
 	@$(LAUNCH) sweep --from-make
 
-bench: ## Benchmarks into results/bench/: optimizer step times and imbalance, `make pretrain` wall time
+bench: ## Benchmarks into results/bench/: optimizer step times and imbalance, `make pretrain` wall time, callback cost
 	$(PY) -m optbench.bench
 
 #   make data [INPUT=<folder of .txt/.jsonl>] [OUT=data/<name>] [TOKENIZER=<tokenizer.json or folder>] [VOCAB=512]
@@ -76,6 +84,11 @@ table: export OPTBENCH_TABLE_LOGS = $(call typed,LOGS)
 table: ## Write results/throughput.{md,csv} + plots: published rows beside measured runs (WARMUP=3 LOGS=<bridge logs>)
 	@$(PY) -m optbench.report table --from-make
 
+#   make study [SIZE=cpu|gpu] [hydra overrides for every run, e.g. train.iters=300]
+study: export OPTBENCH_STUDY_SIZE = $(call typed,SIZE)
+study: ## Muon (2 scales) vs AdamW, each lr swept, winners on held-out seeds, on real text: results/study.md (~75 min on 2 cores)
+	@$(PY) -m optbench.report study --from-make
+
 #   make compare [MODEL=kimi_k2_tiny] [SEEDS=3 | SEEDS=1,2,3] [TARGET=auto | TARGET=4.5] [ITERS=<steps>]
 #                [WINDOW=5] [MUON_RECIPE=<recipe> ADAMW_RECIPE=<recipe>] [REUSE=compare-<model>-<time>] [train.gbs=8 ...]
 compare: export OPTBENCH_COMPARE_MODEL = $(call typed,MODEL)
@@ -89,7 +102,7 @@ compare: export OPTBENCH_COMPARE_REUSE = $(call typed,REUSE)
 compare: ## Train MODEL's Muon and AdamW recipes over SEEDS to a TARGET loss; time-to-target in results/compare.md
 	@$(PY) -m optbench.report compare --from-make
 
-clean: ## Remove run outputs (new runs, plans, wandb, checkpoints) and caches; keeps committed runs and .venv
+clean: ## Remove run outputs (new runs, plans, wandb, checkpoints) and caches; keeps committed runs and the venvs
 	rm -rf results/plans results/sweeps results/wandb results/checkpoints .pytest_cache
 	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then git clean -fdxq -- results/runs; else rm -rf results/runs; fi
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -16,7 +16,9 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
+from optbench.bridge.presets import find_preset
 from optbench.config.compose import repo_root
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
@@ -115,12 +117,67 @@ def hybrid_ep_ranks_per_domain(ep: int, domain: int) -> int:
     return max(d for d in range(1, min(ep, domain) + 1) if ep % d == 0)
 
 
+SM100_OR_NEWER = ("b300", "b200", "gb200", "gb300")
+"""GPUs NVIDIA's PerfEnvPlugin gives 32 CUDA device connections whatever the layout (perf_plugins.py, Bridge 0.3.1)."""
+
+
+def nvidia_performance_env(run: RunConfig, preset_env: dict[str, str]) -> dict[str, str]:
+    """NVIDIA's job environment for the run: the preset's, with its layout-dependent values recomputed.
+
+    ``preset_env`` is what NVIDIA's launcher rendered for the preset's own layout (data file). Two values
+    depend on the layout, so a command-line layout change recomputes them with NVIDIA's rules
+    (scripts/performance/perf_plugins.py): CUDA_DEVICE_MAX_CONNECTIONS and the hybrid-EP ranks per
+    NVLink domain.
+    """
+    parallel, gpu = run.parallel, run.cluster.gpu
+    env = dict(preset_env)
+    flex = parallel.moe_flex_dispatcher_backend if parallel.moe_token_dispatcher == "flex" else None
+    connections = 32 if flex in ("deepep", "hybridep") else 8
+    if gpu in SM100_OR_NEWER:
+        connections = 32
+    elif parallel.tp > 1 or parallel.cp > 1:  # (NVIDIA: unless MoE all-to-all overlap, which we do not configure)
+        connections = 1  # Hopper: kernel queue order = execution order, so TP/CP communication overlaps its GEMM
+    env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(connections)
+    if "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN" in env:
+        domain = int(env.get("NVLINK_DOMAIN_SIZE", run.cluster.nvlink_domain_size))
+        env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = str(min(parallel.ep, domain))
+    return env
+
+
+def segment_size(run: RunConfig) -> Optional[int]:
+    """``#SBATCH --segment``: nodes that must share one NVLink domain (multi-node NVLink only).
+
+    NVIDIA's rule for NVL72 (scripts/performance/utils/executors.py): all nodes when they fit in one rack
+    (18 trays of 4 GPUs), else the largest divisor of the node count that fits.
+    """
+    cluster = run.cluster
+    per_node = cluster.gpus_per_node or 0
+    if not per_node or cluster.nvlink_domain_size <= per_node:
+        return None
+    trays = cluster.nvlink_domain_size // per_node
+    nodes = derive_layout(run).nodes
+    return nodes if nodes <= trays else max(d for d in range(1, trays + 1) if nodes % d == 0)
+
+
+def numa_binding(run: RunConfig) -> Optional[str]:
+    """NVIDIA's per-task NUMA binding (executors.py): 2 GPUs per NUMA node on GB200/GB300, 4 elsewhere."""
+    gpu = run.cluster.gpu
+    if run.cluster.executor != "slurm" or gpu not in ("gb300", "gb200", "b300", "b200", "h100", "h200"):
+        return None
+    divisor = 2 if gpu in ("gb200", "gb300") else 4
+    command = f"numactl --cpunodebind=$((SLURM_LOCALID/{divisor})) --membind=$((SLURM_LOCALID/{divisor}))"
+    if gpu == "b300":
+        command += " -C $((SLURM_LOCALID * 16)),$((SLURM_LOCALID * 16 + 1))"
+    return command
+
+
 def job_env(run: RunConfig) -> dict[str, str]:
     """The job's environment (values unquoted; the renderer quotes them). No secret is ever included."""
     cluster, parallel, logger = run.cluster, run.parallel, run.logger
-    env: dict[str, str] = {}
+    preset = find_preset(run) if run.engine == "megatron_bridge" else None
+    env: dict[str, str] = nvidia_performance_env(run, preset.job["env"]) if preset else {}
     per_node = cluster.gpus_per_node or parallel.num_gpus
-    if parallel.moe_flex_dispatcher_backend == "hybridep" and cluster.nvlink_domain_size > per_node:
+    if preset is None and parallel.moe_flex_dispatcher_backend == "hybridep" and cluster.nvlink_domain_size > per_node:
         # Multi-node NVLink (GB200/GB300 NVL72): hybrid EP runs its all-to-all over the whole domain.
         env["NVLINK_DOMAIN_SIZE"] = str(cluster.nvlink_domain_size)
         env["USE_MNNVL"] = "1"

@@ -23,10 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from launch.jobs import JobSpec, check_path, job_command, job_env, job_mounts, slurm_resources
+from launch.jobs import JobSpec, check_path, job_command, job_env, job_mounts, numa_binding, segment_size, slurm_resources
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_bytes, atomic_write_text
 from optbench.redact import REDACTED, redact_text, run_secrets
+
+TASK_TEMPLATE = """
+set -euo pipefail
+
+{{ pre_cmds }} {{ command }}
+"""
+"""Each task's script: NVIDIA's launcher template (executors.py) without its ``bash -c '...'`` wrapper, whose
+single quotes a shell-quoted argument could close; the NUMA binding then the command, run per task by srun."""
 
 JOB_NAME_PREFIX = "optbench-"
 """Slurm job names are ``optbench-<job>`` (NeMo-Run would otherwise prefix them with the account)."""
@@ -46,12 +54,17 @@ class RenderedJob:
 
 def _executor(job: JobSpec, experiments_dir: Path):
     import nemo_run as run
+    from nemo_run.core.execution.launcher import SlurmTemplate
     from nemo_run.core.execution.slurm import SlurmJobDetails
     from nemo_run.core.tunnel.client import LocalTunnel
 
     resources = slurm_resources(job.run)
     env = job_env(job.run)
+    numa = numa_binding(job.run)
+    launcher = SlurmTemplate(template_inline=TASK_TEMPLATE, template_vars={"pre_cmds": numa}) if numa else None
     return run.SlurmExecutor(
+        segment=segment_size(job.run),
+        launcher=launcher,
         account=None,  # never rendered: sbatch reads SBATCH_ACCOUNT from its environment
         job_name_prefix=JOB_NAME_PREFIX,
         partition=resources["partition"],

@@ -44,6 +44,16 @@ class FakeTimer:
         return self.total
 
 
+class FakeTimers:
+    """Megatron's Timers as the callback sees them: a dict of created timers, callable to create one."""
+
+    def __init__(self, timer: FakeTimer) -> None:
+        self._timers = {"optimizer": timer}
+
+    def __call__(self, name, log_level=None):
+        raise AssertionError("the callback must not create or fetch timers through Timers.__call__")
+
+
 class FakeWandb:
     def __init__(self) -> None:
         self.logged: list[tuple[dict, int]] = []
@@ -63,7 +73,7 @@ class Clock:
 
 def context(step: int, timer: FakeTimer, wandb: Any, loss: Any = 2.5) -> SimpleNamespace:
     optimizer = SimpleNamespace(param_groups=[{"lr": 1e-4, "is_decoupled_lr": False}])
-    state = SimpleNamespace(train_state=SimpleNamespace(step=step), timers=lambda name: timer, wandb_logger=wandb)
+    state = SimpleNamespace(train_state=SimpleNamespace(step=step), timers=FakeTimers(timer), wandb_logger=wandb)
     return SimpleNamespace(state=state, loss_dict={"lm loss": loss}, grad_norm=1.25, optimizer=optimizer, skipped_iter=False)
 
 
@@ -72,7 +82,6 @@ def drive(callback: MetricsCallback, clock: Clock, steps: list[tuple[float, floa
     timer = FakeTimer()
     callback.on_train_start(context(0, timer, wandb))
     for index, (seconds, optimizer) in enumerate(steps):
-        callback.on_train_step_start(context(index, timer, wandb))
         clock.now += seconds
         timer.total += optimizer
         callback.on_train_step_end(context(index, timer, wandb, loss=(5.0 - index, 2)))
@@ -130,7 +139,16 @@ def test_helpers_read_bridges_values() -> None:
     groups = [{"lr": 9.0, "is_decoupled_lr": True}, {"lr": 3e-4, "is_decoupled_lr": False}]
     assert learning_rate(SimpleNamespace(param_groups=groups)) == 3e-4
 
-    def dummy(name):
-        raise Exception("timer is off")
+    assert optimizer_seconds(FakeTimers(FakeTimer())) == 0.0
+    assert optimizer_seconds(SimpleNamespace(_timers={})) is None  # not created yet (or timing level 0)
 
-    assert optimizer_seconds(dummy) is None
+
+def test_log_interval_records_once_per_interval_with_the_mean_step(tmp_path: Path) -> None:
+    run = compose_run("qwen3_30b_a3b_muon", [f"results_dir={tmp_path}", "run_id=cb-interval", "train.log_interval=2"])
+    clock, probe = Clock(), FakeProbe(rank=7, world=8)
+    callback = MetricsCallback(run, probe=probe, clock=clock)
+    drive(callback, clock, [(9.0, 0.5), (8.0, 0.3), (10.0, 0.6), (6.0, 0.2)], None)
+    records = [json.loads(line) for line in (run_dir(run) / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 4] and [r["steps_in_interval"] for r in records] == [2, 2]
+    assert records[0]["step_time_s"] == pytest.approx(8.5) and records[1]["optimizer_time_s"] == pytest.approx(0.4)
+    assert probe.syncs == 3  # train start + the two interval ends: none between log points

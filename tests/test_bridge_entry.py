@@ -95,7 +95,7 @@ def test_run_bridge_reads_the_resolved_config_and_registers_the_callback(tmp_pat
     assert run_bridge(path, api=fake) == 0
     name, (config, callbacks) = fake.calls[-1]
     assert name == "pretrain" and callbacks is fake.manager
-    assert set(fake.manager.registered) == {"on_train_start", "on_train_step_start", "on_train_step_end", "on_train_end"}
+    assert set(fake.manager.registered) == {"on_train_start", "on_train_step_end", "on_train_end"}
     assert config.optimizer.optimizer == "dist_muon" and config.ddp.use_distributed_optimizer is False
     assert config.model.pipeline_model_parallel_size == 4 and config.train.global_batch_size == 4096
     assert config.logger.wandb_exp_name == "entry-test"

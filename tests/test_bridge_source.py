@@ -40,6 +40,8 @@ BRIDGE_SECTION_CLASSES: dict[str, tuple[tuple[str, str], ...]] = {
     "tokenizer": (("training/tokenizers/config.py", "TokenizerConfig"),),
     "checkpoint": (("training/config.py", "CheckpointConfig"),),
     "rng": (("training/config.py", "RNGConfig"),),
+    "dist": (("training/config.py", "DistributedInitConfig"),),
+    "rerun_state_machine": (("training/config.py", "RerunStateMachineConfig"),),
     "mixed_precision": (("training/mixed_precision.py", "MixedPrecisionConfig"),),
     "comm_overlap": (("training/comm_overlap.py", "CommOverlapConfig"),),
 }

@@ -49,6 +49,17 @@ def srun_argv(script: str) -> list[str]:
     return shlex.split(line)
 
 
+def task_script(folder: Path) -> Path:
+    """The per-task script NeMo-Run rendered (srun runs it as /nemo_run/scripts/<job>.sh)."""
+    [path] = list((folder / "nemo_run").rglob("scripts/*.sh"))
+    return path
+
+
+def task_argv(folder: Path) -> list[str]:
+    """The task's command line (the NUMA binding, then our entry point), split as bash would."""
+    return shlex.split(task_script(folder).read_text().strip().splitlines()[-1])
+
+
 def all_files_text(root: Path) -> str:
     return "\n".join(p.read_text(errors="ignore") for p in root.rglob("*") if p.is_file())
 
@@ -63,13 +74,17 @@ def test_kimi_k2_dry_run_renders_the_published_job(account: str, capsys, tmp_pat
     for flag in ("--nodes=64", "--ntasks-per-node=4", "--gpus-per-node=4", "--exclusive", "--mem=0", "--time=01:00:00"):
         assert f"#SBATCH {flag}\n" in script, flag
     for export in ("NVLINK_DOMAIN_SIZE=72", "USE_MNNVL=1", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64",
-                   "WANDB_RUN_GROUP=kimi_k2-gb300-mxfp8", "WANDB_TAGS=kimi_k2,muon,gb300,mxfp8", "WANDB_JOB_TYPE=pretrain"):
+                   "WANDB_RUN_GROUP=kimi_k2-gb300-mxfp8", "WANDB_TAGS=kimi_k2,muon,gb300,mxfp8,intent-reproduce", "WANDB_JOB_TYPE=pretrain"):
         assert f"\nexport {export}\n" in script, export
     argv = srun_argv(script)
     assert argv[argv.index("--container-image") + 1] == "nvcr.io/nvidia/nemo:26.02"
     assert f"{REPO}:{REPO}" in argv[argv.index("--container-mounts") + 1].split(",")
     assert {"--mpi=pmix", "--no-container-mount-home"} <= set(argv)
-    assert argv[-3:] == ["python", ENTRY, str(folder / "config.yaml")]
+    assert argv[-2] == "bash" and argv[-1].startswith("/nemo_run/scripts/")
+    command = task_argv(folder)
+    assert command[:3] == ["numactl", "--cpunodebind=$((SLURM_LOCALID/2))", "--membind=$((SLURM_LOCALID/2))"]
+    assert command[-3:] == ["python", ENTRY, str(folder / "config.yaml")]
+    assert "#SBATCH --segment=16\n" in script  # 16 nodes (64 hybrid-EP ranks) in one NVL72 domain
     assert (folder / "logs").is_dir()  # Slurm does not create its --output folder
 
     plan = json.loads((folder / "plan.json").read_text())
@@ -200,7 +215,7 @@ def test_injected_override_values_reach_the_job_verbatim_and_run_nothing(account
     [partition] = [line for line in script.splitlines() if line.startswith("#SBATCH --partition")]
     assert shlex.split(partition.removeprefix("#SBATCH ")) == ["--partition=batch,gpu"]
     argv = srun_argv(script)
-    assert PAYLOAD in argv and argv[-3:][0] == "python"
+    assert PAYLOAD in argv and argv[-2] == "bash"
     assert PAYLOAD in argv[argv.index("--container-mounts") + 1].split(",")
 
     # Run the script with fake Slurm tools: only srun may run, twice (head-node IP, then the job).
@@ -212,9 +227,18 @@ def test_injected_override_values_reach_the_job_verbatim_and_run_nothing(account
     assert not (logs / "unexpected.txt").exists()
     calls = [(logs / f"srun.{n}").read_text().split("\0")[:-1] for n in range(len(list(logs.glob("srun.*"))))]
     assert len(calls) == 2 and calls[0][-2:] == ["hostname", "--ip-address"]
-    assert calls[1][-3:] == ["python", ENTRY, str(tmp_path / "results" / "plans" / "kimi_k2_muon" / "config.yaml")]
-    assert PAYLOAD in calls[1]
+    assert calls[1][-2] == "bash" and PAYLOAD in calls[1]
     assert (logs / "extra.txt").read_text() == PAYLOAD
+    # Each task runs NVIDIA's NUMA binding, then our entry point: with a fake numactl, for local rank 3.
+    folder = tmp_path / "results" / "plans" / "kimi_k2_muon"
+    numactl = tmp_path / "fakebin" / "numactl"
+    numactl.write_text('#!/bin/bash\nprintf "%s\\0" "$@" > "$LOG_DIR/numactl"\n')
+    numactl.chmod(0o755)
+    done = subprocess.run(["/bin/bash", str(task_script(folder))], env={**env, "SLURM_LOCALID": "3"}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (logs / "numactl").read_text().split("\0")[:-1] == [
+        "--cpunodebind=1", "--membind=1", "python", ENTRY, str(folder / "config.yaml")]
 
 
 def test_control_characters_cannot_reach_the_script(account: str, capsys, tmp_path: Path) -> None:

@@ -68,7 +68,9 @@ def test_sweep_dry_run_renders_every_valid_point_in_one_experiment(monkeypatch, 
         assert plan["mbs"] == int(point["name"][3]) and plan["launch"]["job_script"] == str(folder / point["name"] / "sbatch.sh")
         assert (folder / point["name"] / "config.yaml").is_file()
         script = (folder / point["name"] / "sbatch.sh").read_text()
-        assert "#SBATCH --nodes=2\n" in script and str(folder / point["name"] / "config.yaml") in script
+        assert "#SBATCH --nodes=2\n" in script
+        tasks = Path(plan["launch"]["nemo_run_script"]).parent.rglob("scripts/*.sh")  # srun runs these per task
+        assert any(str(folder / point["name"] / "config.yaml") in task.read_text() for task in tasks)
         experiments.add(Path(plan["launch"]["nemo_run_script"]).parent)
     assert len(experiments) == 1  # one NeMo-Run experiment holds both jobs
     assert ACCOUNT not in "".join(p.read_text(errors="ignore") for p in tmp_path.rglob("*") if p.is_file())

@@ -97,7 +97,8 @@ def test_single_gpu_is_gemms_plus_adamw_update():
 def test_pure_data_parallel_exposed_communication():
     # 8 GPUs, DP8, no overlap: reduce-scatter fp32 gradients + all-gather bf16 parameters, all exposed.
     run, inputs = _inputs(
-        "parallel.num_gpus=8", "parallel.ep=1", "optimizer.overlap_grad_reduce=false", "optimizer.overlap_param_gather=false"
+        "parallel.num_gpus=8", "parallel.ep=1", "optimizer.overlap_grad_reduce=false", "optimizer.overlap_param_gather=false",
+        "optimizer.grad_reduce_in_fp32=true",
     )
     params = parameter_counts(run.model).total
     step = evaluate(inputs, 0.5)
@@ -107,7 +108,7 @@ def test_pure_data_parallel_exposed_communication():
     assert step.parts["compute"] == pytest.approx(model_flops_per_step(run) / 8 / (0.5 * GB300_BF16), rel=1e-9)
     # With Megatron's overlap only the last reduce-scatter bucket and the first all-gather bucket
     # (max(40M, 1M x 8) elements) stay exposed.
-    _, overlapped = _inputs("parallel.num_gpus=8", "parallel.ep=1")
+    _, overlapped = _inputs("parallel.num_gpus=8", "parallel.ep=1", "optimizer.grad_reduce_in_fp32=true")
     step = evaluate(overlapped, 0.5)
     assert step.parts["dp_grad_reduce_exposed"] == pytest.approx(7 / 8 * 40e6 * 4 / NVLINK, rel=1e-9)
     assert step.parts["param_gather_exposed"] == pytest.approx(7 / 8 * 40e6 * 2 / NVLINK, rel=1e-9)

@@ -37,11 +37,11 @@ def _local_run(results: Path, run_id: str) -> Path:
     return directory
 
 
-def _log_run(results: Path) -> Path:
+def _log_run(results: Path, intent: str = "reproduce") -> Path:
     directory = results / "runs" / LOG_RUN
     directory.mkdir(parents=True)
     shutil.copy(FIXTURES / "logs" / "bridge_kimi_k2_restart.log", directory / "log-kimi_k2_muon_0.out")
-    save_resolved_config(compose_run("kimi_k2_muon", [f"run_id={LOG_RUN}"]), directory / "config.yaml")
+    save_resolved_config(compose_run("kimi_k2_muon", [f"run_id={LOG_RUN}", f"intent={intent}"]), directory / "config.yaml")
     return directory
 
 
@@ -121,6 +121,16 @@ def test_raw_log_row_compares_like_with_like(measured):
     assert float(blog["delta_to_published"]) == pytest.approx(with_ns / 1080 - 1)
     adamw = [r for r in rows if (r["model"], r["gpu"], r["optimizer"]) == ("kimi_k2", "gb300", "adamw")]
     assert adamw and all(r["measured_tflops_per_gpu_median"] == "" for r in adamw)  # missing stays missing
+
+
+def test_a_train_run_is_never_compared_with_a_published_figure(results_dir):
+    _published(results_dir)
+    _log_run(results_dir, intent="train")
+    written = write_throughput(results_dir)
+    rows = [r for r in _rows(written.csv) if (r["model"], r["gpu"], r["optimizer"]) == ("kimi_k2", "gb300", "muon")]
+    assert rows and all(r["run_intent"] == "train" and r["delta_to_published"] == "" for r in rows)
+    assert all(r["measured_tflops_per_gpu_median"] for r in rows)  # measured, shown, but not compared
+    assert "not comparable: intent=train" in written.markdown.read_text()
 
 
 def test_plots_written(measured):

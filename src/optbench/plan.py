@@ -57,6 +57,7 @@ def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         "description": run.description,
         "overrides": recorded_overrides(overrides),
         "engine": run.engine,
+        "intent": run.intent,
         "cluster": run.cluster.name,
         "executor": run.cluster.executor,
         "world_size": layout.world_size,
@@ -189,6 +190,7 @@ def format_summary(plan: dict[str, Any]) -> str:
     lines += projection_summary_lines(plan)
     bridge = plan.get("bridge")
     if bridge:
+        lines.append(f"  intent      {intent_line(bridge)}")
         recipe = bridge["recipe"]
         args = ", ".join(f"{k}={v!r}" for k, v in recipe["kwargs"].items())
         lines.append(
@@ -197,6 +199,20 @@ def format_summary(plan: dict[str, Any]) -> str:
         )
     lines += format_launch_lines(plan)
     return "\n".join(lines)
+
+
+def intent_line(bridge: dict[str, Any]) -> str:
+    """What the Bridge run reproduces or changes, in one line."""
+    intent, preset = bridge.get("intent", "train"), bridge.get("preset")
+    if not preset:
+        return f"{intent}: no NVIDIA preset for this model, GPU and precision; the Bridge recipe with our settings"
+    source = f"NVIDIA's {preset['key']} preset (Megatron Bridge {preset['release']} scripts/performance)"
+    if preset.get("adapted_from_adam"):
+        source += " - no Muon preset for this model: Adam's, with our Muon settings"
+    if intent == "train":
+        return f"train: {source} with real routing, NaN checks and evaluation"
+    departures = [d["field"] for d in preset.get("departures", [])]
+    return f"reproduce: {source}; " + (f"departs in {', '.join(departures)}" if departures else "no departure")
 
 
 def format_launch_lines(plan: dict[str, Any]) -> list[str]:

@@ -40,6 +40,9 @@ def check_fields(run: RunConfig) -> Iterable[Problem]:
             f"layers; the planner handles at most {MAX_EXPERT_LAYERS:,} (Kimi K2: 23,040); use fewer layers or experts",
             ("model.num_layers",),
         )
+    if run.intent == "reproduce" and run.engine != "megatron_bridge":
+        yield Problem("intent", "reproduce applies NVIDIA's Megatron Bridge presets; the local engine trains (intent=train)",
+                      ("engine",))
     if o.min_lr > o.lr:
         yield Problem("optimizer.min_lr", f"must not exceed optimizer.lr={o.lr:g}, got {o.min_lr:g}", ("optimizer.lr",))
     if o.muon is not None and o.muon.coefficients == "quintic" and o.muon.ns_steps % 5:

@@ -10,5 +10,6 @@ from __future__ import annotations
 BENCHMARKS: dict[str, str] = {
     "optim": "optbench.bench.optim",
     "pretrain": "optbench.bench.pretrain",
+    "callback": "optbench.bench.callback",
 }
 """Benchmark name -> module that implements it."""

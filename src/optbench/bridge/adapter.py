@@ -4,8 +4,8 @@ Megatron Bridge (0.3.1) builds a run as a ``ConfigContainer`` returned by a reci
 (``kimi_k2_pretrain_config``, ``qwen3_30b_a3b_pretrain_config``, ...). This module chooses that
 function and lists the dotted ``section.field=value`` overrides (Hydra syntax, applied inside the
 container by Bridge's own ``process_config_with_overrides``) that turn the recipe into exactly the
-run our config describes: parallel and pipeline layout, batch, precision, optimizer (every Muon
-field), DDP, scheduler, logger, checkpoint, tokenizer and data.
+run our config describes: NVIDIA's preset for the run (:mod:`optbench.bridge.presets`, per intent)
+first, then our config's own sections (:mod:`optbench.bridge.sections`).
 
 Two settings are structural and cannot be dotted overrides, so the entry point applies them first,
 as NVIDIA's performance scripts do: the ``mixed_precision`` section is replaced by the Bridge preset
@@ -18,15 +18,13 @@ Pure Python: nothing here imports Bridge, Megatron Core or torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
+from optbench.bridge import presets
 from optbench.bridge.hydra_values import format_override
-from optbench.config.data_path import dataset_blend
-from optbench.config.layout import vpp_size
+from optbench.bridge.sections import Item, our_items
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
-from optbench.runs import resolve_run_id
 
 
 @dataclass(frozen=True)
@@ -57,10 +55,16 @@ class BridgeSetup:
     """Bridge mixed-precision preset that replaces the recipe's ``mixed_precision`` before the overrides."""
     overrides: tuple[str, ...]
     """Dotted Hydra overrides, applied in order by Bridge's ``process_config_with_overrides``."""
+    intent: str = "train"
+    """reproduce or train (:mod:`optbench.bridge.presets`)."""
+    preset: Optional[dict[str, Any]] = None
+    """Which NVIDIA preset the overrides start from, and where the run departs from it (None: no preset)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The ``bridge`` section of plan.json."""
         return {
+            "intent": self.intent,
+            "preset": self.preset,
             "recipe": {
                 "module": self.recipe.module,
                 "function": self.recipe.function,
@@ -76,22 +80,18 @@ class BridgeSetup:
 SECTIONS_CREATED_IF_MISSING = ("comm_overlap",)
 """ConfigContainer sections the entry point creates (with Bridge's defaults) when a recipe leaves them None."""
 
-NS_PRECISION_ON_GPU = "medium"
-"""optimizer.muon.fp32_matmul_prec=auto on a GPU: bf16 Newton-Schulz products, Bridge's default."""
-
-TIMING_LOG_LEVEL = 1
-"""Megatron times the optimizer step only from timing level 1; the metrics callback reads that timer."""
-
-
 BRIDGE_MODELS = ("kimi_k2", "qwen3_30b_a3b", "deepseek_v3")
 """Models with a Megatron Bridge recipe function."""
 
 
 def bridge_recipe(run: RunConfig) -> BridgeRecipe:
     """The Bridge recipe function for the run's model (and, for Kimi K2, its optimizer)."""
-    name = run.model.name
+    return bridge_recipe_for(run.model.name, "muon" if run.optimizer.name == "muon" else "adam")
+
+
+def bridge_recipe_for(name: str, optimizer_type: str) -> BridgeRecipe:
+    """The Bridge recipe function for a model name and an optimizer type (muon or adam)."""
     if name == "kimi_k2":
-        optimizer_type = "muon" if run.optimizer.name == "muon" else "adam"
         return BridgeRecipe("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_pretrain_config", {"optimizer_type": optimizer_type})
     if name == "qwen3_30b_a3b":
         return BridgeRecipe(
@@ -110,272 +110,34 @@ def bridge_recipe(run: RunConfig) -> BridgeRecipe:
     )
 
 
-def _checked_text(field: str, value: Optional[str]) -> Optional[str]:
-    """Free text from the config that ends up in an override: no interpolation, no control characters."""
-    if value is not None and ("${" in value or any(ord(ch) < 32 for ch in value)):
-        raise UserError(Problem(field, "must not contain '${' or control characters (it is passed to Megatron Bridge)"))
-    return value
+PRESET_OWNED = ("optimizer.weight_decay", "comm_overlap.overlap_grad_reduce", "comm_overlap.overlap_param_gather")
+"""Fields a run with a preset leaves to it: a value Megatron never applies (the scheduler's weight decay is
+the one applied each step, and ours sets it), and the comm-overlap switches whose setup() NVIDIA lets decide."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Overrides, section by section (typed values; strings are made by bridge_overrides)
-# ---------------------------------------------------------------------------------------------
-
-Item = tuple[str, Any]
-
-
-def _results_root(run: RunConfig) -> Path:
-    return Path(run.results_dir).resolve()
-
-
-def _parallel(run: RunConfig) -> list[Item]:
-    p = run.parallel
-    vpp = vpp_size(run)
-    items: list[Item] = [
-        ("model.tensor_model_parallel_size", p.tp),
-        ("model.pipeline_model_parallel_size", p.pp),
-        ("model.virtual_pipeline_model_parallel_size", vpp if vpp > 1 else None),
-        ("model.context_parallel_size", p.cp),
-        ("model.expert_model_parallel_size", p.ep),
-        ("model.expert_tensor_parallel_size", p.etp),
-        ("model.sequence_parallel", p.sequence_parallel),
-        ("model.pipeline_model_parallel_layout", [list(stage) for stage in p.pipeline_layout] if p.pipeline_layout else None),
-        ("model.recompute_granularity", p.recompute_granularity),
-        ("model.recompute_modules", list(p.recompute_modules) if p.recompute_modules is not None else None),
-        ("model.recompute_method", p.recompute_method),
-        ("model.recompute_num_layers", p.recompute_num_layers),
-        ("model.moe_token_dispatcher_type", p.moe_token_dispatcher),
-    ]
-    if p.moe_token_dispatcher == "flex":
-        # As Bridge's apply_flex_dispatcher_backend: the flex dispatcher cannot overlap the shared expert.
-        items += [
-            ("model.moe_flex_dispatcher_backend", p.moe_flex_dispatcher_backend),
-            ("model.moe_shared_expert_overlap", False),
-        ]
-    items += [
-        ("model.cuda_graph_impl", "transformer_engine" if p.cuda_graph_scope else "none"),
-        ("model.cuda_graph_scope", list(p.cuda_graph_scope)),
-        ("comm_overlap.tp_comm_overlap", p.tp_comm_overlap),
-    ]
+def preset_items(run: RunConfig, ours: list[Item], preset: Optional[presets.Preset]) -> list[Item]:
+    """NVIDIA's preset settings our config does not set itself; intent=train then turns on real routing and checks."""
+    if preset is None:
+        return []
+    emitted = {key for key, _ in ours}
+    # Muon on an Adam preset: the preset's optimizer settings are Adam's (DeepSeek-V3's precision-aware
+    # optimizer is refused by Megatron for anything but Adam); Muon's come from our config.
+    adam_only = preset.adapted_from_adam
+    items = [(key, value) for key, value in preset.settings.items()
+             if key not in emitted and not (adam_only and key.startswith("optimizer."))]
+    if run.intent == "train":
+        train = dict(presets.TRAIN_SETTINGS)
+        items = [(key, train.pop(key, value)) for key, value in items] + list(train.items())
     return items
-
-
-def _model(run: RunConfig) -> list[Item]:
-    """The model's shape, in Megatron names, so that a changed model.* value reaches the run."""
-    m = run.model
-    items: list[Item] = [
-        ("model.num_layers", m.num_layers),
-        ("model.hidden_size", m.hidden_size),
-        ("model.ffn_hidden_size", m.ffn_hidden_size),
-        ("model.num_attention_heads", m.num_attention_heads),
-        ("model.qk_layernorm", m.qk_layernorm),
-    ]
-    if m.multi_latent_attention:
-        items += [
-            ("model.q_lora_rank", m.q_lora_rank),
-            ("model.kv_lora_rank", m.kv_lora_rank),
-            ("model.qk_head_dim", m.qk_head_dim),
-            ("model.qk_pos_emb_head_dim", m.qk_pos_emb_head_dim),
-            ("model.v_head_dim", m.v_head_dim),
-            ("model.rotary_scaling_factor", m.rotary_scaling_factor),
-        ]
-    else:
-        items += [("model.num_query_groups", m.num_query_groups), ("model.kv_channels", m.kv_channels)]
-    if m.num_moe_experts:
-        dense = m.first_k_dense_layers
-        items += [
-            ("model.num_moe_experts", m.num_moe_experts),
-            ("model.moe_ffn_hidden_size", m.moe_ffn_hidden_size),
-            ("model.moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size or None),
-            ("model.moe_router_topk", m.moe_router_topk),
-            ("model.moe_layer_freq", [0] * dense + [1] * (m.num_layers - dense) if dense else 1),
-            ("model.moe_router_score_function", m.moe_router_score_function),
-            ("model.moe_router_topk_scaling_factor", m.moe_router_topk_scaling_factor),
-            ("model.moe_router_num_groups", m.moe_router_num_groups),
-            ("model.moe_router_group_topk", m.moe_router_group_topk),
-            ("model.moe_router_enable_expert_bias", m.moe_router_enable_expert_bias),
-            ("model.moe_aux_loss_coeff", m.moe_aux_loss_coeff),
-        ]
-    items += [
-        ("model.vocab_size", m.vocab_size),
-        ("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by),
-        ("model.mtp_num_layers", m.mtp_num_layers or None),
-        ("model.share_embeddings_and_output_weights", m.share_embeddings_and_output_weights),
-        ("model.rotary_base", m.rotary_base),
-        ("model.layernorm_epsilon", m.layernorm_epsilon),
-        ("model.init_method_std", m.init_method_std),
-        ("model.seq_length", run.train.seq_length),
-    ]
-    return items
-
-
-def _precision(run: RunConfig) -> list[Item]:
-    """Field overrides on top of the preset; MixedPrecisionConfig.setup copies them to model, optimizer and DDP."""
-    pr, o = run.precision, run.optimizer
-    items: list[Item] = [("mixed_precision.fp8", pr.fp8)]
-    if pr.fp8_recipe is not None:
-        items.append(("mixed_precision.fp8_recipe", pr.fp8_recipe))
-    items += [
-        # fp8_param mirrors fp8_param_gather (MixedPrecisionConfig keeps them in sync; set both so order cannot matter).
-        ("mixed_precision.fp8_param_gather", pr.fp8_param_gather),
-        ("mixed_precision.fp8_param", pr.fp8_param_gather),
-        ("mixed_precision.reuse_grad_buf_for_mxfp8_param_ag", pr.reuse_grad_buf_for_mxfp8_param_ag),
-        # The preset says True; setup() would copy it over ddp.grad_reduce_in_fp32, so it must match ours.
-        ("mixed_precision.grad_reduce_in_fp32", o.grad_reduce_in_fp32),
-    ]
-    return items
-
-
-def bridge_optimizer_name(run: RunConfig) -> str:
-    """Bridge's optimizer string: adam, muon (replicated) or dist_muon (layer-wise distributed)."""
-    muon = run.optimizer.muon
-    if run.optimizer.name != "muon" or muon is None:
-        return "adam"
-    return "dist_muon" if muon.layer_wise else "muon"
-
-
-def _optimizer(run: RunConfig) -> list[Item]:
-    o = run.optimizer
-    items: list[Item] = [
-        ("optimizer.optimizer", bridge_optimizer_name(run)),
-        ("optimizer.lr", o.lr),
-        ("optimizer.min_lr", o.min_lr),
-        ("optimizer.weight_decay", o.weight_decay),
-        ("optimizer.clip_grad", o.clip_grad),
-        ("optimizer.adam_beta1", o.adam_beta1),
-        ("optimizer.adam_beta2", o.adam_beta2),
-        ("optimizer.adam_eps", o.adam_eps),
-        ("optimizer.use_distributed_optimizer", o.use_distributed_optimizer),
-        # The optimizer timer without a barrier: it measures this rank's optimizer step, not stragglers.
-        ("optimizer.barrier_with_L1_time", False),
-    ]
-    muon = o.muon
-    if o.name == "muon" and muon is not None:
-        precision = NS_PRECISION_ON_GPU if muon.fp32_matmul_prec == "auto" else muon.fp32_matmul_prec
-        items += [
-            ("optimizer.muon_momentum", muon.momentum),
-            ("optimizer.muon_use_nesterov", muon.nesterov),
-            ("optimizer.muon_scale_mode", muon.scale_mode),
-            ("optimizer.muon_fp32_matmul_prec", precision),
-            ("optimizer.muon_num_ns_steps", muon.ns_steps),
-            ("optimizer.muon_tp_mode", muon.tp_mode),
-            ("optimizer.muon_split_qkv", muon.split_qkv),
-            ("optimizer.muon_extra_scale_factor", muon.extra_scale_factor),
-        ]
-        if muon.qk_clip:  # MuonClip: a TransformerConfig setting; Bridge's train loop calls clip_qk after the step
-            items += [
-                ("model.qk_clip", True),
-                ("model.qk_clip_threshold", muon.qk_clip_threshold),
-                ("model.qk_clip_alpha", muon.qk_clip_alpha),
-            ]
-    return items
-
-
-def _ddp(run: RunConfig) -> list[Item]:
-    o = run.optimizer
-    return [
-        ("ddp.use_distributed_optimizer", o.use_distributed_optimizer),
-        ("ddp.overlap_grad_reduce", o.overlap_grad_reduce),
-        ("ddp.overlap_param_gather", o.overlap_param_gather),
-        ("ddp.grad_reduce_in_fp32", o.grad_reduce_in_fp32),
-        # CommOverlapConfig.setup copies its data-parallel settings over ddp (distributed optimizer only):
-        # give it ours so that it cannot turn an overlap back on.
-        ("comm_overlap.overlap_grad_reduce", o.overlap_grad_reduce),
-        ("comm_overlap.overlap_param_gather", o.overlap_param_gather),
-    ]
-
-
-def _schedule(run: RunConfig) -> list[Item]:
-    t, o = run.train, run.optimizer
-    return [
-        ("train.train_iters", t.iters),
-        ("train.global_batch_size", t.gbs),
-        ("train.micro_batch_size", t.mbs),
-        ("rng.seed", t.seed),
-        ("scheduler.lr_decay_style", "cosine"),
-        ("scheduler.lr_warmup_iters", t.warmup_iters),
-        ("scheduler.lr_decay_iters", t.lr_decay_iters or t.iters),
-        # Megatron applies the scheduler's weight decay every step, not optimizer.weight_decay
-        # (Bridge's helpers set 0.1 there and 0.033 here): both say what our config says.
-        ("scheduler.start_weight_decay", o.weight_decay),
-        ("scheduler.end_weight_decay", o.weight_decay),
-        ("scheduler.weight_decay_incr_style", "constant"),
-    ] + [(f"train.{name}", getattr(t, name)) for name in ("eval_interval", "eval_iters") if getattr(t, name) is not None]
-
-
-def _data(run: RunConfig) -> list[Item]:
-    d, m = run.data, run.model
-    items: list[Item] = [("dataset.sequence_length", run.train.seq_length), ("dataset.random_seed", d.seed)]
-    if d.kind == "mock":
-        return items + [
-            ("dataset.blend", None),
-            ("dataset.blend_per_split", None),
-            ("tokenizer.tokenizer_type", "NullTokenizer"),
-            ("tokenizer.tokenizer_model", None),
-            ("tokenizer.vocab_size", m.vocab_size),
-        ]
-    if d.kind == "indexed":
-        return items + [
-            ("dataset.blend", dataset_blend(d.path)),
-            ("dataset.blend_per_split", None),
-            ("dataset.split", d.split),
-            ("tokenizer.tokenizer_type", "HuggingFaceTokenizer"),
-            ("tokenizer.tokenizer_model", _checked_text("data.tokenizer", d.tokenizer)),
-        ]
-    raise UserError(
-        Problem("data", f"Megatron Bridge reads mock or indexed data, not '{d.kind}'; use data=mock or data=indexed")
-    )
-
-
-def _logger(run: RunConfig) -> list[Item]:
-    lg = run.logger
-    results = _results_root(run)
-    run_id = resolve_run_id(run)
-    wandb_on = lg.wandb_mode != "disabled"
-    return [
-        ("logger.log_interval", run.train.log_interval),
-        ("logger.log_throughput", lg.log_throughput),
-        # Bridge sends its TFLOP/s to wandb only through the tensorboard writer.
-        ("logger.log_throughput_to_tensorboard", lg.log_throughput),
-        ("logger.tensorboard_dir", str(results / "runs" / run_id / "tensorboard")),
-        ("logger.timing_log_level", TIMING_LOG_LEVEL),
-        ("logger.wandb_project", _checked_text("logger.wandb_project", lg.wandb_project) if wandb_on else None),
-        ("logger.wandb_entity", _checked_text("logger.wandb_entity", lg.wandb_entity) if wandb_on else None),
-        ("logger.wandb_exp_name", run_id),
-        ("logger.wandb_save_dir", str(results / "wandb")),
-    ]
-
-
-def checkpoint_dir(run: RunConfig) -> Path:
-    """Where checkpoints of the run go: train.checkpoint_dir, else <results>/checkpoints/<run_id>."""
-    if run.train.checkpoint_dir:
-        return Path(_checked_text("train.checkpoint_dir", run.train.checkpoint_dir) or "").resolve()
-    return _results_root(run) / "checkpoints" / resolve_run_id(run)
-
-
-def _checkpoint(run: RunConfig) -> list[Item]:
-    t = run.train
-    directory = str(checkpoint_dir(run))
-    saving = t.save_interval is not None
-    return [
-        # A throughput run (no save_interval) writes no checkpoint, not even a final one.
-        ("checkpoint.save", directory if saving else None),
-        ("checkpoint.save_interval", t.save_interval),
-        ("checkpoint.async_save", t.async_save and saving),
-        # Only resume=true loads: a fresh run never picks up a stale checkpoint silently.
-        ("checkpoint.load", directory if run.resume else None),
-    ]
-
-
-SECTION_BUILDERS = (_parallel, _model, _precision, _optimizer, _ddp, _schedule, _data, _logger, _checkpoint)
-"""Override groups, in the order they are applied."""
 
 
 def override_items(run: RunConfig) -> list[Item]:
-    """Every override as (dotted key, typed value), in application order."""
-    if run.engine != "megatron_bridge":
-        raise UserError(Problem("engine", f"Bridge overrides exist for engine=megatron_bridge, not '{run.engine}'"))
-    return [item for builder in SECTION_BUILDERS for item in builder(run)]
+    """Every override as (dotted key, typed value), in application order: the preset's settings, then ours."""
+    preset = presets.require_preset(run)
+    ours = our_items(run)
+    if preset is not None:
+        ours = [(key, value) for key, value in ours if key not in PRESET_OWNED]
+    return preset_items(run, ours, preset) + ours
 
 
 def bridge_overrides(run: RunConfig) -> list[str]:
@@ -383,10 +145,35 @@ def bridge_overrides(run: RunConfig) -> list[str]:
     return [format_override(key, value) for key, value in override_items(run)]
 
 
+def preset_summary(run: RunConfig, preset: Optional[presets.Preset]) -> Optional[dict[str, Any]]:
+    """plan.json's account of the preset: its key and provenance, and the fields where the run departs from it."""
+    if preset is None:
+        return None
+    ours = [(key, value) for key, value in our_items(run) if key not in PRESET_OWNED]
+    departures = presets.departures(ours, preset)
+    muon_own = [d for d in departures if preset.adapted_from_adam and presets.is_muon_field(d["field"])]
+    reasons = presets.RECIPE_DEPARTURES.get(run.recipe, {})
+    for d in departures:
+        if d["field"] in reasons:
+            d["reason"] = reasons[d["field"]]
+    return {
+        "key": preset.key,
+        "release": presets.RELEASE,
+        "source": presets.provenance()["source"],
+        "adapted_from_adam": preset.adapted_from_adam,
+        "departures": [d for d in departures if d not in muon_own],
+        "muon_fields": muon_own,
+        "train_changes": dict(presets.TRAIN_SETTINGS) if run.intent == "train" else {},
+    }
+
+
 def bridge_setup(run: RunConfig) -> BridgeSetup:
     """Recipe function, mixed-precision preset and overrides for a megatron_bridge run."""
+    preset = presets.require_preset(run)
     return BridgeSetup(
         recipe=bridge_recipe(run),
         mixed_precision=run.precision.bridge_mixed_precision,
         overrides=tuple(bridge_overrides(run)),
+        intent=run.intent,
+        preset=preset_summary(run, preset),
     )

@@ -1,9 +1,14 @@
 """Per-step metrics of a Megatron Bridge run, from our accounting: the same records as the local engine.
 
-Registered on Bridge's ``CallbackManager`` by the entry point. On every step the last rank (the
-one Bridge logs from, in the last pipeline stage where the loss lives) measures the step's wall
-time between the ends of consecutive steps (after a CUDA synchronize), reads Megatron's optimizer
-timer, and turns them into model TFLOP/s, Newton-Schulz TFLOP/s, MFU against the named peaks and
+Registered on Bridge's ``CallbackManager`` by the entry point. The last rank (the one Bridge logs
+from, in the last pipeline stage where the loss lives) measures wall time only where Bridge itself
+waits for the device: every ``logger.log_interval`` steps, when Bridge's training log reads its
+``interval-time`` timer with a barrier and a CUDA synchronize, right after ``on_train_step_end``.
+The callback synchronizes at that same point (the device is drained a moment later anyway), so it
+adds no device synchronisation NVIDIA's runs do not have; its step time is the interval's wall time
+over its steps. It reads Megatron's optimizer timer without creating it (a timer created by a
+callback would take the default log level and collide with Bridge's own ``log_level=1`` creation),
+and turns the times into model TFLOP/s, Newton-Schulz TFLOP/s, MFU against the named peaks and
 tokens/s with :func:`optbench.accounting.throughput.step_throughput`. Records go to
 ``<run_dir>/metrics.jsonl`` (through :class:`optbench.metrics.writer.MetricsWriter`) and to the wandb
 run Bridge opened (keys ``optbench/...``); the summary goes to summary.json and the wandb summary.
@@ -26,7 +31,7 @@ from optbench.metrics.wandb_run import flatten
 from optbench.metrics.writer import MetricsWriter
 from optbench.runs import run_dir
 
-EVENTS = ("on_train_start", "on_train_step_start", "on_train_step_end", "on_train_end")
+EVENTS = ("on_train_start", "on_train_step_end", "on_train_end")
 WANDB_PREFIX = "optbench/"
 """Our keys in Bridge's wandb run, apart from Bridge's own ("lm loss", "learning-rate", ...)."""
 LOSS_KEY = "lm loss"
@@ -91,10 +96,17 @@ def learning_rate(optimizer: Any) -> Optional[float]:
 
 
 def optimizer_seconds(timers: Any) -> Optional[float]:
-    """Cumulative seconds of Megatron's "optimizer" timer (None below timing level 1)."""
+    """Cumulative seconds of Megatron's "optimizer" timer; None while Bridge has not created it (or at timing level 0).
+
+    Looked up, never created: ``timers("optimizer")`` would register it at the default level and Bridge's
+    later ``timers("optimizer", log_level=1)`` would fail Megatron's level check.
+    """
+    timer = (getattr(timers, "_timers", None) or {}).get("optimizer")
+    if timer is None:
+        return None
     try:
-        return float(timers("optimizer").active_time())
-    except Exception:  # a DummyTimer raises: the timer is off at this timing level
+        return float(timer.active_time())
+    except Exception:  # not a Megatron timer
         return None
 
 
@@ -110,8 +122,10 @@ class MetricsCallback:
         self.writer: Optional[MetricsWriter] = None
         self.records: list[dict[str, Any]] = []
         self._last_end: Optional[float] = None
+        self._last_step = 0
         self._first_start: Optional[float] = None
         self._optimizer_before: Optional[float] = None
+        self.interval = max(1, int(run.train.log_interval))
         self._started = utc_now()
         self._start_step = 0
 
@@ -136,28 +150,26 @@ class MetricsCallback:
             gpu=self.run.cluster.gpu,
             precision=self.run.precision.name,
         )
+        self._last_step = self._start_step
         if self.is_writer:
-            self.probe.synchronize()
+            self.probe.synchronize()  # before the first step: Bridge's interval timer starts with one too
             self._last_end = self._first_start = self.clock()
-
-    def on_train_step_start(self, context: Any) -> None:
-        if self.is_writer:
             self._optimizer_before = optimizer_seconds(context.state.timers)
 
     def on_train_step_end(self, context: Any) -> None:
-        if not self.is_writer or self._last_end is None:
+        step = int(context.state.train_state.step) + 1  # Bridge increments the counter after this event
+        if not self.is_writer or self._last_end is None or step % self.interval:
             return
         self.probe.synchronize()
         now = self.clock()
-        step_time, self._last_end = now - self._last_end, now
+        steps = max(1, step - self._last_step)
+        step_time, self._last_end, self._last_step = (now - self._last_end) / steps, now, step
         optimizer_after = optimizer_seconds(context.state.timers)
-        optimizer_time = (
-            optimizer_after - self._optimizer_before
-            if optimizer_after is not None and self._optimizer_before is not None
-            else None
-        )
-        step = int(context.state.train_state.step) + 1  # Bridge increments the counter after this event
+        # Bridge creates the timer inside the first step: its time before that is 0.
+        optimizer_time = (optimizer_after - (self._optimizer_before or 0.0)) / steps if optimizer_after is not None else None
+        self._optimizer_before = optimizer_after
         record = self.step_record(step, step_time, optimizer_time, context)
+        record["steps_in_interval"] = steps
         record["wall_s"] = now - self._first_start
         record["timestamp"] = time.time()
         self.records.append(record)
@@ -214,7 +226,8 @@ class MetricsCallback:
             "peak_memory_gb_all_ranks": peak_memory_all_ranks_gb,
             "peak_memory_note": "peak_memory_gb: the last rank (torch max_memory_allocated); _all_ranks: max over ranks",
             "tokens_per_step": self.run.train.gbs * self.run.train.seq_length,
-            "step_time_source": "wall time between ends of consecutive steps on the last rank, after cuda synchronize",
+            "step_time_source": "last rank: wall time over each log interval (synchronized where Bridge's interval timer "
+            "synchronizes) divided by its steps",
             **provenance(
                 self.run,
                 device=self.probe.device_name(),

@@ -93,6 +93,7 @@ DOMAINS: dict[str, Any] = {
     "recipe": IDENTIFIER,
     "description": Text(),
     "engine": Choice(schema.ENGINES),
+    "intent": Choice(schema.INTENTS),
     "run_id": Text(128, r"[A-Za-z0-9][A-Za-z0-9._-]*", "a run id of letters, digits, '.', '_' and '-'", min_len=1),
     "results_dir": Folder(),
     "debug": Flag(),

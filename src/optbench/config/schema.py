@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 ENGINES = ("local", "megatron_bridge")
+INTENTS = ("reproduce", "train")
+"""reproduce: NVIDIA's measured Bridge configuration; train: the same with real routing, NaN checks and evaluation."""
 OPTIMIZERS = ("adamw", "muon")
 MUON_COEFFICIENTS = ("quintic", "simple")
 MUON_SCALE_MODES = ("spectral", "shape_scaling", "unit_rms_norm")
@@ -365,6 +367,10 @@ class RunConfig:
     """What the recipe reproduces."""
     engine: str = "local"
     """local (HF transformers proxies, CPU or one GPU) or megatron_bridge (NeMo container on a cluster)."""
+    intent: str = "train"
+    """megatron_bridge only. reproduce: exactly NVIDIA's measured configuration (Bridge's scripts/performance preset:
+    forced load balance, NaN checks and eval off); train: the same layout, kernels and job with real routing, NaN
+    checks and evaluation on. The published-recipe default is reproduce."""
     model: ModelConfig = field(default_factory=ModelConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)

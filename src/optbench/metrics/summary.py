@@ -54,7 +54,8 @@ def steady_state(records: list[dict[str, Any]]) -> dict[str, Any]:
     for field in ("mfu", "mfu_with_ns"):  # {peak key: fraction} per record
         keys = list(dict.fromkeys(k for r in measured for k in (r.get(field) or {})))
         result[field] = {k: _median([(r.get(field) or {}).get(k) for r in measured]) for k in keys}
-    shares = [r["optimizer_time_s"] / r["step_time_s"] for r in measured if r.get("step_time_s") and "optimizer_time_s" in r]
+    shares = [r["optimizer_time_s"] / r["step_time_s"] for r in measured
+              if r.get("step_time_s") and r.get("optimizer_time_s") is not None]
     result["optimizer_share"] = _median(shares)
     result["warmup_steps_skipped"] = skip
     result["measured_steps"] = [measured[0]["step"], measured[-1]["step"]] if measured else []
@@ -114,6 +115,8 @@ def provenance(run: RunConfig, **facts: Any) -> dict[str, Any]:
         "recipe": run.recipe,
         "run_id": run.run_id,
         "engine": run.engine,
+        # reproduce: NVIDIA's measured Bridge configuration; train: real routing, NaN checks, eval (not comparable).
+        "intent": run.intent,
         "model": run.model.name,
         "optimizer": run.optimizer.name,
         **facts,

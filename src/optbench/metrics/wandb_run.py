@@ -36,7 +36,8 @@ def wandb_group(run: RunConfig, gpu: str, precision: str) -> str:
 
 
 def wandb_tags(run: RunConfig, gpu: str, precision: str) -> list[str]:
-    tags = [run.model.name, run.optimizer.name, gpu, precision, *run.logger.wandb_tags]
+    intent = [f"intent-{run.intent}"] if run.engine == "megatron_bridge" else []
+    tags = [run.model.name, run.optimizer.name, gpu, precision, *intent, *run.logger.wandb_tags]
     return list(dict.fromkeys(tag[:64] for tag in tags))  # wandb caps tags at 64 characters
 
 

@@ -2,6 +2,9 @@
 
   table    [--results-dir D] [--warmup N] [--log FILE ...]
            write results/throughput.md, .csv and plots from the published rows and every measured run
+  study    [--size cpu|gpu] [hydra overrides ...]
+           learning-rate sweeps of AdamW and Muon (two scales) on real text, winners re-run on held-out
+           seeds; write results/study.{md,json} and a plot
   compare  [--model M] [--seeds 3|1,2,3] [--target auto|4.5] [--iters N] [--window N]
            [--muon-recipe R] [--adamw-recipe R] [--reuse compare-<model>-<time>] [hydra overrides ...]
            train a Muon recipe and its AdamW twin per seed on this machine, write results/compare.{md,json,csv}
@@ -87,6 +90,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+STUDY_ENV = {"size": "OPTBENCH_STUDY_SIZE"}
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    import shlex
+
+    from optbench.report.study import run_study
+    from optbench.report.study_format import write_study
+    from optbench.report.study_plan import StudySpec
+
+    overrides = list(args.overrides)
+    if args.from_make:
+        _from_env(args, STUDY_ENV)
+        overrides = _make_overrides()
+    spec = StudySpec(size=args.size, results_dir=args.results_dir, overrides=tuple(overrides))
+    study = run_study(spec)
+    command = shlex.join(["make", "study", *([f"SIZE={args.size}"] if args.size != "cpu" else []), *overrides])
+    for path in write_study(study, args.results_dir, command):
+        print(f"wrote {path}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m optbench.report", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -96,6 +121,12 @@ def _parser() -> argparse.ArgumentParser:
     table.add_argument("--warmup", default=None, help="steps skipped at the start of every run segment")
     table.add_argument("--log", dest="logs", action="append", default=[], help="a raw Megatron Bridge log (repeatable)")
     table.set_defaults(func=cmd_table)
+    study = sub.add_parser("study", help="Muon vs AdamW with tuned learning rates on real text")
+    study.add_argument("--from-make", action="store_true", help="read options from make's environment")
+    study.add_argument("--results-dir", default=os.environ.get(TABLE_ENV["results_dir"]) or "results")
+    study.add_argument("--size", default="cpu", help="cpu (what fits a laptop) or gpu (a larger proxy for one GPU)")
+    study.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
+    study.set_defaults(func=cmd_study)
     compare = sub.add_parser("compare", help="time-to-target of a Muon recipe and its AdamW twin")
     compare.add_argument("--from-make", action="store_true", help="read options from make's environment")
     compare.add_argument("--results-dir", default=os.environ.get(TABLE_ENV["results_dir"]) or "results")

@@ -155,6 +155,7 @@ def _identity(run_id: str, config: RunConfig | None, summary: dict[str, Any]) ->
         "optimizer": str(optimizer or "unknown"),
         "recipe": str(_first(summary, "recipe", default=config.recipe if config else "")),
         "engine": str(_first(summary, "engine", default=config.engine if config else "")),
+        "intent": str(_first(summary, "intent", default=config.intent if config else "")),
         "world_size": _first(summary, "world_size", default=config.parallel.num_gpus if config else None),
         "command": str(_first(summary, "command", default="")),
         "date": str(_first(summary, "started", default="")),

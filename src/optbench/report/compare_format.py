@@ -34,6 +34,10 @@ def render_compare_markdown(result: CompareResult, plot: str | None = None) -> s
         "",
         verdict(result),
         "",
+        "A quick check, not a tuned comparison: both optimizers run at their recipes' learning rates (one value for "
+        "both), on few seeds, and the time ratio is a CPU's, where Newton-Schulz outweighs the model's own FLOPs. "
+        "`make study` (results/study.md) tunes each optimizer's learning rate and measures on held-out seeds.",
+        "",
         f"Recipes {ctx.get('recipes', {}).get(MUON, '?')} vs {ctx.get('recipes', {}).get(ADAMW, '?')} on {ctx.get('data', '?')} data, "
         f"{ctx.get('iters', '?')} steps of {ctx.get('gbs', '?')} x {ctx.get('seq_length', '?')} tokens, seeds {ctx.get('seeds', [])}"
         + (f" (CPU-sized defaults `{' '.join(ctx['defaults'])}`" if ctx.get("defaults") else "")

@@ -85,6 +85,8 @@ class MeasuredRun:
     """Recipe name."""
     engine: str = ""
     """local or megatron_bridge."""
+    intent: str = ""
+    """Bridge runs: reproduce (NVIDIA's measured configuration) or train (real routing, NaN checks, eval); "" unknown."""
     world_size: int | None = None
     """GPUs (processes)."""
     peak: PeakInfo | None = None

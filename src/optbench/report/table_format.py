@@ -64,6 +64,9 @@ def _ratio_text(value: float | None) -> str:
 
 
 def delta_text(row: TableRow) -> str:
+    if row.delta is None and row.run is not None and row.published is not None and row.run.engine == "megatron_bridge" \
+            and row.run.intent == "train":
+        return "not comparable: intent=train (routing not forced to balance, NaN checks and eval on)"
     if row.delta is None:
         return "-" if row.published is None or row.throughput is None else "no comparable figure"
     basis = "with NS" if row.delta_basis == "model+newton_schulz" else "model"
@@ -240,7 +243,7 @@ CSV_FIELDS = [
     "delta_to_published", "delta_basis",
     "published_muon_adamw_ratio_model", "published_muon_adamw_ratio_headline",
     "measured_muon_adamw_ratio_model", "measured_muon_adamw_ratio_with_ns",
-    "run_id", "run_kind", "other_run_ids", "command", "date", "git_commit", "versions", "run_path",
+    "run_id", "run_kind", "run_intent", "other_run_ids", "command", "date", "git_commit", "versions", "run_path",
 ]
 
 
@@ -270,7 +273,7 @@ def csv_record(row: TableRow, warmup: int) -> dict[str, object]:
         if run.peak is not None:
             record.update(mfu_peak_key=run.peak.key, mfu_peak_tflops=run.peak.tflops, mfu_peak_label=run.peak.label)
         record.update(
-            run_id=run.run_id, run_kind=run.kind, other_run_ids=" ".join(row.other_runs), command=run.command,
+            run_id=run.run_id, run_kind=run.kind, run_intent=run.intent, other_run_ids=" ".join(row.other_runs), command=run.command,
             date=run.date, git_commit=run.git_commit, versions=versions_text(run.versions), run_path=run.path,
         )
     record.update(

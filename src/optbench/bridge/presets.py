@@ -1,0 +1,229 @@
+"""NVIDIA's measured configurations (Megatron Bridge ``scripts/performance``), as data, and the two intents.
+
+``src/optbench/data/bridge/presets-<release>.json`` is written by ``tools/nvidia_presets.py``, which runs
+NVIDIA's own launcher and config code (``setup_experiment.py`` in dry run, ``run_script.py`` up to
+``pretrain``) for every model, GPU, precision and optimizer NVIDIA publishes. Per case it holds:
+
+* ``settings``: every ConfigContainer field where NVIDIA's config differs from the library recipe and
+  mixed-precision preset our entry point starts from (routing forced to balance, fusions, HybridEP SMs,
+  TE RNG tracker, manual GC, NaN checks off, eval off, gradient reduction in bf16, ...);
+* ``recipe_values``: the library recipe's value of every other field our adapter sets, so that a plan
+  can say where a run departs from what NVIDIA measured;
+* ``job``: the Slurm job NVIDIA's launcher renders (environment, ``--segment``, NUMA binding, srun args).
+
+Two intents (``intent=`` in the config):
+
+* ``reproduce``: exactly NVIDIA's measured configuration: the preset's settings, with our recipe's own
+  values equal to NVIDIA's (the plan lists any field a command-line change moved away from them);
+* ``train``: the same layout, kernels and job, but what a real training run needs: routing not forced to
+  balance, NaN checks on, evaluation on, and Megatron's optimizer timer (timing level 1).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+from optbench.config.schema import RunConfig
+from optbench.errors import Problem, UserError
+
+RELEASE = "0.3.1"
+"""The Megatron Bridge release whose presets the adapter applies (container nemo:26.02)."""
+DATA = Path(__file__).resolve().parents[1] / "data" / "bridge"
+
+PRESET_OPTIMIZER = {"muon": "muon", "adamw": "adam"}
+
+OURS = {
+    "checkpoint.save": "checkpoints follow train.save_interval (NVIDIA's throughput runs save none; so do ours by default)",
+    "checkpoint.load": "resume=true loads our run's checkpoint folder",
+    "checkpoint.save_interval": "train.save_interval (no checkpoint is written without one, as in NVIDIA's runs)",
+    "tokenizer.tokenizer_type": "mock data: a NullTokenizer of the model's vocabulary (NVIDIA's recipe names a tokenizer "
+    "that mock data never reads; model.vocab_size, and so the FLOPs, are the model's either way)",
+    "tokenizer.tokenizer_model": "as tokenizer.tokenizer_type",
+    "tokenizer.vocab_size": "as tokenizer.tokenizer_type",
+    "logger.tensorboard_dir": "Bridge sends its TFLOP/s to wandb only through the tensorboard writer; kept in the run folder",
+    "logger.save_config_filepath": "NVIDIA's path inside its /nemo_run mount; ours is the run folder",
+    "logger.wandb_project": "our wandb settings (NVIDIA's launcher passes none by default)",
+    "logger.wandb_entity": "our wandb settings",
+    "logger.wandb_exp_name": "our run id",
+    "logger.wandb_save_dir": "our results folder",
+    "logger.log_throughput_to_tensorboard": "with tensorboard: Bridge's TFLOP/s reach wandb this way",
+    "logger.log_throughput": "Bridge prints TFLOP/s/GPU per iteration (what make table LOGS= parses)",
+    "train.train_iters": "NVIDIA's launcher runs 50 iterations; ours run train.iters (100 in the GB300 recipes: more steady-state steps)",
+    "scheduler.lr_decay_iters": "follows train.iters (NVIDIA: its 50 iterations)",
+    "rng.seed": "train.seed",
+    "dataset.random_seed": "data.seed",
+}
+"""Fields where ``reproduce`` keeps our value on purpose, each with its reason (paths, logging, run length).
+The conformance test allows differences from NVIDIA's effective config in these fields only."""
+
+RECIPE_DEPARTURES = {
+    "deepseek_v3_muon": {
+        "train.micro_batch_size": "MBS 1: at NVIDIA's MBS 2, Muon's fp32 state beside the FP8 weight copies is "
+        "estimated at ~343 GB per GPU (make plan); same layout and GBS, twice the microbatches",
+    },
+}
+"""Departures a recipe makes on purpose from the preset it reproduces, with the reason (recipe -> field -> reason)."""
+
+TRAIN_SETTINGS: dict[str, Any] = {
+    "model.moe_router_force_load_balancing": False,
+    "ddp.check_for_nan_in_grad": True,
+    "rerun_state_machine.check_for_nan_in_loss": True,
+}
+"""What ``train`` changes in a preset: real routing and NaN checks (evaluation: train.eval_interval/eval_iters)."""
+TRAIN_EVAL_DEFAULTS = {"train.eval_iters": 32}
+"""``train`` evaluates even when the config leaves eval unset: Bridge's recipe default (at the recipe's eval_interval)."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One NVIDIA case: model/gpu/precision/optimizer."""
+
+    key: str
+    settings: dict[str, Any]
+    recipe_values: dict[str, Any]
+    job: dict[str, Any]
+    num_gpus: int
+    adapted_from_adam: bool
+    """True when NVIDIA has no Muon preset for the model: its Adam preset, run with our Muon settings."""
+
+    def nvidia_value(self, key: str) -> Any:
+        """NVIDIA's value of a field (KeyError when the preset does not know it)."""
+        return self.settings[key] if key in self.settings else self.recipe_values[key]
+
+    def knows(self, key: str) -> bool:
+        return key in self.settings or key in self.recipe_values
+
+
+@lru_cache(maxsize=None)
+def load(release: str = RELEASE) -> dict[str, Any]:
+    return json.loads((DATA / f"presets-{release}.json").read_text())
+
+
+def provenance(release: str = RELEASE) -> dict[str, Any]:
+    return load(release)["provenance"]
+
+
+def preset_key(run: RunConfig, optimizer: Optional[str] = None) -> str:
+    opt = optimizer or PRESET_OPTIMIZER.get(run.optimizer.name, run.optimizer.name)
+    return f"{run.model.name}/{run.cluster.gpu}/{run.precision.name}/{opt}"
+
+
+def find_preset(run: RunConfig, release: str = RELEASE) -> Optional[Preset]:
+    """NVIDIA's preset for the run's model, GPU, precision and optimizer; for Muon without one, the Adam preset."""
+    presets = load(release)["presets"]
+    key = preset_key(run)
+    adapted = False
+    if key not in presets and run.optimizer.name == "muon":
+        key, adapted = preset_key(run, "adam"), True
+    entry = presets.get(key)
+    if entry is None:
+        return None
+    return Preset(key, entry["settings"], entry["recipe_values"], entry["job"], entry["num_gpus"], adapted)
+
+
+def require_preset(run: RunConfig) -> Optional[Preset]:
+    """The preset of a Bridge run (None without one); ``reproduce`` without a preset is a one-line error."""
+    if run.engine != "megatron_bridge":
+        return None
+    if run.cluster.gpu == "auto" and run.intent == "reproduce":
+        raise UserError(
+            Problem(
+                "cluster.gpu",
+                "is auto: name this machine's GPU (e.g. cluster.gpu=b300) so that NVIDIA's preset for it applies, "
+                "or use intent=train",
+                ("intent",),
+            )
+        )
+    preset = find_preset(run)
+    if preset is None and run.intent == "reproduce":
+        models = sorted({k.split("/")[0] for k in load()["presets"]})
+        known = sorted({"/".join(k.split("/")[1:3]) for k in load()["presets"] if k.startswith(run.model.name + "/")})
+        where = f"for {run.model.name}: {', '.join(known)}" if known else f"models with presets: {', '.join(models)}"
+        raise UserError(
+            Problem(
+                "intent",
+                f"NVIDIA measured no {preset_key(run)} in Megatron Bridge {RELEASE} ({where}); "
+                "use intent=train, or a GPU and precision NVIDIA measured",
+                ("cluster.gpu", "precision"),
+            )
+        )
+    return preset
+
+
+LAYOUT_NAMES = {"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}
+"""Megatron Core's short pipeline-layout notation (PipelineParallelLayerLayout.from_str)."""
+
+
+def layout_from_string(text: str) -> list[list[str]]:
+    """``'Et*4|(t*4|)*14tmL'`` -> one list of layer names per virtual stage."""
+    def expand(s: str) -> str:
+        while "(" in s:  # innermost group first: (body)*n
+            s = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+        return re.sub(r"([EtmL])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+
+    return [[LAYOUT_NAMES[ch] for ch in stage] for stage in expand(text).split("|")]
+
+
+def normalised(value: Any) -> Any:
+    """JSON form of a value, for comparing ours with the preset's (tuples are lists, layout strings expanded)."""
+    if isinstance(value, str) and re.fullmatch(r"[EtmL|()*0-9]+", value) and "|" in value:
+        return layout_from_string(value)
+    return json.loads(json.dumps(value))
+
+
+def departures(items: list[tuple[str, Any]], preset: Preset) -> list[dict[str, Any]]:
+    """Our fields whose value differs from NVIDIA's (outside the documented list OURS)."""
+    out = []
+    for key, value in items:
+        if key in OURS or not preset.knows(key):
+            continue
+        nvidia = preset.nvidia_value(key)
+        if normalised(value) != normalised(nvidia):
+            out.append({"field": key, "ours": normalised(value), "nvidia": nvidia})
+    return out
+
+
+MUON_WORKAROUND = ("mixed_precision.fp8_param_gather", "mixed_precision.fp8_param", "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag")
+"""What NVIDIA's Kimi K2 Muon preset turns off for dist_muon under MXFP8 (set_kimi_k2_common_configs)."""
+
+
+MUON_DDP = ("ddp.use_distributed_optimizer", "ddp.overlap_param_gather")
+"""dist_muon is its own (layer-wise) distributed optimizer: Megatron refuses the element-wise one and its param gather."""
+
+
+def is_muon_field(key: str) -> bool:
+    """A field a Muon run sets differently from an Adam preset: the optimizer's own, and the MXFP8 workaround."""
+    return key.startswith("optimizer.") or key in MUON_WORKAROUND or key in MUON_DDP
+
+
+DERIVED = {
+    "scheduler.lr_decay_steps": "Bridge derives it from scheduler.lr_decay_iters x GBS (train.iters differs, see OURS)",
+    "scheduler.wd_incr_steps": "as scheduler.lr_decay_steps",
+}
+TRAIN_ONLY = {
+    **{key: "intent=train: real routing and NaN checks" for key in TRAIN_SETTINGS},
+    "train.eval_iters": "intent=train evaluates (the preset: eval_iters 0)",
+    "logger.timing_log_level": "intent=train: level 1 times the optimizer step (one device sync per timer per step)",
+    "optimizer.barrier_with_L1_time": "intent=train: the optimizer timer measures this rank, without a barrier",
+}
+MUON_ON_ADAM_PRESET = (
+    "ddp.align_param_gather", "ddp.bucket_size", "ddp.delay_wgrad_compute", "ddp.fp8_param_gather", "ddp.reuse_grad_buf_for_mxfp8_param_ag",
+    "model.fp8_param",
+)
+"""Fields Bridge derives differently for dist_muon than for the distributed Adam of the preset it was adapted from."""
+
+
+def derived_reason(key: str, intent: str, adapted_from_adam: bool) -> Optional[str]:
+    """Why an effective field may differ from NVIDIA's; None when nothing explains it (a conformance failure)."""
+    if key in DERIVED:
+        return DERIVED[key]
+    if intent == "train" and key in TRAIN_ONLY:
+        return TRAIN_ONLY[key]
+    if adapted_from_adam and (is_muon_field(key) or key in MUON_ON_ADAM_PRESET):
+        return "Muon on NVIDIA's Adam preset (no Muon preset for this model): the optimizer and what Bridge derives from it"
+    return None

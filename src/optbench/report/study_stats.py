@@ -1,0 +1,153 @@
+"""The study's numbers: validation loss at token budgets, tokens and seconds to target losses, each over
+seeds with a 95 % confidence interval, and Muon/AdamW ratios paired by seed.
+
+Intervals are Student t intervals on the mean over seeds (3 seeds: mean +- 4.30 s / sqrt(3)); ratios
+are geometric means of the per-seed ratios with the t interval taken on their logarithms. With three
+seeds the intervals are wide: they say how far apart the optimizers must be before this study can
+tell them apart, and an interval that contains 1.0 is a tie.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+"""Student t quantiles (0.975) by degrees of freedom (1.96 beyond 10)."""
+TARGET_FRACTIONS = (0.5, 0.9)
+"""Targets: the validation loss every winner reached on average by these fractions of the horizon (tuning seeds)."""
+BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
+"""Token budgets at which validation losses are compared, as fractions of the horizon."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def interval(values: Sequence[float]) -> Interval | None:
+    """Mean and 95 % t interval of the finite values (None when none)."""
+    sample = [v for v in values if v is not None and math.isfinite(v)]
+    if not sample:
+        return None
+    mean = statistics.fmean(sample)
+    if len(sample) == 1:
+        return Interval(mean, mean, mean, 1)
+    half = T_975.get(len(sample) - 1, 1.96) * statistics.stdev(sample) / math.sqrt(len(sample))
+    return Interval(mean, mean - half, mean + half, len(sample))
+
+
+def ratio_interval(ratios: Sequence[float]) -> Interval | None:
+    """Geometric mean of positive ratios with the t interval on their logarithms."""
+    logs = interval([math.log(r) for r in ratios if r and r > 0])
+    return None if logs is None else Interval(math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high), logs.n)
+
+
+def val_curve(run: dict) -> list[tuple[float, float]]:
+    """(tokens, validation loss) of a run's validation passes."""
+    return [(step * run["tokens_per_step"], loss) for step, loss in run["val"]]
+
+
+def loss_at(curve: list[tuple[float, float]], tokens: float) -> float | None:
+    """Validation loss at ``tokens``, linear between passes (None outside the measured range)."""
+    for (t0, l0), (t1, l1) in zip(curve, curve[1:]):
+        if t0 <= tokens <= t1:
+            return l0 + (l1 - l0) * (tokens - t0) / (t1 - t0)
+    return curve[-1][1] if curve and math.isclose(curve[-1][0], tokens) else None
+
+
+def tokens_to(curve: list[tuple[float, float]], target: float) -> float | None:
+    """Tokens at which the validation loss first reaches ``target``, linear between passes; None if never."""
+    if curve and curve[0][1] <= target:
+        return curve[0][0]
+    for (t0, l0), (t1, l1) in zip(curve, curve[1:]):
+        if l1 <= target:
+            return t0 + (t1 - t0) * (l0 - target) / (l0 - l1)
+    return None
+
+
+def seconds_at_tokens(run: dict, tokens: float | None) -> float | None:
+    """Training seconds (sum of step times, validation excluded) when ``tokens`` had been consumed."""
+    if tokens is None:
+        return None
+    steps = tokens / run["tokens_per_step"]
+    whole = int(steps)
+    times = run["step_time_s"]
+    done = sum(times[:whole])
+    return done + (steps - whole) * times[whole] if whole < len(times) else done
+
+
+def final_val(run: dict) -> float:
+    return run["val"][-1][1]
+
+
+def choose_winners(tuning: dict[str, dict[float, list[dict]]]) -> dict[str, dict]:
+    """Per arm: every learning rate's final validation loss over the tuning seeds, and the best rate."""
+    winners = {}
+    for arm, by_lr in tuning.items():
+        points = {lr: interval([final_val(r) for r in runs]) for lr, runs in by_lr.items()}
+        best = min(points, key=lambda lr: points[lr].mean)
+        # A winner at either end of its grid may not be the optimum: the report says so.
+        winners[arm] = {"lr": best, "grid": {lr: p.as_dict() for lr, p in points.items()},
+                        "at_grid_edge": len(points) > 1 and best in (min(points), max(points))}
+    return winners
+
+
+def targets_from(tuning: dict[str, dict[float, list[dict]]], winners: dict[str, dict], horizon_tokens: float) -> list[float]:
+    """Target losses every winner reaches on its tuning seeds' mean curve by each TARGET_FRACTIONS point."""
+    targets = []
+    for fraction in TARGET_FRACTIONS:
+        levels = []
+        for arm, winner in winners.items():
+            runs = tuning[arm][winner["lr"]]
+            levels.append(statistics.fmean(loss_at(val_curve(r), fraction * horizon_tokens) for r in runs))
+        targets.append(max(levels))
+    return targets
+
+
+def held_out_metrics(runs: list[dict], targets: list[float], horizon_tokens: float) -> dict:
+    """One arm's held-out runs: loss at budgets, tokens and seconds to each target, step time and NS share."""
+    curves = [val_curve(r) for r in runs]
+    out: dict = {"seeds": len(runs), "budgets": {}, "targets": {}}
+    for fraction in BUDGET_FRACTIONS:
+        found = interval([loss_at(c, fraction * horizon_tokens) for c in curves])
+        out["budgets"][f"{fraction:g}"] = found.as_dict() if found else None
+    for target in targets:
+        tokens = [tokens_to(c, target) for c in curves]
+        seconds = [seconds_at_tokens(r, t) for r, t in zip(runs, tokens)]
+        reached = sum(t is not None for t in tokens)
+        tok, sec = interval(tokens), interval(seconds)
+        out["targets"][f"{target:.4f}"] = {
+            "reached": reached,
+            "tokens": tok.as_dict() if tok else None,
+            "seconds": sec.as_dict() if sec else None,
+            "per_seed_tokens": tokens,
+            "per_seed_seconds": seconds,
+        }
+    step_times = [statistics.median(r["step_time_s"]) for r in runs]
+    shares = [statistics.median(n / s for n, s in zip(r["ns_time_s"], r["step_time_s"]) if n is not None) for r in runs
+              if any(n is not None for n in r["ns_time_s"])]
+    out["step_time_s"] = interval(step_times).as_dict()
+    out["ns_share_of_step"] = interval(shares).as_dict() if shares else None
+    return out
+
+
+def paired_ratios(muon: dict, adamw: dict, targets: list[float]) -> dict:
+    """Muon / AdamW per held-out seed (same seed: same initialisation and data order), per target."""
+    ratios = {}
+    for target in targets:
+        key = f"{target:.4f}"
+        pairs = list(zip(muon["targets"][key]["per_seed_tokens"], adamw["targets"][key]["per_seed_tokens"]))
+        seconds = list(zip(muon["targets"][key]["per_seed_seconds"], adamw["targets"][key]["per_seed_seconds"]))
+        tokens = ratio_interval([m / a for m, a in pairs if m and a])
+        wall = ratio_interval([m / a for m, a in seconds if m and a])
+        ratios[key] = {"tokens": tokens.as_dict() if tokens else None, "seconds": wall.as_dict() if wall else None}
+    return ratios

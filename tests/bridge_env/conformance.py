@@ -1,0 +1,254 @@
+"""Our Bridge path against the real Megatron Bridge 0.3.1, on a CPU: one JSON report for every cluster recipe.
+
+Run with the Bridge environment's interpreter (``.venv-bridge/bin/python tests/bridge_env/conformance.py``);
+``tests/test_bridge_conformance.py`` runs it and asserts on the report. For every cluster recipe and both
+intents it:
+
+1. composes and validates our run, and builds the ConfigContainer exactly as the job's entry point does
+   (``optbench.bridge.entry.build_config_container`` with the real ``BridgeAPI``: the real recipe function,
+   the mixed-precision preset, Bridge's own ``process_config_with_overrides``);
+2. reads every override back from the container (``missing``: a key that does not exist or a value that
+   did not land);
+3. runs Bridge's ``runtime_config_update`` with the plan's world size (mixed precision, comm overlap,
+   ``ConfigContainer.validate``, Megatron Core's ``TransformerConfig.__post_init__``, layout checks);
+4. compares the effective config field by field with NVIDIA's (tests/fixtures/nvidia/<preset>/effective.json,
+   written by tools/nvidia_presets.py from NVIDIA's own scripts);
+5. drives ``MetricsCallback`` through Bridge's real ``CallbackManager``, ``GlobalState`` and Megatron's
+   ``Timers`` for a few steps, creating the optimizer timer as Bridge's train step does;
+
+and runs two negative controls (a misspelled override key, an impossible pipeline layout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "src"))
+
+import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
+
+RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
+           "deepseek_v3_adamw")
+INTENTS = ("reproduce", "train")
+FIXTURES = ROOT / "tests" / "fixtures" / "nvidia"
+
+
+def lookup(config: Any, key: str) -> Any:
+    node = config
+    for part in key.split("."):
+        node = node[part] if isinstance(node, dict) else getattr(node, part)
+    return node
+
+
+def comparable(value: Any) -> Any:
+    from optbench.bridge.presets import normalised
+
+    if hasattr(value, "value") and not isinstance(value, (int, float, str)):  # enums
+        value = value.value
+    try:
+        return normalised(value)
+    except TypeError:
+        return str(value)
+
+
+def read_back(config: Any, items: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    missing = []
+    for key, value in items:
+        try:
+            actual = lookup(config, key)
+        except (AttributeError, KeyError) as err:
+            missing.append({"field": key, "expected": comparable(value), "error": f"no such field ({err})"})
+            continue
+        if comparable(actual) != comparable(value):
+            missing.append({"field": key, "expected": comparable(value), "actual": comparable(actual)})
+    return missing
+
+
+def flat(config: Any) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT / "tools"))
+    from nvidia_presets import flat_config
+
+    return flat_config(config)
+
+
+def compare(ours: dict[str, Any], nvidia: dict[str, Any]) -> list[dict[str, Any]]:
+    from optbench.bridge.presets import normalised
+
+    out = []
+    for key in sorted(set(ours) | set(nvidia)):
+        a, b = ours.get(key, "<absent>"), nvidia.get(key, "<absent>")
+        if normalised(a) != normalised(b):
+            out.append({"field": key, "ours": a, "nvidia": b})
+    return out
+
+
+class CpuProbe:
+    """The callback's device calls on a CPU (Bridge's objects around it are real)."""
+
+    def __init__(self) -> None:
+        self.syncs = 0
+
+    def rank_and_world(self):
+        return 0, 1
+
+    def synchronize(self):
+        self.syncs += 1
+
+    def peak_memory_gb(self):
+        return 0.0
+
+    def max_over_ranks(self, value):
+        return value
+
+    def device_name(self):
+        return "cpu (conformance test)"
+
+
+def drive_callback(run: Any, config: Any, steps: int = 3) -> dict[str, Any]:
+    """Bridge's event sequence for a few steps with its real CallbackManager, GlobalState and Timers."""
+    import torch
+    from megatron.bridge.training.callbacks import CallbackContext, CallbackManager
+    from megatron.bridge.training.state import GlobalState
+
+    from optbench.bridge.callback import MetricsCallback
+    from optbench.runs import run_dir
+
+    state = GlobalState()
+    state.cfg = config
+    manager = CallbackManager()
+    probe = CpuProbe()
+    callback = MetricsCallback(run, probe=probe)
+    callback.register(manager)
+    optimizer = SimpleNamespace(param_groups=[{"lr": 3e-4, "is_decoupled_lr": False}])
+
+    def context(**extra: Any) -> Any:
+        return CallbackContext(state=state, model=[], optimizer=optimizer, **extra)
+
+    manager.fire("on_train_start", context())
+    for _ in range(steps):
+        timer = state.timers("optimizer", log_level=1)  # as Bridge's train_step creates it
+        timer.start()
+        time.sleep(0.002)
+        timer.stop()
+        manager.fire("on_train_step_end", context(loss_dict={"lm loss": torch.tensor(2.0)}, grad_norm=1.0,
+                                                  skipped_iter=False))
+        state.train_state.step += 1
+    manager.fire("on_train_end", context())
+    folder = run_dir(run)
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return {
+        "timing_log_level": config.logger.timing_log_level,
+        "records": len(records),
+        "optimizer_time_s": [r["optimizer_time_s"] for r in records],
+        "syncs": probe.syncs,
+        "summary": (folder / "summary.json").is_file(),
+    }
+
+
+def check_case(recipe: str, intent: str, results: Path) -> dict[str, Any]:
+    from megatron.bridge.training.config import runtime_config_update
+
+    from optbench.bridge import presets
+    from optbench.bridge.adapter import bridge_setup, override_items
+    from optbench.bridge.entry import BridgeAPI, build_config_container
+    from optbench.config.compose import compose_run
+    from optbench.validate import validate
+
+    run = compose_run(recipe, [f"intent={intent}", f"results_dir={results}", f"run_id={recipe}-{intent}"])
+    validate(run)
+    os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
+    stand_ins.install()
+    setup = bridge_setup(run)
+    config = build_config_container(setup, BridgeAPI())
+    report: dict[str, Any] = {"recipe": recipe, "intent": intent, "preset": setup.preset and setup.preset["key"],
+                              "adapted_from_adam": bool(setup.preset and setup.preset["adapted_from_adam"]),
+                              "overrides": len(setup.overrides)}
+    report["missing"] = read_back(config, override_items(run))
+    os.environ["WORLD_SIZE"] = str(run.parallel.num_gpus)
+    runtime_config_update(config)
+    report["runtime_config_update"] = "ok"
+    fixture = FIXTURES / str(report["preset"]).replace("/", "__") / "effective.json"
+    if fixture.is_file():
+        differences = compare(flat(config), json.loads(fixture.read_text()))
+        for d in differences:
+            d["reason"] = (presets.OURS.get(d["field"]) or presets.RECIPE_DEPARTURES.get(recipe, {}).get(d["field"])
+                           or presets.derived_reason(d["field"], intent, report["adapted_from_adam"]))
+        report["differences"] = differences
+    report["callback"] = drive_callback(run, config)
+    return report
+
+
+def negative_controls(results: Path) -> dict[str, Any]:
+    """A misspelled key and an impossible pipeline layout must both fail inside Bridge."""
+    from megatron.bridge.training.config import runtime_config_update
+
+    from optbench.bridge.adapter import bridge_setup
+    from optbench.bridge.entry import BridgeAPI, build_config_container
+    from optbench.config.compose import compose_run
+
+    run = compose_run("kimi_k2_muon", [f"results_dir={results}", "run_id=negative"])
+    os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
+    stand_ins.install()
+    setup = bridge_setup(run)
+    out = {}
+    for name, extra, update in (
+        ("misspelled_key", "model.moe_router_force_load_balancng=true", False),
+        ("impossible_layout", "model.pipeline_model_parallel_layout=[[embedding,decoder],[decoder,loss]]", True),
+    ):
+        try:
+            config = build_config_container(type(setup)(setup.recipe, setup.mixed_precision, (*setup.overrides, extra)),
+                                            BridgeAPI())
+            if update:
+                os.environ["WORLD_SIZE"] = str(run.parallel.num_gpus)
+                runtime_config_update(config)
+            out[name] = {"caught": False}
+        except Exception as err:  # what Bridge raises is the point
+            out[name] = {"caught": True, "error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="write the JSON report here (default: stdout)")
+    parser.add_argument("--recipes", nargs="*", default=list(RECIPES))
+    args = parser.parse_args()
+    import hf_cache
+
+    started = time.perf_counter()
+    report: dict[str, Any] = {"cases": [], "versions": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_cache.use(Path(tmp) / "hf")
+        for recipe in args.recipes:
+            for intent in INTENTS:
+                try:
+                    report["cases"].append(check_case(recipe, intent, Path(tmp) / "results"))
+                except Exception as err:
+                    report["cases"].append({"recipe": recipe, "intent": intent, "error": f"{type(err).__name__}: {err}",
+                                            "traceback": traceback.format_exc()[-2000:]})
+        report["negative_controls"] = negative_controls(Path(tmp) / "results")
+    from importlib.metadata import version
+
+    report["versions"] = {name: version(name) for name in ("megatron-bridge", "megatron-core", "torch", "transformers")}
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    text = json.dumps(report, indent=1, default=str)
+    if args.out:
+        args.out.write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,118 @@
+"""Import-only stand-ins that let Megatron Bridge 0.3.1 import and build configs on a CPU.
+
+Imported first in the Bridge environment (``.venv-bridge``, see tests/bridge_env/requirements.txt):
+
+* modules that need CUDA builds (Transformer Engine, Apex, Mamba, flash-attention, ...) and Energon are
+  replaced by empty modules whose every attribute is a harmless class: Bridge's and Megatron Core's
+  imports succeed, and nothing of them runs while configs are built and validated;
+* CUDA device properties report the GPU named by ``OPTBENCH_FAKE_GPU`` (default gb300), so that
+  Bridge's architecture checks (hybrid EP, MXFP8) see the GPU the recipe is for, and
+  ``torch.cuda.synchronize`` (which Megatron's timers call) returns at once.
+
+Triton is not stubbed (PyTorch's inductor probes for it, and Bridge's config path does not need it).
+Nothing here is used outside tests and the preset tool: the job in the NeMo container never imports it.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+from types import SimpleNamespace
+
+STUBBED = (
+    "transformer_engine", "transformer_engine_torch", "apex", "flash_attn", "flashattn_hopper", "mamba_ssm",
+    "causal_conv1d", "fla", "nvidia_resiliency_ext", "deep_ep", "nv_grouped_gemm", "modelopt",
+    "emerging_optimizers", "megatron.energon",
+)
+TE_VERSION = "2.12.0"
+"""What the stand-in Transformer Engine reports (the NeMo 26.02 container's major line)."""
+
+GPUS = {
+    "gb300": ("NVIDIA GB300", 10, 3, 288e9, 160),
+    "gb200": ("NVIDIA GB200", 10, 0, 186e9, 148),
+    "b300": ("NVIDIA B300", 10, 3, 288e9, 160),
+    "b200": ("NVIDIA B200", 10, 0, 192e9, 148),
+    "h100": ("NVIDIA H100 80GB HBM3", 9, 0, 80e9, 132),
+}
+
+
+class _Anything(type):
+    """A class whose every attribute is another such class: subclassable, callable, indexable."""
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _make(name)
+
+    def __call__(cls, *args, **kwargs):
+        return super().__call__()
+
+    def __getitem__(cls, item):
+        return cls
+
+    def __or__(cls, other):
+        return cls
+
+    def __ror__(cls, other):
+        return cls
+
+
+def _make(name: str) -> type:
+    return _Anything(name, (object,), {"__module__": "stand_in"})
+
+
+class _StubModule(types.ModuleType):
+    __version__ = TE_VERSION
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = _make(name)
+        setattr(self, name, value)
+        return value
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path, target=None):
+        if any(fullname == p or fullname.startswith(p + ".") for p in STUBBED):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = _StubModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        if module.__name__ == "transformer_engine.pytorch.optimizers":
+            module.FusedAdam = FusedAdam
+
+
+class FusedAdam:
+    """Megatron Core reads this signature to allow the precision-aware optimizer (DeepSeek-V3's presets use it)."""
+
+    def __init__(self, params, lr=1e-3, master_weight_dtype=None, exp_avg_dtype=None, exp_avg_sq_dtype=None,
+                 use_decoupled_grad=False, **kwargs):
+        raise RuntimeError("stand-in: Transformer Engine's FusedAdam does not run on a CPU")
+
+
+def install() -> str:
+    """Install the stand-ins (idempotent); returns the GPU whose properties CUDA reports."""
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+    import torch
+
+    gpu = os.environ.get("OPTBENCH_FAKE_GPU", "gb300")
+    name, major, minor, memory, sms = GPUS[gpu]
+    properties = SimpleNamespace(name=name, major=major, minor=minor, total_memory=int(memory), multi_processor_count=sms)
+    torch.cuda.get_device_properties = lambda *args, **kwargs: properties
+    torch.cuda.get_device_capability = lambda *args, **kwargs: (major, minor)
+    torch.cuda.get_device_name = lambda *args, **kwargs: name
+    torch.cuda.synchronize = lambda *args, **kwargs: None  # Megatron's timers synchronize on start and stop
+    return gpu
+
+
+install()

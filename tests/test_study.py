@@ -1,0 +1,113 @@
+"""make study: statistics with intervals, learning rates chosen on tuning seeds and measured on held-out ones."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from optbench.config.schema import RunConfig
+from optbench.report import study_stats as stats
+from optbench.report.study import run_study
+from optbench.report.study_format import write_study
+from optbench.report.study_plan import StudySpec
+from optbench.runs import run_dir, save_resolved_config
+
+
+def test_intervals_and_ratios():
+    iv = stats.interval([1.0, 2.0, 3.0])
+    assert iv.mean == 2.0 and iv.n == 3
+    assert iv.high - iv.mean == pytest.approx(4.303 * 1.0 / math.sqrt(3), rel=1e-3)
+    assert stats.interval([5.0]).low == 5.0 and stats.interval([]) is None
+    ratio = stats.ratio_interval([0.5, 0.5, 0.5])
+    assert ratio.mean == pytest.approx(0.5) and ratio.low == pytest.approx(0.5)
+
+
+def test_curves_interpolate_between_validation_passes():
+    curve = [(100.0, 5.0), (200.0, 4.0), (300.0, 3.0)]
+    assert stats.loss_at(curve, 150.0) == pytest.approx(4.5)
+    assert stats.loss_at(curve, 300.0) == pytest.approx(3.0) and stats.loss_at(curve, 400.0) is None
+    assert stats.tokens_to(curve, 3.5) == pytest.approx(250.0)
+    assert stats.tokens_to(curve, 5.5) == 100.0 and stats.tokens_to(curve, 2.0) is None
+    run = {"tokens_per_step": 100, "step_time_s": [1.0, 2.0, 3.0]}
+    assert stats.seconds_at_tokens(run, 250.0) == pytest.approx(1.0 + 2.0 + 0.5 * 3.0)
+
+
+# A fake engine: loss falls like a / (1 + rate * step) with the rate set by (arm, lr) and the seed.
+BEST = {"adamw": 3e-3, "muon_spectral": 1e-3, "muon_moonlight": 3e-3}
+
+
+def _fake_launcher(run: RunConfig) -> Path:
+    directory = run_dir(run)
+    directory.mkdir(parents=True)
+    save_resolved_config(run, directory / "config.yaml")
+    arm = "adamw" if run.optimizer.name == "adamw" else (
+        "muon_moonlight" if run.optimizer.muon.extra_scale_factor < 1 else "muon_spectral")
+    speed = (1.5 if arm == "muon_moonlight" else 1.0) / (1.0 + abs(math.log(run.optimizer.lr / BEST[arm])))
+    speed *= 1.0 + 0.02 * run.train.seed
+    muon = run.optimizer.name == "muon"
+    with (directory / "metrics.jsonl").open("w") as handle:
+        for step in range(1, run.train.iters + 1):
+            record = {"step": step, "loss": 6.0 / (1 + 0.05 * speed * step), "step_time_s": 0.3 if muon else 0.1,
+                      "ns_time_s": 0.15 if muon else None}
+            if step % run.train.eval_interval == 0 or step == run.train.iters:
+                record["val_loss"] = 6.2 / (1 + 0.05 * speed * step)
+            handle.write(json.dumps(record) + "\n")
+    summary = {"tokens_per_step": run.train.gbs * run.train.seq_length, "wall_s": 1.0, "device": "cpu: fake",
+               "precision": "fp32", "threads_per_process": 1}
+    (directory / "summary.json").write_text(json.dumps(summary))
+    return directory
+
+
+def test_winners_come_from_tuning_seeds_and_numbers_from_held_out_ones(tmp_path):
+    spec = StudySpec(results_dir=str(tmp_path / "results"), overrides=("train.iters=40", "train.eval_interval=5"),
+                     tuning_seeds=(1, 2), held_out_seeds=(3, 4))
+    launched = []
+
+    def launcher(run: RunConfig) -> Path:
+        launched.append(run.run_id)
+        return _fake_launcher(run)
+
+    study = run_study(spec, launcher=launcher, progress=lambda _: None)
+    assert {arm: w["lr"] for arm, w in study["winners"].items()} == BEST
+    held_out = [r for r in launched if r.endswith(("-s3", "-s4"))]
+    grid_points = sum(len(rates) for rates in spec.learning_rates.values())
+    assert len(launched) == grid_points * 2 + len(held_out) and len(held_out) == 3 * 2
+    assert not any(w["at_grid_edge"] for w in study["winners"].values())  # every fake optimum is inside its grid
+
+    assert all(f"lr{BEST[arm]:g}" in r for r in held_out for arm in BEST if f"-{arm}-" in r)
+    ratios = study["muon_vs_adamw"]["muon_moonlight"]
+    assert all(r["tokens"]["mean"] < 1 for r in ratios.values())  # the faster fake arm needs fewer tokens
+    assert all(study["held_out"][arm]["targets"][t]["reached"] == 2 for arm in BEST for t in study["held_out"][arm]["targets"])
+
+    again = run_study(spec, launcher=lambda run: pytest.fail("a finished run was trained again"), progress=lambda _: None)
+    assert again["winners"] == study["winners"]
+    paths = write_study(study, tmp_path / "results", "make study")
+    text = (tmp_path / "results" / "study.md").read_text()
+    assert "**chosen**" in text and "held-out" in text and "tokens ratio" in text and "Newton-Schulz" in text
+    assert json.loads(paths[0].read_text())["targets"] == study["targets"]
+
+
+def test_a_bad_study_setting_is_one_line():
+    from optbench.errors import UserError
+    from optbench.report.study_plan import check
+
+    with pytest.raises(UserError, match="SIZE: 'huge' is not one of cpu, gpu"):
+        check(StudySpec(size="huge"))
+    with pytest.raises(UserError, match="tuning and held-out seeds must differ"):
+        check(StudySpec(tuning_seeds=(1, 2), held_out_seeds=(2, 3)))
+    check(StudySpec(size="gpu"))  # the GPU size composes and validates on this machine too
+
+
+def test_a_winner_at_the_end_of_its_grid_is_flagged():
+    from optbench.report.study_stats import choose_winners
+
+    def runs(final: float) -> list[dict]:
+        return [{"val": [(10, final + d)]} for d in (0.0, 0.01, -0.01)]
+
+    tuning = {"adamw": {1e-3: runs(3.0), 3e-3: runs(3.2)}, "muon_spectral": {3e-4: runs(3.3), 1e-3: runs(3.1), 3e-3: runs(3.4)}}
+    winners = choose_winners(tuning)
+    assert winners["adamw"]["lr"] == 1e-3 and winners["adamw"]["at_grid_edge"]
+    assert winners["muon_spectral"]["lr"] == 1e-3 and not winners["muon_spectral"]["at_grid_edge"]
