@@ -80,6 +80,12 @@ def test_metrics_callback_runs_on_bridges_own_objects(report: dict, recipe: str,
         assert cb["timing_log_level"] == 1 and all(0.0015 < t < 0.5 for t in cb["optimizer_time_s"])
 
 
+def test_the_callback_never_creates_megatrons_optimizer_timer(report: dict) -> None:
+    """At timing level 2 a timer created by a callback collides with Bridge's log_level=1 creation; ours is looked up."""
+    assert report["timer_levels"]["ours"] == "ok"
+    assert "does not match already existing log level" in report["timer_levels"]["timers_call"]  # the control fails
+
+
 def test_negative_controls_are_caught_by_bridge(report: dict) -> None:
     controls = report["negative_controls"]
     assert controls["misspelled_key"]["caught"] and "moe_router_force_load_balancng" in controls["misspelled_key"]["error"]
