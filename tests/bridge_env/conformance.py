@@ -36,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tools"))  # nvidia_presets.flat_config: the same flattening as NVIDIA's fixtures
 
 import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
 
@@ -77,7 +78,6 @@ def read_back(config: Any, items: list[tuple[str, Any]]) -> list[dict[str, Any]]
 
 
 def flat(config: Any) -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT / "tools"))
     from nvidia_presets import flat_config
 
     return flat_config(config)

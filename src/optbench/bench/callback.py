@@ -14,7 +14,6 @@ import datetime
 import os
 import platform
 import shlex
-import statistics
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from optbench.io import atomic_write_json, atomic_write_text
+from optbench.report.stats import spread
 
 NAME = "callback"
 DESCRIPTION = "Bridge metrics callback: host microseconds per record, as a share of a published GB300 step"
@@ -74,8 +74,8 @@ def measure(steps: int) -> list[float]:
 
 def run(out_dir: Path, quick: bool = False) -> list[Path]:
     times = measure(200 if quick else 2000)[10:]  # the first records open files
-    median = statistics.median(times)
-    q1, _, q3 = statistics.quantiles(times, n=4)
+    sample = spread(times)  # the same quartiles as the other benchmarks
+    median, q1, q3 = sample.median, sample.q1, sample.q3
     data = {
         "benchmark": NAME,
         "command": shlex.join([Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import statistics
 import time
 from collections.abc import Callable, Iterator
 
@@ -36,6 +35,7 @@ from optbench.config.schema import ModelConfig, OptimizerConfig
 from optbench.optim import build_optimizer
 from optbench.optim.routing import MUON, route_parameters
 from optbench.optim.syrk import computed_fraction
+from optbench.report.stats import spread as sample_spread
 
 PRECISIONS = {"bf16": "medium", "fp32": "highest"}
 """Benchmark precision -> our fp32_matmul_prec."""
@@ -63,10 +63,9 @@ def time_interleaved(variants: dict[str, Callable[[], object]], rounds: int, war
 
 
 def spread(values: list[float]) -> dict[str, float]:
-    """Median, quartiles, min and max of timing samples (seconds)."""
-    quartiles = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
-    return {"median": statistics.median(values), "q1": quartiles[0], "q3": quartiles[2], "min": min(values),
-            "max": max(values), "n": len(values)}
+    """Median, quartiles, min and max of timing samples (seconds), as the bench's JSON writes them."""
+    s = sample_spread(values)
+    return {"median": s.median, "q1": s.q1, "q3": s.q3, "min": s.low, "max": s.high, "n": s.n}
 
 
 def _zeropower_fp32(grad: torch.Tensor, ns_coefficients, ns_steps: int, eps: float) -> torch.Tensor:

@@ -131,12 +131,16 @@ def preset_items(run: RunConfig, ours: list[Item], preset: Optional[presets.Pres
     return items
 
 
+def _ours_under(run: RunConfig, preset: Optional[presets.Preset]) -> list[Item]:
+    """Our sections' overrides, less the fields a preset owns when there is one."""
+    ours = our_items(run)
+    return ours if preset is None else [(key, value) for key, value in ours if key not in PRESET_OWNED]
+
+
 def override_items(run: RunConfig) -> list[Item]:
     """Every override as (dotted key, typed value), in application order: the preset's settings, then ours."""
     preset = presets.require_preset(run)
-    ours = our_items(run)
-    if preset is not None:
-        ours = [(key, value) for key, value in ours if key not in PRESET_OWNED]
+    ours = _ours_under(run, preset)
     return preset_items(run, ours, preset) + ours
 
 
@@ -145,24 +149,23 @@ def bridge_overrides(run: RunConfig) -> list[str]:
     return [format_override(key, value) for key, value in override_items(run)]
 
 
-def preset_summary(run: RunConfig, preset: Optional[presets.Preset]) -> Optional[dict[str, Any]]:
-    """plan.json's account of the preset: its key and provenance, and the fields where the run departs from it."""
+def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[Item]) -> Optional[dict[str, Any]]:
+    """plan.json's account of the preset: its key and provenance, and the fields where ``ours`` departs from it."""
     if preset is None:
         return None
-    ours = [(key, value) for key, value in our_items(run) if key not in PRESET_OWNED]
     departures = presets.departures(ours, preset)
-    muon_own = [d for d in departures if preset.adapted_from_adam and presets.is_muon_field(d["field"])]
     reasons = presets.RECIPE_DEPARTURES.get(run.recipe, {})
     for d in departures:
         if d["field"] in reasons:
             d["reason"] = reasons[d["field"]]
+    muon_own = [preset.adapted_from_adam and presets.is_muon_field(d["field"]) for d in departures]
     return {
         "key": preset.key,
         "release": presets.RELEASE,
         "source": presets.provenance()["source"],
         "adapted_from_adam": preset.adapted_from_adam,
-        "departures": [d for d in departures if d not in muon_own],
-        "muon_fields": muon_own,
+        "departures": [d for d, muon in zip(departures, muon_own) if not muon],
+        "muon_fields": [d for d, muon in zip(departures, muon_own) if muon],
         "train_changes": dict(presets.TRAIN_SETTINGS) if run.intent == "train" else {},
     }
 
@@ -170,10 +173,12 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset]) -> Optional
 def bridge_setup(run: RunConfig) -> BridgeSetup:
     """Recipe function, mixed-precision preset and overrides for a megatron_bridge run."""
     preset = presets.require_preset(run)
+    ours = _ours_under(run, preset)
+    items = preset_items(run, ours, preset) + ours
     return BridgeSetup(
         recipe=bridge_recipe(run),
         mixed_precision=run.precision.bridge_mixed_precision,
-        overrides=tuple(bridge_overrides(run)),
+        overrides=tuple(format_override(key, value) for key, value in items),
         intent=run.intent,
-        preset=preset_summary(run, preset),
+        preset=preset_summary(run, preset, ours),
     )
