@@ -175,9 +175,11 @@ def job_env(run: RunConfig) -> dict[str, str]:
     """The job's environment (values unquoted; the renderer quotes them). No secret is ever included."""
     cluster, parallel, logger = run.cluster, run.parallel, run.logger
     preset = find_preset(run) if run.engine == "megatron_bridge" else None
-    env: dict[str, str] = nvidia_performance_env(run, preset.job["env"]) if preset else {}
+    # NVIDIA's rendered job environment exists for the executed presets (Bridge 0.3.1); later releases: our rules.
+    nvidia_env = preset.job.get("env") if preset else None
+    env: dict[str, str] = nvidia_performance_env(run, nvidia_env) if nvidia_env is not None else {}
     per_node = cluster.gpus_per_node or parallel.num_gpus
-    if preset is None and parallel.moe_flex_dispatcher_backend == "hybridep" and cluster.nvlink_domain_size > per_node:
+    if nvidia_env is None and parallel.moe_flex_dispatcher_backend == "hybridep" and cluster.nvlink_domain_size > per_node:
         # Multi-node NVLink (GB200/GB300 NVL72): hybrid EP runs its all-to-all over the whole domain.
         env["NVLINK_DOMAIN_SIZE"] = str(cluster.nvlink_domain_size)
         env["USE_MNNVL"] = "1"

@@ -25,10 +25,21 @@ def test_every_model_has_published_pairs() -> None:
 
 @pytest.mark.parametrize("row", _pairs(), ids=lambda r: f"{r['model']}-{r['gpu']}-{r['release']}")
 def test_published_tokens_times_flops_per_token_gives_published_tflops(row: dict[str, str]) -> None:
-    model = compose_run(f"{row['model']}_adamw").model
+    # 25.11's DeepSeek-V3 rows say "w/o MTP": the multi-token-prediction layer is not in the model they count.
+    no_mtp = ["model.mtp_num_layers=0"] if "w/o MTP" in row["note"] else []
+    model = compose_run(f"{row['model']}_adamw", no_mtp).model
     per_token = model_flops_per_token(model, int(row["seq_length"]), int(row["tp"]))
     tflops = float(row["tokens_per_s_per_gpu"]) * per_token / 1e12
+    key = f"{row['model']}-{row['gpu']}-{row['release']}"
+    if key in PAIR_INCONSISTENT_IN_SOURCE:
+        # Two Bridge rows whose own tokens/s and TFLOP/s disagree (every other row of the model agrees to 0.5 %).
+        assert tflops / float(row["tflops_per_gpu"]) - 1 == pytest.approx(PAIR_INCONSISTENT_IN_SOURCE[key], abs=0.0005)
+        return
     assert tflops == pytest.approx(float(row["tflops_per_gpu"]), rel=0.005)
+
+
+PAIR_INCONSISTENT_IN_SOURCE = {"qwen3_30b_a3b-b200-26.04.01": 0.0086, "qwen3_30b_a3b-gb200-26.06.01": 0.0057}
+"""Published rows whose tokens/s x FLOPs/token misses their own TFLOP/s by this fraction (Bridge's tables)."""
 
 
 def _gqa() -> ModelConfig:

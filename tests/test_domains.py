@@ -83,7 +83,7 @@ def test_values_outside_their_domain_are_refused_with_field_value_and_range(over
         ("optimizer=null", "optimizer: choose an option of the optimizer group by name"),
         ("model.name=foo", "model.name: cannot be set on its own: it names the model preset"),
         ("recipe=kimi_k2_adamw", "recipe: cannot be set on its own"),
-        ("optimizer.muon.assignment=cost_aware", "optimizer.muon.assignment: Megatron's layer-wise optimizer"),
+        ("optimizer.muon.assignment=cost_aware", "optimizer.muon.assignment: Megatron Bridge up to"),
         ("data.vocab_size=256", "data.vocab_size: has no effect on Megatron Bridge"),
         ("parallel.ep=32,64", "parallel.ep: a comma-separated value is a sweep"),
     ],

@@ -77,7 +77,7 @@ def test_kimi_k2_dry_run_renders_the_published_job(account: str, capsys, tmp_pat
                    "WANDB_RUN_GROUP=kimi_k2-gb300-mxfp8", "WANDB_TAGS=kimi_k2,muon,gb300,mxfp8,intent-reproduce", "WANDB_JOB_TYPE=pretrain"):
         assert f"\nexport {export}\n" in script, export
     argv = srun_argv(script)
-    assert argv[argv.index("--container-image") + 1] == "nvcr.io/nvidia/nemo:26.02"
+    assert argv[argv.index("--container-image") + 1] == "nvcr.io/nvidia/nemo:26.02.01"
     assert f"{REPO}:{REPO}" in argv[argv.index("--container-mounts") + 1].split(",")
     assert {"--mpi=pmix", "--no-container-mount-home"} <= set(argv)
     assert argv[-2] == "bash" and argv[-1].startswith("/nemo_run/scripts/")

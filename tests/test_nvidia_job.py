@@ -32,6 +32,7 @@ DOCUMENTED = {
     "sbatch.job-name": "optbench-<run id> (NVIDIA: <account>-<account>.<experiment>)",
     "sbatch.output": "log path in our plan folder",
     "sbatch.partition": "cluster.partition (NVIDIA's rendering used a placeholder)",
+    "srun.--container-image": "nvcr.io/nvidia/<cluster.container> (default nemo:26.02.01, the container of Bridge 0.3.1; the fixture was rendered with a nemo:26.02 placeholder)",
     "sbatch.time": "cluster.time (NVIDIA's default 00:30:00 is for 50 iterations)",
     "sbatch.gpus-per-node": "ours asks for the GPUs explicitly (NVIDIA passes --gres only when given)",
     "export.WANDB_RUN_ID": "ours is the run id; NVIDIA's a random id per launch",

@@ -73,7 +73,7 @@ INVALID = [
     ("indexed-needs-path", K, ["data=indexed"], "data.path", "indexed data needs dataset prefixes"),
     ("preset-label", Q, ["optimizer.name=muon"], "optimizer.name", "choose another with optimizer=<option>"),
     ("sweep-in-plan", K, ["parallel.ep=32,64"], "parallel.ep", "a comma-separated value is a sweep"),
-    ("muon-syrk-on-bridge", K, ["optimizer.muon.syrk=true"], "optimizer.muon.syrk", "no SYRK Newton-Schulz kernel"),
+    ("muon-syrk-on-bridge", K, ["optimizer.muon.syrk=true"], "optimizer.muon.syrk", "has a SYRK Newton-Schulz kernel"),
     ("flex-needs-backend", K, ["parallel.moe_flex_dispatcher_backend=null"], "parallel.moe_flex_dispatcher_backend",
      "needs a backend"),
 ]

@@ -206,7 +206,7 @@ def intent_line(bridge: dict[str, Any]) -> str:
     intent, preset = bridge.get("intent", "train"), bridge.get("preset")
     if not preset:
         return f"{intent}: no NVIDIA preset for this model, GPU and precision; the Bridge recipe with our settings"
-    source = f"NVIDIA's {preset['key']} preset (Megatron Bridge {preset['release']} scripts/performance)"
+    source = f"NVIDIA's {preset['key']} preset ({preset.get('container', 'Megatron Bridge ' + preset['release'])}: {preset.get('case') or 'scripts/performance'})"
     if preset.get("adapted_from_adam"):
         source += " - no Muon preset for this model: Adam's, with our Muon settings"
     if intent == "train":

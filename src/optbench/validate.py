@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from optbench.bridge.muon_fields import muon_problems
+from optbench.bridge.versions import container_of
 from optbench.config.data_path import split_weights
 from optbench.config.domains import MAX_EXPERT_LAYERS, check_domains
 from optbench.config.layout import gpus_per_node
@@ -181,25 +183,7 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
             ("model",),
         )
     if run.engine == "megatron_bridge":
-        if o.muon.coefficients != "quintic":
-            yield Problem(
-                "optimizer.muon.coefficients",
-                "Megatron Core 0.16.1 runs the quintic set only (no config field for others); "
-                "use quintic, or engine=local for the simple set",
-                ("engine",),
-            )
-        if o.muon.assignment != "pingpong":
-            yield Problem(
-                "optimizer.muon.assignment",
-                "Megatron's layer-wise optimizer assigns by size ping-pong only; cost_aware runs on engine=local",
-                ("engine",),
-            )
-        if o.muon.syrk:
-            yield Problem(
-                "optimizer.muon.syrk",
-                "Megatron Core 0.16.1 has no SYRK Newton-Schulz kernel; syrk=true runs on engine=local",
-                ("engine",),
-            )
+        yield from muon_problems(run)
 
 
 def check_precision(run: RunConfig) -> Iterable[Problem]:
@@ -228,6 +212,11 @@ def check_engine(run: RunConfig) -> Iterable[Problem]:
     p = run.parallel
     if run.engine == "megatron_bridge":
         from optbench.bridge.adapter import BRIDGE_MODELS
+
+        try:
+            container_of(run)
+        except UserError as err:
+            yield from err.problems
 
         if run.model.name not in BRIDGE_MODELS:
             yield Problem(

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from optbench.bridge import presets
+from optbench.bridge import presets, versions
 from optbench.bridge.hydra_values import format_override
 from optbench.bridge.sections import Item, our_items
 from optbench.config.schema import RunConfig
@@ -138,10 +138,14 @@ def _ours_under(run: RunConfig, preset: Optional[presets.Preset]) -> list[Item]:
 
 
 def override_items(run: RunConfig) -> list[Item]:
-    """Every override as (dotted key, typed value), in application order: the preset's settings, then ours."""
+    """Every override as (dotted key, typed value), in application order: the preset's settings, then ours.
+
+    Every key is checked against the field names of the run's container (Bridge + Core of that release)."""
     preset = presets.require_preset(run)
     ours = _ours_under(run, preset)
-    return preset_items(run, ours, preset) + ours
+    items = preset_items(run, ours, preset) + ours
+    versions.check_fields(run, [key for key, _ in items])
+    return items
 
 
 def bridge_overrides(run: RunConfig) -> list[str]:
@@ -154,15 +158,19 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
     if preset is None:
         return None
     departures = presets.departures(ours, preset)
-    reasons = presets.RECIPE_DEPARTURES.get(run.recipe, {})
+    reasons = {**presets.RECIPE_DEPARTURES.get(run.recipe, {}), **presets.RELEASE_LAYOUT_KEPT.get(run.recipe, {})}
     for d in departures:
         if d["field"] in reasons:
             d["reason"] = reasons[d["field"]]
     muon_own = [preset.adapted_from_adam and presets.is_muon_field(d["field"]) for d in departures]
     return {
         "key": preset.key,
-        "release": presets.RELEASE,
-        "source": presets.provenance()["source"],
+        "container": versions.container_of(run).label(),
+        "release": preset.release,
+        "source": presets.provenance(preset.release)["source"],
+        "case": preset.source,
+        "not_applied": list(preset.not_applied),
+        "computed_by_nvidia_code": list(preset.computed),
         "adapted_from_adam": preset.adapted_from_adam,
         "departures": [d for d, muon in zip(departures, muon_own) if not muon],
         "muon_fields": [d for d, muon in zip(departures, muon_own) if muon],
@@ -175,6 +183,7 @@ def bridge_setup(run: RunConfig) -> BridgeSetup:
     preset = presets.require_preset(run)
     ours = _ours_under(run, preset)
     items = preset_items(run, ours, preset) + ours
+    versions.check_fields(run, [key for key, _ in items])
     return BridgeSetup(
         recipe=bridge_recipe(run),
         mixed_precision=run.precision.bridge_mixed_precision,

@@ -25,15 +25,16 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Optional
 
+from optbench.bridge import versions
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 
 RELEASE = "0.3.1"
-"""The Megatron Bridge release whose presets the adapter applies (container nemo:26.02)."""
-DATA = Path(__file__).resolve().parents[1] / "data" / "bridge"
+"""The Megatron Bridge release whose presets were extracted by executing NVIDIA's code (containers 26.02 and
+26.02.01); later releases' presets are read from their source (release-presets.json, tools/bridge_release_presets.py)."""
+DATA = versions.DATA
 
 PRESET_OPTIMIZER = {"muon": "muon", "adamw": "adam"}
 
@@ -69,6 +70,14 @@ RECIPE_DEPARTURES = {
 }
 """Departures a recipe makes on purpose from the preset it reproduces, with the reason (recipe -> field -> reason)."""
 
+RELEASE_LAYOUT_KEPT = {
+    "deepseek_v3_muon": {
+        "model.recompute_modules": "selective recompute of mla_up_proj kept: NVIDIA's Adam presets from Bridge 0.4 "
+        "(nemo:26.04) drop it, which with Muon's fp32 state is estimated at 290-303 GB per 288 GB GPU (make plan)",
+    },
+}
+"""Fields a recipe keeps when a later release's preset changes them (release_layout), with the reason."""
+
 TRAIN_SETTINGS: dict[str, Any] = {
     "model.moe_router_force_load_balancing": False,
     "ddp.check_for_nan_in_grad": True,
@@ -90,6 +99,14 @@ class Preset:
     num_gpus: int
     adapted_from_adam: bool
     """True when NVIDIA has no Muon preset for the model: its Adam preset, run with our Muon settings."""
+    release: str = RELEASE
+    """Megatron Bridge release the preset comes from."""
+    source: str = ""
+    """Where in that release: file and constant or function (read statically), or NVIDIA's executed launcher."""
+    not_applied: tuple[str, ...] = ()
+    """Switches of NVIDIA's workload that optbench does not apply (listed in the plan)."""
+    computed: tuple[str, ...] = ()
+    """Fields NVIDIA's recipe computes with code the static reader does not run (listed in the plan)."""
 
     def nvidia_value(self, key: str) -> Any:
         """NVIDIA's value of a field (KeyError when the preset does not know it)."""
@@ -101,11 +118,28 @@ class Preset:
 
 @lru_cache(maxsize=None)
 def load(release: str = RELEASE) -> dict[str, Any]:
-    return json.loads((DATA / f"presets-{release}.json").read_text())
+    """Presets of a release: executed (presets-0.3.1.json) or read from the tagged source (release-presets.json)."""
+    path = DATA / f"presets-{release}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    static = json.loads((DATA / "release-presets.json").read_text())
+    data = static["releases"][release]
+    source = f"{static['provenance']['repo']} {data['tag']} ({data['commit'][:9]}), {data['reader']}, read by {static['provenance']['tool']}"
+    return {"provenance": {"source": source, "static": True}, "presets": data["presets"]}
 
 
 def provenance(release: str = RELEASE) -> dict[str, Any]:
     return load(release)["provenance"]
+
+
+def release_of(run: RunConfig) -> str:
+    """The Bridge release whose presets apply to the run's container (26.02 and 26.02.01: the executed 0.3.1 ones)."""
+    return release_of_container(versions.container_of(run).name)
+
+
+def release_of_container(name: str) -> str:
+    bridge = versions.containers()[name].bridge
+    return RELEASE if bridge in versions.EXECUTED_PRESET_RELEASES else bridge
 
 
 def preset_key(run: RunConfig, optimizer: Optional[str] = None) -> str:
@@ -113,8 +147,9 @@ def preset_key(run: RunConfig, optimizer: Optional[str] = None) -> str:
     return f"{run.model.name}/{run.cluster.gpu}/{run.precision.name}/{opt}"
 
 
-def find_preset(run: RunConfig, release: str = RELEASE) -> Optional[Preset]:
+def find_preset(run: RunConfig, release: Optional[str] = None) -> Optional[Preset]:
     """NVIDIA's preset for the run's model, GPU, precision and optimizer; for Muon without one, the Adam preset."""
+    release = release or release_of(run)
     presets = load(release)["presets"]
     key = preset_key(run)
     adapted = False
@@ -123,7 +158,11 @@ def find_preset(run: RunConfig, release: str = RELEASE) -> Optional[Preset]:
     entry = presets.get(key)
     if entry is None:
         return None
-    return Preset(key, entry["settings"], entry["recipe_values"], entry["job"], entry["num_gpus"], adapted)
+    return Preset(
+        key, entry["settings"], entry.get("recipe_values", {}), entry.get("job", {}), entry["num_gpus"], adapted,
+        release=release, source=entry.get("source", "NVIDIA's launcher, executed (tools/nvidia_presets.py)"),
+        not_applied=tuple(entry.get("not_applied", ())), computed=tuple(entry.get("computed", ())),
+    )
 
 
 def require_preset(run: RunConfig) -> Optional[Preset]:
@@ -139,15 +178,17 @@ def require_preset(run: RunConfig) -> Optional[Preset]:
                 ("intent",),
             )
         )
-    preset = find_preset(run)
+    release = release_of(run)
+    preset = find_preset(run, release)
     if preset is None and run.intent == "reproduce":
-        models = sorted({k.split("/")[0] for k in load()["presets"]})
-        known = sorted({"/".join(k.split("/")[1:3]) for k in load()["presets"] if k.startswith(run.model.name + "/")})
+        cases = load(release)["presets"]
+        models = sorted({k.split("/")[0] for k in cases})
+        known = sorted({"/".join(k.split("/")[1:3]) for k in cases if k.startswith(run.model.name + "/")})
         where = f"for {run.model.name}: {', '.join(known)}" if known else f"models with presets: {', '.join(models)}"
         raise UserError(
             Problem(
                 "intent",
-                f"NVIDIA measured no {preset_key(run)} in Megatron Bridge {RELEASE} ({where}); "
+                f"NVIDIA measured no {preset_key(run)} in Megatron Bridge {release} ({run.cluster.container}; {where}); "
                 "use intent=train, or a GPU and precision NVIDIA measured",
                 ("cluster.gpu", "precision"),
             )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from optbench.bridge import presets
+from optbench.bridge import muon_fields, presets, versions
 from optbench.config.data_path import dataset_blend
 from optbench.config.layout import vpp_size
 from optbench.config.schema import RunConfig
@@ -143,18 +143,11 @@ def _precision(run: RunConfig) -> list[Item]:
     return items
 
 
-def bridge_optimizer_name(run: RunConfig) -> str:
-    """Bridge's optimizer string: adam, muon (replicated) or dist_muon (layer-wise distributed)."""
-    muon = run.optimizer.muon
-    if run.optimizer.name != "muon" or muon is None:
-        return "adam"
-    return "dist_muon" if muon.layer_wise else "muon"
-
-
 def _optimizer(run: RunConfig) -> list[Item]:
     o = run.optimizer
+    container = versions.container_of(run)
     items: list[Item] = [
-        ("optimizer.optimizer", bridge_optimizer_name(run)),
+        *muon_fields.optimizer_name_items(run, container),
         ("optimizer.lr", o.lr),
         ("optimizer.min_lr", o.min_lr),
         ("optimizer.weight_decay", o.weight_decay),
@@ -171,14 +164,7 @@ def _optimizer(run: RunConfig) -> list[Item]:
     if o.name == "muon" and muon is not None:
         precision = NS_PRECISION_ON_GPU if muon.fp32_matmul_prec == "auto" else muon.fp32_matmul_prec
         items += [
-            ("optimizer.muon_momentum", muon.momentum),
-            ("optimizer.muon_use_nesterov", muon.nesterov),
-            ("optimizer.muon_scale_mode", muon.scale_mode),
-            ("optimizer.muon_fp32_matmul_prec", precision),
-            ("optimizer.muon_num_ns_steps", muon.ns_steps),
-            ("optimizer.muon_tp_mode", muon.tp_mode),
-            ("optimizer.muon_split_qkv", muon.split_qkv),
-            ("optimizer.muon_extra_scale_factor", muon.extra_scale_factor),
+            *muon_fields.muon_items(run, container, precision),
             # DeepSeek-V3's recipe keeps Adam's moments in bf16 (precision-aware optimizer), which Megatron
             # allows for Adam only; Muon keeps fp32 state (found by the conformance test against real Bridge).
             ("optimizer.use_precision_aware_optimizer", False),
@@ -195,15 +181,16 @@ def _optimizer(run: RunConfig) -> list[Item]:
 
 def _ddp(run: RunConfig) -> list[Item]:
     o = run.optimizer
+    param_gather = o.overlap_param_gather or muon_fields.layer_wise_overlap(run)
     return [
         ("ddp.use_distributed_optimizer", o.use_distributed_optimizer),
         ("ddp.overlap_grad_reduce", o.overlap_grad_reduce),
-        ("ddp.overlap_param_gather", o.overlap_param_gather),
+        ("ddp.overlap_param_gather", param_gather),
         ("ddp.grad_reduce_in_fp32", o.grad_reduce_in_fp32),
         # CommOverlapConfig.setup copies its data-parallel settings over ddp (distributed optimizer only):
         # give it ours so that it cannot turn an overlap back on.
         ("comm_overlap.overlap_grad_reduce", o.overlap_grad_reduce),
-        ("comm_overlap.overlap_param_gather", o.overlap_param_gather),
+        ("comm_overlap.overlap_param_gather", param_gather),
     ]
 
 

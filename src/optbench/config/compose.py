@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from optbench.bridge import release_layout
 from optbench.config import overrides as typed
 from optbench.config.domains import check_domains
 from optbench.config.pipeline import follow_stage_overrides
@@ -273,6 +274,17 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
     derived from it, so that no input can make the steps after this fail or run unbounded.
     """
     check_typed_overrides(overrides)
+    run = _compose_checked(recipe, overrides)
+    # A later container's preset may hold another layout than the recipe's (Bridge 0.3.1) one: compose again
+    # with NVIDIA's values first and the user's overrides after them (the user's win; the plan lists them).
+    release = release_layout.layout_overrides(run, overrides)
+    if release:
+        run = _compose_checked(recipe, [*release, *overrides])
+    follow_stage_overrides(run, overrides)
+    return run
+
+
+def _compose_checked(recipe: str, overrides: Sequence[str]) -> RunConfig:
     cfg = compose_dictconfig(recipe, overrides)
     secrets = secret_problems(OmegaConf.to_container(cfg, resolve=False), _resolved_or_none(cfg))
     if secrets:  # alone: other messages could quote the value
@@ -281,7 +293,6 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
     problems = [*typed.check_engine_fields(run, overrides), *check_domains(run)]
     if problems:
         raise UserError(problems)
-    follow_stage_overrides(run, overrides)
     return run
 
 

@@ -158,6 +158,7 @@ DOMAINS: dict[str, Any] = {
     "parallel.moe_flex_dispatcher_backend": Choice(schema.FLEX_BACKENDS),
     "parallel.cuda_graph_scope": Items(Choice(CUDA_GRAPH_SCOPES), len(CUDA_GRAPH_SCOPES)),
     "parallel.tp_comm_overlap": Flag(),
+    "parallel.cuda_graph_impl": Choice(("none", "transformer_engine", "local", "full_iteration")),
     # optimizer
     "optimizer.name": Choice(schema.OPTIMIZERS),
     "optimizer.lr": Real(0.0, 10.0, low_open=True),
@@ -183,6 +184,7 @@ DOMAINS: dict[str, Any] = {
     "optimizer.muon.layer_wise": Flag(),
     "optimizer.muon.assignment": Choice(schema.MUON_ASSIGNMENTS),
     "optimizer.muon.syrk": Flag(),
+    "optimizer.muon.overlap_param_gather": Flag(),
     "optimizer.muon.qk_clip": Flag(),
     "optimizer.muon.qk_clip_threshold": Real(0.0, 1e6, low_open=True),
     "optimizer.muon.qk_clip_alpha": Real(0.0, 1.0),
@@ -201,6 +203,7 @@ DOMAINS: dict[str, Any] = {
     "cluster.gpu": Choice(_gpu_words),
     "cluster.gpus_per_node": Integer(1, 64),
     "cluster.nvlink_domain_size": Integer(1, 1152),
+    "cluster.container": Text(32, r"nemo:\d\d\.\d\d(\.\d\d)?", "a NeMo container release such as nemo:26.06", min_len=1),
     "cluster.container_image": Text(512, r"\S+", "an image reference without spaces", min_len=1),
     "cluster.container_mounts": Items(Text(MAX_PATH * 2 + 64, min_len=1), 64),
     "cluster.account": Text(256, SLURM_NAME.pattern, SLURM_NAME.hint, min_len=1, secret=True),

@@ -149,6 +149,9 @@ class ParallelConfig:
     """deepep or hybridep when moe_token_dispatcher is flex."""
     cuda_graph_scope: List[str] = field(default_factory=list)
     """Transformer Engine CUDA graph scopes (e.g. moe_router, moe_preprocess); empty = off."""
+    cuda_graph_impl: Optional[str] = None
+    """CUDA graph implementation: null = transformer_engine when cuda_graph_scope is set, else none;
+    full_iteration = one graph per training iteration (NVIDIA's presets from Bridge 0.5, nemo:26.06)."""
     tp_comm_overlap: bool = False
     """Overlap TP communication with GEMMs (userbuffers)."""
 
@@ -176,7 +179,11 @@ class MuonConfig:
     split_qkv: bool = True
     """Orthogonalize Q, K and V blocks of a fused QKV weight separately (muon_split_qkv)."""
     layer_wise: bool = True
-    """Layer-wise distributed optimizer (Bridge dist_muon): each DP rank owns whole parameters."""
+    """Layer-wise distributed optimizer (dist_muon up to Core 0.17; muon + use_layer_wise_distributed_optimizer
+    from Core 0.18): each DP rank owns whole parameters."""
+    overlap_param_gather: bool = False
+    """Layer-wise optimizer: all-gather the updated parameters asynchronously, overlapped with the next
+    forward pass (Megatron Core 0.17+, nemo:26.04 and newer; Core 0.16 gathers them in the step)."""
     assignment: str = "pingpong"
     """Owner assignment for layer_wise: pingpong (Megatron) or cost_aware (ours; local engine only)."""
     syrk: bool = False
@@ -258,8 +265,11 @@ class ClusterConfig:
     """GPUs per node (null on the local executor: one node holds every process)."""
     nvlink_domain_size: int = 8
     """GPUs joined by NVLink (NVL72: 72; HGX: 8)."""
+    container: str = "nemo:26.02.01"
+    """NeMo container release (optbench/data/bridge/containers.json): picks the Megatron Bridge and Core field
+    names the adapter emits and NVIDIA's preset of that release. nemo:26.02 reproduces the blog's runs."""
     container_image: Optional[str] = None
-    """Container image for Slurm (pyxis/enroot)."""
+    """Container image for Slurm (pyxis/enroot); the cluster presets derive it from cluster.container."""
     container_mounts: List[str] = field(default_factory=list)
     """host:container mounts."""
     account: Optional[str] = None

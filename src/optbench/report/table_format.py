@@ -188,6 +188,25 @@ def _run_lines(table: Table) -> list[list[str]]:
     return lines
 
 
+def _projection_lines(table: Table) -> list[list[str]]:
+    from optbench.projection.published_rows import projection_error
+
+    lines = []
+    for row in table.rows:
+        pub = row.published
+        if pub is None:
+            continue
+        p = projection_error(pub)
+        if "tflops" in p:
+            cells = [f"{p['tflops']:.0f}", _signed_percent(p["error_percent"] / 100),
+                     ("anchor: " if p["anchor_itself"] else "") + p["anchor"]]
+        else:
+            cells = ["-", "not reached", p["reason"][:160]]
+        lines.append([pub.model, pub.release, pub.gpu, pub.precision, pub.optimizer,
+                      as_published(pub.model_tflops_per_gpu or pub.tflops_per_gpu), *cells])
+    return lines
+
+
 def render_markdown(
     table: Table,
     sources: dict[str, Source],
@@ -210,6 +229,13 @@ def render_markdown(
     for family in dict.fromkeys(r.family for r in table.rows):
         out += ["", f"## {family}", ""]
         out += _markdown_table(MAIN_HEADER, [_row_cells(r) for r in table.rows if r.family == family])
+    out += ["", "## Our projection at every published row", "",
+            "Model-only TFLOP/s/GPU projected at the row's configuration (`cluster.container=<release>` where we run "
+            "that container, else the row's layout), calibrated on one AdamW row (named; never a Muon row). "
+            "Error = projected / published - 1. 'anchor' marks a row the projection was solved on (0 by construction "
+            "only at the anchor's own layout). Rules: docs/projection.md.", ""]
+    out += _markdown_table(["model", "release", "GPU", "precision", "optimizer", "published", "projected", "error", "calibrated on"],
+                           _projection_lines(table))
     ratios = _ratio_lines(table)
     out += ["", "## Muon / AdamW per model", ""]
     if ratios:

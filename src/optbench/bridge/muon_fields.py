@@ -1,0 +1,119 @@
+"""Muon's settings in the field names and values each Megatron Core version expects, and what none has.
+
+What changed (read from the tagged sources, ``optbench/data/bridge/fields-*.json``):
+
+* Core 0.16 (nemo:26.02, 26.02.01): ``optimizer=dist_muon`` is the layer-wise optimizer; it gathers updated
+  parameters inside the step (no overlap) and has one Newton-Schulz coefficient set (quintic).
+* Core 0.17 (nemo:26.04, 26.04.01): ``muon_coefficient_type`` and ``muon_scalar_optimizer``; the layer-wise
+  optimizer can defer its parameter all-gather into the next forward (``overlap_param_gather``).
+* Core 0.18 / 0.19 (nemo:26.06, 26.06.01, 26.08): ``muon_use_nesterov`` is renamed ``muon_nesterov``;
+  ``dist_muon`` is deprecated for ``optimizer=muon`` + ``use_layer_wise_distributed_optimizer``. The
+  size-balanced layer-wise layout that routes non-Muon parameters through the regular distributed optimizer
+  is built by Megatron-LM's own training loop only (``megatron/training/training.py``); Megatron Bridge up to
+  0.6.0 does not build it, so with Bridge the element-wise distributed optimizer stays off (the legacy
+  layer-wise path, as ``dist_muon`` gives).
+* Megatron Core main after 0.19.0 (in no NeMo container up to 26.08): ``muon_use_syrk``, shards balanced by
+  Newton-Schulz cost, ``muon_tp_mode`` defaulting to ``duplicated``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from optbench.bridge import versions
+from optbench.config.schema import RunConfig
+from optbench.errors import Problem
+
+Item = tuple[str, Any]
+
+
+def _newest_label() -> str:
+    return versions.runnable()[0].name
+
+
+def _core_main() -> str:
+    main = versions.core_main()
+    return f"Megatron Core main ({main['commit'][:9]}, {main['date']})"
+
+
+def optimizer_name_items(run: RunConfig, container: versions.Container) -> list[Item]:
+    """The optimizer name, and the layer-wise switch where the version has one."""
+    muon = run.optimizer.muon
+    if run.optimizer.name != "muon" or muon is None:
+        return [("optimizer.optimizer", "adam")]
+    if versions.has_field(container, "optimizer.use_layer_wise_distributed_optimizer"):
+        return [("optimizer.optimizer", "muon"), ("optimizer.use_layer_wise_distributed_optimizer", muon.layer_wise)]
+    return [("optimizer.optimizer", "dist_muon" if muon.layer_wise else "muon")]
+
+
+def muon_items(run: RunConfig, container: versions.Container, ns_precision: str) -> list[Item]:
+    """Muon's own fields in this version's names (problems are reported by :func:`muon_problems` first)."""
+    muon = run.optimizer.muon
+    assert muon is not None
+    nesterov = "muon_nesterov" if versions.has_field(container, "optimizer.muon_nesterov") else "muon_use_nesterov"
+    items: list[Item] = [
+        ("optimizer.muon_momentum", muon.momentum),
+        (f"optimizer.{nesterov}", muon.nesterov),
+        ("optimizer.muon_scale_mode", muon.scale_mode),
+        ("optimizer.muon_fp32_matmul_prec", ns_precision),
+        ("optimizer.muon_num_ns_steps", muon.ns_steps),
+        ("optimizer.muon_tp_mode", muon.tp_mode),
+        ("optimizer.muon_split_qkv", muon.split_qkv),
+        ("optimizer.muon_extra_scale_factor", muon.extra_scale_factor),
+    ]
+    if versions.has_field(container, "optimizer.muon_coefficient_type"):
+        items.append(("optimizer.muon_coefficient_type", muon.coefficients))
+    if layer_wise_overlap(run):
+        items.append(("optimizer.overlap_param_gather", True))
+    return items
+
+
+def layer_wise_overlap(run: RunConfig) -> bool:
+    """The layer-wise all-gather deferred into the next forward: Megatron's DDP runs it from its forward
+    pre-hooks, so ddp.overlap_param_gather is on as well (Bridge 0.5+ syncs the optimizer's flag with it)."""
+    muon = run.optimizer.muon
+    return bool(run.optimizer.name == "muon" and muon and muon.layer_wise and muon.overlap_param_gather)
+
+
+def muon_problems(run: RunConfig) -> Iterable[Problem]:
+    """Muon options the run's container cannot express, each naming the containers (or Core) that can."""
+    muon = run.optimizer.muon
+    if run.optimizer.name != "muon" or muon is None:
+        return
+    container = versions.container_of(run)
+    if muon.coefficients != "quintic" and not versions.has_field(container, "optimizer.muon_coefficient_type"):
+        first = versions.first_with(lambda c: versions.has_field(c, "optimizer.muon_coefficient_type"))
+        yield Problem(
+            "optimizer.muon.coefficients",
+            f"{container.label()} runs the quintic set only; muon_coefficient_type arrives with "
+            f"{first.label() if first else 'no container'}: set cluster.container={first.name if first else '?'} "
+            "or coefficients=quintic",
+            ("cluster.container",),
+        )
+    if muon.overlap_param_gather:
+        first = versions.first_with(lambda c: versions.behaviour(c, "layer_wise_overlap_param_gather"))
+        if not muon.layer_wise:
+            yield Problem("optimizer.muon.overlap_param_gather", "overlaps the layer-wise optimizer's all-gather; "
+                          "set optimizer.muon.layer_wise=true or drop it", ("optimizer.muon.layer_wise",))
+        elif not versions.behaviour(container, "layer_wise_overlap_param_gather"):
+            yield Problem(
+                "optimizer.muon.overlap_param_gather",
+                f"{container.label()} gathers layer-wise parameters inside the step; the overlapped all-gather "
+                f"arrives with {first.label() if first else 'no container'}: set cluster.container="
+                f"{first.name if first else '?'} or drop it",
+                ("cluster.container",),
+            )
+    if muon.syrk and not any(versions.has_field(c, "optimizer.muon_use_syrk") for c in versions.runnable()):
+        yield Problem(
+            "optimizer.muon.syrk",
+            f"no NeMo container up to {_newest_label()} has a SYRK Newton-Schulz kernel ({_core_main()} adds "
+            "muon_use_syrk); syrk=true runs on engine=local",
+            ("engine", "cluster.container"),
+        )
+    if muon.assignment != "pingpong":
+        yield Problem(
+            "optimizer.muon.assignment",
+            f"Megatron Bridge up to {_newest_label()} assigns layer-wise shards by ping-pong only ({_core_main()} "
+            "balances them by Newton-Schulz cost, in Megatron-LM's own training loop); cost_aware runs on engine=local",
+            ("engine", "cluster.container"),
+        )

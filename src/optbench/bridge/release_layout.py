@@ -1,0 +1,83 @@
+"""NVIDIA's layout of a newer release, as overrides of our config, so that the plan models what NVIDIA measured.
+
+The recipes' parallel and train presets hold what NVIDIA measured with Bridge 0.3.1 (containers 26.02 and
+26.02.01). A later container's preset (read from that release's source) may differ: DeepSeek-V3 on GB300
+runs MBS 1 from 26.06, on B300 PP8 VPP2 instead of PP16, Qwen3 30B-A3B full-iteration CUDA graphs. For a
+Bridge run with such a preset, :func:`layout_overrides` returns the Hydra overrides that put NVIDIA's
+values into our config (parallel layout, GBS/MBS, dispatcher, CUDA graphs, recompute, pipeline layout),
+placed before the user's own: a value typed on the command line wins and the plan lists it as a departure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from optbench.bridge import presets
+from optbench.bridge.hydra_values import format_override
+from optbench.config.overrides import CONFIG_GROUPS, typed_keys
+from optbench.config.schema import RunConfig
+from optbench.errors import UserError
+
+FIELDS = {
+    "model.tensor_model_parallel_size": "parallel.tp",
+    "model.pipeline_model_parallel_size": "parallel.pp",
+    "model.virtual_pipeline_model_parallel_size": "parallel.vpp",
+    "model.context_parallel_size": "parallel.cp",
+    "model.expert_model_parallel_size": "parallel.ep",
+    "model.expert_tensor_parallel_size": "parallel.etp",
+    "model.moe_token_dispatcher_type": "parallel.moe_token_dispatcher",
+    "model.moe_flex_dispatcher_backend": "parallel.moe_flex_dispatcher_backend",
+    "model.recompute_modules": "parallel.recompute_modules",
+    "model.recompute_num_layers": "parallel.recompute_num_layers",
+    "model.cuda_graph_impl": "parallel.cuda_graph_impl",
+    "model.cuda_graph_scope": "parallel.cuda_graph_scope",
+    "train.global_batch_size": "train.gbs",
+    "train.micro_batch_size": "train.mbs",
+}
+"""Preset setting -> our config field that produces it."""
+
+
+def _current(run: RunConfig, field: str) -> Any:
+    group, name = field.split(".")
+    return getattr(getattr(run, group), name)
+
+
+def release_values(run: RunConfig) -> dict[str, Any]:
+    """Our config fields a later release's preset sets (empty for the executed 0.3.1 presets and non-Bridge runs)."""
+    if run.engine != "megatron_bridge" or run.cluster.gpu == "auto":
+        return {}
+    try:
+        release = presets.release_of(run)
+    except UserError:
+        return {}  # an unknown container is reported by validation, in one line
+    # The executed 0.3.1 presets are the recipes' own layouts (parallel/train presets; conformance-tested).
+    preset = presets.find_preset(run, release) if release != presets.RELEASE else None
+    if preset is None:
+        return {}
+    settings = preset.settings
+    values: dict[str, Any] = {"parallel.num_gpus": preset.num_gpus}
+    values.update({field: settings[key] for key, field in FIELDS.items() if key in settings})
+    # set_workload_base_configs always sets it (None = no interleaving); the flat recipes leave it unset then.
+    values["parallel.vpp"] = settings.get("model.virtual_pipeline_model_parallel_size")
+    layout = settings.get("model.pipeline_model_parallel_layout")
+    if isinstance(layout, (str, list)):
+        values["parallel.pipeline_layout"] = presets.normalised(layout)
+    elif (values.get("parallel.pp", run.parallel.pp), values.get("parallel.vpp", run.parallel.vpp)) != (run.parallel.pp, run.parallel.vpp):
+        values["parallel.pipeline_layout"] = None  # Bridge's recipe derives its own for the new (pp, vpp)
+    return values
+
+
+def layout_overrides(run: RunConfig, user_overrides: Sequence[str]) -> list[str]:
+    """Hydra overrides that give ``run`` its release's layout, less what the user set (field or whole group)."""
+    typed = set(typed_keys(user_overrides))
+    groups = {o.split("=", 1)[0].lstrip("+") for o in user_overrides if o.split("=", 1)[0].lstrip("+") in CONFIG_GROUPS}
+    on_purpose = {**presets.RECIPE_DEPARTURES.get(run.recipe, {}), **presets.RELEASE_LAYOUT_KEPT.get(run.recipe, {})}
+    kept = {FIELDS.get(key) for key in on_purpose}
+    out = []
+    for field, value in release_values(run).items():
+        if field in typed or field in kept or field.split(".")[0] in groups:
+            continue
+        if _current(run, field) != value:
+            out.append(format_override(field, value))
+    return out

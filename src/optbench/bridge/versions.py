@@ -1,0 +1,144 @@
+"""NeMo containers, the Megatron Bridge and Core each holds, and the field names each version accepts.
+
+Data (``optbench/data/bridge``), written by ``tools/bridge_versions.py`` from the tagged sources:
+
+* ``containers.json``: container -> Bridge release (Bridge's ``docs/versions1.json``), the Core that release
+  pins (its ``3rdparty/Megatron-LM`` submodule) and the components Bridge's software-versions page lists;
+* ``fields-<bridge>.json``: every ConfigContainer section's field names for that Bridge + Core (dataclasses
+  with their bases), Muon defaults, and Muon behaviour found in the source.
+
+The adapter asks this module which name a version uses (``muon_use_nesterov`` before Core 0.18,
+``muon_nesterov`` after), and checks every override it emits against the version's fields: a field the
+version lacks is a one-line error naming the containers that have it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from optbench.config.schema import RunConfig
+from optbench.errors import Problem, UserError
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "bridge"
+EXECUTED_PRESET_RELEASES = ("0.3.0", "0.3.1")
+"""Bridge releases whose runs use the executed presets of 0.3.1 (tools/nvidia_presets.py): the 26.02 and 26.02.01
+containers. Bridge 0.3.0's scripts have no Kimi K2 and differ from 0.3.1 in six B200/B300/H100 cases (listed by
+tests/test_bridge_versions.py); every GB300 and GB200 case agrees."""
+CONFORMANCE_RELEASES = ("0.3.1",)
+"""Bridge releases our overrides run through for real in CI (tests/test_bridge_conformance.py, .venv-bridge)."""
+
+
+@dataclass(frozen=True)
+class Container:
+    """One NeMo container and the Megatron versions in it."""
+
+    name: str
+    """e.g. nemo:26.06"""
+    bridge: str
+    """Megatron Bridge release (docs/versions1.json)."""
+    core: str
+    """Megatron Core the Bridge tag pins (3rdparty/Megatron-LM), e.g. 0.18.0."""
+    core_in_container: Optional[str]
+    """Megatron Core as Bridge's software-versions page lists it for the container (None: not listed)."""
+    runnable: bool
+    """False for containers older than our adapter (kept for their published rows)."""
+
+    @property
+    def core_minor(self) -> tuple[int, int]:
+        major, minor = self.core.split(".")[:2]
+        return int(major), int(minor)
+
+    def label(self) -> str:
+        return f"{self.name} (Megatron Bridge {self.bridge}, Megatron Core {self.core})"
+
+
+@lru_cache(maxsize=1)
+def _data() -> dict[str, Any]:
+    return json.loads((DATA / "containers.json").read_text())
+
+
+@lru_cache(maxsize=1)
+def containers() -> dict[str, Container]:
+    """Every container Bridge's documentation maps to a release, newest first."""
+    return {
+        c["container"]: Container(c["container"], c["bridge"], c["core"], c["core_in_container"], c["runnable"])
+        for c in _data()["containers"]
+    }
+
+
+def runnable() -> list[Container]:
+    return [c for c in containers().values() if c.runnable]
+
+
+def core_main() -> dict[str, Any]:
+    """Megatron Core's main branch as the data tool read it (options no container holds yet)."""
+    return _data()["core_main"]
+
+
+def container_of(run: RunConfig) -> Container:
+    """The run's container (cluster.container); an unknown or too old one is a one-line error."""
+    name = run.cluster.container
+    found = containers().get(name)
+    if found is None or not found.runnable:
+        names = ", ".join(c.name for c in runnable())
+        why = "predates Megatron Bridge 0.3 (kept for its published rows only)" if found else "is not a NeMo container we know"
+        raise UserError(Problem("cluster.container", f"'{name}' {why}; choose one of {names}"))
+    return found
+
+
+@lru_cache(maxsize=None)
+def fields(bridge: str) -> dict[str, Any]:
+    return json.loads((DATA / f"fields-{bridge}.json").read_text())
+
+
+def _section_names(bridge: str, section: str, mla: bool) -> frozenset[str]:
+    data = fields(bridge)["sections"]
+    if section == "model":
+        return frozenset(data["model_mla" if mla else "model_gpt"])
+    return frozenset(data.get(section, ()))
+
+
+def has_field(container: Container, key: str, mla: bool = True) -> bool:
+    section, _, name = key.partition(".")
+    return name in _section_names(container.bridge, section, mla)
+
+
+def containers_with(key: str, mla: bool = True) -> list[str]:
+    return [c.name for c in runnable() if has_field(c, key, mla)]
+
+
+def behaviour(container: Container, name: str) -> bool:
+    return bool(fields(container.bridge)["behaviour"].get(name))
+
+
+def first_with(predicate) -> Optional[Container]:
+    """The oldest runnable container for which ``predicate(container)`` holds."""
+    matching = [c for c in runnable() if predicate(c)]
+    return matching[-1] if matching else None
+
+
+def missing_fields(run: RunConfig, keys: Iterable[str]) -> list[Problem]:
+    """Override keys the run's Bridge + Core has no field for, each naming the containers that have one."""
+    container = container_of(run)
+    mla = bool(run.model.multi_latent_attention)
+    problems = []
+    for key in dict.fromkeys(keys):
+        if has_field(container, key, mla):
+            continue
+        having = containers_with(key, mla)
+        where = f"{', '.join(having)} have it" if having else "no container up to the newest we know has it"
+        problems.append(Problem(
+            "cluster.container",
+            f"{container.label()} has no field {key} (an override optbench would emit); {where}",
+        ))
+    return problems
+
+
+def check_fields(run: RunConfig, keys: Iterable[str]) -> None:
+    problems = missing_fields(run, keys)
+    if problems:
+        raise UserError(problems)

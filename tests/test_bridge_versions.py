@@ -1,0 +1,112 @@
+"""The container axis: every override we emit, for every recipe and container, is a field of that release.
+
+Field names come from ``optbench/data/bridge/fields-<bridge>.json`` (tools/bridge_versions.py, read from the
+tagged Bridge source and the Core commit it pins). Only Bridge 0.3.1 also runs through the real Bridge code
+(tests/test_bridge_conformance.py); the registry serves no later release.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optbench.bridge import presets, versions
+from optbench.bridge.adapter import override_items
+from optbench.config.compose import compose_run
+from optbench.errors import UserError
+
+CLUSTER_RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
+                   "deepseek_v3_adamw")
+CONTAINERS = [c.name for c in versions.runnable()]
+
+
+@pytest.mark.parametrize("container", CONTAINERS)
+@pytest.mark.parametrize("recipe", CLUSTER_RECIPES)
+@pytest.mark.parametrize("intent", ["reproduce", "train"])
+def test_every_override_is_a_field_of_the_container(recipe: str, container: str, intent: str) -> None:
+    run = compose_run(recipe, [f"cluster.container={container}", f"intent={intent}"])
+    items = override_items(run)  # raises on a missing field
+    c = versions.container_of(run)
+    mla = bool(run.model.multi_latent_attention)
+    assert all(versions.has_field(c, key, mla) for key, _ in items)
+    keys = dict(items)
+    if run.optimizer.name == "muon":
+        if c.core_minor >= (0, 18):
+            assert keys["optimizer.optimizer"] == "muon" and keys["optimizer.use_layer_wise_distributed_optimizer"] is True
+            assert "optimizer.muon_nesterov" in keys and "optimizer.muon_use_nesterov" not in keys
+        else:
+            assert keys["optimizer.optimizer"] == "dist_muon" and "optimizer.muon_use_nesterov" in keys
+        assert ("optimizer.muon_coefficient_type" in keys) == (c.core_minor >= (0, 17))
+        assert keys["ddp.use_distributed_optimizer"] is False  # Bridge builds no layer-wise param layout (<= 0.6.0)
+
+
+def test_an_option_a_release_lacks_names_the_release_that_has_it() -> None:
+    with pytest.raises(UserError) as err:
+        compose_and_validate("kimi_k2_muon", ["cluster.container=nemo:26.02.01", "optimizer.muon.overlap_param_gather=true"])
+    assert "nemo:26.04" in err.value.lines()[0] and err.value.lines()[0].startswith("error: optimizer.muon.overlap_param_gather:")
+    run = compose_run("kimi_k2_muon", ["cluster.container=nemo:26.04", "optimizer.muon.overlap_param_gather=true"])
+    keys = dict(override_items(run))
+    assert keys["optimizer.overlap_param_gather"] is True and keys["ddp.overlap_param_gather"] is True
+    with pytest.raises(UserError) as err:
+        compose_and_validate("kimi_k2_muon", ["cluster.container=nemo:26.02", "optimizer.muon.coefficients=simple"])
+    assert "nemo:26.04" in err.value.lines()[0]
+
+
+def compose_and_validate(recipe: str, overrides: list[str]) -> None:
+    from optbench.validate import validate
+
+    validate(compose_run(recipe, overrides))
+
+
+def test_unknown_and_too_old_containers_are_one_line_errors() -> None:
+    for name, words in (("nemo:26.03", "not a NeMo container"), ("nemo:25.11", "predates Megatron Bridge 0.3")):
+        with pytest.raises(UserError) as err:
+            compose_and_validate("qwen3_30b_a3b_adamw", [f"cluster.container={name}"])
+        assert len(err.value.lines()) == 1 and words in err.value.lines()[0]
+
+
+def test_a_field_a_version_lacks_is_reported_with_the_containers_that_have_it() -> None:
+    run = compose_run("kimi_k2_muon", ["cluster.container=nemo:26.02.01"])
+    problems = versions.missing_fields(run, ["optimizer.muon_nesterov"])
+    assert len(problems) == 1 and "nemo:26.06" in str(problems[0]) and "nemo:26.04," not in str(problems[0])
+
+
+def test_release_preset_gives_the_published_26_06_layout() -> None:
+    run = compose_run("deepseek_v3_adamw", ["cluster.container=nemo:26.06"])
+    assert (run.train.gbs, run.train.mbs, run.parallel.pp, run.parallel.vpp, run.parallel.ep) == (4096, 1, 2, 8, 32)
+    assert run.cluster.container_image == "nvcr.io/nvidia/nemo:26.06"
+    typed = compose_run("deepseek_v3_adamw", ["cluster.container=nemo:26.06", "train.mbs=2"])
+    assert typed.train.mbs == 2  # the user's value wins over the release's
+
+
+def test_static_reader_agrees_with_nvidias_executed_code_for_0_3_1() -> None:
+    """The layouts read from v0.3.1's source equal what executing NVIDIA's launcher gave, for all 50 cases."""
+    static = json.loads((versions.DATA / "release-presets.json").read_text())
+    cases = static["releases"]["0.3.1"]["presets"]
+    executed = presets.load("0.3.1")["presets"]
+    assert set(cases) == set(executed)
+    for key, case in cases.items():
+        nvidia = {**executed[key]["recipe_values"], **executed[key]["settings"]}
+        for field, value in case["settings"].items():
+            if field in nvidia:
+                assert presets.normalised(value) == presets.normalised(nvidia[field]), (key, field)
+
+
+def test_bridge_0_3_0_differs_from_0_3_1_in_six_cases() -> None:
+    """nemo:26.02 runs the 0.3.1 presets; Bridge 0.3.0's own scripts differ in these cases (the GB300/GB200 ones agree)."""
+    releases = json.loads((versions.DATA / "release-presets.json").read_text())["releases"]
+    old, new = releases["0.3.0"]["presets"], releases["0.3.1"]["presets"]
+    assert old and not any(k.startswith("kimi_k2/") for k in old)  # Kimi K2's preset arrives with 0.3.1
+    differing = {k for k in old if old[k]["settings"] != new[k]["settings"]}
+    assert differing == {"deepseek_v3/b300/bf16/adam", "qwen3_30b_a3b/b200/bf16/adam", "qwen3_30b_a3b/b200/fp8_cs/adam",
+                         "qwen3_30b_a3b/b200/mxfp8/adam", "qwen3_30b_a3b/h100/bf16/adam", "qwen3_30b_a3b/h100/fp8_cs/adam"}
+
+
+def test_extracted_fields_of_0_3_1_match_the_installed_core() -> None:
+    from megatron.core import optimizer
+
+    import dataclasses
+
+    names = set(versions.fields("0.3.1")["sections"]["optimizer"])
+    assert {f.name for f in dataclasses.fields(optimizer.OptimizerConfig)} <= names
