@@ -72,6 +72,15 @@ def test_a_field_a_version_lacks_is_reported_with_the_containers_that_have_it() 
     assert len(problems) == 1 and "nemo:26.06" in str(problems[0]) and "nemo:26.04," not in str(problems[0])
 
 
+def test_release_preset_cuda_graphs_reach_bridge() -> None:
+    """26.06's Qwen3 preset captures whole iterations: the plan must emit it, not depart from it."""
+    from optbench.bridge.adapter import bridge_setup
+
+    setup = bridge_setup(compose_run("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.06"]))
+    assert "model.cuda_graph_impl=full_iteration" in setup.overrides
+    assert setup.preset["departures"] == []
+
+
 def test_release_preset_gives_the_published_26_06_layout() -> None:
     run = compose_run("deepseek_v3_adamw", ["cluster.container=nemo:26.06"])
     assert (run.train.gbs, run.train.mbs, run.parallel.pp, run.parallel.vpp, run.parallel.ep) == (4096, 1, 2, 8, 32)

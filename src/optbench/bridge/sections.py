@@ -70,7 +70,7 @@ def _parallel(run: RunConfig) -> list[Item]:
             ("model.moe_shared_expert_overlap", False),
         ]
     items += [
-        ("model.cuda_graph_impl", "transformer_engine" if p.cuda_graph_scope else "none"),
+        ("model.cuda_graph_impl", p.cuda_graph_impl or ("transformer_engine" if p.cuda_graph_scope else "none")),
         ("model.cuda_graph_scope", list(p.cuda_graph_scope)),
         ("comm_overlap.tp_comm_overlap", p.tp_comm_overlap),
     ]
