@@ -137,15 +137,19 @@ def _ours_under(run: RunConfig, preset: Optional[presets.Preset]) -> list[Item]:
     return ours if preset is None else [(key, value) for key, value in ours if key not in PRESET_OWNED]
 
 
-def override_items(run: RunConfig) -> list[Item]:
-    """Every override as (dotted key, typed value), in application order: the preset's settings, then ours.
-
-    Every key is checked against the field names of the run's container (Bridge + Core of that release)."""
+def _checked_items(run: RunConfig) -> tuple[Optional[presets.Preset], list[Item], list[Item]]:
+    """(preset, our overrides under it, every override in application order), each key checked against the
+    field names of the run's container (Bridge + Core of that release)."""
     preset = presets.require_preset(run)
     ours = _ours_under(run, preset)
     items = preset_items(run, ours, preset) + ours
     versions.check_fields(run, [key for key, _ in items])
-    return items
+    return preset, ours, items
+
+
+def override_items(run: RunConfig) -> list[Item]:
+    """Every override as (dotted key, typed value), in application order: the preset's settings, then ours."""
+    return _checked_items(run)[2]
 
 
 def bridge_overrides(run: RunConfig) -> list[str]:
@@ -158,7 +162,7 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
     if preset is None:
         return None
     departures = presets.departures(ours, preset)
-    reasons = {**presets.RECIPE_DEPARTURES.get(run.recipe, {}), **presets.RELEASE_LAYOUT_KEPT.get(run.recipe, {})}
+    reasons = presets.departure_reasons(run.recipe)
     for d in departures:
         if d["field"] in reasons:
             d["reason"] = reasons[d["field"]]
@@ -180,10 +184,7 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
 
 def bridge_setup(run: RunConfig) -> BridgeSetup:
     """Recipe function, mixed-precision preset and overrides for a megatron_bridge run."""
-    preset = presets.require_preset(run)
-    ours = _ours_under(run, preset)
-    items = preset_items(run, ours, preset) + ours
-    versions.check_fields(run, [key for key, _ in items])
+    preset, ours, items = _checked_items(run)
     return BridgeSetup(
         recipe=bridge_recipe(run),
         mixed_precision=run.precision.bridge_mixed_precision,

@@ -36,6 +36,14 @@ def _core_main() -> str:
     return f"Megatron Core main ({main['commit'][:9]}, {main['date']})"
 
 
+def _arrives_with(what: str, predicate, instead: str) -> str:
+    """'<what> arrives with <oldest container that has it>: set cluster.container=<it> or <instead>'."""
+    first = versions.first_with(predicate)
+    if first is None:
+        return f"no container we know has {what}; {instead}"
+    return f"{what} arrives with {first.label()}: set cluster.container={first.name} or {instead}"
+
+
 def optimizer_name_items(run: RunConfig, container: versions.Container) -> list[Item]:
     """The optimizer name, and the layer-wise switch where the version has one."""
     muon = run.optimizer.muon
@@ -82,25 +90,23 @@ def muon_problems(run: RunConfig) -> Iterable[Problem]:
         return
     container = versions.container_of(run)
     if muon.coefficients != "quintic" and not versions.has_field(container, "optimizer.muon_coefficient_type"):
-        first = versions.first_with(lambda c: versions.has_field(c, "optimizer.muon_coefficient_type"))
         yield Problem(
             "optimizer.muon.coefficients",
-            f"{container.label()} runs the quintic set only; muon_coefficient_type arrives with "
-            f"{first.label() if first else 'no container'}: set cluster.container={first.name if first else '?'} "
-            "or coefficients=quintic",
+            f"{container.label()} runs the quintic set only; " + _arrives_with(
+                "muon_coefficient_type", lambda c: versions.has_field(c, "optimizer.muon_coefficient_type"),
+                "coefficients=quintic"),
             ("cluster.container",),
         )
     if muon.overlap_param_gather:
-        first = versions.first_with(lambda c: versions.behaviour(c, "layer_wise_overlap_param_gather"))
         if not muon.layer_wise:
             yield Problem("optimizer.muon.overlap_param_gather", "overlaps the layer-wise optimizer's all-gather; "
                           "set optimizer.muon.layer_wise=true or drop it", ("optimizer.muon.layer_wise",))
         elif not versions.behaviour(container, "layer_wise_overlap_param_gather"):
             yield Problem(
                 "optimizer.muon.overlap_param_gather",
-                f"{container.label()} gathers layer-wise parameters inside the step; the overlapped all-gather "
-                f"arrives with {first.label() if first else 'no container'}: set cluster.container="
-                f"{first.name if first else '?'} or drop it",
+                f"{container.label()} gathers layer-wise parameters inside the step; " + _arrives_with(
+                    "the overlapped all-gather", lambda c: versions.behaviour(c, "layer_wise_overlap_param_gather"),
+                    "drop it"),
                 ("cluster.container",),
             )
     if muon.syrk and not any(versions.has_field(c, "optimizer.muon_use_syrk") for c in versions.runnable()):

@@ -78,6 +78,11 @@ RELEASE_LAYOUT_KEPT = {
 }
 """Fields a recipe keeps when a later release's preset changes them (release_layout), with the reason."""
 
+
+def departure_reasons(recipe: str) -> dict[str, str]:
+    """Every field the recipe departs from NVIDIA's preset on purpose -> why."""
+    return {**RECIPE_DEPARTURES.get(recipe, {}), **RELEASE_LAYOUT_KEPT.get(recipe, {})}
+
 TRAIN_SETTINGS: dict[str, Any] = {
     "model.moe_router_force_load_balancing": False,
     "ddp.check_for_nan_in_grad": True,

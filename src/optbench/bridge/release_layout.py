@@ -72,8 +72,7 @@ def layout_overrides(run: RunConfig, user_overrides: Sequence[str]) -> list[str]
     """Hydra overrides that give ``run`` its release's layout, less what the user set (field or whole group)."""
     typed = set(typed_keys(user_overrides))
     groups = {o.split("=", 1)[0].lstrip("+") for o in user_overrides if o.split("=", 1)[0].lstrip("+") in CONFIG_GROUPS}
-    on_purpose = {**presets.RECIPE_DEPARTURES.get(run.recipe, {}), **presets.RELEASE_LAYOUT_KEPT.get(run.recipe, {})}
-    kept = {FIELDS.get(key) for key in on_purpose}
+    kept = {FIELDS.get(key) for key in presets.departure_reasons(run.recipe)}
     out = []
     for field, value in release_values(run).items():
         if field in typed or field in kept or field.split(".")[0] in groups:

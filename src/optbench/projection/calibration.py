@@ -91,9 +91,13 @@ def _cluster_gpus() -> dict[str, str]:
     return out
 
 
+def cluster_for_gpu(gpu: str) -> str | None:
+    """The first cluster preset (conf/cluster) whose GPU is ``gpu``."""
+    return next((name for name, preset_gpu in _cluster_gpus().items() if preset_gpu == gpu), None)
+
+
 def _release_of(run: RunConfig) -> str | None:
-    image = run.cluster.container_image or ""
-    return image.rsplit(":", 1)[1] if ":" in image else None
+    return run.cluster.container.split(":", 1)[1]
 
 
 def _matches(run: RunConfig, row: PublishedRow) -> bool:
@@ -113,9 +117,9 @@ def anchor_config(row: PublishedRow) -> tuple[str, tuple[str, ...], RunConfig] |
     if recipe not in list_recipes():
         return None
     presets: list[str] = []
-    clusters = [name for name, gpu in _cluster_gpus().items() if gpu == row.gpu]
-    if clusters:
-        presets.append(f"cluster={clusters[0]}")
+    cluster = cluster_for_gpu(row.gpu)
+    if cluster:
+        presets.append(f"cluster={cluster}")
     for group, option in (
         ("parallel", f"{row.model}_{row.gpu}_{row.num_gpus}"),
         ("train", f"{row.model}_{row.gpu}"),

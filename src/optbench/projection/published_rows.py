@@ -15,20 +15,17 @@ from functools import lru_cache
 from typing import Any
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
-from optbench.bridge import versions
+from optbench.bridge import presets, versions
 from optbench.errors import UserError
+from optbench.projection.calibration import cluster_for_gpu
 from optbench.report.published import PublishedRow
-
-CLUSTERS = {"gb300": "gb300_nvl72", "gb200": "gb200_nvl72", "b300": "b300", "b200": "b200", "h100": "h100"}
 
 
 def row_overrides(row: PublishedRow) -> list[str]:
-    overrides = [f"cluster={CLUSTERS[row.gpu]}", f"precision={PRECISION_ALIASES.get(row.precision, row.precision)}"]
+    overrides = [f"cluster={cluster_for_gpu(row.gpu)}", f"precision={PRECISION_ALIASES.get(row.precision, row.precision)}"]
     container = f"nemo:{row.release}"
     if container in {c.name for c in versions.runnable()}:
         overrides.append(f"cluster.container={container}")
-        from optbench.bridge import presets
-
         if presets.release_of_container(container) != presets.RELEASE:
             return overrides
     layout = row.layout
@@ -61,7 +58,7 @@ def _projected(recipe: str, overrides: tuple[str, ...]) -> dict[str, Any]:
 
 def projection_error(row: PublishedRow) -> dict[str, Any]:
     """{'tflops', 'error_percent', 'anchor'} or {'reason'} for one published row (model-only FLOPs both sides)."""
-    if row.gpu not in CLUSTERS or not row.model_tflops_per_gpu:
+    if cluster_for_gpu(row.gpu) is None or not row.model_tflops_per_gpu:
         return {"reason": "no model-only figure or no cluster preset for this GPU"}
     recipe = f"{row.model}_{'muon' if row.optimizer == 'muon' else 'adamw'}"
     out = dict(_projected(recipe, tuple(row_overrides(row))))
