@@ -12,12 +12,14 @@ The blog's rows (source nvidia_blog_table1) are kept as they are.
 from __future__ import annotations
 
 import csv
+import io
 import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bridge_sources import BRIDGE_REPO, git  # noqa: E402
+from optbench.io import atomic_write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "results" / "published"
@@ -116,12 +118,11 @@ def main() -> int:
         kept = [row for row in reader if row["source"] != "bridge_perf_summary"]
     rows = published_rows()
     rows.sort(key=lambda r: (r["model"], tuple(int(x) for x in r["release"].split(".")), r["gpu"], r["precision"]))
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(kept + rows)
-    tmp.replace(path)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(kept + rows)
+    atomic_write_text(path, text.getvalue())
     print(f"{len(rows)} Bridge rows ({len({r['release'] for r in rows})} releases) + {len(kept)} other rows -> {path}")
     return 0
 

@@ -30,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bridge_sources import BRIDGE_REPO, Source, git  # noqa: E402
+from optbench.io import atomic_write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "optbench" / "data" / "bridge" / "release-presets.json"
@@ -221,7 +222,7 @@ def main() -> int:
     }
     for version, data in payload["releases"].items():
         print(version, data["reader"], len(data["presets"]), "cases")
-    OUT.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(OUT, json.dumps(payload, indent=1, sort_keys=True) + "\n")
     return 0
 
 

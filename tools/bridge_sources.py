@@ -10,9 +10,12 @@ from __future__ import annotations
 import ast
 import functools
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # optbench.io for the tools' atomic writes
 
 MIRRORS = Path("/work/.mirror")
 BRIDGE_REPO = "NVIDIA-NeMo/Megatron-Bridge"

@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bridge_sources import BRIDGE_REPO, CORE_REPO, Resolver, Source, git, literal  # noqa: E402
+from optbench.io import atomic_write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "optbench" / "data" / "bridge"
@@ -164,6 +165,7 @@ def main() -> int:
     components = software_versions()
     bridge_head = git(BRIDGE_REPO, "rev-parse", "HEAD").strip()
     containers = []
+    outputs: dict[Path, str] = {}  # written together at the end: a failure leaves every file as it was
     for entry in container_map():
         name, version = entry["container"], entry["bridge"]
         listed = components.get(name, {})
@@ -180,7 +182,7 @@ def main() -> int:
         containers.append(record)
         if runnable:
             data = fields_record(version)
-            (args.out / f"fields-{version}.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+            outputs[args.out / f"fields-{version}.json"] = json.dumps(data, indent=1, sort_keys=True) + "\n"
             print(f"{name}: Bridge {version}, Core {data['provenance']['core']['version']}: "
                   f"{sum(len(v) for v in data['sections'].values())} fields")
     payload = {
@@ -194,7 +196,9 @@ def main() -> int:
         "containers": containers,
         "core_main": core_main_record(),
     }
-    (args.out / "containers.json").write_text(json.dumps(payload, indent=1) + "\n")
+    outputs[args.out / "containers.json"] = json.dumps(payload, indent=1) + "\n"
+    for path, text in outputs.items():
+        atomic_write_text(path, text)
     return 0
 
 
