@@ -28,7 +28,16 @@ LAUNCH := $(PY) -m launch
 # unrelated MODEL or TARGET in your shell's environment is ignored.
 typed = $(if $(filter command line,$(origin $(1))),$($(1)))
 
-.PHONY: help setup bridge-env setup-container test recipes plan pretrain sweep bench table compare study data clean
+TARGETS := help setup bridge-env setup-container test recipes plan pretrain sweep bench table compare study data clean
+.PHONY: $(TARGETS)
+
+# A word without '=' after a target is another goal to make, which would run after the first target had
+# already written its files: refuse it before any target runs. (make expands a lone '~' to your home folder
+# before we see it; make's own -b and -m options are accepted and ignored by make itself.)
+stray_goals := $(filter-out $(TARGETS),$(MAKECMDGOALS))
+ifneq ($(stray_goals),)
+$(error error: arguments: '$(firstword $(stray_goals))' is neither a target nor a key=value override (e.g. parallel.pp=8); nothing was run; `make help` lists the targets)
+endif
 
 help: ## List every target with what it does
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)

@@ -21,10 +21,10 @@ from collections.abc import Sequence
 
 from launch.make_args import overrides_from_make, recipe_from_make
 from optbench.config.compose import list_recipes
-from optbench.config.overrides import typed_keys
-from optbench.errors import EXIT_USER_ERROR, exit_on_user_error
+from optbench.config.overrides import check_repeated, typed_keys
+from optbench.errors import EXIT_USER_ERROR, UserError, exit_on_user_error
 from optbench.metrics.summary import COMMAND_ENV
-from optbench.redact import recorded_overrides
+from optbench.redact import recorded_overrides, remember_typed_secrets
 
 
 
@@ -113,4 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault(COMMAND_ENV, typed_command(args.command, args.recipe, args.overrides, args.from_make))
     overrides = getattr(args, "overrides", [])
     with exit_on_user_error(debug=wants_debug(overrides), typed=typed_keys(overrides)):
+        remember_typed_secrets(overrides)
+        repeated = list(check_repeated(overrides))
+        if repeated:
+            raise UserError(repeated)
         return args.func(args)

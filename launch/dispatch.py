@@ -26,8 +26,9 @@ from launch.jobs import JobSpec, check_path, job_command, job_env, job_mounts, r
 from optbench.config.compose import compose_run
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_json, restored_on_failure
-from optbench.plan import build_plan, format_launch_lines, format_summary, missing_prefixes, plan_path, write_plan
+from optbench.io import atomic_write_json
+from optbench.outputs import replacing
+from optbench.plan import build_plan, claim_results, format_launch_lines, format_summary, missing_prefixes, plan_path, write_plan
 from optbench.runs import resolve_run_id, run_dir, save_resolved_config
 from optbench.validate import validate
 
@@ -113,6 +114,7 @@ def pretrain(recipe: str, overrides: Sequence[str]) -> int:
     print(format_summary(plan))
     warn_missing_data(run, plan)
     check_launch(run)
+    claim_results(run)
     if run.cluster.executor == "slurm":
         return launch_slurm(run, plan)
     print(f"  plan.json   {shown(write_plan(run, plan))}")
@@ -165,7 +167,7 @@ def launch_slurm(run: RunConfig, plan: dict[str, Any]) -> int:
 
     folder = job_folder(run)
     job = JobSpec(name=str(run.run_id), run=run, folder=folder)
-    with restored_on_failure([*(folder / name for name in JOB_FILES), plan_path(run)]):
+    with replacing([*(folder / name for name in JOB_FILES), plan_path(run)]):
         launch = slurm_launch_section(job, run.dryrun)
         save_resolved_config(run, job.config_path)
         [rendered] = slurm.render([job], folder / "nemo_run", title=run.recipe, submit=not run.dryrun)

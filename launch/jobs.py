@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from optbench.bridge.presets import find_preset
-from optbench.config.compose import repo_root
+from optbench.checkout import repo_root
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError

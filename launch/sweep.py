@@ -29,8 +29,9 @@ from optbench.config.compose import check_typed_overrides, compose_run
 from optbench.config.overrides import typed_keys
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_json, restored_on_failure
-from optbench.plan import build_plan
+from optbench.io import atomic_write_json
+from optbench.outputs import replacing
+from optbench.plan import build_plan, claim_results
 from optbench.redact import recorded_overrides
 from optbench.projection.ranking import print_ranking
 from optbench.runs import new_run_id, resolve_run_id, run_dir, save_resolved_config
@@ -230,8 +231,9 @@ def sweep(recipe: str, overrides: Sequence[str]) -> int:
     if slurm:
         for point in valid:
             check_launch(point.run)
-    # The previous sweep's folder is replaced only when this one is complete (put back if it fails).
-    with restored_on_failure([folder]):
+    # The previous sweep's folder is replaced only when this one is complete (put back if it fails or is killed).
+    claim_results(first)
+    with replacing([folder]):
         if slurm:
             launch_slurm_points(recipe, valid, folder, dryrun)
         summary = {

@@ -18,6 +18,13 @@ def results_dir(tmp_path: Path) -> Path:
     return tmp_path / "results"
 
 
+def marked_results(path: Path) -> Path:
+    """A results folder as optbench makes one (created, with its marker), for tests that fill it by hand."""
+    from optbench.outputs import claim
+
+    return claim(path, "results_dir", "results")
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
     """Run ``python -m launch <args>`` the way a user does, capturing output."""
     full_env = {**os.environ, **(env or {})}

@@ -32,6 +32,11 @@ MICRO_KIMI = [
 MICRO_TRAIN = ["train.gbs=8", "train.mbs=2", "train.seq_length=32", "train.iters=4", "train.warmup_iters=1"]
 
 
+def micro_train(iters: int) -> list[str]:
+    """MICRO_TRAIN with another number of steps (the command line refuses a key typed twice)."""
+    return [o for o in MICRO_TRAIN if not o.startswith("train.iters=")] + [f"train.iters={iters}"]
+
+
 @pytest.fixture(autouse=True)
 def one_thread_per_process(monkeypatch):
     """Runs here use one CPU thread per process (fast and steady on a busy 2-core machine), then restore torch's."""

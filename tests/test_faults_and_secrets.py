@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_engine_runs import MICRO_KIMI, MICRO_TRAIN
+from test_engine_runs import MICRO_KIMI, MICRO_TRAIN, micro_train
 from test_launch_slurm import launch
 
-from conftest import REPO, run_make
+from conftest import REPO, marked_results, run_make
 from optbench.config.compose import compose_run
 from optbench.config.schema import RunConfig
 from optbench.engine.local import launch_local
@@ -68,13 +68,13 @@ def test_a_secret_in_any_field_is_refused_and_never_printed_or_written(secrets, 
 def test_no_secret_reaches_any_file_of_a_dry_run_a_sweep_a_local_run_or_a_table(secrets, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     results = tmp_path / "results"
-    shutil.copytree(REPO / "results" / "published", results / "published")
+    shutil.copytree(REPO / "results" / "published", marked_results(results) / "published")
     outputs = []
     for args in (
         ["plan", "kimi_k2_muon"],
         ["pretrain", "kimi_k2_muon", "dryrun=true", "+cluster.env.EXTRA=1"],
         ["sweep", "qwen3_30b_a3b_muon", "parallel.ep=4,8", "dryrun=true"],
-        ["pretrain", "kimi_k2_tiny_muon", *MICRO_KIMI, *MICRO_TRAIN, "train.iters=2", "logger=wandb_offline"],
+        ["pretrain", "kimi_k2_tiny_muon", *MICRO_KIMI, *micro_train(iters=2), "logger=wandb_offline"],
     ):
         code, out, err = launch(capsys, *args, f"results_dir={results}")
         assert code == 0, err
@@ -175,8 +175,8 @@ def test_a_corrupt_checkpoint_is_named_in_one_line_and_the_last_complete_one_off
     root = checkpoint_dir(_micro(results, "run_id=base"))
     assert complete_steps(root) == [2, 4]
     _break(root, how)
-    code, _, err = launch(capsys, "pretrain", "kimi_k2_tiny_muon", *MICRO_KIMI, *MICRO_TRAIN, "train.lr_decay_iters=6",
-                          "logger=none", "run_id=base", "resume=true", "train.iters=6", "train.save_interval=2",
+    code, _, err = launch(capsys, "pretrain", "kimi_k2_tiny_muon", *MICRO_KIMI, *micro_train(iters=6), "train.lr_decay_iters=6",
+                          "logger=none", "run_id=base", "resume=true", "train.save_interval=2",
                           f"results_dir={results}")
     assert code == 2, err
     [line] = err.splitlines()
@@ -211,7 +211,7 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(saved, 
 
 
 def test_two_runs_with_one_run_id_cannot_write_at_once(tmp_path, capsys):
-    directory = tmp_path / "results" / "runs" / "twice"
+    directory = marked_results(tmp_path / "results") / "runs" / "twice"
     handle = lock_run_dir(directory)
     try:
         code, _, err = launch(capsys, "pretrain", "kimi_k2_tiny_muon", *MICRO_KIMI, *MICRO_TRAIN, "logger=none",
@@ -238,7 +238,7 @@ def test_a_diverging_run_ends_in_one_line(tmp_path, capsys, monkeypatch):
 
 def test_make_table_skips_broken_runs_with_a_reason_and_reads_any_bridge_log(saved, tmp_path):
     results = _copy(saved, tmp_path)
-    shutil.copytree(REPO / "results" / "published", results / "published")
+    shutil.copytree(REPO / "results" / "published", marked_results(results) / "published")
     good = results / "runs" / "base"
     for name, files in {
         "bad-yaml": {"config.yaml": "model: [unclosed\n  : :"},

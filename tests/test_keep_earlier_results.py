@@ -10,7 +10,7 @@ from test_launch_slurm import launch
 
 from launch import slurm
 from optbench.errors import UserError
-from optbench.io import restored_on_failure
+from optbench.outputs import replacing
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -71,20 +71,20 @@ def test_a_render_that_fails_midway_puts_the_earlier_job_back(earlier: Path, cap
     assert not list(earlier.rglob(".*previous-*"))
 
 
-def test_restored_on_failure_keeps_or_replaces_as_a_whole(tmp_path: Path) -> None:
+def test_replacing_keeps_or_replaces_as_a_whole(tmp_path: Path) -> None:
     folder, file = tmp_path / "job", tmp_path / "plan.json"
     folder.mkdir()
     (folder / "old.txt").write_text("old")
     file.write_text("old plan")
     with pytest.raises(KeyboardInterrupt):
-        with restored_on_failure([folder, file, tmp_path / "new"]):
+        with replacing([folder, file, tmp_path / "new"]):
             folder.mkdir()
             (folder / "half.txt").write_text("half")
             (tmp_path / "new").write_text("x")
             raise KeyboardInterrupt
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job", "plan.json"]
     assert (folder / "old.txt").read_text() == "old" and file.read_text() == "old plan"
-    with restored_on_failure([folder, file]):
+    with replacing([folder, file]):
         folder.mkdir()
         (folder / "new.txt").write_text("new")
         file.write_text("new plan")

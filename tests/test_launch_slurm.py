@@ -134,7 +134,7 @@ def test_missing_account_stops_a_submission(monkeypatch: pytest.MonkeyPatch, cap
     (fake / "sbatch").write_text("#!/bin/sh\necho should-not-run >&2\nexit 1\n")
     (fake / "sbatch").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
-    code, _, err = launch(capsys, "pretrain", "kimi_k2_muon", "cluster.account=null", f"results_dir={tmp_path}")
+    code, _, err = launch(capsys, "pretrain", "kimi_k2_muon", "cluster.account=null", f"results_dir={tmp_path / 'results'}")
     assert code == 2 and error_line(err).startswith("error: cluster.account: no Slurm account for gb300_nvl72")
     assert "should-not-run" not in err
 

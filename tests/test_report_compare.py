@@ -14,6 +14,7 @@ from optbench.report.compare import analyse, smoothed, verdict
 from optbench.report.compare_format import write_compare
 from optbench.report.compare_run import CPU_DEFAULTS, CompareSpec, compose_compare_runs, parse_seeds, parse_target, run_compare
 from optbench.report.runs import MeasuredRun, StepRecord
+from conftest import marked_results
 from optbench.runs import run_dir, save_resolved_config
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -108,7 +109,7 @@ def test_unknown_pair_and_non_twins_are_one_line_errors():
 
 def _fake_launcher(run: RunConfig) -> Path:
     """Stands in for the local engine: writes what it writes, with Muon learning faster per step but slower steps."""
-    directory = run_dir(run)
+    directory = marked_results(Path(run.results_dir)) / "runs" / str(run_dir(run).name)
     directory.mkdir(parents=True)
     save_resolved_config(run, directory / "config.yaml")
     muon = run.optimizer.name == "muon"

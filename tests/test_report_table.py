@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_make
+from conftest import REPO, marked_results, run_make
 from optbench.config.compose import compose_run
 from optbench.errors import UserError
 from optbench.report.collect import collect_runs
@@ -26,11 +26,11 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def _published(results: Path) -> None:
-    shutil.copytree(REPO / "results" / "published", results / "published")
+    shutil.copytree(REPO / "results" / "published", marked_results(results) / "published")
 
 
 def _local_run(results: Path, run_id: str) -> Path:
-    directory = results / "runs" / run_id
+    directory = marked_results(results) / "runs" / run_id
     shutil.copytree(FIXTURES / "runs" / run_id, directory)
     recipe = run_id.rsplit("-", 2)[0]
     save_resolved_config(compose_run(recipe, [f"run_id={run_id}"]), directory / "config.yaml")
@@ -38,7 +38,7 @@ def _local_run(results: Path, run_id: str) -> Path:
 
 
 def _log_run(results: Path, intent: str = "reproduce") -> Path:
-    directory = results / "runs" / LOG_RUN
+    directory = marked_results(results) / "runs" / LOG_RUN
     directory.mkdir(parents=True)
     shutil.copy(FIXTURES / "logs" / "bridge_kimi_k2_restart.log", directory / "log-kimi_k2_muon_0.out")
     save_resolved_config(compose_run("kimi_k2_muon", [f"run_id={LOG_RUN}", f"intent={intent}"]), directory / "config.yaml")
@@ -202,4 +202,4 @@ def test_make_table_end_to_end(measured):
     assert "3 measured run(s)" in done.stdout
     assert "after the first 2 of every segment" in (measured / "throughput.md").read_text()
     bad = run_make("table", "WARMUP=x", env={"OPTBENCH_RESULTS_DIR": str(measured)})
-    assert bad.returncode == 2 and bad.stderr.splitlines()[0] == "error: WARMUP: 'x' is not a whole number of steps"
+    assert bad.returncode == 2 and bad.stderr.splitlines()[0].startswith("error: WARMUP: 'x' is not a whole number of steps")

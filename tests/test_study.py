@@ -13,6 +13,7 @@ from optbench.report import study_stats as stats
 from optbench.report.study import run_study
 from optbench.report.study_format import write_study
 from optbench.report.study_plan import StudySpec
+from conftest import marked_results
 from optbench.runs import run_dir, save_resolved_config
 
 
@@ -40,7 +41,7 @@ BEST = {"adamw": 3e-3, "muon_spectral": 1e-3, "muon_moonlight": 3e-3}
 
 
 def _fake_launcher(run: RunConfig) -> Path:
-    directory = run_dir(run)
+    directory = marked_results(Path(run.results_dir)) / "runs" / str(run_dir(run).name)
     directory.mkdir(parents=True)
     save_resolved_config(run, directory / "config.yaml")
     arm = "adamw" if run.optimizer.name == "adamw" else (

@@ -84,24 +84,37 @@ class UserError(Exception):
 def exit_on_user_error(debug: bool = False, typed: Sequence[str] = ()) -> Iterator[None]:
     """Turn a :class:`UserError` into its report on stderr and exit code 2, Ctrl-C into one line and 130.
 
+    A file-system failure a user can fix (read-only, full disk, permission, a name too long) is one
+    line too (:func:`optbench.outputs.filesystem_problem`). Inside the block nothing printed, tracebacks
+    included, shows a known secret (:func:`optbench.redact.redacted_streams`).
     ``typed``: the keys of the overrides the user typed, so that the error line names one of them.
     """
-    try:
-        yield
-    except UserError as err:
-        if debug:
-            raise err.focused(typed) from err
-        from optbench.redact import redact_text, secret_values
+    from optbench.redact import install_redacting_excepthook, redacted_streams
 
-        for line in err.focused(typed).report():
-            print(redact_text(line, secret_values()), file=sys.stderr)
-        raise SystemExit(EXIT_USER_ERROR) from None
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        print(
-            "interrupted (Ctrl-C): what was written is complete (metrics.jsonl holds the finished steps); a local run "
-            "with train.save_interval continues from its last checkpoint with resume=true run_id=<its run id>",
-            file=sys.stderr,
-        )
-        raise SystemExit(EXIT_INTERRUPTED) from None
+    install_redacting_excepthook()
+    with redacted_streams():
+        try:
+            yield
+        except UserError as err:
+            if debug:
+                raise err.focused(typed) from err
+            for line in err.focused(typed).report():
+                print(line, file=sys.stderr)
+            raise SystemExit(EXIT_USER_ERROR) from None
+        except KeyboardInterrupt:
+            if debug:
+                raise
+            print(
+                "interrupted (Ctrl-C): what was written is complete (metrics.jsonl holds the finished steps); a local run "
+                "with train.save_interval continues from its last checkpoint with resume=true run_id=<its run id>",
+                file=sys.stderr,
+            )
+            raise SystemExit(EXIT_INTERRUPTED) from None
+        except OSError as err:
+            from optbench.outputs import filesystem_problem
+
+            problem = filesystem_problem(err)
+            if debug or problem is None:
+                raise
+            print(UserError(problem).lines()[0], file=sys.stderr)
+            raise SystemExit(EXIT_USER_ERROR) from None

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from optbench.redact import redact_known
+
+
+class NotOurFileError(OSError):
+    """The path to write holds something that is not a regular file (a folder, link, device): never replaced."""
 
 
 def _default_file_mode() -> int:
@@ -20,9 +26,23 @@ def _default_file_mode() -> int:
     return 0o666 & ~umask
 
 
+def check_replaceable(target: Path) -> None:
+    """Raise NotOurFileError when ``target`` exists and is not a plain file (a rename would replace a folder,
+    a link or a device such as /dev/null)."""
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise NotOurFileError(0, "not a regular file", str(target))
+
+
 def atomic_write_with(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]) -> Path:
-    """Let ``write`` fill a temporary file beside ``path``, fsync it, then rename it over ``path``."""
+    """Let ``write`` fill a temporary file beside ``path``, fsync it, then rename it over ``path``.
+
+    Only a missing path or a regular file is ever replaced (:func:`check_replaceable`)."""
     target = Path(path)
+    check_replaceable(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -44,8 +64,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Atomically replace ``path`` with ``text`` (UTF-8)."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
+    """Atomically replace ``path`` with ``text`` (UTF-8), every known secret redacted (optbench.redact)."""
+    return atomic_write_bytes(path, redact_known(text).encode("utf-8"))
 
 
 def strict_json_value(value: Any) -> Any:
@@ -81,36 +101,8 @@ def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
 
 
 def remove_path(path: Path) -> None:
-    """Remove a file, link or folder tree if it exists."""
+    """Remove a file, link or folder tree if it exists (callers pass only paths of their own outputs)."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
-
-
-@contextlib.contextmanager
-def restored_on_failure(paths: Sequence[Path]) -> Iterator[None]:
-    """Let a block replace ``paths`` (files or folders) as a whole: kept only if the block succeeds.
-
-    Each existing path is first set aside beside itself (``.<name>.previous-<pid>``); when the block
-    ends normally the set-aside copies are deleted, and when it raises (Ctrl-C included) whatever
-    the block wrote at those paths is deleted and the earlier content put back.
-    """
-    paths = list(dict.fromkeys(Path(p) for p in paths))
-    kept: dict[Path, Path] = {}
-    try:
-        for path in paths:
-            if path.exists() or path.is_symlink():
-                aside = path.with_name(f".{path.name}.previous-{os.getpid()}")
-                remove_path(aside)
-                os.rename(path, aside)
-                kept[path] = aside
-        yield
-    except BaseException:
-        for path in paths:
-            remove_path(path)
-            if path in kept:
-                os.rename(kept[path], path)
-        raise
-    for aside in kept.values():
-        remove_path(aside)

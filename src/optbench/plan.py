@@ -23,6 +23,7 @@ from optbench.config.pipeline import balanced_layout_for, layout_follows_overrid
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_text, dumps_strict
+from optbench.outputs import claim
 from optbench.projection.plan_fields import projection_fields, projection_summary_lines
 from optbench.redact import recorded_overrides, redact_config, redact_text, run_secrets
 
@@ -112,8 +113,14 @@ def _layout_was_balanced(run: RunConfig, overrides: Sequence[str]) -> bool:
     return bool(layout) and layout_follows_overrides(overrides) and layout == balanced_layout_for(run)
 
 
+def claim_results(run: RunConfig) -> Path:
+    """The run's results folder, created and marked as optbench's (refused if it is not ours: optbench.outputs)."""
+    return claim(run.results_dir, "results_dir", "results")
+
+
 def write_plan(run: RunConfig, plan: dict[str, Any]) -> Path:
     """Atomically write plan.json (strict JSON, every known secret redacted); returns its path."""
+    claim_results(run)
     return atomic_write_text(plan_path(run), redact_text(dumps_strict(plan, indent=2) + "\n", run_secrets(run)))
 
 

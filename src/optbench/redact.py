@@ -2,29 +2,35 @@
 
 A secret is the Slurm account (``cluster.account``), any environment value whose name looks like a
 credential (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*ACCOUNT*``: WANDB_API_KEY,
-SBATCH_ACCOUNT, HF_TOKEN, ...), and the value of such variables in ``cluster.env``.
+SBATCH_ACCOUNT, HF_TOKEN, ...), the value of such variables in ``cluster.env``, and the value of any
+such key typed on the command line.
 
 Three layers, so that no path a value can take writes it:
 
-1. **Refusal at composition** (:func:`secret_problems`): a config value that interpolates a secret
-   (``${cluster.account}``, ``${oc.env:WANDB_API_KEY}``, ``${oc.env:SBATCH_ACCOUNT}``) or that
-   contains a credential from the environment is refused in one line that never shows the value.
-   Nothing downstream ever sees it.
+1. **Refusal at composition** (:func:`secret_problems`): a config value whose interpolation reaches a
+   secret through any resolver (``${cluster.account}``, ``${oc.select:cluster.account,x}``,
+   ``${oc.env:WANDB_API_KEY}``, nested, relative, a whole ``${cluster}``) is refused in one line that
+   never shows the value: the config is resolved once with every secret replaced by a marker, and a
+   field whose value (or resolution error) carries a marker is refused. A plain value that contains a
+   credential from the environment is refused too. Nothing downstream ever sees it.
 2. **Structural redaction** (:func:`redact_config`): the account and credential-named job variables
    are replaced in every config we write (plan.json, config.yaml, wandb's config).
-3. **Text redaction** (:func:`redact_text`) of every file we write from a config (plan.json,
-   config.yaml, summary.json, NeMo-Run's scripts and executor files) and of error lines: each known
-   secret of at least :data:`MIN_TEXT_SECRET` characters is replaced wherever it occurs. Shorter
-   values (a 3-letter account) would match ordinary words, so they rely on layers 1 and 2.
+3. **Redaction where text leaves the process** (:func:`redact_known`): every text file written through
+   :mod:`optbench.io` and everything printed inside :func:`redacted_streams` (error lines, debug
+   tracebacks, sweep tables) has each known secret replaced: those of at least :data:`MIN_TEXT_SECRET`
+   characters wherever they occur, shorter ones that the user typed as a secret's value (from 3
+   characters) where they stand as a whole word (a 3-letter account would otherwise match ordinary words).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from optbench.errors import Problem
 
@@ -33,8 +39,13 @@ SECRET_NAME = re.compile(r"KEY|TOKEN(?!IZER)|SECRET|PASSWORD|PASSWD|CREDENTIAL|A
 """Credential-looking names; ``TOKENIZER`` (data.tokenizer, TOKENIZERS_PARALLELISM) is not one."""
 MIN_TEXT_SECRET = 6
 """Shortest secret replaced in free text."""
+MIN_WORD_SECRET = 3
+"""Shortest typed secret replaced where it stands as a whole word."""
 ACCOUNT_FIELD = "cluster.account"
-_SECRET_REFERENCE = re.compile(r"\$\{\s*(?:cluster\.account|oc\.env\s*:\s*([A-Za-z_][A-Za-z0-9_]*))")
+_MARKER = "optbench-secret-marker-"
+
+_typed_secrets: set[str] = set()
+"""Secret values this process has seen typed or composed (the account, secret-named overrides)."""
 
 
 def is_secret_name(name: str) -> bool:
@@ -49,6 +60,83 @@ def recorded_overrides(overrides: Sequence[str]) -> list[str]:
         key, sep, _ = override.partition("=")
         recorded.append(f"{key}={REDACTED}" if sep and is_secret_name(key) else override)
     return recorded
+
+
+def remember_secret(value: Any) -> None:
+    """Add a secret value (the composed account, a typed secret) to what :func:`redact_known` hides."""
+    if isinstance(value, str) and len(value.strip()) >= MIN_WORD_SECRET and value != REDACTED and _MARKER not in value:
+        _typed_secrets.add(value.strip())
+
+
+def remember_typed_secrets(overrides: Sequence[str]) -> None:
+    """Remember the value of every typed override whose key names a secret (``cluster.account=...``)."""
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if sep and is_secret_name(key):
+            remember_secret(value.strip().strip("'\""))
+
+
+def known_secrets() -> list[str]:
+    """Every secret this process knows of, longest first."""
+    return sorted({*secret_values(), *_typed_secrets}, key=len, reverse=True)
+
+
+def redact_known(text: str, words: bool = False) -> str:
+    """``text`` with every known secret of MIN_TEXT_SECRET or more characters replaced; with ``words`` (what is
+    printed), also shorter typed ones where they stand as whole words. Files never get the word rule: a
+    3-letter account could be a number or a key of the JSON being written."""
+    for secret in known_secrets():
+        if len(secret) >= MIN_TEXT_SECRET:
+            text = text.replace(secret, REDACTED)
+        elif words and secret in text:
+            text = re.sub(rf"(?<![A-Za-z0-9_.-]){re.escape(secret)}(?![A-Za-z0-9_-])", REDACTED, text)
+    return text
+
+
+class _RedactingStream:
+    """A text stream that hides every known secret in what is written to it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact_known(text, words=True))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _redacting_excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    import traceback
+
+    sys.stderr.write(redact_known("".join(traceback.format_exception(kind, value, tb)), words=True))
+
+
+def install_redacting_excepthook() -> None:
+    """An uncaught exception's traceback (debug=true) is printed with every known secret hidden."""
+    sys.excepthook = _redacting_excepthook
+
+
+@contextlib.contextmanager
+def redacted_streams() -> Iterator[None]:
+    """Inside the block, stdout and stderr (tracebacks included) never show a known secret; the secrets
+    remembered inside it (typed, composed) are forgotten after it: one command's secrets are its own."""
+    saved = sys.stdout, sys.stderr
+    remembered = set(_typed_secrets)
+    if not isinstance(sys.stdout, _RedactingStream):
+        sys.stdout = _RedactingStream(sys.stdout)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, _RedactingStream):
+        sys.stderr = _RedactingStream(sys.stderr)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+        _typed_secrets.intersection_update(remembered)
 
 
 
@@ -78,9 +166,8 @@ def secret_values(config: Mapping[str, Any] | None = None, environ: Mapping[str,
 
 def run_secrets(run: Any) -> list[str]:
     """:func:`secret_values` of a typed run config (its account and job variables) and this environment."""
-    from optbench.config.compose import run_config_to_dict
-
-    return secret_values(run_config_to_dict(run))
+    cluster = getattr(run, "cluster", None)
+    return secret_values({"cluster": {"account": getattr(cluster, "account", None), "env": dict(getattr(cluster, "env", None) or {})}})
 
 
 def redact_text(text: str, secrets: Iterable[str]) -> str:
@@ -102,30 +189,75 @@ def _leaves(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
         yield path, node
 
 
-def _refers_to_secret(text: str) -> bool:
-    """``${cluster.account}`` or ``${oc.env:NAME...}`` with a credential-looking NAME anywhere in ``text``."""
-    return any(match.group(1) is None or is_secret_name(match.group(1)) for match in _SECRET_REFERENCE.finditer(text))
+def _marked_copy(cfg: Any) -> Any:
+    """An untyped copy of the composed config with the account and secret job variables replaced by markers."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    cluster = raw.get("cluster") if isinstance(raw, dict) else None
+    if isinstance(cluster, dict):
+        cluster["account"] = f"{_MARKER}account"
+        env = cluster.get("env")
+        if isinstance(env, dict):
+            for name in env:
+                if is_secret_name(str(name)):
+                    env[name] = f"{_MARKER}env"
+    return OmegaConf.create(raw)
 
 
-def secret_problems(raw: Mapping[str, Any], resolved: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> list[Problem]:
+@contextlib.contextmanager
+def _marked_environment() -> Iterator[None]:
+    """Credential-named environment variables replaced by markers (``oc.env`` reads them at resolution)."""
+    saved = {name: value for name, value in os.environ.items() if is_secret_name(name)}
+    try:
+        for name in saved:
+            os.environ[name] = f"{_MARKER}{name}"
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def _reaches_secret(marked: Any, path: str) -> bool:
+    """Whether the field at ``path`` of the marked config resolves to (or fails quoting) a secret marker."""
+    from omegaconf import OmegaConf
+
+    try:
+        value = OmegaConf.select(marked, path, throw_on_missing=False)
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+        text = str(value)
+    except Exception as err:  # noqa: BLE001 - any resolver failure; only whether it quotes a marker matters
+        text = repr(err)
+    return _MARKER in text
+
+
+def secret_problems(cfg: Any, environ: Mapping[str, str] | None = None) -> list[Problem]:
     """Fields (other than cluster.account) that would carry a secret into what we write or print.
 
-    ``raw``: the composed config with interpolations unresolved; ``resolved``: the same resolved
-    (None when it does not resolve: then only the references are checked). The value is never shown.
+    ``cfg``: the composed config (a DictConfig, interpolations unresolved). A field whose interpolation
+    reaches a secret through any resolver is refused; so is a plain value that holds a credential from
+    the environment or the account. The value is never shown.
     """
+    from omegaconf import OmegaConf
+
     environ = os.environ if environ is None else environ
-    resolved_leaves = dict(_leaves(resolved)) if resolved is not None else {}
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    with _marked_environment():
+        marked = _marked_copy(cfg)
+        reaching = {
+            path for path, value in _leaves(raw)
+            if isinstance(value, str) and "${" in value and not _is_secret_field(path) and _reaches_secret(marked, path)
+        }
     sources = {value: f"${name}" for name, value in environ.items() if is_secret_name(name) and len(value) >= MIN_TEXT_SECRET}
-    account = resolved_leaves.get(ACCOUNT_FIELD)
-    if account and len(str(account)) >= MIN_TEXT_SECRET:
-        sources[str(account)] = "cluster.account"
+    account = (raw.get("cluster") or {}).get("account") if isinstance(raw, dict) else None
+    if isinstance(account, str) and "${" not in account and len(account) >= MIN_TEXT_SECRET:
+        sources[account] = "cluster.account"
     problems = []
     for path, value in _leaves(raw):
-        if path == ACCOUNT_FIELD or not isinstance(value, str):
+        if _is_secret_field(path) or not isinstance(value, str):
             continue
-        text = str(resolved_leaves.get(path, value))
-        found = "interpolates a secret (the Slurm account or a credential variable)" if _refers_to_secret(value) else next(
-            (f"holds the value of {source}, a secret" for secret, source in sources.items() if secret in text), None
+        found = "interpolates a secret (the Slurm account or a credential variable)" if path in reaching else next(
+            (f"holds the value of {source}, a secret" for secret, source in sources.items() if secret in value), None
         )
         if found:
             problems.append(
@@ -136,3 +268,8 @@ def secret_problems(raw: Mapping[str, Any], resolved: Mapping[str, Any] | None, 
                 )
             )
     return problems
+
+
+def _is_secret_field(path: str) -> bool:
+    """cluster.account: where the account belongs (redacted whenever written)."""
+    return path == ACCOUNT_FIELD

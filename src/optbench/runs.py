@@ -46,9 +46,20 @@ def run_dir(run: RunConfig) -> Path:
     return Path(run.results_dir) / "runs" / resolve_run_id(run)
 
 
+def _escaped(node):
+    """Text holding "${" escaped, so that reading the YAML back gives the text, not an interpolation."""
+    if isinstance(node, str):
+        return node.replace("${", "\\${")
+    if isinstance(node, dict):
+        return {key: _escaped(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_escaped(value) for value in node]
+    return node
+
+
 def resolved_config_yaml(run: RunConfig) -> str:
-    """The run config as YAML with secrets redacted."""
-    return OmegaConf.to_yaml(OmegaConf.create(redact_config(run_config_to_dict(run))))
+    """The run config as YAML with secrets redacted (read back by :func:`load_resolved_config` as the same values)."""
+    return OmegaConf.to_yaml(OmegaConf.create(_escaped(redact_config(run_config_to_dict(run)))))
 
 
 def save_resolved_config(run: RunConfig, path: str | Path) -> Path:

@@ -10,6 +10,7 @@ the one the user typed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 
 from optbench.bridge.muon_fields import muon_problems
@@ -208,6 +209,23 @@ def check_precision(run: RunConfig) -> Iterable[Problem]:
         )
 
 
+NEMO_IMAGE = re.compile(r"(?:^|/)(nemo:\S+)$")
+"""An image of NVIDIA's NeMo repository (nvcr.io/nvidia/nemo:<tag>); other images are the user's own builds."""
+
+
+def _image_problems(run: RunConfig) -> Iterable[Problem]:
+    """A NeMo image whose tag names another release than cluster.container: the plan would target one
+    Megatron Bridge and the job run another."""
+    image = run.cluster.container_image or ""
+    match = NEMO_IMAGE.search(image)
+    if run.cluster.executor == "slurm" and match and match.group(1) != run.cluster.container:
+        yield Problem(
+            "cluster.container_image",
+            f"{match.group(1)} is another release than cluster.container={run.cluster.container}; set "
+            f"cluster.container={match.group(1)} instead (the image follows it), or give your own image's name",
+        )
+
+
 def check_engine(run: RunConfig) -> Iterable[Problem]:
     p = run.parallel
     if run.engine == "megatron_bridge":
@@ -217,6 +235,7 @@ def check_engine(run: RunConfig) -> Iterable[Problem]:
             container_of(run)
         except UserError as err:
             yield from err.problems
+        yield from _image_problems(run)
 
         if run.model.name not in BRIDGE_MODELS:
             yield Problem(

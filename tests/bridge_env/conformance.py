@@ -249,6 +249,9 @@ def main() -> int:
     report: dict[str, Any] = {"cases": [], "versions": {}}
     with tempfile.TemporaryDirectory() as tmp:
         hf_cache.use(Path(tmp) / "hf")
+        from optbench.outputs import claim
+
+        claim(Path(tmp) / "results", "results_dir", "results")  # the cases write into it before composing again
         for recipe in args.recipes:
             for intent in INTENTS:
                 try:

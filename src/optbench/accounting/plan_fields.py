@@ -56,7 +56,7 @@ def layout_matches(run: RunConfig, layout: dict[str, int | None]) -> bool:
 
 def matching_published_rows(run: RunConfig) -> list:
     """Published rows measured with this run's model, GPU, GPU count, precision, optimizer and layout."""
-    from optbench.config.compose import repo_root
+    from optbench.checkout import repo_root
     from optbench.report.published import default_published_dir, load_published
 
     try:

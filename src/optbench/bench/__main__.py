@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from pathlib import Path
 
 from optbench.bench import BENCHMARKS
 from optbench.errors import Problem, UserError, exit_on_user_error
@@ -26,12 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     with exit_on_user_error(args.debug):
         if args.only is not None and args.only not in BENCHMARKS:
             raise UserError(Problem("--only", f"unknown benchmark {args.only!r}; choose one of {', '.join(BENCHMARKS)}"))
-        if args.out is None:
-            from optbench.config.compose import repo_root
+        from optbench.outputs import claim
 
-            out = repo_root() / "results" / "bench"
+        if args.out is None:
+            from optbench.checkout import repo_root
+
+            out = claim(repo_root() / "results", "results_dir", "results") / "bench"
         else:
-            out = Path(args.out)
+            out = claim(args.out, "--out", "results")
         if args.threads is not None:
             if args.threads < 1:
                 raise UserError(Problem("--threads", f"must be at least 1, got {args.threads}"))

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from optbench.config.compose import compose_run, repo_root
@@ -44,6 +46,12 @@ GPU_LADDER: dict[str, list[str]] = {
     for size, experts in (("small", 16), ("medium", 32), ("large", 64))
 }
 """Kimi K2-architecture proxies sized for one GPU (overrides on kimi_k2_tiny_<optimizer>), smallest first."""
+BUSY_PROCESSES = 2
+"""Processes kept busy beside the loaded run (each a pure-Python loop on one core)."""
+LOADED_TARGET = 3.0
+"""The default `make pretrain` beside BUSY_PROCESSES busy processes takes at most this many times its quiet time."""
+LIBGOMP_SPIN_COUNT = "300000"
+"""libgomp's own GOMP_SPINCOUNT default: what the engine ran with before it set one."""
 GPU_MEMORY_SHARE = 0.5
 """Share of the GPU's memory the weights, gradients and optimizer state may take (the rest: activations)."""
 
@@ -59,12 +67,19 @@ def _make_command(recipe: str | None, overrides: list[str]) -> list[str]:
     return ["make", "pretrain", *([f"RECIPE={recipe}"] if recipe else []), *overrides]
 
 
-def timed_pretrain(recipe: str | None, overrides: list[str], results: Path, run_id: str) -> dict[str, Any]:
-    """Run ``make pretrain [RECIPE=...] overrides`` as a subprocess; wall time and the run's summary."""
-    shown = _make_command(recipe, overrides)
+def timed_pretrain(
+    recipe: str | None, overrides: list[str], results: Path, run_id: str, env_extra: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``make pretrain [RECIPE=...] overrides`` as a subprocess; wall time and the run's summary.
+
+    ``env_extra``: variables set for this run only (shown in the command); without them the run gets the
+    engine's defaults (OMP_NUM_THREADS and GOMP_SPINCOUNT removed from the environment)."""
+    shown = [*(f"{k}={v}" for k, v in (env_extra or {}).items()), *_make_command(recipe, overrides)]
     placement = [f"results_dir={results}", f"run_id={run_id}"]  # keeps bench runs out of results/runs
-    argv = [shown[0], "--no-print-directory", f"PY={sys.executable}", *shown[1:], *placement]
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # measure the default thread count
+    make = _make_command(recipe, overrides)
+    argv = [make[0], "--no-print-directory", f"PY={sys.executable}", *make[1:], *placement]
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "GOMP_SPINCOUNT")}
+    env.update(env_extra or {})
     start = time.perf_counter()
     process = subprocess.run(argv, cwd=repo_root(), env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - start
@@ -84,8 +99,23 @@ def timed_pretrain(recipe: str | None, overrides: list[str], results: Path, run_
             "peak_memory_gb", "device", "precision", "world_size", "threads_per_process")
     result.update({k: summary.get(k) for k in keys})
     result["training_wall_s"] = summary.get("wall_s")
+    result["threads"] = summary.get("threads")
     result["prints_results"] = str(summary_path.parent) in process.stdout
     return result
+
+
+@contextlib.contextmanager
+def busy_processes(count: int) -> Iterator[list[subprocess.Popen]]:
+    """``count`` processes that each keep one core busy (a pure-Python loop) for as long as the block runs."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(1.0)  # let them reach the scheduler's steady state before the measured run starts
+        yield spinners
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+        for spinner in spinners:
+            spinner.wait()
 
 
 def _cpu_section(quick: bool) -> dict[str, Any]:
@@ -93,15 +123,21 @@ def _cpu_section(quick: bool) -> dict[str, Any]:
     twin = recipe.replace("_muon", "_adamw")
     overrides = [f"train.iters={QUICK_ITERS}"] if quick else []
     load_before = os.getloadavg()[0]
+    from optbench.engine.local.threads import available_cores
+
+    cores = available_cores()
     with tempfile.TemporaryDirectory(prefix="optbench-bench-") as tmp:
         runs = {"default": timed_pretrain(None, overrides, Path(tmp), "bench-default")}
         if twin != recipe:
             runs["adamw_twin"] = timed_pretrain(twin, overrides, Path(tmp), "bench-adamw")
-    from optbench.engine.local.runtime import available_cores
-
+        with busy_processes(BUSY_PROCESSES):
+            runs["default_loaded"] = timed_pretrain(None, overrides, Path(tmp), "bench-loaded")
+            old_policy = {"OMP_NUM_THREADS": str(cores), "GOMP_SPINCOUNT": LIBGOMP_SPIN_COUNT}
+            runs["default_loaded_old_policy"] = timed_pretrain(None, overrides, Path(tmp), "bench-loaded-old", old_policy)
     return {
         "default_recipe": recipe,
-        "cores": available_cores(),
+        "cores": cores,
+        "busy_processes": BUSY_PROCESSES,
         "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
         "runs": runs,
     }
@@ -163,10 +199,20 @@ def run(out_dir: Path, quick: bool = False) -> list[Path]:
             "default run's loss falls": default.get("final_loss") is not None
             and default["final_loss"] < default["initial_loss"],
             "default run prints where its results are": bool(default.get("prints_results")),
+            f"beside {BUSY_PROCESSES} busy processes at most {LOADED_TARGET:.0f}x the quiet wall time":
+            _loaded_ratio(cpu) is not None and _loaded_ratio(cpu) <= LOADED_TARGET,
         },
     }
     out_dir = Path(out_dir)
     return [atomic_write_json(out_dir / "pretrain.json", data), atomic_write_text(out_dir / "pretrain.md", markdown(data))]
+
+
+def _loaded_ratio(cpu: dict[str, Any], name: str = "default_loaded") -> float | None:
+    """Wall time of a run beside the busy processes over the quiet default run's."""
+    quiet, loaded = cpu["runs"]["default"], cpu["runs"].get(name)
+    if loaded is None or quiet.get("exit_code") != 0 or loaded.get("exit_code") != 0:
+        return None
+    return loaded["wall_s"] / quiet["wall_s"]
 
 
 def _flops(tflops: float | None) -> str:
@@ -195,6 +241,23 @@ def _run_rows(runs: dict[str, dict[str, Any]]) -> list[str]:
     return rows
 
 
+def _loaded_lines(cpu: dict[str, Any]) -> list[str]:
+    if "default_loaded" not in cpu["runs"]:
+        return []
+    ratio, old = _loaded_ratio(cpu), _loaded_ratio(cpu, "default_loaded_old_policy")
+    shown = lambda r: "-" if r is None else f"{r:.2f}x"  # noqa: E731
+    changes = (cpu["runs"]["default_loaded"].get("threads") or {}).get("changes") or []
+    threads = ", ".join(f"step {c['step']}: {c['threads']} (others busy {c['others_busy_cores']} cores)" for c in changes)
+    return [
+        f"Under load: `default_loaded` runs beside {cpu['busy_processes']} processes that each keep one core busy "
+        f"(a pure-Python loop): {shown(ratio)} the quiet wall time (target at most {LOADED_TARGET:.0f}x). "
+        f"Its threads: {threads or '-'}. "
+        f"`default_loaded_old_policy` is the same run with the engine's earlier thread policy (all cores, libgomp's "
+        f"default spin count): {shown(old)} the quiet time.",
+        "",
+    ]
+
+
 def markdown(data: dict[str, Any]) -> str:
     """The human-readable summary written beside pretrain.json."""
     cpu, gpu = data["cpu"], data["gpu"]
@@ -215,6 +278,7 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         *_run_rows(cpu["runs"]),
         "",
+        *_loaded_lines(cpu),
         "## GPU: largest proxy that fits one GPU, Muon vs AdamW",
         "",
     ]

@@ -10,35 +10,22 @@ one line names the field.
 from __future__ import annotations
 
 import difflib
-import os
 import re
 import typing
 from dataclasses import fields, is_dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from optbench.bridge import release_layout
+from optbench.checkout import repo_root
 from optbench.config import overrides as typed
 from optbench.config.domains import check_domains
 from optbench.config.pipeline import follow_stage_overrides
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
-from optbench.redact import secret_problems
-
-
-def repo_root() -> Path:
-    """The checkout holding recipes/ and conf/: $OPTBENCH_ROOT, else the source tree, else the working directory."""
-    candidates = []
-    if os.environ.get("OPTBENCH_ROOT"):
-        candidates.append(Path(os.environ["OPTBENCH_ROOT"]))
-    candidates += [Path(__file__).resolve().parents[3], Path.cwd()]
-    for root in candidates:
-        if (root / "recipes").is_dir() and (root / "conf").is_dir():
-            return root
-    raise UserError("cannot find recipes/ and conf/; run from the repository root or set OPTBENCH_ROOT", "OPTBENCH_ROOT")
+from optbench.redact import remember_secret, secret_problems
 
 
 def list_recipes() -> list[str]:
@@ -259,14 +246,6 @@ def check_typed_overrides(overrides: Sequence[str], sweeping: bool = False) -> N
             raise UserError(problems)
 
 
-def _resolved_or_none(cfg: DictConfig) -> dict[str, Any] | None:
-    try:
-        container = OmegaConf.to_container(cfg, resolve=True)
-    except OmegaConfBaseException:  # a broken interpolation: to_run_config names it
-        return None
-    return container if isinstance(container, dict) else None
-
-
 def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
     """Compose and type-check one run: the single entry point for every command.
 
@@ -286,10 +265,11 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
 
 def _compose_checked(recipe: str, overrides: Sequence[str]) -> RunConfig:
     cfg = compose_dictconfig(recipe, overrides)
-    secrets = secret_problems(OmegaConf.to_container(cfg, resolve=False), _resolved_or_none(cfg))
+    secrets = secret_problems(cfg)
     if secrets:  # alone: other messages could quote the value
         raise UserError(secrets)
     run = to_run_config(cfg)
+    remember_secret(run.cluster.account)
     problems = [*typed.check_engine_fields(run, overrides), *check_domains(run)]
     if problems:
         raise UserError(problems)
@@ -298,6 +278,7 @@ def _compose_checked(recipe: str, overrides: Sequence[str]) -> RunConfig:
 
 def run_config_to_dict(run: RunConfig) -> dict[str, Any]:
     """Plain-dict view of a typed run config (for plan.json, config.yaml)."""
-    container = OmegaConf.to_container(OmegaConf.structured(run), resolve=True)
+    # A typed run is resolved already: a "${...}" left in a value is text the user escaped, not an interpolation.
+    container = OmegaConf.to_container(OmegaConf.structured(run), resolve=False)
     assert isinstance(container, dict)
     return container

@@ -8,23 +8,16 @@ falls outside it (wrong type included), each naming the field, the value and wha
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional, Union
 
 from optbench.errors import Problem
+from optbench.outputs import output_problem
 
 MAX_TEXT = 1024
 """Longest free-text value (descriptions, names) that is printed or written."""
-MAX_PATH = 1024
-"""Longest path we accept (Linux allows 4096; runs append their own sub-folders to it)."""
-MAX_NAME_BYTES = 255
-"""Longest single path component on Linux file systems."""
-SYSTEM_TREES = ("/proc", "/sys", "/dev")
-"""Pseudo file systems that can never hold results."""
 
 
 def _shown(value: Any, limit: int = 60) -> str:
@@ -170,28 +163,12 @@ class Table:
 
 @dataclass(frozen=True)
 class Folder:
-    """A folder that can hold results: an existing writable directory, or one that can be created there."""
+    """An output folder of one optbench kind: new, empty, or marked as ours (:mod:`optbench.outputs`)."""
+
+    kind: str = "results"
 
     def problems(self, key: str, value: Any) -> Iterable[Problem]:
         text = value if isinstance(value, str) else ""
-        if not text or has_control_characters(text):
-            yield Problem(key, "must be a folder path on one line; e.g. results")
-            return
-        if len(text) > MAX_PATH or any(len(part.encode()) > MAX_NAME_BYTES for part in Path(text).parts):
-            yield Problem(
-                key, f"path too long ({len(text):,} characters); use at most {MAX_PATH} and {MAX_NAME_BYTES} per folder name"
-            )
-            return
-        path = Path(text).expanduser().absolute()
-        tree = next((t for t in SYSTEM_TREES if path == Path(t) or Path(t) in path.parents), None)
-        if tree is not None:
-            yield Problem(key, f"{_shown(text)} is under {tree}, which cannot hold results; give a folder such as results")
-            return
-        existing = path
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-        if not existing.is_dir():
-            where = "is" if existing == path else f"has {existing}, which is"
-            yield Problem(key, f"{_shown(text)} {where} a file, not a folder; give a folder path (created if missing)")
-        elif not os.access(existing, os.W_OK | os.X_OK):
-            yield Problem(key, f"{existing} is not writable; give a folder you can write to")
+        problem = output_problem(text, self.kind)
+        if problem is not None:
+            yield Problem(key, f"{problem}; e.g. results" if self.kind == "results" else problem)

@@ -22,7 +22,6 @@ from typing import Any
 
 from optbench.config import schema
 from optbench.config.domain_types import (
-    MAX_PATH,
     MAX_TEXT,
     Choice,
     Flag,
@@ -34,6 +33,7 @@ from optbench.config.domain_types import (
     Text,
 )
 from optbench.errors import Problem
+from optbench.outputs import MAX_PATH
 
 MAX_EXPERT_LAYERS = 32768
 """Most routed-expert layers (num_layers x num_moe_experts; Kimi K2: 23,040) a plan enumerates."""
@@ -225,7 +225,7 @@ DOMAINS: dict[str, Any] = {
     "train.log_interval": STEPS,
     "train.save_interval": STEPS,
     "train.async_save": Flag(),
-    "train.checkpoint_dir": Folder(),
+    "train.checkpoint_dir": Folder("checkpoints"),
     "train.resume_step": STEPS,
     "train.eval_interval": STEPS,
     "train.eval_iters": Integer(0, 1_000_000),

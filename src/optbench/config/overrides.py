@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem
+from optbench.redact import is_secret_name
 
 MAX_OVERRIDES = 200
 MAX_OVERRIDE_CHARS = 20_000
@@ -124,6 +125,16 @@ def check_text(overrides: Sequence[str]) -> Iterable[Problem]:
             )
 
 
+def check_repeated(overrides: Sequence[str]) -> Iterable[Problem]:
+    """A key typed twice: which one wins is Hydra's rule, not what the user meant (and the plan records both)."""
+    seen: set[str] = set()
+    for key in typed_keys(overrides):
+        if key in seen:
+            yield Problem(key, "is typed more than once; type it once (for several values use `make sweep` with key=a,b)")
+            return
+        seen.add(key)
+
+
 def check_syntax(overrides: Sequence[str], sweeping: bool = False) -> Iterable[Problem]:
     """Parse every override with Hydra's grammar and refuse what bypasses the schema or is not a plain value."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -138,9 +149,17 @@ def check_syntax(overrides: Sequence[str], sweeping: bool = False) -> Iterable[P
         if not key:
             yield Problem("overrides", f"'{text[:60]}' names no config key; type key=value, e.g. parallel.pp=8")
             continue
+        value = text.split("=", 1)[1] if "=" in text else ""
+        if value != value.strip():
+            yield Problem(key, "has a space at the start or end of its value, which Hydra would drop silently; remove it, or "
+                               "quote the value inside the override (key='value ') to keep it")
+            continue
         try:
             [override] = parser.parse_overrides([text])
         except HydraException as err:
+            if is_secret_name(key):  # Hydra's message quotes the whole override, the secret value included
+                yield Problem(key, "cannot be read by Hydra's override grammar; quote the value (key='value')")
+                continue
             reason = " ".join(str(err).split())[:160]
             yield Problem(key or "overrides", f"cannot read '{text[:60]}': {reason}; quote values with spaces or commas")
             continue

@@ -30,15 +30,26 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("input", "out", "tokenizer", "vocab"):
             setattr(args, name, os.environ.get(f"OPTBENCH_DATA_{name.upper()}") or getattr(args, name))
     with exit_on_user_error():
-        try:
-            args.vocab = int(args.vocab)
-        except ValueError:
-            raise UserError(Problem("VOCAB", f"{args.vocab!r} is not a whole number of tokens")) from None
-        from optbench.config.compose import repo_root
-        from optbench.corpus.prepare import parts_from_folder, prepare
+        if args.from_make:
+            _refuse_overrides()
+        text = str(args.vocab).strip()
+        if not (text.isascii() and text.isdigit() and len(text) <= 8):
+            raise UserError(Problem("VOCAB", f"{text[:20]!r} is not a whole number of tokens"))
+        args.vocab = int(text)
+        from optbench.checkout import repo_root
+        from optbench.corpus.prepare import is_earlier_corpus, parts_from_folder, prepare
+        from optbench.outputs import check_output
 
         if args.vocab < 258 or args.vocab > 1 << 20:
             raise UserError(Problem("VOCAB", f"must be from 258 to {1 << 20:,}, got {args.vocab}"))
+        for field, value in (("INPUT", args.input), ("TOKENIZER", args.tokenizer)):
+            if value is not None and (len(value) > 4096 or any(ord(c) < 32 for c in value)):
+                raise UserError(Problem(field, "must be a path on one line of at most 4,096 characters"))
+        inputs = [p for p in (args.input, args.tokenizer) if p]
+        if args.input and not Path(args.input).resolve().name:
+            raise UserError(Problem("INPUT", f"{args.input} is the file system's root; give a folder of .txt or .jsonl files"))
+        out = Path(args.out) if args.out else repo_root() / "data" / (Path(args.input).resolve().name if args.input else "pydocs")
+        check_output(str(out), "OUT", "corpus", inputs, earlier=is_earlier_corpus)
         if args.input:
             parts, name = parts_from_folder(args.input), Path(args.input).resolve().name
             about = {"corpus": name, "what": f"documents from {Path(args.input).resolve()}"}
@@ -46,7 +57,6 @@ def main(argv: list[str] | None = None) -> int:
             from optbench.corpus.pydocs import ABOUT, NAME, pydocs_parts
 
             parts, name, about = pydocs_parts(), NAME, ABOUT
-        out = Path(args.out) if args.out else repo_root() / "data" / name
         print(f"corpus {name}: {sum(len(p.documents) for p in parts):,} documents in {len(parts)} part(s) -> {out}", flush=True)
         manifest = prepare(parts, out, tokenizer=args.tokenizer, vocab_size=args.vocab, about=about)
         for part in manifest["parts"]:
@@ -60,6 +70,16 @@ def main(argv: list[str] | None = None) -> int:
                f"data=indexed 'data.path={manifest['data_path']}' data.tokenizer={manifest['tokenizer']['path']}")
         )
     return 0
+
+
+def _refuse_overrides() -> None:
+    """``make data`` takes upper-case options only: a lower-case key=value word would be silently ignored."""
+    from launch.make_args import overrides_from_make  # make targets run from the checkout, where launch/ lives
+
+    stray = overrides_from_make()
+    if stray:
+        raise UserError(Problem("data", f"make data takes no Hydra overrides (got {stray[0][:60]!r}); its options are "
+                                        "INPUT=, OUT=, TOKENIZER= and VOCAB="))
 
 
 if __name__ == "__main__":

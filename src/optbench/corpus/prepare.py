@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +31,8 @@ import numpy as np
 from optbench.corpus.indexed import write_indexed
 from optbench.corpus.tokenizer import CorpusTokenizer, load_tokenizer, save_tokenizer, train_byte_level_bpe
 from optbench.errors import UserError
-from optbench.io import atomic_write_json, restored_on_failure
+from optbench.io import atomic_write_json
+from optbench.outputs import SYSTEM_TREES, check_output, claim, replacing
 
 SHUFFLE_SEED = 1234
 MANIFEST = "corpus.json"
@@ -68,23 +71,54 @@ def _documents(files: Sequence[Path]) -> list[str]:
     return [d for d in documents if d.strip()]
 
 
+def _text_files(folder: Path, recursive: bool) -> list[Path]:
+    """The .txt/.jsonl files of ``folder`` (of its whole tree when ``recursive``), links never followed."""
+    if not recursive:
+        return sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and p.suffix in (".txt", ".jsonl"))
+    found = []
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        dirs.sort()
+        found += [Path(top) / f for f in sorted(files) if Path(f).suffix in (".txt", ".jsonl") and not (Path(top) / f).is_symlink()]
+    return found
+
+
 def parts_from_folder(folder: str | Path) -> list[Part]:
     """The parts of an input folder: its own .txt/.jsonl files, then one part per subfolder."""
     root = Path(folder)
+    resolved = root.resolve()
+    if resolved == Path(resolved.anchor) or any(resolved == Path(t) or Path(t) in resolved.parents for t in SYSTEM_TREES):
+        raise UserError(f"{folder} is the file system's root or a system folder; give a folder of .txt or .jsonl files", "INPUT")
     if not root.is_dir():
         raise UserError(f"{folder} is not a folder of .txt or .jsonl files", "INPUT")
     parts = []
-    own = sorted(p for p in root.iterdir() if p.is_file() and p.suffix in (".txt", ".jsonl"))
+    own = _text_files(root, recursive=False)
     if own:
         parts.append(Part(root.name, _documents(own)))
-    for sub in sorted(p for p in root.iterdir() if p.is_dir()):
-        files = sorted(p for p in sub.rglob("*") if p.is_file() and p.suffix in (".txt", ".jsonl"))
+    for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+        files = _text_files(sub, recursive=True)
         if files:
             parts.append(Part(sub.name, _documents(files)))
     parts = [p for p in parts if p.documents]
     if not parts:
         raise UserError(f"{folder} holds no non-empty .txt or .jsonl document", "INPUT")
     return parts
+
+
+EARLIER_CORPUS_FILES = re.compile(r"tokenizer|corpus\.json|[^/]+_text_document\.(bin|idx)")
+"""What a corpus folder written by an earlier optbench (before output markers) holds, and nothing else."""
+
+
+def is_earlier_corpus(folder: Path) -> bool:
+    """Whether ``folder`` is a corpus an earlier ``make data`` wrote (its manifest and only its files)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        names = [p.name for p in folder.iterdir()]
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(manifest, dict) and {"parts", "data_path", "document_order"} <= manifest.keys()
+        and all(EARLIER_CORPUS_FILES.fullmatch(name) for name in names)
+    )
 
 
 def _sha256(path: Path) -> str:
@@ -105,11 +139,13 @@ def prepare(
     vocab_size: int = 512,
     about: Mapping[str, object] | None = None,
 ) -> dict:
-    """Tokenize ``parts`` into ``out`` (replaced as a whole only when complete); returns the manifest."""
+    """Tokenize ``parts`` into ``out`` (replaced as a whole only when complete); returns the manifest.
+
+    ``out`` must be new, empty or an earlier corpus (checked again here: :func:`optbench.outputs.claim`)."""
     started = time.perf_counter()
-    out = Path(out)
-    with restored_on_failure([out]):
-        out.mkdir(parents=True)
+    out = check_output(out, "OUT", "corpus", earlier=is_earlier_corpus)
+    with replacing([out]):
+        claim(out, "OUT", "corpus")
         corpus: CorpusTokenizer = (
             load_tokenizer(tokenizer, "TOKENIZER") if tokenizer is not None
             else train_byte_level_bpe((d for part in parts for d in part.documents), vocab_size)

@@ -72,7 +72,7 @@ def pydocs_parts() -> list[Part]:
 
 def ensure_pydocs(progress=print) -> None:
     """Build the corpus into <checkout>/data/pydocs (as ``make data`` does) unless it is there already."""
-    from optbench.config.compose import repo_root
+    from optbench.checkout import repo_root
     from optbench.corpus.prepare import MANIFEST, prepare
 
     out = repo_root() / "data" / NAME

@@ -26,15 +26,15 @@ def _parse(text: str, path: Path) -> tuple[list[dict[str, Any]], bool]:
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{number}: corrupt metrics line ({err.msg})") from err
+        except (ValueError, RecursionError) as err:  # broken JSON, a number over Python's digit limit, too deep
+            raise ValueError(f"{path}:{number}: corrupt metrics line ({getattr(err, 'msg', type(err).__name__)})") from err
         if not isinstance(record, dict):
             raise ValueError(f"{path}:{number}: a metrics line must be a JSON object, got a {type(record).__name__}")
         records.append(record)
     if partial:
         try:  # a complete record that only lacks its newline is kept
             record = json.loads(lines[-1])
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             record = None
         if isinstance(record, dict):
             records.append(record)

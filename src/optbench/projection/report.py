@@ -22,6 +22,7 @@ from typing import Any
 
 from optbench.config.compose import compose_run, repo_root
 from optbench.io import atomic_write_json, atomic_write_text
+from optbench.outputs import claim
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.project import project
 
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m optbench.projection.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)")
     args = parser.parse_args(argv)
-    results = Path(args.results)
+    results = claim(args.results, "--results", "results")
     data = collect()
     text = markdown(data)
     md = atomic_write_text(results / "projection" / "projection.md", text)

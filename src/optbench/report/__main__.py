@@ -57,10 +57,12 @@ def cmd_table(args: argparse.Namespace) -> int:
         _from_env(args, TABLE_ENV)
         if _make_overrides():
             raise UserError("make table takes no Hydra overrides; use WARMUP=<steps> and LOGS=<files>", "table")
-    try:
-        warmup = int(args.warmup)
-    except ValueError:
-        raise UserError(f"{args.warmup!r} is not a whole number of steps", "WARMUP") from None
+    text = str(args.warmup).strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 10):
+        raise UserError(f"{text[:20]!r} is not a whole number of steps from 0 to 1,000,000,000", "WARMUP")
+    warmup = int(text)
+    if warmup > 1_000_000_000:
+        raise UserError(f"must be at most 1,000,000,000 steps, got {warmup:,}", "WARMUP")
     started = time.perf_counter()
     out = write_throughput(args.results_dir, warmup, args.logs)
     measured = len(out.table.runs)

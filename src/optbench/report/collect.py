@@ -56,7 +56,7 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError, OSError):  # broken, binary, a number over Python's digit limit, too deep
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -221,8 +221,11 @@ def read_run_dir(directory: Path) -> MeasuredRun:
 
 def read_log_path(path: Path) -> MeasuredRun:
     """A log file named on the command line: its run is the nearest directory holding a config.yaml."""
-    if not path.is_file():
-        raise UserError(f"no log file at {path}", "log")
+    text = str(path)
+    if len(text) > 4096 or any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in path.parts):
+        raise UserError(f"{text[:80]}... is not a path (at most 4,096 characters, 255 per name)", "log")
+    if not path.is_file():  # a folder, a device or a FIFO (which would block) is not a log file
+        raise UserError(f"no log file at {text[:200]} (a regular file is needed)", "log")
     for directory in [path.parent, *path.parent.parents][:4]:
         if (directory / CONFIG).is_file():
             return read_log_run([path], directory, directory.name)
@@ -250,7 +253,8 @@ def collect_runs(results_dir: str | Path, extra_logs: Sequence[str | Path] = ())
             collection.skipped.append((str(directory), "no step records"))
     for path in extra_logs:
         run = read_log_path(Path(path))
-        if not run.steps:
-            raise UserError(f"{path} has no Megatron iteration or Step Time line", "log")
+        if not any(s.step_time_s is not None or s.tflops_per_gpu is not None or s.loss is not None for s in run.steps):
+            raise UserError(f"{str(path)[:200]} has no Megatron iteration or Step Time line with a usable time, "
+                            "throughput or loss (positive and finite)", "log")
         collection.runs.append(run)
     return collection

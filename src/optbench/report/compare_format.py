@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from optbench.io import atomic_write_text, dumps_strict
+from optbench.outputs import claim
 from optbench.report.compare import ADAMW, MUON, CompareResult, verdict
 from optbench.report.plots import plot_loss
 from optbench.report.runs import MeasuredRun
@@ -101,7 +102,7 @@ def render_compare_csv(result: CompareResult) -> str:
 
 def write_compare(result: CompareResult, runs: list[MeasuredRun], results_dir: str | Path = "results") -> list[Path]:
     """compare.md, compare.json, compare.csv and plots/compare_<model>_loss.png under ``results_dir``."""
-    results = Path(results_dir)
+    results = claim(results_dir, "results_dir", "results")
     plot_path = results / "plots" / f"compare_{result.model}_loss.png"
     labels = [f"{run.optimizer}" for run in runs]
     title = (f"{result.model}: training loss per step, {len(runs)} runs (one line per seed); "

@@ -16,6 +16,7 @@ by, shared with the plan and the local engine) at the interval's step time:
 
 from __future__ import annotations
 
+import math
 import dataclasses
 from pathlib import Path
 
@@ -47,6 +48,7 @@ def _with_gbs(config: RunConfig, gbs: float | None) -> RunConfig:
 def _record(step: int, step_time: float | None, logged_tflops: float | None, config: RunConfig | None,
             peak: PeakInfo | None, loss: float | None = None, tokens: float | None = None) -> tuple[StepRecord, bool]:
     """One record; the flag says the model TFLOP/s came from the accounting rule, not the log."""
+    loss = loss if loss is not None and math.isfinite(loss) else None  # a logged nan or inf loss is not a value
     if config is None:  # a log alone: only what it states itself
         return StepRecord(step=step, loss=loss, step_time_s=step_time, tflops_per_gpu=logged_tflops), False
     if not step_time:

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
 STEP_TIME_RE = re.compile(
@@ -34,9 +35,16 @@ STEP_TIME_RE = re.compile(
 """Bridge 0.3.1 prints ``...1037.0MODEL_TFLOP/s/GPU``; older releases ``... 528.1 TFLOP/s/GPU``: both are read."""
 ITERATION_RE = re.compile(
     r"(?:\[(?P<timestamp>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})\]\s*)?"
-    r"\biteration\s+(?P<iteration>\d+)\s*/\s*(?P<train_iters>\d+)\s*\|"
+    r"\biteration\s+(?P<iteration>\d{1,18})\s*/\s*(?P<train_iters>\d{1,18})\s*\|"
 )
-FIELD_RE = re.compile(rf"\s*(?P<name>[A-Za-z][A-Za-z0-9 _()/.-]*?)\s*:\s*(?P<value>{_NUMBER})\s*\|")
+"""Counters of at most 18 digits: a longer run of digits is not an iteration (and would not fit an int64)."""
+FIELD_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9 _()/.-]*")
+NUMBER_RE = re.compile(_NUMBER)
+MAX_FIELD_CHARS = 200
+"""A ``name: value`` field of Megatron's iteration line is short; a longer stretch ends the fields."""
+MAX_LINE_CHARS = 1 << 16
+"""Longest line read (64 KiB): the rest of a longer line is skipped, so that a line without a newline
+(binary output, a progress bar) can neither exhaust memory nor slow the parser."""
 
 ELAPSED_MS = "elapsed time per iteration (ms)"
 THROUGHPUT = "throughput per GPU (TFLOP/s/GPU)"
@@ -124,13 +132,22 @@ class MegatronLog:
 
 
 def _iteration_fields(text: str, start: int) -> dict[str, float]:
-    """``name: value |`` fields from ``start`` until the text stops looking like them."""
+    """``name: value |`` fields from ``start`` until the text stops looking like them.
+
+    Each field is cut at the next ``|`` and read with anchored, non-nested patterns, so the work is
+    linear in the line's length whatever it holds."""
     fields: dict[str, float] = {}
     position = start
-    while match := FIELD_RE.match(text, position):
-        fields.setdefault(match["name"].strip(), float(match["value"]))
-        position = match.end()
-    return fields
+    while True:
+        end = text.find("|", position, position + MAX_FIELD_CHARS)
+        if end < 0:
+            return fields
+        name, colon, value = text[position:end].rpartition(":")
+        name, value = name.strip(), value.strip()
+        if not colon or not FIELD_NAME_RE.fullmatch(name) or not NUMBER_RE.fullmatch(value):
+            return fields
+        fields.setdefault(name, float(value))
+        position = end + 1
 
 
 def parse_megatron_lines(lines: Iterable[str], path: str = "<text>") -> MegatronLog:
@@ -161,8 +178,17 @@ def parse_megatron_lines(lines: Iterable[str], path: str = "<text>") -> Megatron
     return log
 
 
+def bounded_lines(handle: TextIO, limit: int = MAX_LINE_CHARS) -> Iterator[str]:
+    """The lines of ``handle``, each cut at ``limit`` characters (the rest of a longer line is skipped)."""
+    while line := handle.readline(limit):
+        if len(line) == limit and not line.endswith("\n"):
+            while (rest := handle.readline(limit)) and not rest.endswith("\n"):
+                pass
+        yield line
+
+
 def parse_megatron_log(path: str | Path) -> MegatronLog:
-    """Parse a log file; undecodable bytes are replaced, never fatal."""
+    """Parse a log file; undecodable bytes are replaced, never fatal; bounded memory per line."""
     source = Path(path)
     with source.open(encoding="utf-8", errors="replace") as handle:
-        return parse_megatron_lines(handle, path=str(source))
+        return parse_megatron_lines(bounded_lines(handle), path=str(source))

@@ -100,12 +100,16 @@ def _number(row: dict[str, str], column: str, where: str, required: bool = False
 def _read_rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
     if not path.is_file():
         raise UserError(f"no file at {path}; restore it from git (results/published/ is committed)", "published")
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise UserError(f"{path}: missing column(s) {', '.join(missing)}", "published")
-        return [(number, row) for number, row in enumerate(reader, start=2)]
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in required if c not in (reader.fieldnames or [])]
+            if missing:
+                raise UserError(f"{path}: missing column(s) {', '.join(missing)}", "published")
+            return [(number, row) for number, row in enumerate(reader, start=2)]
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise UserError(f"{path} is not a readable CSV file ({type(err).__name__}); restore it from git "
+                        "(results/published/ is committed)", "published") from None
 
 
 def load_published(directory: str | Path) -> list[PublishedRow]:

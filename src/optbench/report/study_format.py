@@ -6,6 +6,7 @@ import datetime as _dt
 from pathlib import Path
 
 from optbench.io import atomic_write_json, atomic_write_text
+from optbench.outputs import claim
 
 LABELS = {"adamw": "AdamW", "muon_spectral": "Muon, spectral scale", "muon_moonlight": "Muon, Moonlight 0.2 scale"}
 
@@ -135,7 +136,7 @@ def plot(study: dict, path: Path) -> Path:
 
 
 def write_study(study: dict, results_dir: str | Path, command: str, now: _dt.datetime | None = None) -> list[Path]:
-    results = Path(results_dir)
+    results = claim(results_dir, "results_dir", "results")
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     return [
         atomic_write_json(results / "study.json", {**study, "command": command, "created": stamp}),

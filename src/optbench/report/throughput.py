@@ -9,6 +9,7 @@ from pathlib import Path
 
 from optbench.errors import UserError
 from optbench.io import atomic_write_text
+from optbench.outputs import claim
 from optbench.metrics.summary import WARMUP_SKIP_STEPS
 from optbench.report.collect import collect_runs
 from optbench.report.plots import plot_loss, plot_throughput
@@ -46,7 +47,7 @@ def write_throughput(
     """Write ``<results_dir>/throughput.md``, ``throughput.csv`` and ``plots/*.png``."""
     if warmup < 0:
         raise UserError("must be 0 or more (steps skipped at the start of every run segment)", "WARMUP")
-    results = Path(results_dir)
+    results = claim(results_dir, "results_dir", "results")
     published_dir = Path(published_dir) if published_dir is not None else default_published_dir(results)
     published = load_published(published_dir)
     sources = load_sources(published_dir)

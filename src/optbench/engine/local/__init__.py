@@ -21,6 +21,7 @@ from optbench.config.compose import run_config_to_dict
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.metrics.summary import COMMAND_ENV
+from optbench.outputs import claim
 from optbench.runs import check_run_dir_free, resolve_run_id, run_dir, save_resolved_config
 
 CONFIG_FILE = "config.yaml"
@@ -85,7 +86,13 @@ def _check_resume(run: RunConfig, directory: Path) -> None:
     saved_path = directory / CONFIG_FILE
     if not saved_path.is_file():
         raise UserError(f"no run to resume at {directory}; give the run_id of an earlier run", "run_id")
-    saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
+    except Exception as err:  # noqa: BLE001 - YAML syntax, binary bytes, a broken interpolation
+        raise UserError(f"{saved_path} is not a readable config.yaml ({type(err).__name__}); give the run_id of a "
+                        "complete earlier run", "resume") from err
+    if not isinstance(saved, dict):
+        raise UserError(f"{saved_path} holds no config mapping; give the run_id of a complete earlier run", "resume")
     current = run_config_to_dict(run)
     changed = [key for key in RESUME_MUST_MATCH if _select(saved, key) != _select(current, key)]
     if changed:
@@ -96,6 +103,9 @@ def _check_resume(run: RunConfig, directory: Path) -> None:
 
 def check_local_launch(run: RunConfig) -> Path:
     """Every refusal the local engine can know of before it starts, with nothing written; returns the run directory."""
+    from optbench.engine.local.threads import prepare_openmp
+
+    prepare_openmp()  # before _preflight imports torch
     resolve_run_id(run)
     directory = run_dir(run)
     check_run_dir_free(directory)
@@ -104,6 +114,10 @@ def check_local_launch(run: RunConfig) -> Path:
     elif (directory / "metrics.jsonl").is_file():
         raise UserError(f"{directory} already holds a run; add resume=true or pick a new run_id", "run_id")
     _preflight(run)
+    if run.resume:  # a checkpoint that cannot be resumed is refused before config.yaml or the plan is rewritten
+        from optbench.engine.local.checkpoint import choose_checkpoint
+
+        choose_checkpoint(run, run.parallel.num_gpus)
     return directory
 
 
@@ -114,6 +128,9 @@ def launch_local(run: RunConfig, checked: bool = False) -> Path:
     writes the plan, so that a refused run leaves every earlier file as it was).
     """
     directory = run_dir(run) if checked else check_local_launch(run)
+    claim(run.results_dir, "results_dir", "results")
+    if run.train.checkpoint_dir:
+        claim(run.train.checkpoint_dir, "train.checkpoint_dir", "checkpoints")
     config_path = save_resolved_config(run, directory / CONFIG_FILE)
     os.environ.setdefault(COMMAND_ENV, shlex.join(getattr(sys, "orig_argv", sys.argv)))
     processes = run.parallel.num_gpus

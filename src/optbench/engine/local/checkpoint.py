@@ -45,7 +45,7 @@ LATEST = "latest"
 MANIFEST = "manifest.json"
 KEEP = 2
 """Complete checkpoints kept: the newest, and the one before it to fall back to."""
-STEP_DIR = re.compile(r"step_(\d{6,})")
+STEP_DIR = re.compile(r"step_(\d{6,12})")
 
 
 def checkpoint_dir(run: RunConfig) -> Path:
@@ -102,11 +102,12 @@ def _digest(path: Path) -> str:
     return hasher.hexdigest()
 
 
-def _write_manifest(folder: Path, step: int, world: int) -> None:
+def _write_manifest(folder: Path, step: int, world: int, fingerprint: dict[str, Any]) -> None:
     files = ["model.pt", *(f"rank{r}.pt" for r in range(world))]
     manifest = {
         "step": step,
         "world": world,
+        "run": fingerprint,
         "files": {name: {"bytes": (folder / name).stat().st_size, "sha256": _digest(folder / name)} for name in files},
     }
     atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2) + "\n")
@@ -130,7 +131,7 @@ def save_checkpoint(
     _atomic_torch_save(payload, folder / f"rank{rank}.pt")
     _barrier(world)
     if rank == 0:
-        _write_manifest(folder, step, world)
+        _write_manifest(folder, step, world, run_fingerprint(run))
         atomic_write_text(root / LATEST, _step_name(step) + "\n")
         for old in sorted(_step_dirs(root))[:-KEEP]:
             shutil.rmtree(old[1], ignore_errors=True)
@@ -145,43 +146,96 @@ def _step_dirs(root: Path) -> list[tuple[int, Path]]:
     return sorted((int(m[1]), p) for p in root.iterdir() if (m := STEP_DIR.fullmatch(p.name)) and p.is_dir())
 
 
-def checkpoint_problem(folder: Path, world: int | None = None) -> str | None:
-    """Why ``folder`` is not a complete checkpoint (None when it is)."""
+MAX_MANIFEST_BYTES = 1 << 20
+"""A manifest lists a few files: anything larger was not written by us."""
+SHA256 = re.compile(r"[0-9a-f]{64}")
+FILE_NAME = re.compile(r"model\.pt|rank\d{1,6}\.pt")
+
+
+def run_fingerprint(run: RunConfig) -> dict[str, Any]:
+    """The settings a checkpoint is only valid for (RESUME_MUST_MATCH), as plain JSON values."""
+    from optbench.config.compose import run_config_to_dict
+    from optbench.engine.local import RESUME_MUST_MATCH
+
+    config = run_config_to_dict(run)
+    found: dict[str, Any] = {}
+    for key in RESUME_MUST_MATCH:
+        node: Any = config
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        found[key] = node
+    return json.loads(json.dumps(found, default=str))
+
+
+def _manifest(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The manifest of ``folder`` when it has the shape we write, else (None, why)."""
+    path = folder / MANIFEST
+    if not path.exists() and not path.is_symlink():
+        return None, f"no {MANIFEST} (the save did not finish)"
     try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-        files = manifest["files"]
-        step, written_by = int(manifest["step"]), int(manifest["world"])
-    except FileNotFoundError:
-        return f"no {MANIFEST} (the save did not finish)"
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return f"unreadable {MANIFEST} ({type(err).__name__})"
+        if not path.is_file() or path.stat().st_size > MAX_MANIFEST_BYTES:
+            return None, f"{MANIFEST} is not a manifest file we wrote"
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as err:
+        return None, f"unreadable {MANIFEST} ({type(err).__name__})"
+    files = data.get("files") if isinstance(data, dict) else None
+    shaped = (
+        isinstance(data, dict) and type(data.get("step")) is int and data["step"] >= 0
+        and type(data.get("world")) is int and data["world"] >= 1 and isinstance(files, dict) and bool(files)
+        and all(
+            isinstance(name, str) and FILE_NAME.fullmatch(name) and isinstance(entry, dict)
+            and type(entry.get("bytes")) is int and entry["bytes"] >= 0
+            and isinstance(entry.get("sha256"), str) and SHA256.fullmatch(entry["sha256"])
+            for name, entry in files.items()
+        )
+    )
+    if not shaped:
+        return None, f"{MANIFEST} does not have the shape optbench writes (step, world, files with bytes and sha256)"
+    return data, None
+
+
+def checkpoint_problem(folder: Path, world: int | None = None, fingerprint: dict[str, Any] | None = None) -> str | None:
+    """Why ``folder`` is not a complete checkpoint (None when it is); with ``fingerprint``, also one of another run."""
+    if not folder.is_dir() or folder.is_symlink():
+        return f"{folder.name} is not a checkpoint folder"
+    manifest, problem = _manifest(folder)
+    if manifest is None:
+        return problem
+    files, step, written_by = manifest["files"], manifest["step"], manifest["world"]
     if world is not None and written_by != world:
         return f"written by {written_by} processes, this run has {world}; resume with parallel.num_gpus={written_by}"
     if folder.name != _step_name(step):
         return f"{MANIFEST} says step {step}"
+    saved = manifest.get("run")
+    if fingerprint is not None and isinstance(saved, dict):
+        changed = [key for key, value in fingerprint.items() if key in saved and saved[key] != value]
+        if changed:
+            return f"it was written by a run with another {changed[0]} (a checkpoint of another run)"
     for name, expected in files.items():
         path = folder / name
-        if not path.is_file():
+        if not path.is_file() or path.is_symlink():
             return f"{name} is missing"
-        if path.stat().st_size != expected.get("bytes"):
-            return f"{name} has {path.stat().st_size:,} bytes, {expected.get('bytes'):,} were written (truncated or replaced)"
-        if _digest(path) != expected.get("sha256"):
+        if path.stat().st_size != expected["bytes"]:
+            return f"{name} has {path.stat().st_size:,} bytes, {expected['bytes']:,} were written (truncated or replaced)"
+        if _digest(path) != expected["sha256"]:
             return f"{name} does not match the hash written with it (altered or corrupt)"
     return None
 
 
-def complete_steps(root: Path, world: int | None = None) -> list[int]:
-    """Steps of the complete checkpoints under ``root``, oldest first."""
-    return [step for step, folder in _step_dirs(root) if checkpoint_problem(folder, world) is None]
+def complete_steps(root: Path, world: int | None = None, fingerprint: dict[str, Any] | None = None) -> list[int]:
+    """Steps of the complete checkpoints under ``root`` (of the run with ``fingerprint``), oldest first."""
+    return [step for step, folder in _step_dirs(root) if checkpoint_problem(folder, world, fingerprint) is None]
 
 
 def _pointer(root: Path) -> tuple[Path | None, str | None]:
     """The step folder ``latest`` names, or why the pointer is unusable (None, None: no pointer)."""
     pointer = root / LATEST
-    if not pointer.is_file():
+    if not pointer.exists() and not pointer.is_symlink():
         return None, None
+    if not pointer.is_file() or pointer.is_symlink() or pointer.stat().st_size > 64:
+        return None, f"{pointer} is not a pointer optbench wrote (a short text file naming a step folder)"
     try:
-        name = pointer.read_bytes().decode("ascii").strip()
+        name = pointer.read_bytes()[:256].decode("ascii").strip()
     except (OSError, UnicodeDecodeError):
         return None, f"{pointer} is not text"
     if not STEP_DIR.fullmatch(name):
@@ -200,9 +254,9 @@ def has_checkpoint(root: Path) -> bool:
     return (root / LATEST).exists() or bool(_step_dirs(root))
 
 
-def _offer(root: Path, world: int, bad: str) -> UserError:
+def _offer(root: Path, world: int, bad: str, fingerprint: dict[str, Any] | None = None) -> UserError:
     """One line naming the bad checkpoint and the last complete one to resume from."""
-    complete = complete_steps(root, world)
+    complete = complete_steps(root, world, fingerprint)
     fix = (
         f"the last complete checkpoint is step {complete[-1]}: add train.resume_step={complete[-1]} to continue from it"
         if complete
@@ -212,23 +266,28 @@ def _offer(root: Path, world: int, bad: str) -> UserError:
 
 
 def choose_checkpoint(run: RunConfig, world: int) -> Path | None:
-    """The complete checkpoint to resume from: train.resume_step, else ``latest``; None if the run saved none."""
+    """The complete checkpoint to resume from: train.resume_step, else ``latest``; None if the run saved none.
+
+    Reads only manifests and hashes (no model): the launcher calls it before it writes anything."""
     root = checkpoint_dir(run)
+    mine = run_fingerprint(run)
+    if root.exists() and not root.is_dir():
+        raise _offer(root, world, f"{root} is not a folder of checkpoints")
     if run.train.resume_step is not None:
         folder = root / _step_name(run.train.resume_step)
         if not folder.is_dir():
-            raise _offer(root, world, f"no checkpoint of step {run.train.resume_step} under {root}")
+            raise _offer(root, world, f"no checkpoint of step {run.train.resume_step} under {root}", mine)
     else:
         if not has_checkpoint(root):
             return None
         folder, pointer_problem = _pointer(root)
         if pointer_problem is not None:
-            raise _offer(root, world, f"checkpoint pointer {pointer_problem}")
+            raise _offer(root, world, f"checkpoint pointer {pointer_problem}", mine)
         if folder is None or not folder.is_dir():
-            raise _offer(root, world, f"{root / LATEST} names a step folder that does not exist")
-    problem = checkpoint_problem(folder, world)
+            raise _offer(root, world, f"{root / LATEST} names a step folder that does not exist", mine)
+    problem = checkpoint_problem(folder, world, mine)
     if problem is not None:
-        raise _offer(root, world, f"checkpoint {folder} is not complete: {problem}")
+        raise _offer(root, world, f"checkpoint {folder} is not usable: {problem}", mine)
     return folder
 
 
@@ -245,4 +304,4 @@ def load_checkpoint(run: RunConfig, model: nn.Module, optimizer: Any, rank: int,
         return Resumed(step=int(mine["step"]), samples=int(mine["samples"]))
     except Exception as err:  # a checkpoint written for another model or optimizer setup
         reason = " ".join(str(err).split())[:200]
-        raise _offer(checkpoint_dir(run), world, f"checkpoint {folder} does not fit this run ({reason})") from err
+        raise _offer(checkpoint_dir(run), world, f"checkpoint {folder} does not fit this run ({reason})", run_fingerprint(run)) from err

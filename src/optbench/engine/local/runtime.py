@@ -3,9 +3,9 @@
 One process per data-parallel rank. Under ``torchrun`` the process group comes from the environment
 (gloo on CPU, nccl on GPU); a single process needs none. Compute precision follows the device:
 
-* CPU: fp32 weights and fp32 compute; each process gets ``OMP_NUM_THREADS`` threads, else
-  ``cores / processes``; torch's deterministic algorithms, so a run is bitwise reproducible at a given
-  thread count. MFU divides by a peak *measured* at start (see :func:`cpu_matmul_probe`), because a
+* CPU: fp32 weights and fp32 compute; each process gets ``OMP_NUM_THREADS`` threads, else the cores
+  other processes leave free, followed as the load changes (:mod:`optbench.engine.local.threads`);
+  torch's deterministic algorithms, so a run is bitwise reproducible at a fixed thread count. MFU divides by a peak *measured* at start (see :func:`cpu_matmul_probe`), because a
   CPU has no datasheet tensor peak.
 * GPU: fp32 weights, gradients and optimizer state, bf16 autocast for the forward and backward
   (precision=bf16); MFU divides by the GPU's datasheet peak from ``optbench/data/gpus.csv``.
@@ -27,6 +27,7 @@ import torch.distributed as dist
 from optbench.accounting.peaks import Peak, peaks_for
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
+from optbench.engine.local.threads import ThreadGovernor, available_cores, fixed_threads
 from optbench.hardware import gpu_catalog
 from optbench.optim.newton_schulz import cpu_has_native_bf16
 
@@ -62,6 +63,8 @@ class Runtime:
     """dtype of torch.autocast on GPU; None on CPU."""
     peaks: list[Peak] = field(default_factory=list)
     """MFU denominators, the primary first."""
+    governor: ThreadGovernor | None = None
+    """Keeps the CPU thread count at the free cores (engine.local.threads)."""
 
     @property
     def is_cuda(self) -> bool:
@@ -90,20 +93,14 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
-
-
 def threads_per_process(processes: int) -> int:
-    """CPU threads per process: OMP_NUM_THREADS when set (torchrun sets 1), else the cores shared out evenly."""
-    configured = os.environ.get("OMP_NUM_THREADS", "")
-    if configured.isdigit() and int(configured) > 0:
-        return int(configured)
-    return max(1, available_cores() // processes)
+    """CPU threads for each of ``processes`` processes: OMP_NUM_THREADS when set (torchrun's children get it
+    from the launcher), else the free cores (engine.local.threads) shared out evenly, at least one."""
+    fixed = fixed_threads()
+    if fixed is not None:
+        return fixed
+    governor = ThreadGovernor(lambda _: None, available_cores())
+    return max(1, governor.start() // processes)
 
 
 def detect_gpu_key(device_name: str, configured: str) -> str:
@@ -192,8 +189,8 @@ def init_runtime(run: RunConfig) -> Runtime:
         )
     use_cuda = check_device(run, local_world)
     device = torch.device(f"cuda:{local_rank}") if use_cuda else torch.device("cpu")
-    threads = threads_per_process(local_world)
-    torch.set_num_threads(threads)
+    governor = ThreadGovernor(torch.set_num_threads, max(1, available_cores() // local_world), fixed_threads())
+    threads = governor.start()
     if world > 1:
         if use_cuda:
             torch.cuda.set_device(device)
@@ -206,7 +203,7 @@ def init_runtime(run: RunConfig) -> Runtime:
         return Runtime(
             rank, world, local_rank, device, threads, gpu, f"{name} x {world}",
             precision="bf16 autocast (fp32 weights and optimizer state)", precision_key="bf16",
-            autocast_dtype=torch.bfloat16, peaks=peaks_for(gpu, run.precision),
+            autocast_dtype=torch.bfloat16, peaks=peaks_for(gpu, run.precision), governor=governor,
         )
     # Bitwise-reproducible CPU runs (resume == uninterrupted): without this, Muon's bf16 (AMX) Newton-Schulz
     # GEMMs with 2+ threads differ from run to run in the last bits; measured cost: none.
@@ -214,7 +211,7 @@ def init_runtime(run: RunConfig) -> Runtime:
     description = f"cpu: {_cpu_name()}, {world} processes x {threads} threads"
     return Runtime(
         rank, world, local_rank, device, threads, "cpu", description, precision="fp32", precision_key="fp32",
-        peaks=cpu_peaks(threads, world),
+        peaks=cpu_peaks(threads, world), governor=governor,
     )
 
 

@@ -240,6 +240,8 @@ class Trainer:
                 record["timestamp"] = time.time()
                 writer.log_step(record)
                 progress.update(record)
+                if rt.governor is not None:
+                    rt.governor.tick(step)
                 interval = run.train.save_interval
                 if interval and (step % interval == 0 or step == run.train.iters):
                     save_checkpoint(run, step, self.model, self.optimizer, rt.rank, rt.world)
@@ -280,6 +282,7 @@ class Trainer:
                 precision=rt.precision,
                 world_size=rt.world,
                 threads_per_process=rt.threads,
+                threads=rt.governor.record() if rt.governor is not None else None,
                 resumed_from_step=self.start_step if run.resume else None,
             ),
             "versions": software_versions("torch", "transformers", "wandb", "numpy"),
