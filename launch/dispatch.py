@@ -22,13 +22,29 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from launch.jobs import JobSpec, check_path, job_command, job_env, job_mounts, require_slurm, slurm_resources
+from launch.jobs import (
+    JobSpec,
+    check_path,
+    job_command,
+    job_env,
+    job_mounts,
+    require_slurm,
+    slurm_resources,
+)
 from optbench.config.compose import compose_run
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json
-from optbench.outputs import replacing
-from optbench.plan import build_plan, claim_results, format_launch_lines, format_summary, missing_prefixes, plan_path, write_plan
+from optbench.plan import (
+    build_plan,
+    claim_results,
+    format_launch_lines,
+    format_summary,
+    missing_prefixes,
+    plan_path,
+    write_plan,
+)
+from optbench.replace import replacing
 from optbench.runs import resolve_run_id, run_dir, save_resolved_config
 from optbench.validate import validate
 

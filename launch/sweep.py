@@ -23,17 +23,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from launch.dispatch import check_launch, launch_local_engine, prepare_for_job, shown, slurm_launch_section
+from launch.dispatch import (
+    check_launch,
+    launch_local_engine,
+    prepare_for_job,
+    shown,
+    slurm_launch_section,
+)
 from launch.jobs import JobSpec
 from optbench.config.compose import check_typed_overrides, compose_run
 from optbench.config.overrides import typed_keys
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json
-from optbench.outputs import replacing
 from optbench.plan import build_plan, claim_results
-from optbench.redact import recorded_overrides
 from optbench.projection.ranking import print_ranking
+from optbench.redact import recorded_overrides
+from optbench.replace import replacing
 from optbench.runs import new_run_id, resolve_run_id, run_dir, save_resolved_config
 from optbench.validate import validate
 

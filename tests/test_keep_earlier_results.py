@@ -10,7 +10,7 @@ from test_launch_slurm import launch
 
 from launch import slurm
 from optbench.errors import UserError
-from optbench.outputs import replacing
+from optbench.replace import replacing
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -9,10 +9,7 @@ bench, study, compare, ``make data``):
    checkout, any folder above it or above the working directory, the checkout's own source and config
    folders, the input of the command, files, devices, links, ``/proc``, ``/sys`` and ``/dev`` are never
    output folders. Each refusal is one line naming the field, the path and the fix.
-2. **What is replaced is replaced as a whole, recoverably** (:func:`replacing`): before a command sets
-   an earlier output aside it writes a journal beside it; a failure puts everything back; a process
-   killed at any instant leaves a journal that the next command touching the same paths reads to
-   restore the earlier output (or, if the new one was complete, to finish removing the old).
+2. **What is replaced is replaced as a whole, recoverably** (:mod:`optbench.replace`).
 3. **Nothing outside the new output is deleted**: the only things ever removed are the set-aside
    copies of our own earlier outputs and what the failing command itself created.
 
@@ -22,20 +19,16 @@ the output root's field (:func:`field_for_path`).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import errno
-import json
 import os
 import re
-import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from optbench.checkout import repo_root
 from optbench.errors import Problem, UserError
-from optbench.io import NotOurFileError, atomic_write_json, atomic_write_text, remove_path
+from optbench.io import NotOurFileError, atomic_write_text
 from optbench.redact import MIN_TEXT_SECRET, known_secrets
 
 MARKER_PREFIX = ".optbench-"
@@ -53,8 +46,6 @@ MAX_NAME_BYTES = 255
 """Longest single path component on Linux file systems."""
 CHECKOUT_SOURCES = (".git", ".ci", "conf", "recipes", "src", "launch", "tests", "tools", "docs", ".venv", ".venv-bridge")
 """Folders of the checkout that hold its code, configs and environments: never outputs, nor anything inside them."""
-JOURNAL_PREFIX = ".optbench-journal-"
-ASIDE_INFIX = ".previous-"
 
 _claimed: dict[Path, str] = {}
 """Output roots claimed by this process and the field that named each (for one-line file-system errors)."""
@@ -86,7 +77,8 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def _shown(path: Path | str, limit: int = 80) -> str:
+def short_path(path: Path | str, limit: int = 80) -> str:
+    """A path cut to ``limit`` characters for a one-line message."""
     text = str(path)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -98,34 +90,34 @@ def _place_problem(path: Path, inputs: Sequence[Path]) -> str | None:
     for candidate in (absolute, resolved):
         tree = next((t for t in SYSTEM_TREES if _within(candidate, Path(t))), None)
         if tree is not None:
-            return f"{_shown(path)} is under {tree}, which cannot hold outputs"
+            return f"{short_path(path)} is under {tree}, which cannot hold outputs"
     if resolved == Path(resolved.anchor):
-        return f"{_shown(path)} is the root of the file system"
+        return f"{short_path(path)} is the root of the file system"
     checkouts = _checkouts()
     for name, guarded in (("the working directory", Path.cwd().resolve()), *(("the checkout", c) for c in checkouts)):
         if _within(guarded, resolved):
-            return f"{_shown(path)} is {name}" + ("" if guarded == resolved else f" or a folder above it ({guarded})")
+            return f"{short_path(path)} is {name}" + ("" if guarded == resolved else f" or a folder above it ({guarded})")
     for checkout in checkouts:
         for name in CHECKOUT_SOURCES:
             if _within(resolved, checkout / name):
-                return f"{_shown(path)} is inside the checkout's {name}/ folder, which holds code or configs"
+                return f"{short_path(path)} is inside the checkout's {name}/ folder, which holds code or configs"
     for source in inputs:
         source = Path(os.path.abspath(source)).resolve()
         if _within(resolved, source) or _within(source, resolved):
             relation = "is" if resolved == source else ("is inside" if _within(resolved, source) else "holds")
-            return f"{_shown(path)} {relation} the input {_shown(source)}"
+            return f"{short_path(path)} {relation} the input {short_path(source)}"
     if absolute.is_symlink():
-        return f"{_shown(path)} is a symbolic link; give the folder it points to"
+        return f"{short_path(path)} is a symbolic link; give the folder it points to"
     if absolute.exists() and not absolute.is_dir():
         what = "a file" if absolute.is_file() else "a device or special file"
-        return f"{_shown(path)} is {what}, not a folder"
+        return f"{short_path(path)} is {what}, not a folder"
     existing = absolute
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        return f"{_shown(path)} lies under {_shown(existing)}, which is a file, not a folder"
+        return f"{short_path(path)} lies under {short_path(existing)}, which is a file, not a folder"
     if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{_shown(existing)} is not writable"
+        return f"{short_path(existing)} is not writable"
     return None
 
 
@@ -174,7 +166,7 @@ def output_problem(
     if kind in kinds:
         return None
     if kinds:
-        return f"{_shown(path)} holds optbench's {KINDS[kinds[0]]}, not a {KINDS[kind]}"
+        return f"{short_path(path)} holds optbench's {KINDS[kinds[0]]}, not a {KINDS[kind]}"
     earlier = earlier or EARLIER.get(kind)
     try:
         with os.scandir(folder) as entries:
@@ -182,11 +174,11 @@ def output_problem(
         if empty or (earlier is not None and earlier(folder)):
             return None
     except OSError as err:
-        return f"{_shown(path)} cannot be read ({err.strerror})"
+        return f"{short_path(path)} cannot be read ({err.strerror})"
     return (
-        f"{_shown(path)} exists and optbench did not create it (no {marker_path(Path('.'), kind).name} marker): its files "
+        f"{short_path(path)} exists and optbench did not create it (no {marker_path(Path('.'), kind).name} marker): its files "
         f"would be at risk; give a new or empty folder (an earlier optbench {kind} folder: add the marker with "
-        f"`touch {_shown(marker_path(folder, kind), 200)}`)"
+        f"`touch {short_path(marker_path(folder, kind), 200)}`)"
     )
 
 
@@ -214,6 +206,19 @@ def claim(
     return folder
 
 
+def check_writable(path: str | Path, field: str) -> None:
+    """Refuse now (one line, nothing written) when the folder ``path`` would be made in cannot be written."""
+    existing = Path(os.path.abspath(path))
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(Problem(field, f"{short_path(existing)} is a file, not a folder, so {short_path(path)} cannot be "
+                                       "written; nothing was written"))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(Problem(field, f"{short_path(existing)} is not writable (read-only, or not yours), so "
+                                       f"{short_path(path)} cannot be written; nothing was written"))
+
+
 def remember(folder: str | Path, field: str) -> None:
     """Name ``field`` in a file-system error under ``folder`` (see :func:`field_for_path`)."""
     _claimed[Path(os.path.abspath(folder))] = field
@@ -226,122 +231,6 @@ def field_for_path(path: str | Path | None) -> str:
     target = Path(os.path.abspath(path))
     roots = sorted((root for root in _claimed if _within(target, root)), key=lambda r: len(r.parts), reverse=True)
     return _claimed[roots[0]] if roots else "path"
-
-
-# ---------------------------------------------------------------------------------------------------
-# Replacing earlier outputs, recoverably
-# ---------------------------------------------------------------------------------------------------
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _read_journal(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    entries = data.get("entries") if isinstance(data, dict) else None
-    if not isinstance(entries, list) or not isinstance(data.get("pid"), int) or data.get("state") not in ("started", "committed"):
-        return None
-    good = all(
-        isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("aside"), str)
-        and isinstance(e.get("existed"), bool) and Path(e["aside"]).name.startswith(f".{Path(e['path']).name}{ASIDE_INFIX}")
-        for e in entries
-    )
-    return data if good else None
-
-
-def _restore(entries: list[dict[str, Any]]) -> None:
-    for entry in entries:
-        path, aside = Path(entry["path"]), Path(entry["aside"])
-        if entry["existed"]:
-            if aside.exists() or aside.is_symlink():
-                remove_path(path)
-                os.rename(aside, path)
-        else:
-            remove_path(path)
-
-
-def _drop_asides(entries: list[dict[str, Any]]) -> None:
-    for entry in entries:
-        remove_path(Path(entry["aside"]))
-
-
-def recover(folder: Path, paths: Sequence[Path] = ()) -> list[str]:
-    """Finish what a killed command left in ``folder``: restore its set-aside outputs, or drop them when it had committed.
-
-    Returns one line per recovered journal. A journal of a process still running that touches one of
-    ``paths`` is a one-line refusal (the same output written twice at once).
-    """
-    notes: list[str] = []
-    if not folder.is_dir():
-        return notes
-    wanted = {str(Path(os.path.abspath(p))) for p in paths}
-    for journal in sorted(folder.glob(f"{JOURNAL_PREFIX}*.json")):
-        data = _read_journal(journal)
-        if data is None or data.get("host") != socket.gethostname():
-            continue  # not ours to judge (unreadable, or written on another machine)
-        touched = sorted(wanted & {e["path"] for e in data["entries"]})
-        if data["pid"] != os.getpid() and _alive(data["pid"]):
-            if touched:
-                raise UserError(
-                    Problem("output", f"{_shown(touched[0])} is being written by process {data['pid']}; wait for it to end")
-                )
-            continue
-        if data["state"] == "committed":
-            _drop_asides(data["entries"])
-        else:
-            _restore(data["entries"])
-            notes.append(f"note: restored {', '.join(_shown(e['path']) for e in data['entries'] if e['existed'])} "
-                         f"as it was before an interrupted command (process {data['pid']})")
-        journal.unlink(missing_ok=True)
-    return notes
-
-
-@contextlib.contextmanager
-def replacing(paths: Sequence[str | Path]) -> Iterator[None]:
-    """Let a block replace ``paths`` (files or folders) as a whole: kept only if the block ends normally.
-
-    A journal (``.optbench-journal-<pid>.json`` beside the first path) is written before anything is
-    set aside (``.<name>.previous-<pid>``), so that an error, Ctrl-C or a kill at any instant leaves
-    either the earlier outputs or the new ones: the block's own failure restores them at once, a kill
-    is repaired by the next :func:`replacing` (or :func:`recover`) of the same paths.
-    """
-    targets = list(dict.fromkeys(Path(os.path.abspath(p)) for p in paths))
-    for folder in dict.fromkeys(p.parent for p in targets):
-        for note in recover(folder, targets):
-            print(note, flush=True)
-    home = targets[0].parent
-    home.mkdir(parents=True, exist_ok=True)
-    pid = os.getpid()
-    entries = [
-        {"path": str(p), "aside": str(p.with_name(f".{p.name}{ASIDE_INFIX}{pid}")), "existed": p.exists() or p.is_symlink()}
-        for p in targets
-    ]
-    journal = home / f"{JOURNAL_PREFIX}{pid}.json"
-    record = {"pid": pid, "host": socket.gethostname(), "state": "started", "entries": entries}
-    atomic_write_json(journal, record)
-    try:
-        for entry in entries:
-            if entry["existed"]:
-                remove_path(Path(entry["aside"]))  # a stale copy of our own from a reused pid
-                os.rename(entry["path"], entry["aside"])
-        yield
-    except BaseException:
-        _restore(entries)
-        journal.unlink(missing_ok=True)
-        raise
-    atomic_write_json(journal, {**record, "state": "committed"})
-    _drop_asides(entries)
-    journal.unlink(missing_ok=True)
 
 
 FILESYSTEM_ERRNOS = {
@@ -365,7 +254,7 @@ FILESYSTEM_ERRNOS = {
 def filesystem_problem(err: OSError) -> Problem | None:
     """The one-line problem for a file-system failure a user can fix, or None for anything else."""
     name = err.filename if isinstance(err.filename, (str, bytes, os.PathLike)) else None
-    where = _shown(os.fsdecode(name), 160) if name is not None else "a file"
+    where = short_path(os.fsdecode(name), 160) if name is not None else "a file"
     if isinstance(err, NotOurFileError):
         return Problem(
             field_for_path(os.fsdecode(name) if name is not None else None),

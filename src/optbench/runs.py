@@ -14,7 +14,8 @@ import os
 import re
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from optbench.config.compose import run_config_to_dict, to_run_config
 from optbench.config.schema import RunConfig
@@ -67,16 +68,33 @@ def save_resolved_config(run: RunConfig, path: str | Path) -> Path:
     return atomic_write_text(path, redact_text(resolved_config_yaml(run), run_secrets(run)))
 
 
+MAX_CONFIG_BYTES = 4 << 20
+"""A resolved config is a few KB (a 1024-layer pipeline layout included): anything larger was not written by us."""
+
+
+def load_config_yaml(source: Path, field: str = "config") -> DictConfig | ListConfig:
+    """A config.yaml as OmegaConf reads it, refusing what could make reading it unbounded: more than
+    MAX_CONFIG_BYTES, or YAML anchors and aliases (a few lines of aliases expand to billions of nodes)."""
+    if not source.is_file() or source.stat().st_size > MAX_CONFIG_BYTES:
+        raise UserError(f"{source} is not a config.yaml optbench wrote (not a file, or over {MAX_CONFIG_BYTES >> 20} MB)", field)
+    try:
+        text = source.read_text(encoding="utf-8")
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text)):
+            raise UserError(f"{source} uses YAML aliases, which optbench never writes; restore the file", field)
+        return OmegaConf.load(source)
+    except UserError:
+        raise
+    except Exception as err:  # noqa: BLE001 - YAML syntax, binary bytes, a list at the top
+        reason = " ".join(str(err).split())[:160]
+        raise UserError(f"{source} is not a readable config.yaml ({type(err).__name__}: {reason})", field) from err
+
+
 def load_resolved_config(path: str | Path) -> RunConfig:
     """Read a config written by :func:`save_resolved_config` back into the typed schema."""
     source = Path(path)
     if not source.is_file():
         raise UserError(f"no resolved config at {source}", "config")
-    try:
-        loaded = OmegaConf.load(source)
-    except Exception as err:  # YAML syntax, binary bytes, a list at the top
-        reason = " ".join(str(err).split())[:160]
-        raise UserError(f"{source} is not a readable config.yaml ({type(err).__name__}: {reason})", "config") from err
+    loaded = load_config_yaml(source)
     if not isinstance(loaded, DictConfig):
         raise UserError(f"{source} holds a {type(loaded).__name__}, not a config mapping", "config")
     return to_run_config(loaded)

@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adversarial.places import Places, write
+from adversarial.setups import apply_setups
+
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).with_name("corpus.txt")
 SECRETS = {
@@ -51,7 +54,7 @@ class Case:
 
     number: int
     expect: str
-    """'ok' or 'refused'."""
+    """'ok', 'refused', or 'any' (either; the fuzz tests, whose inputs are drawn)."""
     field: str | None
     """The field a refusal must name (None: any)."""
     target: str
@@ -78,12 +81,6 @@ def load_corpus(path: Path = CORPUS) -> list[Case]:
 # -------------------------------------------------------------------------------------------------
 # The world: canary tree, baseline results, crafted logs
 # -------------------------------------------------------------------------------------------------
-
-
-def _write(path: Path, content: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
-    return path
 
 
 ITERATION = (" [2026-04-01 12:00:0{i}] iteration {i:8d}/     100 | consumed samples: {s} | elapsed time per iteration "
@@ -137,24 +134,24 @@ def _make_device(path: Path) -> str:
 
 def build_canary(root: Path) -> tuple[Path, str]:
     canary = root / "canary"
-    _write(canary / "checkout" / "recipes" / "mine.yaml", "# a recipe of the user's\n")
-    _write(canary / "checkout" / "conf" / "model" / "mine.yaml", "name: mine\n")
-    _write(canary / "checkout" / "src" / "keep.py", "print('keep')\n")
-    _write(canary / "checkout" / "README.md", "the user's checkout\n")
-    _write(canary / "input" / "a.txt", "The quick brown fox jumps over the lazy dog. " * 20)
-    _write(canary / "input" / "b.txt", "Pack my box with five dozen liquor jugs. " * 20)
-    _write(canary / "input" / "sub" / "c.jsonl", json.dumps({"text": "Sphinx of black quartz, judge my vow."}) + "\n")
-    _write(canary / "badinput" / "bad.jsonl", '{"text": 1}\n{not json\n')
-    _write(canary / "userdir" / "notes.txt", "my notes\n")
-    _write(canary / "userdir" / "deep" / "data.bin", bytes(range(256)))
-    _write(canary / "userfile.txt", "a file of the user's\n")
-    _write(canary / "results-like" / "runs" / "mine.txt", "looks like results but is not optbench's\n")
+    write(canary / "checkout" / "recipes" / "mine.yaml", "# a recipe of the user's\n")
+    write(canary / "checkout" / "conf" / "model" / "mine.yaml", "name: mine\n")
+    write(canary / "checkout" / "src" / "keep.py", "print('keep')\n")
+    write(canary / "checkout" / "README.md", "the user's checkout\n")
+    write(canary / "input" / "a.txt", "The quick brown fox jumps over the lazy dog. " * 20)
+    write(canary / "input" / "b.txt", "Pack my box with five dozen liquor jugs. " * 20)
+    write(canary / "input" / "sub" / "c.jsonl", json.dumps({"text": "Sphinx of black quartz, judge my vow."}) + "\n")
+    write(canary / "badinput" / "bad.jsonl", '{"text": 1}\n{not json\n')
+    write(canary / "userdir" / "notes.txt", "my notes\n")
+    write(canary / "userdir" / "deep" / "data.bin", bytes(range(256)))
+    write(canary / "userfile.txt", "a file of the user's\n")
+    write(canary / "results-like" / "runs" / "mine.txt", "looks like results but is not optbench's\n")
     (canary / "dev").mkdir()
     kind = _make_device(canary / "dev" / "null")
     os.mkfifo(canary / "dev" / "fifo")
     (canary / "link").symlink_to(canary / "userdir")
     for name, content in LOGS.items():
-        _write(canary / "logs" / f"{name}.log", content)
+        write(canary / "logs" / f"{name}.log", content)
     return canary, kind
 
 
@@ -195,15 +192,6 @@ def texts(*roots: Path) -> str:
 # -------------------------------------------------------------------------------------------------
 # One case
 # -------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Places:
-    """The paths of one case."""
-
-    results: Path
-    scratch: Path
-    corpus: Path
 
 
 def expand(word: str, world: World, places: Places) -> list[str]:
@@ -287,85 +275,81 @@ def copy_results(world: World, places: Places) -> None:
 
 
 # -------------------------------------------------------------------------------------------------
-# Setup steps (@name): what earlier runs, crashes and hand edits leave behind
+# The world, built once per test module, and one case run with every check
 # -------------------------------------------------------------------------------------------------
 
 
-def _manifest(places: Places) -> Path:
-    return places.results / "checkpoints" / "saved" / "step_000004" / "manifest.json"
+def build_world(root: Path) -> World:
+    """The canary tree and the baseline results (a plan, a dry-run job, a sweep, a run with checkpoints)."""
+    import torch
+
+    from launch.cli import main
+    from optbench.corpus.prepare import Part, prepare
+    from optbench.outputs import claim
+
+    canary, kind = build_canary(root)
+    baseline = claim(root / "baseline", "results_dir", "results")
+    (baseline / "published").mkdir(parents=True)
+    published = REPO / "results" / "published"
+    rows = (published / "published.csv").read_text().splitlines()
+    (baseline / "published" / "published.csv").write_text("\n".join(rows[:3]) + "\n")
+    shutil.copy(published / "sources.csv", baseline / "published" / "sources.csv")
+    saved = {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", *SECRETS)}
+    os.environ.update({"OMP_NUM_THREADS": "1", **SECRETS})
+    threads = torch.get_num_threads()
+    try:
+        for argv in (
+            ["plan", "kimi_k2_tiny_muon"],
+            ["pretrain", "qwen3_30b_a3b_muon", "dryrun=true"],
+            ["sweep", "qwen3_30b_a3b_muon", "parallel.ep=4,8", "dryrun=true"],
+            ["pretrain", "kimi_k2_tiny_muon", *MICRO, "train.iters=4", "train.save_interval=2", "run_id=saved"],
+        ):
+            assert main([*argv, f"results_dir={baseline}"]) == 0, argv
+    finally:
+        torch.set_num_threads(threads)
+        for name, value in saved.items():
+            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
+    corpus = root / "corpus"
+    manifest = prepare([Part("earlier", ["an earlier corpus document " * 10])], corpus, vocab_size=300)
+    return World(root, canary, baseline, corpus, Path(manifest["tokenizer"]["path"]) / "tokenizer.json", kind)
 
 
-def _edit_manifest(places: Places, change) -> None:
-    path = _manifest(places)
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
-
-
-def _set(data: dict, dotted: str, value: Any) -> None:
-    *parents, last = dotted.replace("model.pt", "model\0pt").split(".")
-    parents, last = [p.replace("\0", ".") for p in parents], last.replace("\0", ".")
-    for part in parents:
-        data = data[part]
-    data[last] = value
-
-
-SETUPS = {
-    "manifest-list": lambda p: _manifest(p).write_text("[]"),
-    "manifest-int": lambda p: _manifest(p).write_text("7"),
-    "manifest-null": lambda p: _manifest(p).write_text("null"),
-    "manifest-garbage": lambda p: _manifest(p).write_bytes(b"\xff\xfe{{{" * 10),
-    "manifest-deep": lambda p: _manifest(p).write_text("[" * 100_000),
-    "manifest-bignum": lambda p: _manifest(p).write_text('{"step": ' + "9" * 5000 + ', "world": 1, "files": {}}'),
-    "manifest-huge": lambda p: _manifest(p).write_text('{"pad": "' + "x" * 3_000_000 + '"}'),
-    "manifest-missing": lambda p: _manifest(p).unlink(),
-    "manifest-is-dir": lambda p: (_manifest(p).unlink(), _manifest(p).mkdir()),
-    "manifest-null-bytes": lambda p: _edit_manifest(p, lambda d: _set(d, "files.model.pt.bytes", None)),
-    "manifest-string-step": lambda p: _edit_manifest(p, lambda d: _set(d, "step", "4")),
-    "manifest-float-world": lambda p: _edit_manifest(p, lambda d: _set(d, "world", 1.0)),
-    "manifest-files-list": lambda p: _edit_manifest(p, lambda d: _set(d, "files", ["model.pt"])),
-    "manifest-bad-sha": lambda p: _edit_manifest(p, lambda d: _set(d, "files.model.pt.sha256", "zz")),
-    "manifest-escape": lambda p: _edit_manifest(p, lambda d: _set(d, "files", {"../../../canary.txt": {"bytes": 1, "sha256": "0" * 64}})),
-    "manifest-foreign": lambda p: _edit_manifest(p, lambda d: _set(d, "run.model", {"hidden_size": 4096})),
-    "manifest-other-step": lambda p: _edit_manifest(p, lambda d: _set(d, "step", 2)),
-    "step-is-file": lambda p: (shutil.rmtree(_manifest(p).parent), _manifest(p).parent.write_text("not a folder")),
-    "step-is-link": lambda p: (shutil.rmtree(_manifest(p).parent), _manifest(p).parent.symlink_to(p.scratch)),
-    "shard-truncated": lambda p: (_manifest(p).parent / "model.pt").write_bytes(b"\x80\x02"),
-    "latest-dir": lambda p: ((_manifest(p).parents[1] / "latest").unlink(), (_manifest(p).parents[1] / "latest").mkdir()),
-    "latest-link": lambda p: ((_manifest(p).parents[1] / "latest").unlink(),
-                              (_manifest(p).parents[1] / "latest").symlink_to(p.scratch / "elsewhere")),
-    "latest-huge": lambda p: (_manifest(p).parents[1] / "latest").write_text("step_" + "0" * 5_000_000),
-    "latest-empty": lambda p: (_manifest(p).parents[1] / "latest").write_text(""),
-    "latest-binary": lambda p: (_manifest(p).parents[1] / "latest").write_bytes(b"\x00\xff\x00"),
-    "latest-escape": lambda p: (_manifest(p).parents[1] / "latest").write_text("../../../canary\n"),
-    "ckptdir-file": lambda p: (shutil.rmtree(_manifest(p).parents[1]), _manifest(p).parents[1].write_text("x")),
-    "config-list": lambda p: (p.results / "runs" / "saved" / "config.yaml").write_text("- a\n- b\n"),
-    "config-binary": lambda p: (p.results / "runs" / "saved" / "config.yaml").write_bytes(bytes(range(256))),
-    "config-missing": lambda p: (p.results / "runs" / "saved" / "config.yaml").unlink(),
-    "config-bad-yaml": lambda p: (p.results / "runs" / "saved" / "config.yaml").write_text("a: [\n"),
-    "metrics-bignum": lambda p: _write(p.results / "runs" / "saved" / "metrics.jsonl", '{"step": ' + "9" * 5000 + "}\n"),
-    "metrics-deep": lambda p: _write(p.results / "runs" / "saved" / "metrics.jsonl", "[" * 100_000 + "\n"),
-    "metrics-list": lambda p: _write(p.results / "runs" / "saved" / "metrics.jsonl", "[1, 2]\n"),
-    "summary-list": lambda p: _write(p.results / "runs" / "saved" / "summary.json", "[1]"),
-    "summary-bignum": lambda p: _write(p.results / "runs" / "saved" / "summary.json", '{"peak": {"tflops": ' + "9" * 5000 + "}}"),
-    "run-is-file": lambda p: _write(p.results / "runs" / "stray", "a file among the runs"),
-    "runs-is-file": lambda p: (shutil.rmtree(p.results / "runs"), _write(p.results / "runs", "x")),
-    "plans-is-file": lambda p: (shutil.rmtree(p.results / "plans"), _write(p.results / "plans", "x")),
-    "plan-is-dir": lambda p: ((p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").unlink(),
-                              (p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").mkdir()),
-    "plan-is-link": lambda p: ((p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").unlink(),
-                               (p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").symlink_to(p.scratch / "target.json")),
-    "sweep-is-file": lambda p: (shutil.rmtree(p.results / "plans" / "qwen3_30b_a3b_muon" / "sweep"),
-                                _write(p.results / "plans" / "qwen3_30b_a3b_muon" / "sweep", "x")),
-    "published-missing": lambda p: shutil.rmtree(p.results / "published"),
-    "published-garbage": lambda p: _write(p.results / "published" / "published.csv", b"\x00\xff" * 100),
-    "unmarked-results": lambda p: (p.results / ".optbench-results").unlink(),
-    "user-file-in-results": lambda p: ((p.results / ".optbench-results").unlink(), _write(p.results / "mine.txt", "x")),
-    "stale-journal": lambda p: _write(p.results / "plans" / "qwen3_30b_a3b_muon" / ".optbench-journal-999999.json", "{oops"),
-}
-"""``@name`` words: how a case's results folder is changed before its command runs."""
-
-
-def apply_setups(names: list[str], places: Places) -> None:
-    for name in names:
-        SETUPS[name](places)
+def execute(case: Case, world: World, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """Run one case as ``make`` would and assert every property of the module docstring."""
+    places = Places(tmp_path / "results", tmp_path / "scratch", tmp_path / "corpus")
+    copy_results(world, places)
+    words = [w for word in case.words if not word.startswith("@") for w in expand(word, world, places)]
+    apply_setups([word[1:] for word in case.words if word.startswith("@")], places)
+    if case.target in ("plan", "pretrain", "sweep") and not any(w.startswith("results_dir=") for w in words):
+        words.append(f"results_dir={places.results}")
+    for name, value in {**SECRETS, "OMP_NUM_THREADS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("OPTBENCH_COMMAND", raising=False)
+    monkeypatch.chdir(world.canary / "checkout")
+    canary, results, scratch = snapshot(world.canary), snapshot(places.results), snapshot(places.scratch)
+    if case.target == "make":
+        code, out, err = run_make(words)
+    else:
+        for name, value in environment(case, words, places).items():
+            monkeypatch.setenv(name, value)
+        code = run_in_process(case, words)
+        out, err = capsys.readouterr()
+    shown = f"{case.text}\n--- exit {code}\n{out[-2000:]}\n--- stderr\n{err[-2000:]}"
+    assert "Traceback" not in out + err, shown
+    if case.expect == "any":
+        assert code in (0, 2), shown
+    else:
+        assert code == (0 if case.expect == "ok" else 2), shown
+    if code == 2 and case.target != "make":
+        lines = err.strip().splitlines()
+        assert lines and lines[0].startswith("error: ") and len(lines) <= 2, shown
+        if case.field:
+            assert lines[0].startswith(f"error: {case.field}: "), shown
+    written = texts(places.results, places.scratch, places.corpus)
+    for secret in SECRETS.values():
+        assert secret not in out + err, f"secret printed: {shown}"
+        assert secret not in written, f"secret written: {case.text}"
+    assert snapshot(world.canary) == canary, f"a canary changed: {shown}"
+    if code == 2:
+        assert snapshot(places.results) == results, f"a refusal changed results/: {shown}"
+        assert snapshot(places.scratch) == scratch, f"a refusal changed the scratch folder: {shown}"

@@ -171,4 +171,4 @@ class Folder:
         text = value if isinstance(value, str) else ""
         problem = output_problem(text, self.kind)
         if problem is not None:
-            yield Problem(key, f"{problem}; e.g. results" if self.kind == "results" else problem)
+            yield Problem(key, problem)

@@ -29,10 +29,16 @@ from pathlib import Path
 import numpy as np
 
 from optbench.corpus.indexed import write_indexed
-from optbench.corpus.tokenizer import CorpusTokenizer, load_tokenizer, save_tokenizer, train_byte_level_bpe
+from optbench.corpus.tokenizer import (
+    CorpusTokenizer,
+    load_tokenizer,
+    save_tokenizer,
+    train_byte_level_bpe,
+)
 from optbench.errors import UserError
 from optbench.io import atomic_write_json
-from optbench.outputs import SYSTEM_TREES, check_output, claim, replacing
+from optbench.outputs import SYSTEM_TREES, check_output, claim
+from optbench.replace import replacing
 
 SHUFFLE_SEED = 1234
 MANIFEST = "corpus.json"

@@ -153,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.warmup = str(DEFAULT_WARMUP)
     debug = any(o.replace(" ", "") in ("debug=true", "debug=True") for o in getattr(args, "overrides", []))
     with exit_on_user_error(debug):
+        from optbench.outputs import check_output
+
+        check_output(str(args.results_dir), "results_dir", "results")  # before any run or table is computed
         return args.func(args)
 
 

@@ -9,11 +9,17 @@ from pathlib import Path
 
 from optbench.errors import UserError
 from optbench.io import atomic_write_text
-from optbench.outputs import claim
 from optbench.metrics.summary import WARMUP_SKIP_STEPS
+from optbench.outputs import claim
+from optbench.replace import replacing
 from optbench.report.collect import collect_runs
 from optbench.report.plots import plot_loss, plot_throughput
-from optbench.report.published import check_sources, default_published_dir, load_published, load_sources
+from optbench.report.published import (
+    check_sources,
+    default_published_dir,
+    load_published,
+    load_sources,
+)
 from optbench.report.table import Table, build_table
 from optbench.report.table_format import render_csv, render_markdown
 
@@ -56,16 +62,21 @@ def write_throughput(
     table = build_table(published, collection.runs, warmup)
 
     plots_dir = results / "plots"
-    plots: list[Path] = []
+    drawn = []  # (path, draw): everything is drawn and written together, or nothing is replaced
     for family in dict.fromkeys(r.family for r in table.rows):
-        plots.append(plot_throughput(table, family, plots_dir / f"throughput_{_slug(family)}.png"))
+        drawn.append((plots_dir / f"throughput_{_slug(family)}.png", lambda path, f=family: plot_throughput(table, f, path)))
         measured = [r.run for r in table.rows if r.family == family and r.run is not None]
         if any(step.loss is not None for run in measured for step in run.steps):
             unique = list({run.run_id: run for run in measured}.values())
-            plots.append(plot_loss(unique, plots_dir / f"loss_{_slug(family)}.png", f"{family}: measured runs used in the table"))
-
+            title = f"{family}: measured runs used in the table"
+            drawn.append((plots_dir / f"loss_{_slug(family)}.png", lambda path, u=unique, t=title: plot_loss(u, path, t)))
+    plots = [path for path, _ in drawn]
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     relative = [str(p.relative_to(results)) for p in plots]
-    markdown = atomic_write_text(results / "throughput.md", render_markdown(table, sources, stamp, relative, collection.skipped))
-    csv_path = atomic_write_text(results / "throughput.csv", render_csv(table))
+    markdown, csv_path = results / "throughput.md", results / "throughput.csv"
+    with replacing([markdown, csv_path, *plots]):
+        for path, draw in drawn:
+            draw(path)
+        atomic_write_text(markdown, render_markdown(table, sources, stamp, relative, collection.skipped))
+        atomic_write_text(csv_path, render_csv(table))
     return TableOutputs(markdown, csv_path, plots, table, collection.skipped)

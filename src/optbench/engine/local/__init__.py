@@ -21,8 +21,8 @@ from optbench.config.compose import run_config_to_dict
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.metrics.summary import COMMAND_ENV
-from optbench.outputs import claim
-from optbench.runs import check_run_dir_free, resolve_run_id, run_dir, save_resolved_config
+from optbench.outputs import check_writable, claim
+from optbench.runs import check_run_dir_free, load_config_yaml, resolve_run_id, run_dir, save_resolved_config
 
 CONFIG_FILE = "config.yaml"
 BYTES_PER_PARAM = 16
@@ -86,9 +86,10 @@ def _check_resume(run: RunConfig, directory: Path) -> None:
     saved_path = directory / CONFIG_FILE
     if not saved_path.is_file():
         raise UserError(f"no run to resume at {directory}; give the run_id of an earlier run", "run_id")
+    loaded = load_config_yaml(saved_path, "resume")
     try:
-        saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
-    except Exception as err:  # noqa: BLE001 - YAML syntax, binary bytes, a broken interpolation
+        saved = OmegaConf.to_container(loaded, resolve=True)
+    except Exception as err:  # noqa: BLE001 - a broken interpolation
         raise UserError(f"{saved_path} is not a readable config.yaml ({type(err).__name__}); give the run_id of a "
                         "complete earlier run", "resume") from err
     if not isinstance(saved, dict):
@@ -114,10 +115,12 @@ def check_local_launch(run: RunConfig) -> Path:
     elif (directory / "metrics.jsonl").is_file():
         raise UserError(f"{directory} already holds a run; add resume=true or pick a new run_id", "run_id")
     _preflight(run)
-    if run.resume:  # a checkpoint that cannot be resumed is refused before config.yaml or the plan is rewritten
-        from optbench.engine.local.checkpoint import choose_checkpoint
+    from optbench.engine.local.checkpoint import checkpoint_dir, choose_checkpoint  # torch is loaded by now
 
+    if run.resume:  # a checkpoint that cannot be resumed is refused before config.yaml or the plan is rewritten
         choose_checkpoint(run, run.parallel.num_gpus)
+    check_writable(directory, "results_dir")
+    check_writable(checkpoint_dir(run), "train.checkpoint_dir" if run.train.checkpoint_dir else "results_dir")
     return directory
 
 

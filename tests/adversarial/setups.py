@@ -1,0 +1,98 @@
+"""Setup steps of the adversarial corpus (``@name`` words): what earlier runs, crashes and hand edits leave
+in a case's results folder before its command runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from adversarial.places import Places, write
+
+
+def _manifest(places: Places) -> Path:
+    return places.results / "checkpoints" / "saved" / "step_000004" / "manifest.json"
+
+
+def _edit_manifest(places: Places, change) -> None:
+    path = _manifest(places)
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _set(data: dict, dotted: str, value: Any) -> None:
+    *parents, last = dotted.replace("model.pt", "model\0pt").split(".")
+    parents, last = [p.replace("\0", ".") for p in parents], last.replace("\0", ".")
+    for part in parents:
+        data = data[part]
+    data[last] = value
+
+
+SETUPS = {
+    "manifest-list": lambda p: _manifest(p).write_text("[]"),
+    "manifest-int": lambda p: _manifest(p).write_text("7"),
+    "manifest-null": lambda p: _manifest(p).write_text("null"),
+    "manifest-garbage": lambda p: _manifest(p).write_bytes(b"\xff\xfe{{{" * 10),
+    "manifest-deep": lambda p: _manifest(p).write_text("[" * 100_000),
+    "manifest-bignum": lambda p: _manifest(p).write_text('{"step": ' + "9" * 5000 + ', "world": 1, "files": {}}'),
+    "manifest-huge": lambda p: _manifest(p).write_text('{"pad": "' + "x" * 3_000_000 + '"}'),
+    "manifest-missing": lambda p: _manifest(p).unlink(),
+    "manifest-is-dir": lambda p: (_manifest(p).unlink(), _manifest(p).mkdir()),
+    "manifest-null-bytes": lambda p: _edit_manifest(p, lambda d: _set(d, "files.model.pt.bytes", None)),
+    "manifest-string-step": lambda p: _edit_manifest(p, lambda d: _set(d, "step", "4")),
+    "manifest-float-world": lambda p: _edit_manifest(p, lambda d: _set(d, "world", 1.0)),
+    "manifest-files-list": lambda p: _edit_manifest(p, lambda d: _set(d, "files", ["model.pt"])),
+    "manifest-bad-sha": lambda p: _edit_manifest(p, lambda d: _set(d, "files.model.pt.sha256", "zz")),
+    "manifest-escape": lambda p: _edit_manifest(p, lambda d: _set(d, "files", {"../../../canary.txt": {"bytes": 1, "sha256": "0" * 64}})),
+    "manifest-foreign": lambda p: _edit_manifest(p, lambda d: _set(d, "run.model", {"hidden_size": 4096})),
+    "manifest-other-step": lambda p: _edit_manifest(p, lambda d: _set(d, "step", 2)),
+    "step-is-file": lambda p: (shutil.rmtree(_manifest(p).parent), _manifest(p).parent.write_text("not a folder")),
+    "step-is-link": lambda p: (shutil.rmtree(_manifest(p).parent), _manifest(p).parent.symlink_to(p.scratch)),
+    "shard-truncated": lambda p: (_manifest(p).parent / "model.pt").write_bytes(b"\x80\x02"),
+    "latest-dir": lambda p: ((_manifest(p).parents[1] / "latest").unlink(), (_manifest(p).parents[1] / "latest").mkdir()),
+    "latest-link": lambda p: ((_manifest(p).parents[1] / "latest").unlink(),
+                              (_manifest(p).parents[1] / "latest").symlink_to(p.scratch / "elsewhere")),
+    "latest-huge": lambda p: (_manifest(p).parents[1] / "latest").write_text("step_" + "0" * 5_000_000),
+    "latest-empty": lambda p: (_manifest(p).parents[1] / "latest").write_text(""),
+    "latest-binary": lambda p: (_manifest(p).parents[1] / "latest").write_bytes(b"\x00\xff\x00"),
+    "latest-escape": lambda p: (_manifest(p).parents[1] / "latest").write_text("../../../canary\n"),
+    "ckptdir-file": lambda p: (shutil.rmtree(_manifest(p).parents[1]), _manifest(p).parents[1].write_text("x")),
+    "config-list": lambda p: (p.results / "runs" / "saved" / "config.yaml").write_text("- a\n- b\n"),
+    "config-binary": lambda p: (p.results / "runs" / "saved" / "config.yaml").write_bytes(bytes(range(256))),
+    "config-missing": lambda p: (p.results / "runs" / "saved" / "config.yaml").unlink(),
+    "config-bad-yaml": lambda p: (p.results / "runs" / "saved" / "config.yaml").write_text("a: [\n"),
+    "config-laughs": lambda p: (p.results / "runs" / "saved" / "config.yaml").write_text(LAUGHS),
+    "metrics-bignum": lambda p: write(p.results / "runs" / "saved" / "metrics.jsonl", '{"step": ' + "9" * 5000 + "}\n"),
+    "metrics-deep": lambda p: write(p.results / "runs" / "saved" / "metrics.jsonl", "[" * 100_000 + "\n"),
+    "metrics-list": lambda p: write(p.results / "runs" / "saved" / "metrics.jsonl", "[1, 2]\n"),
+    "summary-list": lambda p: write(p.results / "runs" / "saved" / "summary.json", "[1]"),
+    "summary-bignum": lambda p: write(p.results / "runs" / "saved" / "summary.json", '{"peak": {"tflops": ' + "9" * 5000 + "}}"),
+    "run-is-file": lambda p: write(p.results / "runs" / "stray", "a file among the runs"),
+    "runs-is-file": lambda p: (shutil.rmtree(p.results / "runs"), write(p.results / "runs", "x")),
+    "plans-is-file": lambda p: (shutil.rmtree(p.results / "plans"), write(p.results / "plans", "x")),
+    "plan-is-dir": lambda p: ((p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").unlink(),
+                              (p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").mkdir()),
+    "plan-is-link": lambda p: ((p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").unlink(),
+                               (p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").symlink_to(p.scratch / "target.json")),
+    "sweep-is-file": lambda p: (shutil.rmtree(p.results / "plans" / "qwen3_30b_a3b_muon" / "sweep"),
+                                write(p.results / "plans" / "qwen3_30b_a3b_muon" / "sweep", "x")),
+    "published-missing": lambda p: shutil.rmtree(p.results / "published"),
+    "published-garbage": lambda p: write(p.results / "published" / "published.csv", b"\x00\xff" * 100),
+    "unmarked-results": lambda p: (p.results / ".optbench-results").unlink(),
+    "user-file-in-results": lambda p: ((p.results / ".optbench-results").unlink(), write(p.results / "mine.txt", "x")),
+    "stale-journal": lambda p: write(p.results / "plans" / "qwen3_30b_a3b_muon" / ".optbench-journal-999999.json", "{oops"),
+}
+"""``@name`` words: how a case's results folder is changed before its command runs."""
+
+
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi")
+)
+"""A billion laughs: nine lines of YAML aliases that expand to 9^9 nodes."""
+
+
+def apply_setups(names: list[str], places: Places) -> None:
+    for name in names:
+        SETUPS[name](places)
