@@ -11,7 +11,6 @@ SHELL := /bin/bash
 RECIPE ?= kimi_k2_tiny_muon
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
-BRIDGE_VENV := .venv-bridge
 PY ?= $(VENV)/bin/python
 CONTAINER_PYTHON ?= python
 PIP := $(PY) -m pip
@@ -51,11 +50,8 @@ setup: ## Create .venv (project + local, launch, test extras; CPU torch) and .ve
 	$(PIP) install --no-deps megatron-bridge==0.3.1
 	$(MAKE) bridge-env
 
-bridge-env: ## Create .venv-bridge: real Megatron Bridge 0.3.1 + Core 0.16.1 on CPU stand-ins (the conformance test)
-	$(PYTHON) -m venv $(BRIDGE_VENV)
-	$(BRIDGE_VENV)/bin/python -m pip install --upgrade pip
-	$(BRIDGE_VENV)/bin/python -m pip install -r tests/bridge_env/requirements.txt
-	$(BRIDGE_VENV)/bin/python -m pip install --no-deps megatron-core==0.16.1 megatron-bridge==0.3.1
+bridge-env: ## Create the real Megatron Bridge + Core of every NeMo container on CPU stand-ins (.venv-bridge, .venv-bridge5, .bridge-releases/)
+	$(PYTHON) tests/bridge_env/environments.py build
 
 setup-container: ## Inside the NeMo container: install optbench with --no-deps (keeps its torch, Megatron, TE)
 	$(CONTAINER_PYTHON) -m pip install --no-deps --no-build-isolation -e .

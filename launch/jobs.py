@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from optbench.bridge.presets import find_preset
+from optbench.bridge.versions import container_of
 from optbench.checkout import repo_root
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
@@ -159,23 +160,44 @@ def segment_size(run: RunConfig) -> Optional[int]:
     return nodes if nodes <= trays else max(d for d in range(1, trays + 1) if nodes % d == 0)
 
 
-def numa_binding(run: RunConfig) -> Optional[str]:
-    """NVIDIA's per-task NUMA binding (executors.py): 2 GPUs per NUMA node on GB200/GB300, 4 elsewhere."""
+def _bridge_line(run: RunConfig) -> tuple[int, int]:
+    major, minor = container_of(run).bridge.split(".")[:2]
+    return int(major), int(minor)
+
+
+def numa_rule(run: RunConfig) -> Optional[str]:
+    """NVIDIA's per-task NUMA binding rule of Bridge 0.3 (executors.py): 2 GPUs per NUMA node on GB200/GB300, 4
+    elsewhere, and on B300 two pinned cores per task (-C); from 0.4 the -C pinning depends on the model (setup_experiment)."""
     gpu = run.cluster.gpu
     if run.cluster.executor != "slurm" or gpu not in ("gb300", "gb200", "b300", "b200", "h100", "h200"):
         return None
     divisor = 2 if gpu in ("gb200", "gb300") else 4
     command = f"numactl --cpunodebind=$((SLURM_LOCALID/{divisor})) --membind=$((SLURM_LOCALID/{divisor}))"
-    if gpu == "b300":
+    if gpu == "b300" and _bridge_line(run) < (0, 4):
         command += " -C $((SLURM_LOCALID * 16)),$((SLURM_LOCALID * 16 + 1))"
     return command
+
+
+def numa_binding(run: RunConfig) -> Optional[str]:
+    """The binding NVIDIA's launcher of the run's release rendered for its preset; without a preset, :func:`numa_rule`."""
+    preset = find_preset(run) if run.engine == "megatron_bridge" and run.cluster.executor == "slurm" else None
+    command = ((preset.job.get("numa") or {}).get("command")) if preset else None
+    return command or numa_rule(run)
+
+
+def srun_args(run: RunConfig) -> list[str]:
+    """The cluster's srun arguments, then any NVIDIA's launcher of the run's release adds (0.4+: --container-writable)."""
+    ours = [check_text("cluster.srun_args", str(arg)) for arg in run.cluster.srun_args]
+    preset = find_preset(run) if run.engine == "megatron_bridge" else None
+    nvidia = (preset.job.get("srun_args") or []) if preset else []
+    return ours + [arg for arg in nvidia if arg not in ours]
 
 
 def job_env(run: RunConfig) -> dict[str, str]:
     """The job's environment (values unquoted; the renderer quotes them). No secret is ever included."""
     cluster, parallel, logger = run.cluster, run.parallel, run.logger
     preset = find_preset(run) if run.engine == "megatron_bridge" else None
-    # NVIDIA's rendered job environment exists for the executed presets (Bridge 0.3.1); later releases: our rules.
+    # NVIDIA's rendered job environment of the release (its launcher, executed); runs without a preset: our rules.
     nvidia_env = preset.job.get("env") if preset else None
     env: dict[str, str] = nvidia_performance_env(run, nvidia_env) if nvidia_env is not None else {}
     per_node = cluster.gpus_per_node or parallel.num_gpus
@@ -242,5 +264,5 @@ def slurm_resources(run: RunConfig) -> dict[str, object]:
         "mem": check_text("cluster.mem", cluster.mem) if cluster.mem else None,
         "exclusive": True if cluster.exclusive else None,
         "container_image": check_text("cluster.container_image", str(cluster.container_image)),
-        "srun_args": [check_text("cluster.srun_args", str(arg)) for arg in cluster.srun_args],
+        "srun_args": srun_args(run),
     }

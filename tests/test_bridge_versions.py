@@ -89,27 +89,29 @@ def test_release_preset_gives_the_published_26_06_layout() -> None:
     assert typed.train.mbs == 2  # the user's value wins over the release's
 
 
-def test_static_reader_agrees_with_nvidias_executed_code_for_0_3_1() -> None:
-    """The layouts read from v0.3.1's source equal what executing NVIDIA's launcher gave, for all 50 cases."""
-    static = json.loads((versions.DATA / "release-presets.json").read_text())
-    cases = static["releases"]["0.3.1"]["presets"]
-    executed = presets.load("0.3.1")["presets"]
-    assert set(cases) == set(executed)
-    for key, case in cases.items():
-        nvidia = {**executed[key]["recipe_values"], **executed[key]["settings"]}
-        for field, value in case["settings"].items():
-            if field in nvidia:
-                assert presets.normalised(value) == presets.normalised(nvidia[field]), (key, field)
+def test_every_runnable_container_has_nvidias_executed_presets() -> None:
+    """presets-<bridge>.json for every container: NVIDIA's launcher of that release, executed (tools/nvidia_presets.py)."""
+    for container in versions.runnable():
+        data = presets.load(container.bridge)
+        assert data["provenance"]["release"] == container.bridge and data["presets"], container.name
+        assert container.bridge in data["provenance"]["placeholders"]["image"] or container.name in data["provenance"]["placeholders"]["image"]
 
 
-def test_bridge_0_3_0_differs_from_0_3_1_in_six_cases() -> None:
-    """nemo:26.02 runs the 0.3.1 presets; Bridge 0.3.0's own scripts differ in these cases (the GB300/GB200 ones agree)."""
-    releases = json.loads((versions.DATA / "release-presets.json").read_text())["releases"]
-    old, new = releases["0.3.0"]["presets"], releases["0.3.1"]["presets"]
-    assert old and not any(k.startswith("kimi_k2/") for k in old)  # Kimi K2's preset arrives with 0.3.1
-    differing = {k for k in old if old[k]["settings"] != new[k]["settings"]}
-    assert differing == {"deepseek_v3/b300/bf16/adam", "qwen3_30b_a3b/b200/bf16/adam", "qwen3_30b_a3b/b200/fp8_cs/adam",
-                         "qwen3_30b_a3b/b200/mxfp8/adam", "qwen3_30b_a3b/h100/bf16/adam", "qwen3_30b_a3b/h100/fp8_cs/adam"}
+def test_kimi_k2s_preset_arrives_with_0_3_1_and_serves_nemo_26_02() -> None:
+    """Bridge 0.3.0's scripts have no Kimi K2; nemo:26.02 (the blog's container) takes the 0.3.1 preset for it."""
+    assert not any(k.startswith("kimi_k2/") for k in presets.load("0.3.0")["presets"])
+    run = compose_run("kimi_k2_muon", ["cluster.container=nemo:26.02"])
+    assert presets.find_preset(run).release == "0.3.1"
+    qwen = compose_run("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.02"])
+    assert presets.find_preset(qwen).release == "0.3.0"
+
+
+def test_nvidias_0_6_launcher_trains_muon_for_kimis_adam_and_our_twin_is_adam() -> None:
+    """NVIDIA's v0.6.0 run_script.py finds the flat recipe by name and never applies --optimizer_type adam."""
+    case = presets.load("0.6.0")["presets"]["kimi_k2/gb300/mxfp8/adam"]
+    assert case["launcher_optimizer"] == "dist_muon" and case["settings"]["optimizer.optimizer"] == "adam"
+    run = compose_run("kimi_k2_adamw", ["cluster.container=nemo:26.08"])
+    assert "never applies --optimizer_type adam" in presets.find_preset(run).note
 
 
 def test_extracted_fields_of_0_3_1_match_the_installed_core() -> None:

@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from launch.jobs import numa_binding, segment_size
+from launch.jobs import numa_binding, numa_rule, segment_size
+from optbench.bridge import versions
 from optbench.bridge.presets import find_preset, load
 from optbench.config.compose import compose_run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia"
+CONTAINERS = {c.bridge: c.name for c in versions.runnable()}
+"""Bridge release -> its container: NVIDIA's renderings are kept per release (tests/fixtures/nvidia/<release>/)."""
 CASES = {
     "kimi_k2_muon": "kimi_k2__gb300__mxfp8__muon",
     "kimi_k2_adamw": "kimi_k2__gb300__mxfp8__adam",
@@ -48,6 +51,8 @@ DOCUMENTED = {
     "task.wrapper": "NVIDIA wraps the command in bash -c '...'; ours runs it directly (a quoted argument could close "
     "those single quotes); the NUMA binding and the environment are the same",
     "task.command": "ours runs optbench's entry point on the resolved config; NVIDIA runs run_script.py with its flags",
+    "task.prefix": "Bridge >= 0.4: NVIDIA's task first runs the container's print_sha.sh (its repo commits into "
+    "/nemo_run/configs); ours records the Megatron versions in the run's summary",
 }
 
 
@@ -79,26 +84,37 @@ def parse_job(sbatch: str, task: str) -> dict[str, str]:
     command = body[-1]
     out["task.wrapper"] = "bash -c" if command.startswith("bash -c") else "none"
     command = command.removeprefix("bash -c ").strip("'")
+    prefix, _, rest = command.rpartition(" ; ")  # Bridge >= 0.4: print_sha.sh prints the container's repo SHAs first
+    out["task.prefix"], command = prefix, rest
     numa = re.match(r"(numactl(?: --\S+)+(?: -C \S+)?) (.*)$", command)
     out["task.numa"] = numa.group(1) if numa else ""
     out["task.command"] = numa.group(2) if numa else command
     return out
 
 
-def ours(tmp_path: Path, recipe: str) -> dict[str, str]:
+def ours(tmp_path: Path, recipe: str, container: str = "nemo:26.02.01") -> dict[str, str]:
     from launch.cli import main
 
-    assert main(["pretrain", recipe, "dryrun=true", f"results_dir={tmp_path}", "run_id=job-test"]) == 0
+    assert main(["pretrain", recipe, "dryrun=true", f"results_dir={tmp_path}", "run_id=job-test",
+                 f"cluster.container={container}"]) == 0
     folder = tmp_path / "plans" / recipe
     task = next((folder / "nemo_run").rglob("scripts/*.sh"))
     return parse_job((folder / "sbatch.sh").read_text(), task.read_text())
 
 
-@pytest.mark.parametrize("recipe", sorted(CASES))
-def test_rendered_job_matches_nvidia_up_to_the_documented_list(tmp_path: Path, recipe: str) -> None:
-    fixture = FIXTURES / CASES[recipe]
+JOB_CASES = [(release, recipe) for release in CONTAINERS for recipe in sorted(CASES)
+             if (FIXTURES / release / CASES[recipe]).is_dir()]
+
+
+@pytest.mark.parametrize(("release", "recipe"), JOB_CASES, ids=[f"{r}-{c}" for r, c in JOB_CASES])
+def test_rendered_job_matches_nvidia_up_to_the_documented_list(tmp_path: Path, release: str, recipe: str) -> None:
+    fixture = FIXTURES / release / CASES[recipe]
     nvidia = parse_job((fixture / "sbatch.sh").read_text(), (fixture / "task.sh").read_text())
-    mine = ours(tmp_path, recipe)
+    # Bridge >= 0.6: NVIDIA's bootstrap.py exports the recipe's env_vars inside the task (setdefault), not the sbatch
+    # script; the preset records that effective environment, which ours exports in the script.
+    env = load(release)["presets"][CASES[recipe].replace("__", "/")]["job"]["env"]
+    nvidia.update({f"export.{k}": v for k, v in env.items() if f"export.{k}" not in nvidia})
+    mine = ours(tmp_path, recipe, CONTAINERS[release])
     differing = {key for key in set(mine) | set(nvidia) if mine.get(key) != nvidia.get(key)}
     assert differing - set(DOCUMENTED) == set(), {k: (mine.get(k), nvidia.get(k)) for k in differing - set(DOCUMENTED)}
     # What the issue names must be there, equal to NVIDIA's.
@@ -110,21 +126,27 @@ def test_rendered_job_matches_nvidia_up_to_the_documented_list(tmp_path: Path, r
 
 def test_parser_sees_a_difference_that_is_not_documented(tmp_path: Path) -> None:
     """Negative control: a changed NUMA binding or a dropped variable is caught."""
-    fixture = FIXTURES / CASES["kimi_k2_muon"]
+    fixture = FIXTURES / "0.3.1" / CASES["kimi_k2_muon"]
     sbatch, task = (fixture / "sbatch.sh").read_text(), (fixture / "task.sh").read_text()
     base = parse_job(sbatch, task)
     changed = parse_job(sbatch.replace("export NCCL_NVLS_ENABLE=0\n", ""), task.replace("/2))", "/4))"))
     assert {k for k in set(base) | set(changed) if base.get(k) != changed.get(k)} == {"export.NCCL_NVLS_ENABLE", "task.numa"}
 
 
-@pytest.mark.parametrize("key", sorted(load()["presets"]))
-def test_segment_and_numa_rules_reproduce_every_preset(key: str) -> None:
-    """NVIDIA's --segment and NUMA rules, applied by us, give what its launcher rendered for all 50 presets."""
+PRESET_CASES = [(release, key) for release in CONTAINERS for key in sorted(load(release)["presets"])]
+
+
+@pytest.mark.parametrize(("release", "key"), PRESET_CASES, ids=[f"{r}-{k}" for r, k in PRESET_CASES])
+def test_segment_and_numa_rules_reproduce_every_preset(release: str, key: str) -> None:
+    """NVIDIA's --segment and NUMA rules, applied by us, give what its launcher rendered for every preset of every release."""
     model, gpu, precision, optimizer = key.split("/")
-    preset = load()["presets"][key]
+    preset = load(release)["presets"][key]
     cluster = {"gb300": "gb300_nvl72", "gb200": "gb200_nvl72", "b300": "b300", "b200": "b200", "h100": "h100"}[gpu]
     recipe = f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}"
-    run = compose_run(recipe, [f"cluster={cluster}", f"precision={precision}", f"parallel.num_gpus={preset['num_gpus']}"])
+    run = compose_run(recipe, [f"cluster={cluster}", f"precision={precision}", f"parallel.num_gpus={preset['num_gpus']}",
+                               f"cluster.container={CONTAINERS[release]}", "intent=train"])
     assert segment_size(run) == preset["job"]["segment"]
-    assert numa_binding(run) == preset["job"]["numa"]["command"]
+    assert numa_binding(run) == preset["job"]["numa"]["command"]  # NVIDIA's rendering of the release, taken over
+    if release.startswith("0.3."):  # our rule for runs without a preset is NVIDIA's 0.3 rule, exactly
+        assert numa_rule(run) == preset["job"]["numa"]["command"]
     assert find_preset(run).key == key

@@ -21,7 +21,7 @@ work tree (NeMo-Run's packager asks git for the top level)::
     .venv-bridge/bin/python tools/nvidia_presets.py --scripts /tmp/nv/scripts/performance --release 0.3.1 \\
         --commit 9c9dd848966322fc3ed7706747ec13219ef49dda
 
-Writes ``src/optbench/data/bridge/presets-<release>.json`` and ``tests/fixtures/nvidia/<case>/``.
+Writes ``src/optbench/data/bridge/presets-<release>.json`` and ``tests/fixtures/nvidia/<release>/<case>/``.
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ def render_job(scripts: Path, argv: list[str], base: Path) -> dict[str, Any]:
     if not hasattr(wandb.util, "generate_id"):  # newer wandb moved it; the id is dropped anyway (DROPPED_ENV)
         wandb.util.generate_id = lambda *args, **kwargs: "RUNID"
 
-    pristine = copy.deepcopy(executors.PERF_ENV_VARS)
+    shared = getattr(executors, "PERF_ENV_VARS", None)  # a module-level dict up to 0.5 (0.6: the recipe's env_vars)
+    pristine = copy.deepcopy(shared)
     capture = Capture(base)
     saved_argv, saved_run = sys.argv, nemo_run.run
     sys.argv, nemo_run.run = [str(scripts / "setup_experiment.py"), *argv], capture
@@ -158,9 +159,17 @@ def render_job(scripts: Path, argv: list[str], base: Path) -> dict[str, Any]:
         runpy.run_path(str(scripts / "setup_experiment.py"), run_name="__main__")
     finally:
         sys.argv, nemo_run.run = saved_argv, saved_run
-        executors.PERF_ENV_VARS.clear()
-        executors.PERF_ENV_VARS.update(pristine)
+        if shared is not None:
+            shared.clear()
+            shared.update(pristine)
     return capture.result
+
+
+def accepted(function: Any, **kwargs: Any) -> dict[str, Any]:
+    """The keyword arguments ``function`` takes (NVIDIA's signatures change between releases)."""
+    import inspect
+
+    return {k: v for k, v in kwargs.items() if k in inspect.signature(function).parameters}
 
 
 def nvidia_config(script_args: list[str]) -> Any:
@@ -170,17 +179,42 @@ def nvidia_config(script_args: list[str]) -> Any:
     from utils.utils import get_perf_optimized_recipe
 
     args, cli_overrides = parse_cli_args().parse_known_args(script_args)
-    recipe = get_perf_optimized_recipe(
-        model_family_name=args.model_family_name, model_recipe_name=args.model_recipe_name, train_task=args.task,
-        gpu=args.gpu, compute_dtype=args.compute_dtype, mock=args.data == "mock", config_variant=args.config_variant,
-        optimizer_type=getattr(args, "optimizer_type", None),
-    )
+    import run_script
+
+    if hasattr(run_script, "_prepare_perf_recipe"):  # Bridge >= 0.6: flat perf recipes, found by name first
+        recipe = run_script._prepare_perf_recipe(args, cli_overrides)
+        if args.compute_dtype == "bf16" and recipe.optimizer.optimizer == "adam":  # as _run_training, before pretrain
+            recipe.optimizer.use_precision_aware_optimizer = True
+        return recipe, cli_overrides
+    recipe = get_perf_optimized_recipe(**accepted(
+        get_perf_optimized_recipe, model_family_name=args.model_family_name, model_recipe_name=args.model_recipe_name,
+        train_task=args.task, gpu=args.gpu, compute_dtype=args.compute_dtype, mock=args.data == "mock",
+        config_variant=args.config_variant, optimizer_type=getattr(args, "optimizer_type", None),
+    ))
     recipe = set_cli_overrides(recipe, cli_overrides)
     recipe = set_user_overrides(recipe, args)
     return set_post_overrides(
         recipe, args.model_family_name, args.model_recipe_name, args.gpu, args.num_gpus, args.compute_dtype,
         args.task, user_gbs=args.global_batch_size, config_variant=args.config_variant,
     ), cli_overrides
+
+
+LAUNCHER_TRAINS_MUON = (
+    "NVIDIA's run_script.py of this release finds Kimi K2's flat perf recipe by name and never applies "
+    "--optimizer_type adam: its documented Adam launch trains dist_muon. The settings here apply NVIDIA's own Adam "
+    "path instead (utils.get_perf_optimized_recipe: _apply_kimi_k2_optimizer(cfg, 'adam') keeping the recipe's "
+    "lr_decay_iters and lr_warmup_iters), so that the Adam twin is a real Adam run"
+)
+
+
+def real_adam(config: Any) -> Any:
+    """NVIDIA's Adam settings for Kimi K2 where its launcher leaves the flat recipe's Muon (Bridge 0.6)."""
+    from megatron.bridge.recipes.kimi.kimi_k2 import _apply_kimi_k2_optimizer
+
+    decay, warmup = config.scheduler.lr_decay_iters, config.scheduler.lr_warmup_iters
+    _apply_kimi_k2_optimizer(config, "adam")
+    config.scheduler.lr_decay_iters, config.scheduler.lr_warmup_iters = decay, warmup
+    return config
 
 
 def plain_recipe(model: str, precision: str, optimizer: str) -> Any:
@@ -190,9 +224,12 @@ def plain_recipe(model: str, precision: str, optimizer: str) -> Any:
 
     from optbench.bridge.adapter import bridge_recipe_for
 
+    from optbench.bridge.entry import accepted_kwargs
+
     recipe = bridge_recipe_for(model, optimizer)
     module = __import__(recipe.module, fromlist=[recipe.function])
-    config = getattr(module, recipe.function)(**recipe.kwargs)
+    function = getattr(module, recipe.function)
+    config = function(**accepted_kwargs(function, recipe.kwargs))
     config.mixed_precision = get_mixed_precision_config(MIXED_PRECISION_PRESETS[precision])
     if config.comm_overlap is None:
         config.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
@@ -234,6 +271,8 @@ def numa(pre_cmds: str) -> dict[str, Any]:
 
 
 def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path) -> None:
+    from importlib.metadata import version
+
     import hf_cache
     import stand_ins  # before NVIDIA's configs: they import their recipe builders only when Bridge imports
 
@@ -252,12 +291,17 @@ def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path)
         with tempfile.TemporaryDirectory() as tmp:
             job = render_job(scripts, launcher_argv(model, gpu, precision, optimizer, base.num_gpus), Path(tmp))
         config, plugin_overrides = nvidia_config(job["script_args"])
+        launcher_optimizer = config.optimizer.optimizer
+        if optimizer == "adam" and launcher_optimizer != "adam":
+            config = real_adam(config)
         nvidia = flat_config(config)
         plain = flat_config(plain_recipe(model, precision, optimizer))
         settings = {k: v for k, v in nvidia.items() if k not in plain or plain[k] != v}
         keys = keys_by_model.setdefault(model, adapter_keys(model))
         recipe_values = {k: plain[k] for k in sorted(keys) if k in plain and k not in settings}
         env = {k: v for k, v in job["env"].items() if k not in DROPPED_ENV}
+        if (scripts / "bootstrap.py").is_file():  # Bridge >= 0.6: bootstrap.py exports the recipe's env_vars as
+            env = {**{k: str(v) for k, v in (config.env_vars or {}).items()}, **env}  # defaults (setdefault)
         presets[key] = {
             "num_gpus": base.num_gpus,
             "gpus_per_node": GPUS_PER_NODE[gpu],
@@ -267,6 +311,9 @@ def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path)
             "recipe_values": recipe_values,
             "job": {"env": env, "segment": job["segment"], "numa": numa(job["pre_cmds"]), "srun_args": job["srun_args"]},
         }
+        if launcher_optimizer != config.optimizer.optimizer:
+            presets[key]["launcher_optimizer"] = launcher_optimizer
+            presets[key]["note"] = LAUNCHER_TRAINS_MUON
         if key in FIXTURE_CASES:
             folder = fixtures / key.replace("/", "__")
             folder.mkdir(parents=True, exist_ok=True)
@@ -279,7 +326,8 @@ def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path)
                       "utils/overrides.py, utils/executors.py, perf_plugins.py, configs/)",
             "release": release,
             "commit": commit,
-            "megatron_core": "0.16.1",
+            "megatron_core": version("megatron-core"),
+            "transformers": version("transformers"),
             "extracted_by": "tools/nvidia_presets.py (NeMo-Run dry run + run_script.py's config code, CPU stand-ins)",
             "placeholders": PLACEHOLDERS,
             "recipe_values": "the library recipe's value of every other field our adapter sets",
@@ -299,13 +347,15 @@ def main() -> int:
     parser.add_argument("--release", default="0.3.1")
     parser.add_argument("--commit", default="9c9dd848966322fc3ed7706747ec13219ef49dda")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--fixtures", type=Path, default=ROOT / "tests" / "fixtures" / "nvidia")
+    parser.add_argument("--fixtures", type=Path, help="default: tests/fixtures/nvidia/<release>")
+    parser.add_argument("--image", default=PLACEHOLDERS["image"], help="the container image the launcher is given")
     args = parser.parse_args()
+    PLACEHOLDERS["image"] = args.image
     scripts = args.scripts.resolve()
     sys.path.insert(0, str(scripts))
     os.chdir(scripts)
     out = args.out or ROOT / "src" / "optbench" / "data" / "bridge" / f"presets-{args.release}.json"
-    extract(scripts, args.release, args.commit, out, args.fixtures)
+    extract(scripts, args.release, args.commit, out, args.fixtures or ROOT / "tests" / "fixtures" / "nvidia" / args.release)
     return 0
 
 

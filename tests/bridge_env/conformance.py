@@ -43,6 +43,8 @@ import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core
 RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
            "deepseek_v3_adamw")
 INTENTS = ("reproduce", "train")
+OPTIMIZER_IDENTITY = ("optimizer.optimizer", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer")
+"""What makes a run Adam or Muon after Bridge's runtime update (Bridge 0.6's Kimi recipe is Muon unless overridden)."""
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia"
 
 
@@ -176,7 +178,7 @@ def drive_callback(run: Any, config: Any, steps: int = 3) -> dict[str, Any]:
     }
 
 
-def check_case(recipe: str, intent: str, results: Path) -> dict[str, Any]:
+def check_case(recipe: str, intent: str, results: Path, container: str) -> dict[str, Any]:
     from megatron.bridge.training.config import runtime_config_update
 
     from optbench.bridge import presets
@@ -185,7 +187,8 @@ def check_case(recipe: str, intent: str, results: Path) -> dict[str, Any]:
     from optbench.config.compose import compose_run
     from optbench.validate import validate
 
-    run = compose_run(recipe, [f"intent={intent}", f"results_dir={results}", f"run_id={recipe}-{intent}"])
+    run = compose_run(recipe, [f"intent={intent}", f"results_dir={results}", f"run_id={recipe}-{intent}",
+                               f"cluster.container={container}"])
     validate(run)
     os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
     stand_ins.install()
@@ -197,19 +200,21 @@ def check_case(recipe: str, intent: str, results: Path) -> dict[str, Any]:
     report["missing"] = read_back(config, override_items(run))
     os.environ["WORLD_SIZE"] = str(run.parallel.num_gpus)
     runtime_config_update(config)
+    report["optimizer"] = {key: comparable(lookup(config, key)) for key in OPTIMIZER_IDENTITY}
     report["runtime_config_update"] = "ok"
-    fixture = FIXTURES / str(report["preset"]).replace("/", "__") / "effective.json"
+    report["preset_release"] = presets.release_of(run)
+    fixture = FIXTURES / report["preset_release"] / str(report["preset"]).replace("/", "__") / "effective.json"
     if fixture.is_file():
         differences = compare(flat(config), json.loads(fixture.read_text()))
         for d in differences:
-            d["reason"] = (presets.OURS.get(d["field"]) or presets.RECIPE_DEPARTURES.get(recipe, {}).get(d["field"])
+            d["reason"] = (presets.OURS.get(d["field"]) or presets.departure_reasons(recipe).get(d["field"])
                            or presets.derived_reason(d["field"], intent, report["adapted_from_adam"]))
         report["differences"] = differences
     report["callback"] = drive_callback(run, config)
     return report
 
 
-def negative_controls(results: Path) -> dict[str, Any]:
+def negative_controls(results: Path, container: str) -> dict[str, Any]:
     """A misspelled key and an impossible pipeline layout must both fail inside Bridge."""
     from megatron.bridge.training.config import runtime_config_update
 
@@ -217,7 +222,7 @@ def negative_controls(results: Path) -> dict[str, Any]:
     from optbench.bridge.entry import BridgeAPI, build_config_container
     from optbench.config.compose import compose_run
 
-    run = compose_run("kimi_k2_muon", [f"results_dir={results}", "run_id=negative"])
+    run = compose_run("kimi_k2_muon", [f"results_dir={results}", "run_id=negative", f"cluster.container={container}"])
     os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
     stand_ins.install()
     setup = bridge_setup(run)
@@ -242,6 +247,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="write the JSON report here (default: stdout)")
     parser.add_argument("--recipes", nargs="*", default=list(RECIPES))
+    parser.add_argument("--container", default="nemo:26.02.01", help="the NeMo container whose Bridge and Core are installed")
     args = parser.parse_args()
     import hf_cache
 
@@ -255,11 +261,11 @@ def main() -> int:
         for recipe in args.recipes:
             for intent in INTENTS:
                 try:
-                    report["cases"].append(check_case(recipe, intent, Path(tmp) / "results"))
+                    report["cases"].append(check_case(recipe, intent, Path(tmp) / "results", args.container))
                 except Exception as err:
                     report["cases"].append({"recipe": recipe, "intent": intent, "error": f"{type(err).__name__}: {err}",
                                             "traceback": traceback.format_exc()[-2000:]})
-        report["negative_controls"] = negative_controls(Path(tmp) / "results")
+        report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)
         report["timer_levels"] = timer_levels()
     from importlib.metadata import version
 

@@ -15,6 +15,7 @@ Nothing here is used outside tests and the preset tool: the job in the NeMo cont
 
 from __future__ import annotations
 
+import abc
 import importlib.abc
 import importlib.machinery
 import os
@@ -23,10 +24,11 @@ import types
 from types import SimpleNamespace
 
 STUBBED = (
-    "transformer_engine", "transformer_engine_torch", "apex", "flash_attn", "flashattn_hopper", "mamba_ssm",
+    "transformer_engine", "transformer_engine_torch", "apex", "flashattn_hopper", "mamba_ssm",
     "causal_conv1d", "fla", "nvidia_resiliency_ext", "deep_ep", "nv_grouped_gemm", "modelopt",
     "emerging_optimizers", "megatron.energon",
 )
+"""Stubbed unless the real package is installed (Core 0.19 iterates emerging_optimizers' registry at import)."""
 TE_VERSION = "2.12.0"
 """What the stand-in Transformer Engine reports (the NeMo 26.02 container's major line)."""
 
@@ -39,8 +41,16 @@ GPUS = {
 }
 
 
-class _Anything(type):
-    """A class whose every attribute is another such class: subclassable, callable, indexable."""
+def _identity_or(value, args, kwargs):
+    """A stand-in used as a decorator returns what it decorates; called any other way, ``value``."""
+    if len(args) == 1 and not kwargs and callable(args[0]):
+        return args[0]
+    return value
+
+
+class _Anything(abc.ABCMeta):
+    """A class whose every attribute is another such class: subclassable (also beside ABC), callable,
+    indexable, usable as a decorator; its instances are callable and usable as decorators too."""
 
     def __getattr__(cls, name):
         if name.startswith("__"):
@@ -48,7 +58,7 @@ class _Anything(type):
         return _make(name)
 
     def __call__(cls, *args, **kwargs):
-        return super().__call__()
+        return _identity_or(super().__call__(), args, kwargs)
 
     def __getitem__(cls, item):
         return cls
@@ -61,7 +71,7 @@ class _Anything(type):
 
 
 def _make(name: str) -> type:
-    return _Anything(name, (object,), {"__module__": "stand_in"})
+    return _Anything(name, (object,), {"__module__": "stand_in", "__call__": lambda self, *a, **k: _identity_or(self, a, k)})
 
 
 class _StubModule(types.ModuleType):
@@ -75,9 +85,18 @@ class _StubModule(types.ModuleType):
         return value
 
 
+def _installed(name: str) -> bool:
+    """Whether the real package is importable (looked up without our finder)."""
+    top = name.split(".")[0]
+    return any(
+        finder.find_spec(top, None) is not None
+        for finder in sys.meta_path if not isinstance(finder, _Finder) and hasattr(finder, "find_spec")
+    )
+
+
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path, target=None):
-        if any(fullname == p or fullname.startswith(p + ".") for p in STUBBED):
+        if any((fullname == p or fullname.startswith(p + ".")) and p not in REAL for p in STUBBED):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -99,8 +118,22 @@ class FusedAdam:
         raise RuntimeError("stand-in: Transformer Engine's FusedAdam does not run on a CPU")
 
 
+REAL = {name for name in ("emerging_optimizers",) if _installed(name)}
+
+
+def _polyfill_typing() -> None:
+    """typing.override is Python 3.12's; emerging-optimizers 0.3 (Core 0.19) imports it. Python 3.11 here."""
+    import typing
+
+    if not hasattr(typing, "override"):
+        import typing_extensions
+
+        typing.override = typing_extensions.override
+
+
 def install() -> str:
     """Install the stand-ins (idempotent); returns the GPU whose properties CUDA reports."""
+    _polyfill_typing()
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
     import torch

@@ -137,12 +137,26 @@ def _ours_under(run: RunConfig, preset: Optional[presets.Preset]) -> list[Item]:
     return ours if preset is None else [(key, value) for key, value in ours if key not in PRESET_OWNED]
 
 
+COUPLED = {("model.cuda_graph_impl", "full_iteration"): ("rerun_state_machine.check_for_nan_in_loss", False)}
+"""Settings Megatron Bridge requires together (``ConfigContainer.validate``, Bridge >= 0.5): a full-iteration CUDA
+graph cannot check the loss for NaN (NVIDIA's 26.06+ presets turn the check off in their shared helper code;
+``intent=train`` keeps the gradient NaN check, ``ddp.check_for_nan_in_grad``)."""
+
+
+def _coupled(items: list[Item]) -> list[Item]:
+    """``items`` with every setting a chosen one requires (COUPLED) set last, so that nothing earlier undoes it."""
+    chosen = dict(items)
+    required = [needed for (key, value), needed in COUPLED.items() if chosen.get(key) == value]
+    keys = {key for key, _ in required}
+    return [(key, value) for key, value in items if key not in keys] + required
+
+
 def _checked_items(run: RunConfig) -> tuple[Optional[presets.Preset], list[Item], list[Item]]:
     """(preset, our overrides under it, every override in application order), each key checked against the
     field names of the run's container (Bridge + Core of that release)."""
     preset = presets.require_preset(run)
     ours = _ours_under(run, preset)
-    items = preset_items(run, ours, preset) + ours
+    items = _coupled(preset_items(run, ours, preset) + ours)
     versions.check_fields(run, [key for key, _ in items])
     return preset, ours, items
 
@@ -173,8 +187,7 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
         "release": preset.release,
         "source": presets.provenance(preset.release)["source"],
         "case": preset.source,
-        "not_applied": list(preset.not_applied),
-        "computed_by_nvidia_code": list(preset.computed),
+        "note": preset.note or None,
         "adapted_from_adam": preset.adapted_from_adam,
         "departures": [d for d, muon in zip(departures, muon_own) if not muon],
         "muon_fields": [d for d, muon in zip(departures, muon_own) if muon],

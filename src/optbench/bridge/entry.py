@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -69,9 +70,20 @@ class BridgeAPI:
         pretrain(config, forward_step, callbacks=callbacks)
 
 
+def accepted_kwargs(function: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments ``function`` takes, read from its real signature: Bridge 0.6's ``kimi_k2_pretrain_config``
+    is an alias of a flat recipe that takes none (``optimizer_type=`` would raise TypeError); the optimizer is then
+    set by the overrides alone (the plan's optimizer section emits every field either optimizer needs)."""
+    parameters = inspect.signature(function).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return dict(kwargs)
+    return {key: value for key, value in kwargs.items() if key in parameters}
+
+
 def build_config_container(setup: BridgeSetup, api: BridgeAPI) -> Any:
     """Recipe function -> mixed-precision preset -> missing sections -> overrides (Bridge's mechanism)."""
-    config = api.recipe_function(setup.recipe)(**setup.recipe.kwargs)
+    function = api.recipe_function(setup.recipe)
+    config = function(**accepted_kwargs(function, setup.recipe.kwargs))
     config.mixed_precision = api.mixed_precision(setup.mixed_precision)
     for name in SECTIONS_CREATED_IF_MISSING:
         if getattr(config, name) is None:

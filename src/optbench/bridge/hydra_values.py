@@ -41,5 +41,10 @@ def hydra_value(value: Any) -> str:
     raise TypeError(f"cannot render {value!r} as a Hydra override value")
 
 
+MAPPINGS = ("env_vars.",)
+"""ConfigContainer fields that are plain dicts (Bridge 0.6's ``env_vars``): a key may be new, so it is added or set (``++``)."""
+
+
 def format_override(key: str, value: Any) -> str:
-    return f"{key}={hydra_value(value)}"
+    prefix = "++" if key.startswith(MAPPINGS) else ""
+    return f"{prefix}{key}={hydra_value(value)}"

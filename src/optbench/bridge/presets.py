@@ -32,8 +32,11 @@ from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 
 RELEASE = "0.3.1"
-"""The Megatron Bridge release whose presets were extracted by executing NVIDIA's code (containers 26.02 and
-26.02.01); later releases' presets are read from their source (release-presets.json, tools/bridge_release_presets.py)."""
+"""The Megatron Bridge release whose layouts the recipes' parallel/train presets hold (container 26.02.01); every
+other release's preset layout is applied over them (:mod:`optbench.bridge.release_layout`)."""
+FALLBACK = {"0.3.0": "0.3.1"}
+"""Release -> the release whose preset serves a model NVIDIA's scripts of that release lack: Bridge 0.3.0's scripts
+have no Kimi K2 (its preset arrives with 0.3.1), yet NVIDIA's blog measured Kimi K2 on nemo:26.02."""
 DATA = versions.DATA
 
 PRESET_OPTIMIZER = {"muon": "muon", "adamw": "adam"}
@@ -108,10 +111,8 @@ class Preset:
     """Megatron Bridge release the preset comes from."""
     source: str = ""
     """Where in that release: file and constant or function (read statically), or NVIDIA's executed launcher."""
-    not_applied: tuple[str, ...] = ()
-    """Switches of NVIDIA's workload that optbench does not apply (listed in the plan)."""
-    computed: tuple[str, ...] = ()
-    """Fields NVIDIA's recipe computes with code the static reader does not run (listed in the plan)."""
+    note: str = ""
+    """What NVIDIA's launcher of that release does differently from its documentation (Bridge 0.6's Kimi K2 Adam)."""
 
     def nvidia_value(self, key: str) -> Any:
         """NVIDIA's value of a field (KeyError when the preset does not know it)."""
@@ -123,14 +124,8 @@ class Preset:
 
 @lru_cache(maxsize=None)
 def load(release: str = RELEASE) -> dict[str, Any]:
-    """Presets of a release: executed (presets-0.3.1.json) or read from the tagged source (release-presets.json)."""
-    path = DATA / f"presets-{release}.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    static = json.loads((DATA / "release-presets.json").read_text())
-    data = static["releases"][release]
-    source = f"{static['provenance']['repo']} {data['tag']} ({data['commit'][:9]}), {data['reader']}, read by {static['provenance']['tool']}"
-    return {"provenance": {"source": source, "static": True}, "presets": data["presets"]}
+    """Presets of a release: presets-<release>.json, written by executing NVIDIA's launcher of that release."""
+    return json.loads((DATA / f"presets-{release}.json").read_text())
 
 
 def provenance(release: str = RELEASE) -> dict[str, Any]:
@@ -143,8 +138,7 @@ def release_of(run: RunConfig) -> str:
 
 
 def release_of_container(name: str) -> str:
-    bridge = versions.containers()[name].bridge
-    return RELEASE if bridge in versions.EXECUTED_PRESET_RELEASES else bridge
+    return versions.containers()[name].bridge
 
 
 def preset_key(run: RunConfig, optimizer: Optional[str] = None) -> str:
@@ -155,6 +149,8 @@ def preset_key(run: RunConfig, optimizer: Optional[str] = None) -> str:
 def find_preset(run: RunConfig, release: Optional[str] = None) -> Optional[Preset]:
     """NVIDIA's preset for the run's model, GPU, precision and optimizer; for Muon without one, the Adam preset."""
     release = release or release_of(run)
+    if release in FALLBACK and not any(k.startswith(run.model.name + "/") for k in load(release)["presets"]):
+        release = FALLBACK[release]
     presets = load(release)["presets"]
     key = preset_key(run)
     adapted = False
@@ -166,7 +162,7 @@ def find_preset(run: RunConfig, release: Optional[str] = None) -> Optional[Prese
     return Preset(
         key, entry["settings"], entry.get("recipe_values", {}), entry.get("job", {}), entry["num_gpus"], adapted,
         release=release, source=entry.get("source", "NVIDIA's launcher, executed (tools/nvidia_presets.py)"),
-        not_applied=tuple(entry.get("not_applied", ())), computed=tuple(entry.get("computed", ())),
+        note=entry.get("note", ""),
     )
 
 
@@ -251,9 +247,20 @@ DERIVED = {
     "scheduler.lr_decay_steps": "Bridge derives it from scheduler.lr_decay_iters x GBS (train.iters differs, see OURS)",
     "scheduler.wd_incr_steps": "as scheduler.lr_decay_steps",
 }
+LAYER_WISE_MUON = {
+    "optimizer.optimizer": "Megatron Core >= 0.18 spells NVIDIA's deprecated dist_muon as muon + "
+    "use_layer_wise_distributed_optimizer=True (megatron.core.optimizer maps the one to the other; same optimizer)",
+    "optimizer.use_layer_wise_distributed_optimizer": "as optimizer.optimizer",
+}
+"""Where our layer-wise Muon is written differently from NVIDIA's recipes of Bridge 0.5/0.6 (Core 0.18/0.19)."""
 TRAIN_ONLY = {
     **{key: "intent=train: real routing and NaN checks" for key in TRAIN_SETTINGS},
     "train.eval_iters": "intent=train evaluates (the preset: eval_iters 0)",
+    "validation.eval_iters": "intent=train evaluates (the preset: eval_iters 0; Bridge >= 0.4 keeps it in validation)",
+    **{key: "intent=train keeps the model's published initialization, aux-loss coefficient and Adam eps "
+            "(conf/model, conf/optimizer); reproduce takes the release's (release_layout.REPRODUCE_FIELDS)"
+       for key in ("model.init_method_std", "model.embedding_init_method_std", "model.moe_aux_loss_coeff",
+                   "optimizer.adam_eps")},
     "logger.timing_log_level": "intent=train: level 1 times the optimizer step (one device sync per timer per step)",
     "optimizer.barrier_with_L1_time": "intent=train: the optimizer timer measures this rank, without a barrier",
 }
@@ -268,6 +275,8 @@ def derived_reason(key: str, intent: str, adapted_from_adam: bool) -> Optional[s
     """Why an effective field may differ from NVIDIA's; None when nothing explains it (a conformance failure)."""
     if key in DERIVED:
         return DERIVED[key]
+    if key in LAYER_WISE_MUON and not adapted_from_adam:
+        return LAYER_WISE_MUON[key]
     if intent == "train" and key in TRAIN_ONLY:
         return TRAIN_ONLY[key]
     if adapted_from_adam and (is_muon_field(key) or key in MUON_ON_ADAM_PRESET):

@@ -34,8 +34,18 @@ FIELDS = {
     "model.cuda_graph_scope": "parallel.cuda_graph_scope",
     "train.global_batch_size": "train.gbs",
     "train.micro_batch_size": "train.mbs",
+    "mixed_precision.fp8_param_gather": "precision.fp8_param_gather",
+    "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": "precision.reuse_grad_buf_for_mxfp8_param_ag",
 }
-"""Preset setting -> our config field that produces it."""
+"""Preset setting -> our config field that produces it (layout, batch, kernels and memory: every intent)."""
+REPRODUCE_FIELDS = {
+    "model.init_method_std": "model.init_method_std",
+    "model.moe_aux_loss_coeff": "model.moe_aux_loss_coeff",
+    "optimizer.adam_eps": "optimizer.adam_eps",
+}
+"""Library-recipe values NVIDIA changed between releases (Kimi K2's init std 0.006 -> 0.02 and aux-loss 1e-3 -> 1e-4
+from Bridge 0.4, Adam's eps 1e-5 in Bridge 0.3.0's Qwen3/DeepSeek-V3): taken for intent=reproduce only; intent=train
+keeps the model's published values (conf/model, conf/optimizer)."""
 
 
 def _current(run: RunConfig, field: str) -> Any:
@@ -51,16 +61,23 @@ def release_values(run: RunConfig) -> dict[str, Any]:
         release = presets.release_of(run)
     except UserError:
         return {}  # an unknown container is reported by validation, in one line
-    # The executed 0.3.1 presets are the recipes' own layouts (parallel/train presets; conformance-tested).
-    preset = presets.find_preset(run, release) if release != presets.RELEASE else None
-    if preset is None:
+    preset = presets.find_preset(run, release)
+    # The 0.3.1 presets are the recipes' own layouts (parallel/train presets; conformance-tested).
+    if preset is None or preset.release == presets.RELEASE:
         return {}
-    settings = preset.settings
+    nvidia = {**preset.recipe_values, **preset.settings}  # NVIDIA's value of every field our adapter sets
     values: dict[str, Any] = {"parallel.num_gpus": preset.num_gpus}
-    values.update({field: settings[key] for key, field in FIELDS.items() if key in settings})
+    fields = {**FIELDS, **(REPRODUCE_FIELDS if run.intent == "reproduce" else {})}
+    # Muon on an Adam preset keeps its own optimizer settings and the MXFP8 workaround layer-wise Muon needs.
+    skip = presets.is_muon_field if preset.adapted_from_adam else (lambda key: False)
+    values.update({field: nvidia[key] for key, field in fields.items() if key in nvidia and not skip(key)})
+    scope = values.get("parallel.cuda_graph_scope", [])
+    if values.get("parallel.cuda_graph_impl") == "none" or scope is None:
+        scope = []  # no graphs: the scope ("full", None in Bridge 0.6's flat recipes) decides nothing
+    values["parallel.cuda_graph_scope"] = scope if isinstance(scope, list) else [scope]
     # set_workload_base_configs always sets it (None = no interleaving); the flat recipes leave it unset then.
-    values["parallel.vpp"] = settings.get("model.virtual_pipeline_model_parallel_size")
-    layout = settings.get("model.pipeline_model_parallel_layout")
+    values["parallel.vpp"] = nvidia.get("model.virtual_pipeline_model_parallel_size")
+    layout = nvidia.get("model.pipeline_model_parallel_layout")
     if isinstance(layout, (str, list)):
         values["parallel.pipeline_layout"] = presets.normalised(layout)
     elif (values.get("parallel.pp", run.parallel.pp), values.get("parallel.vpp", run.parallel.vpp)) != (run.parallel.pp, run.parallel.vpp):

@@ -24,12 +24,6 @@ from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "bridge"
-EXECUTED_PRESET_RELEASES = ("0.3.0", "0.3.1")
-"""Bridge releases whose runs use the executed presets of 0.3.1 (tools/nvidia_presets.py): the 26.02 and 26.02.01
-containers. Bridge 0.3.0's scripts have no Kimi K2 and differ from 0.3.1 in six B200/B300/H100 cases (listed by
-tests/test_bridge_versions.py); every GB300 and GB200 case agrees."""
-CONFORMANCE_RELEASES = ("0.3.1",)
-"""Bridge releases our overrides run through for real in CI (tests/test_bridge_conformance.py, .venv-bridge)."""
 
 
 @dataclass(frozen=True)
@@ -102,8 +96,14 @@ def _section_names(bridge: str, section: str, mla: bool) -> frozenset[str]:
     return frozenset(data.get(section, ()))
 
 
+MAPPING_FIELDS = ("env_vars",)
+"""ConfigContainer fields that are dicts of any keys (Bridge 0.6: the environment NVIDIA's bootstrap exports)."""
+
+
 def has_field(container: Container, key: str, mla: bool = True) -> bool:
     section, _, name = key.partition(".")
+    if section in MAPPING_FIELDS:
+        return bool(name) and section in fields(container.bridge)["container_sections"]
     return name in _section_names(container.bridge, section, mla)
 
 

@@ -1,0 +1,137 @@
+"""The real Megatron Bridge + Core of every NeMo container, installed for the conformance test (``make bridge-env``).
+
+Each runnable container of ``src/optbench/data/bridge/containers.json`` gets its exact Megatron Bridge and the
+Megatron Core that Bridge tag pins, plus the ``transformers`` its lock file pins. They share two base virtual
+environments, because Bridge 0.3 needs transformers < 5 and 0.4+ needs 5:
+
+* ``.venv-bridge``  (requirements.txt): Bridge 0.3.1 + Core 0.16.1 installed in it (tools/nvidia_presets.py runs here);
+* ``.venv-bridge5`` (requirements-tf5.txt): no Megatron in it;
+
+and each other release lives in an overlay folder, ``.bridge-releases/<bridge>/``, installed with
+``pip install --no-deps --ignore-requires-python --target`` (the wheels declare Python >= 3.12; their config path
+runs on 3.11) and put first on ``PYTHONPATH`` when that release runs. Substitutions, said in the report: the
+Emerging-Optimizers a container ships (0.1.0 or 0.2.0, git-only) is replaced by 0.3.0 from PyPI, the only release
+there (Megatron Core 0.19 iterates its registry at import, so a stand-in will not do).
+
+``NEXT`` is a release no container in NVIDIA's version data ships yet; it is checked with the newest container's plan.
+
+    python tests/bridge_env/environments.py build      # what make bridge-env runs
+    python tests/bridge_env/environments.py list       # the targets, their interpreter and PYTHONPATH
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CONTAINERS = ROOT / "src" / "optbench" / "data" / "bridge" / "containers.json"
+OVERLAYS = ROOT / ".bridge-releases"
+BASES = {"tf4": (ROOT / ".venv-bridge", HERE / "requirements.txt"), "tf5": (ROOT / ".venv-bridge5", HERE / "requirements-tf5.txt")}
+IN_BASE = {"0.3.1": "0.16.1"}
+"""Releases installed in their base environment itself rather than in an overlay."""
+TRANSFORMERS = {"0.3": None, "0.4": "5.3.0", "0.5": "5.8.1", "0.6": "5.12.1"}
+"""transformers each Bridge line's uv.lock pins (None: the tf4 base's 4.57.6, as 0.3.x pins it)."""
+EMERGING_OPTIMIZERS = "0.3.0"
+"""Installed with Core >= 0.17 in place of the git-only 0.1.0 / 0.2.0 the containers ship."""
+NEXT = {"name": "next", "bridge": "0.6.2", "core": "0.19.2", "plan_container": "nemo:26.08",
+        "why": "on PyPI (September 2026); Megatron Bridge's docs/versions1.json at 067f987 (2026-08-22), the newest "
+               "version data we have, lists no container with it"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One Bridge/Core pair to run the conformance report against."""
+
+    name: str
+    """The container (nemo:26.06.01), or 'next'."""
+    container: str
+    """The container whose plan is checked (for 'next': the newest one)."""
+    bridge: str
+    core: str
+
+    @property
+    def line(self) -> str:
+        return ".".join(self.bridge.split(".")[:2])
+
+    @property
+    def base(self) -> str:
+        return "tf4" if self.line == "0.3" else "tf5"
+
+    @property
+    def python(self) -> Path:
+        return BASES[self.base][0] / "bin" / "python"
+
+    @property
+    def overlay(self) -> Path | None:
+        return None if IN_BASE.get(self.bridge) == self.core else OVERLAYS / self.bridge
+
+    def environment(self) -> dict[str, str]:
+        """Environment variables for a process that runs this release."""
+        env = dict(os.environ)
+        if self.overlay is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(self.overlay), *filter(None, [env.get("PYTHONPATH")])])
+        return env
+
+    def packages(self) -> list[str]:
+        """What the overlay holds."""
+        wanted = [f"megatron-bridge=={self.bridge}", f"megatron-core=={self.core}"]
+        if TRANSFORMERS[self.line]:
+            wanted.append(f"transformers=={TRANSFORMERS[self.line]}")
+        if self.line != "0.3":
+            wanted.append(f"emerging-optimizers=={EMERGING_OPTIMIZERS}")
+        return wanted
+
+
+def targets() -> list[Target]:
+    """Every runnable container, then the next release."""
+    data = json.loads(CONTAINERS.read_text())
+    found = [Target(c["container"], c["container"], c["bridge"], c["core"]) for c in data["containers"] if c["runnable"]]
+    return [*reversed(found), Target(NEXT["name"], NEXT["plan_container"], NEXT["bridge"], NEXT["core"])]
+
+
+def _pip(python: Path, *args: str) -> None:
+    subprocess.run([str(python), "-m", "pip", *args], check=True)
+
+
+def build(python: str = sys.executable) -> None:
+    """Create both base environments and every overlay (each step is skipped when already done)."""
+    for name, (folder, requirements) in BASES.items():
+        interpreter = folder / "bin" / "python"
+        if not interpreter.exists():
+            venv.create(folder, with_pip=True)
+        _pip(interpreter, "install", "--quiet", "--upgrade", "pip")
+        _pip(interpreter, "install", "--quiet", "-r", str(requirements))
+    for bridge, core in IN_BASE.items():
+        _pip(BASES["tf4"][0] / "bin" / "python", "install", "--quiet", "--no-deps", f"megatron-core=={core}",
+             f"megatron-bridge=={bridge}")
+    for target in targets():
+        if target.overlay is None or (target.overlay / ".complete").exists():
+            continue
+        _pip(target.python, "install", "--quiet", "--no-deps", "--ignore-requires-python", "--upgrade", "--target",
+             str(target.overlay), *target.packages())
+        (target.overlay / ".complete").write_text(" ".join(target.packages()) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    command = argv[1] if len(argv) > 1 else "list"
+    if command == "build":
+        build()
+    elif command == "list":
+        for target in targets():
+            print(f"{target.name:<14} bridge {target.bridge:<6} core {target.core:<10} {target.python}"
+                  + (f" PYTHONPATH={target.overlay}" if target.overlay else ""))
+    else:
+        print("usage: environments.py build|list", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))
