@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+ON_0_3_1 = "cluster.container=nemo:26.02.01"
+"""For tests that describe Bridge 0.3.1 / Core 0.16.1 (the main venv's Core, NVIDIA's executed 0.3.1 presets, the
+blog's jobs): they name that container, since the default is the newest proven one. Every container, the default
+included, is checked against its own real Bridge in test_bridge_conformance."""
 
 
 @pytest.fixture

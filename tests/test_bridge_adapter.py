@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from conftest import ON_0_3_1
 from test_bridge_source import (
     bridge_override_module,
     class_fields,
@@ -42,7 +43,7 @@ BRIDGE_RECIPES = [r for r in list_recipes() if "engine: megatron_bridge" in (REP
 
 @functools.lru_cache(maxsize=None)
 def _composed(recipe: str, overrides: tuple[str, ...]) -> RunConfig:
-    return compose_run(recipe, [*overrides, f"results_dir={RESULTS}"])
+    return compose_run(recipe, [ON_0_3_1, *overrides, f"results_dir={RESULTS}"])
 
 
 def composed(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from conftest import REPO
+from conftest import ON_0_3_1, REPO
 from test_bridge_source import bridge_override_module, stand_in_container
 
 from optbench.bridge.adapter import bridge_setup
@@ -66,7 +66,7 @@ class FakeBridge:
 
 
 def test_config_container_is_built_in_bridges_order(tmp_path: Path) -> None:
-    setup = bridge_setup(compose_run("qwen3_30b_a3b_muon", [f"results_dir={tmp_path}"]))
+    setup = bridge_setup(compose_run("qwen3_30b_a3b_muon", [ON_0_3_1, f"results_dir={tmp_path}"]))
     fake = FakeBridge()
     config = build_config_container(setup, fake)
     assert [name for name, _ in fake.calls] == ["recipe", "mixed_precision", "new_section", "overrides"]
@@ -76,7 +76,7 @@ def test_config_container_is_built_in_bridges_order(tmp_path: Path) -> None:
 
 
 def test_an_existing_comm_overlap_section_is_kept(tmp_path: Path) -> None:
-    setup = bridge_setup(compose_run("kimi_k2_muon", [f"results_dir={tmp_path}"]))
+    setup = bridge_setup(compose_run("kimi_k2_muon", [ON_0_3_1, f"results_dir={tmp_path}"]))
     fake = FakeBridge(comm_overlap="recipe's own")
     config = build_config_container(setup, fake)
     assert config.comm_overlap == "recipe's own" and "new_section" not in [name for name, _ in fake.calls]
@@ -84,7 +84,7 @@ def test_an_existing_comm_overlap_section_is_kept(tmp_path: Path) -> None:
 
 
 def test_run_bridge_reads_the_resolved_config_and_registers_the_callback(tmp_path: Path) -> None:
-    run = compose_run("kimi_k2_muon", [f"results_dir={tmp_path}", "run_id=entry-test"])
+    run = compose_run("kimi_k2_muon", [ON_0_3_1, f"results_dir={tmp_path}", "run_id=entry-test"])
     path = save_resolved_config(run, tmp_path / "runs" / "entry-test" / "config.yaml")
 
     # Bridge's real override function on a container with Bridge's field names stands in for the recipe's.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from conftest import ON_0_3_1
 
 from launch.jobs import job_env
 from optbench.bridge.adapter import bridge_setup, override_items
@@ -24,7 +25,7 @@ PRESET_SETTINGS = {
 
 
 def items(recipe: str, *overrides: str) -> dict:
-    run = compose_run(recipe, list(overrides))
+    run = compose_run(recipe, [ON_0_3_1, *overrides])
     validate(run)
     return dict(override_items(run))
 
@@ -37,7 +38,7 @@ def test_the_preset_data_says_where_it_came_from() -> None:
 
 @pytest.mark.parametrize("recipe", CLUSTER_RECIPES)
 def test_cluster_recipes_reproduce_nvidias_preset_with_no_undocumented_departure(recipe: str) -> None:
-    run = compose_run(recipe, [])
+    run = compose_run(recipe, [ON_0_3_1])
     assert run.intent == "reproduce"
     preset = bridge_setup(run).preset
     assert {d["field"] for d in preset["departures"]} == set(RECIPE_DEPARTURES.get(recipe, {}))
@@ -49,7 +50,7 @@ def test_reproduce_carries_the_presets_settings_and_its_timing_level() -> None:
     got = items("kimi_k2_muon")
     assert {k: got.get(k) for k in PRESET_SETTINGS} == PRESET_SETTINGS
     assert "logger.timing_log_level" not in got  # the recipe's level 0 stays: no per-step timer synchronisation
-    assert find_preset(compose_run("kimi_k2_muon", [])).nvidia_value("logger.timing_log_level") == 0
+    assert find_preset(compose_run("kimi_k2_muon", [ON_0_3_1])).nvidia_value("logger.timing_log_level") == 0
     assert got["optimizer.adam_beta2"] == 0.999
 
 
@@ -65,7 +66,7 @@ def test_train_turns_on_real_routing_checks_evaluation_and_the_optimizer_timer()
 
 
 def test_a_typed_layout_is_listed_as_a_departure() -> None:
-    preset = bridge_setup(compose_run("kimi_k2_muon", ["parallel.pp=8", "parallel.ep=32"])).preset
+    preset = bridge_setup(compose_run("kimi_k2_muon", [ON_0_3_1, "parallel.pp=8", "parallel.ep=32"])).preset
     assert {"model.pipeline_model_parallel_size", "model.expert_model_parallel_size"} <= {d["field"] for d in preset["departures"]}
 
 
@@ -115,11 +116,11 @@ def test_nvidias_layout_notation_expands() -> None:
 def test_job_environment_is_nvidias_for_every_preset(key: str) -> None:
     """NVIDIA's rules for the layout-dependent variables, applied to each preset's own layout, give its rendering."""
     model, gpu, precision, optimizer = key.split("/")
-    preset = find_preset(compose_run(f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}", []))
+    preset = find_preset(compose_run(f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}", [ON_0_3_1]))
     entry = load()["presets"][key]
     value = lambda field: entry["settings"].get(field, entry["recipe_values"].get(field))  # noqa: E731
     cluster = {"gb300": "gb300_nvl72", "gb200": "gb200_nvl72", "b300": "b300", "b200": "b200", "h100": "h100"}[gpu]
-    run = compose_run(f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}", [f"cluster={cluster}", f"precision={precision}"])
+    run = compose_run(f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}", [f"cluster={cluster}", f"precision={precision}", ON_0_3_1])
     parallel = dataclasses.replace(
         run.parallel, tp=value("model.tensor_model_parallel_size"), cp=value("model.context_parallel_size"),
         ep=value("model.expert_model_parallel_size"),

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from optbench.bridge import presets, versions
-from optbench.bridge.adapter import override_items
+from optbench.bridge.adapter import bridge_setup, override_items
 from optbench.config.compose import compose_run
 from optbench.errors import UserError
 
@@ -39,6 +39,8 @@ def test_every_override_is_a_field_of_the_container(recipe: str, container: str,
             assert keys["optimizer.optimizer"] == "dist_muon" and "optimizer.muon_use_nesterov" in keys
         assert ("optimizer.muon_coefficient_type" in keys) == (c.core_minor >= (0, 17))
         assert keys["ddp.use_distributed_optimizer"] is False  # Bridge builds no layer-wise param layout (<= 0.6.0)
+    # The plan lists every departure from NVIDIA's preset with the reason the conformance test accepts.
+    assert all(d.get("reason") for d in bridge_setup(run).preset["departures"])
 
 
 def test_an_option_a_release_lacks_names_the_release_that_has_it() -> None:
@@ -121,3 +123,16 @@ def test_extracted_fields_of_0_3_1_match_the_installed_core() -> None:
 
     names = set(versions.fields("0.3.1")["sections"]["optimizer"])
     assert {f.name for f in dataclasses.fields(optimizer.OptimizerConfig)} <= names
+
+
+def test_the_default_container_is_the_newest_one_checked_against_its_real_bridge() -> None:
+    """Every runnable container has a conformance target (tests/bridge_env/environments.py); the default is the newest."""
+    from dataclasses import fields
+
+    from optbench.config.schema import ClusterConfig
+
+    newest = versions.runnable()[0].name
+    assert {f.default for f in fields(ClusterConfig) if f.name == "container"} == {newest}
+    for recipe in CLUSTER_RECIPES:
+        assert compose_run(recipe, []).cluster.container == newest, recipe
+    assert compose_run("kimi_k2_muon", ["cluster.container=nemo:26.02"]).cluster.container_image == "nvcr.io/nvidia/nemo:26.02"

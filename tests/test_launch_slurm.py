@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import ON_0_3_1, REPO, run_cli
 
 from launch.cli import main
 
@@ -66,7 +66,8 @@ def all_files_text(root: Path) -> str:
 
 def test_kimi_k2_dry_run_renders_the_published_job(account: str, capsys, tmp_path: Path) -> None:
     results = tmp_path / "results"
-    code, out, err = launch(capsys, "pretrain", "kimi_k2_muon", "cluster=gb300_nvl72", "dryrun=true", f"results_dir={results}")
+    code, out, err = launch(capsys, "pretrain", "kimi_k2_muon", "cluster=gb300_nvl72", "dryrun=true", f"results_dir={results}",
+                            ON_0_3_1)
     assert code == 0, err
     folder = results / "plans" / "kimi_k2_muon"
     script = (folder / "sbatch.sh").read_text()
@@ -107,7 +108,7 @@ def test_kimi_k2_dry_run_renders_the_published_job(account: str, capsys, tmp_pat
 @pytest.mark.parametrize("recipe,optimizer,distributed", [("qwen3_30b_a3b_muon", "dist_muon", "false"),
                                                           ("qwen3_30b_a3b_adamw", "adam", "true")])
 def test_qwen3_dry_run(recipe: str, optimizer: str, distributed: str, account: str, capsys, tmp_path: Path) -> None:
-    code, out, err = launch(capsys, "pretrain", recipe, "cluster=gb300_nvl72", "dryrun=true", f"results_dir={tmp_path}")
+    code, out, err = launch(capsys, "pretrain", recipe, "cluster=gb300_nvl72", "dryrun=true", f"results_dir={tmp_path}", ON_0_3_1)
     assert code == 0, err
     script = (tmp_path / "plans" / recipe / "sbatch.sh").read_text()
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=4\n" in script

@@ -55,7 +55,7 @@ INVALID = [
     ("muon-fp16", T, ["precision=fp16"], "precision", "Muon does not support fp16"),
     ("muon-fp8-param-gather", K, ["precision.fp8_param_gather=true"], "precision.fp8_param_gather",
      "incompatible with the layer-wise Muon optimizer"),
-    ("muon-simple-on-bridge", K, ["optimizer.muon.coefficients=simple"], "optimizer.muon.coefficients",
+    ("muon-simple-on-bridge", K, ["optimizer.muon.coefficients=simple", "cluster.container=nemo:26.02.01"], "optimizer.muon.coefficients",
      "quintic set only"),
     ("mxfp8-on-hopper", K, ["cluster=h100"], "precision", "mxfp8 needs a Blackwell GPU"),
     ("unknown-key", K, ["parallel.tpp=2"], "parallel.tpp", "unknown key (did you mean tp?)"),

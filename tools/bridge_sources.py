@@ -1,7 +1,8 @@
 """Read tagged Megatron Bridge and Megatron-LM sources from git mirrors, without importing or checking out anything.
 
-Shared by ``tools/bridge_versions.py`` (containers and field names) and ``tools/bridge_release_presets.py``
-(NVIDIA's per-release layouts). A :class:`Source` is one repository at one commit; modules are read with
+Shared by ``tools/bridge_versions.py`` (containers, field names, behaviour markers) and
+``tools/bridge_perf_rows.py`` (NVIDIA's published rows). NVIDIA's presets are not read here: they are executed
+(``tools/nvidia_presets.py``). A :class:`Source` is one repository at one commit; modules are read with
 ``git show <commit>:<path>`` and parsed with :mod:`ast`.
 """
 

@@ -62,8 +62,12 @@ MARKERS: dict[str, tuple[str, str, str]] = {
     "layer_wise_size_balanced_layout": ("core", "megatron/core/optimizer/layer_wise_optimizer.py", r"_compute_per_buffer_param_layout"),
     "layer_wise_ns_cost_balanced_layout": ("core", "megatron/core/optimizer/layer_wise_optimizer.py", r"_ns_compute_cost"),
     "bridge_builds_layer_wise_layout": ("bridge", "src/megatron/bridge", r"tag_params_for_buffer_routing|compute_full_param_layout"),
+    "kimi_recipe_takes_optimizer_type": (
+        "bridge", "src/megatron/bridge/recipes/kimi/kimi_k2.py", r"optimizer_type: str"),
+    "kimi_recipe_reads_hub_config": ("bridge", "src/megatron/bridge/recipes/kimi", r"moonshotai/Kimi-K2-Instruct"),
 }
-"""Muon behaviour that is not a field name: (repository, path, regex) whose presence says the release has it."""
+"""Behaviour that is not a field name (Muon's layer-wise optimizer; what Kimi K2's recipe function takes and reads):
+(repository, path, regex) whose presence says the release has it."""
 
 
 def container_map() -> list[dict[str, Any]]:

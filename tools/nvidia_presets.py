@@ -21,6 +21,9 @@ work tree (NeMo-Run's packager asks git for the top level)::
     .venv-bridge/bin/python tools/nvidia_presets.py --scripts /tmp/nv/scripts/performance --release 0.3.1 \\
         --commit 9c9dd848966322fc3ed7706747ec13219ef49dda
 
+Every release at once (each in its own Bridge environment; 0.6 also needs ``scripts/common`` and the
+``perf_recipes`` it ships): ``tools/nvidia_presets_all.sh <Megatron-Bridge git dir>``.
+
 Writes ``src/optbench/data/bridge/presets-<release>.json`` and ``tests/fixtures/nvidia/<release>/<case>/``.
 """
 

@@ -136,7 +136,12 @@ def _optimizer_line(plan: dict[str, Any]) -> str:
     text = f"{o['name']} lr {o['lr']:g} -> {o['min_lr']:g}, wd {o['weight_decay']:g}, clip {o['clip_grad']:g}"
     muon = o.get("muon")
     if muon:
-        mode = "layer-wise (dist_muon)" if muon["layer_wise"] else "replicated (muon)"
+        mode = "layer-wise" if muon["layer_wise"] else "replicated"
+        overrides = (plan.get("bridge") or {}).get("overrides", ())
+        names = [o.split("=", 1)[1] for o in overrides if o.startswith("optimizer.optimizer=")]
+        if names:  # Megatron's spelling in the run's container: dist_muon up to Core 0.17, then muon + a flag
+            flag = "optimizer.use_layer_wise_distributed_optimizer=true" in overrides
+            mode += f" ({names[0]}{' + use_layer_wise_distributed_optimizer' if flag else ''})"
         text += (
             f"; {mode}, {muon['coefficients']} NS x{muon['ns_steps']}, {muon['scale_mode']} scale, "
             f"TP mode {muon['tp_mode']}, momentum {muon['momentum']:g}{' nesterov' if muon['nesterov'] else ''}"
@@ -204,6 +209,9 @@ def format_summary(plan: dict[str, Any]) -> str:
             f"  bridge      {recipe['module']}.{recipe['function']}({args}) + {bridge['mixed_precision_preset']}"
             f" + {len(bridge['overrides'])} overrides (plan.json bridge.overrides)"
         )
+        if recipe.get("hf_config"):
+            lines.append(f"  hub config  {recipe['hf_config']} config.json, from the hub or a cache mounted at HF_HOME "
+                         "(docs/cluster.md)")
     lines += format_launch_lines(plan)
     return "\n".join(lines)
 

@@ -22,6 +22,7 @@ and runs two negative controls (a misspelled override key, an impossible pipelin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -30,7 +31,7 @@ import time
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -178,12 +179,31 @@ def drive_callback(run: Any, config: Any, steps: int = 3) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def hub_configs_read() -> Iterator[list[str]]:
+    """The Hugging Face model ids whose config the code inside reads (transformers' AutoConfig, as Bridge does)."""
+    import transformers
+
+    seen: list[str] = []
+    original = transformers.AutoConfig.from_pretrained.__func__
+
+    def recording(cls, name, *args, **kwargs):
+        seen.append(str(name))
+        return original(cls, name, *args, **kwargs)
+
+    transformers.AutoConfig.from_pretrained = classmethod(recording)
+    try:
+        yield seen
+    finally:
+        transformers.AutoConfig.from_pretrained = classmethod(original)
+
+
 def check_case(recipe: str, intent: str, results: Path, container: str) -> dict[str, Any]:
     from megatron.bridge.training.config import runtime_config_update
 
     from optbench.bridge import presets
     from optbench.bridge.adapter import bridge_setup, override_items
-    from optbench.bridge.entry import BridgeAPI, build_config_container
+    from optbench.bridge.entry import BridgeAPI, accepted_kwargs, build_config_container
     from optbench.config.compose import compose_run
     from optbench.validate import validate
 
@@ -193,10 +213,15 @@ def check_case(recipe: str, intent: str, results: Path, container: str) -> dict[
     os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
     stand_ins.install()
     setup = bridge_setup(run)
-    config = build_config_container(setup, BridgeAPI())
+    function = BridgeAPI().recipe_function(setup.recipe)
+    with hub_configs_read() as hub:
+        config = build_config_container(setup, BridgeAPI())
     report: dict[str, Any] = {"recipe": recipe, "intent": intent, "preset": setup.preset and setup.preset["key"],
                               "adapted_from_adam": bool(setup.preset and setup.preset["adapted_from_adam"]),
                               "overrides": len(setup.overrides)}
+    # What the plan says the job calls and reads (from the release's source) against the real function.
+    report["recipe_call"] = {"planned": setup.recipe.kwargs, "accepted": accepted_kwargs(function, setup.recipe.kwargs),
+                             "planned_hub": setup.recipe.hf_config, "read_hub": sorted(set(hub))}
     report["missing"] = read_back(config, override_items(run))
     os.environ["WORLD_SIZE"] = str(run.parallel.num_gpus)
     runtime_config_update(config)
@@ -219,7 +244,7 @@ def negative_controls(results: Path, container: str) -> dict[str, Any]:
     from megatron.bridge.training.config import runtime_config_update
 
     from optbench.bridge.adapter import bridge_setup
-    from optbench.bridge.entry import BridgeAPI, build_config_container
+    from optbench.bridge.entry import BridgeAPI, accepted_kwargs, build_config_container
     from optbench.config.compose import compose_run
 
     run = compose_run("kimi_k2_muon", [f"results_dir={results}", "run_id=negative", f"cluster.container={container}"])

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -89,10 +91,17 @@ class Target:
         return wanted
 
 
+def shipped_core(container: dict) -> str:
+    """The Megatron Core the container ships where NVIDIA's software-versions page lists one (26.04: 0.17.0, while
+    Bridge 0.4.0 pins 0.17.0rc0), else the one the Bridge tag pins (the page lists no later container)."""
+    listed = container["core_in_container"] or ""
+    return listed if re.fullmatch(r"\d+\.\d+\.\d+", listed) else container["core"]
+
+
 def targets() -> list[Target]:
     """Every runnable container, then the next release."""
     data = json.loads(CONTAINERS.read_text())
-    found = [Target(c["container"], c["container"], c["bridge"], c["core"]) for c in data["containers"] if c["runnable"]]
+    found = [Target(c["container"], c["container"], c["bridge"], shipped_core(c)) for c in data["containers"] if c["runnable"]]
     return [*reversed(found), Target(NEXT["name"], NEXT["plan_container"], NEXT["bridge"], NEXT["core"])]
 
 
@@ -112,11 +121,15 @@ def build(python: str = sys.executable) -> None:
         _pip(BASES["tf4"][0] / "bin" / "python", "install", "--quiet", "--no-deps", f"megatron-core=={core}",
              f"megatron-bridge=={bridge}")
     for target in targets():
-        if target.overlay is None or (target.overlay / ".complete").exists():
+        done = target.overlay / ".complete" if target.overlay else None
+        wanted = " ".join(target.packages()) + "\n"
+        if done is None or (done.is_file() and done.read_text() == wanted):
             continue
+        if done.is_file():  # an overlay this tool built for other pins: rebuilt, never mixed
+            shutil.rmtree(target.overlay)
         _pip(target.python, "install", "--quiet", "--no-deps", "--ignore-requires-python", "--upgrade", "--target",
              str(target.overlay), *target.packages())
-        (target.overlay / ".complete").write_text(" ".join(target.packages()) + "\n")
+        done.write_text(wanted)
 
 
 def main(argv: list[str]) -> int:

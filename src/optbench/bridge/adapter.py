@@ -38,11 +38,8 @@ class BridgeRecipe:
     kwargs: dict[str, str]
     """Keyword arguments of the call."""
     hf_config: Optional[str] = None
-    """Hugging Face model id whose config.json the recipe downloads (AutoBridge.from_hf_pretrained)."""
-
-    def call_text(self) -> str:
-        args = ", ".join(f"{key}={value!r}" for key, value in self.kwargs.items())
-        return f"{self.module}.{self.function}({args})"
+    """Hugging Face model id whose config.json the recipe reads from the hub or the mounted cache
+    (AutoBridge.from_hf_pretrained; Kimi K2 from Bridge 0.4 with trust_remote_code)."""
 
 
 @dataclass(frozen=True)
@@ -85,14 +82,22 @@ BRIDGE_MODELS = ("kimi_k2", "qwen3_30b_a3b", "deepseek_v3")
 
 
 def bridge_recipe(run: RunConfig) -> BridgeRecipe:
-    """The Bridge recipe function for the run's model (and, for Kimi K2, its optimizer)."""
-    return bridge_recipe_for(run.model.name, "muon" if run.optimizer.name == "muon" else "adam")
+    """The Bridge recipe function for the run's model (and, for Kimi K2, its optimizer) in the run's container."""
+    optimizer_type = "muon" if run.optimizer.name == "muon" else "adam"
+    return bridge_recipe_for(run.model.name, optimizer_type, versions.container_of(run))
 
 
-def bridge_recipe_for(name: str, optimizer_type: str) -> BridgeRecipe:
-    """The Bridge recipe function for a model name and an optimizer type (muon or adam)."""
+def bridge_recipe_for(name: str, optimizer_type: str, container: Optional[versions.Container] = None) -> BridgeRecipe:
+    """The Bridge recipe function for a model name and an optimizer type (muon or adam). With the container, its
+    release's Kimi K2 function as the source shows it (whether it takes ``optimizer_type``, 0.6 does not: the
+    overrides then set the optimizer alone; whether it reads the hub config, from 0.4); without one, the call the
+    installed release's signature accepts (the entry point drops what it does not take)."""
     if name == "kimi_k2":
-        return BridgeRecipe("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_pretrain_config", {"optimizer_type": optimizer_type})
+        takes = container is None or versions.behaviour(container, "kimi_recipe_takes_optimizer_type")
+        hub = container is not None and versions.behaviour(container, "kimi_recipe_reads_hub_config")
+        return BridgeRecipe("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_pretrain_config",
+                            {"optimizer_type": optimizer_type} if takes else {},
+                            hf_config="moonshotai/Kimi-K2-Instruct" if hub else None)
     if name == "qwen3_30b_a3b":
         return BridgeRecipe(
             "megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_30b_a3b_pretrain_config", {}, hf_config="Qwen/Qwen3-30B-A3B"
@@ -178,8 +183,9 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
     departures = presets.departures(ours, preset)
     reasons = presets.departure_reasons(run.recipe)
     for d in departures:
-        if d["field"] in reasons:
-            d["reason"] = reasons[d["field"]]
+        reason = reasons.get(d["field"]) or presets.derived_reason(d["field"], run.intent, preset.adapted_from_adam)
+        if reason:
+            d["reason"] = reason
     muon_own = [preset.adapted_from_adam and presets.is_muon_field(d["field"]) for d in departures]
     return {
         "key": preset.key,

@@ -218,6 +218,11 @@ def normalised(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
+NONE_IS_EMPTY = ("model.cuda_graph_scope",)
+"""Fields where Bridge's None and [] are one setting (no graph scope: the effective configs agree, conformance-tested);
+Bridge 0.6's flat recipes write None where we write []."""
+
+
 def departures(items: list[tuple[str, Any]], preset: Preset) -> list[dict[str, Any]]:
     """Our fields whose value differs from NVIDIA's (outside the documented list OURS)."""
     out = []
@@ -225,6 +230,8 @@ def departures(items: list[tuple[str, Any]], preset: Preset) -> list[dict[str, A
         if key in OURS or not preset.knows(key):
             continue
         nvidia = preset.nvidia_value(key)
+        if key in NONE_IS_EMPTY and value in (None, []) and nvidia in (None, []):
+            continue
         if normalised(value) != normalised(nvidia):
             out.append({"field": key, "ours": normalised(value), "nvidia": nvidia})
     return out

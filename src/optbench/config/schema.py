@@ -265,9 +265,10 @@ class ClusterConfig:
     """GPUs per node (null on the local executor: one node holds every process)."""
     nvlink_domain_size: int = 8
     """GPUs joined by NVLink (NVL72: 72; HGX: 8)."""
-    container: str = "nemo:26.02.01"
+    container: str = "nemo:26.08"
     """NeMo container release (optbench/data/bridge/containers.json): picks the Megatron Bridge and Core field
-    names the adapter emits and NVIDIA's preset of that release. nemo:26.02 reproduces the blog's runs."""
+    names the adapter emits and NVIDIA's preset of that release. The default is the newest container checked
+    against its real Megatron Bridge in CI; nemo:26.02 reproduces the blog's runs."""
     container_image: Optional[str] = None
     """Container image for Slurm (pyxis/enroot); the cluster presets derive it from cluster.container."""
     container_mounts: List[str] = field(default_factory=list)
