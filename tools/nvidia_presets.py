@@ -244,7 +244,8 @@ RECIPES = {"kimi_k2": ("kimi_k2_muon", "kimi_k2_adamw"), "qwen3_30b_a3b": ("qwen
 
 
 def adapter_keys(model: str) -> set[str]:
-    """Every field our adapter sets for the model's cluster recipes (both intents), with no preset loaded."""
+    """Every field our adapter sets for the model's cluster recipes (both intents) in the container the launcher is
+    given (field names differ per release: muon_use_nesterov up to Core 0.17), with no preset loaded."""
     from optbench.bridge import adapter, presets
     from optbench.config.compose import compose_run
 
@@ -254,7 +255,8 @@ def adapter_keys(model: str) -> set[str]:
     presets.load = lambda release=presets.RELEASE: {"presets": {}, "provenance": {}}
     try:
         for recipe in RECIPES[model]:
-            keys |= {key for key, _ in adapter.override_items(compose_run(recipe, ["intent=train"]))}
+            container = PLACEHOLDERS["image"].rsplit("/", 1)[-1]
+            keys |= {key for key, _ in adapter.override_items(compose_run(recipe, ["intent=train", f"cluster.container={container}"]))}
     finally:
         presets.load = saved
     return keys

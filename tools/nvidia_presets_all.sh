@@ -3,17 +3,24 @@
 # tests/fixtures/nvidia/<bridge>/): each tag's own scripts/performance (0.6: plus scripts/common and the perf
 # recipes it ships in the wheel) run by tools/nvidia_presets.py in that release's Bridge environment
 # (make bridge-env). NeMo-Run's packager asks git for the top level, so each tag is unpacked into a scratch
-# git work tree. Usage: tools/nvidia_presets_all.sh <Megatron-Bridge git dir> [scratch dir]
+# git work tree. Usage: tools/nvidia_presets_all.sh <Megatron-Bridge git dir> [release ...]  (default: all)
 set -euo pipefail
-mirror=${1:?usage: tools/nvidia_presets_all.sh <Megatron-Bridge git dir> [scratch dir]}
-scratch=${2:-$(mktemp -d)}
+mirror=${1:?usage: tools/nvidia_presets_all.sh <Megatron-Bridge git dir> [release ...]}
+shift
+wanted=" $* "
+# A fixed place: NVIDIA's launcher writes the scripts' path into the rendered jobs kept as fixtures.
+work=/tmp/nv
+marker="$work/.optbench-nvidia-presets"
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 extract() {  # release tag base-venv container
-  local release=$1 tag=$2 venv=$3 container=$4 work paths overlay commit
-  work="$scratch/$release"
-  [ -e "$work" ] && { echo "refusing: $work exists" >&2; exit 2; }
-  mkdir -p "$work"
+  local release=$1 tag=$2 venv=$3 container=$4 paths overlay commit
+  [ "$wanted" = "  " ] || [[ "$wanted" == *" $release "* ]] || return 0
+  if [ -e "$work" ]; then
+    [ -f "$marker" ] || { echo "error: $work exists and is not this tool's; move it away" >&2; exit 2; }
+    rm -rf "$work"
+  fi
+  mkdir "$work" && touch "$marker"
   paths="scripts/performance"
   [ "${release%.*}" = "0.6" ] && paths="scripts/performance scripts/common src/megatron/bridge/perf_recipes"
   # shellcheck disable=SC2086  # paths is a list
