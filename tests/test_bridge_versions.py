@@ -7,7 +7,6 @@ tagged Bridge source and the Core commit it pins). Only Bridge 0.3.1 also runs t
 
 from __future__ import annotations
 
-import json
 
 import pytest
 

@@ -244,7 +244,7 @@ def negative_controls(results: Path, container: str) -> dict[str, Any]:
     from megatron.bridge.training.config import runtime_config_update
 
     from optbench.bridge.adapter import bridge_setup
-    from optbench.bridge.entry import BridgeAPI, accepted_kwargs, build_config_container
+    from optbench.bridge.entry import BridgeAPI, build_config_container
     from optbench.config.compose import compose_run
 
     run = compose_run("kimi_k2_muon", [f"results_dir={results}", "run_id=negative", f"cluster.container={container}"])
