@@ -135,3 +135,36 @@ def test_the_default_container_is_the_newest_one_checked_against_its_real_bridge
     for recipe in CLUSTER_RECIPES:
         assert compose_run(recipe, []).cluster.container == newest, recipe
     assert compose_run("kimi_k2_muon", ["cluster.container=nemo:26.02"]).cluster.container_image == "nvcr.io/nvidia/nemo:26.02"
+
+
+@pytest.mark.parametrize("recipe", ["qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon", "deepseek_v3_adamw"])
+@pytest.mark.parametrize("intent", ["reproduce", "train"])
+def test_full_iteration_cuda_graphs_turn_the_loss_nan_check_off(recipe: str, intent: str) -> None:
+    """Regression: on 26.06.01 (Bridge 0.5.1) every Qwen3 and DeepSeek-V3 plan failed Bridge's validation (full-iteration
+    graphs with check_for_nan_in_loss on); intent=train keeps the gradient NaN check."""
+    items = dict(override_items(compose_run(recipe, ["cluster.container=nemo:26.06.01", f"intent={intent}"])))
+    if items.get("model.cuda_graph_impl") == "full_iteration":
+        assert items["rerun_state_machine.check_for_nan_in_loss"] is False
+        assert items["ddp.check_for_nan_in_grad"] is (intent == "train")
+    assert recipe.startswith("deepseek") or items["model.cuda_graph_impl"] == "full_iteration"
+
+
+def test_kimi_k2_on_26_08_calls_bridges_argument_free_recipe() -> None:
+    """Regression: Bridge 0.6's kimi_k2_pretrain_config takes no arguments; optimizer_type= raised TypeError. The plan
+    names the call the release takes, and the entry point drops what a real signature does not accept."""
+    from optbench.bridge.adapter import bridge_setup
+    from optbench.bridge.entry import accepted_kwargs
+
+    for recipe in ("kimi_k2_muon", "kimi_k2_adamw"):
+        assert bridge_setup(compose_run(recipe, [])).recipe.kwargs == {}
+        assert bridge_setup(compose_run(recipe, ["cluster.container=nemo:26.06.01"])).recipe.kwargs == {
+            "optimizer_type": "muon" if recipe.endswith("muon") else "adam"}
+
+    def argument_free():
+        return "config"
+
+    def with_keywords(**kwargs):
+        return kwargs
+
+    assert accepted_kwargs(argument_free, {"optimizer_type": "adam"}) == {}
+    assert accepted_kwargs(with_keywords, {"optimizer_type": "adam"}) == {"optimizer_type": "adam"}
