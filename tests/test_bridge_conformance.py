@@ -85,10 +85,12 @@ def test_every_override_lands_runtime_config_update_passes_and_the_optimizer_is_
 def test_the_plan_names_the_call_and_the_hub_config_the_real_recipe_uses(target: Target, tmp_path_factory) -> None:
     """Read from each release's source (tools/bridge_versions.py markers), checked against its real function: Bridge
     0.6's Kimi K2 takes no optimizer_type (the 26.08 TypeError) and Kimi reads moonshotai/Kimi-K2-Instruct from 0.4."""
-    for c in report_of(target, tmp_path_factory)["cases"]:
-        call = case(report_of(target, tmp_path_factory), c["recipe"], c["intent"])["recipe_call"]  # asserts no error
-        assert call["planned"] == call["accepted"], c["recipe"]
-        assert call["read_hub"] == ([call["planned_hub"]] if call["planned_hub"] else []), c["recipe"]
+    report = report_of(target, tmp_path_factory)
+    for recipe in RECIPES:
+        for intent in ("reproduce", "train"):
+            call = case(report, recipe, intent)["recipe_call"]
+            assert call["planned"] == call["accepted"], recipe
+            assert call["read_hub"] == ([call["planned_hub"]] if call["planned_hub"] else []), recipe
 
 
 @per_target()

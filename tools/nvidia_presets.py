@@ -220,16 +220,21 @@ def real_adam(config: Any) -> Any:
     return config
 
 
+def launcher_container() -> str:
+    """The NeMo container the launcher is given (--image), e.g. nemo:26.08: our side is composed for it."""
+    return PLACEHOLDERS["image"].rsplit("/", 1)[-1]
+
+
 def plain_recipe(model: str, precision: str, optimizer: str) -> Any:
     """Our entry point's starting point: the library recipe, the precision preset, comm_overlap created."""
     from megatron.bridge.training.comm_overlap import CommOverlapConfig
     from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
+    from optbench.bridge import versions
     from optbench.bridge.adapter import bridge_recipe_for
-
     from optbench.bridge.entry import accepted_kwargs
 
-    recipe = bridge_recipe_for(model, optimizer)
+    recipe = bridge_recipe_for(model, optimizer, versions.containers()[launcher_container()])
     module = __import__(recipe.module, fromlist=[recipe.function])
     function = getattr(module, recipe.function)
     config = function(**accepted_kwargs(function, recipe.kwargs))
@@ -255,8 +260,8 @@ def adapter_keys(model: str) -> set[str]:
     presets.load = lambda release=presets.RELEASE: {"presets": {}, "provenance": {}}
     try:
         for recipe in RECIPES[model]:
-            container = PLACEHOLDERS["image"].rsplit("/", 1)[-1]
-            keys |= {key for key, _ in adapter.override_items(compose_run(recipe, ["intent=train", f"cluster.container={container}"]))}
+            run = compose_run(recipe, ["intent=train", f"cluster.container={launcher_container()}"])
+            keys |= {key for key, _ in adapter.override_items(run)}
     finally:
         presets.load = saved
     return keys

@@ -213,9 +213,10 @@ def check_case(recipe: str, intent: str, results: Path, container: str) -> dict[
     os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
     stand_ins.install()
     setup = bridge_setup(run)
-    function = BridgeAPI().recipe_function(setup.recipe)
+    api = BridgeAPI()
+    function = api.recipe_function(setup.recipe)
     with hub_configs_read() as hub:
-        config = build_config_container(setup, BridgeAPI())
+        config = build_config_container(setup, api)
     report: dict[str, Any] = {"recipe": recipe, "intent": intent, "preset": setup.preset and setup.preset["key"],
                               "adapted_from_adam": bool(setup.preset and setup.preset["adapted_from_adam"]),
                               "overrides": len(setup.overrides)}

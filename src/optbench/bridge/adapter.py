@@ -87,14 +87,13 @@ def bridge_recipe(run: RunConfig) -> BridgeRecipe:
     return bridge_recipe_for(run.model.name, optimizer_type, versions.container_of(run))
 
 
-def bridge_recipe_for(name: str, optimizer_type: str, container: Optional[versions.Container] = None) -> BridgeRecipe:
-    """The Bridge recipe function for a model name and an optimizer type (muon or adam). With the container, its
-    release's Kimi K2 function as the source shows it (whether it takes ``optimizer_type``, 0.6 does not: the
-    overrides then set the optimizer alone; whether it reads the hub config, from 0.4); without one, the call the
-    installed release's signature accepts (the entry point drops what it does not take)."""
+def bridge_recipe_for(name: str, optimizer_type: str, container: versions.Container) -> BridgeRecipe:
+    """The Bridge recipe function for a model name and an optimizer type (muon or adam) in the container's release;
+    Kimi K2's as that release's source shows it (whether it takes ``optimizer_type``, 0.6 does not: the overrides
+    then set the optimizer alone; whether it reads the hub config, from 0.4)."""
     if name == "kimi_k2":
-        takes = container is None or versions.behaviour(container, "kimi_recipe_takes_optimizer_type")
-        hub = container is not None and versions.behaviour(container, "kimi_recipe_reads_hub_config")
+        takes = versions.behaviour(container, "kimi_recipe_takes_optimizer_type")
+        hub = versions.behaviour(container, "kimi_recipe_reads_hub_config")
         return BridgeRecipe("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_pretrain_config",
                             {"optimizer_type": optimizer_type} if takes else {},
                             hf_config="moonshotai/Kimi-K2-Instruct" if hub else None)
