@@ -92,7 +92,7 @@ table: ## Write results/throughput.{md,csv} + plots: published rows beside measu
 #   make study [SIZE=cpu|gpu] [hydra overrides for every run, e.g. train.iters=300]
 study: export OPTBENCH_STUDY_SIZE = $(call typed,SIZE)
 study: ## Muon (2 scales) vs AdamW, each lr swept, winners on held-out seeds, on real text: results/study.md (~75 min on 2 cores)
-	@$(PY) -m optbench.report study --from-make
+	@$(PY) -m optbench.experiments study --from-make
 
 #   make compare [MODEL=kimi_k2_tiny] [SEEDS=3 | SEEDS=1,2,3] [TARGET=auto | TARGET=4.5] [ITERS=<steps>]
 #                [WINDOW=5] [MUON_RECIPE=<recipe> ADAMW_RECIPE=<recipe>] [REUSE=compare-<model>-<time>] [train.gbs=8 ...]
@@ -105,7 +105,7 @@ compare: export OPTBENCH_COMPARE_MUON_RECIPE = $(call typed,MUON_RECIPE)
 compare: export OPTBENCH_COMPARE_ADAMW_RECIPE = $(call typed,ADAMW_RECIPE)
 compare: export OPTBENCH_COMPARE_REUSE = $(call typed,REUSE)
 compare: ## Train MODEL's Muon and AdamW recipes over SEEDS to a TARGET loss; time-to-target in results/compare.md
-	@$(PY) -m optbench.report compare --from-make
+	@$(PY) -m optbench.experiments compare --from-make
 
 clean: ## Remove run outputs (new runs, plans, wandb, checkpoints) and caches; keeps committed runs and the venvs
 	rm -rf results/plans results/sweeps results/wandb results/checkpoints .pytest_cache

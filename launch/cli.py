@@ -19,10 +19,11 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from launch.make_args import overrides_from_make, recipe_from_make
-from optbench.config.compose import list_recipes
+from optbench.make_args import overrides_from_make, recipe_from_make
+from optbench.compose.recipe import list_recipes
 from optbench.config.overrides import check_repeated, typed_keys
-from optbench.errors import EXIT_USER_ERROR, UserError, exit_on_user_error
+from optbench.errors import EXIT_USER_ERROR, UserError
+from optbench.exits import exit_on_user_error
 from optbench.metrics.summary import COMMAND_ENV
 from optbench.redact import recorded_overrides, remember_typed_secrets
 

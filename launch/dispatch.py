@@ -31,7 +31,7 @@ from launch.jobs import (
     require_slurm,
     slurm_resources,
 )
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from optbench.bridge.presets import find_preset
-from optbench.bridge.versions import container_of
+from optbench.releases.presets import find_preset
+from optbench.releases.versions import container_of
 from optbench.checkout import repo_root
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig

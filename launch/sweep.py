@@ -31,7 +31,7 @@ from launch.dispatch import (
     slurm_launch_section,
 )
 from launch.jobs import JobSpec
-from optbench.config.compose import check_typed_overrides, compose_run
+from optbench.compose.recipe import check_typed_overrides, compose_run
 from optbench.config.overrides import typed_keys
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from optbench.accounting.flops import flop_terms, model_flops_per_step, model_flops_per_token
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.config.schema import ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 from conftest import run_make
 from optbench.accounting.activations import forwards_in_flight
 from optbench.accounting.memory import estimate_memory
-from optbench.config.compose import compose_run, list_group_options
+from optbench.compose.recipe import compose_run, list_group_options
 from optbench.config.layout import derive_layout
 from optbench.validate import collect_problems
 

@@ -15,7 +15,7 @@ from optbench.accounting.ns_flops import (
 )
 from optbench.accounting.params import model_parameters
 from optbench.accounting.placement import LocalParam, pipeline_rank_params
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 
 
 def it(gram: int, contraction: int) -> float:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_make
-from optbench.accounting.ns_report import blog_comparison
-from optbench.config.compose import compose_run
+from optbench.projection.ns_report import blog_comparison
+from optbench.compose.recipe import compose_run
 
 ACCOUNTING_FIELDS = {
     "model_flops_per_token", "model_flops_per_step", "ns_flops_per_step_per_gpu", "memory_per_gpu_gb", "peaks",

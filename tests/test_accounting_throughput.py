@@ -8,7 +8,7 @@ from optbench.accounting.flops import model_flops_per_step
 from optbench.accounting.ns_flops import rank_ns_flops
 from optbench.accounting.peaks import Peak, mfu, peaks_for
 from optbench.accounting.throughput import step_throughput, step_time_for_tflops, step_time_for_tokens
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.config.schema import PrecisionConfig
 
 

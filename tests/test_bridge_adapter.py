@@ -31,8 +31,8 @@ from test_bridge_source import (
 
 from conftest import REPO
 from optbench.bridge.adapter import bridge_overrides, bridge_recipe, bridge_setup, override_items
-from optbench.bridge.hydra_values import hydra_value
-from optbench.config.compose import compose_run, list_group_options, list_recipes
+from optbench.releases.hydra_values import hydra_value
+from optbench.compose.recipe import compose_run, list_group_options, list_recipes
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 

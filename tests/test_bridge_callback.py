@@ -11,7 +11,7 @@ import pytest
 
 from optbench.accounting.throughput import step_throughput
 from optbench.bridge.callback import MetricsCallback, learning_rate, optimizer_seconds, scalar_loss
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.runs import run_dir
 
 

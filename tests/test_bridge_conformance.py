@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from optbench.bridge.presets import LAYER_WISE_MUON, OURS, RECIPE_DEPARTURES
+from optbench.releases.presets import LAYER_WISE_MUON, OURS, RECIPE_DEPARTURES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "bridge_env"))

@@ -18,7 +18,7 @@ from test_bridge_source import bridge_override_module, stand_in_container
 
 from optbench.bridge.adapter import bridge_setup
 from optbench.bridge.entry import build_config_container, run_bridge
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.runs import save_resolved_config
 
 

@@ -9,8 +9,8 @@ from conftest import ON_0_3_1
 
 from launch.jobs import job_env
 from optbench.bridge.adapter import bridge_setup, override_items
-from optbench.bridge.presets import RECIPE_DEPARTURES, find_preset, layout_from_string, load, provenance
-from optbench.config.compose import compose_run
+from optbench.releases.presets import RECIPE_DEPARTURES, find_preset, layout_from_string, load, provenance
+from optbench.compose.recipe import compose_run
 from optbench.validate import validate
 
 CLUSTER_RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",

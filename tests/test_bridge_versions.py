@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from optbench.bridge import presets, versions
+from optbench.releases import presets, versions
 from optbench.bridge.adapter import bridge_setup, override_items
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.errors import UserError
 
 CLUSTER_RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",

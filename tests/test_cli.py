@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_cli, run_make
-from launch.make_args import overrides_from_make, split_make_words
-from optbench.errors import exit_on_user_error
+from optbench.make_args import overrides_from_make, split_make_words
+from optbench.exits import exit_on_user_error
 
 PLAN_FIELDS = {
     "recipe", "overrides", "world_size", "nodes", "gpus_per_node", "gpu", "precision", "layout", "gbs", "mbs",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.config.layout import stage_decoder_layers
-from optbench.config.pipeline import (
+from optbench.compose.pipeline import (
     balanced_layout_for,
     balanced_pipeline_layout,
     last_stage_weight,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.config.domains import DOMAINS, MAX_EXPERT_LAYERS, Folder, leaf_fields
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json, dumps_strict

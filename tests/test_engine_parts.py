@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from optbench.accounting.params import parameter_counts
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.config.schema import DataConfig, ModelConfig, OptimizerConfig, TrainConfig
 from optbench.engine.local.data import (
     SUCCESSORS,

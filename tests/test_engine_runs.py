@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.engine.local import launch_local
 from optbench.engine.local.checkpoint import LATEST, checkpoint_dir
 from optbench.errors import UserError

@@ -13,7 +13,7 @@ from test_engine_runs import MICRO_KIMI, MICRO_TRAIN, micro_train
 from test_launch_slurm import launch
 
 from conftest import REPO, marked_results, run_make
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.config.schema import RunConfig
 from optbench.engine.local import launch_local
 from optbench.engine.local.checkpoint import LATEST, MANIFEST, checkpoint_dir, complete_steps

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.config.data_path import split_ranges, split_weights
 from optbench.config.schema import DataConfig, TrainConfig
 from optbench.corpus.indexed import read_index, write_indexed

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from launch.jobs import numa_binding, numa_rule, segment_size
-from optbench.bridge import versions
-from optbench.bridge.presets import find_preset, load
-from optbench.config.compose import compose_run
+from optbench.releases import versions
+from optbench.releases.presets import find_preset, load
+from optbench.compose.recipe import compose_run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia"
 CONTAINERS = {c.bridge: c.name for c in versions.runnable()}

@@ -295,8 +295,8 @@ def test_the_governor_samples_the_load_at_start_and_moves_with_it(monkeypatch: p
 
 @pytest.mark.parametrize("argv", [
     ["-m", "optbench.bench", "--only", "callback", "--quick", "--out", "{place}"],
-    ["-m", "optbench.report", "compare", "--results-dir", "{place}", "--iters", "2", "--seeds", "1"],
-    ["-m", "optbench.report", "study", "--results-dir", "{place}"],
+    ["-m", "optbench.experiments", "compare", "--results-dir", "{place}", "--iters", "2", "--seeds", "1"],
+    ["-m", "optbench.experiments", "study", "--results-dir", "{place}"],
     ["-m", "optbench.report", "table", "--results-dir", "{place}"],
 ])
 def test_bench_compare_study_and_table_refuse_a_place_that_is_not_theirs(tmp_path: Path, argv: list[str]) -> None:

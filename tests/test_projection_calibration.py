@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from optbench.accounting.throughput import step_time_for_tflops
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import calibrate, ranked_anchors
 from optbench.projection.inputs_cache import inputs_for
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.project import project
 from optbench.projection.step_model import evaluate
-from optbench.report.published import load_published
+from optbench.published import load_published
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO / "results" / "published"

@@ -6,7 +6,7 @@ import pytest
 
 from optbench.accounting.flops import model_flops_per_step
 from optbench.accounting.params import parameter_counts
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.projection import comm
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.interconnect import interconnect_for

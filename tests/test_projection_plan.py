@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from launch.sweep import plan_sweep
-from optbench.config.compose import compose_run, list_group_options, repo_root
+from optbench.compose.recipe import compose_run, list_group_options, repo_root
 from optbench.hardware import gpu_catalog
 from optbench.plan import build_plan, format_summary
 from optbench.projection.interconnect import interconnect_catalog

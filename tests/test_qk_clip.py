@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.engine.local import launch_local
 from optbench.engine.local.model import build_model
 from optbench.engine.local.qk_clip import MAX_LOGIT, _attentions, clip_qk, register_attention

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from optbench.bridge import presets, versions
+from optbench.releases import presets, versions
 
-from optbench.config.compose import compose_run, list_group_options, list_recipes
+from optbench.compose.recipe import compose_run, list_group_options, list_recipes
 from optbench.config.layout import derive_layout
 from optbench.plan import build_plan
 from optbench.validate import collect_problems

@@ -10,9 +10,9 @@ import pytest
 
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
-from optbench.report.compare import analyse, smoothed, verdict
-from optbench.report.compare_format import write_compare
-from optbench.report.compare_run import CPU_DEFAULTS, CompareSpec, compose_compare_runs, parse_seeds, parse_target, run_compare
+from optbench.experiments.compare import analyse, smoothed, verdict
+from optbench.experiments.compare_format import write_compare
+from optbench.experiments.compare_run import CPU_DEFAULTS, CompareSpec, compose_compare_runs, parse_seeds, parse_target, run_compare
 from optbench.report.runs import MeasuredRun, StepRecord
 from conftest import marked_results
 from optbench.runs import run_dir, save_resolved_config

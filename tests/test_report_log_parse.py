@@ -8,7 +8,7 @@ import pytest
 
 from optbench.accounting.flops import model_flops_per_token
 from optbench.accounting.throughput import step_throughput
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.report.log_throughput import steps_from_log
 from optbench.report.megatron_log import parse_megatron_lines, parse_megatron_log
 from optbench.report.runs import StepRecord, post_warmup, run_throughput, segments

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, marked_results, run_make
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.errors import UserError
 from optbench.report.collect import collect_runs
-from optbench.report.published import load_published
+from optbench.published import load_published
 from optbench.report.throughput import write_throughput
 from optbench.runs import save_resolved_config
 

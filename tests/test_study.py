@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from optbench.config.schema import RunConfig
-from optbench.report import study_stats as stats
-from optbench.report.study import run_study
-from optbench.report.study_format import write_study
-from optbench.report.study_plan import StudySpec
+from optbench.experiments import study_stats as stats
+from optbench.experiments.study import run_study
+from optbench.experiments.study_format import write_study
+from optbench.experiments.study_plan import StudySpec
 from conftest import marked_results
 from optbench.runs import run_dir, save_resolved_config
 
@@ -93,7 +93,7 @@ def test_winners_come_from_tuning_seeds_and_numbers_from_held_out_ones(tmp_path)
 
 def test_a_bad_study_setting_is_one_line():
     from optbench.errors import UserError
-    from optbench.report.study_plan import check
+    from optbench.experiments.study_plan import check
 
     with pytest.raises(UserError, match="SIZE: 'huge' is not one of cpu, gpu"):
         check(StudySpec(size="huge"))
@@ -103,7 +103,7 @@ def test_a_bad_study_setting_is_one_line():
 
 
 def test_a_winner_at_the_end_of_its_grid_is_flagged():
-    from optbench.report.study_stats import choose_winners
+    from optbench.experiments.study_stats import choose_winners
 
     def runs(final: float) -> list[dict]:
         return [{"val": [(10, final + d)]} for d in (0.0, 0.01, -0.01)]

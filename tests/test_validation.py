@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.errors import Problem, UserError
 from optbench.validate import collect_problems
 

@@ -230,7 +230,7 @@ def plain_recipe(model: str, precision: str, optimizer: str) -> Any:
     from megatron.bridge.training.comm_overlap import CommOverlapConfig
     from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
-    from optbench.bridge import versions
+    from optbench.releases import versions
     from optbench.bridge.adapter import bridge_recipe_for
     from optbench.bridge.entry import accepted_kwargs
 
@@ -251,8 +251,9 @@ RECIPES = {"kimi_k2": ("kimi_k2_muon", "kimi_k2_adamw"), "qwen3_30b_a3b": ("qwen
 def adapter_keys(model: str) -> set[str]:
     """Every field our adapter sets for the model's cluster recipes (both intents) in the container the launcher is
     given (field names differ per release: muon_use_nesterov up to Core 0.17), with no preset loaded."""
-    from optbench.bridge import adapter, presets
-    from optbench.config.compose import compose_run
+    from optbench.bridge import adapter
+    from optbench.releases import presets
+    from optbench.compose.recipe import compose_run
 
     keys = set(presets.TRAIN_SETTINGS) | set(presets.TRAIN_EVAL_DEFAULTS) | {"logger.timing_log_level",
                                                                               "optimizer.barrier_with_L1_time"}

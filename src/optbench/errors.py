@@ -2,7 +2,7 @@
 
 Anything a user can get wrong (a config value, a missing file, a missing tool) is
 raised as :class:`UserError`. The command-line entry points catch it with
-:func:`exit_on_user_error` and print ``error: <field>: <message>`` on one line,
+:func:`optbench.exits.exit_on_user_error` and print ``error: <field>: <message>`` on one line,
 with no traceback unless ``debug=true``. When several things are wrong, the first is the
 error line and the others are named on one compact line after it; the problem that involves
 a field the user typed comes first, and the line names that field.
@@ -10,9 +10,7 @@ a field the user typed comes first, and the line names that field.
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 EXIT_USER_ERROR = 2
@@ -78,43 +76,3 @@ class UserError(Exception):
             return [first]
         names = ", ".join(dict.fromkeys(p.field or "config" for p in self.problems[1:]))
         return [first, f"  and {len(rest)} more problem{'s' if len(rest) > 1 else ''} ({names}); debug=true lists them all"]
-
-
-@contextlib.contextmanager
-def exit_on_user_error(debug: bool = False, typed: Sequence[str] = ()) -> Iterator[None]:
-    """Turn a :class:`UserError` into its report on stderr and exit code 2, Ctrl-C into one line and 130.
-
-    A file-system failure a user can fix (read-only, full disk, permission, a name too long) is one
-    line too (:func:`optbench.outputs.filesystem_problem`). Inside the block nothing printed, tracebacks
-    included, shows a known secret (:func:`optbench.redact.redacted_streams`).
-    ``typed``: the keys of the overrides the user typed, so that the error line names one of them.
-    """
-    from optbench.redact import install_redacting_excepthook, redacted_streams
-
-    install_redacting_excepthook()
-    with redacted_streams():
-        try:
-            yield
-        except UserError as err:
-            if debug:
-                raise err.focused(typed) from err
-            for line in err.focused(typed).report():
-                print(line, file=sys.stderr)
-            raise SystemExit(EXIT_USER_ERROR) from None
-        except KeyboardInterrupt:
-            if debug:
-                raise
-            print(
-                "interrupted (Ctrl-C): what was written is complete (metrics.jsonl holds the finished steps); a local run "
-                "with train.save_interval continues from its last checkpoint with resume=true run_id=<its run id>",
-                file=sys.stderr,
-            )
-            raise SystemExit(EXIT_INTERRUPTED) from None
-        except OSError as err:
-            from optbench.outputs import filesystem_problem
-
-            problem = filesystem_problem(err)
-            if debug or problem is None:
-                raise
-            print(UserError(problem).lines()[0], file=sys.stderr)
-            raise SystemExit(EXIT_USER_ERROR) from None

@@ -16,10 +16,10 @@ from typing import Any, Sequence
 from optbench.accounting.params import parameter_counts
 from optbench.accounting.plan_fields import accounting_fields, accounting_summary_lines
 from optbench.bridge.adapter import bridge_setup
-from optbench.config.compose import run_config_to_dict
+from optbench.config.serialize import run_config_to_dict
 from optbench.config.data_path import prefix_status
 from optbench.config.layout import derive_layout, stage_decoder_layers
-from optbench.config.pipeline import balanced_layout_for, layout_follows_overrides
+from optbench.compose.pipeline import balanced_layout_for, layout_follows_overrides
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_text, dumps_strict

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from optbench.config.compose import run_config_to_dict, to_run_config
+from optbench.config.serialize import run_config_to_dict, to_run_config
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 from optbench.io import atomic_write_text

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from optbench.bridge.muon_fields import muon_problems
-from optbench.bridge.versions import container_of
+from optbench.releases.versions import container_of
 from optbench.config.data_path import split_weights
 from optbench.config.domains import MAX_EXPERT_LAYERS, check_domains
 from optbench.config.layout import gpus_per_node

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from optbench.config.layout import vpp_size
-from optbench.config.pipeline import max_virtual_stages
+from optbench.compose.pipeline import max_virtual_stages
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem
 

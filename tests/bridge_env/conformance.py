@@ -57,7 +57,7 @@ def lookup(config: Any, key: str) -> Any:
 
 
 def comparable(value: Any) -> Any:
-    from optbench.bridge.presets import normalised
+    from optbench.releases.presets import normalised
 
     if hasattr(value, "value") and not isinstance(value, (int, float, str)):  # enums
         value = value.value
@@ -87,7 +87,7 @@ def flat(config: Any) -> dict[str, Any]:
 
 
 def compare(ours: dict[str, Any], nvidia: dict[str, Any]) -> list[dict[str, Any]]:
-    from optbench.bridge.presets import normalised
+    from optbench.releases.presets import normalised
 
     out = []
     for key in sorted(set(ours) | set(nvidia)):
@@ -201,10 +201,10 @@ def hub_configs_read() -> Iterator[list[str]]:
 def check_case(recipe: str, intent: str, results: Path, container: str) -> dict[str, Any]:
     from megatron.bridge.training.config import runtime_config_update
 
-    from optbench.bridge import presets
+    from optbench.releases import presets
     from optbench.bridge.adapter import bridge_setup, override_items
     from optbench.bridge.entry import BridgeAPI, accepted_kwargs, build_config_container
-    from optbench.config.compose import compose_run
+    from optbench.compose.recipe import compose_run
     from optbench.validate import validate
 
     run = compose_run(recipe, [f"intent={intent}", f"results_dir={results}", f"run_id={recipe}-{intent}",
@@ -246,7 +246,7 @@ def negative_controls(results: Path, container: str) -> dict[str, Any]:
 
     from optbench.bridge.adapter import bridge_setup
     from optbench.bridge.entry import BridgeAPI, build_config_container
-    from optbench.config.compose import compose_run
+    from optbench.compose.recipe import compose_run
 
     run = compose_run("kimi_k2_muon", [f"results_dir={results}", "run_id=negative", f"cluster.container={container}"])
     os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu

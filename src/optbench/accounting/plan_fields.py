@@ -57,7 +57,7 @@ def layout_matches(run: RunConfig, layout: dict[str, int | None]) -> bool:
 def matching_published_rows(run: RunConfig) -> list:
     """Published rows measured with this run's model, GPU, GPU count, precision, optimizer and layout."""
     from optbench.checkout import repo_root
-    from optbench.report.published import default_published_dir, load_published
+    from optbench.published import default_published_dir, load_published
 
     try:
         rows = load_published(default_published_dir(repo_root() / "results"))

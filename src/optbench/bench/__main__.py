@@ -7,7 +7,8 @@ import importlib
 import sys
 
 from optbench.bench import BENCHMARKS
-from optbench.errors import Problem, UserError, exit_on_user_error
+from optbench.errors import Problem, UserError
+from optbench.exits import exit_on_user_error
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -51,7 +51,7 @@ class _NoDevice:
 def measure(steps: int) -> list[float]:
     """Seconds of host time per ``on_train_step_end`` (a record every step, log_interval 1)."""
     from optbench.bridge.callback import MetricsCallback
-    from optbench.config.compose import compose_run
+    from optbench.compose.recipe import compose_run
 
     with tempfile.TemporaryDirectory(prefix="optbench-bench-callback-") as tmp:
         run = compose_run(RECIPE, [f"results_dir={tmp}", "run_id=bench-callback", "logger=none"])

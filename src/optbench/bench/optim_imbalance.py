@@ -16,7 +16,7 @@ bound is valid for any layout and exact when each rank belongs to one dealing gr
 from __future__ import annotations
 
 from optbench.accounting.ns_flops import dp_group_work, pingpong_by_numel, rank_ns_flops
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.config.layout import derive_layout
 from optbench.optim.assignment import cost_aware_owners, max_load_lower_bound
 

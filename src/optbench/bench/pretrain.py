@@ -26,7 +26,7 @@ from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
 
-from optbench.config.compose import compose_run, repo_root
+from optbench.compose.recipe import compose_run, repo_root
 from optbench.io import atomic_write_json, atomic_write_text
 
 NAME = "pretrain"

@@ -4,7 +4,7 @@ Megatron Bridge (0.3.1) builds a run as a ``ConfigContainer`` returned by a reci
 (``kimi_k2_pretrain_config``, ``qwen3_30b_a3b_pretrain_config``, ...). This module chooses that
 function and lists the dotted ``section.field=value`` overrides (Hydra syntax, applied inside the
 container by Bridge's own ``process_config_with_overrides``) that turn the recipe into exactly the
-run our config describes: NVIDIA's preset for the run (:mod:`optbench.bridge.presets`, per intent)
+run our config describes: NVIDIA's preset for the run (:mod:`optbench.releases.presets`, per intent)
 first, then our config's own sections (:mod:`optbench.bridge.sections`).
 
 Two settings are structural and cannot be dotted overrides, so the entry point applies them first,
@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from optbench.bridge import presets, versions
-from optbench.bridge.hydra_values import format_override
+from optbench.releases import presets, versions
+from optbench.releases.hydra_values import format_override
 from optbench.bridge.sections import Item, our_items
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
@@ -53,7 +53,7 @@ class BridgeSetup:
     overrides: tuple[str, ...]
     """Dotted Hydra overrides, applied in order by Bridge's ``process_config_with_overrides``."""
     intent: str = "train"
-    """reproduce or train (:mod:`optbench.bridge.presets`)."""
+    """reproduce or train (:mod:`optbench.releases.presets`)."""
     preset: Optional[dict[str, Any]] = None
     """Which NVIDIA preset the overrides start from, and where the run departs from it (None: no preset)."""
 

@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run by path: make the package importable from t
 
 from optbench.bridge.adapter import SECTIONS_CREATED_IF_MISSING, BridgeRecipe, BridgeSetup, bridge_setup  # noqa: E402
 from optbench.bridge.callback import MetricsCallback  # noqa: E402
-from optbench.errors import exit_on_user_error  # noqa: E402
+from optbench.exits import exit_on_user_error  # noqa: E402
 from optbench.runs import load_resolved_config  # noqa: E402
 
 

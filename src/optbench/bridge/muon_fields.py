@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from optbench.bridge import versions
+from optbench.releases import versions
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from optbench.bridge import muon_fields, presets, versions
+from optbench.bridge import muon_fields
+from optbench.releases import presets, versions
 from optbench.config.data_path import dataset_blend
 from optbench.config.layout import vpp_size
 from optbench.config.schema import RunConfig

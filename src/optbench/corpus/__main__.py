@@ -12,7 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from optbench.errors import Problem, UserError, exit_on_user_error
+from optbench.errors import Problem, UserError
+from optbench.exits import exit_on_user_error
 
 DEFAULT_VOCAB = 512
 """The tiny proxies' vocabulary: their recipes train on the corpus without a model.vocab_size override."""
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _refuse_overrides() -> None:
     """``make data`` takes upper-case options only: a lower-case key=value word would be silently ignored."""
-    from launch.make_args import overrides_from_make  # make targets run from the checkout, where launch/ lives
+    from optbench.make_args import overrides_from_make  # make targets run from the checkout, where launch/ lives
 
     stray = overrides_from_make()
     if stray:

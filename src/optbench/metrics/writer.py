@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from optbench.config.compose import run_config_to_dict
+from optbench.config.serialize import run_config_to_dict
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 from optbench.io import atomic_write_text, dumps_strict

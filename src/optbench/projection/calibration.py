@@ -32,7 +32,7 @@ import yaml
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES, layout_matches
 from optbench.accounting.throughput import step_time_for_tflops, step_time_for_tokens
-from optbench.config.compose import compose_run, list_group_options, list_recipes, repo_root
+from optbench.compose.recipe import compose_run, list_group_options, list_recipes, repo_root
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 from optbench.projection.assumptions import Assumptions
@@ -40,7 +40,7 @@ from optbench.projection.interconnect import interconnect_for
 from optbench.projection.step_model import solve_efficiency
 from optbench.projection.inputs_cache import inputs_for
 from optbench.projection.work import gemm_peak
-from optbench.report.published import PublishedRow, default_published_dir, load_published
+from optbench.published import PublishedRow, default_published_dir, load_published
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from functools import lru_cache
 from typing import Any
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
-from optbench.bridge import presets, versions
+from optbench.releases import presets, versions
 from optbench.errors import UserError
 from optbench.projection.calibration import cluster_for_gpu
-from optbench.report.published import PublishedRow
+from optbench.published import PublishedRow
 
 
 def row_overrides(row: PublishedRow) -> list[str]:
@@ -43,7 +43,7 @@ def row_overrides(row: PublishedRow) -> list[str]:
 
 @lru_cache(maxsize=256)
 def _projected(recipe: str, overrides: tuple[str, ...]) -> dict[str, Any]:
-    from optbench.config.compose import compose_run
+    from optbench.compose.recipe import compose_run
     from optbench.projection.project import project
 
     try:

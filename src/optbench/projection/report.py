@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from optbench.config.compose import compose_run, repo_root
+from optbench.compose.recipe import compose_run, repo_root
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions

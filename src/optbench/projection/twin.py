@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from optbench.config.compose import list_recipes
+from optbench.compose.recipe import list_recipes
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 from optbench.projection.calibration import compose_cached

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from optbench.report.published import PublishedRow
+from optbench.published import PublishedRow
 from optbench.report.runs import MeasuredRun, RunThroughput, run_throughput
 
 MUON, ADAMW = "muon", "adamw"

@@ -11,7 +11,7 @@ import csv
 import io
 from collections.abc import Sequence
 
-from optbench.report.published import PublishedRow, Source
+from optbench.published import PublishedRow, Source
 from optbench.report.runs import PeakInfo, RunThroughput, run_throughput
 from optbench.report.stats import format_number, format_spread
 from optbench.report.table import Table, TableRow

@@ -14,7 +14,7 @@ from optbench.outputs import claim
 from optbench.replace import replacing
 from optbench.report.collect import collect_runs
 from optbench.report.plots import plot_loss, plot_throughput
-from optbench.report.published import (
+from optbench.published import (
     check_sources,
     default_published_dir,
     load_published,

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from optbench.config.compose import run_config_to_dict
+from optbench.config.serialize import run_config_to_dict
 from optbench.config.schema import RunConfig
+from optbench.engine.local.resume_keys import RESUME_MUST_MATCH
 from optbench.errors import Problem, UserError
 from optbench.metrics.summary import COMMAND_ENV
 from optbench.outputs import check_writable, claim
@@ -27,10 +28,6 @@ from optbench.runs import check_run_dir_free, load_config_yaml, resolve_run_id, 
 CONFIG_FILE = "config.yaml"
 BYTES_PER_PARAM = 16
 """fp32 weight + gradient + two optimizer-state words: the most either optimizer keeps per parameter."""
-RESUME_MUST_MATCH = ("model", "optimizer", "data", "precision", "train.gbs", "train.mbs", "train.seq_length",
-                     "train.seed", "parallel.num_gpus")
-"""Settings a resumed run must share with the run it continues (train.iters may grow)."""
-
 
 def torchrun_command(config_path: Path, processes: int) -> list[str]:
     """The command that runs ``processes`` data-parallel ranks of the local engine on this machine."""

@@ -38,6 +38,7 @@ import torch.distributed as dist
 from torch import nn
 
 from optbench.config.schema import RunConfig
+from optbench.engine.local.resume_keys import RESUME_MUST_MATCH
 from optbench.errors import UserError
 from optbench.io import atomic_write_text, atomic_write_with
 
@@ -154,8 +155,7 @@ FILE_NAME = re.compile(r"model\.pt|rank\d{1,6}\.pt")
 
 def run_fingerprint(run: RunConfig) -> dict[str, Any]:
     """The settings a checkpoint is only valid for (RESUME_MUST_MATCH), as plain JSON values."""
-    from optbench.config.compose import run_config_to_dict
-    from optbench.engine.local import RESUME_MUST_MATCH
+    from optbench.config.serialize import run_config_to_dict
 
     config = run_config_to_dict(run)
     found: dict[str, Any] = {}

@@ -27,12 +27,12 @@ entropy ``H1``; the floor printed by :meth:`SyntheticStream.loss_floor` is
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from optbench.config.schema import DataConfig, ModelConfig, TrainConfig
+from optbench.engine.local.stream_info import StreamInfo
 from optbench.errors import Problem, UserError
 
 SUCCESSORS = 8
@@ -58,17 +58,6 @@ def _distinct_rows(rng: np.random.Generator, rows: int, k: int, high: int) -> np
         if bad.size == 0:
             return table
         table[bad] = rng.integers(0, high, size=(bad.size, k))
-
-
-@dataclass(frozen=True)
-class StreamInfo:
-    """What a stream is, for the log and summary.json."""
-
-    kind: str
-    vocab_size: int
-    loss_floor: float | None
-    """Lowest achievable mean loss per token in nats (None: not known)."""
-    description: str
 
 
 class MockStream:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optbench.config.compose import compose_run
+from optbench.compose.recipe import compose_run
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.metrics import read_metrics

@@ -30,8 +30,8 @@ def gpu_outlook() -> str:
     """What part of the CPU wall-clock ratio would move on a GPU, from the accounting (no measurement)."""
     from optbench.accounting.flops import model_flops_per_step
     from optbench.accounting.throughput import ns_flops_per_step_total
-    from optbench.config.compose import compose_run
-    from optbench.report.study_plan import COMMON, SIZES
+    from optbench.compose.recipe import compose_run
+    from optbench.experiments.study_plan import COMMON, SIZES
 
     tiny = compose_run("kimi_k2_tiny_muon", [*COMMON, *SIZES["cpu"]])
     kimi = compose_run("kimi_k2_muon", [])

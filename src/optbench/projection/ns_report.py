@@ -1,6 +1,6 @@
 """Our Newton-Schulz TFLOP/s next to the NVIDIA blog's (Table 1: 51 for Kimi K2, 35 for Qwen3 30B-A3B).
 
-``python -m optbench.accounting.ns_report`` prints, for every published row that splits its TFLOP/s
+``python -m optbench.projection.ns_report`` prints, for every published row that splits its TFLOP/s
 into model + Newton-Schulz, our count at the blog's implied step time (its model-only TFLOP/s
 turned into a step time with Bridge's FLOPs rule) under several counting conventions. The
 conventions are alternatives a reader might have used, computed from the same parameter inventory;
@@ -66,8 +66,8 @@ def blog_comparison(run: RunConfig, model_tflops: float, ns_tflops: float) -> li
 
 
 def main() -> int:
-    from optbench.config.compose import compose_run, repo_root
-    from optbench.report.published import default_published_dir, load_published
+    from optbench.compose.recipe import compose_run, repo_root
+    from optbench.published import default_published_dir, load_published
 
     rows = [r for r in load_published(default_published_dir(repo_root() / "results")) if r.ns_tflops_per_gpu]
     for row in rows:

@@ -1,5 +1,5 @@
-"""Run the study (:mod:`optbench.report.study_plan`), analyse it (:mod:`optbench.report.study_stats`) and
-write results/study.{json,md} and results/plots/study_*.png (:mod:`optbench.report.study_format`)."""
+"""Run the study (:mod:`optbench.experiments.study_plan`), analyse it (:mod:`optbench.experiments.study_stats`) and
+write results/study.{json,md} and results/plots/study_*.png (:mod:`optbench.experiments.study_format`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import platform
 from collections.abc import Callable
 
 from optbench.optim.newton_schulz import resolve_matmul_precision
-from optbench.report import study_stats as stats
-from optbench.report.study_plan import ARMS, SIZES, StudyRun, StudySpec, check, read_run, train, tuning_runs
+from optbench.experiments import study_stats as stats
+from optbench.experiments.study_plan import ARMS, SIZES, StudyRun, StudySpec, check, read_run, train, tuning_runs
 
 
 def run_study(spec: StudySpec, launcher: Callable | None = None, progress: Callable[[str], None] = print) -> dict:

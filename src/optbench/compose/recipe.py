@@ -9,21 +9,19 @@ one line names the field.
 
 from __future__ import annotations
 
-import difflib
 import re
-import typing
-from dataclasses import fields, is_dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from optbench.bridge import release_layout
+from optbench.compose import release_layout
 from optbench.checkout import repo_root
 from optbench.config import overrides as typed
 from optbench.config.domains import check_domains
-from optbench.config.pipeline import follow_stage_overrides
+from optbench.compose.pipeline import follow_stage_overrides
 from optbench.config.schema import RunConfig
+from optbench.config.serialize import closest, to_run_config, translate_schema_error
 from optbench.errors import Problem, UserError
 from optbench.redact import remember_secret, secret_problems
 
@@ -36,31 +34,6 @@ def list_recipes() -> list[str]:
 def list_group_options(group: str) -> list[str]:
     """Names of every option of one config group under conf/<group>/."""
     return sorted(p.stem for p in (repo_root() / "conf" / group).glob("*.yaml"))
-
-
-def _closest(word: str, choices: Sequence[str]) -> str:
-    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]}?)" if match else ""
-
-
-def _schema_keys(path: str) -> list[str]:
-    """Field names the schema allows under a dotted path ('' = top level)."""
-    node: Any = RunConfig
-    for part in [p for p in path.split(".") if p]:
-        hint = typing.get_type_hints(node).get(part)
-        candidates = typing.get_args(hint) or (hint,)
-        node = next((c for c in candidates if is_dataclass(c)), None)
-        if node is None:
-            return []
-    return [f.name for f in fields(node)]
-
-
-def _unknown_key_problem(full_key: str) -> Problem:
-    parent, _, key = full_key.rpartition(".")
-    allowed = _schema_keys(parent)
-    where = parent or "the run config"
-    known = ", ".join(allowed) if allowed else "(none)"
-    return Problem(full_key, f"unknown key{_closest(key, allowed)}; {where} has: {known}")
 
 
 def _keyed_cause(err: BaseException) -> OmegaConfBaseException | None:
@@ -87,7 +60,7 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> UserErro
     text = str(err)
     cause = _keyed_cause(err)
     if cause is not None:
-        return _translate_schema_error(cause)
+        return translate_schema_error(cause)
     merging = re.search(r"Error merging override (.+)", text)
     if merging:
         key = typed.typed_key(merging.group(1)) or "overrides"
@@ -97,7 +70,7 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> UserErro
         group, option = missing.groups()
         options = list_group_options(group)
         return UserError(
-            Problem(group, f"no option '{option}'{_closest(option, options)}; available: {', '.join(options)}")
+            Problem(group, f"no option '{option}'{closest(option, options)}; available: {', '.join(options)}")
         )
     ambiguous = re.search(r"Ambiguous value for argument '([^']+)'", text)
     if ambiguous:
@@ -131,47 +104,6 @@ _NULLABLE_SECTIONS = ("optimizer.muon",)
 """Sections of the schema that are null in some presets (Optional dataclasses)."""
 
 
-def _translate_schema_error(err: OmegaConfBaseException) -> UserError:
-    key = getattr(err, "full_key", "") or ""
-    text = str(err).splitlines()[0]
-    if "not in struct" in text or re.search(r"Key '[^']+' not in '\w+'", text):
-        return UserError(_unknown_key_problem(key))
-    if "is not Optional" in text or "Non optional field cannot be assigned None" in text:
-        return UserError(Problem(key, "cannot be null; give it a value"))
-    incompatible = re.search(r"Incompatible value '([^']*)' for field of type '(\w+)'", text)
-    if incompatible:
-        return UserError(Problem(key, f"expected {incompatible.group(2)}, got '{incompatible.group(1)}'"))
-    value = re.search(r"Value '([^']*)'", text)
-    expected = re.search(r"could not be converted to (\w+)", text)
-    if value and expected:
-        kind = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false"}.get(
-            expected.group(1), expected.group(1)
-        )
-        return UserError(Problem(key, f"expected {kind}, got '{value.group(1)}'"))
-    invalid_bool = re.search(r"Value '([^']*)' is not a valid bool", text)
-    if invalid_bool:
-        return UserError(Problem(key, f"expected true or false, got '{invalid_bool.group(1)}'"))
-    if "Missing mandatory value" in text:
-        return UserError(Problem(key, "has no value; set it in the recipe or on the command line"))
-    return UserError(Problem(key, text))
-
-
-def _unknown_keys(node: Any, path: str = "") -> list[str]:
-    """Keys of a typed config that its dataclass does not declare (``+key=value`` appends them)."""
-    if not isinstance(node, DictConfig):
-        return []
-    object_type = OmegaConf.get_type(node)
-    known = {f.name for f in fields(object_type)} if is_dataclass(object_type) else None
-    found = []
-    for key in node.keys():
-        full = f"{path}.{key}" if path else str(key)
-        if known is not None and key not in known:
-            found.append(full)
-        else:
-            found += _unknown_keys(node._get_node(key), full)
-    return found
-
-
 SCHEMA_NAME = "run_schema"
 """conf/base.yaml lists this first, so Hydra composes every group into the typed schema."""
 
@@ -192,7 +124,7 @@ def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig
     recipes = list_recipes()
     if recipe not in recipes:
         raise UserError(
-            Problem("RECIPE", f"no recipe '{recipe}'{_closest(recipe, recipes)}; available: {', '.join(recipes)}")
+            Problem("RECIPE", f"no recipe '{recipe}'{closest(recipe, recipes)}; available: {', '.join(recipes)}")
         )
     search = f"hydra.searchpath=[file://{root / 'conf'}]"
 
@@ -222,20 +154,6 @@ def _first_failing(overrides: Sequence[str], attempt, failures: tuple) -> str:
         except failures:
             high = middle
     return overrides[high - 1]
-
-
-def to_run_config(cfg: DictConfig) -> RunConfig:
-    """Merge a composed config into the typed schema; unknown keys and wrong types become one-line errors."""
-    unknown = _unknown_keys(cfg)
-    if unknown:
-        raise UserError([_unknown_key_problem(key) for key in unknown])
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(RunConfig), cfg)
-        run = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as err:
-        raise _translate_schema_error(err) from err
-    assert isinstance(run, RunConfig)
-    return run
 
 
 def check_typed_overrides(overrides: Sequence[str], sweeping: bool = False) -> None:
@@ -274,11 +192,3 @@ def _compose_checked(recipe: str, overrides: Sequence[str]) -> RunConfig:
     if problems:
         raise UserError(problems)
     return run
-
-
-def run_config_to_dict(run: RunConfig) -> dict[str, Any]:
-    """Plain-dict view of a typed run config (for plan.json, config.yaml)."""
-    # A typed run is resolved already: a "${...}" left in a value is text the user escaped, not an interpolation.
-    container = OmegaConf.to_container(OmegaConf.structured(run), resolve=False)
-    assert isinstance(container, dict)
-    return container

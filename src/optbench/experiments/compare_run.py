@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optbench.config.compose import compose_run, list_recipes
+from optbench.compose.recipe import compose_run, list_recipes
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.report.collect import read_metrics_run
-from optbench.report.compare import ADAMW, MUON, CompareResult, analyse
+from optbench.experiments.compare import ADAMW, MUON, CompareResult, analyse
 from optbench.report.runs import MeasuredRun
 from optbench.runs import load_resolved_config
 from optbench.validate import validate
@@ -51,7 +51,7 @@ class CompareSpec:
     seeds: tuple[int, ...]
     """Seeds; each sets train.seed and data.seed of both runs."""
     target: float | None = None
-    """Target loss (None: auto, see optbench.report.compare)."""
+    """Target loss (None: auto, see optbench.experiments.compare)."""
     iters: int | None = None
     """train.iters for every run (None: the recipes' own)."""
     window: int = 5

@@ -1,7 +1,7 @@
 """Time-to-target: does Muon's per-step cost pay for itself?
 
 A Muon recipe and its AdamW twin are trained on the same synthetic stream with several seeds
-(:mod:`optbench.report.compare_run` launches them); this module only reads the runs:
+(:mod:`optbench.experiments.compare_run` launches them); this module only reads the runs:
 
 * loss is smoothed with a trailing mean over ``window`` steps (one step's batch loss is noisy);
 * the target is a loss value: given by the user, or ``auto`` = the highest smoothed loss over every

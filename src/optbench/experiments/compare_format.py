@@ -9,7 +9,7 @@ from pathlib import Path
 
 from optbench.io import atomic_write_text, dumps_strict
 from optbench.outputs import claim
-from optbench.report.compare import ADAMW, MUON, CompareResult, verdict
+from optbench.experiments.compare import ADAMW, MUON, CompareResult, verdict
 from optbench.report.plots import plot_loss
 from optbench.report.runs import MeasuredRun
 from optbench.report.stats import Spread, format_spread

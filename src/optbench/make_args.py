@@ -9,11 +9,14 @@ Upper-case names are Make's own variables (RECIPE, PYTHON, ...) and are not over
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping
 
 MAKE_OVERRIDES_ENV = "OPTBENCH_MAKE_OVERRIDES"
 MAKE_RECIPE_ENV = "OPTBENCH_RECIPE"
+RESULTS_DIR_ENV = "OPTBENCH_RESULTS_DIR"
+"""Where make table, compare and study write (default results/)."""
 
 
 def split_make_words(text: str) -> list[str]:
@@ -52,3 +55,11 @@ def overrides_from_make(environ: Mapping[str, str] | None = None) -> list[str]:
 def recipe_from_make(environ: Mapping[str, str] | None = None) -> str | None:
     environ = os.environ if environ is None else environ
     return environ.get(MAKE_RECIPE_ENV) or None
+
+
+def options_from_env(args: argparse.Namespace, names: Mapping[str, str]) -> None:
+    """Set each option of ``args`` that its make variable (exported by the Makefile) gives; LOGS is a list."""
+    for attribute, variable in names.items():
+        value = os.environ.get(variable, "").strip()
+        if value:
+            setattr(args, attribute, value.split() if attribute == "logs" else value)

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Optional
 
-from optbench.bridge import versions
+from optbench.releases import versions
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 
 RELEASE = "0.3.1"
 """The Megatron Bridge release whose layouts the recipes' parallel/train presets hold (container 26.02.01); every
-other release's preset layout is applied over them (:mod:`optbench.bridge.release_layout`)."""
+other release's preset layout is applied over them (:mod:`optbench.compose.release_layout`)."""
 FALLBACK = {"0.3.0": "0.3.1"}
 """Release -> the release whose preset serves a model NVIDIA's scripts of that release lack: Bridge 0.3.0's scripts
 have no Kimi K2 (its preset arrives with 0.3.1), yet NVIDIA's blog measured Kimi K2 on nemo:26.02."""

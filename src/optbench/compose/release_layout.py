@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from optbench.bridge import presets
-from optbench.bridge.hydra_values import format_override
+from optbench.releases import presets
+from optbench.releases.hydra_values import format_override
 from optbench.config.overrides import CONFIG_GROUPS, typed_keys
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError

@@ -1,0 +1,78 @@
+"""The folders are the flow: the import contract in pyproject.toml holds, and no module imports itself
+back through others (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+REPO = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+PATHS = {"PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+
+
+def test_import_contract_is_kept():
+    """`lint-imports` reads [tool.importlinter] from pyproject.toml; a broken layer names the import."""
+    done = subprocess.run([sys.executable, "-c", LINT_IMPORTS, "--no-cache"], cwd=REPO, capture_output=True,
+                          text=True, env={**os.environ, **PATHS}, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "1 kept, 0 broken" in done.stdout
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's components of more than one module (iterative: the graph has hundreds of modules)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_finder_sees_a_cycle():
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    """Function-level (lazy) imports count: a cycle through one still ties the two modules together."""
+    sys.path[:0] = [str(REPO / "src"), str(REPO)]
+    graph = grimp.build_graph("optbench", "launch")
+    edges = {module: set(graph.find_modules_directly_imported_by(module)) for module in graph.modules}
+    assert strongly_connected(edges) == []
