@@ -27,7 +27,7 @@ LAUNCH := $(PY) -m launch
 # unrelated MODEL or TARGET in your shell's environment is ignored.
 typed = $(if $(filter command line,$(origin $(1))),$($(1)))
 
-TARGETS := help setup bridge-env setup-container test recipes plan pretrain sweep bench table compare study data clean
+TARGETS := help setup bridge-env setup-container test test-fast recipes plan pretrain sweep bench table compare study data clean
 .PHONY: $(TARGETS)
 
 # A word without '=' after a target is another goal to make, which would run after the first target had
@@ -59,6 +59,9 @@ setup-container: ## Inside the NeMo container: install optbench with --no-deps (
 
 test: ## Run the test suite (no GPU, no cluster, no network; one worker per core, at most 4)
 	$(PY) -m pytest -n auto --maxprocesses=4 --dist loadgroup
+
+test-fast: ## The inner loop: every test not marked slow (under a minute on 2 cores; `make test` runs them all)
+	$(PY) -m pytest -n auto --maxprocesses=4 --dist loadgroup -m "not slow"
 
 recipes: ## List the recipes
 	@$(LAUNCH) recipes

@@ -45,7 +45,7 @@ from optbench.plan import (
     write_plan,
 )
 from optbench.replace import replacing
-from optbench.runs import resolve_run_id, run_dir, save_resolved_config
+from optbench.runs import run_dir, save_resolved_config
 from optbench.validate import validate
 
 
@@ -58,23 +58,15 @@ def shown(path: Path | str) -> str:
         return str(path)
 
 
-def prepare_for_job(run: RunConfig) -> None:
-    """A job reads its config elsewhere (a container, a compute node): absolute results_dir, fixed run id."""
-    run.results_dir = str(Path(run.results_dir).resolve())
-    resolve_run_id(run)
-
-
 def plan_folder(run: RunConfig) -> Path:
     return plan_path(run).parent
 
 
 def plan_run(recipe: str, overrides: Sequence[str]) -> tuple[RunConfig, dict[str, Any]]:
-    """Compose, validate and plan, writing nothing."""
-    run = compose_run(recipe, overrides)
-    validate(run)
-    if run.engine == "megatron_bridge":
-        prepare_for_job(run)
-    return run, build_plan(run, overrides)
+    """Compose, validate (which resolves the run once) and plan, writing nothing; returns the resolved
+    run's config (a Bridge job's with its absolute results_dir and run id) and the plan."""
+    resolved = validate(compose_run(recipe, overrides))
+    return resolved.run, build_plan(resolved, overrides)
 
 
 def compose_and_plan(recipe: str, overrides: Sequence[str]) -> tuple[RunConfig, dict[str, Any]]:

@@ -26,7 +26,6 @@ from typing import Any, Optional, Sequence
 from launch.dispatch import (
     check_launch,
     launch_local_engine,
-    prepare_for_job,
     shown,
     slurm_launch_section,
 )
@@ -40,7 +39,7 @@ from optbench.plan import build_plan, claim_results
 from optbench.projection.ranking import print_ranking
 from optbench.redact import recorded_overrides
 from optbench.replace import replacing
-from optbench.runs import new_run_id, resolve_run_id, run_dir, save_resolved_config
+from optbench.runs import new_run_id, run_dir, save_resolved_config
 from optbench.validate import validate
 
 
@@ -144,16 +143,12 @@ def plan_sweep(recipe: str, overrides: Sequence[str]) -> list[SweepPoint]:
         used.add(name)
         point = SweepPoint(name=name, swept=swept, overrides=[*fixed, *swept])
         try:
-            run = compose_run(recipe, point.overrides)
-            validate(run)
-            sweep_id = sweep_id or new_run_id(run)
+            composed = compose_run(recipe, point.overrides)
+            sweep_id = sweep_id or new_run_id(composed)
             # Every point is its own run: <run_id or sweep id>-<point>.
-            run.run_id = f"{run.run_id or sweep_id}-{name}"
-            resolve_run_id(run)
-            if run.engine == "megatron_bridge":
-                prepare_for_job(run)
-            point.run = run
-            point.plan = build_plan(run, point.overrides)
+            resolved = validate(composed, run_id=f"{composed.run_id or sweep_id}-{name}")
+            point.run = resolved.run
+            point.plan = build_plan(resolved, point.overrides)
         except UserError as err:
             point.run, point.plan = None, None
             point.problems = err.focused(typed_keys(point.swept)).lines()

@@ -24,6 +24,7 @@ def test_every_model_has_published_pairs() -> None:
 
 
 @pytest.mark.parametrize("row", _pairs(), ids=lambda r: f"{r['model']}-{r['gpu']}-{r['release']}")
+@pytest.mark.slow  # every published row / preset / invalid input: `make test` runs it
 def test_published_tokens_times_flops_per_token_gives_published_tflops(row: dict[str, str]) -> None:
     # 25.11's DeepSeek-V3 rows say "w/o MTP": the multi-token-prediction layer is not in the model they count.
     no_mtp = ["model.mtp_num_layers=0"] if "w/o MTP" in row["note"] else []

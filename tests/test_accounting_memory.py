@@ -29,6 +29,7 @@ def _published_layouts() -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize("row", _published_layouts(), ids=lambda r: f"{r['model']}-{r['gpu']}-{r['release']}")
+@pytest.mark.slow  # every published row / preset / invalid input: `make test` runs it
 def test_published_layouts_fit(row: dict[str, str]) -> None:
     model, gpu = row["model"], row["gpu"]
     overrides = [
@@ -59,6 +60,7 @@ def test_kimi_k2_on_64_h100_is_refused_naming_memory_and_the_largest_term() -> N
     assert collect_problems(run) == []
 
 
+@pytest.mark.slow  # several seconds: `make test` runs it
 def test_make_plan_refuses_kimi_k2_on_64_h100_and_force_overrides(tmp_path: Path) -> None:
     done = run_make("plan", "RECIPE=kimi_k2_adamw", *KIMI_ON_64_H100, f"results_dir={tmp_path}")
     assert done.returncode == 2, done.stdout
@@ -69,6 +71,7 @@ def test_make_plan_refuses_kimi_k2_on_64_h100_and_force_overrides(tmp_path: Path
     assert "DOES NOT FIT" in forced.stdout
 
 
+@pytest.mark.slow  # several seconds: `make test` runs it
 def test_muon_layer_wise_keeps_less_optimizer_state_than_adamw_and_than_replicated_muon() -> None:
     muon = estimate_memory(compose_run("kimi_k2_muon")).breakdown_gb
     adamw = estimate_memory(compose_run("kimi_k2_adamw")).breakdown_gb
@@ -82,6 +85,7 @@ def test_muon_layer_wise_keeps_less_optimizer_state_than_adamw_and_than_replicat
     assert replicated["optimizer_state"] > muon["optimizer_state"] + 15
 
 
+@pytest.mark.slow  # several seconds: `make test` runs it
 def test_recompute_and_microbatch_size_move_activations() -> None:
     base = estimate_memory(compose_run("kimi_k2_muon")).breakdown_gb["activations"]
     no_recompute = compose_run("kimi_k2_muon", ["parallel.recompute_granularity=null"])

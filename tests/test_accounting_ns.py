@@ -14,7 +14,7 @@ from optbench.accounting.ns_flops import (
     rank_ns_flops,
 )
 from optbench.accounting.params import model_parameters
-from optbench.accounting.placement import LocalParam, pipeline_rank_params
+from optbench.accounting.placement import LocalParam, place
 from optbench.compose.recipe import compose_run
 
 
@@ -29,7 +29,7 @@ def tiny(*overrides: str):
 
 
 def _param(run, name_part: str, pp_rank: int = 0, expert_slice: int | None = None) -> LocalParam:
-    held = pipeline_rank_params(run, pp_rank)
+    held = place(run).ranks[pp_rank]
     params = held.dense if expert_slice is None else held.experts[expert_slice]
     return next(p for p in params if name_part in p.spec.name)
 

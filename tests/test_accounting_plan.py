@@ -63,6 +63,7 @@ def test_bad_step_time_is_one_line() -> None:
     ]
 
 
+@pytest.mark.slow  # several seconds: `make test` runs it
 def test_blog_ns_comparison_is_computed_not_fitted() -> None:
     rows = dict((name, ours) for name, ours, _ in blog_comparison(compose_run("kimi_k2_muon"), 1029, 51))
     textbook = rows["ours: textbook 4s^2l+2s^3, recipe TP mode, mean over GPUs"]

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from adversarial.harness import Case, World, build_world, execute, load_corpus
 
+pytestmark = pytest.mark.slow  # runs the 500-command adversarial corpus through make; `make test-fast` skips it
+
 CASES = load_corpus()
 ONLY = {int(n) for n in os.environ.get("OPTBENCH_CORPUS_LINES", "").replace(",", " ").split()}
 """OPTBENCH_CORPUS_LINES="91 205": run only these lines of corpus.txt (while working on them)."""

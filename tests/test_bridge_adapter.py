@@ -4,7 +4,6 @@ recipes reproduce the published presets (FACTS.md section 1) exactly."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from optbench.releases.hydra_values import hydra_value
 from optbench.compose.recipe import compose_run, list_group_options, list_recipes
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
+from optbench.resolve import resolve
 
 RESULTS = "/nonexistent/optbench-results"
 """Overrides only name paths under results_dir; nothing is written there."""
@@ -47,8 +47,8 @@ def _composed(recipe: str, overrides: tuple[str, ...]) -> RunConfig:
 
 
 def composed(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
-    """A fresh copy of a composed run (composition is cached; the adapter fixes the run id on its copy)."""
-    return copy.deepcopy(_composed(recipe, tuple(overrides)))
+    """A resolved copy of a composed run (composition is cached; resolving copies it and fixes the job's run id)."""
+    return resolve(_composed(recipe, tuple(overrides))).run
 VARIANTS = [
     ("kimi_k2_muon", []),
     ("kimi_k2_muon", ["optimizer.muon.layer_wise=false", "optimizer.muon.fp32_matmul_prec=high", "precision=bf16"]),
@@ -259,7 +259,7 @@ ADAM = {
 def test_gb300_recipes_reproduce_the_published_presets(recipe: str, expected: dict[str, Any]) -> None:
     items = items_of(recipe)
     assert {key: items.get(key) for key in expected} == expected
-    assert bridge_setup(composed(recipe)).mixed_precision == "bf16_with_mxfp8_mixed"
+    assert bridge_setup(resolve(composed(recipe)).run).mixed_precision == "bf16_with_mxfp8_mixed"
 
 
 def test_kimi_k2_pipeline_layout_is_bridges_own() -> None:

@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "bridge_env"))
 from environments import NEXT, TRANSFORMERS, Target, targets  # noqa: E402
 
+pytestmark = pytest.mark.slow  # runs the real Megatron Bridge of every container in its own environment; `make test-fast` skips it
+
 RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
            "deepseek_v3_adamw")
 TARGETS = targets()

@@ -20,6 +20,7 @@ from optbench.bridge.adapter import bridge_setup
 from optbench.bridge.entry import build_config_container, run_bridge
 from optbench.compose.recipe import compose_run
 from optbench.runs import save_resolved_config
+from optbench.resolve import resolve
 
 
 class FakeManager:
@@ -66,7 +67,7 @@ class FakeBridge:
 
 
 def test_config_container_is_built_in_bridges_order(tmp_path: Path) -> None:
-    setup = bridge_setup(compose_run("qwen3_30b_a3b_muon", [ON_0_3_1, f"results_dir={tmp_path}"]))
+    setup = bridge_setup(resolve(compose_run("qwen3_30b_a3b_muon", [ON_0_3_1, f"results_dir={tmp_path}"])).run)
     fake = FakeBridge()
     config = build_config_container(setup, fake)
     assert [name for name, _ in fake.calls] == ["recipe", "mixed_precision", "new_section", "overrides"]
@@ -76,7 +77,7 @@ def test_config_container_is_built_in_bridges_order(tmp_path: Path) -> None:
 
 
 def test_an_existing_comm_overlap_section_is_kept(tmp_path: Path) -> None:
-    setup = bridge_setup(compose_run("kimi_k2_muon", [ON_0_3_1, f"results_dir={tmp_path}"]))
+    setup = bridge_setup(resolve(compose_run("kimi_k2_muon", [ON_0_3_1, f"results_dir={tmp_path}"])).run)
     fake = FakeBridge(comm_overlap="recipe's own")
     config = build_config_container(setup, fake)
     assert config.comm_overlap == "recipe's own" and "new_section" not in [name for name, _ in fake.calls]

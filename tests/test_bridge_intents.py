@@ -12,6 +12,7 @@ from optbench.bridge.adapter import bridge_setup, override_items
 from optbench.releases.presets import RECIPE_DEPARTURES, find_preset, layout_from_string, load, provenance
 from optbench.compose.recipe import compose_run
 from optbench.validate import validate
+from optbench.resolve import resolve
 
 CLUSTER_RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
                    "deepseek_v3_adamw")
@@ -27,7 +28,7 @@ PRESET_SETTINGS = {
 def items(recipe: str, *overrides: str) -> dict:
     run = compose_run(recipe, [ON_0_3_1, *overrides])
     validate(run)
-    return dict(override_items(run))
+    return dict(override_items(resolve(run).run))
 
 
 def test_the_preset_data_says_where_it_came_from() -> None:
@@ -40,7 +41,7 @@ def test_the_preset_data_says_where_it_came_from() -> None:
 def test_cluster_recipes_reproduce_nvidias_preset_with_no_undocumented_departure(recipe: str) -> None:
     run = compose_run(recipe, [ON_0_3_1])
     assert run.intent == "reproduce"
-    preset = bridge_setup(run).preset
+    preset = bridge_setup(resolve(run).run).preset
     assert {d["field"] for d in preset["departures"]} == set(RECIPE_DEPARTURES.get(recipe, {}))
     assert all(d.get("reason") for d in preset["departures"])
     assert preset["adapted_from_adam"] == (recipe in ("qwen3_30b_a3b_muon", "deepseek_v3_muon"))
@@ -54,6 +55,7 @@ def test_reproduce_carries_the_presets_settings_and_its_timing_level() -> None:
     assert got["optimizer.adam_beta2"] == 0.999
 
 
+@pytest.mark.slow  # several seconds: `make test` runs it
 def test_train_turns_on_real_routing_checks_evaluation_and_the_optimizer_timer() -> None:
     got = items("kimi_k2_muon", "intent=train")
     assert got["model.moe_router_force_load_balancing"] is False and got["ddp.check_for_nan_in_grad"] is True
@@ -66,7 +68,7 @@ def test_train_turns_on_real_routing_checks_evaluation_and_the_optimizer_timer()
 
 
 def test_a_typed_layout_is_listed_as_a_departure() -> None:
-    preset = bridge_setup(compose_run("kimi_k2_muon", [ON_0_3_1, "parallel.pp=8", "parallel.ep=32"])).preset
+    preset = bridge_setup(resolve(compose_run("kimi_k2_muon", [ON_0_3_1, "parallel.pp=8", "parallel.ep=32"])).run).preset
     assert {"model.pipeline_model_parallel_size", "model.expert_model_parallel_size"} <= {d["field"] for d in preset["departures"]}
 
 
@@ -98,6 +100,7 @@ def plan(capsys, *args: str) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
+@pytest.mark.slow  # several seconds: `make test` runs it
 def test_reproduce_without_a_preset_names_the_field_and_the_way_out(tmp_path, capsys) -> None:
     common = ("kimi_k2_muon", f"results_dir={tmp_path}", "cluster=h200", "precision=bf16", "parallel.num_gpus=512",
               "force=true")
@@ -113,6 +116,7 @@ def test_nvidias_layout_notation_expands() -> None:
 
 
 @pytest.mark.parametrize("key", sorted(load()["presets"]))
+@pytest.mark.slow  # every published row / preset / invalid input: `make test` runs it
 def test_job_environment_is_nvidias_for_every_preset(key: str) -> None:
     """NVIDIA's rules for the layout-dependent variables, applied to each preset's own layout, give its rendering."""
     model, gpu, precision, optimizer = key.split("/")

@@ -14,6 +14,9 @@ from optbench.releases import presets, versions
 from optbench.bridge.adapter import bridge_setup, override_items
 from optbench.compose.recipe import compose_run
 from optbench.errors import UserError
+from optbench.resolve import resolve
+
+pytestmark = pytest.mark.slow  # checks every container's Bridge fields; `make test-fast` skips it
 
 CLUSTER_RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
                    "deepseek_v3_adamw")
@@ -25,7 +28,7 @@ CONTAINERS = [c.name for c in versions.runnable()]
 @pytest.mark.parametrize("intent", ["reproduce", "train"])
 def test_every_override_is_a_field_of_the_container(recipe: str, container: str, intent: str) -> None:
     run = compose_run(recipe, [f"cluster.container={container}", f"intent={intent}"])
-    items = override_items(run)  # raises on a missing field
+    items = override_items(resolve(run).run)  # raises on a missing field
     c = versions.container_of(run)
     mla = bool(run.model.multi_latent_attention)
     assert all(versions.has_field(c, key, mla) for key, _ in items)
@@ -39,7 +42,7 @@ def test_every_override_is_a_field_of_the_container(recipe: str, container: str,
         assert ("optimizer.muon_coefficient_type" in keys) == (c.core_minor >= (0, 17))
         assert keys["ddp.use_distributed_optimizer"] is False  # Bridge builds no layer-wise param layout (<= 0.6.0)
     # The plan lists every departure from NVIDIA's preset with the reason the conformance test accepts.
-    assert all(d.get("reason") for d in bridge_setup(run).preset["departures"])
+    assert all(d.get("reason") for d in bridge_setup(resolve(run).run).preset["departures"])
 
 
 def test_an_option_a_release_lacks_names_the_release_that_has_it() -> None:
@@ -47,7 +50,7 @@ def test_an_option_a_release_lacks_names_the_release_that_has_it() -> None:
         compose_and_validate("kimi_k2_muon", ["cluster.container=nemo:26.02.01", "optimizer.muon.overlap_param_gather=true"])
     assert "nemo:26.04" in err.value.lines()[0] and err.value.lines()[0].startswith("error: optimizer.muon.overlap_param_gather:")
     run = compose_run("kimi_k2_muon", ["cluster.container=nemo:26.04", "optimizer.muon.overlap_param_gather=true"])
-    keys = dict(override_items(run))
+    keys = dict(override_items(resolve(run).run))
     assert keys["optimizer.overlap_param_gather"] is True and keys["ddp.overlap_param_gather"] is True
     with pytest.raises(UserError) as err:
         compose_and_validate("kimi_k2_muon", ["cluster.container=nemo:26.02", "optimizer.muon.coefficients=simple"])
@@ -77,7 +80,7 @@ def test_release_preset_cuda_graphs_reach_bridge() -> None:
     """26.06's Qwen3 preset captures whole iterations: the plan must emit it, not depart from it."""
     from optbench.bridge.adapter import bridge_setup
 
-    setup = bridge_setup(compose_run("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.06"]))
+    setup = bridge_setup(resolve(compose_run("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.06"])).run)
     assert "model.cuda_graph_impl=full_iteration" in setup.overrides
     assert setup.preset["departures"] == []
 
@@ -142,7 +145,7 @@ def test_the_default_container_is_the_newest_one_checked_against_its_real_bridge
 def test_full_iteration_cuda_graphs_turn_the_loss_nan_check_off(recipe: str, intent: str) -> None:
     """Regression: on 26.06.01 (Bridge 0.5.1) every Qwen3 and DeepSeek-V3 plan failed Bridge's validation (full-iteration
     graphs with check_for_nan_in_loss on); intent=train keeps the gradient NaN check."""
-    items = dict(override_items(compose_run(recipe, ["cluster.container=nemo:26.06.01", f"intent={intent}"])))
+    items = dict(override_items(resolve(compose_run(recipe, ["cluster.container=nemo:26.06.01", f"intent={intent}"])).run))
     if items.get("model.cuda_graph_impl") == "full_iteration":
         assert items["rerun_state_machine.check_for_nan_in_loss"] is False
         assert items["ddp.check_for_nan_in_grad"] is (intent == "train")
@@ -156,8 +159,8 @@ def test_kimi_k2_on_26_08_calls_bridges_argument_free_recipe() -> None:
     from optbench.bridge.entry import accepted_kwargs
 
     for recipe in ("kimi_k2_muon", "kimi_k2_adamw"):
-        assert bridge_setup(compose_run(recipe, [])).recipe.kwargs == {}
-        assert bridge_setup(compose_run(recipe, ["cluster.container=nemo:26.06.01"])).recipe.kwargs == {
+        assert bridge_setup(resolve(compose_run(recipe, [])).run).recipe.kwargs == {}
+        assert bridge_setup(resolve(compose_run(recipe, ["cluster.container=nemo:26.06.01"])).run).recipe.kwargs == {
             "optimizer_type": "muon" if recipe.endswith("muon") else "adam"}
 
     def argument_free():

@@ -12,6 +12,8 @@ from conftest import REPO, run_cli, run_make
 from optbench.make_args import overrides_from_make, split_make_words
 from optbench.exits import exit_on_user_error
 
+pytestmark = pytest.mark.slow  # runs the launcher in subprocesses; `make test-fast` skips it
+
 PLAN_FIELDS = {
     "recipe", "overrides", "world_size", "nodes", "gpus_per_node", "gpu", "precision", "layout", "gbs", "mbs",
     "seq_length", "num_microbatches", "model", "optimizer",

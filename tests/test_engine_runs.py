@@ -22,6 +22,8 @@ from optbench.errors import UserError
 from optbench.metrics import STEP_FIELDS, SUMMARY_FIELDS, offline_run_dirs, read_metrics, read_offline_run
 from optbench.runs import load_resolved_config, run_dir, save_resolved_config
 
+pytestmark = pytest.mark.slow  # trains the local engine end to end; `make test-fast` skips it
+
 REPO = Path(__file__).resolve().parents[1]
 MICRO_KIMI = [
     "model.num_layers=2", "model.hidden_size=64", "model.ffn_hidden_size=128", "model.num_moe_experts=4",

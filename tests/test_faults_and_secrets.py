@@ -22,6 +22,8 @@ from optbench.metrics import read_metrics
 from optbench.report.throughput import write_throughput
 from optbench.runs import lock_run_dir, unlock_run_dir
 
+pytestmark = pytest.mark.slow  # runs dry runs, sweeps, local runs and tables in subprocesses; `make test-fast` skips it
+
 SECRETS = {"WANDB_API_KEY": "wk-0123456789abcdef", "SBATCH_ACCOUNT": "acct-hidden-77", "HF_TOKEN": "hf_tokenvalue42"}
 
 

@@ -36,6 +36,8 @@ from launch.cli import main
 from optbench.config.domains import DOMAINS, Choice, Integer, Real, leaf_fields
 from optbench.config.overrides import CONFIG_GROUPS, field_type, typed_key
 
+pytestmark = pytest.mark.slow  # a property-based fuzz of the command line; `make test-fast` skips it
+
 EXAMPLES = int(os.environ.get("OPTBENCH_FUZZ_EXAMPLES", "160"))
 SECONDS_PER_CASE = 20.0
 RECIPES = ("kimi_k2_muon", "qwen3_30b_a3b_adamw", "kimi_k2_tiny_muon", "qwen3_moe_tiny_adamw", "deepseek_v3_muon")

@@ -18,6 +18,8 @@ from adversarial.harness import Case, World, build_world, execute
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+pytestmark = pytest.mark.slow  # a property-based fuzz of every command surface; `make test-fast` skips it
+
 EXAMPLES = int(os.environ.get("OPTBENCH_FUZZ_EXAMPLES", "160")) // 6
 FUZZ = settings(
     max_examples=max(10, EXAMPLES),

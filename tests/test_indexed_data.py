@@ -20,6 +20,8 @@ from optbench.engine.local.indexed_data import build_indexed_stream
 from optbench.errors import UserError
 from optbench.metrics import read_metrics
 
+pytestmark = pytest.mark.slow  # builds datasets and trains on them; `make test-fast` skips it
+
 megatron_indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
 
 

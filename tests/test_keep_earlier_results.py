@@ -12,6 +12,8 @@ from launch import slurm
 from optbench.errors import UserError
 from optbench.replace import replacing
 
+pytestmark = pytest.mark.slow  # launches and kills runs; `make test-fast` skips it
+
 
 def snapshot(root: Path) -> dict[str, str]:
     return {

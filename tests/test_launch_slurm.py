@@ -14,6 +14,8 @@ from conftest import ON_0_3_1, REPO, run_cli
 
 from launch.cli import main
 
+pytestmark = pytest.mark.slow  # renders Slurm jobs through NeMo-Run; `make test-fast` skips it
+
 ACCOUNT = "acct-7f3e9c-secret"
 WANDB_KEY = "wandb-key-0123456789abcdef"
 PAYLOAD = 'x"; rm -rf / #'

@@ -11,6 +11,8 @@ from test_launch_slurm import ACCOUNT, launch
 from launch.sweep import expand_overrides, plan_sweep, point_name
 from optbench.errors import UserError
 
+pytestmark = pytest.mark.slow  # renders sweeps through NeMo-Run; `make test-fast` skips it
+
 
 def test_expansion_is_the_cartesian_product_in_typed_order() -> None:
     fixed, points = expand_overrides(["parallel.ep=32,64", "dryrun=true", "parallel.pp=4,8"])

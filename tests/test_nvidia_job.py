@@ -20,6 +20,8 @@ from optbench.releases import versions
 from optbench.releases.presets import find_preset, load
 from optbench.compose.recipe import compose_run
 
+pytestmark = pytest.mark.slow  # renders NVIDIA's own job and ours for every preset of every release; `make test-fast` skips it
+
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia"
 CONTAINERS = {c.bridge: c.name for c in versions.runnable()}
 """Bridge release -> its container: NVIDIA's renderings are kept per release (tests/fixtures/nvidia/<release>/)."""

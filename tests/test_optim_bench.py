@@ -9,6 +9,8 @@ import torch
 
 from optbench.bench.__main__ import main
 
+pytestmark = pytest.mark.slow  # times optimizer steps; `make test-fast` skips it
+
 
 @pytest.fixture(scope="module")
 def quick_bench(tmp_path_factory):

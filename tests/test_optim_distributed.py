@@ -201,7 +201,7 @@ def spawned(request, tmp_path_factory):
 
 # ----------------------------------------------------------------------------- tensor-parallel Newton-Schulz
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # starts gloo process groups; `make test-fast` skips it
 
 
 def test_distributed_equals_duplicated_equals_full_newton_schulz(spawned):

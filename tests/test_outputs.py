@@ -26,6 +26,8 @@ from optbench.errors import UserError
 from optbench.outputs import claim, output_problem
 from optbench.replace import ASIDE_INFIX, JOURNAL_PREFIX, recover
 
+pytestmark = pytest.mark.slow  # kills and restricts subprocesses; `make test-fast` skips it
+
 PY = sys.executable
 
 

@@ -12,11 +12,12 @@ from optbench.accounting.throughput import step_time_for_tflops
 from optbench.compose.recipe import compose_run
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import calibrate, ranked_anchors
-from optbench.projection.inputs_cache import inputs_for
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.project import project
 from optbench.projection.step_model import evaluate
 from optbench.published import load_published
+from optbench.projection.work import build_inputs
+from optbench.resolve import resolve
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO / "results" / "published"
@@ -48,9 +49,9 @@ def test_calibration_recovers_the_adamw_anchor(model):
     anchor = _blog_row(model, "adamw")
     calibration = calibrate(run, DEFAULT_ASSUMPTIONS)
     net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
-    step = evaluate(inputs_for(run, net, DEFAULT_ASSUMPTIONS), calibration.efficiency).total_s
+    step = evaluate(build_inputs(resolve(run), net, DEFAULT_ASSUMPTIONS), calibration.efficiency).total_s
     assert step == pytest.approx(step_time_for_tflops(run, anchor.model_tflops_per_gpu), rel=1e-9)
-    p = project(run)
+    p = project(resolve(run))
     assert p["efficiency"]["calibrated_on"].startswith("nvidia_blog_table1 26.02")
     assert p["efficiency"]["status"] == "calibrated"
     assert p["tflops_per_gpu"] == pytest.approx(anchor.model_tflops_per_gpu, abs=0.01)
@@ -66,31 +67,33 @@ def test_anchor_preference_is_the_paired_blog_row():
 
 
 @pytest.mark.parametrize("model", ["kimi_k2", "qwen3_30b_a3b"])
+@pytest.mark.slow  # several seconds: `make test` runs it
 def test_muon_prediction_ignores_published_muon_figures(model, tmp_path):
     run = compose_run(f"{model}_muon", [])
-    baseline = project(run, with_what_ifs=False)
+    baseline = project(resolve(run), with_what_ifs=False)
 
     def scramble_muon(row):
         if row["optimizer"] == "muon":
             row.update(tflops_per_gpu="2000", model_tflops_per_gpu="1950", ns_tflops_per_gpu="50", tokens_per_s_per_gpu="")
         return row
 
-    scrambled = project(run, published_dir=_copy_published(tmp_path, scramble_muon), with_what_ifs=False)
+    scrambled = project(resolve(run), published_dir=_copy_published(tmp_path, scramble_muon), with_what_ifs=False)
     assert scrambled["tflops_per_gpu"] == baseline["tflops_per_gpu"]
     assert scrambled["efficiency"] == baseline["efficiency"]
-    assert project(run, with_what_ifs=False)["tflops_per_gpu"] == baseline["tflops_per_gpu"]  # deterministic
+    assert project(resolve(run), with_what_ifs=False)["tflops_per_gpu"] == baseline["tflops_per_gpu"]  # deterministic
 
 
+@pytest.mark.slow  # several seconds: `make test` runs it
 def test_muon_prediction_moves_with_the_adamw_anchor(tmp_path):
     run = compose_run("kimi_k2_muon", [])
-    baseline = project(run, with_what_ifs=False)
+    baseline = project(resolve(run), with_what_ifs=False)
 
     def slower_adamw(row):
         if row["optimizer"] == "adamw" and row["model"] == "kimi_k2":
             row.update(tflops_per_gpu="900", model_tflops_per_gpu="900")
         return row
 
-    moved = project(run, published_dir=_copy_published(tmp_path, slower_adamw), with_what_ifs=False)
+    moved = project(resolve(run), published_dir=_copy_published(tmp_path, slower_adamw), with_what_ifs=False)
     assert moved["adamw_twin"]["tflops_per_gpu"] == pytest.approx(900.0, abs=0.01)
     assert moved["tflops_per_gpu"] < baseline["tflops_per_gpu"] - 100
 
@@ -103,7 +106,7 @@ def test_no_anchor_means_not_calibrated(tmp_path):
 
     run = compose_run("kimi_k2_muon", [])
     assert calibrate(run, DEFAULT_ASSUMPTIONS, _copy_published(tmp_path, drop_kimi_adamw)) is None
-    p = project(run, published_dir=tmp_path / "published")
+    p = project(resolve(run), published_dir=tmp_path / "published")
     assert p["available"] is False and p["reason"].startswith("not calibrated")
 
 
@@ -111,7 +114,7 @@ def test_muon_predictions_meet_the_target():
     """The issue's target: projected Muon model-only TFLOP/s within 5 % of the blog's 1029 and 686."""
     for model in ("kimi_k2", "qwen3_30b_a3b"):
         run = compose_run(f"{model}_muon", [])
-        p = project(run, with_what_ifs=False)
+        p = project(resolve(run), with_what_ifs=False)
         published = _blog_row(model, "muon").model_tflops_per_gpu
         assert abs(p["tflops_per_gpu"] / published - 1) < 0.05, (model, p["tflops_per_gpu"], published)
 
@@ -119,6 +122,6 @@ def test_muon_predictions_meet_the_target():
 def test_transferred_efficiency_on_another_gpu():
     # Kimi K2 has no AdamW figure on B200: the GB300 efficiency is transferred and labelled so.
     run = compose_run("kimi_k2_adamw", ["cluster=b200", "parallel=kimi_k2_b200_256", "train=kimi_k2_b200"])
-    p = project(run)
+    p = project(resolve(run))
     assert p["available"]
     assert p["efficiency"]["status"] == "transferred from gb300"

@@ -13,6 +13,8 @@ from optbench.projection.interconnect import interconnect_for
 from optbench.projection.stages import pipeline_rank_work
 from optbench.projection.step_model import evaluate, solve_efficiency
 from optbench.projection.work import RankOptimizer, StepInputs, build_inputs
+from optbench.accounting.placement import place
+from optbench.resolve import resolve
 
 GB300_BF16 = 2500e12  # dense bf16 peak per GB300 (gpus.csv)
 NVLINK = 900e9 * 0.8  # NVLink 5 per direction x achievable fraction (interconnect.csv)
@@ -24,7 +26,7 @@ QWEN_BF16 = ["precision=bf16"]
 def _inputs(*overrides: str):
     run = compose_run("qwen3_30b_a3b_adamw", [*QWEN_BF16, *overrides])
     net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
-    return run, build_inputs(run, net, DEFAULT_ASSUMPTIONS)
+    return run, build_inputs(resolve(run), net, DEFAULT_ASSUMPTIONS)
 
 
 def synthetic(**changes) -> StepInputs:
@@ -131,7 +133,7 @@ def test_bubble_only_pipeline_fraction():
 def test_stage_flops_add_up_to_the_model():
     for recipe in ("kimi_k2_muon", "qwen3_30b_a3b_muon", "deepseek_v3_adamw"):
         run = compose_run(recipe, [])
-        per_token = sum(w.flops_per_token for w in pipeline_rank_work(run))
+        per_token = sum(w.flops_per_token for w in pipeline_rank_work(run, place(run).stages))
         total = model_flops_per_step(run) / (run.train.gbs * run.train.seq_length)
         assert per_token == pytest.approx(total, rel=1e-12)
 

@@ -13,12 +13,13 @@ from optbench.plan import build_plan, format_summary
 from optbench.projection.interconnect import interconnect_catalog
 from optbench.projection.ranking import rank_by_projection, ranking_lines
 from optbench.projection.twin import twin_recipe
+from optbench.resolve import resolve
 
 FIELDS = ("step_time_s", "tflops_per_gpu", "tflops_per_gpu_with_ns", "mfu", "breakdown_s", "efficiency")
 
 
 def test_kimi_k2_muon_plan_has_projection_twin_and_decomposition() -> None:
-    plan = build_plan(compose_run("kimi_k2_muon", []))
+    plan = build_plan(resolve(compose_run("kimi_k2_muon", [])))
     p = plan["projection"]
     assert p["available"] and all(field in p for field in FIELDS)
     assert set(p["mfu"]) == {"gb300_fp8", "gb300_bf16"}
@@ -37,7 +38,7 @@ def test_kimi_k2_muon_plan_has_projection_twin_and_decomposition() -> None:
 
 
 def test_qwen3_adamw_plan_projection() -> None:
-    plan = build_plan(compose_run("qwen3_30b_a3b_adamw", []))
+    plan = build_plan(resolve(compose_run("qwen3_30b_a3b_adamw", [])))
     p = plan["projection"]
     assert p["available"] and all(field in p for field in FIELDS)
     assert "adamw_twin" not in p and "muon_overhead" not in p
@@ -46,7 +47,7 @@ def test_qwen3_adamw_plan_projection() -> None:
 
 
 def test_local_engine_needs_no_projection() -> None:
-    plan = build_plan(compose_run("qwen3_moe_tiny_muon", []))
+    plan = build_plan(resolve(compose_run("qwen3_moe_tiny_muon", [])))
     assert plan["projection"]["available"] is False
     assert "engine=local" in plan["projection"]["reason"]
     assert "  projection  none: engine=local" in format_summary(plan)

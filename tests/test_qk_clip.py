@@ -10,6 +10,7 @@ from optbench.engine.local import launch_local
 from optbench.engine.local.model import build_model
 from optbench.engine.local.qk_clip import MAX_LOGIT, _attentions, clip_qk, register_attention
 from optbench.metrics import read_metrics
+from optbench.resolve import resolve
 from test_engine_runs import MICRO_KIMI, MICRO_TRAIN
 
 
@@ -44,6 +45,7 @@ def test_clipping_brings_every_heads_max_logit_down_to_the_threshold_and_leaves_
     assert torch.allclose(after[0], expected, rtol=1e-4), (before[0], after[0])
 
 
+@pytest.mark.slow  # several seconds: `make test` runs it
 def test_a_run_with_qk_clip_records_and_bounds_the_logits(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     run = compose_run("kimi_k2_tiny_muon", [*MICRO_KIMI, *MICRO_TRAIN, f"results_dir={tmp_path}", "logger=none",
@@ -61,6 +63,6 @@ def test_qk_clip_is_refused_where_it_means_nothing_and_reaches_bridge_where_it_e
 
     with pytest.raises(UserError, match="QK-clip scales MLA query/key up-projections"):
         validate(compose_run("qwen3_moe_tiny_muon", ["optimizer.muon.qk_clip=true"]))
-    overrides = bridge_overrides(compose_run("kimi_k2_muon", ["optimizer.muon.qk_clip=true", "optimizer.muon.qk_clip_threshold=50"]))
+    overrides = bridge_overrides(resolve(compose_run("kimi_k2_muon", ["optimizer.muon.qk_clip=true", "optimizer.muon.qk_clip_threshold=50"])).run)
     assert {"model.qk_clip=true", "model.qk_clip_threshold=50.0", "model.qk_clip_alpha=0.5"} <= set(overrides)
-    assert not any(o.startswith("model.qk_clip") for o in bridge_overrides(compose_run("kimi_k2_muon", [])))
+    assert not any(o.startswith("model.qk_clip") for o in bridge_overrides(resolve(compose_run("kimi_k2_muon", [])).run))

@@ -14,6 +14,7 @@ from optbench.compose.recipe import compose_run, list_group_options, list_recipe
 from optbench.config.layout import derive_layout
 from optbench.plan import build_plan
 from optbench.validate import collect_problems
+from optbench.resolve import resolve
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_FOR_GPU = {
@@ -30,7 +31,7 @@ CLUSTER_FOR_GPU = {
 def test_recipe_composes_validates_and_plans(recipe: str) -> None:
     run = compose_run(recipe)
     assert collect_problems(run) == []
-    plan = build_plan(run)
+    plan = build_plan(resolve(run))
     assert plan["recipe"] == recipe
     assert plan["model"]["total_params"] > plan["model"]["active_params"] > 0
 
@@ -54,6 +55,7 @@ def _layout_overrides(layout: str) -> tuple[str, list[str]]:
 
 
 @pytest.mark.parametrize("layout", [name for name in list_group_options("parallel") if name != "single"])
+@pytest.mark.slow  # every published row / preset / invalid input: `make test` runs it
 def test_named_layout_is_valid_for_its_model(layout: str) -> None:
     recipe, overrides = _layout_overrides(layout)
     run = compose_run(recipe, overrides)
@@ -78,6 +80,7 @@ NON_DEFAULT_VARIANT_GBS = {"15360"}
 
 
 @pytest.mark.parametrize("row", _published_rows(), ids=lambda r: f"{r['model']}-{r['gpu']}-{r['release']}")
+@pytest.mark.slow  # every published row / preset / invalid input: `make test` runs it
 def test_published_row_layout_matches(row: dict[str, str]) -> None:
     """Every published row of a container we run is what `make plan` plans with cluster.container=<its release>."""
     container = f"nemo:{row['release']}"

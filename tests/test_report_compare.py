@@ -17,6 +17,8 @@ from optbench.report.runs import MeasuredRun, StepRecord
 from conftest import marked_results
 from optbench.runs import run_dir, save_resolved_config
 
+pytestmark = pytest.mark.slow  # trains a comparison; `make test-fast` skips it
+
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

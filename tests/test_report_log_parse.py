@@ -13,6 +13,8 @@ from optbench.report.log_throughput import steps_from_log
 from optbench.report.megatron_log import parse_megatron_lines, parse_megatron_log
 from optbench.report.runs import StepRecord, post_warmup, run_throughput, segments
 
+pytestmark = pytest.mark.slow  # composes and projects Kimi K2 per logged step; `make test-fast` skips it
+
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 RESTART_LOG = FIXTURES / "logs" / "bridge_kimi_k2_restart.log"
 

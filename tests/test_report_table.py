@@ -18,6 +18,8 @@ from optbench.published import load_published
 from optbench.report.throughput import write_throughput
 from optbench.runs import save_resolved_config
 
+pytestmark = pytest.mark.slow  # runs make table end to end; `make test-fast` skips it
+
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 ADAMW_RUN = "kimi_k2_tiny_adamw-20261120-100000"
 MUON_RUN = "kimi_k2_tiny_muon-20261120-100500"

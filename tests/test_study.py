@@ -16,6 +16,8 @@ from optbench.experiments.study_plan import StudySpec
 from conftest import marked_results
 from optbench.runs import run_dir, save_resolved_config
 
+pytestmark = pytest.mark.slow  # trains the study arms; `make test-fast` skips it
+
 
 def test_intervals_and_ratios():
     iv = stats.interval([1.0, 2.0, 3.0])

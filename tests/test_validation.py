@@ -80,6 +80,7 @@ INVALID = [
 
 
 @pytest.mark.parametrize(("recipe", "overrides", "field", "fragment"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+@pytest.mark.slow  # every published row / preset / invalid input: `make test` runs it
 def test_invalid_input_gets_its_own_message(recipe: str, overrides: list[str], field: str, fragment: str) -> None:
     problems = problems_for(recipe, overrides)
     matching = [p for p in problems if p.field == field and fragment in p.message]
@@ -87,6 +88,7 @@ def test_invalid_input_gets_its_own_message(recipe: str, overrides: list[str], f
     assert all("\n" not in str(p) for p in problems)
 
 
+@pytest.mark.slow  # every published row / preset / invalid input: `make test` runs it
 def test_messages_are_distinct() -> None:
     """No two cases are answered by the same sentence: each failure has its own specific message."""
     messages = set()

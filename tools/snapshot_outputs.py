@@ -46,8 +46,9 @@ VOLATILE = [
 ]
 
 
-NEMO_RUN_BLOBS = {"_CONFIG", "_TASKS"}
-"""NeMo-Run's compressed copies of the experiment (absolute paths inside); configs/*.yaml beside them are compared."""
+NEMO_RUN_BLOBS = {"_CONFIG", "_TASKS", "_VERSION"}
+"""NeMo-Run's compressed copies of the experiment (absolute paths inside; configs/*.yaml beside them are compared)
+and its record of the checkout's commit."""
 
 
 def stable(text: str) -> str:

@@ -16,16 +16,16 @@ from typing import Any, Sequence
 from optbench.accounting.params import parameter_counts
 from optbench.accounting.plan_fields import accounting_fields, accounting_summary_lines
 from optbench.bridge.adapter import bridge_setup
-from optbench.config.serialize import run_config_to_dict
-from optbench.config.data_path import prefix_status
-from optbench.config.layout import derive_layout, stage_decoder_layers
 from optbench.compose.pipeline import balanced_layout_for, layout_follows_overrides
+from optbench.config.data_path import prefix_status
 from optbench.config.schema import RunConfig
+from optbench.config.serialize import run_config_to_dict
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_text, dumps_strict
 from optbench.outputs import claim
 from optbench.projection.plan_fields import projection_fields, projection_summary_lines
 from optbench.redact import recorded_overrides, redact_config, redact_text, run_secrets
+from optbench.resolve import ResolvedRun
 
 
 def plan_path(run: RunConfig) -> Path:
@@ -43,15 +43,14 @@ def gpu_label(run: RunConfig) -> str:
     return run.cluster.gpu
 
 
-def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
+def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Every number a user needs to check a run before launching it."""
-    layout = derive_layout(run)
+    run, layout = resolved.run, resolved.layout
     counts = parameter_counts(run.model)
     optimizer = asdict(run.optimizer)
     if optimizer["muon"] is None:
         optimizer.pop("muon")
-    # The Bridge recipe function and the overrides the in-container entry point applies (computed
-    # first: it fixes the run id that the overrides and the config section below both show).
+    # The Bridge recipe function and the overrides the in-container entry point applies.
     bridge = bridge_setup(run).as_dict() if run.engine == "megatron_bridge" else None
     plan = {
         "recipe": run.recipe,
@@ -67,7 +66,7 @@ def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         "gpu": gpu_label(run),
         "precision": run.precision.name,
         "layout": layout.as_dict(),
-        "pipeline_stage_layers": stage_decoder_layers(run),
+        "pipeline_stage_layers": list(resolved.stage_layers),
         "pipeline_layout_balanced": _layout_was_balanced(run, overrides),
         "gbs": run.train.gbs,
         "mbs": run.train.mbs,
@@ -83,9 +82,9 @@ def build_plan(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         "optimizer": optimizer,
         "data": data_section(run),
         # FLOPs per token/step, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied TFLOP/s.
-        **accounting_fields(run),
+        **accounting_fields(run, layout, resolved.ns_stats, resolved.memory),
         # Projected step time, TFLOP/s and MFU; for Muon its AdamW twin and the overhead's causes.
-        **projection_fields(run, overrides),
+        **projection_fields(resolved, overrides),
         "config": redact_config(run_config_to_dict(run)),
     }
     if bridge is not None:

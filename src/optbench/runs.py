@@ -33,18 +33,28 @@ def new_run_id(run: RunConfig, now: _dt.datetime | None = None) -> str:
     return f"{run.recipe}-{stamp}"
 
 
+def checked_run_id(run_id: str) -> str:
+    """``run_id`` if it can name a folder and a job, else a one-line error."""
+    if not RUN_ID_PATTERN.match(run_id):
+        raise UserError("use letters, digits, '.', '_' and '-' only (it names a directory and a job)", "run_id")
+    return run_id
+
+
 def resolve_run_id(run: RunConfig) -> str:
-    """Fix ``run.run_id`` (a new one unless the user gave one) and return it."""
+    """Name a local-engine run as it starts: fix ``run.run_id`` (a new one unless the user gave one), return it.
+
+    A Bridge job's run id is fixed earlier, when the run is resolved (:func:`optbench.resolve.resolve`).
+    """
     if run.run_id is None:
         run.run_id = new_run_id(run)
-    if not RUN_ID_PATTERN.match(run.run_id):
-        raise UserError("use letters, digits, '.', '_' and '-' only (it names a directory and a job)", "run_id")
-    return run.run_id
+    return checked_run_id(run.run_id)
 
 
 def run_dir(run: RunConfig) -> Path:
-    """``<results_dir>/runs/<run_id>`` (the run id must be resolved)."""
-    return Path(run.results_dir) / "runs" / resolve_run_id(run)
+    """``<results_dir>/runs/<run_id>`` of a run whose id is fixed."""
+    if run.run_id is None:
+        raise ValueError("run_dir needs a run id: resolve the run (Bridge) or start it (local engine) first")
+    return Path(run.results_dir) / "runs" / checked_run_id(run.run_id)
 
 
 def _escaped(node):

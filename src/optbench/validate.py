@@ -14,13 +14,14 @@ import re
 from collections.abc import Callable, Iterable
 
 from optbench.bridge.muon_fields import muon_problems
-from optbench.releases.versions import container_of
 from optbench.config.data_path import split_weights
 from optbench.config.domains import MAX_EXPERT_LAYERS, check_domains
 from optbench.config.layout import gpus_per_node
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.hardware import gpu_catalog
+from optbench.releases.versions import container_of
+from optbench.resolve import ResolvedRun, resolve
 from optbench.validate_layout import (
     PARALLEL_SIZES,
     check_batch,
@@ -28,7 +29,6 @@ from optbench.validate_layout import (
     check_pipeline,
     check_tensor_parallel,
 )
-
 
 Check = Callable[[RunConfig], Iterable[Problem]]
 
@@ -280,14 +280,10 @@ def check_engine(run: RunConfig) -> Iterable[Problem]:
         )
 
 
-def check_memory(run: RunConfig) -> Iterable[Problem]:
+def check_memory(resolved: ResolvedRun) -> Iterable[Problem]:
     """The per-GPU memory estimate must fit the GPU's HBM (``force=true`` launches anyway)."""
-    if run.force or run.cluster.gpu not in gpu_catalog():
-        return
-    from optbench.accounting.memory import estimate_memory  # the estimate needs a valid layout
-
-    estimate = estimate_memory(run)
-    if estimate.fits:
+    run, estimate = resolved.run, resolved.memory
+    if run.force or run.cluster.gpu not in gpu_catalog() or estimate.fits:
         return
     term = estimate.largest_term
     yield Problem(
@@ -316,17 +312,29 @@ LAYOUT_CHECKS: tuple[Check, ...] = (
 """Checks that need a whole-number data-parallel size."""
 
 
-def collect_problems(run: RunConfig) -> list[Problem]:
-    """Every problem with a run, in dependency order: a stage runs only when the ones before found nothing."""
-    for stage in (BASIC_CHECKS, FIELD_CHECKS, LAYOUT_CHECKS, (check_memory,)):
+def _checked(run: RunConfig, run_id: str | None) -> tuple[list[Problem], ResolvedRun | None]:
+    """Every problem with a run, in dependency order: a stage runs only when the ones before found nothing.
+    The run is resolved once its config checks pass; the memory check reads the resolved run."""
+    for stage in (BASIC_CHECKS, FIELD_CHECKS, LAYOUT_CHECKS):
         problems = [problem for check in stage for problem in check(run)]
         if problems:
-            return problems
-    return []
+            return problems, None
+    resolved = resolve(run, run_id)
+    return list(check_memory(resolved)), resolved
 
 
-def validate(run: RunConfig) -> None:
-    """Raise a :class:`UserError` listing every problem, one line each; return quietly when valid."""
-    problems = collect_problems(run)
+def collect_problems(run: RunConfig) -> list[Problem]:
+    """Every problem with a run (see :func:`validate`)."""
+    return _checked(run, None)[0]
+
+
+def validate(run: RunConfig, run_id: str | None = None) -> ResolvedRun:
+    """Raise a :class:`UserError` listing every problem, one line each; return the resolved run when valid.
+
+    ``run_id``: the id to give the resolved run (a sweep point's); see :func:`optbench.resolve.resolve`.
+    """
+    problems, resolved = _checked(run, run_id)
     if problems:
         raise UserError(problems)
+    assert resolved is not None
+    return resolved

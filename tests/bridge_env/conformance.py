@@ -209,7 +209,7 @@ def check_case(recipe: str, intent: str, results: Path, container: str) -> dict[
 
     run = compose_run(recipe, [f"intent={intent}", f"results_dir={results}", f"run_id={recipe}-{intent}",
                                f"cluster.container={container}"])
-    validate(run)
+    run = validate(run).run
     os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
     stand_ins.install()
     setup = bridge_setup(run)

@@ -32,13 +32,14 @@ are close to GiB, so the comparison keeps a few percent in hand for memory the d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optbench.accounting.activations import forwards_in_flight, layer_bytes_per_token
-from optbench.accounting.ns_flops import OwnedItem, dp_group_work, pingpong_by_numel
+from optbench.accounting.ns_flops import DpGroupWork, OwnedItem, dp_group_work, pingpong_by_numel
 from optbench.accounting.params import EMBEDDING, OUTPUT, ROUTER, ParamSpec, padded_vocab_size
-from optbench.accounting.placement import pipeline_rank_of, pipeline_rank_params, virtual_stages
-from optbench.config.layout import derive_layout
+from optbench.accounting.placement import Placement, pipeline_rank_of, place
+from optbench.config.layout import Layout, derive_layout
 from optbench.config.schema import RunConfig
 from optbench.hardware import gpu_catalog
 
@@ -118,12 +119,10 @@ def _is_fp8_gemm_weight(spec: ParamSpec) -> bool:
     return len(spec.shape) == 2 and spec.kind not in (EMBEDDING, OUTPUT, ROUTER)
 
 
-def _optimizer_bytes_per_rank(run: RunConfig) -> list[float]:
+def _optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[DpGroupWork]) -> list[float]:
     """Optimizer-state bytes of every global rank."""
-    layout = derive_layout(run)
     muon = run.optimizer.muon
     state = [0.0] * layout.world_size
-    groups = dp_group_work(run)
     if muon is None:
         sharded = run.optimizer.use_distributed_optimizer
         for group in groups:
@@ -148,13 +147,11 @@ def _optimizer_bytes_per_rank(run: RunConfig) -> list[float]:
     return state
 
 
-def _activation_gb(run: RunConfig, pp_rank: int) -> tuple[float, float, int]:
+def _activation_gb(run: RunConfig, layout: Layout, placement: Placement, pp_rank: int) -> tuple[float, float, int]:
     """(activations, logits, forwards in flight) of one pipeline rank, GB."""
-    layout = derive_layout(run)
     p, m, t = run.parallel, run.model, run.train
     tokens = t.mbs * t.seq_length / p.cp
-    stages = virtual_stages(run)
-    chunks = [s for s in stages if s.pipeline_rank == pp_rank]
+    chunks = [s for s in placement.stages if s.pipeline_rank == pp_rank]
     full = p.recompute_granularity == "full"
     units = max(1, p.recompute_num_layers or 1)
 
@@ -180,20 +177,32 @@ def _activation_gb(run: RunConfig, pp_rank: int) -> tuple[float, float, int]:
     return held / GB, logits / GB, len(in_flight)
 
 
-def estimate_memory(run: RunConfig) -> MemoryEstimate:
-    """Per-GPU memory of the busiest GPU of every pipeline rank; the worst one decides whether it fits."""
-    layout = derive_layout(run)
+def estimate_memory(
+    run: RunConfig,
+    layout: Layout | None = None,
+    placement: Placement | None = None,
+    groups: Sequence[DpGroupWork] | None = None,
+) -> MemoryEstimate:
+    """Per-GPU memory of the busiest GPU of every pipeline rank; the worst one decides whether it fits.
+
+    ``layout``, ``placement``, ``groups`` (``dp_group_work`` in the recipe's TP mode): the run's, when
+    the caller holds them already (a resolved run does).
+    """
+    layout = layout or derive_layout(run)
+    placement = placement or place(run)
+    if groups is None:
+        groups = dp_group_work(run, placement=placement, layout=layout)
     fp8 = run.precision.fp8 is not None
     grad_bytes = 4 if run.optimizer.grad_reduce_in_fp32 else 2
-    optimizer = _optimizer_bytes_per_rank(run)
+    optimizer = _optimizer_bytes_per_rank(run, layout, groups)
     stages = []
     for pp_rank in range(layout.pp):
-        held = pipeline_rank_params(run, pp_rank)
+        held = placement.ranks[pp_rank]
         params = list(held.dense) + list(max(held.experts, key=lambda e: sum(x.numel for x in e), default=()))
         numel = sum(x.numel for x in params)
         gemm = sum(x.numel for x in params if _is_fp8_gemm_weight(x.spec))
         ranks = [r for r in range(layout.world_size) if pipeline_rank_of(layout, r) == pp_rank]
-        activations, logits, in_flight = _activation_gb(run, pp_rank)
+        activations, logits, in_flight = _activation_gb(run, layout, placement, pp_rank)
         terms = {
             "weights": 2 * numel / GB,
             "fp8_weight_copies": (2 * gemm / GB) if fp8 and not run.precision.fp8_param_gather else 0.0,

@@ -42,16 +42,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from optbench.accounting.params import EXPERT, QKV, ROUTER, ParamSpec
 from optbench.accounting.placement import (
     LocalParam,
+    Placement,
     dense_dp_groups,
     expert_dp_groups,
-    layout_key,
-    pipeline_rank_params,
+    place,
 )
-from optbench.config.layout import derive_layout
+from optbench.config.layout import Layout, derive_layout
 from optbench.config.schema import MUON_TP_MODES, ModelConfig, RunConfig
 from optbench.optim.assignment import pingpong_owners
 
@@ -146,9 +147,9 @@ def local_param_ns_flops(
     return sum(rank_matrix_ns_flops(b, dim, group, tp_mode, muon.ns_steps, syrk) for b in blocks)
 
 
-@dataclass(frozen=True)
-class OwnedItem:
-    """One parameter whose optimizer update is owned by one rank of a data-parallel group."""
+class OwnedItem(NamedTuple):
+    """One parameter whose optimizer update is owned by one rank of a data-parallel group (a named tuple:
+    a Kimi K2 layout deals some 50,000 of them per TP mode, and a frozen dataclass is slow to build)."""
 
     name: str
     """Megatron parameter name."""
@@ -158,6 +159,8 @@ class OwnedItem:
     """Newton-Schulz FLOPs per step the owning rank spends on it (0.0 for AdamW-side parameters)."""
     is_expert: bool
     """Routed-expert parameter (dealt over the expert-data-parallel group)."""
+    param: LocalParam
+    """The shard itself (its counts in another TP mode come from it: :func:`recounted_rank_ns_flops`)."""
 
 
 @dataclass(frozen=True)
@@ -191,12 +194,17 @@ def _items(
     items = []
     for param in muon + adam:
         spec = param.spec
-        # Thousands of experts share a handful of shapes: cost each shape once.
-        shape_key = (spec.kind, spec.shape, spec.partition_dim, param.local_shape, param.shards)
+        shape_key = _shape_key(param)
         if shape_key not in memo:
             memo[shape_key] = local_param_ns_flops(param, run.model, run, tp_mode, syrk)
-        items.append(OwnedItem(spec.name, param.numel, memo[shape_key], spec.kind == EXPERT))
+        items.append(OwnedItem(spec.name, param.numel, memo[shape_key], spec.kind == EXPERT, param))
     return tuple(items)
+
+
+def _shape_key(param: LocalParam) -> tuple:
+    """Everything of a shard its Newton-Schulz count depends on (thousands of experts share a handful)."""
+    spec = param.spec
+    return (spec.kind, spec.shape, spec.partition_dim, param.local_shape, param.shards)
 
 
 def _resolve_mode(run: RunConfig, tp_mode: str | None) -> str:
@@ -205,71 +213,107 @@ def _resolve_mode(run: RunConfig, tp_mode: str | None) -> str:
     return run.optimizer.muon.tp_mode if run.optimizer.muon is not None else "blockwise"
 
 
-def _run_key(run: RunConfig, tp_mode: str, syrk: bool) -> tuple:
-    muon = run.optimizer.muon
-    muon_key = None if muon is None else (muon.ns_steps, muon.split_qkv, muon.layer_wise)
-    return (layout_key(run), run.parallel.num_gpus, run.parallel.cp, muon_key, tp_mode, syrk)
+def dp_group_work(
+    run: RunConfig,
+    tp_mode: str | None = None,
+    syrk: bool = False,
+    placement: Placement | None = None,
+    layout: Layout | None = None,
+) -> list[DpGroupWork]:
+    """Every dense (DP x CP) and expert-data-parallel group with the parameters it deals out.
 
-
-_GROUPS: dict[tuple, list[DpGroupWork]] = {}
-_RANKS: dict[tuple, list[float]] = {}
-
-
-def dp_group_work(run: RunConfig, tp_mode: str | None = None, syrk: bool = False) -> list[DpGroupWork]:
-    """Every dense (DP x CP) and expert-data-parallel group with the parameters it deals out; cached."""
+    ``placement`` and ``layout``: the run's, when the caller holds them already (a resolved run does).
+    """
     mode = _resolve_mode(run, tp_mode)
-    key = _run_key(run, mode, syrk)
-    if key not in _GROUPS:
-        if len(_GROUPS) >= 64:
-            _GROUPS.clear()
-        layout = derive_layout(run)
-        per_rank = [pipeline_rank_params(run, r) for r in range(layout.pp)]
-        memo: dict[tuple, float] = {}
-        dense = [_items(params.dense, run, mode, syrk, memo) for params in per_rank]
-        experts = [[_items(e, run, mode, syrk, memo) for e in params.experts] for params in per_rank]
-        groups = [DpGroupWork(g.ranks, dense[g.pp_rank]) for g in dense_dp_groups(layout)]
-        if run.model.num_moe_experts:
-            groups += [
-                DpGroupWork(g.ranks, experts[g.pp_rank][g.expert_rank or 0]) for g in expert_dp_groups(layout)
-            ]
-        _GROUPS[key] = groups
-    return _GROUPS[key]
+    layout = layout or derive_layout(run)
+    placement = placement or place(run)
+    memo: dict[tuple, float] = {}
+    dense = [_items(held.dense, run, mode, syrk, memo) for held in placement.ranks]
+    experts = [[_items(e, run, mode, syrk, memo) for e in held.experts] for held in placement.ranks]
+    groups = [DpGroupWork(g.ranks, dense[g.pp_rank]) for g in dense_dp_groups(layout)]
+    if run.model.num_moe_experts:
+        groups += [DpGroupWork(g.ranks, experts[g.pp_rank][g.expert_rank or 0]) for g in expert_dp_groups(layout)]
+    return groups
 
 
 def rank_ns_flops(
-    run: RunConfig, tp_mode: str | None = None, syrk: bool = False, owners_fn: OwnersFn = pingpong_by_numel
+    run: RunConfig,
+    tp_mode: str | None = None,
+    syrk: bool = False,
+    owners_fn: OwnersFn = pingpong_by_numel,
+    groups: Sequence[DpGroupWork] | None = None,
+    layout: Layout | None = None,
 ) -> list[float]:
-    """Newton-Schulz FLOPs per step of every global rank (index = rank); zeros for AdamW."""
-    mode = _resolve_mode(run, tp_mode)
-    key = (*_run_key(run, mode, syrk), owners_fn)
-    if key in _RANKS:
-        return list(_RANKS[key])
-    world = run.parallel.num_gpus
-    flops = [0.0] * world
+    """Newton-Schulz FLOPs per step of every global rank (index = rank); zeros for AdamW.
+
+    ``groups``: ``dp_group_work(run, tp_mode, syrk)`` when the caller holds it already.
+    """
+    flops = [0.0] * run.parallel.num_gpus
     muon = run.optimizer.muon
-    if muon is not None:
-        groups = dp_group_work(run, mode, syrk)
-        layout = derive_layout(run)
-        # Megatron skips sharding altogether when DP x CP is 1 (every rank owns all it holds).
-        shared = muon.layer_wise and layout.dp * layout.cp > 1
-        for group in groups:
-            if not shared:
-                total = sum(item.ns_flops for item in group.items)
+    if muon is None:
+        return flops
+    layout = layout or derive_layout(run)
+    if groups is None:
+        groups = dp_group_work(run, tp_mode, syrk, layout=layout)
+    # Megatron skips sharding altogether when DP x CP is 1 (every rank owns all it holds).
+    shared = muon.layer_wise and layout.dp * layout.cp > 1
+    for group in groups:
+        if not shared:
+            total = sum(item.ns_flops for item in group.items)
+            for rank in group.ranks:
+                flops[rank] += total
+            continue
+        owners = owners_fn(group.items, len(group.ranks))
+        for item, owner in zip(group.items, owners):
+            flops[group.ranks[owner]] += item.ns_flops
+    return flops
+
+
+def recounted_rank_ns_flops(
+    run: RunConfig, groups: Sequence[DpGroupWork], keys: Sequence[tuple[str, bool]], layout: Layout | None = None
+) -> dict[tuple[str, bool], list[float]]:
+    """:func:`rank_ns_flops` for every (TP mode, SYRK) in ``keys``, from the groups dealt in any one mode.
+
+    Which rank owns which parameter depends only on the parameters' sizes (Megatron's ping-pong by
+    numel), so the groups of one mode serve every mode: each group is dealt once and only each shape's
+    count is redone per mode.
+    """
+    world = run.parallel.num_gpus
+    out = {key: [0.0] * world for key in keys}
+    muon = run.optimizer.muon
+    if muon is None:
+        return out
+    layout = layout or derive_layout(run)
+    shared = muon.layer_wise and layout.dp * layout.cp > 1
+    counts: dict[tuple[str, bool], dict[tuple, float]] = {key: {} for key in keys}
+    dealt: dict[int, tuple[list[tuple], list[int] | None]] = {}  # per item tuple (TP ranks share one)
+    for group in groups:
+        if id(group.items) not in dealt:
+            shapes = [_shape_key(item.param) for item in group.items]
+            for shape, item in zip(shapes, group.items):
+                if shape not in counts[keys[0]]:
+                    for key in keys:
+                        counts[key][shape] = local_param_ns_flops(item.param, run.model, run, *key)
+            owners = pingpong_by_numel(group.items, len(group.ranks)) if shared else None
+            dealt[id(group.items)] = (shapes, owners)
+        shapes, owners = dealt[id(group.items)]
+        owner_ranks = [group.ranks[owner] for owner in owners] if owners is not None else None
+        for key in keys:
+            # Added in the order rank_ns_flops adds them, so the sums are the same to the last bit.
+            costs = list(map(counts[key].__getitem__, shapes))
+            flops = out[key]
+            if owner_ranks is None:
+                total = sum(costs)
                 for rank in group.ranks:
                     flops[rank] += total
-                continue
-            owners = owners_fn(group.items, len(group.ranks))
-            for item, owner in zip(group.items, owners):
-                flops[group.ranks[owner]] += item.ns_flops
-    if len(_RANKS) >= 64:
-        _RANKS.clear()
-    _RANKS[key] = flops
-    return list(flops)
+            else:
+                for cost, rank in zip(costs, owner_ranks):
+                    flops[rank] += cost
+    return out
 
 
-def ns_flops_per_step_per_gpu(run: RunConfig, tp_mode: str | None = None, syrk: bool = False) -> dict[str, float]:
-    """Newton-Schulz FLOPs per step per GPU: max and mean over ranks, the busiest rank, and the total."""
-    flops = rank_ns_flops(run, tp_mode, syrk)
+def ns_flops_stats(flops: Sequence[float]) -> dict[str, float]:
+    """Newton-Schulz FLOPs per step per GPU from every rank's: max and mean over ranks, the busiest rank, the total."""
     busiest = max(range(len(flops)), key=flops.__getitem__)
     return {
         "max": flops[busiest],
@@ -278,3 +322,9 @@ def ns_flops_per_step_per_gpu(run: RunConfig, tp_mode: str | None = None, syrk: 
         "busiest_rank": busiest,
         "total": sum(flops),
     }
+
+
+def ns_flops_per_step_per_gpu(run: RunConfig, tp_mode: str | None = None, syrk: bool = False) -> dict[str, float]:
+    """:func:`ns_flops_stats` of :func:`rank_ns_flops`."""
+    return ns_flops_stats(rank_ns_flops(run, tp_mode, syrk))
+

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from optbench.accounting.params import EMBEDDING, ParamSpec, model_parameters
-from optbench.config.layout import Layout, derive_layout, stage_decoder_layers, vpp_size
+from optbench.config.layout import Layout, stage_decoder_layers
 from optbench.config.schema import ModelConfig, RunConfig
 
 
@@ -47,9 +48,9 @@ class VirtualStage:
     """MTP layers it holds, numbered after the decoder (num_layers + i)."""
 
 
-@dataclass(frozen=True)
-class LocalParam:
-    """One parameter as one rank holds it."""
+class LocalParam(NamedTuple):
+    """One parameter as one rank holds it (a named tuple: a Kimi K2 layout places some 50,000, and a frozen
+    dataclass is several times slower to build)."""
 
     spec: ParamSpec
     """The unsharded parameter."""
@@ -60,9 +61,8 @@ class LocalParam:
     stage: int
     """Virtual stage holding it."""
 
-    @property
-    def numel(self) -> int:
-        return math.prod(self.local_shape)
+    numel: int
+    """Elements of this rank's shard (kept: the per-rank work reads it for every parameter of every rank)."""
 
 
 @dataclass(frozen=True)
@@ -73,13 +73,6 @@ class PipelineRankParams:
     """Non-expert parameters, as every TP rank of this pipeline rank holds them."""
     experts: tuple[tuple[LocalParam, ...], ...]
     """Routed-expert parameters held by each EP rank (index = ep rank), ETP-sharded."""
-
-
-def layout_key(run: RunConfig) -> tuple:
-    """Hashable key of everything that decides which parameters each rank holds."""
-    p = run.parallel
-    layout = tuple(tuple(stage) for stage in p.pipeline_layout) if p.pipeline_layout else None
-    return (tuple(sorted(vars(run.model).items())), p.tp, p.pp, vpp_size(run), p.ep, p.etp, layout)
 
 
 def virtual_stages(run: RunConfig) -> tuple[VirtualStage, ...]:
@@ -113,9 +106,9 @@ def virtual_stages(run: RunConfig) -> tuple[VirtualStage, ...]:
 def _local(spec: ParamSpec, shards: int, stage: int) -> LocalParam:
     shape = list(spec.shape)
     if spec.partition_dim is None or shards == 1:
-        return LocalParam(spec, tuple(shape), 1, stage)
+        return LocalParam(spec, tuple(shape), 1, stage, math.prod(shape))
     shape[spec.partition_dim] //= shards
-    return LocalParam(spec, tuple(shape), shards, stage)
+    return LocalParam(spec, tuple(shape), shards, stage, math.prod(shape))
 
 
 class _StageIndex:
@@ -140,9 +133,8 @@ class _StageIndex:
         return self.loss  # output layer, decoder final norm
 
 
-def _rank_params(run: RunConfig) -> tuple[PipelineRankParams, ...]:
+def _rank_params(run: RunConfig, stages: tuple[VirtualStage, ...]) -> tuple[PipelineRankParams, ...]:
     model, p = run.model, run.parallel
-    stages = virtual_stages(run)
     experts_per_rank = (model.num_moe_experts or 0) // p.ep or 1
     dense: list[list[LocalParam]] = [[] for _ in range(p.pp)]
     experts: list[list[list[LocalParam]]] = [[[] for _ in range(p.ep)] for _ in range(p.pp)]
@@ -159,18 +151,24 @@ def _rank_params(run: RunConfig) -> tuple[PipelineRankParams, ...]:
     )
 
 
-_CACHE: dict[tuple, tuple[PipelineRankParams, ...]] = {}
-"""Per-rank parameter lists by layout key (RunConfig is mutable, so not hashable itself)."""
+@dataclass(frozen=True)
+class Placement:
+    """Where every parameter of a run lives: its virtual stages and what each pipeline rank holds.
+
+    Built once per run (:func:`optbench.resolve.resolve`): a Kimi K2 layout places some 50,000
+    parameter shards, and the Newton-Schulz work, the memory estimate and the projection all read them.
+    """
+
+    stages: tuple[VirtualStage, ...]
+    """Every virtual stage, in Megatron's order."""
+    ranks: tuple[PipelineRankParams, ...]
+    """What each pipeline rank holds (index = pipeline rank)."""
 
 
-def pipeline_rank_params(run: RunConfig, pp_rank: int) -> PipelineRankParams:
-    """Parameters held by pipeline rank ``pp_rank`` (cached per model and layout)."""
-    key = layout_key(run)
-    if key not in _CACHE:
-        if len(_CACHE) >= 32:
-            _CACHE.clear()
-        _CACHE[key] = _rank_params(run)
-    return _CACHE[key][pp_rank]
+def place(run: RunConfig) -> Placement:
+    """The placement of a validated run's parameters."""
+    stages = virtual_stages(run)
+    return Placement(stages, _rank_params(run, stages))
 
 
 @dataclass(frozen=True)
@@ -213,8 +211,3 @@ def expert_dp_groups(layout: Layout) -> list[DataParallelGroup]:
 def pipeline_rank_of(layout: Layout, rank: int) -> int:
     """Pipeline rank of a global rank (pp varies slowest in both generators)."""
     return rank // (layout.world_size // layout.pp)
-
-
-def layout_of(run: RunConfig) -> Layout:
-    """The derived layout (re-exported so callers need one import)."""
-    return derive_layout(run)

@@ -12,15 +12,15 @@ model-only TFLOP/s.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from optbench.accounting.flops import model_flops_per_step, model_flops_per_token
-from optbench.accounting.memory import estimate_memory
-from optbench.accounting.ns_flops import ns_flops_per_step_per_gpu
+from optbench.accounting.memory import MemoryEstimate
 from optbench.accounting.params import padded_vocab_size
 from optbench.accounting.peaks import peaks_for
 from optbench.accounting.throughput import step_throughput, step_time_for_tflops, step_time_for_tokens
-from optbench.config.layout import derive_layout
+from optbench.config.layout import Layout, derive_layout
 from optbench.config.schema import MUON_TP_MODES, RunConfig
 from optbench.errors import UserError
 
@@ -28,18 +28,23 @@ PRECISION_ALIASES = {"fp8": "fp8_cs"}
 """published.csv names Hopper FP8 current scaling 'fp8'."""
 
 
-def ns_by_tp_mode(run: RunConfig) -> dict[str, Any]:
+NsStats = Callable[[str, bool], dict[str, float]]
+"""(TP mode, SYRK) -> Newton-Schulz FLOPs per step per GPU (max, mean, min, busiest rank, total)."""
+
+
+def ns_by_tp_mode(run: RunConfig, ns_stats: NsStats) -> dict[str, Any]:
     """Newton-Schulz FLOPs per step per GPU for every TP mode, without and with SYRK."""
     out: dict[str, Any] = {"recipe_tp_mode": run.optimizer.muon.tp_mode if run.optimizer.muon else None}
     for mode in MUON_TP_MODES:
-        plain = ns_flops_per_step_per_gpu(run, mode)
-        syrk = ns_flops_per_step_per_gpu(run, mode, syrk=True)
+        plain = ns_stats(mode, False)
+        syrk = ns_stats(mode, True)
         out[mode] = {**plain, "syrk_max": syrk["max"], "syrk_mean": syrk["mean"]}
     return out
 
 
-def layout_matches(run: RunConfig, layout: dict[str, int | None]) -> bool:
-    lay = derive_layout(run)
+def layout_matches(run: RunConfig, layout: dict[str, int | None], lay: Layout | None = None) -> bool:
+    """Whether the run has every layout and batch value a published row states (``lay``: the run's, if held)."""
+    lay = lay or derive_layout(run)
     ours = {
         "gbs": run.train.gbs,
         "mbs": run.train.mbs,
@@ -54,7 +59,7 @@ def layout_matches(run: RunConfig, layout: dict[str, int | None]) -> bool:
     return all(value is None or ours[key] == value for key, value in layout.items())
 
 
-def matching_published_rows(run: RunConfig) -> list:
+def matching_published_rows(run: RunConfig, lay: Layout | None = None) -> list:
     """Published rows measured with this run's model, GPU, GPU count, precision, optimizer and layout."""
     from optbench.checkout import repo_root
     from optbench.published import default_published_dir, load_published
@@ -71,20 +76,22 @@ def matching_published_rows(run: RunConfig) -> list:
         and row.num_gpus == run.parallel.num_gpus
         and PRECISION_ALIASES.get(row.precision, row.precision) == run.precision.name
         and row.optimizer == run.optimizer.name
-        and layout_matches(run, row.layout)
+        and layout_matches(run, row.layout, lay)
     ]
 
 
-def _implied(run: RunConfig, step_time_s: float, basis: str, **published: Any) -> dict[str, Any]:
-    return {"basis": basis, **step_throughput(run, step_time_s).as_record(rounded=True), **published}
+def _implied(run: RunConfig, ns_total: float, step_time_s: float, basis: str, **published: Any) -> dict[str, Any]:
+    record = step_throughput(run, step_time_s, ns_flops_total=ns_total).as_record(rounded=True)
+    return {"basis": basis, **record, **published}
 
 
-def throughput_at(run: RunConfig) -> list[dict[str, Any]]:
-    """Implied throughput at the user's step time and at every matching published row's step time."""
+def throughput_at(run: RunConfig, lay: Layout, ns_total: float) -> list[dict[str, Any]]:
+    """Implied throughput at the user's step time and at every matching published row's step time
+    (``ns_total``: Newton-Schulz FLOPs of all ranks per step)."""
     implied = []
     if run.step_time_s:
-        implied.append(_implied(run, run.step_time_s, f"step_time_s={run.step_time_s:g}"))
-    for row in matching_published_rows(run):
+        implied.append(_implied(run, ns_total, run.step_time_s, f"step_time_s={run.step_time_s:g}"))
+    for row in matching_published_rows(run, lay):
         published = {
             "published": row.label,
             "published_tflops_per_gpu": row.tflops_per_gpu,
@@ -99,23 +106,27 @@ def throughput_at(run: RunConfig) -> list[dict[str, Any]]:
             basis = f"{row.label}: {row.model_tflops_per_gpu:g} model TFLOP/s/GPU"
         else:
             continue
-        implied.append(_implied(run, step, basis, **published))
+        implied.append(_implied(run, ns_total, step, basis, **published))
     return implied
 
 
-def accounting_fields(run: RunConfig) -> dict[str, Any]:
-    """The accounting fields of plan.json."""
+def accounting_fields(run: RunConfig, lay: Layout, ns_stats: NsStats, memory: MemoryEstimate) -> dict[str, Any]:
+    """The accounting fields of plan.json, from the run's resolved layout, Newton-Schulz counts and memory."""
     seq = run.train.seq_length
     peaks = peaks_for(run.cluster.gpu, run.precision)
     return {
         "model_flops_per_token": model_flops_per_token(run.model, seq, run.parallel.tp),
         "model_flops_per_step": model_flops_per_step(run),
         "padded_vocab_size": padded_vocab_size(run.model, run.parallel.tp),
-        "ns_flops_per_step_per_gpu": ns_by_tp_mode(run),
-        "memory_per_gpu_gb": estimate_memory(run).as_dict(),
+        "ns_flops_per_step_per_gpu": ns_by_tp_mode(run, ns_stats),
+        "memory_per_gpu_gb": memory.as_dict(),
         "peaks": [{"key": p.key, "tflops": p.tflops, "label": p.label, "source": p.source} for p in peaks],
-        "throughput_at": throughput_at(run),
+        "throughput_at": throughput_at(run, lay, ns_stats(_recipe_mode(run), False)["total"]),
     }
+
+
+def _recipe_mode(run: RunConfig) -> str:
+    return run.optimizer.muon.tp_mode if run.optimizer.muon is not None else "blockwise"
 
 
 def _si(flops: float) -> str:

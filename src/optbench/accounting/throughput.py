@@ -73,16 +73,26 @@ def ns_flops_per_step_total(run: RunConfig) -> float:
 
 
 def step_throughput(
-    run: RunConfig, step_time_s: float, peaks: list[Peak] | None = None, world_size: int | None = None
+    run: RunConfig,
+    step_time_s: float,
+    peaks: list[Peak] | None = None,
+    world_size: int | None = None,
+    ns_flops_total: float | None = None,
 ) -> StepThroughput:
-    """Throughput and MFU of ``run`` at ``step_time_s`` per step (cheap: FLOP counts are cached)."""
+    """Throughput and MFU of ``run`` at ``step_time_s`` per step.
+
+    ``ns_flops_total``: :func:`ns_flops_per_step_total` of the run, when the caller holds it (a resolved
+    run, a training loop that reports every step); counted here otherwise.
+    """
     if step_time_s <= 0:
         raise ValueError(f"step_time_s must be positive, got {step_time_s}")
     world = world_size or run.parallel.num_gpus
     peaks = peaks_for(run.cluster.gpu, run.precision) if peaks is None else list(peaks)
     tokens = run.train.gbs * run.train.seq_length / step_time_s
     model = model_flops_per_step(run) / step_time_s / world / 1e12
-    ns = ns_flops_per_step_total(run) / step_time_s / world / 1e12
+    if ns_flops_total is None:
+        ns_flops_total = ns_flops_per_step_total(run)
+    ns = ns_flops_total / step_time_s / world / 1e12
     return StepThroughput(
         step_time_s=step_time_s,
         tokens_per_s=tokens,

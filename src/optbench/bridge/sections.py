@@ -18,7 +18,7 @@ from optbench.config.data_path import dataset_blend
 from optbench.config.layout import vpp_size
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
-from optbench.runs import resolve_run_id
+from optbench.runs import checked_run_id
 
 NS_PRECISION_ON_GPU = "medium"
 """optimizer.muon.fp32_matmul_prec=auto on a GPU: bf16 Newton-Schulz products, Bridge's default."""
@@ -249,10 +249,17 @@ def _data(run: RunConfig) -> list[Item]:
     )
 
 
+def job_run_id(run: RunConfig) -> str:
+    """The run id a Bridge job names its folders with, fixed when the run was resolved."""
+    if run.run_id is None:
+        raise ValueError("a Bridge job's run id is fixed by optbench.resolve.resolve; resolve the run first")
+    return checked_run_id(run.run_id)
+
+
 def _logger(run: RunConfig) -> list[Item]:
     lg = run.logger
     results = _results_root(run)
-    run_id = resolve_run_id(run)
+    run_id = job_run_id(run)
     wandb_on = lg.wandb_mode != "disabled"
     return [
         ("logger.log_interval", run.train.log_interval),
@@ -273,7 +280,7 @@ def checkpoint_dir(run: RunConfig) -> Path:
     """Where checkpoints of the run go: train.checkpoint_dir, else <results>/checkpoints/<run_id>."""
     if run.train.checkpoint_dir:
         return Path(_checked_text("train.checkpoint_dir", run.train.checkpoint_dir) or "").resolve()
-    return _results_root(run) / "checkpoints" / resolve_run_id(run)
+    return _results_root(run) / "checkpoints" / job_run_id(run)
 
 
 def _checkpoint(run: RunConfig) -> list[Item]:

@@ -171,18 +171,33 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
     derived from it, so that no input can make the steps after this fail or run unbounded.
     """
     check_typed_overrides(overrides)
-    run = _compose_checked(recipe, overrides)
-    # A later container's preset may hold another layout than the recipe's (Bridge 0.3.1) one: compose again
-    # with NVIDIA's values first and the user's overrides after them (the user's win; the plan lists them).
+    cfg = compose_dictconfig(recipe, overrides)
+    run = _checked(cfg, overrides)
+    # A later container's preset may hold another layout than the recipe's (Bridge 0.3.1) one: NVIDIA's values
+    # go in as if typed before the user's overrides (the user's win; the plan lists them as departures).
     release = release_layout.layout_overrides(run, overrides)
     if release:
-        run = _compose_checked(recipe, [*release, *overrides])
+        _apply_before_user(cfg, release)
+        run = _checked(cfg, [*release, *overrides])
     follow_stage_overrides(run, overrides)
     return run
 
 
-def _compose_checked(recipe: str, overrides: Sequence[str]) -> RunConfig:
-    cfg = compose_dictconfig(recipe, overrides)
+def _apply_before_user(cfg: DictConfig, release: Sequence[str]) -> None:
+    """Apply the release's value overrides to a composed config as Hydra applies value overrides.
+
+    :func:`release_layout.layout_overrides` never names a field (or a group) the user typed, so applying
+    them after the user's overrides gives the config that composing ``[*release, *user]`` gives, without
+    composing the recipe a second time.
+    """
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(list(release)), cfg)
+
+
+def _checked(cfg: DictConfig, overrides: Sequence[str]) -> RunConfig:
+    """The typed run of a composed config, after its secret, engine-scope and domain checks."""
     secrets = secret_problems(cfg)
     if secrets:  # alone: other messages could quote the value
         raise UserError(secrets)
@@ -192,3 +207,5 @@ def _compose_checked(recipe: str, overrides: Sequence[str]) -> RunConfig:
     if problems:
         raise UserError(problems)
     return run
+
+

@@ -24,7 +24,7 @@ GPU count, precision and stated layout. A model without such a row is "not calib
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -32,15 +32,20 @@ import yaml
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES, layout_matches
 from optbench.accounting.throughput import step_time_for_tflops, step_time_for_tokens
-from optbench.compose.recipe import compose_run, list_group_options, list_recipes, repo_root
+from optbench.compose.recipe import (
+    compose_run,
+    list_group_options,
+    list_recipes,
+    repo_root,
+)
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.step_model import solve_efficiency
-from optbench.projection.inputs_cache import inputs_for
-from optbench.projection.work import gemm_peak
+from optbench.projection.work import build_inputs, gemm_peak
 from optbench.published import PublishedRow, default_published_dir, load_published
+from optbench.resolve import ResolvedRun, resolve
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class Calibration:
     """Overrides applied to it."""
     anchor_gpu: str
     """GPU of the anchor."""
+    anchor_run: ResolvedRun | None = field(default=None, compare=False, repr=False)
+    """The anchor configuration, resolved (a Muon run's AdamW twin is often this very configuration)."""
 
     def as_dict(self, run_gpu: str) -> dict:
         transferred = run_gpu != self.anchor_gpu
@@ -73,12 +80,6 @@ class Calibration:
             "anchor_config": " ".join([self.anchor_recipe, *self.anchor_overrides]),
             "fitted_to_muon": False,
         }
-
-
-@lru_cache(maxsize=64)
-def compose_cached(recipe: str, overrides: tuple[str, ...]) -> RunConfig:
-    """compose_run, memoised (callers must not mutate the result)."""
-    return compose_run(recipe, list(overrides))
 
 
 @lru_cache(maxsize=1)
@@ -129,7 +130,7 @@ def anchor_config(row: PublishedRow) -> tuple[str, tuple[str, ...], RunConfig] |
             presets.append(f"{group}={option}")
     for overrides in ((), tuple(presets)):
         try:
-            run = compose_cached(recipe, overrides)
+            run = compose_run(recipe, list(overrides))
         except UserError:
             continue
         if _matches(run, row):
@@ -178,7 +179,8 @@ def _calibrate(model: str, gpu: str, release: str | None, published: str, assump
         net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
         if step is None or net is None:
             continue
-        inputs = inputs_for(run, net, assumptions)
+        anchor_run = resolve(run)
+        inputs = build_inputs(anchor_run, net, assumptions)
         try:
             efficiency = solve_efficiency(inputs, step, assumptions.backward_share)
         except ValueError:
@@ -191,6 +193,7 @@ def _calibrate(model: str, gpu: str, release: str | None, published: str, assump
             anchor_recipe=recipe,
             anchor_overrides=overrides,
             anchor_gpu=row.gpu,
+            anchor_run=anchor_run,
         )
     return None
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from optbench.accounting.ns_flops import ns_gram_iteration_flops, rank_ns_flops
-from optbench.accounting.placement import LocalParam, pipeline_rank_params
+from optbench.accounting.placement import LocalParam, place
 from optbench.accounting.throughput import step_time_for_tflops
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
@@ -32,8 +32,7 @@ def _orientation_total(run: RunConfig, gram_of: Callable[[int, int], tuple[int, 
         return steps * ns_gram_iteration_flops(*gram_of(*param.local_shape))
 
     total = 0.0
-    for pp_rank in range(lay.pp):
-        held = pipeline_rank_params(run, pp_rank)
+    for held in place(run).ranks:
         total += lay.tp * sum(cost(p) for p in held.dense)
         total += lay.etp * sum(cost(p) for slice_ in held.experts for p in slice_)
     return total

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from optbench.config.schema import RunConfig
 from optbench.projection.project import project
+from optbench.resolve import ResolvedRun
 
 SHORT_NAMES = {
     "compute": "GEMMs",
@@ -22,9 +22,9 @@ SHORT_NAMES = {
 }
 
 
-def projection_fields(run: RunConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
+def projection_fields(resolved: ResolvedRun, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """``{"projection": ...}`` for plan.json."""
-    return {"projection": project(run, overrides)}
+    return {"projection": project(resolved, overrides)}
 
 
 def _ms_or_s(seconds: float) -> str:

@@ -14,17 +14,16 @@ from typing import Any
 
 from optbench.accounting.plan_fields import matching_published_rows
 from optbench.accounting.throughput import step_throughput
-from optbench.config.layout import derive_layout
-from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
-from optbench.projection.calibration import calibrate
-from optbench.projection.inputs_cache import inputs_for
+from optbench.projection.calibration import Calibration, calibrate
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.step_model import StepBreakdown, evaluate
-from optbench.projection.twin import adamw_twin, decompose
+from optbench.projection.twin import adamw_twin, decompose, twin_recipe
 from optbench.projection.whatif import what_ifs
+from optbench.projection.work import build_inputs
 from optbench.redact import recorded_overrides
+from optbench.resolve import ResolvedRun, resolve
 
 MODEL_DOC = "docs/projection.md"
 
@@ -34,14 +33,14 @@ def unavailable(reason: str) -> dict[str, Any]:
     return {"available": False, "reason": reason}
 
 
-def _throughput(run: RunConfig, breakdown: StepBreakdown) -> dict[str, Any]:
-    return step_throughput(run, breakdown.total_s).as_record(rounded=True)
+def _throughput(resolved: ResolvedRun, breakdown: StepBreakdown) -> dict[str, Any]:
+    return step_throughput(resolved.run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).as_record(rounded=True)
 
 
-def _compared(run: RunConfig, projected_tflops: float) -> list[dict[str, Any]]:
+def _compared(resolved: ResolvedRun, projected_tflops: float) -> list[dict[str, Any]]:
     """The run's published model-only figures beside the projection (compared, never fitted)."""
     out = []
-    for row in matching_published_rows(run):
+    for row in matching_published_rows(resolved.run, resolved.layout):
         if not row.model_tflops_per_gpu:
             continue
         out.append(
@@ -55,34 +54,40 @@ def _compared(run: RunConfig, projected_tflops: float) -> list[dict[str, Any]]:
     return out
 
 
-def _differences(run: RunConfig, twin: RunConfig) -> list[str]:
+def _differences(resolved: ResolvedRun, twin: ResolvedRun) -> list[str]:
     """Layout and batch fields where the twin differs from the run (their effect lands in 'other')."""
-    ours, theirs = derive_layout(run).as_dict(), derive_layout(twin).as_dict()
+    run = resolved.run
+    ours, theirs = resolved.layout.as_dict(), twin.layout.as_dict()
     out = [f"parallel.{k}" for k in ours if ours[k] != theirs[k]]
-    out += [f"train.{k}" for k in ("gbs", "mbs", "seq_length") if getattr(run.train, k) != getattr(twin.train, k)]
+    out += [f"train.{k}" for k in ("gbs", "mbs", "seq_length") if getattr(run.train, k) != getattr(twin.run.train, k)]
     return out
 
 
 def _twin_section(
-    run: RunConfig, overrides: Sequence[str], net, a: Assumptions, efficiency: float, muon: StepBreakdown
+    resolved: ResolvedRun, overrides: Sequence[str], net, a: Assumptions, calibration: Calibration, muon: StepBreakdown
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    try:
-        recipe, kept, twin = adamw_twin(run, overrides)
-    except UserError as err:
-        return unavailable(f"the AdamW twin does not compose: {err.lines()[0]}"), {}
-    twin_net = interconnect_for(twin.cluster.gpu, twin.cluster.nvlink_domain_size)
+    run = resolved.run
+    recipe, kept = twin_recipe(run, overrides)
+    if (recipe, kept) == (calibration.anchor_recipe, calibration.anchor_overrides) and calibration.anchor_run:
+        twin = calibration.anchor_run  # the very configuration the efficiency was calibrated on
+    else:
+        try:
+            twin = resolve(adamw_twin(run, overrides)[2], like=resolved)
+        except UserError as err:
+            return unavailable(f"the AdamW twin does not compose: {err.lines()[0]}"), {}
+    twin_net = interconnect_for(twin.run.cluster.gpu, twin.run.cluster.nvlink_domain_size)
     if twin_net is None:
-        return unavailable(f"no interconnect figures for the twin's gpu {twin.cluster.gpu!r}"), {}
-    adamw = evaluate(inputs_for(twin, twin_net, a), efficiency, a.backward_share)
+        return unavailable(f"no interconnect figures for the twin's gpu {twin.run.cluster.gpu!r}"), {}
+    adamw = evaluate(build_inputs(twin, twin_net, a), calibration.efficiency, a.backward_share)
     section = {
         "recipe": " ".join([recipe, *recorded_overrides(kept)]),
         **_throughput(twin, adamw),
         "breakdown_s": adamw.as_dict()["parts_s"],
     }
     parts = decompose(muon, adamw)
-    muon_tflops = step_throughput(run, muon.total_s).tflops_per_gpu
+    muon_tflops = step_throughput(run, muon.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu
     overhead = {
-        "twin_differs_in": _differences(run, twin),
+        "twin_differs_in": _differences(resolved, twin),
         "total_s": round(muon.total_s - adamw.total_s, 5),
         "parts_s": {k: round(v, 5) for k, v in parts.items()},
         "tflops_per_gpu_change": round(muon_tflops - section["tflops_per_gpu"], 2),
@@ -92,13 +97,14 @@ def _twin_section(
 
 
 def project(
-    run: RunConfig,
+    resolved: ResolvedRun,
     overrides: Sequence[str] = (),
     assumptions: Assumptions = DEFAULT_ASSUMPTIONS,
     published_dir: str | Path | None = None,
     with_what_ifs: bool = True,
 ) -> dict[str, Any]:
-    """The projection section for ``run`` (``overrides`` as typed: the AdamW twin reuses them)."""
+    """The projection section for a resolved run (``overrides`` as typed: the AdamW twin reuses them)."""
+    run = resolved.run
     if run.engine == "local":
         return unavailable("engine=local runs small proxies on this machine and measures itself; no projection needed")
     net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
@@ -111,12 +117,13 @@ def project(
             " (results/published/published.csv); the model has no efficiency to project with"
         )
     eff = calibration.efficiency
-    breakdown = evaluate(inputs_for(run, net, assumptions), eff, assumptions.backward_share)
+    inputs = build_inputs(resolved, net, assumptions)
+    breakdown = evaluate(inputs, eff, assumptions.backward_share)
     detail = breakdown.as_dict()
     section: dict[str, Any] = {
         "available": True,
         "model": f"first-principles step-time model, one calibrated GEMM efficiency ({MODEL_DOC})",
-        **_throughput(run, breakdown),
+        **_throughput(resolved, breakdown),
         "breakdown_s": detail["parts_s"],
         "efficiency": calibration.as_dict(run.cluster.gpu),
         "slowest_pipeline_rank": detail["slowest_pipeline_rank"],
@@ -125,10 +132,12 @@ def project(
         "optimizer_mean_s": detail["optimizer_mean_s"],
         "interconnect": net.as_dict(),
         "assumptions": assumptions.as_dict(),
-        "compared_with_published": _compared(run, step_throughput(run, breakdown.total_s).tflops_per_gpu),
+        "compared_with_published": _compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
     }
     if run.optimizer.muon is not None:
-        section["adamw_twin"], section["muon_overhead"] = _twin_section(run, overrides, net, assumptions, eff, breakdown)
+        section["adamw_twin"], section["muon_overhead"] = _twin_section(
+            resolved, overrides, net, assumptions, calibration, breakdown
+        )
         if with_what_ifs:
-            section["what_if"] = what_ifs(run, net, assumptions, eff, breakdown.total_s)
+            section["what_if"] = what_ifs(resolved, net, assumptions, eff, inputs, breakdown.total_s)
     return section

@@ -45,10 +45,11 @@ def row_overrides(row: PublishedRow) -> list[str]:
 def _projected(recipe: str, overrides: tuple[str, ...]) -> dict[str, Any]:
     from optbench.compose.recipe import compose_run
     from optbench.projection.project import project
+    from optbench.resolve import resolve
 
     try:
-        run = compose_run(recipe, list(overrides))
-        section = project(run, overrides, with_what_ifs=False)
+        # NVIDIA's own configuration: projected as composed, not refused by our memory estimate.
+        section = project(resolve(compose_run(recipe, list(overrides))), overrides, with_what_ifs=False)
     except UserError as err:
         return {"reason": err.lines()[0].removeprefix("error: ")}
     if not section.get("available"):

@@ -25,6 +25,7 @@ from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.project import project
+from optbench.resolve import resolve
 
 RECIPES = ("kimi_k2_muon", "qwen3_30b_a3b_muon")
 BLOG = "nvidia_blog_table1"
@@ -51,7 +52,7 @@ def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSU
     """Projection, decomposition, what-ifs and sensitivity of every recipe."""
     out: dict[str, Any] = {"assumptions": base.as_dict(), "recipes": {}}
     for recipe in recipes:
-        run = compose_run(recipe, [])
+        run = resolve(compose_run(recipe, []))
         p = project(run, assumptions=base)
         if not p["available"]:
             out["recipes"][recipe] = {"available": False, "reason": p["reason"]}

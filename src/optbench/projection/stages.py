@@ -1,7 +1,7 @@
 """Model FLOPs per token held by each pipeline rank, split from Bridge's whole-model count.
 
 :func:`optbench.accounting.flops.flop_terms` gives the whole model's FLOPs per sequence by term.
-A pipeline rank runs the layers of its virtual stages (:func:`optbench.accounting.placement.virtual_stages`),
+A pipeline rank runs the layers of its virtual stages (:class:`optbench.accounting.placement.VirtualStage`, placed once per run),
 so its share is split from those terms without restating the formula:
 
 * attention is the same for every layer (Bridge's attention term is per layer times layers): each
@@ -17,11 +17,13 @@ The per-rank values add up to ``flop_terms(...).total / seq_length`` (tests chec
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dataclasses import dataclass
 
 from optbench.accounting.flops import flop_terms
 from optbench.accounting.params import is_moe_layer
-from optbench.accounting.placement import virtual_stages
+from optbench.accounting.placement import VirtualStage
 from optbench.config.schema import RunConfig
 
 
@@ -48,7 +50,7 @@ def _ffn_width(run: RunConfig, layer: int) -> int:
     return model.ffn_hidden_size
 
 
-def pipeline_rank_work(run: RunConfig) -> list[PipelineRankWork]:
+def pipeline_rank_work(run: RunConfig, stages: Sequence[VirtualStage]) -> list[PipelineRankWork]:
     """Per pipeline rank: FLOPs per token, attention FLOPs per token, layers and MoE layers."""
     model, seq = run.model, run.train.seq_length
     terms = flop_terms(model, seq, run.parallel.tp)
@@ -61,7 +63,7 @@ def pipeline_rank_work(run: RunConfig) -> list[PipelineRankWork]:
     head = terms.logits / seq / (mtp + 1)
     mtp_extra = terms.mtp / seq / mtp if mtp else 0.0
     work = [[0.0, 0.0, 0, 0] for _ in range(run.parallel.pp)]
-    for stage in virtual_stages(run):
+    for stage in stages:
         held = list(stage.decoder_layers) + [last] * len(stage.mtp_layers)
         acc = work[stage.pipeline_rank]
         for layer in held:

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from optbench.compose.recipe import list_recipes
+from optbench.compose.recipe import compose_run, list_recipes
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
-from optbench.projection.calibration import compose_cached
 from optbench.projection.step_model import StepBreakdown
 
 COMMUNICATION_PARTS = ("dp_grad_reduce_exposed", "param_gather_exposed")
@@ -48,7 +47,7 @@ def twin_recipe(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[st
 def adamw_twin(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...], RunConfig]:
     """The twin's recipe, overrides and composed run; UserError when it does not compose."""
     recipe, kept = twin_recipe(run, overrides)
-    twin = compose_cached(recipe, kept)
+    twin = compose_run(recipe, list(kept))
     if twin.optimizer.name != "adamw":
         raise UserError(f"the twin {recipe} {' '.join(kept)} does not use AdamW", "optimizer")
     return recipe, kept, twin

@@ -20,13 +20,12 @@ from dataclasses import replace
 
 from optbench.accounting.ns_flops import pingpong_by_numel
 from optbench.accounting.throughput import step_throughput
-from optbench.config.schema import RunConfig
 from optbench.optim.assignment import cost_aware_owners
 from optbench.projection.assumptions import Assumptions
-from optbench.projection.inputs_cache import inputs_for
 from optbench.projection.interconnect import Interconnect
 from optbench.projection.step_model import evaluate
-from optbench.projection.work import StepInputs
+from optbench.projection.work import StepInputs, build_inputs
+from optbench.resolve import ResolvedRun
 
 SCENARIOS = {
     "param_gather_overlap": "parameter all-gather overlapped with the next forward",
@@ -38,14 +37,15 @@ SCENARIOS = {
 """Scenario name -> what it changes."""
 
 
-def scenario_inputs(run: RunConfig, net: Interconnect, a: Assumptions, name: str) -> StepInputs:
-    """The model inputs of one scenario."""
+def scenario_inputs(resolved: ResolvedRun, net: Interconnect, a: Assumptions, name: str, baseline: StepInputs) -> StepInputs:
+    """The model inputs of one scenario (``baseline``: the run's own inputs, which some scenarios only edit)."""
     if name in ("syrk", "all_three"):
-        inputs = inputs_for(run, net, a, syrk=True, owners_fn=cost_aware_owners if name == "all_three" else pingpong_by_numel)
+        owners = cost_aware_owners if name == "all_three" else pingpong_by_numel
+        inputs = build_inputs(resolved, net, a, syrk=True, owners_fn=owners)
     elif name == "cost_balanced":
-        inputs = inputs_for(run, net, a, owners_fn=cost_aware_owners)
+        inputs = build_inputs(resolved, net, a, owners_fn=cost_aware_owners)
     else:
-        inputs = inputs_for(run, net, a)
+        inputs = baseline
     if name in ("param_gather_overlap", "all_three"):
         inputs = replace(inputs, gather_overlapped=True)
     if name == "no_launch_overhead":
@@ -53,13 +53,16 @@ def scenario_inputs(run: RunConfig, net: Interconnect, a: Assumptions, name: str
     return inputs
 
 
-def what_ifs(run: RunConfig, net: Interconnect, a: Assumptions, efficiency: float, baseline_s: float) -> dict:
+def what_ifs(
+    resolved: ResolvedRun, net: Interconnect, a: Assumptions, efficiency: float, baseline: StepInputs, baseline_s: float
+) -> dict:
     """Projected step and model TFLOP/s per GPU of every scenario, with its win over the baseline."""
+    run, ns_total = resolved.run, resolved.ns_flops_total
     out = {}
-    base_tflops = step_throughput(run, baseline_s).tflops_per_gpu
+    base_tflops = step_throughput(run, baseline_s, ns_flops_total=ns_total).tflops_per_gpu
     for name, text in SCENARIOS.items():
-        step = evaluate(scenario_inputs(run, net, a, name), efficiency, a.backward_share).total_s
-        tflops = step_throughput(run, step).tflops_per_gpu
+        step = evaluate(scenario_inputs(resolved, net, a, name, baseline), efficiency, a.backward_share).total_s
+        tflops = step_throughput(run, step, ns_flops_total=ns_total).tflops_per_gpu
         out[name] = {
             "what": text,
             "step_time_s": round(step, 4),

@@ -26,16 +26,16 @@ cheaply. Formulas (docs/projection.md has them with sources):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from optbench.accounting.ns_flops import OwnedItem, OwnersFn, dp_group_work, pingpong_by_numel
+from optbench.accounting.ns_flops import OwnedItem, OwnersFn, pingpong_by_numel
 from optbench.accounting.params import ROUTER
-from optbench.accounting.placement import layout_key, pipeline_rank_of, pipeline_rank_params
-from optbench.config.layout import derive_layout
+from optbench.accounting.placement import Placement, pipeline_rank_of
 from optbench.config.schema import RunConfig
 from optbench.hardware import gpu_catalog
 from optbench.projection import comm
 from optbench.projection.assumptions import NS_PEAK_FRACTION_OF_BF16, Assumptions
 from optbench.projection.interconnect import Interconnect
 from optbench.projection.stages import pipeline_rank_work
+from optbench.resolve import ResolvedRun
 
 BF16_BYTES = 2
 MXFP8_SCALE_BYTES = 1 / 32
@@ -171,8 +171,6 @@ def _param_gather_bytes(run: RunConfig) -> float:
 class _GroupCosts:
     """Optimizer seconds of each parameter of a data-parallel group, were one rank to own it."""
 
-    items: tuple
-    """The group's items (kept so that the cache key, their id, stays theirs)."""
     per_item: tuple[tuple[float, float, float], ...]
     """(NS GEMM, element-wise, launch excess) seconds per item."""
     totals: tuple[float, float, float]
@@ -181,16 +179,9 @@ class _GroupCosts:
     """Elements of the group (its gradient and parameter traffic)."""
 
 
-_COSTS: dict[tuple, _GroupCosts] = {}
-
-
 def _item_costs(items: tuple, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float, syrk: bool) -> _GroupCosts:
     """Per-item optimizer seconds of a group: a Muon matrix costs max(GPU, host), an AdamW-side one its bytes."""
     muon = run.optimizer.muon
-    key = (id(items), rate_ns, hbm, a, syrk, None if muon is None else (muon.ns_steps, muon.split_qkv))
-    cached = _COSTS.get(key)
-    if cached is not None and cached.items is items:
-        return cached
     per_iteration = a.ns_ops_per_iteration_syrk if syrk else a.ns_ops_per_iteration
     memo: dict[tuple, tuple[float, float, float]] = {}
     per_item = []
@@ -207,32 +198,27 @@ def _item_costs(items: tuple, run: RunConfig, a: Assumptions, rate_ns: float, hb
                 memo[shape] = (gemm, elem, max(0.0, ops * a.eager_op_overhead_s - gemm - elem))
         per_item.append(memo[shape])
     totals = tuple(sum(c[i] for c in per_item) for i in range(3))
-    costs = _GroupCosts(items, tuple(per_item), totals, sum(item.numel for item in items))
-    if len(_COSTS) >= 4096:
-        _COSTS.clear()
-    _COSTS[key] = costs
-    return costs
+    return _GroupCosts(tuple(per_item), totals, sum(item.numel for item in items))
 
 
 def build_inputs(
-    run: RunConfig,
+    resolved: ResolvedRun,
     net: Interconnect,
     a: Assumptions,
     syrk: bool = False,
     owners_fn: OwnersFn = pingpong_by_numel,
 ) -> StepInputs:
-    """The model's inputs for ``run`` on ``net`` (``syrk`` and ``owners_fn`` serve the what-ifs)."""
-    layout = derive_layout(run)
+    """The model's inputs for a resolved run on ``net`` (``syrk`` and ``owners_fn`` serve the what-ifs)."""
+    run, layout = resolved.run, resolved.layout
     world, p, opt = layout.world_size, run.parallel, run.optimizer
-    work = pipeline_rank_work(run)
+    work = pipeline_rank_work(run, resolved.placement.stages)
     tokens_gpu = run.train.mbs * run.train.seq_length / (p.tp * p.cp)
     ep_s, tp_s, cp_s = _stage_comm(run, net, a, work, world)
     activation = _tokens(run, True) * run.model.hidden_size * BF16_BYTES
     p2p = comm.p2p_s(activation, 0, world // p.pp, net) if p.pp > 1 else 0.0
 
     muon = opt.muon
-    mode = muon.tp_mode if muon is not None else "blockwise"
-    groups = dp_group_work(run, mode, syrk)
+    groups = resolved.groups(syrk=syrk)
     shared = muon is not None and muon.layer_wise and layout.dp * layout.cp > 1
     distopt = muon is None and opt.use_distributed_optimizer
     grad_bytes = 4 if opt.grad_reduce_in_fp32 else 2
@@ -243,9 +229,13 @@ def build_inputs(
     grad_s, grad_bucket, gather_s, gather_bucket = ([0.0] * world for _ in range(4))
     ns_gemm, elementwise, launch = ([0.0] * world for _ in range(3))
 
+    # Groups share their item tuples (every TP rank of a pipeline rank deals the same parameters): cost each once.
+    costs_of: dict[int, _GroupCosts] = {}
     for group in groups:
         ranks, n = group.ranks, len(group.ranks)
-        costs = _item_costs(group.items, run, a, rate_ns, hbm, syrk)
+        if id(group.items) not in costs_of:
+            costs_of[id(group.items)] = _item_costs(group.items, run, a, rate_ns, hbm, syrk)
+        costs = costs_of[id(group.items)]
         volume = costs.volume
         if distopt:
             reduce = comm.reduce_scatter_s(volume * grad_bytes, ranks, net)
@@ -295,7 +285,7 @@ def build_inputs(
             gather_s[rank] += wire + max(2 * received / hbm, copies)
             gather_bucket[rank] = max(gather_bucket[rank], first)
 
-    fp8_cast = _fp8_cast(run, net, a, layout, distopt)
+    fp8_cast = _fp8_cast(run, net, a, layout, distopt, resolved.placement)
     rank_pp = tuple(pipeline_rank_of(layout, r) for r in range(world))
     return StepInputs(
         world=world,
@@ -322,25 +312,18 @@ def build_inputs(
     )
 
 
-_GEMM_NUMEL: dict[tuple, list[tuple[int, list[int]]]] = {}
+def gemm_numel_per_pipeline_rank(placement: Placement) -> list[tuple[int, list[int]]]:
+    """Per pipeline rank: (dense GEMM-weight elements, GEMM-weight elements of each EP rank's experts)."""
+
+    def gemm(params: tuple) -> int:
+        return sum(x.numel for x in params if x.spec.is_muon and x.spec.kind != ROUTER)
+
+    return [(gemm(h.dense), [gemm(e) for e in h.experts] or [0]) for h in placement.ranks]
 
 
-def gemm_numel_per_pipeline_rank(run: RunConfig) -> list[tuple[int, list[int]]]:
-    """Per pipeline rank: (dense GEMM-weight elements, GEMM-weight elements of each EP rank's experts); cached."""
-    key = layout_key(run)
-    if key not in _GEMM_NUMEL:
-        if len(_GEMM_NUMEL) >= 32:
-            _GEMM_NUMEL.clear()
-
-        def gemm(params: tuple) -> int:
-            return sum(x.numel for x in params if x.spec.is_muon and x.spec.kind != ROUTER)
-
-        held = [pipeline_rank_params(run, r) for r in range(run.parallel.pp)]
-        _GEMM_NUMEL[key] = [(gemm(h.dense), [gemm(e) for e in h.experts] or [0]) for h in held]
-    return _GEMM_NUMEL[key]
-
-
-def _fp8_cast(run: RunConfig, net: Interconnect, a: Assumptions, layout, distopt: bool) -> tuple[float, ...]:
+def _fp8_cast(
+    run: RunConfig, net: Interconnect, a: Assumptions, layout, distopt: bool, placement: Placement
+) -> tuple[float, ...]:
     """Per rank: quantizing its GEMM weights to FP8 once per step (TE caches them across microbatches).
 
     With ``fp8_param_gather`` under the distributed optimizer only the rank's shard is cast (the
@@ -352,7 +335,7 @@ def _fp8_cast(run: RunConfig, net: Interconnect, a: Assumptions, layout, distopt
     sharded = distopt and run.precision.fp8_param_gather
     dense_share = 1 / (layout.dp * layout.cp) if sharded else 1.0
     expert_share = 1 / layout.edp if sharded else 1.0
-    per_pp = gemm_numel_per_pipeline_rank(run)
+    per_pp = gemm_numel_per_pipeline_rank(placement)
     out = []
     for rank in range(world):
         dense, experts = per_pp[pipeline_rank_of(layout, rank)]

@@ -1,0 +1,126 @@
+"""The resolved run: a composed, validated run and everything derived from it, computed one time.
+
+Validation resolves a run once its config checks pass (:func:`optbench.validate.validate` returns the
+:class:`ResolvedRun`); the memory check, the plan, the accounting, the projection, the AdamW twin, the
+Bridge adapter, the job rendering and the sweep read it. Nothing here is computed again elsewhere and
+nothing changes after :func:`resolve` returns: the run inside is a private copy, and every derived value
+is a frozen dataclass, a tuple or a read-only mapping.
+
+What a Bridge job needs fixed before it leaves this machine (an absolute results_dir, a run id that
+names its folder, its W&B run and its checkpoints) is fixed here, so that the plan, config.yaml and the
+job script all show the same values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from optbench.accounting.memory import MemoryEstimate, estimate_memory
+from optbench.accounting.ns_flops import DpGroupWork, dp_group_work, ns_flops_stats, recounted_rank_ns_flops
+from optbench.accounting.placement import Placement, place
+from optbench.config.layout import Layout, derive_layout, stage_decoder_layers
+from optbench.config.schema import MUON_TP_MODES, RunConfig
+from optbench.runs import checked_run_id, new_run_id
+
+WorkKey = tuple[str, bool]
+"""(TP mode, SYRK) of a Newton-Schulz count."""
+
+
+@dataclass(frozen=True, eq=False)
+class ResolvedRun:
+    """A validated run with its derived layout, placement, optimizer work and memory (see the module docstring)."""
+
+    run: RunConfig
+    """The composed, validated config (a copy; for a Bridge job with an absolute results_dir and a fixed run id)."""
+    layout: Layout
+    """Every size of the parallel layout, derived ones included."""
+    stage_layers: tuple[int, ...]
+    """Decoder layers held by each virtual pipeline stage, in Megatron's stage order."""
+    placement: Placement
+    """Where every parameter shard lives."""
+    work: Mapping[bool, tuple[DpGroupWork, ...]]
+    """Each data-parallel group's parameters with their Newton-Schulz FLOPs in the recipe's TP mode, without
+    (False) and, for Muon, with (True) SYRK."""
+    rank_ns: Mapping[WorkKey, tuple[float, ...]]
+    """Newton-Schulz FLOPs per step of every global rank: for Muon every TP mode with and without SYRK, for
+    AdamW one entry, zeros (layer-wise ownership dealt ping-pong by numel, as Megatron deals it)."""
+    memory: MemoryEstimate
+    """Per-GPU memory estimate of the busiest GPU of every pipeline rank."""
+
+    @property
+    def tp_mode(self) -> str:
+        """The recipe's Muon TP mode (blockwise for AdamW: the counts are zero in every mode)."""
+        muon = self.run.optimizer.muon
+        return muon.tp_mode if muon is not None else "blockwise"
+
+    def _key(self, tp_mode: str | None, syrk: bool) -> WorkKey:
+        if self.run.optimizer.muon is None:
+            return ("blockwise", False)
+        return (tp_mode or self.tp_mode, syrk)
+
+    def groups(self, syrk: bool = False) -> tuple[DpGroupWork, ...]:
+        """The data-parallel groups' work in the recipe's TP mode, with or without SYRK."""
+        return self.work[syrk and self.run.optimizer.muon is not None]
+
+    def rank_ns_flops(self, tp_mode: str | None = None, syrk: bool = False) -> tuple[float, ...]:
+        """Newton-Schulz FLOPs per step of every global rank (index = rank)."""
+        return self.rank_ns[self._key(tp_mode, syrk)]
+
+    def ns_stats(self, tp_mode: str | None = None, syrk: bool = False) -> dict[str, float]:
+        """Max, mean, min, busiest rank and total of :meth:`rank_ns_flops`."""
+        return ns_flops_stats(self.rank_ns_flops(tp_mode, syrk))
+
+    @property
+    def ns_flops_total(self) -> float:
+        """Newton-Schulz FLOPs all ranks execute in one step (the recipe's TP mode, no SYRK)."""
+        return sum(self.rank_ns_flops())
+
+
+def _job_ready(run: RunConfig, run_id: str | None) -> RunConfig:
+    """A copy of ``run`` (its sections are shared: nothing changes a run's sections after composition); a
+    Bridge job reads its config elsewhere (a container, a compute node), so its copy gets an absolute
+    results_dir and a fixed run id."""
+    run_id = run_id if run_id is not None else run.run_id
+    results_dir = run.results_dir
+    if run.engine == "megatron_bridge":
+        results_dir = str(Path(results_dir).resolve())
+        run_id = run_id or new_run_id(run)
+    if run_id is not None:
+        checked_run_id(run_id)
+    return dataclasses.replace(run, run_id=run_id, results_dir=results_dir)
+
+
+def _same_placement(run: RunConfig, other: RunConfig) -> bool:
+    """Whether two runs place their parameters alike (same model, same TP/PP/VPP/EP/ETP and pipeline layout)."""
+    p, q = run.parallel, other.parallel
+    return run.model == other.model and (p.tp, p.pp, p.vpp, p.ep, p.etp, p.pipeline_layout) == (
+        q.tp, q.pp, q.vpp, q.ep, q.etp, q.pipeline_layout)
+
+
+def resolve(run: RunConfig, run_id: str | None = None, like: ResolvedRun | None = None) -> ResolvedRun:
+    """Derive everything once from a run whose config checks passed.
+
+    ``run_id``: the id to give it (a sweep point's); a Bridge job without one gets a new one. ``like``: a
+    resolved run whose parameter placement this one shares when both place alike (a Muon run's AdamW twin).
+    """
+    run = _job_ready(run, run_id)
+    layout = derive_layout(run)
+    placement = like.placement if like is not None and _same_placement(run, like.run) else place(run)
+    muon = run.optimizer.muon is not None
+    mode = run.optimizer.muon.tp_mode if muon else "blockwise"
+    work = {syrk: tuple(dp_group_work(run, mode, syrk, placement, layout)) for syrk in ((False, True) if muon else (False,))}
+    keys = [(m, syrk) for m in MUON_TP_MODES for syrk in (False, True)] if muon else [("blockwise", False)]
+    rank_ns = {key: tuple(flops) for key, flops in recounted_rank_ns_flops(run, work[False], keys, layout).items()}
+    return ResolvedRun(
+        run=run,
+        layout=layout,
+        stage_layers=tuple(stage_decoder_layers(run)),
+        placement=placement,
+        work=MappingProxyType(work),
+        rank_ns=MappingProxyType(rank_ns),
+        memory=estimate_memory(run, layout, placement, work[False]),
+    )
