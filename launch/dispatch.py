@@ -234,7 +234,8 @@ def launch_bridge_local(run: RunConfig, plan: dict[str, Any]) -> int:
         "config": str(config_path),
     }
     save_resolved_config(run, config_path)
-    _record_launch(run, plan, launch)
+    # The job applies the plan beside its config.yaml (optbench.plan_format); a dry run's folder is the plan's own.
+    _record_launch(run, plan, launch, *(() if run.dryrun else (folder / "plan.json",)))
     print(f"  command     {' '.join(command)}")
     if run.dryrun:
         return 0

@@ -7,20 +7,25 @@ What does not: Bridge's recipe functions and ``pretrain`` themselves (they need 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from conftest import ON_0_3_1, REPO
 from test_bridge_source import bridge_override_module, stand_in_container
 
 from optbench.bridge.adapter import bridge_setup
 from optbench.bridge.entry import build_config_container, run_bridge
 from optbench.compose.recipe import compose_run
-from optbench.runs import save_resolved_config
+from optbench.errors import UserError
+from optbench.plan import build_plan
 from optbench.resolve import resolve
+from optbench.runs import save_resolved_config
+from optbench.validate import validate
 
 
 class FakeManager:
@@ -34,8 +39,9 @@ class FakeManager:
 class FakeBridge:
     """Records every call the entry point makes into Bridge, in order."""
 
-    def __init__(self, comm_overlap: Any = None, apply: Any = None) -> None:
+    def __init__(self, comm_overlap: Any = None, apply: Any = None, installed: str | None = "0.3.1") -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.installed = installed
         self.comm_overlap = comm_overlap
         self.apply = apply
         self.manager = FakeManager()
@@ -62,6 +68,9 @@ class FakeBridge:
     def callback_manager(self):
         return self.manager
 
+    def installed_version(self):
+        return self.installed
+
     def pretrain(self, config, callbacks):
         self.calls.append(("pretrain", (config, callbacks)))
 
@@ -84,9 +93,17 @@ def test_an_existing_comm_overlap_section_is_kept(tmp_path: Path) -> None:
     assert fake.calls[0][1][2] == {"optimizer_type": "muon"}
 
 
-def test_run_bridge_reads_the_resolved_config_and_registers_the_callback(tmp_path: Path) -> None:
-    run = compose_run("kimi_k2_muon", [ON_0_3_1, f"results_dir={tmp_path}", "run_id=entry-test"])
-    path = save_resolved_config(run, tmp_path / "runs" / "entry-test" / "config.yaml")
+def _job_folder(tmp_path: Path, *overrides: str) -> Path:
+    """A job folder as the launcher leaves it: config.yaml and plan.json side by side; returns config.yaml."""
+    resolved = validate(compose_run("kimi_k2_muon", [ON_0_3_1, f"results_dir={tmp_path}", "run_id=entry-test", *overrides]))
+    folder = tmp_path / "runs" / "entry-test"
+    path = save_resolved_config(resolved.run, folder / "config.yaml")
+    (folder / "plan.json").write_text(json.dumps(build_plan(resolved)))
+    return path
+
+
+def test_run_bridge_applies_the_plans_overrides_and_registers_the_callback(tmp_path: Path) -> None:
+    path = _job_folder(tmp_path)
 
     # Bridge's real override function on a container with Bridge's field names stands in for the recipe's.
     def apply(config, overrides):
@@ -100,6 +117,38 @@ def test_run_bridge_reads_the_resolved_config_and_registers_the_callback(tmp_pat
     assert config.optimizer.optimizer == "dist_muon" and config.ddp.use_distributed_optimizer is False
     assert config.model.pipeline_model_parallel_size == 4 and config.train.global_batch_size == 4096
     assert config.logger.wandb_exp_name == "entry-test"
+    recorded = json.loads((path.parent / "plan.json").read_text())["bridge"]["overrides"]
+    assert [c for c in fake.calls if c[0] == "overrides"] == [("overrides", recorded)]
+
+
+def test_the_job_applies_what_the_plan_recorded_not_a_recomputation(tmp_path: Path) -> None:
+    path = _job_folder(tmp_path)
+    plan = json.loads((path.parent / "plan.json").read_text())
+    plan["bridge"]["overrides"].append("train.train_iters=7")  # the plan, not config.yaml, decides
+    (path.parent / "plan.json").write_text(json.dumps(plan))
+    fake = FakeBridge()
+    run_bridge(path, api=fake)
+    assert dict(fake.calls)["overrides"][-1] == "train.train_iters=7"
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ("missing", "error: plan: no plan.json in "),
+    ("version", "is plan format 0, this checkout reads format 1; plan again"),
+    ("release", "error: cluster.container: the plan was made for nemo:26.02.01 (Megatron Bridge 0.3.1) but this "
+                "environment has Megatron Bridge 0.6.0; run the job in the nemo:26.02.01 image"),
+])
+def test_a_job_refuses_a_plan_it_cannot_apply_in_one_line(tmp_path: Path, change: str, fragment: str) -> None:
+    path = _job_folder(tmp_path)
+    plan_file = path.parent / "plan.json"
+    if change == "missing":
+        plan_file.unlink()
+    elif change == "version":
+        plan_file.write_text(json.dumps({**json.loads(plan_file.read_text()), "plan_version": 0}))
+    fake = FakeBridge(installed="0.6.0" if change == "release" else "0.3.1")
+    with pytest.raises(UserError) as caught:
+        run_bridge(path, api=fake)
+    assert fragment in caught.value.lines()[0] and len(caught.value.lines()) == 1
+    assert not any(name == "pretrain" for name, _ in fake.calls)
 
 
 def test_entry_runs_by_path_without_an_install_and_fails_in_one_line(tmp_path: Path) -> None:

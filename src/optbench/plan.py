@@ -23,6 +23,7 @@ from optbench.config.serialize import run_config_to_dict
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_text, dumps_strict
 from optbench.outputs import claim
+from optbench.plan_format import PLAN_VERSION
 from optbench.projection.plan_fields import projection_fields, projection_summary_lines
 from optbench.redact import recorded_overrides, redact_config, redact_text, run_secrets
 from optbench.resolve import ResolvedRun
@@ -53,6 +54,7 @@ def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = ()) -> dict[str
     # The Bridge recipe function and the overrides the in-container entry point applies.
     bridge = bridge_setup(run).as_dict() if run.engine == "megatron_bridge" else None
     plan = {
+        "plan_version": PLAN_VERSION,
         "recipe": run.recipe,
         "description": run.description,
         "overrides": recorded_overrides(overrides),

@@ -74,6 +74,19 @@ class BridgeSetup:
         }
 
 
+    @classmethod
+    def from_dict(cls, section: dict[str, Any]) -> BridgeSetup:
+        """The setup a plan's ``bridge`` section recorded (:meth:`as_dict` read back)."""
+        recipe = section["recipe"]
+        return cls(
+            recipe=BridgeRecipe(recipe["module"], recipe["function"], dict(recipe["kwargs"]), recipe.get("hf_config")),
+            mixed_precision=section["mixed_precision_preset"],
+            overrides=tuple(section["overrides"]),
+            intent=section["intent"],
+            preset=section["preset"],
+        )
+
+
 SECTIONS_CREATED_IF_MISSING = ("comm_overlap",)
 """ConfigContainer sections the entry point creates (with Bridge's defaults) when a recipe leaves them None."""
 

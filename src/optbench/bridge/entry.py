@@ -2,9 +2,11 @@
 
 Runs on every rank inside the NeMo container (one Slurm task per GPU, or torchrun on one machine):
 
-1. read the resolved config the launcher wrote (:func:`optbench.runs.load_resolved_config`);
-2. compute the Bridge recipe and overrides from it (:func:`optbench.bridge.adapter.bridge_setup`,
-   the same function that wrote plan.json's ``bridge`` section);
+1. read the resolved config the launcher wrote (:func:`optbench.runs.load_resolved_config`) and the
+   plan.json beside it (:func:`optbench.plan_format.read_plan`: its format version is checked);
+2. check that this container's Megatron Bridge is the release the plan was made for (one line if not),
+   and take the Bridge recipe call and overrides the plan recorded (the ``bridge`` section
+   :func:`optbench.bridge.adapter.bridge_setup` wrote): what `make plan` showed is what runs;
 3. call the recipe function, put in the mixed-precision preset and any missing section, and apply
    the overrides with Bridge's own ``process_config_with_overrides``;
 4. register :class:`optbench.bridge.callback.MetricsCallback` and call Bridge's ``pretrain`` with
@@ -29,9 +31,13 @@ from typing import Any, Optional
 if __package__ in (None, ""):  # run by path: make the package importable from the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from optbench.bridge.adapter import SECTIONS_CREATED_IF_MISSING, BridgeRecipe, BridgeSetup, bridge_setup  # noqa: E402
+from optbench.bridge.adapter import SECTIONS_CREATED_IF_MISSING, BridgeRecipe, BridgeSetup  # noqa: E402
 from optbench.bridge.callback import MetricsCallback  # noqa: E402
+from optbench.config.schema import RunConfig  # noqa: E402
+from optbench.errors import Problem, UserError  # noqa: E402
 from optbench.exits import exit_on_user_error  # noqa: E402
+from optbench.plan_format import read_plan  # noqa: E402
+from optbench.releases.versions import container_of  # noqa: E402
 from optbench.runs import load_resolved_config  # noqa: E402
 
 
@@ -63,6 +69,15 @@ class BridgeAPI:
 
         return CallbackManager()
 
+    def installed_version(self) -> str | None:
+        """The megatron-bridge version installed here (None when it is not installed)."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("megatron-bridge")
+        except PackageNotFoundError:
+            return None
+
     def pretrain(self, config: Any, callbacks: Any) -> None:
         from megatron.bridge.training.gpt_step import forward_step
         from megatron.bridge.training.pretrain import pretrain
@@ -91,11 +106,26 @@ def build_config_container(setup: BridgeSetup, api: BridgeAPI) -> Any:
     return api.apply_overrides(config, setup.overrides)
 
 
+def check_release(run: RunConfig, installed: str | None) -> None:
+    """The plan's container must be the one the job runs in: its Bridge version decides every field name."""
+    planned = container_of(run)
+    found = (installed or "").split("+")[0]
+    if found != planned.bridge:
+        raise UserError(Problem(
+            "cluster.container",
+            f"the plan was made for {planned.name} (Megatron Bridge {planned.bridge}) but this environment has "
+            f"{'Megatron Bridge ' + installed if installed else 'no megatron-bridge'}; run the job in the "
+            f"{planned.name} image, or plan again with cluster.container=<the image it runs in>",
+        ))
+
+
 def run_bridge(config_path: Path, api: Optional[BridgeAPI] = None, callback: Optional[MetricsCallback] = None) -> int:
-    """Train the run described by ``config_path`` with Megatron Bridge."""
+    """Train the run described by ``config_path`` and the plan.json beside it with Megatron Bridge."""
     api = api or BridgeAPI()
     run = load_resolved_config(config_path)
-    config = build_config_container(bridge_setup(run), api)
+    plan = read_plan(config_path.parent)
+    check_release(run, api.installed_version())
+    config = build_config_container(BridgeSetup.from_dict(plan["bridge"]), api)
     manager = api.callback_manager()
     (callback or MetricsCallback(run)).register(manager)
     api.pretrain(config, manager)
@@ -104,7 +134,7 @@ def run_bridge(config_path: Path, api: Optional[BridgeAPI] = None, callback: Opt
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m optbench.bridge.entry", description=__doc__.split("\n\n")[0])
-    parser.add_argument("config", type=Path, help="the resolved config.yaml the launcher wrote")
+    parser.add_argument("config", type=Path, help="the resolved config.yaml the launcher wrote (its plan.json beside it)")
     args = parser.parse_args(argv)
     with exit_on_user_error(debug=False):
         return run_bridge(args.config)
