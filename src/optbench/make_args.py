@@ -63,3 +63,9 @@ def options_from_env(args: argparse.Namespace, names: Mapping[str, str]) -> None
         value = os.environ.get(variable, "").strip()
         if value:
             setattr(args, attribute, value.split() if attribute == "logs" else value)
+
+
+def add_results_options(parser: argparse.ArgumentParser) -> None:
+    """--from-make and --results-dir, as every results command (table, compare, study) takes them."""
+    parser.add_argument("--from-make", action="store_true", help="read options from make's environment")
+    parser.add_argument("--results-dir", default=os.environ.get(RESULTS_DIR_ENV) or "results")

@@ -15,13 +15,12 @@ OPTBENCH_COMPARE_*) and the Hydra overrides from the words typed after the targe
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Sequence
 
 from optbench.exits import run_in_results_dir
-from optbench.make_args import RESULTS_DIR_ENV, options_from_env, overrides_from_make
+from optbench.make_args import add_results_options, options_from_env, overrides_from_make
 
 COMPARE_ENV = {
     "model": "OPTBENCH_COMPARE_MODEL",
@@ -80,14 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m optbench.experiments", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     study = sub.add_parser("study", help="Muon vs AdamW with tuned learning rates on real text")
-    study.add_argument("--from-make", action="store_true", help="read options from make's environment")
-    study.add_argument("--results-dir", default=os.environ.get(RESULTS_DIR_ENV) or "results")
+    add_results_options(study)
     study.add_argument("--size", default="cpu", help="cpu (what fits a laptop) or gpu (a larger proxy for one GPU)")
     study.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
     study.set_defaults(func=cmd_study)
     compare = sub.add_parser("compare", help="time-to-target of a Muon recipe and its AdamW twin")
-    compare.add_argument("--from-make", action="store_true", help="read options from make's environment")
-    compare.add_argument("--results-dir", default=os.environ.get(RESULTS_DIR_ENV) or "results")
+    add_results_options(compare)
     compare.add_argument("--model", default="kimi_k2_tiny", help="pair <model>_muon / <model>_adamw")
     compare.add_argument("--seeds", default="3", help="a count (3 = seeds 1,2,3) or a list (1,2,3)")
     compare.add_argument("--target", default="auto", help="target loss, or auto")

@@ -9,14 +9,13 @@ With ``--from-make`` the options come from the environment the Makefile exports 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Sequence
 
 from optbench.errors import UserError
 from optbench.exits import run_in_results_dir
-from optbench.make_args import RESULTS_DIR_ENV, options_from_env, overrides_from_make
+from optbench.make_args import RESULTS_DIR_ENV, add_results_options, options_from_env, overrides_from_make
 
 TABLE_ENV = {"warmup": "OPTBENCH_TABLE_WARMUP", "logs": "OPTBENCH_TABLE_LOGS", "results_dir": RESULTS_DIR_ENV}
 
@@ -48,8 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m optbench.report", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     table = sub.add_parser("table", help="write results/throughput.{md,csv} and plots")
-    table.add_argument("--from-make", action="store_true", help="read options from make's environment")
-    table.add_argument("--results-dir", default=os.environ.get(TABLE_ENV["results_dir"]) or "results")
+    add_results_options(table)
     table.add_argument("--warmup", default=None, help="steps skipped at the start of every run segment")
     table.add_argument("--log", dest="logs", action="append", default=[], help="a raw Megatron Bridge log (repeatable)")
     table.set_defaults(func=cmd_table)
