@@ -84,7 +84,7 @@ def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = ()) -> dict[str
         "optimizer": optimizer,
         "data": data_section(run),
         # FLOPs per token/step, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied TFLOP/s.
-        **accounting_fields(run, layout, resolved.ns_stats, resolved.memory),
+        **accounting_fields(run, layout, resolved.ns_stats, resolved.ns_flops_total, resolved.memory),
         # Projected step time, TFLOP/s and MFU; for Muon its AdamW twin and the overhead's causes.
         **projection_fields(resolved, overrides),
         "config": redact_config(run_config_to_dict(run)),

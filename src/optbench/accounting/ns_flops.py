@@ -207,9 +207,8 @@ def _shape_key(param: LocalParam) -> tuple:
     return (spec.kind, spec.shape, spec.partition_dim, param.local_shape, param.shards)
 
 
-def _resolve_mode(run: RunConfig, tp_mode: str | None) -> str:
-    if tp_mode is not None:
-        return tp_mode
+def recipe_tp_mode(run: RunConfig) -> str:
+    """The run's Muon TP mode (blockwise for AdamW: its counts are zero in every mode)."""
     return run.optimizer.muon.tp_mode if run.optimizer.muon is not None else "blockwise"
 
 
@@ -224,7 +223,7 @@ def dp_group_work(
 
     ``placement`` and ``layout``: the run's, when the caller holds them already (a resolved run does).
     """
-    mode = _resolve_mode(run, tp_mode)
+    mode = tp_mode or recipe_tp_mode(run)
     layout = layout or derive_layout(run)
     placement = placement or place(run)
     memo: dict[tuple, float] = {}
@@ -237,46 +236,27 @@ def dp_group_work(
 
 
 def rank_ns_flops(
-    run: RunConfig,
-    tp_mode: str | None = None,
-    syrk: bool = False,
-    owners_fn: OwnersFn = pingpong_by_numel,
-    groups: Sequence[DpGroupWork] | None = None,
-    layout: Layout | None = None,
+    run: RunConfig, tp_mode: str | None = None, syrk: bool = False, owners_fn: OwnersFn = pingpong_by_numel
 ) -> list[float]:
-    """Newton-Schulz FLOPs per step of every global rank (index = rank); zeros for AdamW.
-
-    ``groups``: ``dp_group_work(run, tp_mode, syrk)`` when the caller holds it already.
-    """
-    flops = [0.0] * run.parallel.num_gpus
-    muon = run.optimizer.muon
-    if muon is None:
-        return flops
-    layout = layout or derive_layout(run)
-    if groups is None:
-        groups = dp_group_work(run, tp_mode, syrk, layout=layout)
-    # Megatron skips sharding altogether when DP x CP is 1 (every rank owns all it holds).
-    shared = muon.layer_wise and layout.dp * layout.cp > 1
-    for group in groups:
-        if not shared:
-            total = sum(item.ns_flops for item in group.items)
-            for rank in group.ranks:
-                flops[rank] += total
-            continue
-        owners = owners_fn(group.items, len(group.ranks))
-        for item, owner in zip(group.items, owners):
-            flops[group.ranks[owner]] += item.ns_flops
-    return flops
+    """Newton-Schulz FLOPs per step of every global rank (index = rank); zeros for AdamW."""
+    key = (tp_mode or recipe_tp_mode(run), syrk)
+    return recounted_rank_ns_flops(run, dp_group_work(run, *key), [key], owners_fn=owners_fn)[key]
 
 
 def recounted_rank_ns_flops(
-    run: RunConfig, groups: Sequence[DpGroupWork], keys: Sequence[tuple[str, bool]], layout: Layout | None = None
+    run: RunConfig,
+    groups: Sequence[DpGroupWork],
+    keys: Sequence[tuple[str, bool]],
+    layout: Layout | None = None,
+    owners_fn: OwnersFn = pingpong_by_numel,
 ) -> dict[tuple[str, bool], list[float]]:
-    """:func:`rank_ns_flops` for every (TP mode, SYRK) in ``keys``, from the groups dealt in any one mode.
+    """Newton-Schulz FLOPs per step of every global rank for every (TP mode, SYRK) in ``keys``, from the
+    groups dealt in any one mode.
 
     Which rank owns which parameter depends only on the parameters' sizes (Megatron's ping-pong by
     numel), so the groups of one mode serve every mode: each group is dealt once and only each shape's
-    count is redone per mode.
+    count is redone per mode. (``owners_fn`` may deal by cost instead: it reads the groups' own counts,
+    so give it only the groups' own mode.)
     """
     world = run.parallel.num_gpus
     out = {key: [0.0] * world for key in keys}
@@ -294,12 +274,12 @@ def recounted_rank_ns_flops(
                 if shape not in counts[keys[0]]:
                     for key in keys:
                         counts[key][shape] = local_param_ns_flops(item.param, run.model, run, *key)
-            owners = pingpong_by_numel(group.items, len(group.ranks)) if shared else None
+            owners = owners_fn(group.items, len(group.ranks)) if shared else None
             dealt[id(group.items)] = (shapes, owners)
         shapes, owners = dealt[id(group.items)]
         owner_ranks = [group.ranks[owner] for owner in owners] if owners is not None else None
         for key in keys:
-            # Added in the order rank_ns_flops adds them, so the sums are the same to the last bit.
+            # Summed item by item in model order, so every mode's sums are the same to the last bit.
             costs = list(map(counts[key].__getitem__, shapes))
             flops = out[key]
             if owner_ranks is None:
@@ -327,4 +307,3 @@ def ns_flops_stats(flops: Sequence[float]) -> dict[str, float]:
 def ns_flops_per_step_per_gpu(run: RunConfig, tp_mode: str | None = None, syrk: bool = False) -> dict[str, float]:
     """:func:`ns_flops_stats` of :func:`rank_ns_flops`."""
     return ns_flops_stats(rank_ns_flops(run, tp_mode, syrk))
-

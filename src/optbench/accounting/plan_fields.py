@@ -110,8 +110,11 @@ def throughput_at(run: RunConfig, lay: Layout, ns_total: float) -> list[dict[str
     return implied
 
 
-def accounting_fields(run: RunConfig, lay: Layout, ns_stats: NsStats, memory: MemoryEstimate) -> dict[str, Any]:
-    """The accounting fields of plan.json, from the run's resolved layout, Newton-Schulz counts and memory."""
+def accounting_fields(
+    run: RunConfig, lay: Layout, ns_stats: NsStats, ns_total: float, memory: MemoryEstimate
+) -> dict[str, Any]:
+    """The accounting fields of plan.json, from the run's resolved layout, Newton-Schulz counts (per mode, and
+    the recipe mode's total over all ranks) and memory."""
     seq = run.train.seq_length
     peaks = peaks_for(run.cluster.gpu, run.precision)
     return {
@@ -121,12 +124,8 @@ def accounting_fields(run: RunConfig, lay: Layout, ns_stats: NsStats, memory: Me
         "ns_flops_per_step_per_gpu": ns_by_tp_mode(run, ns_stats),
         "memory_per_gpu_gb": memory.as_dict(),
         "peaks": [{"key": p.key, "tflops": p.tflops, "label": p.label, "source": p.source} for p in peaks],
-        "throughput_at": throughput_at(run, lay, ns_stats(_recipe_mode(run), False)["total"]),
+        "throughput_at": throughput_at(run, lay, ns_total),
     }
-
-
-def _recipe_mode(run: RunConfig) -> str:
-    return run.optimizer.muon.tp_mode if run.optimizer.muon is not None else "blockwise"
 
 
 def _si(flops: float) -> str:

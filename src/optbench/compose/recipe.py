@@ -15,11 +15,11 @@ from typing import Sequence
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from optbench.compose import release_layout
 from optbench.checkout import repo_root
+from optbench.compose import release_layout
+from optbench.compose.pipeline import follow_stage_overrides
 from optbench.config import overrides as typed
 from optbench.config.domains import check_domains
-from optbench.compose.pipeline import follow_stage_overrides
 from optbench.config.schema import RunConfig
 from optbench.config.serialize import closest, to_run_config, translate_schema_error
 from optbench.errors import Problem, UserError
@@ -207,5 +207,3 @@ def _checked(cfg: DictConfig, overrides: Sequence[str]) -> RunConfig:
     if problems:
         raise UserError(problems)
     return run
-
-

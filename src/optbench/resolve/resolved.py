@@ -20,7 +20,13 @@ from pathlib import Path
 from types import MappingProxyType
 
 from optbench.accounting.memory import MemoryEstimate, estimate_memory
-from optbench.accounting.ns_flops import DpGroupWork, dp_group_work, ns_flops_stats, recounted_rank_ns_flops
+from optbench.accounting.ns_flops import (
+    DpGroupWork,
+    dp_group_work,
+    ns_flops_stats,
+    recipe_tp_mode,
+    recounted_rank_ns_flops,
+)
 from optbench.accounting.placement import Placement, place
 from optbench.config.layout import Layout, derive_layout, stage_decoder_layers
 from optbench.config.schema import MUON_TP_MODES, RunConfig
@@ -54,8 +60,7 @@ class ResolvedRun:
     @property
     def tp_mode(self) -> str:
         """The recipe's Muon TP mode (blockwise for AdamW: the counts are zero in every mode)."""
-        muon = self.run.optimizer.muon
-        return muon.tp_mode if muon is not None else "blockwise"
+        return recipe_tp_mode(self.run)
 
     def _key(self, tp_mode: str | None, syrk: bool) -> WorkKey:
         if self.run.optimizer.muon is None:
@@ -111,8 +116,7 @@ def resolve(run: RunConfig, run_id: str | None = None, like: ResolvedRun | None 
     layout = derive_layout(run)
     placement = like.placement if like is not None and _same_placement(run, like.run) else place(run)
     muon = run.optimizer.muon is not None
-    mode = run.optimizer.muon.tp_mode if muon else "blockwise"
-    work = {syrk: tuple(dp_group_work(run, mode, syrk, placement, layout)) for syrk in ((False, True) if muon else (False,))}
+    work = {syrk: tuple(dp_group_work(run, None, syrk, placement, layout)) for syrk in ((False, True) if muon else (False,))}
     keys = [(m, syrk) for m in MUON_TP_MODES for syrk in (False, True)] if muon else [("blockwise", False)]
     rank_ns = {key: tuple(flops) for key, flops in recounted_rank_ns_flops(run, work[False], keys, layout).items()}
     return ResolvedRun(
