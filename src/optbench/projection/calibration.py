@@ -101,19 +101,27 @@ def _release_of(run: RunConfig) -> str | None:
     return run.cluster.container.split(":", 1)[1]
 
 
-def _matches(run: RunConfig, row: PublishedRow) -> bool:
+def _matches(anchor: ResolvedRun, row: PublishedRow) -> bool:
+    run = anchor.run
     return (
         run.model.name == row.model
         and run.cluster.gpu == row.gpu
         and run.parallel.num_gpus == row.num_gpus
         and run.precision.name == PRECISION_ALIASES.get(row.precision, row.precision)
         and run.optimizer.name == "adamw"
-        and layout_matches(run, row.layout)
+        and layout_matches(run, row.layout, anchor.layout)
     )
 
 
-def anchor_config(row: PublishedRow) -> tuple[str, tuple[str, ...], RunConfig] | None:
-    """(recipe, overrides, run) that reproduces an AdamW row, or None."""
+@lru_cache(maxsize=128)
+def _candidate(recipe: str, overrides: tuple[str, ...]) -> ResolvedRun:
+    """One anchor candidate, composed and resolved once however many calibrations rank it (``make table``
+    calibrates some 60 model/GPU/release keys on a handful of candidates; a UserError is not kept)."""
+    return resolve(compose_run(recipe, list(overrides)))
+
+
+def anchor_config(row: PublishedRow) -> tuple[str, tuple[str, ...], ResolvedRun] | None:
+    """(recipe, overrides, resolved run) that reproduces an AdamW row, or None."""
     recipe = f"{row.model}_adamw"
     if recipe not in list_recipes():
         return None
@@ -130,11 +138,11 @@ def anchor_config(row: PublishedRow) -> tuple[str, tuple[str, ...], RunConfig] |
             presets.append(f"{group}={option}")
     for overrides in ((), tuple(presets)):
         try:
-            run = compose_run(recipe, list(overrides))
+            anchor = _candidate(recipe, overrides)
         except UserError:
             continue
-        if _matches(run, row):
-            return recipe, overrides, run
+        if _matches(anchor, row):
+            return recipe, overrides, anchor
     return None
 
 
@@ -174,12 +182,12 @@ def _calibrate(model: str, gpu: str, release: str | None, published: str, assump
         found = anchor_config(row)
         if found is None:
             continue
-        recipe, overrides, run = found
+        recipe, overrides, anchor_run = found
+        run = anchor_run.run
         step = _step_time(run, row)
         net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
         if step is None or net is None:
             continue
-        anchor_run = resolve(run)
         inputs = build_inputs(anchor_run, net, assumptions)
         try:
             efficiency = solve_efficiency(inputs, step, assumptions.backward_share)

@@ -3,8 +3,9 @@
 Validation resolves a run once its config checks pass (:func:`optbench.validate.validate` returns the
 :class:`ResolvedRun`); the memory check, the plan, the accounting, the projection, the AdamW twin, the
 Bridge adapter, the job rendering and the sweep read it. Nothing here is computed again elsewhere and
-nothing changes after :func:`resolve` returns: the run inside is a private copy, and every derived value
-is a frozen dataclass, a tuple or a read-only mapping.
+nothing changes after :func:`resolve` returns: the run inside is a copy, and every derived value is a
+frozen dataclass, a tuple or a read-only mapping. The parts only a plan needs (SYRK counts, the counts
+of every TP mode, memory) are computed on first use and kept.
 
 What a Bridge job needs fixed before it leaves this machine (an absolute results_dir, a run id that
 names its folder, its W&B run and its checkpoints) is fixed here, so that the plan, config.yaml and the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 
@@ -48,14 +50,31 @@ class ResolvedRun:
     """Decoder layers held by each virtual pipeline stage, in Megatron's stage order."""
     placement: Placement
     """Where every parameter shard lives."""
-    work: Mapping[bool, tuple[DpGroupWork, ...]]
-    """Each data-parallel group's parameters with their Newton-Schulz FLOPs in the recipe's TP mode, without
-    (False) and, for Muon, with (True) SYRK."""
-    rank_ns: Mapping[WorkKey, tuple[float, ...]]
-    """Newton-Schulz FLOPs per step of every global rank: for Muon every TP mode with and without SYRK, for
-    AdamW one entry, zeros (layer-wise ownership dealt ping-pong by numel, as Megatron deals it)."""
-    memory: MemoryEstimate
-    """Per-GPU memory estimate of the busiest GPU of every pipeline rank."""
+    groups_plain: tuple[DpGroupWork, ...]
+    """Each data-parallel group's parameters with their Newton-Schulz FLOPs in the recipe's TP mode."""
+
+    # Computed on first use and kept (the instance never changes): a published row's projection needs none
+    # of them, a plan needs all.
+    @cached_property
+    def groups_syrk(self) -> tuple[DpGroupWork, ...]:
+        """The same groups counted with SYRK kernels (the what-ifs); the plain ones for AdamW."""
+        if self.run.optimizer.muon is None:
+            return self.groups_plain
+        return tuple(dp_group_work(self.run, None, True, self.placement, self.layout))
+
+    @cached_property
+    def rank_ns(self) -> Mapping[WorkKey, tuple[float, ...]]:
+        """Newton-Schulz FLOPs per step of every global rank: for Muon every TP mode with and without SYRK, for
+        AdamW one entry, zeros (layer-wise ownership dealt ping-pong by numel, as Megatron deals it)."""
+        muon = self.run.optimizer.muon is not None
+        keys = [(m, syrk) for m in MUON_TP_MODES for syrk in (False, True)] if muon else [("blockwise", False)]
+        counted = recounted_rank_ns_flops(self.run, self.groups_plain, keys, self.layout)
+        return MappingProxyType({key: tuple(flops) for key, flops in counted.items()})
+
+    @cached_property
+    def memory(self) -> MemoryEstimate:
+        """Per-GPU memory estimate of the busiest GPU of every pipeline rank."""
+        return estimate_memory(self.run, self.layout, self.placement, self.groups_plain)
 
     @property
     def tp_mode(self) -> str:
@@ -69,7 +88,7 @@ class ResolvedRun:
 
     def groups(self, syrk: bool = False) -> tuple[DpGroupWork, ...]:
         """The data-parallel groups' work in the recipe's TP mode, with or without SYRK."""
-        return self.work[syrk and self.run.optimizer.muon is not None]
+        return self.groups_syrk if syrk else self.groups_plain
 
     def rank_ns_flops(self, tp_mode: str | None = None, syrk: bool = False) -> tuple[float, ...]:
         """Newton-Schulz FLOPs per step of every global rank (index = rank)."""
@@ -115,16 +134,10 @@ def resolve(run: RunConfig, run_id: str | None = None, like: ResolvedRun | None 
     run = _job_ready(run, run_id)
     layout = derive_layout(run)
     placement = like.placement if like is not None and _same_placement(run, like.run) else place(run)
-    muon = run.optimizer.muon is not None
-    work = {syrk: tuple(dp_group_work(run, None, syrk, placement, layout)) for syrk in ((False, True) if muon else (False,))}
-    keys = [(m, syrk) for m in MUON_TP_MODES for syrk in (False, True)] if muon else [("blockwise", False)]
-    rank_ns = {key: tuple(flops) for key, flops in recounted_rank_ns_flops(run, work[False], keys, layout).items()}
     return ResolvedRun(
         run=run,
         layout=layout,
         stage_layers=tuple(stage_decoder_layers(run)),
         placement=placement,
-        work=MappingProxyType(work),
-        rank_ns=MappingProxyType(rank_ns),
-        memory=estimate_memory(run, layout, placement, work[False]),
+        groups_plain=tuple(dp_group_work(run, None, False, placement, layout)),
     )
