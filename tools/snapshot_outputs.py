@@ -58,9 +58,15 @@ def stable(text: str) -> str:
     return text
 
 
+def refuse(message: str) -> None:
+    """One line on stderr and exit code 2, as every optbench command refuses a bad input."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def fresh_work() -> Path:
     if WORK.exists() and not (WORK / MARKER).exists():
-        raise SystemExit(f"error: {WORK} exists and was not made by this tool; move it away")
+        refuse(f"work folder: {WORK} exists and was not made by this tool; move it away")
     if WORK.exists():
         shutil.rmtree(WORK)
     WORK.mkdir(parents=True)
@@ -132,7 +138,7 @@ def table(out: Path) -> None:
     printed = launch(["optbench.report", "table", "--results-dir", str(folder)])
     for name in ("throughput.md", "throughput.csv"):
         (out / "table").mkdir(parents=True, exist_ok=True)
-        shutil.copy(folder / name, out / "table" / name)
+        (out / "table" / name).write_text(stable((folder / name).read_text()))
     (out / "table" / "printed.txt").write_text(re.sub(r"in [\d.]+ s", "in <t> s", printed))
 
 
@@ -141,7 +147,7 @@ def main() -> int:
         raise SystemExit(__doc__)
     out = Path(sys.argv[1]).resolve()
     if out.exists():
-        raise SystemExit(f"error: {out} exists; name a new folder")
+        refuse(f"folder: {out} exists; name a new folder")
     fresh_work()
     out.mkdir(parents=True)
     plans(out)
