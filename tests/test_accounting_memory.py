@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_make
+from optbench.hardware import gpu_catalog
 from optbench.accounting.activations import forwards_in_flight
 from optbench.accounting.memory import estimate_memory
 from optbench.compose.recipe import compose_run, list_group_options
@@ -15,7 +16,7 @@ from optbench.config.layout import derive_layout
 from optbench.validate import collect_problems
 
 REPO = Path(__file__).resolve().parents[1]
-CLUSTER_FOR_GPU = {"gb300": "gb300_nvl72", "gb200": "gb200_nvl72", "b300": "b300", "b200": "b200", "h100": "h100"}
+CLUSTER_FOR_GPU = {gpu: spec.cluster_preset for gpu, spec in gpu_catalog().items()}
 KIMI_ON_64_H100 = (
     "cluster=h100", "precision=fp8_cs", "parallel.num_gpus=64", "parallel.tp=8", "parallel.pp=1", "parallel.vpp=null",
     "parallel.ep=64", "parallel.pipeline_layout=null", "parallel.sequence_parallel=true", "train.gbs=512",

@@ -8,6 +8,7 @@ import pytest
 from conftest import ON_0_3_1
 
 from launch.jobs import job_env
+from optbench.hardware import gpu_spec
 from optbench.bridge.adapter import bridge_setup, override_items
 from optbench.releases.presets import RECIPE_DEPARTURES, find_preset, layout_from_string, load, provenance
 from optbench.compose.recipe import compose_run
@@ -123,7 +124,7 @@ def test_job_environment_is_nvidias_for_every_preset(key: str) -> None:
     preset = find_preset(compose_run(f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}", [ON_0_3_1]))
     entry = load()["presets"][key]
     value = lambda field: entry["settings"].get(field, entry["recipe_values"].get(field))  # noqa: E731
-    cluster = {"gb300": "gb300_nvl72", "gb200": "gb200_nvl72", "b300": "b300", "b200": "b200", "h100": "h100"}[gpu]
+    cluster = gpu_spec(gpu).cluster_preset
     run = compose_run(f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}", [f"cluster={cluster}", f"precision={precision}", ON_0_3_1])
     parallel = dataclasses.replace(
         run.parallel, tp=value("model.tensor_model_parallel_size"), cp=value("model.context_parallel_size"),

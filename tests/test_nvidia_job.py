@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from launch.jobs import numa_binding, numa_rule, segment_size
+from optbench.hardware import gpu_spec
 from optbench.releases import versions
 from optbench.releases.presets import find_preset, load
 from optbench.compose.recipe import compose_run
@@ -143,7 +144,7 @@ def test_segment_and_numa_rules_reproduce_every_preset(release: str, key: str) -
     """NVIDIA's --segment and NUMA rules, applied by us, give what its launcher rendered for every preset of every release."""
     model, gpu, precision, optimizer = key.split("/")
     preset = load(release)["presets"][key]
-    cluster = {"gb300": "gb300_nvl72", "gb200": "gb200_nvl72", "b300": "b300", "b200": "b200", "h100": "h100"}[gpu]
+    cluster = gpu_spec(gpu).cluster_preset
     recipe = f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}"
     run = compose_run(recipe, [f"cluster={cluster}", f"precision={precision}", f"parallel.num_gpus={preset['num_gpus']}",
                                f"cluster.container={CONTAINERS[release]}", "intent=train"])

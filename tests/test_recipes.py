@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from optbench.hardware import gpu_catalog
 from optbench.releases import presets, versions
 
 from optbench.compose.recipe import compose_run, list_group_options, list_recipes
@@ -17,14 +18,7 @@ from optbench.validate import collect_problems
 from optbench.resolve import resolve
 
 REPO = Path(__file__).resolve().parents[1]
-CLUSTER_FOR_GPU = {
-    "gb300": "gb300_nvl72",
-    "gb200": "gb200_nvl72",
-    "b300": "b300",
-    "b200": "b200",
-    "h100": "h100",
-    "h200": "h200",
-}
+CLUSTER_FOR_GPU = {gpu: spec.cluster_preset for gpu, spec in gpu_catalog().items()}
 
 
 @pytest.mark.parametrize("recipe", list_recipes())
@@ -102,3 +96,18 @@ def test_published_row_layout_matches(row: dict[str, str]) -> None:
     if (row["release"], row["model"], row["gpu"]) in BRIDGE_030_BATCH or row["gbs"] in NON_DEFAULT_VARIANT_GBS:
         return
     assert (run.train.gbs, run.train.mbs, run.train.seq_length) == (int(row["gbs"]), int(row["mbs"]), int(row["seq_length"]))
+
+
+@pytest.mark.parametrize("gpu", list(gpu_catalog()))
+def test_each_registry_gpu_has_its_cluster_preset_with_the_registrys_node_size(gpu: str) -> None:
+    """The GPU registry (optbench/data/gpus.csv) names the cluster preset; the preset agrees with it."""
+    spec = gpu_catalog()[gpu]
+    cluster = compose_run("kimi_k2_muon", [f"cluster={spec.cluster_preset}"]).cluster
+    assert (cluster.gpu, cluster.gpus_per_node) == (gpu, spec.gpus_per_node)
+
+
+def test_each_registry_model_has_its_model_preset_and_a_recipe() -> None:
+    from optbench.models import model_registry
+
+    assert set(model_registry()) <= set(list_group_options("model"))
+    assert all(f"{model}_adamw" in list_recipes() for model in model_registry())

@@ -19,14 +19,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bridge_sources import BRIDGE_REPO, git  # noqa: E402
+from optbench.hardware import gpu_catalog  # noqa: E402
 from optbench.io import atomic_write_text  # noqa: E402
+from optbench.models import model_registry  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "results" / "published"
 FILES = ("docs/performance-summary.md", "docs/performance-summary-archive.md")
 FIRST_RELEASE = (25, 11)
-MODELS = {"kimi_k2": "kimi_k2", "qwen3_30b_a3b": "qwen3_30b_a3b", "deepseekv3": "deepseek_v3"}
-SYSTEMS = {"DGX-GB300": "gb300", "DGX-GB200": "gb200", "DGX-B300": "b300", "DGX-B200": "b200", "DGX-H100": "h100"}
+MODELS = {entry.nvidia_table_key: model for model, entry in model_registry().items()}
+"""NVIDIA's table name (normalised as model_key does) -> our model id (the model registry, optbench/data/models.csv)."""
+SYSTEMS = {spec.nvidia_system: gpu for gpu, spec in gpu_catalog().items()}
+"""NVIDIA's system name -> our GPU id (the GPU registry, optbench/data/gpus.csv)."""
 PRECISIONS = {"MXFP8": "mxfp8", "FP8-MX": "mxfp8", "FP8-CS": "fp8_cs", "FP8": "fp8", "BF16": "bf16"}
 COLUMNS = {"System": "system", "Model": "model", "#-GPUs": "num_gpus", "Precision": "precision", "GBS": "gbs", "MBS": "mbs",
            "Sequence Length": "seq_length", "TP": "tp", "PP": "pp", "CP": "cp", "VP": "vpp", "EP": "ep",

@@ -43,9 +43,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "bridge_env"))
 sys.path.insert(0, str(ROOT / "src"))
 
-FAMILIES = {"kimi_k2": ("kimi", "kimi_k2"), "qwen3_30b_a3b": ("qwen", "qwen3_30b_a3b"), "deepseek_v3": ("deepseek", "deepseek_v3")}
-"""Our model -> NVIDIA's (model_family_name, model_recipe_name)."""
-GPUS_PER_NODE = {"gb300": 4, "gb200": 4, "b300": 8, "b200": 8, "h100": 8}
+from optbench.hardware import gpu_catalog  # noqa: E402
+from optbench.models import model_registry  # noqa: E402
+
+FAMILIES = {model: (entry.nvidia_family, entry.nvidia_recipe) for model, entry in model_registry().items()}
+"""Our model -> NVIDIA's (model_family_name, model_recipe_name), from the model registry (optbench/data/models.csv)."""
+GPUS_PER_NODE = {gpu: spec.gpus_per_node for gpu, spec in gpu_catalog().items()}
+"""GPUs per node of each registry GPU (optbench/data/gpus.csv); a GPU NVIDIA has no workload config for yields no case."""
 PRECISIONS = {"bf16": "bf16", "fp8_cs": "fp8_cs", "mxfp8": "fp8_mx"}
 """Our precision name -> NVIDIA's compute dtype."""
 MIXED_PRECISION_PRESETS = {"bf16": "bf16_mixed", "fp8_cs": "bf16_with_fp8_current_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}

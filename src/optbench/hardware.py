@@ -1,4 +1,7 @@
-"""GPU catalog: architecture, HBM and peak dense tensor throughput, read from data/gpus.csv.
+"""GPU catalog: architecture, HBM, peak dense tensor throughput and the system it ships in, read from data/gpus.csv.
+
+The one registry of GPU facts: src, tools (NVIDIA's system names, GPUs per node) and tests (the cluster preset of
+each GPU, the device properties the CPU stand-ins fake) read it; the network figures are in interconnect.csv.
 
 The peaks are the MFU denominators (FACTS.md section 3): dense (no sparsity) tensor-core
 TFLOP/s per GPU, each row with its source and how sure that source is. Rack-level
@@ -29,6 +32,16 @@ class GpuSpec:
     """Dense peak TFLOP/s per precision: bf16, fp8 and, where published, fp4."""
     mxfp8: bool
     """Hardware MXFP8 (block-scaled FP8) support."""
+    gpus_per_node: int
+    """GPUs per node (tray) of the system NVIDIA measures on (NVL72: 4; HGX/DGX: 8)."""
+    cluster_preset: str
+    """Our cluster preset for it (conf/cluster/<name>.yaml)."""
+    nvidia_system: str
+    """NVIDIA's system name in Bridge's performance tables (DGX-GB300, ...)."""
+    device_name: str
+    """What torch.cuda.get_device_name reports."""
+    sm_count: int
+    """Streaming multiprocessors (torch's multi_processor_count)."""
     source: str
     """Where the peak figures come from."""
     confidence: str
@@ -55,6 +68,11 @@ def gpu_catalog() -> dict[str, GpuSpec]:
             hbm_gb=float(row["hbm_gb"]),
             peak_tflops=peaks,
             mxfp8=row["mxfp8"] == "true",
+            gpus_per_node=int(row["gpus_per_node"]),
+            cluster_preset=row["cluster_preset"],
+            nvidia_system=row["nvidia_system"],
+            device_name=row["device_name"],
+            sm_count=int(row["sm_count"]),
             source=row["source"],
             confidence=row["confidence"],
         )

@@ -16,11 +16,13 @@ Nothing here is used outside tests and the preset tool: the job in the NeMo cont
 from __future__ import annotations
 
 import abc
+import csv
 import importlib.abc
 import importlib.machinery
 import os
 import sys
 import types
+from pathlib import Path
 from types import SimpleNamespace
 
 STUBBED = (
@@ -32,13 +34,15 @@ STUBBED = (
 TE_VERSION = "2.12.0"
 """What the stand-in Transformer Engine reports (the NeMo 26.02 container's major line)."""
 
-GPUS = {
-    "gb300": ("NVIDIA GB300", 10, 3, 288e9, 160),
-    "gb200": ("NVIDIA GB200", 10, 0, 186e9, 148),
-    "b300": ("NVIDIA B300", 10, 3, 288e9, 160),
-    "b200": ("NVIDIA B200", 10, 0, 192e9, 148),
-    "h100": ("NVIDIA H100 80GB HBM3", 9, 0, 80e9, 132),
-}
+GPU_REGISTRY = Path(__file__).resolve().parents[2] / "src" / "optbench" / "data" / "gpus.csv"
+"""The GPU registry (optbench.hardware reads it too); read as a file: this module runs before optbench is importable."""
+
+
+def _gpu_properties(gpu: str) -> tuple[str, int, int, float, int]:
+    """(device name, compute capability major, minor, memory in bytes, SM count) of a registry GPU."""
+    row = next(r for r in csv.DictReader(GPU_REGISTRY.read_text().splitlines()) if r["gpu"] == gpu)
+    major, minor = (int(part) for part in row["compute_capability"].split("."))
+    return row["device_name"], major, minor, float(row["hbm_gb"]) * 1e9, int(row["sm_count"])
 
 
 def _identity_or(value, args, kwargs):
@@ -139,7 +143,7 @@ def install() -> str:
     import torch
 
     gpu = os.environ.get("OPTBENCH_FAKE_GPU", "gb300")
-    name, major, minor, memory, sms = GPUS[gpu]
+    name, major, minor, memory, sms = _gpu_properties(gpu)
     properties = SimpleNamespace(name=name, major=major, minor=minor, total_memory=int(memory), multi_processor_count=sms)
     torch.cuda.get_device_properties = lambda *args, **kwargs: properties
     torch.cuda.get_device_capability = lambda *args, **kwargs: (major, minor)

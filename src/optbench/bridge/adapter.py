@@ -25,6 +25,7 @@ from optbench.releases.hydra_values import format_override
 from optbench.bridge.sections import Item, our_items
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
+from optbench.models import model_registry
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,8 @@ class BridgeSetup:
 SECTIONS_CREATED_IF_MISSING = ("comm_overlap",)
 """ConfigContainer sections the entry point creates (with Bridge's defaults) when a recipe leaves them None."""
 
-BRIDGE_MODELS = ("kimi_k2", "qwen3_30b_a3b", "deepseek_v3")
-"""Models with a Megatron Bridge recipe function."""
+BRIDGE_MODELS = tuple(model_registry())
+"""Models with a Megatron Bridge recipe function (the model registry, optbench/data/models.csv)."""
 
 
 def bridge_recipe(run: RunConfig) -> BridgeRecipe:
@@ -104,20 +105,15 @@ def bridge_recipe_for(name: str, optimizer_type: str, container: versions.Contai
     """The Bridge recipe function for a model name and an optimizer type (muon or adam) in the container's release;
     Kimi K2's as that release's source shows it (whether it takes ``optimizer_type``, 0.6 does not: the overrides
     then set the optimizer alone; whether it reads the hub config, from 0.4)."""
-    if name == "kimi_k2":
+    entry = model_registry().get(name)
+    if entry is not None and name == "kimi_k2":
         takes = versions.behaviour(container, "kimi_recipe_takes_optimizer_type")
         hub = versions.behaviour(container, "kimi_recipe_reads_hub_config")
-        return BridgeRecipe("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_pretrain_config",
+        return BridgeRecipe(entry.bridge_recipe_module, entry.bridge_recipe_function,
                             {"optimizer_type": optimizer_type} if takes else {},
-                            hf_config="moonshotai/Kimi-K2-Instruct" if hub else None)
-    if name == "qwen3_30b_a3b":
-        return BridgeRecipe(
-            "megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_30b_a3b_pretrain_config", {}, hf_config="Qwen/Qwen3-30B-A3B"
-        )
-    if name == "deepseek_v3":
-        return BridgeRecipe(
-            "megatron.bridge.recipes.deepseek.deepseek_v3", "deepseek_v3_pretrain_config", {}, hf_config="deepseek-ai/DeepSeek-V3"
-        )
+                            hf_config=entry.hf_config if hub else None)
+    if entry is not None:
+        return BridgeRecipe(entry.bridge_recipe_module, entry.bridge_recipe_function, {}, hf_config=entry.hf_config)
     raise UserError(
         Problem(
             "model",

@@ -18,10 +18,12 @@ What changed (read from the tagged sources, ``optbench/data/bridge/fields-*.json
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Iterable
 
-from optbench.releases import versions
+from optbench.config.field_table import bridge_items, bridge_name
 from optbench.config.schema import RunConfig
+from optbench.releases import versions
 from optbench.errors import Problem
 
 Item = tuple[str, Any]
@@ -47,32 +49,28 @@ def _arrives_with(what: str, predicate, instead: str) -> str:
 def optimizer_name_items(run: RunConfig, container: versions.Container) -> list[Item]:
     """The optimizer name, and the layer-wise switch where the version has one."""
     muon = run.optimizer.muon
+    name = bridge_name("optimizer.name")
     if run.optimizer.name != "muon" or muon is None:
-        return [("optimizer.optimizer", "adam")]
-    if versions.has_field(container, "optimizer.use_layer_wise_distributed_optimizer"):
-        return [("optimizer.optimizer", "muon"), ("optimizer.use_layer_wise_distributed_optimizer", muon.layer_wise)]
-    return [("optimizer.optimizer", "dist_muon" if muon.layer_wise else "muon")]
+        return [(name, "adam")]
+    layer_wise = bridge_name("optimizer.muon.layer_wise")
+    if versions.has_field(container, layer_wise):
+        return [(name, "muon"), (layer_wise, muon.layer_wise)]
+    return [(name, "dist_muon" if muon.layer_wise else "muon")]
 
 
-def muon_items(run: RunConfig, container: versions.Container, ns_precision: str) -> list[Item]:
+def muon_items(run: RunConfig, container: versions.Container) -> list[Item]:
     """Muon's own fields in this version's names (problems are reported by :func:`muon_problems` first)."""
-    muon = run.optimizer.muon
-    assert muon is not None
-    nesterov = "muon_nesterov" if versions.has_field(container, "optimizer.muon_nesterov") else "muon_use_nesterov"
-    items: list[Item] = [
-        ("optimizer.muon_momentum", muon.momentum),
-        (f"optimizer.{nesterov}", muon.nesterov),
-        ("optimizer.muon_scale_mode", muon.scale_mode),
-        ("optimizer.muon_fp32_matmul_prec", ns_precision),
-        ("optimizer.muon_num_ns_steps", muon.ns_steps),
-        ("optimizer.muon_tp_mode", muon.tp_mode),
-        ("optimizer.muon_split_qkv", muon.split_qkv),
-        ("optimizer.muon_extra_scale_factor", muon.extra_scale_factor),
+    has_field = partial(versions.has_field, container)
+    items = [
+        *bridge_items(run, "optimizer.muon.momentum"),
+        (bridge_name("optimizer.muon.nesterov", has_field), run.optimizer.muon.nesterov),
+        *bridge_items(run, "optimizer.muon.scale_mode", "optimizer.muon.fp32_matmul_prec", "optimizer.muon.ns_steps",
+                      "optimizer.muon.tp_mode", "optimizer.muon.split_qkv", "optimizer.muon.extra_scale_factor"),
     ]
-    if versions.has_field(container, "optimizer.muon_coefficient_type"):
-        items.append(("optimizer.muon_coefficient_type", muon.coefficients))
+    if has_field(bridge_name("optimizer.muon.coefficients")):
+        items += bridge_items(run, "optimizer.muon.coefficients")
     if layer_wise_overlap(run):
-        items.append(("optimizer.overlap_param_gather", True))
+        items.append((bridge_name("optimizer.muon.overlap_param_gather"), True))
     return items
 
 
@@ -89,7 +87,7 @@ def muon_problems(run: RunConfig) -> Iterable[Problem]:
     if run.optimizer.name != "muon" or muon is None:
         return
     container = versions.container_of(run)
-    if muon.coefficients != "quintic" and not versions.has_field(container, "optimizer.muon_coefficient_type"):
+    if muon.coefficients != "quintic" and not versions.has_field(container, bridge_name("optimizer.muon.coefficients")):
         yield Problem(
             "optimizer.muon.coefficients",
             f"{container.label()} runs the quintic set only; " + _arrives_with(

@@ -14,14 +14,11 @@ from typing import Any, Optional
 
 from optbench.bridge import muon_fields
 from optbench.releases import presets, versions
-from optbench.config.data_path import dataset_blend
+from optbench.config.field_table import TABLE, bridge_items, bridge_name, value_at
 from optbench.config.layout import vpp_size
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.runs import checked_run_id
-
-NS_PRECISION_ON_GPU = "medium"
-"""optimizer.muon.fp32_matmul_prec=auto on a GPU: bf16 Newton-Schulz products, Bridge's default."""
 
 TRAIN_TIMING_LOG_LEVEL = 1
 """intent=train: Megatron times the optimizer step only from timing level 1 (the callback reads that timer).
@@ -50,30 +47,18 @@ def _parallel(run: RunConfig) -> list[Item]:
     p = run.parallel
     vpp = vpp_size(run)
     items: list[Item] = [
-        ("model.tensor_model_parallel_size", p.tp),
-        ("model.pipeline_model_parallel_size", p.pp),
-        ("model.virtual_pipeline_model_parallel_size", vpp if vpp > 1 else None),
-        ("model.context_parallel_size", p.cp),
-        ("model.expert_model_parallel_size", p.ep),
-        ("model.expert_tensor_parallel_size", p.etp),
-        ("model.sequence_parallel", p.sequence_parallel),
-        ("model.pipeline_model_parallel_layout", [list(stage) for stage in p.pipeline_layout] if p.pipeline_layout else None),
-        ("model.recompute_granularity", p.recompute_granularity),
-        ("model.recompute_modules", list(p.recompute_modules) if p.recompute_modules is not None else None),
-        ("model.recompute_method", p.recompute_method),
-        ("model.recompute_num_layers", p.recompute_num_layers),
-        ("model.moe_token_dispatcher_type", p.moe_token_dispatcher),
+        *bridge_items(run, "parallel.tp", "parallel.pp"),
+        (bridge_name("parallel.vpp"), vpp if vpp > 1 else None),
+        *bridge_items(run, "parallel.cp", "parallel.ep", "parallel.etp", "parallel.sequence_parallel",
+                      "parallel.pipeline_layout", "parallel.recompute_granularity", "parallel.recompute_modules",
+                      "parallel.recompute_method", "parallel.recompute_num_layers", "parallel.moe_token_dispatcher"),
     ]
     if p.moe_token_dispatcher == "flex":
         # As Bridge's apply_flex_dispatcher_backend: the flex dispatcher cannot overlap the shared expert.
-        items += [
-            ("model.moe_flex_dispatcher_backend", p.moe_flex_dispatcher_backend),
-            ("model.moe_shared_expert_overlap", False),
-        ]
+        items += [*bridge_items(run, "parallel.moe_flex_dispatcher_backend"), ("model.moe_shared_expert_overlap", False)]
     items += [
-        ("model.cuda_graph_impl", p.cuda_graph_impl or ("transformer_engine" if p.cuda_graph_scope else "none")),
-        ("model.cuda_graph_scope", list(p.cuda_graph_scope)),
-        ("comm_overlap.tp_comm_overlap", p.tp_comm_overlap),
+        (bridge_name("parallel.cuda_graph_impl"), p.cuda_graph_impl or ("transformer_engine" if p.cuda_graph_scope else "none")),
+        *bridge_items(run, "parallel.cuda_graph_scope", "parallel.tp_comm_overlap"),
     ]
     return items
 
@@ -81,67 +66,39 @@ def _parallel(run: RunConfig) -> list[Item]:
 def _model(run: RunConfig) -> list[Item]:
     """The model's shape, in Megatron names, so that a changed model.* value reaches the run."""
     m = run.model
-    items: list[Item] = [
-        ("model.num_layers", m.num_layers),
-        ("model.hidden_size", m.hidden_size),
-        ("model.ffn_hidden_size", m.ffn_hidden_size),
-        ("model.num_attention_heads", m.num_attention_heads),
-        ("model.qk_layernorm", m.qk_layernorm),
-    ]
+    fields = ["num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "qk_layernorm"]
     if m.multi_latent_attention:
-        items += [
-            ("model.q_lora_rank", m.q_lora_rank),
-            ("model.kv_lora_rank", m.kv_lora_rank),
-            ("model.qk_head_dim", m.qk_head_dim),
-            ("model.qk_pos_emb_head_dim", m.qk_pos_emb_head_dim),
-            ("model.v_head_dim", m.v_head_dim),
-            ("model.rotary_scaling_factor", m.rotary_scaling_factor),
-        ]
+        fields += ["q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "rotary_scaling_factor"]
     else:
-        items += [("model.num_query_groups", m.num_query_groups), ("model.kv_channels", m.kv_channels)]
+        fields += ["num_query_groups", "kv_channels"]
+    items = bridge_items(run, *(f"model.{name}" for name in fields))
     if m.num_moe_experts:
         dense = m.first_k_dense_layers
         items += [
-            ("model.num_moe_experts", m.num_moe_experts),
-            ("model.moe_ffn_hidden_size", m.moe_ffn_hidden_size),
-            ("model.moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size or None),
-            ("model.moe_router_topk", m.moe_router_topk),
-            ("model.moe_layer_freq", [0] * dense + [1] * (m.num_layers - dense) if dense else 1),
-            ("model.moe_router_score_function", m.moe_router_score_function),
-            ("model.moe_router_topk_scaling_factor", m.moe_router_topk_scaling_factor),
-            ("model.moe_router_num_groups", m.moe_router_num_groups),
-            ("model.moe_router_group_topk", m.moe_router_group_topk),
-            ("model.moe_router_enable_expert_bias", m.moe_router_enable_expert_bias),
-            ("model.moe_aux_loss_coeff", m.moe_aux_loss_coeff),
+            *bridge_items(run, "model.num_moe_experts", "model.moe_ffn_hidden_size",
+                          "model.moe_shared_expert_intermediate_size", "model.moe_router_topk"),
+            (bridge_name("model.first_k_dense_layers"), [0] * dense + [1] * (m.num_layers - dense) if dense else 1),
+            *bridge_items(run, "model.moe_router_score_function", "model.moe_router_topk_scaling_factor",
+                          "model.moe_router_num_groups", "model.moe_router_group_topk",
+                          "model.moe_router_enable_expert_bias", "model.moe_aux_loss_coeff"),
         ]
-    items += [
-        ("model.vocab_size", m.vocab_size),
-        ("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by),
-        ("model.mtp_num_layers", m.mtp_num_layers or None),
-        ("model.share_embeddings_and_output_weights", m.share_embeddings_and_output_weights),
-        ("model.rotary_base", m.rotary_base),
-        ("model.layernorm_epsilon", m.layernorm_epsilon),
-        ("model.init_method_std", m.init_method_std),
-        ("model.seq_length", run.train.seq_length),
-    ]
-    return items
+    return items + bridge_items(
+        run, "model.vocab_size", "model.make_vocab_size_divisible_by", "model.mtp_num_layers",
+        "model.share_embeddings_and_output_weights", "model.rotary_base", "model.layernorm_epsilon",
+        "model.init_method_std",
+    ) + bridge_items(run, "train.seq_length", section="model")
 
 
 def _precision(run: RunConfig) -> list[Item]:
     """Field overrides on top of the preset; MixedPrecisionConfig.setup copies them to model, optimizer and DDP."""
-    pr, o = run.precision, run.optimizer
-    items: list[Item] = [("mixed_precision.fp8", pr.fp8)]
-    if pr.fp8_recipe is not None:
-        items.append(("mixed_precision.fp8_recipe", pr.fp8_recipe))
-    items += [
-        # fp8_param mirrors fp8_param_gather (MixedPrecisionConfig keeps them in sync; set both so order cannot matter).
-        ("mixed_precision.fp8_param_gather", pr.fp8_param_gather),
-        ("mixed_precision.fp8_param", pr.fp8_param_gather),
-        ("mixed_precision.reuse_grad_buf_for_mxfp8_param_ag", pr.reuse_grad_buf_for_mxfp8_param_ag),
-        # The preset says True; setup() would copy it over ddp.grad_reduce_in_fp32, so it must match ours.
-        ("mixed_precision.grad_reduce_in_fp32", o.grad_reduce_in_fp32),
-    ]
-    return items
+    items = bridge_items(run, "precision.fp8")
+    if run.precision.fp8_recipe is not None:
+        items += bridge_items(run, "precision.fp8_recipe")
+    # fp8_param mirrors fp8_param_gather (MixedPrecisionConfig keeps them in sync; the schema sets both so that
+    # order cannot matter). grad_reduce_in_fp32: the preset says True and setup() would copy it over
+    # ddp.grad_reduce_in_fp32, so it must match ours.
+    return items + bridge_items(run, "precision.fp8_param_gather", "precision.reuse_grad_buf_for_mxfp8_param_ag",
+                                "optimizer.grad_reduce_in_fp32", section="mixed_precision")
 
 
 def _optimizer(run: RunConfig) -> list[Item]:
@@ -149,66 +106,53 @@ def _optimizer(run: RunConfig) -> list[Item]:
     container = versions.container_of(run)
     items: list[Item] = [
         *muon_fields.optimizer_name_items(run, container),
-        ("optimizer.lr", o.lr),
-        ("optimizer.min_lr", o.min_lr),
-        ("optimizer.weight_decay", o.weight_decay),
-        ("optimizer.clip_grad", o.clip_grad),
-        ("optimizer.adam_beta1", o.adam_beta1),
-        ("optimizer.adam_beta2", o.adam_beta2),
-        ("optimizer.adam_eps", o.adam_eps),
-        ("optimizer.use_distributed_optimizer", o.use_distributed_optimizer),
+        *bridge_items(run, "optimizer.lr", "optimizer.min_lr", "optimizer.weight_decay", "optimizer.clip_grad",
+                      "optimizer.adam_beta1", "optimizer.adam_beta2", "optimizer.adam_eps",
+                      "optimizer.use_distributed_optimizer", section="optimizer"),
     ]
     if run.intent == "train":
         # The optimizer timer without a barrier: it measures this rank's optimizer step, not stragglers.
         items.append(("optimizer.barrier_with_L1_time", False))
     muon = o.muon
     if o.name == "muon" and muon is not None:
-        precision = NS_PRECISION_ON_GPU if muon.fp32_matmul_prec == "auto" else muon.fp32_matmul_prec
         items += [
-            *muon_fields.muon_items(run, container, precision),
+            *muon_fields.muon_items(run, container),
             # DeepSeek-V3's recipe keeps Adam's moments in bf16 (precision-aware optimizer), which Megatron
             # allows for Adam only; Muon keeps fp32 state (found by the conformance test against real Bridge).
             ("optimizer.use_precision_aware_optimizer", False),
             *[(f"optimizer.{name}", "torch.float32") for name in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")],
         ]
         if muon.qk_clip:  # MuonClip: a TransformerConfig setting; Bridge's train loop calls clip_qk after the step
-            items += [
-                ("model.qk_clip", True),
-                ("model.qk_clip_threshold", muon.qk_clip_threshold),
-                ("model.qk_clip_alpha", muon.qk_clip_alpha),
-            ]
+            items += bridge_items(run, "optimizer.muon.qk_clip", "optimizer.muon.qk_clip_threshold",
+                                  "optimizer.muon.qk_clip_alpha")
     return items
 
 
 def _ddp(run: RunConfig) -> list[Item]:
     o = run.optimizer
     param_gather = o.overlap_param_gather or muon_fields.layer_wise_overlap(run)
+    ddp_gather, comm_gather = TABLE["optimizer.overlap_param_gather"].bridge
     return [
-        ("ddp.use_distributed_optimizer", o.use_distributed_optimizer),
-        ("ddp.overlap_grad_reduce", o.overlap_grad_reduce),
-        ("ddp.overlap_param_gather", param_gather),
-        ("ddp.grad_reduce_in_fp32", o.grad_reduce_in_fp32),
+        *bridge_items(run, "optimizer.use_distributed_optimizer", "optimizer.overlap_grad_reduce", section="ddp"),
+        (ddp_gather, param_gather),
+        *bridge_items(run, "optimizer.grad_reduce_in_fp32", section="ddp"),
         # CommOverlapConfig.setup copies its data-parallel settings over ddp (distributed optimizer only):
         # give it ours so that it cannot turn an overlap back on.
-        ("comm_overlap.overlap_grad_reduce", o.overlap_grad_reduce),
-        ("comm_overlap.overlap_param_gather", param_gather),
+        *bridge_items(run, "optimizer.overlap_grad_reduce", section="comm_overlap"),
+        (comm_gather, param_gather),
     ]
 
 
 def _schedule(run: RunConfig) -> list[Item]:
-    t, o = run.train, run.optimizer
+    t = run.train
     return [
-        ("train.train_iters", t.iters),
-        ("train.global_batch_size", t.gbs),
-        ("train.micro_batch_size", t.mbs),
-        ("rng.seed", t.seed),
+        *bridge_items(run, "train.iters", "train.gbs", "train.mbs", "train.seed"),
         ("scheduler.lr_decay_style", "cosine"),
-        ("scheduler.lr_warmup_iters", t.warmup_iters),
-        ("scheduler.lr_decay_iters", t.lr_decay_iters or t.iters),
+        *bridge_items(run, "train.warmup_iters"),
+        (bridge_name("train.lr_decay_iters"), t.lr_decay_iters or t.iters),
         # Megatron applies the scheduler's weight decay every step, not optimizer.weight_decay
         # (Bridge's helpers set 0.1 there and 0.033 here): both say what our config says.
-        ("scheduler.start_weight_decay", o.weight_decay),
-        ("scheduler.end_weight_decay", o.weight_decay),
+        *bridge_items(run, "optimizer.weight_decay", section="scheduler"),
         ("scheduler.weight_decay_incr_style", "constant"),
     ] + _evaluation(run)
 
@@ -216,18 +160,19 @@ def _schedule(run: RunConfig) -> list[Item]:
 def _evaluation(run: RunConfig) -> list[Item]:
     """train.eval_*: as configured; unset, intent=train evaluates with Bridge's defaults, reproduce keeps the preset's 0."""
     items = []
-    for name in ("eval_interval", "eval_iters"):
-        value = getattr(run.train, name)
+    for key in ("train.eval_interval", "train.eval_iters"):
+        name = bridge_name(key)
+        value = value_at(run, key)[1]
         if value is None and run.intent == "train":
-            value = presets.TRAIN_EVAL_DEFAULTS.get(f"train.{name}")
+            value = presets.TRAIN_EVAL_DEFAULTS.get(name)
         if value is not None:
-            items.append((f"train.{name}", value))
+            items.append((name, value))
     return items
 
 
 def _data(run: RunConfig) -> list[Item]:
     d, m = run.data, run.model
-    items: list[Item] = [("dataset.sequence_length", run.train.seq_length), ("dataset.random_seed", d.seed)]
+    items = bridge_items(run, "train.seq_length", section="dataset") + bridge_items(run, "data.seed")
     if d.kind == "mock":
         return items + [
             ("dataset.blend", None),
@@ -238,11 +183,11 @@ def _data(run: RunConfig) -> list[Item]:
         ]
     if d.kind == "indexed":
         return items + [
-            ("dataset.blend", dataset_blend(d.path)),
+            *bridge_items(run, "data.path"),
             ("dataset.blend_per_split", None),
-            ("dataset.split", d.split),
+            *bridge_items(run, "data.split"),
             ("tokenizer.tokenizer_type", "HuggingFaceTokenizer"),
-            ("tokenizer.tokenizer_model", _checked_text("data.tokenizer", d.tokenizer)),
+            (bridge_name("data.tokenizer"), _checked_text("data.tokenizer", d.tokenizer)),
         ]
     raise UserError(
         Problem("data", f"Megatron Bridge reads mock or indexed data, not '{d.kind}'; use data=mock or data=indexed")
@@ -262,15 +207,13 @@ def _logger(run: RunConfig) -> list[Item]:
     run_id = job_run_id(run)
     wandb_on = lg.wandb_mode != "disabled"
     return [
-        ("logger.log_interval", run.train.log_interval),
-        ("logger.log_throughput", lg.log_throughput),
-        # Bridge sends its TFLOP/s to wandb only through the tensorboard writer.
-        ("logger.log_throughput_to_tensorboard", lg.log_throughput),
+        # Bridge sends its TFLOP/s to wandb only through the tensorboard writer (log_throughput sets both).
+        *bridge_items(run, "train.log_interval", "logger.log_throughput"),
         ("logger.tensorboard_dir", str(results / "runs" / run_id / "tensorboard")),
         ("logger.save_config_filepath", str(results / "runs" / run_id / "bridge_config.yaml")),
         *([("logger.timing_log_level", TRAIN_TIMING_LOG_LEVEL)] if run.intent == "train" else []),
-        ("logger.wandb_project", _checked_text("logger.wandb_project", lg.wandb_project) if wandb_on else None),
-        ("logger.wandb_entity", _checked_text("logger.wandb_entity", lg.wandb_entity) if wandb_on else None),
+        *[(bridge_name(key), _checked_text(key, value_at(run, key)[1]) if wandb_on else None)
+          for key in ("logger.wandb_project", "logger.wandb_entity")],
         ("logger.wandb_exp_name", run_id),
         ("logger.wandb_save_dir", str(results / "wandb")),
     ]
@@ -290,8 +233,8 @@ def _checkpoint(run: RunConfig) -> list[Item]:
     return [
         # A throughput run (no save_interval) writes no checkpoint, not even a final one.
         ("checkpoint.save", directory if saving else None),
-        ("checkpoint.save_interval", t.save_interval),
-        ("checkpoint.async_save", t.async_save and saving),
+        *bridge_items(run, "train.save_interval"),
+        (bridge_name("train.async_save"), t.async_save and saving),
         # Only resume=true loads: a fresh run never picks up a stale checkpoint silently.
         ("checkpoint.load", directory if run.resume else None),
     ]

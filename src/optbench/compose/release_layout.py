@@ -6,6 +6,12 @@ runs MBS 1 from 26.06, on B300 PP8 VPP2 instead of PP16, Qwen3 30B-A3B full-iter
 Bridge run with such a preset, :func:`layout_overrides` returns the Hydra overrides that put NVIDIA's
 values into our config (parallel layout, GBS/MBS, dispatcher, CUDA graphs, recompute, pipeline layout),
 placed before the user's own: a value typed on the command line wins and the plan lists it as a departure.
+
+Which of our fields a preset supplies, and from which Bridge field, is declared in the schema (``preset=`` of each
+field's :func:`~optbench.config.field_spec.setting`): layout, batch, kernels and memory for every intent; the
+library-recipe values NVIDIA changed between releases (Kimi K2's init std 0.006 -> 0.02 and aux-loss 1e-3 -> 1e-4
+from Bridge 0.4, Adam's eps 1e-5 in Bridge 0.3.0's Qwen3/DeepSeek-V3) for intent=reproduce only: intent=train keeps
+the model's published values (conf/model, conf/optimizer).
 """
 
 from __future__ import annotations
@@ -15,42 +21,17 @@ from typing import Any
 
 from optbench.releases import presets
 from optbench.releases.hydra_values import format_override
+from optbench.config.field_table import preset_fields, value_at
 from optbench.config.overrides import CONFIG_GROUPS, typed_keys
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 
-FIELDS = {
-    "model.tensor_model_parallel_size": "parallel.tp",
-    "model.pipeline_model_parallel_size": "parallel.pp",
-    "model.virtual_pipeline_model_parallel_size": "parallel.vpp",
-    "model.context_parallel_size": "parallel.cp",
-    "model.expert_model_parallel_size": "parallel.ep",
-    "model.expert_tensor_parallel_size": "parallel.etp",
-    "model.moe_token_dispatcher_type": "parallel.moe_token_dispatcher",
-    "model.moe_flex_dispatcher_backend": "parallel.moe_flex_dispatcher_backend",
-    "model.recompute_modules": "parallel.recompute_modules",
-    "model.recompute_num_layers": "parallel.recompute_num_layers",
-    "model.cuda_graph_impl": "parallel.cuda_graph_impl",
-    "model.cuda_graph_scope": "parallel.cuda_graph_scope",
-    "train.global_batch_size": "train.gbs",
-    "train.micro_batch_size": "train.mbs",
-    "mixed_precision.fp8_param_gather": "precision.fp8_param_gather",
-    "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": "precision.reuse_grad_buf_for_mxfp8_param_ag",
-}
-"""Preset setting -> our config field that produces it (layout, batch, kernels and memory: every intent)."""
-REPRODUCE_FIELDS = {
-    "model.init_method_std": "model.init_method_std",
-    "model.moe_aux_loss_coeff": "model.moe_aux_loss_coeff",
-    "optimizer.adam_eps": "optimizer.adam_eps",
-}
-"""Library-recipe values NVIDIA changed between releases (Kimi K2's init std 0.006 -> 0.02 and aux-loss 1e-3 -> 1e-4
-from Bridge 0.4, Adam's eps 1e-5 in Bridge 0.3.0's Qwen3/DeepSeek-V3): taken for intent=reproduce only; intent=train
-keeps the model's published values (conf/model, conf/optimizer)."""
+REPRODUCE_FIELDS = {bridge: ours for bridge, ours in preset_fields("reproduce").items() if bridge not in preset_fields("train")}
+"""Library-recipe values taken from a later release for intent=reproduce only (the schema's preset='reproduce')."""
 
 
 def _current(run: RunConfig, field: str) -> Any:
-    group, name = field.split(".")
-    return getattr(getattr(run, group), name)
+    return value_at(run, field)[1]
 
 
 def release_values(run: RunConfig) -> dict[str, Any]:
@@ -67,7 +48,7 @@ def release_values(run: RunConfig) -> dict[str, Any]:
         return {}
     nvidia = {**preset.recipe_values, **preset.settings}  # NVIDIA's value of every field our adapter sets
     values: dict[str, Any] = {"parallel.num_gpus": preset.num_gpus}
-    fields = {**FIELDS, **(REPRODUCE_FIELDS if run.intent == "reproduce" else {})}
+    fields = preset_fields(run.intent)
     # Muon on an Adam preset keeps its own optimizer settings and the MXFP8 workaround layer-wise Muon needs.
     skip = presets.is_muon_field if preset.adapted_from_adam else (lambda key: False)
     values.update({field: nvidia[key] for key, field in fields.items() if key in nvidia and not skip(key)})
@@ -89,7 +70,8 @@ def layout_overrides(run: RunConfig, user_overrides: Sequence[str]) -> list[str]
     """Hydra overrides that give ``run`` its release's layout, less what the user set (field or whole group)."""
     typed = set(typed_keys(user_overrides))
     groups = {o.split("=", 1)[0].lstrip("+") for o in user_overrides if o.split("=", 1)[0].lstrip("+") in CONFIG_GROUPS}
-    kept = {FIELDS.get(key) for key in presets.departure_reasons(run.recipe)}
+    supplied = preset_fields(run.intent)
+    kept = {supplied.get(key) for key in presets.departure_reasons(run.recipe)}
     out = []
     for field, value in release_values(run).items():
         if field in typed or field in kept or field.split(".")[0] in groups:

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import is_dataclass
 from typing import Any, Optional
 
+from optbench.config.field_spec import BRIDGE, LOCAL, SLURM
+from optbench.config.field_table import TABLE, spec_of
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem
 from optbench.redact import is_secret_name
@@ -42,43 +44,15 @@ PRESET_LABELS = {
 }
 """Fields that name a preset: typing a new value changes only the label."""
 
-BRIDGE_ONLY = (
-    "parallel.sequence_parallel",
-    "parallel.recompute_granularity",
-    "parallel.recompute_modules",
-    "parallel.recompute_method",
-    "parallel.recompute_num_layers",
-    "parallel.moe_token_dispatcher",
-    "parallel.moe_flex_dispatcher_backend",
-    "parallel.cuda_graph_scope",
-    "parallel.cuda_graph_impl",
-    "optimizer.muon.overlap_param_gather",
-    "cluster.container",
-    "parallel.tp_comm_overlap",
-    "optimizer.use_distributed_optimizer",
-    "optimizer.overlap_grad_reduce",
-    "optimizer.overlap_param_gather",
-    "precision.fp8_param_gather",
-    "precision.reuse_grad_buf_for_mxfp8_param_ag",
-    "precision.bridge_mixed_precision",
-    "train.async_save",
-    "logger.log_throughput",
-)
+def _read_only_by(readers: frozenset[str]) -> tuple[str, ...]:
+    return tuple(key for key, spec in TABLE.items() if spec.readers == readers)
+
+
+BRIDGE_ONLY = _read_only_by(BRIDGE)
 """Fields only the megatron_bridge engine reads (the local engine trains data-parallel in fp32/bf16)."""
-
-LOCAL_ONLY = ("data.vocab_size", "train.resume_step")
+LOCAL_ONLY = _read_only_by(LOCAL)
 """Fields only the local engine reads (Bridge's mock data uses the model's vocabulary)."""
-
-SLURM_ONLY = (
-    "cluster.container_image",
-    "cluster.container_mounts",
-    "cluster.account",
-    "cluster.partition",
-    "cluster.time",
-    "cluster.exclusive",
-    "cluster.mem",
-    "cluster.srun_args",
-)
+SLURM_ONLY = _read_only_by(SLURM)
 """Fields only a Slurm job reads."""
 
 
@@ -196,19 +170,21 @@ def _interpolation(value: Any) -> bool:
 
 
 def check_engine_fields(run: RunConfig, overrides: Sequence[str]) -> Iterable[Problem]:
-    """Typed fields that the run's engine or executor never reads."""
+    """Typed fields that the run's engine or executor never reads (each field's readers, in the schema)."""
     for key in dict.fromkeys(typed_keys(overrides)):
-        if run.engine == "local" and key in BRIDGE_ONLY:
+        spec = spec_of(key)
+        if spec is None or run.engine in spec.readers or (run.cluster.executor == "slurm" and "slurm" in spec.readers):
+            continue
+        if spec.readers == BRIDGE:
             yield Problem(
                 key,
                 "has no effect on the local engine (only Megatron Bridge reads it); drop it, or plan a cluster recipe",
             )
-        elif run.engine == "megatron_bridge" and key in LOCAL_ONLY:
+        elif spec.readers == LOCAL:
             yield Problem(key, "has no effect on Megatron Bridge (only the local engine reads it); drop it")
-        elif run.cluster.executor != "slurm" and (key in SLURM_ONLY or key.startswith("cluster.env")):
-            if run.engine == "local" or key in SLURM_ONLY:
-                yield Problem(
-                    key,
-                    f"has no effect on cluster {run.cluster.name} ({run.cluster.executor} executor); it configures "
-                    "Slurm jobs: choose a Slurm cluster (e.g. cluster=gb300_nvl72) or drop it",
-                )
+        else:
+            yield Problem(
+                key,
+                f"has no effect on cluster {run.cluster.name} ({run.cluster.executor} executor); it configures "
+                "Slurm jobs: choose a Slurm cluster (e.g. cluster=gb300_nvl72) or drop it",
+            )

@@ -4,12 +4,47 @@ Every YAML file under ``conf/`` and every recipe under ``recipes/`` is merged in
 these dataclasses, so a misspelled key or a value of the wrong type is an error
 that names the field, never a silent new field. Semantic rules that involve more
 than one field (world size, expert layout, ...) live in :mod:`optbench.validate`.
+
+This is the one table of fields: each leaf field is declared with
+:func:`~optbench.config.field_spec.setting`, which gives it, beside its type and docstring, its domain, who
+reads it (local / megatron_bridge / slurm) and its Megatron Bridge names; :mod:`optbench.config.field_table`
+derives the domain checks, engine scopes, Bridge overrides and preset reading from these declarations.
+The model and parallel sections live in :mod:`optbench.config.schema_model`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
+
+from optbench.config.domain_types import MAX_TEXT, Choice, Flag, Folder, Integer, Items, Real, Table, Text
+from optbench.config.field_spec import (
+    BRIDGE,
+    BRIDGE_MIXED_PRECISION_PRESETS,
+    ENV_NAME,
+    IDENTIFIER,
+    LOCAL,
+    PROBABILITY,
+    SEED,
+    SLURM,
+    SLURM_MEMORY,
+    SLURM_NAME,
+    SLURM_TIME,
+    STEPS,
+    WANDB_NAME,
+    gpu_words,
+    setting,
+)
+from optbench.config.schema_model import (  # noqa: F401  re-exported: the run's schema is one import
+    ARCHITECTURES,
+    DISPATCHERS,
+    FLEX_BACKENDS,
+    PIPELINE_LAYOUT_ENTRIES,
+    RECOMPUTE_GRANULARITIES,
+    ModelConfig,
+    ParallelConfig,
+)
+from optbench.outputs import MAX_PATH
 
 ENGINES = ("local", "megatron_bridge")
 INTENTS = ("reproduce", "train")
@@ -21,179 +56,59 @@ MUON_MATMUL_PRECISIONS = ("auto", "medium", "high", "highest")
 MUON_TP_MODES = ("blockwise", "duplicated", "distributed")
 MUON_ASSIGNMENTS = ("pingpong", "cost_aware")
 PRECISIONS = ("bf16", "fp16", "fp8_cs", "mxfp8")
-ARCHITECTURES = ("deepseek_v3", "qwen3_moe")
-DISPATCHERS = ("alltoall", "allgather", "flex")
-FLEX_BACKENDS = ("deepep", "hybridep")
-RECOMPUTE_GRANULARITIES = ("selective", "full")
 DATA_KINDS = ("mock", "synthetic", "indexed")
 WANDB_MODES = ("offline", "online", "disabled")
 EXECUTORS = ("local", "slurm")
-PIPELINE_LAYOUT_ENTRIES = ("embedding", "decoder", "mtp", "loss")
 
-
-@dataclass
-class ModelConfig:
-    """Model shape, in Megatron Core's vocabulary (FACTS.md section 4)."""
-
-    name: str = "???"
-    """Model id, e.g. kimi_k2 or qwen3_moe_tiny."""
-    architecture: str = "???"
-    """deepseek_v3 (MLA + MoE with shared expert; Kimi K2, DeepSeek-V3) or qwen3_moe (GQA + MoE)."""
-    proxy_of: Optional[str] = None
-    """For a small local proxy: the full-size model whose architecture it mirrors."""
-    num_layers: int = 1
-    """Transformer layers, MTP layers excluded."""
-    hidden_size: int = 64
-    """Model width h."""
-    ffn_hidden_size: int = 256
-    """FFN width of the dense (non-MoE) layers."""
-    num_attention_heads: int = 4
-    """Query heads."""
-    num_query_groups: Optional[int] = None
-    """GQA key/value groups (null for MLA)."""
-    kv_channels: Optional[int] = None
-    """GQA head dimension (null for MLA)."""
-    qk_layernorm: bool = False
-    """RMSNorm on queries and keys (Qwen3, Kimi K2)."""
-    multi_latent_attention: bool = False
-    """Use MLA projections instead of GQA."""
-    q_lora_rank: Optional[int] = None
-    """MLA query down-projection rank (null: a single full query projection)."""
-    kv_lora_rank: Optional[int] = None
-    """MLA key/value down-projection rank."""
-    qk_head_dim: Optional[int] = None
-    """MLA per-head query/key dimension without the rotary part."""
-    qk_pos_emb_head_dim: Optional[int] = None
-    """MLA per-head rotary dimension (shared key)."""
-    v_head_dim: Optional[int] = None
-    """MLA per-head value dimension."""
-    num_moe_experts: Optional[int] = None
-    """Routed experts per MoE layer (null: dense model)."""
-    moe_ffn_hidden_size: Optional[int] = None
-    """FFN width of one routed expert."""
-    moe_shared_expert_intermediate_size: int = 0
-    """Total FFN width of the shared experts (0: none)."""
-    moe_router_topk: int = 1
-    """Experts each token is routed to."""
-    first_k_dense_layers: int = 0
-    """Leading layers with a dense FFN instead of MoE (Megatron's moe_layer_freq = [0]*k + [1]*(L-k))."""
-    moe_router_score_function: str = "softmax"
-    """softmax or sigmoid."""
-    moe_router_topk_scaling_factor: Optional[float] = None
-    """Scale applied to the top-k routing weights (Kimi K2: 2.827)."""
-    moe_router_num_groups: Optional[int] = None
-    """Device-limited routing groups (DeepSeek-V3: 8)."""
-    moe_router_group_topk: Optional[int] = None
-    """Groups each token may use (DeepSeek-V3: 4)."""
-    moe_router_enable_expert_bias: bool = False
-    """Aux-loss-free load balancing bias (DeepSeek-V3 / Kimi K2)."""
-    norm_topk_prob: bool = True
-    """Renormalise the top-k routing weights to sum to one."""
-    moe_aux_loss_coeff: float = 0.0
-    """Load-balancing auxiliary loss coefficient (Megatron moe_aux_loss_coeff; Qwen3-MoE: 1e-3; 0: none)."""
-    vocab_size: int = 256
-    """Tokenizer vocabulary before padding."""
-    make_vocab_size_divisible_by: int = 128
-    """Megatron pads the vocabulary to a multiple of this times TP (Kimi K2 and DeepSeek-V3: 1280)."""
-    mtp_num_layers: int = 0
-    """Multi-token-prediction layers (DeepSeek-V3: 1)."""
-    share_embeddings_and_output_weights: bool = False
-    """Tie input embedding and output layer."""
-    rotary_base: float = 10000.0
-    """RoPE base."""
-    rotary_scaling_factor: Optional[float] = None
-    """YaRN scaling factor (Kimi K2: 32; null: plain RoPE)."""
-    max_position_embeddings: int = 4096
-    """Longest sequence the positional encoding is built for."""
-    layernorm_epsilon: float = 1e-6
-    """RMSNorm epsilon."""
-    init_method_std: float = 0.02
-    """Standard deviation of the random weight init."""
-
-
-@dataclass
-class ParallelConfig:
-    """Parallel layout; dp is derived as num_gpus / (tp * pp * cp)."""
-
-    name: str = "???"
-    """Layout id, e.g. kimi_k2_gb300_256 or single."""
-    num_gpus: int = 1
-    """World size (GPUs, or processes on the local engine)."""
-    tp: int = 1
-    """Tensor parallel size."""
-    pp: int = 1
-    """Pipeline parallel size."""
-    vpp: Optional[int] = None
-    """Virtual pipeline stages per pipeline rank (interleaved schedule); null = 1."""
-    cp: int = 1
-    """Context parallel size."""
-    ep: int = 1
-    """Expert parallel size."""
-    etp: int = 1
-    """Expert tensor parallel size."""
-    sequence_parallel: bool = False
-    """Shard activations along the sequence inside TP regions."""
-    pipeline_layout: Optional[List[List[str]]] = None
-    """Megatron pipeline layout: one list per virtual stage of embedding / decoder / mtp / loss."""
-    recompute_granularity: Optional[str] = None
-    """null, selective or full activation recompute."""
-    recompute_modules: Optional[List[str]] = None
-    """Modules recomputed under selective recompute (e.g. mla_up_proj)."""
-    recompute_method: Optional[str] = None
-    """uniform or block, for full recompute."""
-    recompute_num_layers: Optional[int] = None
-    """Layers per recompute unit, for full recompute."""
-    moe_token_dispatcher: str = "alltoall"
-    """alltoall, allgather or flex."""
-    moe_flex_dispatcher_backend: Optional[str] = None
-    """deepep or hybridep when moe_token_dispatcher is flex."""
-    cuda_graph_scope: List[str] = field(default_factory=list)
-    """Transformer Engine CUDA graph scopes (e.g. moe_router, moe_preprocess); empty = off."""
-    cuda_graph_impl: Optional[str] = None
-    """CUDA graph implementation: null = transformer_engine when cuda_graph_scope is set, else none;
-    full_iteration = one graph per training iteration (NVIDIA's presets from Bridge 0.5, nemo:26.06)."""
-    tp_comm_overlap: bool = False
-    """Overlap TP communication with GEMMs (userbuffers)."""
 
 
 @dataclass
 class MuonConfig:
     """Muon as Megatron Core 0.16.1 implements it (FACTS.md section 5); defaults as the Kimi K2 recipe."""
 
-    momentum: float = 0.95
+    momentum: float = setting(0.95, PROBABILITY, bridge="optimizer.muon_momentum")
     """Momentum beta (Megatron muon_momentum)."""
-    nesterov: bool = True
+    nesterov: bool = setting(True, Flag(), bridge="optimizer.muon_nesterov", renamed_from="optimizer.muon_use_nesterov")
     """Nesterov momentum (muon_use_nesterov)."""
-    ns_steps: int = 5
+    ns_steps: int = setting(5, Integer(1, 100), bridge="optimizer.muon_num_ns_steps")
     """Newton-Schulz iterations (muon_num_ns_steps)."""
-    coefficients: str = "quintic"
+    coefficients: str = setting("quintic", Choice(MUON_COEFFICIENTS), bridge="optimizer.muon_coefficient_type")
     """quintic (Megatron: one tuple per step) or simple (Keller Jordan / torch.optim.Muon)."""
-    scale_mode: str = "spectral"
+    scale_mode: str = setting("spectral", Choice(MUON_SCALE_MODES), bridge="optimizer.muon_scale_mode")
     """spectral sqrt(max(M,N)), shape_scaling sqrt(max(1,M/N)) or unit_rms_norm sqrt(M/N) (muon_scale_mode)."""
-    extra_scale_factor: float = 1.0
+    extra_scale_factor: float = setting(
+        1.0,
+        Real(0.0, 100.0, low_open=True),
+        bridge="optimizer.muon_extra_scale_factor",
+    )
     """Extra factor on the update (muon_extra_scale_factor; 0.2 with spectral = Moonlight's rule)."""
-    fp32_matmul_prec: str = "auto"
+    fp32_matmul_prec: str = setting(
+        "auto",
+        Choice(MUON_MATMUL_PRECISIONS),
+        bridge="optimizer.muon_fp32_matmul_prec",
+        transform="ns_precision",
+    )
     """Newton-Schulz product precision: medium (bf16), high (tf32), highest (fp32); auto = medium on GPU, highest on CPU."""
-    tp_mode: str = "blockwise"
+    tp_mode: str = setting("blockwise", Choice(MUON_TP_MODES), bridge="optimizer.muon_tp_mode")
     """Tensor-parallel Newton-Schulz: blockwise, duplicated or distributed (muon_tp_mode)."""
-    split_qkv: bool = True
+    split_qkv: bool = setting(True, Flag(), bridge="optimizer.muon_split_qkv")
     """Orthogonalize Q, K and V blocks of a fused QKV weight separately (muon_split_qkv)."""
-    layer_wise: bool = True
+    layer_wise: bool = setting(True, Flag(), bridge="optimizer.use_layer_wise_distributed_optimizer")
     """Layer-wise distributed optimizer (dist_muon up to Core 0.17; muon + use_layer_wise_distributed_optimizer
     from Core 0.18): each DP rank owns whole parameters."""
-    overlap_param_gather: bool = False
+    overlap_param_gather: bool = setting(False, Flag(), readers=BRIDGE, bridge="optimizer.overlap_param_gather")
     """Layer-wise optimizer: all-gather the updated parameters asynchronously, overlapped with the next
     forward pass (Megatron Core 0.17+, nemo:26.04 and newer; Core 0.16 gathers them in the step)."""
-    assignment: str = "pingpong"
+    assignment: str = setting("pingpong", Choice(MUON_ASSIGNMENTS))
     """Owner assignment for layer_wise: pingpong (Megatron) or cost_aware (ours; local engine only)."""
-    syrk: bool = False
+    syrk: bool = setting(False, Flag())
     """Compute the symmetric Newton-Schulz products (X X^T, A A) one triangle block at a time (ours; local engine only)."""
-    qk_clip: bool = False
+    qk_clip: bool = setting(False, Flag(), bridge="model.qk_clip")
     """MuonClip's QK-clip (Kimi K2): after each step scale the query/key weights of heads whose max attention
     logit exceeded qk_clip_threshold (Megatron Core model.qk_clip; MLA models)."""
-    qk_clip_threshold: float = 100.0
+    qk_clip_threshold: float = setting(100.0, Real(0.0, 1e6, low_open=True), bridge="model.qk_clip_threshold")
     """QK-clip threshold tau on the pre-softmax logit (Megatron qk_clip_threshold)."""
-    qk_clip_alpha: float = 0.5
+    qk_clip_alpha: float = setting(0.5, Real(0.0, 1.0), bridge="model.qk_clip_alpha")
     """Share of the scaling put on the query side: q *= eta**alpha, k *= eta**(1-alpha) (Megatron qk_clip_alpha)."""
 
 
@@ -201,29 +116,52 @@ class MuonConfig:
 class OptimizerConfig:
     """Optimizer; AdamW fields also drive Muon's AdamW side (norms, embeddings, output)."""
 
-    name: str = "???"
+    name: str = setting("???", Choice(OPTIMIZERS), bridge="optimizer.optimizer")
     """adamw or muon."""
-    lr: float = 3e-4
+    lr: float = setting(3e-4, Real(0.0, 10.0, low_open=True), bridge="optimizer.lr")
     """Peak learning rate."""
-    min_lr: float = 3e-5
+    min_lr: float = setting(3e-5, Real(0.0, 10.0), bridge="optimizer.min_lr")
     """Learning rate at the end of the cosine decay."""
-    weight_decay: float = 0.1
+    weight_decay: float = setting(
+        0.1,
+        Real(0.0, 10.0),
+        bridge=("optimizer.weight_decay", "scheduler.start_weight_decay", "scheduler.end_weight_decay"),
+    )
     """Decoupled weight decay."""
-    clip_grad: float = 1.0
+    clip_grad: float = setting(1.0, Real(0.0, 1e6), bridge="optimizer.clip_grad")
     """Global gradient-norm clip (0 disables)."""
-    adam_beta1: float = 0.9
+    adam_beta1: float = setting(0.9, PROBABILITY, bridge="optimizer.adam_beta1")
     """AdamW beta1."""
-    adam_beta2: float = 0.95
+    adam_beta2: float = setting(0.95, PROBABILITY, bridge="optimizer.adam_beta2")
     """AdamW beta2."""
-    adam_eps: float = 1e-8
+    adam_eps: float = setting(1e-8, Real(0.0, 1.0, low_open=True), bridge="optimizer.adam_eps", preset="reproduce")
     """AdamW epsilon."""
-    use_distributed_optimizer: bool = True
+    use_distributed_optimizer: bool = setting(
+        True,
+        Flag(),
+        readers=BRIDGE,
+        bridge=("optimizer.use_distributed_optimizer", "ddp.use_distributed_optimizer"),
+    )
     """Element-wise distributed optimizer (ZeRO-1); Muon requires false."""
-    overlap_grad_reduce: bool = True
+    overlap_grad_reduce: bool = setting(
+        True,
+        Flag(),
+        readers=BRIDGE,
+        bridge=("ddp.overlap_grad_reduce", "comm_overlap.overlap_grad_reduce"),
+    )
     """Overlap the gradient reduction with the backward pass."""
-    overlap_param_gather: bool = True
+    overlap_param_gather: bool = setting(
+        True,
+        Flag(),
+        readers=BRIDGE,
+        bridge=("ddp.overlap_param_gather", "comm_overlap.overlap_param_gather"),
+    )
     """Overlap the parameter all-gather with the next forward; Muon requires false."""
-    grad_reduce_in_fp32: bool = False
+    grad_reduce_in_fp32: bool = setting(
+        False,
+        Flag(),
+        bridge=("mixed_precision.grad_reduce_in_fp32", "ddp.grad_reduce_in_fp32"),
+    )
     """Reduce gradients in fp32 (Kimi K2 Muon recipe: true)."""
     muon: Optional[MuonConfig] = None
     """Muon settings; null for AdamW."""
@@ -233,21 +171,37 @@ class OptimizerConfig:
 class PrecisionConfig:
     """Mixed precision recipe and what it implies."""
 
-    name: str = "???"
+    name: str = setting("???", Choice(PRECISIONS))
     """bf16, fp16, fp8_cs (FP8 current scaling) or mxfp8 (Blackwell block scaling)."""
-    params_dtype: str = "bf16"
+    params_dtype: str = setting("bf16", Choice(("bf16", "fp16")))
     """Dtype of the model weights (bf16 or fp16)."""
-    fp8: Optional[str] = None
+    fp8: Optional[str] = setting(None, Choice(("hybrid", "e4m3")), bridge="mixed_precision.fp8")
     """Transformer Engine FP8 format (hybrid or e4m3); null for no FP8."""
-    fp8_recipe: Optional[str] = None
+    fp8_recipe: Optional[str] = setting(
+        None,
+        Choice(("delayed", "tensorwise", "mxfp8", "blockwise")),
+        bridge="mixed_precision.fp8_recipe",
+    )
     """tensorwise (current scaling) or mxfp8."""
-    fp8_param_gather: bool = False
+    fp8_param_gather: bool = setting(
+        False,
+        Flag(),
+        readers=BRIDGE,
+        bridge=("mixed_precision.fp8_param_gather", "mixed_precision.fp8_param"),
+        preset="every",
+    )
     """Keep FP8 weight copies for the parameter all-gather (incompatible with layer-wise Muon)."""
-    reuse_grad_buf_for_mxfp8_param_ag: bool = False
+    reuse_grad_buf_for_mxfp8_param_ag: bool = setting(
+        False,
+        Flag(),
+        readers=BRIDGE,
+        bridge="mixed_precision.reuse_grad_buf_for_mxfp8_param_ag",
+        preset="every",
+    )
     """Reuse the gradient buffer for the MXFP8 parameter all-gather (incompatible with layer-wise Muon)."""
-    bridge_mixed_precision: str = "bf16_mixed"
+    bridge_mixed_precision: str = setting("bf16_mixed", Choice(BRIDGE_MIXED_PRECISION_PRESETS), readers=BRIDGE)
     """Name of the Megatron Bridge mixed-precision preset this maps to."""
-    peak: str = "bf16"
+    peak: str = setting("bf16", Choice(("bf16", "fp8")))
     """Which peak tensor throughput MFU divides by first: bf16 or fp8 (the other is reported too)."""
 
 
@@ -255,37 +209,53 @@ class PrecisionConfig:
 class ClusterConfig:
     """Where the run executes. Account and partition come from conf/local/<cluster>.yaml or the environment."""
 
-    name: str = "???"
+    name: str = setting("???", IDENTIFIER)
     """Cluster preset id."""
-    executor: str = "local"
+    executor: str = setting("local", Choice(EXECUTORS))
     """local (this machine) or slurm."""
-    gpu: str = "auto"
+    gpu: str = setting("auto", Choice(gpu_words))
     """GPU type (a row of optbench/data/gpus.csv), or auto: this machine's GPU, else cpu."""
-    gpus_per_node: Optional[int] = None
+    gpus_per_node: Optional[int] = setting(None, Integer(1, 64))
     """GPUs per node (null on the local executor: one node holds every process)."""
-    nvlink_domain_size: int = 8
+    nvlink_domain_size: int = setting(8, Integer(1, 1152))
     """GPUs joined by NVLink (NVL72: 72; HGX: 8)."""
-    container: str = "nemo:26.08"
+    container: str = setting(
+        "nemo:26.08",
+        Text(32, r"nemo:\d\d\.\d\d(\.\d\d)?", "a NeMo container release such as nemo:26.06", min_len=1),
+        readers=BRIDGE,
+    )
     """NeMo container release (optbench/data/bridge/containers.json): picks the Megatron Bridge and Core field
     names the adapter emits and NVIDIA's preset of that release. The default is the newest container checked
     against its real Megatron Bridge in CI; nemo:26.02 reproduces the blog's runs."""
-    container_image: Optional[str] = None
+    container_image: Optional[str] = setting(
+        None,
+        Text(512, r"\S+", "an image reference without spaces", min_len=1),
+        readers=SLURM,
+    )
     """Container image for Slurm (pyxis/enroot); the cluster presets derive it from cluster.container."""
-    container_mounts: List[str] = field(default_factory=list)
+    container_mounts: List[str] = setting(list, Items(Text(MAX_PATH * 2 + 64, min_len=1), 64), readers=SLURM)
     """host:container mounts."""
-    account: Optional[str] = None
+    account: Optional[str] = setting(
+        None,
+        Text(256, SLURM_NAME.pattern, SLURM_NAME.hint, min_len=1, secret=True),
+        readers=SLURM,
+    )
     """Slurm account (secret-ish: never written to results)."""
-    partition: Optional[str] = None
+    partition: Optional[str] = setting(None, SLURM_NAME, readers=SLURM)
     """Slurm partition."""
-    time: str = "01:00:00"
+    time: str = setting("01:00:00", SLURM_TIME, readers=SLURM)
     """Slurm time limit."""
-    exclusive: bool = True
+    exclusive: bool = setting(True, Flag(), readers=SLURM)
     """Request whole nodes."""
-    mem: str = "0"
+    mem: str = setting("0", SLURM_MEMORY, readers=SLURM)
     """Slurm --mem (0 = all of the node's memory)."""
-    srun_args: List[str] = field(default_factory=list)
+    srun_args: List[str] = setting(list, Items(Text(MAX_TEXT, min_len=1), 64), readers=SLURM)
     """Extra srun arguments."""
-    env: Dict[str, str] = field(default_factory=dict)
+    env: Dict[str, str] = setting(
+        dict,
+        Table(Text(8192), 256, ENV_NAME, "an environment variable name (letters, digits, '_'; not first a digit)"),
+        readers=BRIDGE | SLURM,
+    )
     """Extra job environment variables."""
 
 
@@ -293,36 +263,36 @@ class ClusterConfig:
 class TrainConfig:
     """Batch geometry and schedule."""
 
-    name: str = "???"
+    name: str = setting("???", IDENTIFIER)
     """Preset id."""
-    gbs: int = 8
+    gbs: int = setting(8, Integer(1, 1 << 20), bridge="train.global_batch_size", preset="every")
     """Global batch size in sequences."""
-    mbs: int = 1
+    mbs: int = setting(1, Integer(1, 65536), bridge="train.micro_batch_size", preset="every")
     """Micro batch size in sequences per model replica."""
-    seq_length: int = 128
+    seq_length: int = setting(128, Integer(1, 1 << 20), bridge=("model.seq_length", "dataset.sequence_length"))
     """Tokens per sequence."""
-    iters: int = 10
+    iters: int = setting(10, STEPS, bridge="train.train_iters")
     """Optimizer steps."""
-    warmup_iters: int = 0
+    warmup_iters: int = setting(0, Integer(0, 1_000_000_000), bridge="scheduler.lr_warmup_iters")
     """Linear warmup steps before the cosine decay."""
-    lr_decay_iters: Optional[int] = None
+    lr_decay_iters: Optional[int] = setting(None, STEPS, bridge="scheduler.lr_decay_iters")
     """Steps of the cosine decay (null: iters)."""
-    seed: int = 1234
+    seed: int = setting(1234, SEED, bridge="rng.seed")
     """Seed for init and data order."""
-    log_interval: int = 1
+    log_interval: int = setting(1, STEPS, bridge="logger.log_interval")
     """Steps between log lines."""
-    save_interval: Optional[int] = None
+    save_interval: Optional[int] = setting(None, STEPS, bridge="checkpoint.save_interval")
     """Steps between checkpoints (null: no periodic checkpoint)."""
-    async_save: bool = False
+    async_save: bool = setting(False, Flag(), readers=BRIDGE, bridge="checkpoint.async_save")
     """Asynchronous checkpoint save (Bridge only)."""
-    checkpoint_dir: Optional[str] = None
+    checkpoint_dir: Optional[str] = setting(None, Folder("checkpoints"))
     """Where checkpoints go (null: results/checkpoints/<run_id>)."""
-    eval_interval: Optional[int] = None
+    eval_interval: Optional[int] = setting(None, STEPS, bridge="train.eval_interval")
     """Steps between validation passes (null: the engine's default; local engine: a tenth of the run,
     and always at the last step, when the data has a validation split)."""
-    eval_iters: Optional[int] = None
+    eval_iters: Optional[int] = setting(None, Integer(0, 1_000_000), bridge="train.eval_iters")
     """Global batches per validation pass (null: the engine's default; local engine: 4; 0: no validation)."""
-    resume_step: Optional[int] = None
+    resume_step: Optional[int] = setting(None, STEPS, readers=LOCAL)
     """With resume=true: the checkpoint step to continue from (null: the one ``latest`` points to); the
     local engine keeps the last two complete checkpoints, so a corrupt newest one can be skipped."""
 
@@ -331,20 +301,24 @@ class TrainConfig:
 class DataConfig:
     """Training data."""
 
-    name: str = "???"
+    name: str = setting("???", IDENTIFIER)
     """Preset id."""
-    kind: str = "synthetic"
+    kind: str = setting("synthetic", Choice(DATA_KINDS))
     """mock (random tokens, for throughput), synthetic (deterministic and learnable) or indexed (Megatron .bin/.idx)."""
-    path: List[str] = field(default_factory=list)
+    path: List[str] = setting(list, Items(Text(MAX_PATH, min_len=1), 1024), bridge="dataset.blend", transform="blend")
     """Megatron-indexed dataset prefixes (optionally weight, prefix, weight, prefix, ...)."""
-    tokenizer: Optional[str] = None
+    tokenizer: Optional[str] = setting(None, Text(MAX_PATH, min_len=1), bridge="tokenizer.tokenizer_model")
     """Tokenizer of indexed data: a Hugging Face tokenizer folder or tokenizer.json (the local engine reads
     local files only; Bridge also takes a hub id). Mock data uses Bridge's NullTokenizer."""
-    split: str = "98,2,0"
+    split: str = setting(
+        "98,2,0",
+        Text(64, r"\d+(\.\d+)?([,/]\d+(\.\d+)?){0,2}", "train,valid,test shares such as '98,2,0' (quote it)", min_len=1),
+        bridge="dataset.split",
+    )
     """Indexed data: train, validation and test shares of each prefix's documents (Megatron's split)."""
-    vocab_size: Optional[int] = None
+    vocab_size: Optional[int] = setting(None, Integer(1, 1 << 22), readers=LOCAL)
     """Vocabulary the data uses (null: the model's); synthetic streams use small ones."""
-    seed: int = 1234
+    seed: int = setting(1234, SEED, bridge="dataset.random_seed")
     """Generator seed."""
 
 
@@ -352,19 +326,24 @@ class DataConfig:
 class LoggerConfig:
     """Where metrics go besides results/runs/<run_id>/metrics.jsonl."""
 
-    name: str = "???"
+    name: str = setting("???", IDENTIFIER)
     """Preset id."""
-    wandb_mode: str = "offline"
+    wandb_mode: str = setting("offline", Choice(WANDB_MODES))
     """offline (default: results/wandb, sync later), online or disabled."""
-    wandb_project: str = "optbench"
+    wandb_project: str = setting("optbench", WANDB_NAME, bridge="logger.wandb_project")
     """wandb project."""
-    wandb_entity: Optional[str] = None
+    wandb_entity: Optional[str] = setting(None, WANDB_NAME, bridge="logger.wandb_entity")
     """wandb entity (team); null = the user's default."""
-    wandb_group: Optional[str] = None
+    wandb_group: Optional[str] = setting(None, WANDB_NAME)
     """wandb group = the comparison (null: <model>-<gpu>-<precision>)."""
-    wandb_tags: List[str] = field(default_factory=list)
+    wandb_tags: List[str] = setting(list, Items(Text(64, min_len=1), 64))
     """Extra tags (model, optimizer, gpu and precision are always added)."""
-    log_throughput: bool = True
+    log_throughput: bool = setting(
+        True,
+        Flag(),
+        readers=BRIDGE,
+        bridge=("logger.log_throughput", "logger.log_throughput_to_tensorboard"),
+    )
     """Ask Megatron Bridge to log throughput per iteration."""
 
 
@@ -372,13 +351,13 @@ class LoggerConfig:
 class RunConfig:
     """A recipe composed with its groups and overrides."""
 
-    recipe: str = "???"
+    recipe: str = setting("???", IDENTIFIER)
     """Recipe name (file under recipes/)."""
-    description: str = ""
+    description: str = setting("", Text())
     """What the recipe reproduces."""
-    engine: str = "local"
+    engine: str = setting("local", Choice(ENGINES))
     """local (HF transformers proxies, CPU or one GPU) or megatron_bridge (NeMo container on a cluster)."""
-    intent: str = "train"
+    intent: str = setting("train", Choice(INTENTS))
     """megatron_bridge only. reproduce: exactly NVIDIA's measured configuration (Bridge's scripts/performance preset:
     forced load balance, NaN checks and eval off); train: the same layout, kernels and job with real routing, NaN
     checks and evaluation on. The published-recipe default is reproduce."""
@@ -390,17 +369,20 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
-    run_id: Optional[str] = None
+    run_id: Optional[str] = setting(
+        None,
+        Text(128, r"[A-Za-z0-9][A-Za-z0-9._-]*", "a run id of letters, digits, '.', '_' and '-'", min_len=1),
+    )
     """Run directory name under results/runs (null: <recipe>-<timestamp>)."""
-    results_dir: str = "results"
+    results_dir: str = setting("results", Folder())
     """Root of plans, runs and tables."""
-    debug: bool = False
+    debug: bool = setting(False, Flag())
     """Show tracebacks instead of one-line errors."""
-    dryrun: bool = False
+    dryrun: bool = setting(False, Flag())
     """Plan and render launch scripts without launching."""
-    force: bool = False
+    force: bool = setting(False, Flag())
     """Launch even when the memory estimate exceeds the GPU's HBM."""
-    resume: bool = False
+    resume: bool = setting(False, Flag())
     """Resume from the latest checkpoint of run_id."""
-    step_time_s: Optional[float] = None
+    step_time_s: Optional[float] = setting(None, Real(0.0, 1e6, low_open=True))
     """Seconds per step to turn into TFLOP/s and MFU in the plan (null: only published step times that match the run)."""

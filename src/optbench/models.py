@@ -1,0 +1,42 @@
+"""Model registry: the full-size models with a Megatron Bridge recipe and NVIDIA's names for them (data/models.csv).
+
+One source for what src, tools and tests need to know about a model besides its shape (the shape is the Hydra
+group ``conf/model/<model>.yaml``): the Bridge recipe function our adapter starts from, the Hugging Face config
+Bridge reads, and the names NVIDIA's performance scripts and tables use.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of the registry."""
+
+    model: str
+    """Our model id (conf/model/<model>.yaml)."""
+    bridge_recipe_module: str
+    """Module of the Megatron Bridge recipe function."""
+    bridge_recipe_function: str
+    """Megatron Bridge recipe function (returns a ConfigContainer)."""
+    hf_config: str
+    """Hugging Face config id Bridge's recipe reads (where the release's recipe reads one)."""
+    nvidia_family: str
+    """model_family_name in NVIDIA's scripts/performance."""
+    nvidia_recipe: str
+    """model_recipe_name in NVIDIA's scripts/performance."""
+    nvidia_table_key: str
+    """The model's name in Bridge's docs/performance-summary.md, lowercased without spaces or its "(...)" variant."""
+    source: str
+    """Where these names come from."""
+
+
+@lru_cache(maxsize=1)
+def model_registry() -> dict[str, ModelEntry]:
+    """Every model with a Megatron Bridge recipe, by our id."""
+    text = resources.files("optbench.data").joinpath("models.csv").read_text()
+    return {row["model"]: ModelEntry(**row) for row in csv.DictReader(text.splitlines())}
