@@ -38,7 +38,7 @@ def test_every_leaf_field_declares_its_spec_beside_its_type() -> None:
 
 def test_engine_scopes_are_the_schemas_readers() -> None:
     assert set(BRIDGE_ONLY) == {k for k, s in TABLE.items() if s.readers == {"megatron_bridge"}}
-    assert set(LOCAL_ONLY) == {"data.vocab_size", "train.resume_step"}
+    assert set(LOCAL_ONLY) == {"data.vocab_size", "train.resume_step", "model.norm_topk_prob", "model.max_position_embeddings"}
     assert "cluster.account" in SLURM_ONLY and "cluster.container" in BRIDGE_ONLY
     assert spec_of("cluster.env.NCCL_DEBUG") is TABLE["cluster.env"] and spec_of("cluster") is None
     assert TABLE["parallel.tp"].readers == EVERYONE
@@ -89,3 +89,27 @@ def test_presets_are_read_through_the_declared_bridge_names() -> None:
     assert set(reproduce) - set(every) == set(release_layout.REPRODUCE_FIELDS) == {
         "model.init_method_std", "model.moe_aux_loss_coeff", "optimizer.adam_eps"}
     assert all(ours in TABLE and TABLE[ours].bridge[0] == bridge for bridge, ours in reproduce.items())
+
+
+NOT_WRITTEN_INTO_BRIDGE = {
+    "labels": ("recipe", "description", "model.name", "model.proxy_of", "parallel.name", "precision.name",
+               "train.name", "data.name"),
+    "choose what the adapter starts from (the Bridge recipe, the mixed-precision preset, the MLA fields)": (
+        "engine", "intent", "model.architecture", "model.multi_latent_attention", "precision.params_dtype",
+        "precision.bridge_mixed_precision"),
+    "planning and the job around Bridge (world size, folders, run id, flags of the command)": (
+        "parallel.num_gpus", "train.checkpoint_dir", "data.kind", "run_id", "results_dir", "debug", "dryrun",
+        "force", "resume", "step_time_s", "precision.peak"),
+    "refused on Megatron Bridge unless left at the default (validation names the engine that has it)": (
+        "optimizer.muon.assignment", "optimizer.muon.syrk"),
+}
+"""Fields a Bridge run reads that are not a Bridge field of their own, each group with the reason."""
+
+
+def test_a_field_bridge_reads_is_written_into_bridge_or_has_a_reason() -> None:
+    """A new field that Bridge runs accept must name its Bridge field, or say here why it needs none; otherwise a
+    typed value would be silently ignored by the job (a field only the local engine reads declares readers=LOCAL)."""
+    reasoned = {key for keys in NOT_WRITTEN_INTO_BRIDGE.values() for key in keys}
+    unwritten = {key for key, spec in TABLE.items() if "megatron_bridge" in spec.readers and not spec.bridge
+                 and not key.startswith(("cluster.", "logger."))}  # the job and its logging around Bridge
+    assert sorted(unwritten - reasoned) == [] and sorted(reasoned - unwritten) == []

@@ -17,6 +17,7 @@ from optbench.config.field_spec import (
     HEADS,
     IDENTIFIER,
     LAYERS,
+    LOCAL,
     PARALLEL,
     RANK,
     RECOMPUTE_MODULES,
@@ -101,8 +102,8 @@ class ModelConfig:
     """Groups each token may use (DeepSeek-V3: 4)."""
     moe_router_enable_expert_bias: bool = setting(False, Flag(), bridge="model.moe_router_enable_expert_bias")
     """Aux-loss-free load balancing bias (DeepSeek-V3 / Kimi K2)."""
-    norm_topk_prob: bool = setting(True, Flag())
-    """Renormalise the top-k routing weights to sum to one."""
+    norm_topk_prob: bool = setting(True, Flag(), readers=LOCAL)
+    """Renormalise the top-k routing weights to sum to one (local engine: Megatron Bridge's model recipe decides it)."""
     moe_aux_loss_coeff: float = setting(0.0, Real(0.0, 100.0), bridge="model.moe_aux_loss_coeff", preset="reproduce")
     """Load-balancing auxiliary loss coefficient (Megatron moe_aux_loss_coeff; Qwen3-MoE: 1e-3; 0: none)."""
     vocab_size: int = setting(256, Integer(1, 1 << 22), bridge="model.vocab_size")
@@ -125,8 +126,8 @@ class ModelConfig:
         bridge="model.rotary_scaling_factor",
     )
     """YaRN scaling factor (Kimi K2: 32; null: plain RoPE)."""
-    max_position_embeddings: int = setting(4096, Integer(1, 1 << 24))
-    """Longest sequence the positional encoding is built for."""
+    max_position_embeddings: int = setting(4096, Integer(1, 1 << 24), readers=LOCAL)
+    """Longest sequence the positional encoding is built for (local engine: Bridge's model recipe decides it)."""
     layernorm_epsilon: float = setting(
         1e-6,
         Real(0.0, 1.0, low_open=True, high_open=True),

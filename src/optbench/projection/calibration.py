@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 from optbench.accounting.plan_fields import PRECISION_ALIASES, layout_matches
 from optbench.accounting.throughput import step_time_for_tflops, step_time_for_tokens
 from optbench.compose.recipe import (
@@ -40,6 +38,7 @@ from optbench.compose.recipe import (
 )
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
+from optbench.hardware import gpu_catalog
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.step_model import solve_efficiency
@@ -82,19 +81,10 @@ class Calibration:
         }
 
 
-@lru_cache(maxsize=1)
-def _cluster_gpus() -> dict[str, str]:
-    """Cluster preset name -> its GPU (conf/cluster/*.yaml)."""
-    out = {}
-    for name in list_group_options("cluster"):
-        data = yaml.safe_load((repo_root() / "conf" / "cluster" / f"{name}.yaml").read_text()) or {}
-        out[name] = str(data.get("gpu"))
-    return out
-
-
 def cluster_for_gpu(gpu: str) -> str | None:
-    """The first cluster preset (conf/cluster) whose GPU is ``gpu``."""
-    return next((name for name, preset_gpu in _cluster_gpus().items() if preset_gpu == gpu), None)
+    """Our cluster preset for ``gpu`` (the GPU registry, optbench/data/gpus.csv), None for a GPU it lacks."""
+    spec = gpu_catalog().get(gpu)
+    return spec.cluster_preset if spec is not None else None
 
 
 def _release_of(run: RunConfig) -> str | None:
