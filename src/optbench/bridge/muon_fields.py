@@ -91,7 +91,7 @@ def muon_problems(run: RunConfig) -> Iterable[Problem]:
         yield Problem(
             "optimizer.muon.coefficients",
             f"{container.label()} runs the quintic set only; " + _arrives_with(
-                "muon_coefficient_type", lambda c: versions.has_field(c, "optimizer.muon_coefficient_type"),
+                "muon_coefficient_type", lambda c: versions.has_field(c, bridge_name("optimizer.muon.coefficients")),
                 "coefficients=quintic"),
             ("cluster.container",),
         )

@@ -12,7 +12,9 @@ This module reads those declarations back and gives the rest of the code what it
 from __future__ import annotations
 
 import typing
+from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
+from types import MappingProxyType
 from typing import Any, Callable, Optional
 
 from optbench.config.data_path import dataset_blend
@@ -92,7 +94,13 @@ def bridge_items(run: RunConfig, *keys: str, section: str = "") -> list[Item]:
     return items
 
 
-def preset_fields(intent: str) -> dict[str, str]:
-    """Bridge field a later release's NVIDIA preset is read from -> our field it supplies, for this intent."""
-    scopes = ("every", "reproduce") if intent == "reproduce" else ("every",)
-    return {spec.bridge[0]: key for key, spec in TABLE.items() if spec.preset in scopes}
+def _supplied(scopes: tuple[str, ...]) -> Mapping[str, str]:
+    return MappingProxyType({spec.bridge[0]: key for key, spec in TABLE.items() if spec.preset in scopes})
+
+
+_PRESET_FIELDS = {"train": _supplied(("every",)), "reproduce": _supplied(("every", "reproduce"))}
+
+
+def preset_fields(intent: str) -> Mapping[str, str]:
+    """Bridge field a later release's NVIDIA preset is read from -> our field it supplies, for this intent (read-only)."""
+    return _PRESET_FIELDS[intent]
