@@ -27,7 +27,7 @@ LAUNCH := $(PY) -m launch
 # unrelated MODEL or TARGET in your shell's environment is ignored.
 typed = $(if $(filter command line,$(origin $(1))),$($(1)))
 
-TARGETS := help setup bridge-env setup-container test test-fast recipes plan pretrain sweep bench table compare study data clean
+TARGETS := help setup bridge-env setup-container test test-fast recipes plan pretrain sweep bench table projection search search-ranks compare study data clean
 .PHONY: $(TARGETS)
 
 # A word without '=' after a target is another goal to make, which would run after the first target had
@@ -91,6 +91,17 @@ table: export OPTBENCH_TABLE_WARMUP = $(call typed,WARMUP)
 table: export OPTBENCH_TABLE_LOGS = $(call typed,LOGS)
 table: ## Write results/throughput.{md,csv} + plots: published rows beside measured runs (WARMUP=3 LOGS=<bridge logs>)
 	@$(PY) -m optbench.report table --from-make
+
+search: ## Every valid layout of RECIPE's model at its GPU count, projected and ranked (top 10, Muon vs AdamW gap, your layout's rank)
+	@$(LAUNCH) search --from-make
+
+#   make search-ranks [MODELS=qwen3_30b_a3b,kimi_k2]
+search-ranks: export OPTBENCH_SEARCH_MODELS = $(call typed,MODELS)
+search-ranks: ## Where NVIDIA's own layout ranks in `make search`, for every published row: results/projection/search_ranks.md
+	@$(PY) -m optbench.projection.search_ranks
+
+projection: ## The projection against every published row, in sample and out of sample (leave one row / release out): results/projection/validation.md
+	@$(PY) -m optbench.projection.validation_report --update-docs
 
 #   make study [SIZE=cpu|gpu] [hydra overrides for every run, e.g. train.iters=300]
 study: export OPTBENCH_STUDY_SIZE = $(call typed,SIZE)

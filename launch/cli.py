@@ -4,6 +4,7 @@ Commands:
   recipes                      list the recipes
   plan <recipe> [overrides]    compose, validate, write results/plans/<recipe>/plan.json, print it
   pretrain <recipe> [overrides]  the same, then launch (engine and executor from the config)
+  search <recipe> [overrides]  every valid layout at the recipe's GPU count, projected and ranked
   sweep <recipe> [overrides]   expand Hydra sweep overrides (parallel.ep=32,64), validate every point,
                                plan the valid ones and render or submit them as one NeMo-Run experiment
 
@@ -57,6 +58,12 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return pretrain(args.recipe, args.overrides)
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    from launch.search import run_search
+
+    return run_search(args.recipe, args.overrides)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from launch.sweep import sweep
 
@@ -79,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
         ("plan", cmd_plan, "validate a recipe and write its plan"),
         ("pretrain", cmd_pretrain, "validate, plan and launch a recipe"),
         ("sweep", cmd_sweep, "validate and plan every point of a sweep, then render or submit the valid ones"),
+        ("search", cmd_search, "every valid layout of the recipe's model at its GPU count, ranked by projection"),
     ):
         command = sub.add_parser(name, help=text)
         command.add_argument("--from-make", action="store_true", help="read RECIPE and overrides from make")

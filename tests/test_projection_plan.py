@@ -38,7 +38,7 @@ def test_kimi_k2_muon_plan_has_projection_twin_and_decomposition() -> None:
 
 
 def test_qwen3_adamw_plan_projection() -> None:
-    plan = build_plan(resolve(compose_run("qwen3_30b_a3b_adamw", [])))
+    plan = build_plan(resolve(compose_run("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.02"])))
     p = plan["projection"]
     assert p["available"] and all(field in p for field in FIELDS)
     assert "adamw_twin" not in p and "muon_overhead" not in p

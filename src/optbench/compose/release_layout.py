@@ -1,11 +1,13 @@
-"""NVIDIA's layout of a newer release, as overrides of our config, so that the plan models what NVIDIA measured.
+"""NVIDIA's layout of the run's release, as overrides of our config, so that the plan models what NVIDIA measured.
 
-The recipes' parallel and train presets hold what NVIDIA measured with Bridge 0.3.1 (containers 26.02 and
-26.02.01). A later container's preset (read from that release's source) may differ: DeepSeek-V3 on GB300
-runs MBS 1 from 26.06, on B300 PP8 VPP2 instead of PP16, Qwen3 30B-A3B full-iteration CUDA graphs. For a
-Bridge run with such a preset, :func:`layout_overrides` returns the Hydra overrides that put NVIDIA's
-values into our config (parallel layout, GBS/MBS, dispatcher, CUDA graphs, recompute, pipeline layout),
-placed before the user's own: a value typed on the command line wins and the plan lists it as a departure.
+The recipes' parallel and train presets hold what NVIDIA measured with Bridge 0.3.x (containers 26.02 and
+26.02.01); a few of them are 26.02's layout under a 26.02.01 name (Qwen3 30B-A3B B200: MBS 1, where 0.3.1 runs
+MBS 4 with HybridEP). Every release's preset, as NVIDIA's own launcher executes it (0.3.1 included), may differ:
+DeepSeek-V3 on GB300 runs MBS 1 from 26.06, on B300 PP8 VPP2 instead of PP16, Qwen3 30B-A3B full-iteration CUDA
+graphs and EP-communication overlap. For a Bridge run with a preset, :func:`layout_overrides` returns the Hydra
+overrides that put NVIDIA's values into our config (parallel layout, GBS/MBS, dispatcher, CUDA graphs, overlap,
+recompute, pipeline layout), placed before the user's own: a value typed on the command line wins and the plan
+lists it as a departure.
 
 Which of our fields a preset supplies, and from which Bridge field, is declared in the schema (``preset=`` of each
 field's :func:`~optbench.config.field_spec.setting`): layout, batch, kernels and memory for every intent; the
@@ -35,7 +37,7 @@ def _current(run: RunConfig, field: str) -> Any:
 
 
 def release_values(run: RunConfig) -> dict[str, Any]:
-    """Our config fields a later release's preset sets (empty for the executed 0.3.1 presets and non-Bridge runs)."""
+    """Our config fields the run's release's preset sets (empty without a preset and for non-Bridge runs)."""
     if run.engine != "megatron_bridge" or run.cluster.gpu == "auto":
         return {}
     try:
@@ -43,8 +45,7 @@ def release_values(run: RunConfig) -> dict[str, Any]:
     except UserError:
         return {}  # an unknown container is reported by validation, in one line
     preset = presets.find_preset(run, release)
-    # The 0.3.1 presets are the recipes' own layouts (parallel/train presets; conformance-tested).
-    if preset is None or preset.release == presets.RELEASE:
+    if preset is None:
         return {}
     nvidia = {**preset.recipe_values, **preset.settings}  # NVIDIA's value of every field our adapter sets
     values: dict[str, Any] = {"parallel.num_gpus": preset.num_gpus}

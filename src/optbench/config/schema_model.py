@@ -244,3 +244,9 @@ class ParallelConfig:
     full_iteration = one graph per training iteration (NVIDIA's presets from Bridge 0.5, nemo:26.06)."""
     tp_comm_overlap: bool = setting(False, Flag(), readers=BRIDGE, bridge="comm_overlap.tp_comm_overlap")
     """Overlap TP communication with GEMMs (userbuffers)."""
+    ep_comm_overlap: bool = setting(
+        False, Flag(), readers=BRIDGE, bridge="comm_overlap.overlap_moe_expert_parallel_comm", preset="every"
+    )
+    """Overlap the MoE all-to-all of one microbatch with the computation of another (Megatron's EP A2A overlap:
+    the forward of one microbatch and the backward of another run interleaved); NVIDIA's MXFP8 MoE presets
+    set it from nemo:26.06 (and a few earlier ones)."""

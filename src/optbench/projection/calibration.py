@@ -8,18 +8,18 @@ It is solved so that the projected AdamW step equals a published AdamW step
 other projection of that model: Muon, other layouts, other GPUs ("transferred").
 
 Anchor choice, among the AdamW rows of ``results/published/published.csv`` for the run's model
-(Muon rows are never read here), best first:
+(Muon rows are never read here) that a :class:`Holdout` does not hold out, best first:
 
-1. measured on the run's GPU;
-2. from a source that also publishes the Muon figure of the same setup (a paired comparison:
+1. measured on the run's GPU, then in the run's precision;
+2. measured with the run's container release, else the nearest release (earlier before later on a tie):
+   NVIDIA's software changes between releases, and the nearest release changed least;
+3. from a source that also publishes the Muon figure of the same setup (a paired comparison:
    NVIDIA's blog Table 1, Kimi K2 1051 and Qwen3 30B-A3B 713 on GB300);
-3. measured with the container release the run's cluster preset uses (``nemo:26.02`` -> 26.02);
 4. file order.
 
-An anchor needs a configuration that reproduces it: the model's ``<model>_adamw`` recipe as is, or
-with the cluster, parallel, train and precision presets named after the row
-(``parallel=<model>_<gpu>_<num_gpus>``, ``train=<model>_<gpu>``), whichever matches the row's GPU,
-GPU count, precision and stated layout. A model without such a row is "not calibrated".
+An anchor is composed exactly as the table projects its row (:mod:`optbench.projection.row_config`: the
+row's release, NVIDIA's executed preset of it, the row's stated values): the efficiency solved on it
+reproduces the row's figure at that configuration. A model without such a row is "not calibrated".
 """
 
 from __future__ import annotations
@@ -28,23 +28,39 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from optbench.accounting.plan_fields import PRECISION_ALIASES, layout_matches
+from optbench.accounting.plan_fields import PRECISION_ALIASES
 from optbench.accounting.throughput import step_time_for_tflops, step_time_for_tokens
-from optbench.compose.recipe import (
-    compose_run,
-    list_group_options,
-    list_recipes,
-    repo_root,
-)
+from optbench.compose.recipe import repo_root
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
-from optbench.hardware import gpu_catalog
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.step_model import solve_efficiency
 from optbench.projection.work import build_inputs, gemm_peak
+from optbench.projection.row_config import release_order, row_config, row_run
 from optbench.published import PublishedRow, default_published_dir, load_published
-from optbench.resolve import ResolvedRun, resolve
+from optbench.resolve import ResolvedRun
+
+
+def row_id(row: PublishedRow) -> str:
+    """A published row's name, unique in published.csv: '<source> <release> <model> <gpu> x<n> <precision> <optimizer>'."""
+    return f"{row.label} {row.model} {row.gpu} x{row.num_gpus} {row.precision} {row.optimizer} {row.model_tflops_per_gpu:g}"
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """Published rows a calibration may not use (out-of-sample validation: :mod:`optbench.projection.validation`)."""
+
+    rows: frozenset[str] = frozenset()
+    """Rows held out, by :func:`row_id`."""
+    releases: frozenset[str] = frozenset()
+    """Releases whose every row is held out."""
+
+    def keeps(self, row: PublishedRow) -> bool:
+        return row_id(row) not in self.rows and row.release not in self.releases
+
+
+NO_HOLDOUT = Holdout()
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,8 @@ class Calibration:
     """Overrides applied to it."""
     anchor_gpu: str
     """GPU of the anchor."""
+    anchor_row: str = ""
+    """The anchor's :func:`row_id`."""
     anchor_run: ResolvedRun | None = field(default=None, compare=False, repr=False)
     """The anchor configuration, resolved (a Muon run's AdamW twin is often this very configuration)."""
 
@@ -75,65 +93,24 @@ class Calibration:
             "of_peak": self.peak_key,
             "status": f"transferred from {self.anchor_gpu}" if transferred else "calibrated",
             "calibrated_on": self.anchor,
+            "anchor_row": self.anchor_row,
             "anchor_step_time_s": round(self.anchor_step_time_s, 4),
             "anchor_config": " ".join([self.anchor_recipe, *self.anchor_overrides]),
             "fitted_to_muon": False,
         }
 
 
-def cluster_for_gpu(gpu: str) -> str | None:
-    """Our cluster preset for ``gpu`` (the GPU registry, optbench/data/gpus.csv), None for a GPU it lacks."""
-    spec = gpu_catalog().get(gpu)
-    return spec.cluster_preset if spec is not None else None
-
-
 def _release_of(run: RunConfig) -> str | None:
     return run.cluster.container.split(":", 1)[1]
 
 
-def _matches(anchor: ResolvedRun, row: PublishedRow) -> bool:
-    run = anchor.run
-    return (
-        run.model.name == row.model
-        and run.cluster.gpu == row.gpu
-        and run.parallel.num_gpus == row.num_gpus
-        and run.precision.name == PRECISION_ALIASES.get(row.precision, row.precision)
-        and run.optimizer.name == "adamw"
-        and layout_matches(run, row.layout, anchor.layout)
-    )
-
-
-@lru_cache(maxsize=128)
-def _candidate(recipe: str, overrides: tuple[str, ...]) -> ResolvedRun:
-    """One anchor candidate, composed and resolved once however many calibrations rank it (``make table``
-    calibrates some 60 model/GPU/release keys on a handful of candidates; a UserError is not kept)."""
-    return resolve(compose_run(recipe, list(overrides)))
-
-
 def anchor_config(row: PublishedRow) -> tuple[str, tuple[str, ...], ResolvedRun] | None:
-    """(recipe, overrides, resolved run) that reproduces an AdamW row, or None."""
-    recipe = f"{row.model}_adamw"
-    if recipe not in list_recipes():
+    """(recipe, overrides, resolved run) that reproduces an AdamW row, or None: the row's own configuration,
+    of a release whose NVIDIA preset we executed (a 25.11 row's layout is only partly known)."""
+    config, resolved = row_config(row), row_run(row)
+    if isinstance(config, str) or isinstance(resolved, str) or not config.in_domain:
         return None
-    presets: list[str] = []
-    cluster = cluster_for_gpu(row.gpu)
-    if cluster:
-        presets.append(f"cluster={cluster}")
-    for group, option in (
-        ("parallel", f"{row.model}_{row.gpu}_{row.num_gpus}"),
-        ("train", f"{row.model}_{row.gpu}"),
-        ("precision", PRECISION_ALIASES.get(row.precision, row.precision)),
-    ):
-        if option in list_group_options(group):
-            presets.append(f"{group}={option}")
-    for overrides in ((), tuple(presets)):
-        try:
-            anchor = _candidate(recipe, overrides)
-        except UserError:
-            continue
-        if _matches(anchor, row):
-            return recipe, overrides, anchor
-    return None
+    return config.recipe, config.overrides, resolved
 
 
 def _paired(row: PublishedRow, rows: list[PublishedRow]) -> bool:
@@ -145,10 +122,31 @@ def _paired(row: PublishedRow, rows: list[PublishedRow]) -> bool:
     )
 
 
-def ranked_anchors(model: str, gpu: str, release: str | None, rows: list[PublishedRow]) -> list[PublishedRow]:
-    """The model's AdamW rows, best anchor first (see the module docstring)."""
-    adamw = [(i, row) for i, row in enumerate(rows) if row.model == model and row.optimizer == "adamw"]
-    adamw.sort(key=lambda pair: (pair[1].gpu != gpu, not _paired(pair[1], rows), pair[1].release != release, pair[0]))
+def _release_distance(row: PublishedRow, release: str | None, order: list[str]) -> tuple[int, bool]:
+    if release is None or release not in order:
+        return (0, False)
+    distance = order.index(row.release) - order.index(release)
+    return (abs(distance), distance > 0)
+
+
+def ranked_anchors(
+    model: str, gpu: str, release: str | None, rows: list[PublishedRow], holdout: Holdout = NO_HOLDOUT,
+    precision: str | None = None,
+) -> list[PublishedRow]:
+    """The model's AdamW rows that ``holdout`` keeps, best anchor first (see the module docstring)."""
+    order = sorted({row.release for row in rows} | ({release} if release else set()), key=release_order)
+    adamw = [
+        (i, row) for i, row in enumerate(rows) if row.model == model and row.optimizer == "adamw" and holdout.keeps(row)
+    ]
+    adamw.sort(
+        key=lambda pair: (
+            pair[1].gpu != gpu,
+            precision is not None and PRECISION_ALIASES.get(pair[1].precision, pair[1].precision) != precision,
+            _release_distance(pair[1], release, order),
+            not _paired(pair[1], rows),
+            pair[0],
+        )
+    )
     return [row for _, row in adamw]
 
 
@@ -165,41 +163,61 @@ def _label(row: PublishedRow) -> str:
     return f"{row.label} {row.model} {row.gpu} x{row.num_gpus} adamw {figure}"
 
 
-@lru_cache(maxsize=32)
-def _calibrate(model: str, gpu: str, release: str | None, published: str, assumptions: Assumptions) -> Calibration | None:
+def solve_on(row: PublishedRow, assumptions: Assumptions) -> Calibration | str:
+    """The efficiency solved on ``row`` at its own configuration, or why the row cannot anchor anything: it has
+    no configuration we compose, no release preset we executed, no figure, or the model cannot reach it."""
+    found = anchor_config(row)
+    if found is None:
+        return "no configuration of a release whose NVIDIA preset we executed"
+    recipe, overrides, anchor_run = found
+    run = anchor_run.run
+    step = _step_time(run, row)
+    net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
+    if step is None or net is None:
+        return "no figure" if step is None else f"no interconnect figures for gpu {run.cluster.gpu}"
+    try:
+        efficiency = solve_efficiency(build_inputs(anchor_run, net, assumptions), step, assumptions.backward_share)
+    except ValueError as err:
+        return f"the model cannot reach this figure at this configuration: {err}"
+    return Calibration(
+        efficiency=efficiency,
+        peak_key=gemm_peak(run)[1],
+        anchor=_label(row),
+        anchor_step_time_s=step,
+        anchor_recipe=recipe,
+        anchor_overrides=overrides,
+        anchor_gpu=row.gpu,
+        anchor_row=row_id(row),
+        anchor_run=anchor_run,
+    )
+
+
+@lru_cache(maxsize=512)
+def _calibrate(
+    model: str, gpu: str, precision: str, release: str | None, published: str, assumptions: Assumptions, holdout: Holdout
+) -> Calibration | None:
     rows = load_published(published)
-    for row in ranked_anchors(model, gpu, release, rows):
-        found = anchor_config(row)
-        if found is None:
-            continue
-        recipe, overrides, anchor_run = found
-        run = anchor_run.run
-        step = _step_time(run, row)
-        net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
-        if step is None or net is None:
-            continue
-        inputs = build_inputs(anchor_run, net, assumptions)
-        try:
-            efficiency = solve_efficiency(inputs, step, assumptions.backward_share)
-        except ValueError:
-            continue
-        return Calibration(
-            efficiency=efficiency,
-            peak_key=gemm_peak(run)[1],
-            anchor=_label(row),
-            anchor_step_time_s=step,
-            anchor_recipe=recipe,
-            anchor_overrides=overrides,
-            anchor_gpu=row.gpu,
-            anchor_run=anchor_run,
-        )
+    for row in ranked_anchors(model, gpu, release, rows, holdout, precision):
+        solved = _solved(published, row_id(row), assumptions)
+        if not isinstance(solved, str):
+            return solved
     return None
 
 
-def calibrate(run: RunConfig, assumptions: Assumptions, published_dir: str | Path | None = None) -> Calibration | None:
+@lru_cache(maxsize=256)
+def _solved(published: str, row: str, assumptions: Assumptions) -> Calibration | str:
+    """:func:`solve_on` the row named ``row`` (a row is solved once however many calibrations rank it)."""
+    return solve_on(next(r for r in load_published(published) if row_id(r) == row), assumptions)
+
+
+def calibrate(
+    run: RunConfig, assumptions: Assumptions, published_dir: str | Path | None = None, holdout: Holdout = NO_HOLDOUT
+) -> Calibration | None:
     """The calibrated GEMM efficiency for ``run``'s model (cached), or None when no AdamW anchor fits."""
     directory = Path(published_dir) if published_dir else default_published_dir(repo_root() / "results")
     try:
-        return _calibrate(run.model.name, run.cluster.gpu, _release_of(run), str(directory), assumptions)
+        return _calibrate(
+            run.model.name, run.cluster.gpu, run.precision.name, _release_of(run), str(directory), assumptions, holdout
+        )
     except UserError:
         return None

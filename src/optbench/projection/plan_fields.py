@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from optbench.projection.expected_error import expected_error_text
 from optbench.projection.project import project
 from optbench.resolve import ResolvedRun
 
@@ -47,6 +48,7 @@ def projection_summary_lines(plan: dict[str, Any]) -> list[str]:
     lines = [
         f"  projection  step {p['step_time_s']:.2f} s: {p['tflops_per_gpu']:.1f} model{ns} TFLOP/s/GPU; MFU {_mfu(p['mfu'])}",
         f"              GEMM efficiency {eff['value']:.3f} of {eff['of_peak']} ({eff['status']} on {eff['calibrated_on']})",
+        f"              {expected_error_text(p.get('expected_error'))}",
         "  breakdown   "
         + ", ".join(f"{SHORT_NAMES[k]} {_ms_or_s(v)}" for k, v in p["breakdown_s"].items() if v > 0),
     ]

@@ -16,7 +16,8 @@ from optbench.accounting.plan_fields import matching_published_rows
 from optbench.accounting.throughput import step_throughput
 from optbench.errors import UserError
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
-from optbench.projection.calibration import Calibration, calibrate
+from optbench.projection.calibration import NO_HOLDOUT, Calibration, Holdout, calibrate
+from optbench.projection.expected_error import expected_error
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.step_model import StepBreakdown, evaluate
 from optbench.projection.twin import adamw_twin, decompose, twin_recipe
@@ -38,10 +39,12 @@ def _throughput(resolved: ResolvedRun, breakdown: StepBreakdown) -> dict[str, An
 
 
 def _compared(resolved: ResolvedRun, projected_tflops: float) -> list[dict[str, Any]]:
-    """The run's published model-only figures beside the projection (compared, never fitted)."""
+    """The run's published model-only figures of its own release beside the projection (compared, never fitted;
+    a row of another release measured other software: ``make projection`` projects it at its own release)."""
     out = []
+    release = resolved.run.cluster.container.split(":", 1)[1]
     for row in matching_published_rows(resolved.run, resolved.layout):
-        if not row.model_tflops_per_gpu:
+        if not row.model_tflops_per_gpu or row.release != release:
             continue
         out.append(
             {
@@ -102,15 +105,19 @@ def project(
     assumptions: Assumptions = DEFAULT_ASSUMPTIONS,
     published_dir: str | Path | None = None,
     with_what_ifs: bool = True,
+    holdout: Holdout = NO_HOLDOUT,
+    with_twin: bool = True,
 ) -> dict[str, Any]:
-    """The projection section for a resolved run (``overrides`` as typed: the AdamW twin reuses them)."""
+    """The projection section for a resolved run (``overrides`` as typed: the AdamW twin reuses them;
+    ``holdout``: published rows the calibration may not use; ``with_twin=False``: no AdamW twin, which a
+    layout search projects itself at the same layout)."""
     run = resolved.run
     if run.engine == "local":
         return unavailable("engine=local runs small proxies on this machine and measures itself; no projection needed")
     net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
     if net is None:
         return unavailable(f"no interconnect figures for gpu {run.cluster.gpu!r} in optbench/data/interconnect.csv")
-    calibration = calibrate(run, assumptions, published_dir)
+    calibration = calibrate(run, assumptions, published_dir, holdout)
     if calibration is None:
         return unavailable(
             f"not calibrated: no published AdamW figure of model {run.model.name!r} that a recipe reproduces"
@@ -132,9 +139,10 @@ def project(
         "optimizer_mean_s": detail["optimizer_mean_s"],
         "interconnect": net.as_dict(),
         "assumptions": assumptions.as_dict(),
+        "expected_error": expected_error(),
         "compared_with_published": _compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
     }
-    if run.optimizer.muon is not None:
+    if run.optimizer.muon is not None and with_twin:
         section["adamw_twin"], section["muon_overhead"] = _twin_section(
             resolved, overrides, net, assumptions, calibration, breakdown
         )

@@ -29,6 +29,8 @@ from optbench.resolve import resolve
 
 RECIPES = ("kimi_k2_muon", "qwen3_30b_a3b_muon")
 BLOG = "nvidia_blog_table1"
+BLOG_CONTAINER = "cluster.container=nemo:26.02"
+"""The blog's release: its rows are compared with projections of that release."""
 PARTS = ("newton_schulz_compute", "kernel_launch", "elementwise_update", "imbalance", "communication", "other")
 WHAT_IFS = ("param_gather_overlap", "syrk", "cost_balanced", "all_three", "no_launch_overhead")
 SENSITIVITY = (
@@ -52,8 +54,8 @@ def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSU
     """Projection, decomposition, what-ifs and sensitivity of every recipe."""
     out: dict[str, Any] = {"assumptions": base.as_dict(), "recipes": {}}
     for recipe in recipes:
-        run = resolve(compose_run(recipe, []))
-        p = project(run, assumptions=base)
+        run = resolve(compose_run(recipe, [BLOG_CONTAINER]))
+        p = project(run, [BLOG_CONTAINER], assumptions=base)
         if not p["available"]:
             out["recipes"][recipe] = {"available": False, "reason": p["reason"]}
             continue
@@ -61,7 +63,7 @@ def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSU
         for label, change in SENSITIVITY:
             if change.get("ns_gemm_efficiency", 0.0) is None:
                 change = {"ns_gemm_efficiency": p["efficiency"]["value"]}
-            q = project(run, assumptions=replace(base, **change), with_what_ifs=False)
+            q = project(run, [BLOG_CONTAINER], assumptions=replace(base, **change), with_what_ifs=False)
             blog = _blog(q)
             rows.append(
                 {

@@ -6,7 +6,11 @@ pipeline rank ``r``, per microbatch
     t_r = F_r / R + a2a_r + tp_r + max(0, cp_r - A_r / R)
 
 (``F_r`` its GEMM FLOPs per GPU, ``A_r`` their attention part that a context-parallel ring overlaps
-with). The slowest pipeline rank sets the pace; interleaved 1F1B adds ``(pp - 1) / vpp`` microbatch
+with). With ``parallel.ep_comm_overlap`` (Megatron's EP A2A overlap: the forward of one microbatch and the
+backward of another run interleaved, each one's all-to-all hidden behind the other's GEMMs; Megatron Core
+``overlap_moe_expert_parallel_comm``) only what the GEMMs cannot cover is exposed:
+``a2a_r -> max(0, a2a_r - F_r / R)``. No parameter is fitted for it: the overlap is taken as complete up
+to the GEMM time (the SMs the dispatcher takes are in the calibrated efficiency). The slowest pipeline rank sets the pace; interleaved 1F1B adds ``(pp - 1) / vpp`` microbatch
 times of bubble (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters
 Using Megatron-LM", SC 2021, section 2.2.2), and the fill and drain cross ``pp - 1`` hops each way:
 
@@ -101,9 +105,10 @@ def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 
     for r in range(inputs.pp):
         cp_exposed = max(0.0, inputs.stage_cp_s[r] - inputs.stage_attention_flops_mb[r] / rate)
         gemm = inputs.stage_flops_mb[r] / rate
-        per_stage.append((gemm + inputs.stage_ep_s[r] + inputs.stage_tp_s[r] + cp_exposed, gemm, cp_exposed))
+        ep = max(0.0, inputs.stage_ep_s[r] - gemm) if inputs.ep_overlap else inputs.stage_ep_s[r]
+        per_stage.append((gemm + ep + inputs.stage_tp_s[r] + cp_exposed, gemm, cp_exposed, ep))
     slow = max(range(inputs.pp), key=lambda r: per_stage[r][0])
-    t_mb, gemm, cp_exposed = per_stage[slow]
+    t_mb, gemm, cp_exposed, ep_exposed = per_stage[slow]
     m = inputs.microbatches
 
     def exposed_grad(rank: int) -> float:
@@ -118,7 +123,7 @@ def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 
     parts = {
         "compute": m * gemm,
         "pipeline_bubble": (inputs.pp - 1) / inputs.vpp * t_mb,
-        "moe_all_to_all": m * inputs.stage_ep_s[slow],
+        "moe_all_to_all": m * ep_exposed,
         "tensor_parallel": m * inputs.stage_tp_s[slow],
         "context_parallel": m * cp_exposed,
         "pipeline_p2p": 2 * (inputs.pp - 1) * inputs.p2p_s,

@@ -7,7 +7,8 @@ cheaply. Formulas (docs/projection.md has them with sources):
 
 * microbatch GEMM FLOPs per GPU = pipeline rank's FLOPs per token x ``mbs * seq / (tp * cp)``;
 * MoE token dispatch: each MoE layer does 4 all-to-alls per microbatch (dispatch and combine,
-  forward and backward) of ``tokens * topk * hidden * 2`` bytes per rank;
+  forward and backward) of ``tokens * topk * hidden * 2`` bytes per rank; with ``ep_comm_overlap`` the
+  step model hides them behind another microbatch's GEMMs (:mod:`optbench.projection.step_model`);
 * tensor parallelism (when ``tp > 1`` and ``tp_comm_overlap`` is off): 8 all-gathers /
   reduce-scatters of ``tokens * hidden * 2`` bytes per layer and microbatch (4 forward, 4 backward);
   with ``tp_comm_overlap`` they are taken as hidden;
@@ -77,6 +78,8 @@ class StepInputs:
     """Per pipeline rank: the attention part of it."""
     stage_ep_s: tuple[float, ...]
     """Per pipeline rank: MoE all-to-all seconds per microbatch."""
+    ep_overlap: bool
+    """The all-to-all overlapped with another microbatch's computation (``parallel.ep_comm_overlap``)."""
     stage_tp_s: tuple[float, ...]
     """Per pipeline rank: exposed tensor-parallel seconds per microbatch."""
     stage_cp_s: tuple[float, ...]
@@ -297,6 +300,7 @@ def build_inputs(
         stage_flops_mb=tuple(w.flops_per_token * tokens_gpu for w in work),
         stage_attention_flops_mb=tuple(w.attention_flops_per_token * tokens_gpu for w in work),
         stage_ep_s=tuple(ep_s),
+        ep_overlap=run.parallel.ep_comm_overlap,
         stage_tp_s=tuple(tp_s),
         stage_cp_s=tuple(cp_s),
         p2p_s=p2p,

@@ -32,8 +32,9 @@ from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 
 RELEASE = "0.3.1"
-"""The Megatron Bridge release whose layouts the recipes' parallel/train presets hold (container 26.02.01); every
-other release's preset layout is applied over them (:mod:`optbench.compose.release_layout`)."""
+"""The Megatron Bridge release the recipes' parallel/train presets were written from (container 26.02.01), and the
+default of :func:`load`; every release's executed preset, this one included, is applied over them
+(:mod:`optbench.compose.release_layout`)."""
 FALLBACK = {"0.3.0": "0.3.1"}
 """Release -> the release whose preset serves a model NVIDIA's scripts of that release lack: Bridge 0.3.0's scripts
 have no Kimi K2 (its preset arrives with 0.3.1), yet NVIDIA's blog measured Kimi K2 on nemo:26.02."""

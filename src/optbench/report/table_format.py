@@ -230,10 +230,12 @@ def render_markdown(
         out += ["", f"## {family}", ""]
         out += _markdown_table(MAIN_HEADER, [_row_cells(r) for r in table.rows if r.family == family])
     out += ["", "## Our projection at every published row", "",
-            "Model-only TFLOP/s/GPU projected at the row's configuration (`cluster.container=<release>` where we run "
-            "that container, else the row's layout), calibrated on one AdamW row (named; never a Muon row). "
-            "Error = projected / published - 1. 'anchor' marks a row the projection was solved on (0 by construction "
-            "only at the anchor's own layout). Rules: docs/projection.md.", ""]
+            "Model-only TFLOP/s/GPU projected at the row's configuration (its release's executed NVIDIA preset and the "
+            "row's stated values; the `make plan` command of each row is in results/projection/validation.json and prints "
+            "the same number), calibrated on one AdamW row (named; never a Muon row). Error = projected / published - 1. "
+            "'anchor' marks a row the projection was solved on: in sample, 0 by construction. The out-of-sample errors "
+            "(leave one row out, leave one release out) are in results/projection/validation.md (`make projection`). "
+            "Rules: docs/projection.md.", ""]
     out += _markdown_table(["model", "release", "GPU", "precision", "optimizer", "published", "projected", "error", "calibrated on"],
                            _projection_lines(table))
     ratios = _ratio_lines(table)

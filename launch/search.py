@@ -1,0 +1,58 @@
+"""``make search RECIPE=<recipe> [overrides]``: every valid layout of the recipe's model at its GPU count, ranked.
+
+Composes the recipe (and, for Muon, its AdamW twin) once, runs :func:`optbench.projection.search.search`,
+prints the ten best layouts (step time, model TFLOP/s per GPU, memory, Muon vs AdamW at the same layout),
+where the recipe's own layout ranks, and writes everything to ``results/plans/<recipe>/search.json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from optbench.compose.recipe import compose_run
+from optbench.errors import UserError
+from optbench.io import atomic_write_json
+from optbench.plan import claim_results, plan_path
+from optbench.projection.search import point_of_run, rank_of, search
+from optbench.projection.twin import adamw_twin
+
+
+def search_lines(recipe: str, result: dict, own_label: str, own_rank: int | None) -> list[str]:
+    """The printed report of a search."""
+    lines = [
+        f"Layout search: {recipe}: {result['candidates']} layouts, {result['valid']} valid and projected,"
+        f" in {result['seconds']:.0f} s (docs/projection.md section 8)",
+        f"  {'#':>3}  {'layout':<34} {'step s':>7} {'model TFLOP/s':>13} {'memory GB':>9}  Muon vs AdamW",
+    ]
+    for row in result["top"]:
+        gap = f"{row['muon_vs_adamw_percent']:+.2f} %" if "muon_vs_adamw_percent" in row else "-"
+        lines.append(
+            f"  {row['rank']:>3}  {row['layout']:<34} {row['step_time_s']:>7.2f} {row['tflops_per_gpu']:>13.1f}"
+            f" {row['memory_gb']:>9.1f}  {gap}"
+        )
+    where = f"rank {own_rank} of {result['valid']}" if own_rank else "not a valid point of the search"
+    lines.append(f"  recipe's own layout {own_label}: {where} (ties share a rank: the model prices them alike)")
+    for reason, count in sorted(result["dropped"].items(), key=lambda kv: -kv[1]):
+        lines.append(f"  dropped {count:>4}: {reason}")
+    return lines
+
+
+def run_search(recipe: str, overrides: Sequence[str]) -> int:
+    run = compose_run(recipe, overrides)
+    adamw = None
+    if run.optimizer.muon is not None:
+        try:
+            adamw = adamw_twin(run, overrides)[2]
+        except UserError:
+            adamw = None
+    result = search(run, adamw)
+    own = point_of_run(run)
+    own_rank = rank_of(result, own)
+    for line in search_lines(recipe, result, own.label, own_rank):
+        print(line)
+    claim_results(run)
+    path = plan_path(run).with_name("search.json")
+    record = {k: v for k, v in result.items() if k != "ranked"}
+    record.update(recipe=recipe, overrides=list(overrides), own_layout=own.label, own_rank=own_rank)
+    print(f"  search.json {atomic_write_json(path, record)}")
+    return 0

@@ -1,0 +1,33 @@
+"""The projection's out-of-sample error, as the last ``make projection`` measured it (what ``make plan`` prints)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from optbench.checkout import repo_root
+
+VALIDATION = Path("projection") / "validation.json"
+"""Where ``make projection`` writes its validation, under a results folder."""
+
+
+def expected_error(results_dir: str | Path | None = None) -> dict[str, Any] | None:
+    """The leave-one-release-out summary over every validated row, or None before any ``make projection``."""
+    path = Path(results_dir or repo_root() / "results") / VALIDATION
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))["summary"]["leave_one_release_out"]["all"]
+        keys = ("rows", "median_abs_error_percent", "within_5_percent", "within_10_percent")
+        return {**{key: summary[key] for key in keys}, "scheme": "leave one release out", "source": f"results/{VALIDATION}"}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def expected_error_text(expected: dict[str, Any] | None) -> str:
+    """One line: median |error|, share within 10 %, over how many rows and by which scheme."""
+    if not expected:
+        return "expected error unknown (run make projection)"
+    return (
+        f"expected error: median {expected['median_abs_error_percent']:.1f} %, {100 * expected['within_10_percent']:.0f} %"
+        f" of rows within 10 % ({expected['scheme']}, {expected['rows']} published rows; make projection)"
+    )

@@ -1,0 +1,231 @@
+"""Layout search: every valid layout of a run's model at its GPU count and GPU, ranked by projection.
+
+``make search RECIPE=<recipe> [overrides]`` composes the recipe once, then enumerates every combination of
+
+* TP in the powers of two up to 8 and the GPUs per node that divide the attention heads (and query groups);
+* CP 1, and 2 from sequences of 8192 tokens;
+* PP among the powers of two up to 16 that leave at least one decoder layer per stage;
+* VPP in {1, 2, 4} where PP > 1 and every virtual stage holds a layer (the pipeline layout is balanced
+  for each (PP, VPP) as on the command line: :func:`optbench.compose.pipeline.balanced_layout_for`);
+* EP among the powers of two that divide the routed experts and the ranks of a pipeline stage (ETP 1);
+* MBS in {1, 2, 4} that divide the global batch over the data-parallel ranks;
+
+and the composed run's own value of each (so its layout is always a point), with everything else (GBS, sequence, precision, recompute, dispatcher, kernels) as composed. Each point is
+validated as ``make plan`` validates it (a layout that does not split, or whose memory estimate exceeds the
+GPU's HBM, is dropped and counted; the run's own layout is kept and ranked whatever its estimate), projected at the model's calibrated efficiency, and ranked by projected
+model TFLOP/s per GPU. The top points are also projected with AdamW at the same layout (the Muon-vs-AdamW gap).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from optbench.accounting.params import ParamCounts, parameter_counts
+from optbench.compose.pipeline import balanced_layout_for, max_virtual_stages
+from optbench.config.layout import derive_layout
+from optbench.config.schema import RunConfig
+from optbench.errors import UserError
+from optbench.hardware import gpu_catalog
+from optbench.projection.project import project
+from optbench.resolve import ResolvedRun, resolve
+from optbench.validate import validate
+
+TP_MAX = 8
+"""Largest TP tried (and never more than the GPUs of one node: TP traffic stays on NVLink)."""
+PP_CHOICES = (1, 2, 4, 8, 16)
+VPP_CHOICES = (1, 2, 4)
+CP_MIN_SEQUENCE = 8192
+"""CP 2 is tried from this sequence length (shorter sequences do not need it, and the model prices its ring
+as hidden behind attention, so it would tie with CP 1 everywhere)."""
+MBS_CHOICES = (1, 2, 4)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One layout of the search (ETP 1; the pipeline layout follows from PP and VPP)."""
+
+    tp: int
+    """Tensor-parallel size."""
+    pp: int
+    """Pipeline-parallel size."""
+    vpp: int
+    """Virtual stages per pipeline rank (1: no interleaving)."""
+    cp: int
+    """Context-parallel size."""
+    ep: int
+    """Expert-parallel size."""
+    mbs: int
+    """Micro-batch size."""
+
+    @property
+    def label(self) -> str:
+        return f"TP{self.tp} PP{self.pp} VPP{self.vpp} CP{self.cp} EP{self.ep} MBS{self.mbs}"
+
+    def overrides(self) -> list[str]:
+        """The same layout as ``make plan`` overrides."""
+        vpp = "null" if self.vpp == 1 else str(self.vpp)
+        return [f"parallel.tp={self.tp}", f"parallel.pp={self.pp}", f"parallel.vpp={vpp}", f"parallel.cp={self.cp}",
+                f"parallel.ep={self.ep}", "parallel.etp=1", f"train.mbs={self.mbs}"]
+
+
+def _powers(limit: int) -> list[int]:
+    out, value = [], 1
+    while value <= limit:
+        out.append(value)
+        value *= 2
+    return out
+
+
+def points(run: RunConfig) -> Iterator[Point]:
+    """Every combination of the search space that divides evenly (see the module docstring); the composed
+    run's own values are always among the choices, so its layout is a point of the search."""
+    m, p, world, gbs = run.model, run.parallel, run.parallel.num_gpus, run.train.gbs
+    spec = gpu_catalog().get(run.cluster.gpu)
+    tp_max = min(TP_MAX, spec.gpus_per_node if spec is not None else TP_MAX)
+    heads, groups = m.num_attention_heads, (m.num_query_groups or m.num_attention_heads)
+    experts = m.num_moe_experts or 0
+    own_vpp = p.vpp or 1
+    cps = sorted({1, p.cp, *((2,) if run.train.seq_length >= CP_MIN_SEQUENCE else ())})
+    for tp in sorted({*_powers(tp_max), p.tp}):
+        if heads % tp or (not m.multi_latent_attention and groups % tp):
+            continue
+        for cp in cps:
+            if run.train.seq_length % (2 * cp):
+                continue
+            for pp in sorted({*PP_CHOICES, p.pp}):
+                if world % (tp * cp * pp) or pp > m.num_layers:
+                    continue
+                dp = world // (tp * cp * pp)
+                for vpp in sorted({*VPP_CHOICES, own_vpp}):
+                    if (pp == 1 and vpp > 1) or pp * vpp > max_virtual_stages(run) - 2:
+                        continue
+                    for ep in sorted({*(_powers(experts) if experts else [1]), p.ep}):
+                        if experts and (experts % ep or (tp * cp * dp) % ep):
+                            continue
+                        for mbs in sorted({*MBS_CHOICES, run.train.mbs}):
+                            if gbs % (mbs * dp) == 0:
+                                yield Point(tp, pp, vpp, cp, ep, mbs)
+
+
+PARAM_AND_GRAD_BYTES = 4
+"""bf16 weights and gradients: bytes per parameter a GPU holds that the memory estimate counts at least."""
+
+
+def parameter_floor_gb(run: RunConfig, point: Point, counts: ParamCounts) -> float:
+    """A floor under the memory estimate of the point's busiest GPU: the average pipeline rank's weights and
+    gradients (embedding and output layer left out), so a point above HBM is dropped without placing it."""
+    dense = counts.total - counts.experts - counts.embedding
+    per_gpu = dense / (point.tp * point.pp) + counts.experts / (point.ep * point.pp)
+    return PARAM_AND_GRAD_BYTES * per_gpu / 1e9
+
+
+def at(run: RunConfig, point: Point) -> RunConfig:
+    """``run`` with the point's layout: its own pipeline layout at its own stage count (as compose keeps it),
+    else one balanced for the point's (PP, VPP)."""
+    p = run.parallel
+    same_stages = (point.pp, point.vpp) == (p.pp, p.vpp or 1)
+    parallel = dataclasses.replace(
+        p, tp=point.tp, pp=point.pp, vpp=None if point.vpp == 1 else point.vpp, cp=point.cp, ep=point.ep, etp=1,
+        pipeline_layout=p.pipeline_layout if same_stages else None,
+        sequence_parallel=point.tp > 1,  # Megatron requires it for MoE with TP; it costs nothing here
+    )
+    moved = dataclasses.replace(run, parallel=parallel, train=dataclasses.replace(run.train, mbs=point.mbs))
+    if not same_stages and point.pp * point.vpp > 1:
+        moved = dataclasses.replace(moved, parallel=dataclasses.replace(parallel, pipeline_layout=balanced_layout_for(moved)))
+    return moved
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A valid point with its resolved run and projection."""
+
+    point: Point
+    """The layout."""
+    resolved: ResolvedRun
+    """The run at that layout, validated and resolved."""
+    projection: dict[str, Any]
+    """Its projection section (no twin, no what-ifs)."""
+
+
+def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10) -> dict[str, Any]:
+    """Every point of ``run``'s space validated and projected; the best ``top`` with their AdamW gap."""
+    start = time.perf_counter()
+    dropped: Counter[str] = Counter()
+    scored: list[Scored] = []
+    candidates = list(points(run))
+    counts = parameter_counts(run.model)
+    spec = gpu_catalog().get(run.cluster.gpu)
+    own = point_of_run(run)
+    forced = dataclasses.replace(run, force=True)  # memory is checked here, so that the run's own layout stays
+    for point in candidates:
+        floor = parameter_floor_gb(run, point, counts)
+        if spec is not None and point != own and floor > spec.hbm_gb:
+            dropped["does not fit in memory (weights and gradients alone)"] += 1
+            continue
+        try:
+            resolved = validate(at(forced, point))
+        except UserError as err:
+            dropped[f"invalid: {err.problems[0].field}"] += 1
+            continue
+        if point != own and not resolved.memory.fits:
+            dropped["does not fit in memory"] += 1
+            continue
+        section = project(resolved, with_what_ifs=False, with_twin=False)
+        if not section.get("available"):
+            dropped[f"not projected: {section.get('reason', '')[:60]}"] += 1
+            continue
+        scored.append(Scored(point, resolved, section))
+    scored.sort(key=lambda s: (-s.projection["tflops_per_gpu"], s.projection["step_time_s"]))
+    ranks = _tied_ranks([s.projection["tflops_per_gpu"] for s in scored])
+    rows = []
+    for rank, s in zip(ranks[:top], scored[:top]):
+        row = {
+            "rank": rank,
+            "layout": s.point.label,
+            "overrides": s.point.overrides(),
+            "step_time_s": s.projection["step_time_s"],
+            "tflops_per_gpu": s.projection["tflops_per_gpu"],
+            "memory_gb": round(s.resolved.memory.total_gb, 1),
+        }
+        if adamw is not None:
+            try:
+                twin = project(resolve(at(adamw, s.point), like=s.resolved), with_what_ifs=False, with_twin=False)
+                row["adamw_tflops_per_gpu"] = twin["tflops_per_gpu"]
+                row["muon_vs_adamw_percent"] = round(100 * (s.projection["tflops_per_gpu"] / twin["tflops_per_gpu"] - 1), 2)
+            except UserError:
+                pass
+        rows.append(row)
+    return {
+        "candidates": len(candidates),
+        "valid": len(scored),
+        "dropped": dict(dropped),
+        "top": rows,
+        "ranked": list(zip(ranks, (s.point for s in scored))),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def _tied_ranks(tflops: list[float]) -> list[int]:
+    """1 + the number of points strictly better (to 0.01 TFLOP/s/GPU): points the model prices alike share a rank."""
+    ranks, rank = [], 0
+    for index, value in enumerate(tflops):
+        if index == 0 or round(value, 2) < round(tflops[index - 1], 2):
+            rank = index + 1
+        ranks.append(rank)
+    return ranks
+
+
+def rank_of(result: dict[str, Any], point: Point) -> int | None:
+    """Where ``point`` ranks in a search (1 = best; ties share a rank), None when it was not a valid point."""
+    return next((rank for rank, p in result["ranked"] if p == point), None)
+
+
+def point_of_run(run: RunConfig) -> Point:
+    """The search point of a run's layout."""
+    lay = derive_layout(run)
+    return Point(lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, run.train.mbs)

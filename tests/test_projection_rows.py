@@ -1,0 +1,112 @@
+"""Every published row projected at its own configuration, by the path `make plan` takes, in and out of sample."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from launch.dispatch import plan_run
+from optbench.projection.calibration import Holdout, ranked_anchors, row_id, solve_on
+from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
+from optbench.projection.expected_error import expected_error, expected_error_text
+from optbench.projection.published_rows import projection_error
+from optbench.projection.row_config import row_config, row_run
+from optbench.projection.validation import report, summary
+from optbench.published import load_published
+
+REPO = Path(__file__).resolve().parents[1]
+ROWS = load_published(REPO / "results" / "published")
+
+
+def _row(release: str, model: str, gpu: str, optimizer: str = "adamw"):
+    return next(r for r in ROWS if (r.release, r.model, r.gpu, r.optimizer) == (release, model, gpu, optimizer))
+
+
+@pytest.mark.parametrize(
+    "release, model, gpu, optimizer",
+    [("26.02", "kimi_k2", "gb300", "muon"), ("26.02.01", "qwen3_30b_a3b", "h100", "adamw")],
+)
+def test_plan_and_table_print_the_same_projection(release, model, gpu, optimizer):
+    row = _row(release, model, gpu, optimizer)
+    config = row_config(row)
+    _, plan = plan_run(config.recipe, list(config.overrides))
+    assert plan["projection"]["tflops_per_gpu"] == projection_error(row)["tflops"]
+    assert config.command.startswith(f"make plan RECIPE={config.recipe} ")
+
+
+def test_a_row_keeps_every_layer_of_its_model():
+    # NVIDIA's 26.02.01 H100 row states PP2 VPP12: typed, the layout is rebalanced over 24 stages, never floored.
+    row = _row("26.02.01", "qwen3_30b_a3b", "h100")
+    resolved = row_run(row)
+    assert "parallel.pp=2" in row_config(row).typed and "parallel.vpp=12" in row_config(row).typed
+    assert len(resolved.stage_layers) == 24
+    assert sum(resolved.stage_layers) == resolved.run.model.num_layers
+
+
+def test_a_release_row_takes_that_release_preset():
+    # Kimi K2's 26.02 blog row at nemo:26.02: the container is the row's, and its figure is reproduced as anchor.
+    row = _row("26.02", "kimi_k2", "gb300")
+    assert "cluster.container=nemo:26.02" in row_config(row).overrides
+    assert row_run(row).run.cluster.container == "nemo:26.02"
+    result = projection_error(row)
+    assert result["anchor_itself"] and abs(result["error_percent"]) < 0.05
+
+
+def test_an_impossible_layout_is_a_reason_not_a_projection(monkeypatch):
+    row = _row("26.02", "qwen3_30b_a3b", "gb300")
+    bad = type(row)(**{**row.__dict__, "layout": {**row.layout, "pp": 7}, "release": "26.02.01"})
+    result = projection_error(bad)
+    assert "tflops" not in result and "parallel" in result["reason"]
+
+
+def test_anchor_ranking_prefers_the_row_release_and_precision():
+    best = ranked_anchors("qwen3_30b_a3b", "gb300", "26.06", ROWS, precision="mxfp8")[0]
+    assert (best.release, best.gpu) == ("26.06", "gb300")
+    assert ranked_anchors("deepseek_v3", "gb300", "26.02", ROWS, precision="mxfp8")[0].precision == "mxfp8"
+
+
+def test_holdouts_never_use_what_they_hold_out():
+    row = _row("26.06", "qwen3_30b_a3b", "gb300")
+    assert projection_error(row)["anchor_itself"]
+    loo = projection_error(row, Holdout(rows=frozenset({row_id(row)})))
+    assert not loo["anchor_itself"] and loo["anchor"] != projection_error(row)["anchor"]
+    loro = projection_error(row, Holdout(releases=frozenset({row.release})))
+    assert " 26.06 " not in loro["anchor"]
+
+
+def test_a_row_the_model_cannot_reach_says_so():
+    row = _row("26.04.01", "deepseek_v3", "b200")
+    assert solve_on(row, DEFAULT_ASSUMPTIONS).startswith("the model cannot reach this figure")
+
+
+def test_summary_counts_only_the_validated_domain():
+    def record(error, outside=None, optimizer="adamw"):
+        result = {"error_percent": error, "anchor": f"a{error}"}
+        return {"row": str(error), "optimizer": optimizer, "outside_domain": outside, "in_sample": result}
+
+    records = [record(1.0), record(-4.0), record(12.0), record(50.0, outside="25.11"), record(2.0, optimizer="muon")]
+    s = summary(records, "in_sample")
+    assert s["rows"] == 4 and s["median_abs_error_percent"] == 3.0
+    assert (s["within_3_percent"], s["within_5_percent"], s["within_10_percent"]) == (0.5, 0.75, 0.75)
+    assert s["worst"][0] == {"row": "12.0", "error_percent": 12.0}
+    assert summary(records, "in_sample", "muon")["rows"] == 1
+
+
+def test_expected_error_is_read_from_the_validation(tmp_path):
+    assert expected_error(tmp_path) is None
+    assert "unknown" in expected_error_text(None)
+    (tmp_path / "projection").mkdir()
+    summary_all = {"rows": 10, "median_abs_error_percent": 2.5, "within_5_percent": 0.8, "within_10_percent": 0.9}
+    (tmp_path / "projection" / "validation.json").write_text(
+        json.dumps({"summary": {"leave_one_release_out": {"all": summary_all}}})
+    )
+    text = expected_error_text(expected_error(tmp_path))
+    assert "median 2.5 %" in text and "90 %" in text and "10 published rows" in text
+
+
+@pytest.mark.slow  # about a minute: every row three times
+def test_committed_validation_is_what_make_projection_computes():
+    committed = json.loads((REPO / "results" / "projection" / "validation.json").read_text())
+    assert report(ROWS)["summary"] == committed["summary"]

@@ -1,0 +1,72 @@
+"""The layout search: its space, its layouts, its floor under the memory estimate, its tie-aware ranks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from optbench.accounting.params import parameter_counts
+from optbench.compose.recipe import compose_run
+from optbench.projection.search import _tied_ranks, at, parameter_floor_gb, point_of_run, points, rank_of, search
+from optbench.resolve import resolve
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def kimi():
+    return compose_run("kimi_k2_muon", [])
+
+
+def test_the_space_holds_the_recipe_layout_and_only_layouts_that_divide(kimi):
+    space = list(points(kimi))
+    assert point_of_run(kimi) in space
+    world, m = kimi.parallel.num_gpus, kimi.model
+    for p in space:
+        assert world % (p.tp * p.cp * p.pp) == 0 and m.num_attention_heads % p.tp == 0
+        assert m.num_moe_experts % p.ep == 0 and kimi.train.gbs % (p.mbs * world // (p.tp * p.cp * p.pp)) == 0
+        assert p.vpp == 1 or p.pp > 1
+    assert {p.cp for p in space} == {1}  # 4096-token sequences: no CP 2
+
+
+def test_a_point_keeps_its_own_pipeline_layout_or_balances_a_new_one(kimi):
+    own = point_of_run(kimi)
+    assert at(kimi, own).parallel.pipeline_layout == kimi.parallel.pipeline_layout
+    other = next(p for p in points(kimi) if (p.pp, p.vpp) == (8, 2))
+    moved = resolve(at(kimi, other))
+    assert len(moved.stage_layers) == 16 and sum(moved.stage_layers) == kimi.model.num_layers
+    assert moved.run.parallel.sequence_parallel == (other.tp > 1)
+
+
+def test_the_parameter_floor_is_under_the_memory_estimate(kimi):
+    counts = parameter_counts(kimi.model)
+    for point in [point_of_run(kimi), *list(points(kimi))[::97]]:
+        resolved = resolve(at(kimi, point))
+        assert parameter_floor_gb(kimi, point, counts) <= resolved.memory.total_gb
+
+
+def test_points_priced_alike_share_a_rank():
+    assert _tied_ranks([1000.0, 1000.0, 990.0, 980.004, 980.001]) == [1, 1, 3, 4, 4]
+
+
+@pytest.mark.slow  # about a minute: every layout of Qwen3 30B-A3B on 8 GB300, and the command
+def test_make_search_ranks_every_valid_layout(tmp_path):
+    run = compose_run("qwen3_30b_a3b_muon", [])
+    adamw = compose_run("qwen3_30b_a3b_adamw", [])
+    result = search(run, adamw, top=3)
+    assert result["valid"] + sum(result["dropped"].values()) == result["candidates"]
+    assert [row["rank"] for row in result["top"]] == sorted(row["rank"] for row in result["top"])
+    assert all("muon_vs_adamw_percent" in row for row in result["top"])
+    assert rank_of(result, point_of_run(run)) is not None
+    out = subprocess.run(
+        [sys.executable, "-m", "launch", "search", "qwen3_30b_a3b_muon", f"results_dir={tmp_path / 'results'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "recipe's own layout TP1 PP1 VPP1 CP1 EP8 MBS8: rank" in out.stdout
+    saved = json.loads((tmp_path / "results" / "plans" / "qwen3_30b_a3b_muon" / "search.json").read_text())
+    assert saved["own_rank"] >= 1 and len(saved["top"]) == 10
