@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from optbench.compose.recipe import compose_run
-from optbench.errors import UserError
+from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json
 from optbench.plan import claim_results, plan_path
 from optbench.projection.search import point_of_run, rank_of, search
@@ -32,6 +32,11 @@ def search_lines(recipe: str, result: dict, own_label: str, own_rank: int | None
         )
     where = f"rank {own_rank} of {result['valid']}" if own_rank else "not a valid point of the search"
     lines.append(f"  recipe's own layout {own_label}: {where} (ties share a rank: the model prices them alike)")
+    lines.append(
+        "  caveat      the model prices no GEMM-size effect (MBS, tokens per expert): layouts that shrink or drop the"
+        " MoE all-to-all (low EP) rank higher than they run; NVIDIA's own layouts rank as in"
+        " results/projection/search_ranks.md"
+    )
     for reason, count in sorted(result["dropped"].items(), key=lambda kv: -kv[1]):
         lines.append(f"  dropped {count:>4}: {reason}")
     return lines
@@ -39,6 +44,11 @@ def search_lines(recipe: str, result: dict, own_label: str, own_rank: int | None
 
 def run_search(recipe: str, overrides: Sequence[str]) -> int:
     run = compose_run(recipe, overrides)
+    if run.engine != "megatron_bridge" or run.cluster.gpu == "auto":
+        raise UserError(Problem(
+            "RECIPE", f"{recipe} runs on the local engine (it measures itself, nothing to project); "
+            "search a cluster recipe, e.g. make search RECIPE=qwen3_30b_a3b_muon",
+        ))
     adamw = None
     if run.optimizer.muon is not None:
         try:

@@ -41,6 +41,7 @@ def synthetic(**changes) -> StepInputs:
         stage_flops_mb=(1e12,) * 4,
         stage_attention_flops_mb=(0.0,) * 4,
         stage_ep_s=(0.0,) * 4,
+        ep_overlap=False,
         stage_tp_s=(0.0,) * 4,
         stage_cp_s=(0.0,) * 4,
         p2p_s=0.0,
@@ -150,6 +151,25 @@ def test_collective_formulas_by_hand():
     # All-to-all inside a block: 7/8 of the data leaves the rank over NVLink.
     assert comm.all_to_all_s(1e9, inside, net) == pytest.approx(7 / 8 * 1e9 / NVLINK)
     assert comm.all_reduce_s(1e9, (3,), net) == 0.0
+
+
+def test_flex_dispatch_sends_a_token_once_per_rank_and_once_per_remote_domain():
+    from math import comb
+
+    net = interconnect_for("gb300")
+    inside = tuple(range(8))
+    # 128 experts over 8 ranks, top-8: a peer holds one of a token's experts with p = 1 - C(112, 8) / C(128, 8).
+    p = 1 - comb(112, 8) / comb(128, 8)
+    assert comm.flex_all_to_all_s(1e8, 8, 128, inside, net) == pytest.approx(7 * p * 1e8 / NVLINK)
+    assert comm.flex_all_to_all_s(1e8, 8, 128, inside, net) < comm.all_to_all_s(8 * 1e8, inside, net)
+    # 8-GPU H100 nodes, EP16 over two: one copy per token to the other node when any of its 8 ranks is hit.
+    h100 = interconnect_for("h100")
+    ranks = tuple(range(16))
+    remote = 1 - comb(64, 8) / comb(128, 8)
+    network = comm.flex_all_to_all_s(1e8, 8, 128, ranks, h100)
+    assert network == pytest.approx(max(7 * (1 - comb(120, 8) / comb(128, 8)) * 1e8 / h100.nvlink_effective,
+                                        remote * 1e8 / h100.network_effective))
+    assert comm.flex_all_to_all_s(1e8, 8, 128, (5,), net) == 0.0
 
 
 def test_solve_efficiency_inverts_evaluate():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -78,7 +79,11 @@ def test_holdouts_never_use_what_they_hold_out():
 
 def test_a_row_the_model_cannot_reach_says_so():
     row = _row("26.04.01", "deepseek_v3", "b200")
-    assert solve_on(row, DEFAULT_ASSUMPTIONS).startswith("the model cannot reach this figure")
+    assert not isinstance(solve_on(row, DEFAULT_ASSUMPTIONS), str)
+    tenfold = dataclasses.replace(
+        row, tokens_per_s_per_gpu=10 * row.tokens_per_s_per_gpu, model_tflops_per_gpu=10 * row.model_tflops_per_gpu
+    )
+    assert solve_on(tenfold, DEFAULT_ASSUMPTIONS).startswith("the model cannot reach this figure")
 
 
 def test_summary_counts_only_the_validated_domain():
@@ -104,6 +109,16 @@ def test_expected_error_is_read_from_the_validation(tmp_path):
     )
     text = expected_error_text(expected_error(tmp_path))
     assert "median 2.5 %" in text and "90 %" in text and "10 published rows" in text
+
+
+@pytest.mark.slow  # a few minutes: a plan per published row
+def test_plan_and_table_agree_on_every_row():
+    for row in ROWS:
+        config, result = row_config(row), projection_error(row)
+        if isinstance(config, str) or "tflops" not in result:
+            continue
+        _, plan = plan_run(config.recipe, list(config.overrides))
+        assert plan["projection"]["tflops_per_gpu"] == result["tflops"], config.command
 
 
 @pytest.mark.slow  # about a minute: every row three times

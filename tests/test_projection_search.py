@@ -70,3 +70,11 @@ def test_make_search_ranks_every_valid_layout(tmp_path):
     assert "recipe's own layout TP1 PP1 VPP1 CP1 EP8 MBS8: rank" in out.stdout
     saved = json.loads((tmp_path / "results" / "plans" / "qwen3_30b_a3b_muon" / "search.json").read_text())
     assert saved["own_rank"] >= 1 and len(saved["top"]) == 10
+
+
+def test_a_local_recipe_is_refused_in_one_line():
+    out = subprocess.run(
+        [sys.executable, "-m", "launch", "search", "kimi_k2_tiny_muon"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().count("\n") == 0 and out.stderr.startswith("error: RECIPE: kimi_k2_tiny_muon runs on the local")

@@ -282,8 +282,11 @@ def check_engine(run: RunConfig) -> Iterable[Problem]:
 
 def check_memory(resolved: ResolvedRun) -> Iterable[Problem]:
     """The per-GPU memory estimate must fit the GPU's HBM (``force=true`` launches anyway)."""
-    run, estimate = resolved.run, resolved.memory
-    if run.force or run.cluster.gpu not in gpu_catalog() or estimate.fits:
+    run = resolved.run
+    if run.force or run.cluster.gpu not in gpu_catalog():
+        return  # the estimate is not computed: a forced run (a published row, a search point) may never need it
+    estimate = resolved.memory
+    if estimate.fits:
         return
     term = estimate.largest_term
     yield Problem(

@@ -22,6 +22,8 @@ Not modelled: latency terms, NVLS / SHARP in-network reductions, fabric oversubs
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 
 from optbench.projection.interconnect import Interconnect
@@ -79,6 +81,34 @@ def all_to_all_s(send_bytes: float, ranks: Sequence[int], net: Interconnect) -> 
         remote = n - 1 - local
         nvlink = send_bytes * local / n / net.nvlink_effective
         network = send_bytes * remote / n / net.network_effective
+        worst = max(worst, nvlink, network)
+    return worst
+
+
+def flex_all_to_all_s(copy_bytes: float, topk: int, experts: int, ranks: Sequence[int], net: Interconnect) -> float:
+    """All-to-all of the flex dispatcher (HybridEP, DeepEP): each token goes once to every rank holding one of
+    its ``topk`` experts (not once per expert), and across the network once to every other NVLink domain
+    holding one, where that domain's GPUs share it over NVLink (the forwarding runs beside the network
+    transfer and is not counted). Routing is taken as uniform over the ``experts`` (dealt evenly over
+    ``ranks``), as NVIDIA's throughput presets force it (``moe_router_force_load_balancing``)."""
+    n = len(ranks)
+    if n <= 1:
+        return 0.0
+    per_rank = experts // n
+    miss_all = math.comb(experts, topk)
+
+    def hit(members: int) -> float:
+        """Probability that a token's top-k experts include one held by ``members`` ranks."""
+        return 1.0 - math.comb(experts - members * per_rank, topk) / miss_all
+
+    members: dict[int, int] = {}
+    for rank in ranks:
+        block = net.block_of(rank)
+        members[block] = members.get(block, 0) + 1
+    worst = 0.0
+    for block, count in members.items():
+        nvlink = copy_bytes * (count - 1) * hit(1) / net.nvlink_effective
+        network = copy_bytes * sum(hit(c) for other, c in members.items() if other != block) / net.network_effective
         worst = max(worst, nvlink, network)
     return worst
 

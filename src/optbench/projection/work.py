@@ -7,7 +7,9 @@ cheaply. Formulas (docs/projection.md has them with sources):
 
 * microbatch GEMM FLOPs per GPU = pipeline rank's FLOPs per token x ``mbs * seq / (tp * cp)``;
 * MoE token dispatch: each MoE layer does 4 all-to-alls per microbatch (dispatch and combine,
-  forward and backward) of ``tokens * topk * hidden * 2`` bytes per rank; with ``ep_comm_overlap`` the
+  forward and backward) of ``tokens * topk * hidden * 2`` bytes per rank (the flex dispatcher sends a token
+  once per destination rank and, across the network, once per destination NVLink domain:
+  :func:`optbench.projection.comm.flex_all_to_all_s`); with ``ep_comm_overlap`` the
   step model hides them behind another microbatch's GEMMs (:mod:`optbench.projection.step_model`);
 * tensor parallelism (when ``tp > 1`` and ``tp_comm_overlap`` is off): 8 all-gathers /
   reduce-scatters of ``tokens * hidden * 2`` bytes per layer and microbatch (4 forward, 4 backward);
@@ -134,11 +136,17 @@ def _stage_comm(run: RunConfig, net: Interconnect, a: Assumptions, layers: list,
     dp = world // (p.tp * p.pp * p.cp)
     ep_s, tp_s, cp_s = [0.0] * pp, [0.0] * pp, [0.0] * pp
     if p.ep > 1 and m.num_moe_experts:
-        send = _tokens(run, True) * m.moe_router_topk * m.hidden_size * a.dispatch_bytes_per_element
+        copy = _tokens(run, True) * m.hidden_size * a.dispatch_bytes_per_element
         groups = comm.expert_parallel_groups(p.tp, p.cp, dp, pp, p.ep, p.etp)
         per_pp = len(groups) // pp
+
+        def a2a_s(group: tuple[int, ...]) -> float:
+            if p.moe_token_dispatcher == "flex":
+                return comm.flex_all_to_all_s(copy, m.moe_router_topk, m.num_moe_experts, group, net)
+            return comm.all_to_all_s(copy * m.moe_router_topk, group, net)
+
         for r in range(pp):
-            a2a = max(comm.all_to_all_s(send, g, net) for g in groups[r * per_pp : (r + 1) * per_pp])
+            a2a = max(a2a_s(g) for g in groups[r * per_pp : (r + 1) * per_pp])
             ep_s[r] = 4 * layers[r].moe_layers * a2a
     if p.tp > 1 and not p.tp_comm_overlap:
         activation = _tokens(run, False) * m.hidden_size * BF16_BYTES
