@@ -58,8 +58,10 @@ def _parallel(run: RunConfig) -> list[Item]:
         items += [*bridge_items(run, "parallel.moe_flex_dispatcher_backend"), ("model.moe_shared_expert_overlap", False)]
     items += [
         (bridge_name("parallel.cuda_graph_impl"), p.cuda_graph_impl or ("transformer_engine" if p.cuda_graph_scope else "none")),
-        *bridge_items(run, "parallel.cuda_graph_scope", "parallel.tp_comm_overlap", "parallel.ep_comm_overlap"),
+        *bridge_items(run, "parallel.cuda_graph_scope", "parallel.tp_comm_overlap"),
     ]
+    if p.ep_comm_overlap:  # only when on: the releases' CommOverlapConfig leaves it None, not False, when off
+        items += bridge_items(run, "parallel.ep_comm_overlap")
     return items
 
 
