@@ -198,16 +198,32 @@ def _calibrate(
 ) -> Calibration | None:
     rows = load_published(published)
     for row in ranked_anchors(model, gpu, release, rows, holdout, precision):
-        solved = _solved(published, row_id(row), assumptions)
+        solved = _solved(_Row(row), assumptions)
         if not isinstance(solved, str):
             return solved
     return None
 
 
+class _Row:
+    """A published row as a cache key: what its solved efficiency depends on (its configuration and figures),
+    so that a copy of published.csv in another folder (a test's, a report's) reuses the solve."""
+
+    def __init__(self, row: PublishedRow) -> None:
+        self.row = row
+        self.key = (row_id(row), row.source, row.tokens_per_s_per_gpu, row.model_tflops_per_gpu, row.note,
+                    tuple(sorted(row.layout.items())))
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Row) and other.key == self.key
+
+
 @lru_cache(maxsize=256)
-def _solved(published: str, row: str, assumptions: Assumptions) -> Calibration | str:
-    """:func:`solve_on` the row named ``row`` (a row is solved once however many calibrations rank it)."""
-    return solve_on(next(r for r in load_published(published) if row_id(r) == row), assumptions)
+def _solved(row: _Row, assumptions: Assumptions) -> Calibration | str:
+    """:func:`solve_on` a row (a row is solved once however many calibrations and folders rank it)."""
+    return solve_on(row.row, assumptions)
 
 
 def calibrate(

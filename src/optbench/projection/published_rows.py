@@ -26,7 +26,7 @@ def projection_error(row: PublishedRow, holdout: Holdout = NO_HOLDOUT) -> dict[s
     if isinstance(config, str) or isinstance(resolved, str):
         return {"reason": str(config if isinstance(config, str) else resolved)}
     try:
-        section = project(resolved, config.overrides, with_what_ifs=False, holdout=holdout)
+        section = project(resolved, config.overrides, with_what_ifs=False, holdout=holdout, with_twin=False)
     except UserError as err:
         return {"reason": err.lines()[0].removeprefix("error: ")}
     if not section.get("available"):
