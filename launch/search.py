@@ -50,7 +50,7 @@ def run_search(recipe: str, overrides: Sequence[str]) -> int:
             "search a cluster recipe, e.g. make search RECIPE=qwen3_30b_a3b_muon",
         ))
     adamw = None
-    if run.optimizer.muon is not None:
+    if run.optimizer.matrix_optimizer:
         try:
             adamw = adamw_twin(run, overrides)[2]
         except UserError:

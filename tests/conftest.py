@@ -16,6 +16,27 @@ blog's jobs): they name that container, since the default is the newest proven o
 included, is checked against its own real Bridge in test_bridge_conformance."""
 
 
+def published_subset(results: Path) -> Path:
+    """``results/published/`` with NVIDIA's blog rows and the Kimi K2 rows only (8 of the rows), for `make table`
+    tests that are not about the projection beside every published row: that projection composes each row's own
+    plan (about half a second a row on 2 cores). Tests of the projection itself read the whole file."""
+    import csv
+
+    target = marked_results(results) / "published"
+    target.mkdir()
+    source = REPO / "results" / "published"
+    for name in ("README.md", "sources.csv"):
+        (target / name).write_bytes((source / name).read_bytes())
+    with (source / "published.csv").open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = [r for r in reader if r["source"] == "nvidia_blog_table1" or r["model"] == "kimi_k2"]
+    with (target / "published.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=reader.fieldnames, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return target
+
+
 @pytest.fixture
 def results_dir(tmp_path: Path) -> Path:
     """A private results/ root for one test."""

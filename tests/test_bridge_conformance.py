@@ -6,12 +6,14 @@ container: the overrides that did not land, the outcome of Bridge's ``runtime_co
 the built config holds, every effective field that differs from NVIDIA's executed preset of that release (with the
 documented reason, or none), and the metrics callback driven through Bridge's CallbackManager, GlobalState and
 Megatron's Timers; plus two negative controls. This file asserts on those reports. Each container's tests run on
-one worker (``xdist_group``), which computes its report once.
+one worker (``xdist_group``), and its report is computed once per session (:func:`report_of`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,16 +41,31 @@ def per_target(*marks):
     )
 
 
+def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every xdist worker of this session shares (pytest-N; a worker's own base is pytest-N/popen-gwK)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 def report_of(target: Target, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The target's report, computed once per session: ``--dist loadgroup`` can still hand a group's tests to two
+    workers, so the first one computes under a lock and the others read its file."""
     if target.name not in _reports:
         if not target.python.is_file() or (target.overlay is not None and not (target.overlay / ".complete").is_file()):
             pytest.fail(f"the Bridge environment of {target.name} is missing: run `make setup` (or `make bridge-env`)")
-        out = tmp_path_factory.mktemp("conformance") / "report.json"
-        done = subprocess.run(
-            [str(target.python), str(ROOT / "tests" / "bridge_env" / "conformance.py"), "--container", target.container,
-             "--out", str(out)], capture_output=True, text=True, timeout=900, cwd=ROOT, env=target.environment(),
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        name = target.name.replace(":", "_")
+        out = _session_folder(tmp_path_factory) / f"conformance-{name}.json"
+        with open(out.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not out.is_file():
+                partial = out.with_suffix(".partial")
+                done = subprocess.run(
+                    [str(target.python), str(ROOT / "tests" / "bridge_env" / "conformance.py"), "--container",
+                     target.container, "--out", str(partial)],
+                    capture_output=True, text=True, timeout=900, cwd=ROOT, env=target.environment(),
+                )
+                assert done.returncode == 0, done.stderr[-3000:]
+                partial.replace(out)
         _reports[target.name] = json.loads(out.read_text())
     return _reports[target.name]
 
@@ -143,6 +160,44 @@ def test_the_callback_never_creates_megatrons_optimizer_timer(target: Target, tm
     levels = report_of(target, tmp_path_factory)["timer_levels"]
     assert levels["ours"] == "ok"
     assert "does not match already existing log level" in levels["timers_call"]  # the control fails
+
+
+@per_target()
+def test_soap_and_adaptive_muon_land_where_core_has_them_and_are_refused_where_it_would_train_muon(
+    target: Target, tmp_path_factory
+) -> None:
+    """Core >= 0.18 (nemo:26.06+) builds SOAP and AdaMuon from our fields (read back through Megatron's own
+    ``_kwargs_from_config``); before, Bridge would train Muon under either name: the plan refuses, naming nemo:26.06.
+    Lion for the scalars: only where Core routes muon_scalar_optimizer and ships Emerging-Optimizers >= 0.2."""
+    cases = {c["recipe"]: c for c in report_of(target, tmp_path_factory)["emerging"]}
+    core = tuple(int(x) for x in target.core.split(".")[:2])
+    soap, adaptive = cases["qwen3_30b_a3b_soap"], cases["qwen3_30b_a3b_adaptive_muon"]
+    assert soap["supported"] == (core >= (0, 18)) and adaptive["supported"] == (core >= (0, 19))
+    for case in (soap, adaptive):
+        if not case["supported"]:
+            assert case["refusal"] and len(case["refusal"].splitlines()) == 1, case
+            assert "arrives with nemo:26.06" in case["refusal"] or "arrives with nemo:26.08" in case["refusal"], case
+            continue
+        for intent in ("reproduce", "train"):
+            c = case[intent]
+            assert "error" not in c, c.get("traceback")
+            assert c["missing"] == [] and c["runtime_config_update"] == "ok", case["recipe"]
+            assert not c["optimizer"]["ddp.use_distributed_optimizer"], case["recipe"]
+            assert [d for d in c.get("differences", []) if not d["reason"]] == [], case["recipe"]
+    if soap["supported"]:
+        for intent in ("reproduce", "train"):
+            c = soap[intent]
+            assert c["optimizer"]["optimizer.optimizer"] == "soap"
+            assert c["constructor"]["shampoo_beta"] == 0.95 and c["constructor"]["use_kl_shampoo"] is True
+    if adaptive["supported"]:
+        for intent in ("reproduce", "train"):
+            c = adaptive[intent]
+            assert c["optimizer"]["optimizer.optimizer"] == "adaptive_muon" and c["scalar_optimizer"] == "lion"
+            assert {k: c["constructor"][k] for k in ("moment2_method", "beta2", "eps")} == {
+                "moment2_method": "adamuon", "beta2": 0.95, "eps": 1e-8}
+            assert c["lion_betas"] == [0.95, 0.98]
+    elif core >= (0, 18):  # 26.06: AdaMuon is there, Lion for the scalars is not
+        assert "optimizer.scalar_optimizer" in adaptive["refusal"] and "nemo:26.08" in adaptive["refusal"]
 
 
 @per_target()

@@ -12,7 +12,7 @@ import torch
 from test_engine_runs import MICRO_KIMI, MICRO_TRAIN, micro_train
 from test_launch_slurm import launch
 
-from conftest import REPO, marked_results, run_make
+from conftest import REPO, marked_results, published_subset, run_make
 from optbench.compose.recipe import compose_run
 from optbench.config.schema import RunConfig
 from optbench.engine.local import launch_local
@@ -70,7 +70,7 @@ def test_a_secret_in_any_field_is_refused_and_never_printed_or_written(secrets, 
 def test_no_secret_reaches_any_file_of_a_dry_run_a_sweep_a_local_run_or_a_table(secrets, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     results = tmp_path / "results"
-    shutil.copytree(REPO / "results" / "published", marked_results(results) / "published")
+    published_subset(results)
     outputs = []
     for args in (
         ["plan", "kimi_k2_muon"],
@@ -240,7 +240,7 @@ def test_a_diverging_run_ends_in_one_line(tmp_path, capsys, monkeypatch):
 
 def test_make_table_skips_broken_runs_with_a_reason_and_reads_any_bridge_log(saved, tmp_path):
     results = _copy(saved, tmp_path)
-    shutil.copytree(REPO / "results" / "published", marked_results(results) / "published")
+    published_subset(results)
     good = results / "runs" / "base"
     for name, files in {
         "bad-yaml": {"config.yaml": "model: [unclosed\n  : :"},

@@ -67,6 +67,8 @@ def test_every_declared_bridge_name_is_emitted_for_some_run(tmp_path) -> None:
         _emitted("kimi_k2_muon", "optimizer.muon.qk_clip=true", "optimizer.muon.layer_wise=true",
                  "optimizer.muon.overlap_param_gather=true", "parallel.moe_token_dispatcher=flex",
                  "parallel.moe_flex_dispatcher_backend=deepep"),
+        _emitted("qwen3_30b_a3b_soap", "cluster.container=nemo:26.08"),
+        _emitted("qwen3_30b_a3b_adaptive_muon", "cluster.container=nemo:26.08", "optimizer.scalar_optimizer=lion"),
         _emitted("qwen3_30b_a3b_adamw", "data=indexed", blend, "data.tokenizer=Qwen/Qwen3-30B-A3B",
                  "logger.wandb_entity=team", "intent=train", "train.eval_interval=50"),
     )

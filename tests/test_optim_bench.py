@@ -83,3 +83,20 @@ def test_unknown_benchmark_is_a_one_line_error(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --only: unknown benchmark 'nope'; choose one of ")
     assert "optim" in err[0]
+
+
+def test_emerging_bench_times_ours_and_emerging_optimizers_against_a_bound(tmp_path):
+    out, threads = tmp_path / "bench", torch.get_num_threads()
+    try:
+        assert main(["--only", "emerging", "--quick", "--threads", "1", "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    data = json.loads((out / "emerging.json").read_text())
+    assert data["measured"] is True, data.get("reason")
+    for block in data["blocks"]:
+        for m in block["models"].values():
+            assert set(m["speedup_vs_upstream"]) == {"soap", "adamuon", "lion"}
+            assert all(s["median"] > 0 for s in m["step_s"].values()) and m["executed_gflop"]["soap"] > 0
+            if block["peak"] is not None:
+                assert all(ratio > 1.0 for ratio in m["ratio_to_bound"].values())  # a bound is never beaten
+    assert "| 1 | kimi_k2_tiny | soap |" in (out / "emerging.md").read_text()

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, marked_results
+from conftest import REPO, published_subset
 
 from optbench.engine.local.threads import (
     CpuSample,
@@ -217,8 +217,8 @@ MICRO = ["model.num_layers=2", "model.hidden_size=64", "model.ffn_hidden_size=12
 def test_an_unwritable_place_ends_in_one_line_and_loses_nothing(tmp_path: Path, where: str) -> None:
     if not _can_make_read_only(tmp_path):
         pytest.skip("no way to make a folder read-only here (unshare/mount not permitted)")
-    results = marked_results(tmp_path / "results")
-    shutil.copytree(REPO / "results" / "published", results / "published")
+    results = tmp_path / "results"
+    published_subset(results)
     (results / "runs").mkdir()
     (results / "throughput.md").write_text("an earlier table\n")
     (tmp_path / "data-parent").mkdir()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, marked_results, run_make
+from conftest import REPO, marked_results, published_subset, run_make
 from optbench.compose.recipe import compose_run
 from optbench.errors import UserError
 from optbench.report.collect import collect_runs
@@ -28,7 +28,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def _published(results: Path) -> None:
-    shutil.copytree(REPO / "results" / "published", marked_results(results) / "published")
+    published_subset(results)
 
 
 def _local_run(results: Path, run_id: str) -> Path:

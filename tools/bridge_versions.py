@@ -65,8 +65,15 @@ MARKERS: dict[str, tuple[str, str, str]] = {
     "kimi_recipe_takes_optimizer_type": (
         "bridge", "src/megatron/bridge/recipes/kimi/kimi_k2.py", r"optimizer_type: str"),
     "kimi_recipe_reads_hub_config": ("bridge", "src/megatron/bridge/recipes/kimi", r"moonshotai/Kimi-K2-Instruct"),
+    "emerging_soap": ("core", "megatron/core/optimizer/emerging_optimizers.py", r"from emerging_optimizers\.soap import SOAP"),
+    "emerging_adaptive_muon": (
+        "core", "megatron/core/optimizer/emerging_optimizers.py", r"\"adaptive_muon\": EmergingOptimizerEntry"),
+    "muon_scalar_optimizer_routed": (
+        "core", "megatron/core/optimizer",
+        r"override\['optimizer'\] = config\.muon_scalar_optimizer|config\.optimizer = config\.muon_scalar_optimizer"),
 }
-"""Behaviour that is not a field name (Muon's layer-wise optimizer; what Kimi K2's recipe function takes and reads):
+"""Behaviour that is not a field name (Muon's layer-wise optimizer; what Kimi K2's recipe function takes and reads;
+which emerging optimizers Core registers and whether Muon's scalar-optimizer choice reaches the param groups):
 (repository, path, regex) whose presence says the release has it."""
 
 
@@ -120,6 +127,13 @@ def marker(bridge: Source, core: Source, where: tuple[str, str, str]) -> bool:
     return bool(out.strip())
 
 
+def emerging_optimizers_pin(bridge: Source) -> str | None:
+    """The Emerging-Optimizers version Bridge's uv.lock pins (what the container ships; git-only releases)."""
+    lock = git(BRIDGE_REPO, "show", f"{bridge.commit}:uv.lock")
+    match = re.search(r'\[\[package\]\]\nname = "emerging-optimizers"\nversion = "([^"]+)"', lock)
+    return match.group(1) if match else None
+
+
 def fields_record(bridge_version: str) -> dict[str, Any]:
     bridge, core = sources(bridge_version)
     resolver = Resolver(bridge, core)
@@ -138,6 +152,8 @@ def fields_record(bridge_version: str) -> dict[str, Any]:
             "bridge": {"repo": BRIDGE_REPO, "tag": f"v{bridge_version}", "commit": bridge.commit},
             "core": {"repo": CORE_REPO, "commit": core.commit, "version": core_version(core),
                      "pinned_by": f"3rdparty/Megatron-LM submodule of Megatron Bridge v{bridge_version}"},
+            "emerging_optimizers": {"version": emerging_optimizers_pin(bridge),
+                                    "pinned_by": f"uv.lock of Megatron Bridge v{bridge_version}"},
             "tool": "tools/bridge_versions.py (ast of the dataclasses, bases included; nothing imported)",
         },
         "container_sections": sorted(container),

@@ -18,7 +18,7 @@ from optbench.accounting.plan_fields import accounting_fields, accounting_summar
 from optbench.bridge.adapter import bridge_setup
 from optbench.compose.pipeline import balanced_layout_for, layout_follows_overrides
 from optbench.config.data_path import prefix_status
-from optbench.config.schema import RunConfig
+from optbench.config.schema import OPTIMIZER_LABELS, RunConfig
 from optbench.config.serialize import run_config_to_dict
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_text, dumps_strict
@@ -49,8 +49,9 @@ def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = ()) -> dict[str
     run, layout = resolved.run, resolved.layout
     counts = parameter_counts(run.model)
     optimizer = asdict(run.optimizer)
-    if optimizer["muon"] is None:
-        optimizer.pop("muon")
+    for section in ("muon", "adaptive_muon", "soap"):
+        if optimizer[section] is None:
+            optimizer.pop(section)
     # The Bridge recipe function and the overrides the in-container entry point applies.
     bridge = bridge_setup(run).as_dict() if run.engine == "megatron_bridge" else None
     plan = {
@@ -147,8 +148,17 @@ def _optimizer_line(plan: dict[str, Any]) -> str:
             f"; {mode}, {muon['coefficients']} NS x{muon['ns_steps']}, {muon['scale_mode']} scale, "
             f"TP mode {muon['tp_mode']}, momentum {muon['momentum']:g}{' nesterov' if muon['nesterov'] else ''}"
         )
+    elif o.get("soap"):
+        soap = o["soap"]
+        text += (f"; {'layer-wise' if soap['layer_wise'] else 'replicated'}, shampoo beta {soap['shampoo_beta']:g}, "
+                 f"eigenbasis every {soap['precondition_frequency']} step(s), KL-Shampoo {'on' if soap['use_kl_shampoo'] else 'off'}")
     else:
         text += "; distributed optimizer" if o["use_distributed_optimizer"] else ""
+    if o.get("adaptive_muon"):
+        a = o["adaptive_muon"]
+        text += f"; second moment {a['moment2_method']} beta2 {a['beta2']:g}"
+    if o.get("scalar_optimizer", "adam") != "adam":
+        text += f"; scalars: {o['scalar_optimizer']} betas ({o['lion_beta1']:g}, {o['lion_beta2']:g})"
     return text
 
 
@@ -203,7 +213,7 @@ def format_summary(plan: dict[str, Any]) -> str:
     lines += projection_summary_lines(plan)
     bridge = plan.get("bridge")
     if bridge:
-        lines.append(f"  intent      {intent_line(bridge)}")
+        lines.append(f"  intent      {intent_line(bridge, plan['optimizer']['name'])}")
         recipe = bridge["recipe"]
         args = ", ".join(f"{k}={v!r}" for k, v in recipe["kwargs"].items())
         lines.append(
@@ -217,14 +227,15 @@ def format_summary(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def intent_line(bridge: dict[str, Any]) -> str:
+def intent_line(bridge: dict[str, Any], optimizer: str = "muon") -> str:
     """What the Bridge run reproduces or changes, in one line."""
     intent, preset = bridge.get("intent", "train"), bridge.get("preset")
     if not preset:
         return f"{intent}: no NVIDIA preset for this model, GPU and precision; the Bridge recipe with our settings"
     source = f"NVIDIA's {preset['key']} preset ({preset.get('container', 'Megatron Bridge ' + preset['release'])}: {preset.get('case') or 'scripts/performance'})"
     if preset.get("adapted_from_adam"):
-        source += " - no Muon preset for this model: Adam's, with our Muon settings"
+        label = OPTIMIZER_LABELS[optimizer]
+        source += f" - no {label} preset for this model: Adam's, with our {label} settings"
     if intent == "train":
         return f"train: {source} with real routing, NaN checks and evaluation"
     departures = [d["field"] for d in preset.get("departures", [])]

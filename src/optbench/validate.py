@@ -13,11 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
+from optbench.bridge.emerging_fields import emerging_problems
 from optbench.bridge.muon_fields import muon_problems
 from optbench.config.data_path import split_weights
 from optbench.config.domains import MAX_EXPERT_LAYERS, check_domains
 from optbench.config.layout import gpus_per_node
-from optbench.config.schema import RunConfig
+from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
 from optbench.errors import Problem, UserError
 from optbench.hardware import gpu_catalog
 from optbench.releases.versions import container_of
@@ -139,42 +140,90 @@ def check_world(run: RunConfig) -> Iterable[Problem]:
         )
 
 
-def check_optimizer(run: RunConfig) -> Iterable[Problem]:
+
+
+def _emerging_optimizer_problems(run: RunConfig) -> Iterable[Problem]:
+    """What Megatron refuses for Muon, AdaMuon and SOAP alike (Core 0.16-0.17 muon.py, >= 0.18 the emerging path)."""
     o = run.optimizer
-    if o.name == "muon" and o.muon is None:
-        yield Problem("optimizer.muon", "optimizer muon needs its settings; select the group with optimizer=muon")
-        return
-    if o.name == "adamw" and o.muon is not None:
-        yield Problem("optimizer.muon", "Muon settings on an AdamW run; select optimizer=muon or drop them")
-    if o.name != "muon" or o.muon is None:
-        return
+    label, section = OPTIMIZER_LABELS[o.name], "soap" if o.soap is not None else "muon"
     if o.use_distributed_optimizer:
         yield Problem(
             "optimizer.use_distributed_optimizer",
-            "Muon refuses the element-wise distributed optimizer (Megatron: 'muon with dist optimizer is not "
-            "supported'); set it false, optimizer.muon.layer_wise=true shards Muon's state by whole parameters",
+            f"{label} refuses the element-wise distributed optimizer (Megatron: 'muon with dist optimizer is not "
+            f"supported'); set it false, optimizer.{section}.layer_wise=true shards {label}'s state by whole parameters",
         )
     if o.overlap_param_gather:
         yield Problem(
             "optimizer.overlap_param_gather",
-            "Muon has no overlapped parameter all-gather (Bridge sets it false for Muon); set it false",
+            f"{label} has no overlapped parameter all-gather (Bridge sets it false for Muon); set it false",
         )
     if run.precision.params_dtype == "fp16" or run.precision.name == "fp16":
         yield Problem(
-            "precision", "Muon does not support fp16 (Megatron: 'muon with fp16 is not supported'); use bf16", ("optimizer",)
+            "precision", f"{label} does not support fp16 (Megatron: 'muon with fp16 is not supported', 'emerging "
+            "optimizer with fp16 is not supported'); use bf16", ("optimizer",)
         )
-    if o.muon.layer_wise and run.precision.fp8_param_gather:
+    layer_wise = (o.soap or o.muon).layer_wise
+    if layer_wise and run.precision.fp8_param_gather:
         yield Problem(
             "precision.fp8_param_gather",
-            "incompatible with the layer-wise Muon optimizer; set precision.fp8_param_gather=false",
-            ("optimizer.muon.layer_wise", "precision"),
+            f"incompatible with the layer-wise {label} optimizer; set precision.fp8_param_gather=false",
+            (f"optimizer.{section}.layer_wise", "precision"),
         )
-    if o.muon.layer_wise and run.precision.reuse_grad_buf_for_mxfp8_param_ag:
+    if layer_wise and run.precision.reuse_grad_buf_for_mxfp8_param_ag:
         yield Problem(
             "precision.reuse_grad_buf_for_mxfp8_param_ag",
-            "incompatible with the layer-wise Muon optimizer; set it false",
-            ("optimizer.muon.layer_wise", "precision"),
+            f"incompatible with the layer-wise {label} optimizer; set it false",
+            (f"optimizer.{section}.layer_wise", "precision"),
         )
+    if run.engine == "megatron_bridge":
+        yield from emerging_problems(run)
+
+
+def soap_problems(run: RunConfig) -> Iterable[Problem]:
+    """SOAP as Megatron runs it: not tensor-parallel aware, state Megatron's torch_dist checkpoints cannot hold."""
+    p = run.parallel
+    split = [f"{name}={size}" for name, size in (("parallel.tp", p.tp), ("parallel.etp", p.etp or p.tp)) if size > 1]
+    if split and run.intent == "reproduce" and run.engine == "megatron_bridge":
+        yield Problem(
+            "optimizer.name",
+            f"SOAP in Megatron preconditions each tensor-parallel shard alone ({', '.join(split)}): another optimizer "
+            "than SOAP on the full matrix; set parallel.tp=1 and parallel.etp=1, or intent=train to run it knowingly",
+            ("parallel.tp", "parallel.etp"),
+        )
+    if run.train.save_interval is not None and run.engine == "megatron_bridge":
+        yield Problem(
+            "train.save_interval",
+            "SOAP's Kronecker factors and eigenbases (m x m, n x n per matrix) are not parameter-shaped, and Megatron's "
+            "torch_dist checkpoint shards optimizer state like the parameters; set train.save_interval=null (no checkpoint)",
+        )
+
+
+SECTION_OF = {"muon": ("muon",), "adaptive_muon": ("muon", "adaptive_muon"), "soap": ("soap",), "adamw": ()}
+"""The settings sections each optimizer reads (the config group of the same name provides them)."""
+
+
+def check_optimizer(run: RunConfig) -> Iterable[Problem]:
+    o = run.optimizer
+    wanted = SECTION_OF.get(o.name, ())
+    for section in ("muon", "adaptive_muon", "soap"):
+        present = getattr(o, section) is not None
+        if section in wanted and not present:
+            yield Problem(f"optimizer.{section}", f"optimizer {o.name} needs its {section} settings; select the group "
+                          f"with optimizer={o.name}")
+            return
+        if present and section not in wanted:
+            article = "an" if OPTIMIZER_LABELS[o.name][0] in "AEIOU" else "a"
+            yield Problem(f"optimizer.{section}", f"{OPTIMIZER_LABELS[section]} settings "
+                          f"on {article} {OPTIMIZER_LABELS[o.name]} run; select optimizer={section} or drop them")
+    if o.scalar_optimizer != "adam" and not o.muon_family:
+        yield Problem("optimizer.scalar_optimizer", f"picks what Muon or AdaMuon does not take; {o.name} gives "
+                      "those parameters to Adam (Megatron routes them for the Muon family only): set it adam")
+    if o.name in MATRIX_OPTIMIZERS:
+        yield from _emerging_optimizer_problems(run)
+    if o.soap is not None:
+        yield from soap_problems(run)
+    if not o.muon_family:
+        return
     if o.muon.qk_clip and not run.model.multi_latent_attention:
         yield Problem(
             "optimizer.muon.qk_clip",

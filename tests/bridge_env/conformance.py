@@ -198,7 +198,7 @@ def hub_configs_read() -> Iterator[list[str]]:
         transformers.AutoConfig.from_pretrained = classmethod(original)
 
 
-def check_case(recipe: str, intent: str, results: Path, container: str) -> dict[str, Any]:
+def check_case(recipe: str, intent: str, results: Path, container: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     from megatron.bridge.training.config import runtime_config_update
 
     from optbench.releases import presets
@@ -208,7 +208,7 @@ def check_case(recipe: str, intent: str, results: Path, container: str) -> dict[
     from optbench.validate import validate
 
     run = compose_run(recipe, [f"intent={intent}", f"results_dir={results}", f"run_id={recipe}-{intent}",
-                               f"cluster.container={container}"])
+                               f"cluster.container={container}", *extra])
     run = validate(run).run
     os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
     stand_ins.install()
@@ -237,7 +237,70 @@ def check_case(recipe: str, intent: str, results: Path, container: str) -> dict[
                            or presets.derived_reason(d["field"], intent, report["adapted_from_adam"]))
         report["differences"] = differences
     report["callback"] = drive_callback(run, config)
+    if extra or run.optimizer.name in EMERGING_CLASSES:
+        report["_config"] = config  # the caller reads the built optimizer config, then drops it
     return report
+
+
+EMERGING = {
+    "qwen3_30b_a3b_soap": ("soap", ()),
+    "qwen3_30b_a3b_adaptive_muon": ("adaptive_muon", ("optimizer.scalar_optimizer=lion",)),
+}
+"""Recipes of Megatron Core's emerging optimizers (>= 0.18), with the overrides each is checked with."""
+EMERGING_CLASSES = {"soap": ("soap", "emerging_optimizers.soap", "SOAP"),
+                    "adaptive_muon": ("adaptive_muon", "megatron.core.optimizer.emerging_optimizers",
+                                      "TensorParallelAdaptiveMuon")}
+"""Optimizer -> (Megatron's kwargs prefix, module, class) whose constructor Megatron fills from OptimizerConfig."""
+
+
+def constructor_kwargs(config: Any, optimizer: str) -> dict[str, Any]:
+    """What Megatron Core's emerging-optimizer registry passes to the optimizer's constructor, read with its own
+    ``_kwargs_from_config`` from the config Bridge built (the containers' Emerging-Optimizers is replaced by 0.3.0)."""
+    import importlib
+
+    from megatron.core.optimizer.emerging_optimizers import _kwargs_from_config
+
+    prefix, module, name = EMERGING_CLASSES[optimizer]
+    kwargs = _kwargs_from_config(getattr(importlib.import_module(module), name), prefix, config.optimizer)
+    return {key: comparable(value) for key, value in kwargs.items()}
+
+
+def emerging_cases(results: Path, container: str) -> list[dict[str, Any]]:
+    """SOAP and AdaMuon (with Lion for the scalars): their fields land where Core has them; elsewhere the plan is a
+    one-line refusal naming the first container that has them."""
+    from optbench.bridge.emerging_fields import has_optimizer, runs_lion_for_scalars
+    from optbench.compose.recipe import compose_run
+    from optbench.errors import UserError
+    from optbench.releases import versions
+    from optbench.validate import validate
+
+    cases = []
+    for recipe, (optimizer, extra) in EMERGING.items():
+        run = compose_run(recipe, [f"results_dir={results}", f"cluster.container={container}", *extra])
+        target = versions.container_of(run)
+        supported = has_optimizer(target, optimizer) and ("optimizer.scalar_optimizer=lion" not in extra
+                                                           or runs_lion_for_scalars(target))
+        case: dict[str, Any] = {"recipe": recipe, "extra": list(extra), "supported": supported}
+        if not supported:
+            try:
+                validate(run)
+                case["refusal"] = None
+            except UserError as err:
+                case["refusal"] = str(err)
+            cases.append(case)
+            continue
+        for intent in INTENTS:
+            try:
+                report = check_case(recipe, intent, results, container, extra)
+                config = report.pop("_config")
+                report["constructor"] = constructor_kwargs(config, optimizer)
+                report["scalar_optimizer"] = comparable(lookup(config, "optimizer.muon_scalar_optimizer"))
+                report["lion_betas"] = [comparable(lookup(config, f"optimizer.lion_beta{i}")) for i in (1, 2)]
+                case[intent] = report
+            except Exception as err:
+                case[intent] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-2000:]}
+        cases.append(case)
+    return cases
 
 
 def negative_controls(results: Path, container: str) -> dict[str, Any]:
@@ -291,6 +354,7 @@ def main() -> int:
                 except Exception as err:
                     report["cases"].append({"recipe": recipe, "intent": intent, "error": f"{type(err).__name__}: {err}",
                                             "traceback": traceback.format_exc()[-2000:]})
+        report["emerging"] = emerging_cases(Path(tmp) / "results", args.container)
         report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)
         report["timer_levels"] = timer_levels()
     from importlib.metadata import version

@@ -10,8 +10,9 @@ Bytes per parameter held by a rank (its pipeline stages, TP/ETP shard and EP sli
 * optimizer state: AdamW keeps fp32 master weights, exp_avg and exp_avg_sq (12 bytes); with the
   element-wise distributed optimizer they are sharded over DP x CP (dense) and expert-DP (experts).
   Muon keeps fp32 master weights and one momentum buffer (8 bytes) for its matrices and 12 bytes for
-  its Adam-side parameters; with the layer-wise optimizer only for the parameters the rank owns
-  (Megatron's ping-pong assignment, the busiest rank of each pipeline stage is taken), without it for
+  its Adam-side parameters; AdaMuon adds its second moment, SOAP keeps 4 (3mn + 2m^2 + 2n^2) bytes per m x n
+  matrix (:mod:`optbench.accounting.optimizer_work`); with the layer-wise optimizer only for the parameters the
+  rank owns (Megatron's ping-pong assignment, the busiest rank of each pipeline stage is taken), without it for
   every local parameter.
 * activations: :mod:`optbench.accounting.activations` per layer, times the forwards in flight on the
   rank (the first pipeline rank holds the most), plus the bf16 logits of one microbatch on the loss
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 
 from optbench.accounting.activations import forwards_in_flight, layer_bytes_per_token
 from optbench.accounting.ns_flops import DpGroupWork, OwnedItem, dp_group_work, pingpong_by_numel
+from optbench.accounting.optimizer_work import adam_state_bytes, matrix_state_bytes
 from optbench.accounting.params import EMBEDDING, OUTPUT, ROUTER, ParamSpec, padded_vocab_size
 from optbench.accounting.placement import Placement, pipeline_rank_of, place
 from optbench.config.layout import Layout, derive_layout
@@ -120,22 +122,22 @@ def _is_fp8_gemm_weight(spec: ParamSpec) -> bool:
 
 
 def _optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[DpGroupWork]) -> list[float]:
-    """Optimizer-state bytes of every global rank."""
-    muon = run.optimizer.muon
+    """Optimizer-state bytes of every global rank (:mod:`optbench.accounting.optimizer_work`)."""
+    opt = run.optimizer
     state = [0.0] * layout.world_size
-    if muon is None:
-        sharded = run.optimizer.use_distributed_optimizer
+    if not opt.matrix_optimizer:
+        sharded = opt.use_distributed_optimizer
         for group in groups:
-            total = 12.0 * sum(item.numel for item in group.items)
+            total = adam_state_bytes(sum(item.numel for item in group.items))
             for rank in group.ranks:
                 state[rank] += total / len(group.ranks) if sharded else total
         return state
 
     def item_bytes(item: OwnedItem) -> float:
-        # Every Muon matrix has a positive Newton-Schulz count; the rest is Muon's Adam side.
-        return (8.0 if item.ns_flops > 0 else 12.0) * item.numel
+        # Every matrix the emerging optimizer takes has positive FLOPs; the rest is its Adam side.
+        return matrix_state_bytes(opt, item.param.local_shape) if item.ns_flops > 0 else adam_state_bytes(item.numel)
 
-    shared = muon.layer_wise and layout.dp * layout.cp > 1
+    shared = opt.layer_wise and layout.dp * layout.cp > 1
     for group in groups:
         if not shared:
             total = sum(item_bytes(item) for item in group.items)

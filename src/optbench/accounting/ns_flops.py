@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
+from optbench.accounting.optimizer_work import soap_flops
 from optbench.accounting.params import EXPERT, QKV, ROUTER, ParamSpec
 from optbench.accounting.placement import (
     LocalParam,
@@ -130,10 +131,15 @@ def rank_matrix_ns_flops(
 def local_param_ns_flops(
     param: LocalParam, model: ModelConfig, run: RunConfig, tp_mode: str, syrk: bool = False
 ) -> float:
-    """Newton-Schulz FLOPs per step one holder of ``param`` spends on it (0 for Adam-side parameters)."""
-    muon, spec, p = run.optimizer.muon, param.spec, run.parallel
-    if muon is None or not spec.is_muon:
+    """Matrix-optimizer FLOPs per step one holder of ``param`` spends on it: Newton-Schulz for Muon and AdaMuon,
+    SOAP's products and QR on the local shard for SOAP (:mod:`optbench.accounting.optimizer_work`); 0 for
+    Adam-side parameters."""
+    muon, soap, spec, p = run.optimizer.muon, run.optimizer.soap, param.spec, run.parallel
+    if not spec.is_muon or not run.optimizer.matrix_optimizer:
         return 0.0
+    if soap is not None:  # not tensor-parallel aware: every shard is a matrix of its own, in every TP mode
+        rows, cols = param.local_shape
+        return soap_flops(rows, cols, soap.precondition_frequency, soap.use_kl_shampoo).total
     dim = megatron_partition_dim(spec, p.ep, p.etp)
     group = p.etp if spec.is_expert else p.tp
     rows, cols = param.local_shape
@@ -187,7 +193,7 @@ def _items(
 ) -> tuple[OwnedItem, ...]:
     # Megatron chains the Muon optimizer's groups before Adam's, each in model order; the stable
     # sort by numel keeps that order among equal sizes.
-    has_muon = run.optimizer.muon is not None
+    has_muon = run.optimizer.matrix_optimizer
     muon, adam = [], []
     for param in params:
         (muon if has_muon and param.spec.is_muon else adam).append(param)
@@ -260,11 +266,10 @@ def recounted_rank_ns_flops(
     """
     world = run.parallel.num_gpus
     out = {key: [0.0] * world for key in keys}
-    muon = run.optimizer.muon
-    if muon is None:
+    if not run.optimizer.matrix_optimizer:
         return out
     layout = layout or derive_layout(run)
-    shared = muon.layer_wise and layout.dp * layout.cp > 1
+    shared = run.optimizer.layer_wise and layout.dp * layout.cp > 1
     counts: dict[tuple[str, bool], dict[tuple, float]] = {key: {} for key in keys}
     dealt: dict[int, tuple[list[tuple], list[int] | None]] = {}  # per item tuple (TP ranks share one)
     for group in groups:

@@ -160,6 +160,10 @@ def accounting_summary_lines(plan: dict[str, Any]) -> list[str]:
             for mode in MUON_TP_MODES
         )
         lines.append(f"  NS FLOPs    per GPU per step, mean/busiest rank (* recipe's TP mode): {modes}")
+    elif plan.get("optimizer", {}).get("name") == "soap":
+        soap = ns["blockwise"]
+        lines.append(f"  SOAP FLOPs  per GPU per step, mean/busiest rank: {_si(soap['mean'])}/{_si(soap['max'])}"
+                     " (factor updates, projections, power iteration and QR on each local shard)")
     mem = plan["memory_per_gpu_gb"]
     parts = ", ".join(f"{k} {v:.1f}" for k, v in mem["breakdown"].items() if v)
     capacity = f" of {mem['hbm']:g} GB HBM" if mem["hbm"] else ""

@@ -66,8 +66,9 @@ class StepThroughput:
 
 
 def ns_flops_per_step_total(run: RunConfig) -> float:
-    """Newton-Schulz FLOPs all ranks of the run execute in one step (recipe's TP mode, no SYRK)."""
-    if run.optimizer.muon is None:
+    """Matrix-optimizer FLOPs all ranks execute in one step: Newton-Schulz (recipe's TP mode, no SYRK) for Muon and
+    AdaMuon, SOAP's products and QR for SOAP."""
+    if not run.optimizer.matrix_optimizer:
         return 0.0
     return sum(rank_ns_flops(run))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 BENCHMARKS: dict[str, str] = {
     "optim": "optbench.bench.optim",
+    "emerging": "optbench.bench.emerging",
     "pretrain": "optbench.bench.pretrain",
     "callback": "optbench.bench.callback",
 }

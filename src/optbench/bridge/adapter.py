@@ -97,7 +97,7 @@ BRIDGE_MODELS = tuple(model_registry())
 
 def bridge_recipe(run: RunConfig) -> BridgeRecipe:
     """The Bridge recipe function for the run's model (and, for Kimi K2, its optimizer) in the run's container."""
-    optimizer_type = "muon" if run.optimizer.name == "muon" else "adam"
+    optimizer_type = "muon" if run.optimizer.muon_family else "adam"
     return bridge_recipe_for(run.model.name, optimizer_type, versions.container_of(run))
 
 
@@ -191,7 +191,8 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
     departures = presets.departures(ours, preset)
     reasons = presets.departure_reasons(run.recipe)
     for d in departures:
-        reason = reasons.get(d["field"]) or presets.derived_reason(d["field"], run.intent, preset.adapted_from_adam)
+        reason = reasons.get(d["field"]) or presets.derived_reason(d["field"], run.intent, preset.adapted_from_adam,
+                                                                      run.optimizer.name)
         if reason:
             d["reason"] = reason
     muon_own = [preset.adapted_from_adam and presets.is_muon_field(d["field"]) for d in departures]

@@ -46,18 +46,6 @@ def _arrives_with(what: str, predicate, instead: str) -> str:
     return f"{what} arrives with {first.label()}: set cluster.container={first.name} or {instead}"
 
 
-def optimizer_name_items(run: RunConfig, container: versions.Container) -> list[Item]:
-    """The optimizer name, and the layer-wise switch where the version has one."""
-    muon = run.optimizer.muon
-    name = bridge_name("optimizer.name")
-    if run.optimizer.name != "muon" or muon is None:
-        return [(name, "adam")]
-    layer_wise = bridge_name("optimizer.muon.layer_wise")
-    if versions.has_field(container, layer_wise):
-        return [(name, "muon"), (layer_wise, muon.layer_wise)]
-    return [(name, "dist_muon" if muon.layer_wise else "muon")]
-
-
 def muon_items(run: RunConfig, container: versions.Container) -> list[Item]:
     """Muon's own fields in this version's names (problems are reported by :func:`muon_problems` first)."""
     has_field = partial(versions.has_field, container)
@@ -78,13 +66,13 @@ def layer_wise_overlap(run: RunConfig) -> bool:
     """The layer-wise all-gather deferred into the next forward: Megatron's DDP runs it from its forward
     pre-hooks, so ddp.overlap_param_gather is on as well (Bridge 0.5+ syncs the optimizer's flag with it)."""
     muon = run.optimizer.muon
-    return bool(run.optimizer.name == "muon" and muon and muon.layer_wise and muon.overlap_param_gather)
+    return bool(run.optimizer.muon_family and muon.layer_wise and muon.overlap_param_gather)
 
 
 def muon_problems(run: RunConfig) -> Iterable[Problem]:
     """Muon options the run's container cannot express, each naming the containers (or Core) that can."""
     muon = run.optimizer.muon
-    if run.optimizer.name != "muon" or muon is None:
+    if not run.optimizer.muon_family:
         return
     container = versions.container_of(run)
     if muon.coefficients != "quintic" and not versions.has_field(container, bridge_name("optimizer.muon.coefficients")):

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from optbench.bridge import muon_fields
+from optbench.bridge import emerging_fields, muon_fields
 from optbench.releases import presets, versions
 from optbench.config.field_table import TABLE, bridge_items, bridge_name, value_at
 from optbench.config.layout import vpp_size
-from optbench.config.schema import RunConfig
+from optbench.config.schema import MATRIX_OPTIMIZERS, RunConfig
 from optbench.errors import Problem, UserError
 from optbench.runs import checked_run_id
 
@@ -107,7 +107,7 @@ def _optimizer(run: RunConfig) -> list[Item]:
     o = run.optimizer
     container = versions.container_of(run)
     items: list[Item] = [
-        *muon_fields.optimizer_name_items(run, container),
+        *emerging_fields.optimizer_name_items(run, container),
         *bridge_items(run, "optimizer.lr", "optimizer.min_lr", "optimizer.weight_decay", "optimizer.clip_grad",
                       "optimizer.adam_beta1", "optimizer.adam_beta2", "optimizer.adam_eps",
                       "optimizer.use_distributed_optimizer", section="optimizer"),
@@ -115,18 +115,19 @@ def _optimizer(run: RunConfig) -> list[Item]:
     if run.intent == "train":
         # The optimizer timer without a barrier: it measures this rank's optimizer step, not stragglers.
         items.append(("optimizer.barrier_with_L1_time", False))
-    muon = o.muon
-    if o.name == "muon" and muon is not None:
+    if o.muon_family:
+        items += muon_fields.muon_items(run, container)
+    if o.name in MATRIX_OPTIMIZERS:
         items += [
-            *muon_fields.muon_items(run, container),
             # DeepSeek-V3's recipe keeps Adam's moments in bf16 (precision-aware optimizer), which Megatron
-            # allows for Adam only; Muon keeps fp32 state (found by the conformance test against real Bridge).
+            # allows for Adam only; the emerging optimizers keep fp32 state (found by the conformance test).
             ("optimizer.use_precision_aware_optimizer", False),
             *[(f"optimizer.{name}", "torch.float32") for name in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")],
         ]
-        if muon.qk_clip:  # MuonClip: a TransformerConfig setting; Bridge's train loop calls clip_qk after the step
-            items += bridge_items(run, "optimizer.muon.qk_clip", "optimizer.muon.qk_clip_threshold",
-                                  "optimizer.muon.qk_clip_alpha")
+    if o.muon_family and o.muon.qk_clip:  # MuonClip: a TransformerConfig setting; Bridge calls clip_qk after the step
+        items += bridge_items(run, "optimizer.muon.qk_clip", "optimizer.muon.qk_clip_threshold",
+                              "optimizer.muon.qk_clip_alpha")
+    items += emerging_fields.emerging_items(run)
     return items
 
 

@@ -89,9 +89,11 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> UserErro
     if "Unexpected type for root: NoneType" in text:
         keys = [typed.typed_key(o) for o in overrides]
         key = next((k for k in keys if any(k.startswith(s + ".") for s in _NULLABLE_SECTIONS)), "overrides")
+        section = next((s for s in _NULLABLE_SECTIONS if key.startswith(s + ".")), "optimizer.muon")
+        group = section.rpartition(".")[2]
         return UserError(
-            Problem(key, "is a setting of a section this run does not have (optimizer.muon on an AdamW run); "
-                    "select the group first, e.g. optimizer=muon")
+            Problem(key, f"is a setting of a section this run does not have ({section} is set by optimizer={group}); "
+                    f"select the group first, e.g. optimizer={group}")
         )
     keys = [typed.typed_key(o) for o in overrides]
     reason = _innermost_text(err) or type(err).__name__
@@ -100,7 +102,7 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> UserErro
     return UserError(Problem((keys[-1] or "overrides") if len(keys) == 1 else "config", reason))
 
 
-_NULLABLE_SECTIONS = ("optimizer.muon",)
+_NULLABLE_SECTIONS = ("optimizer.muon", "optimizer.adaptive_muon", "optimizer.soap")
 """Sections of the schema that are null in some presets (Optional dataclasses)."""
 
 

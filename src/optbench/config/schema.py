@@ -49,7 +49,17 @@ from optbench.outputs import MAX_PATH
 ENGINES = ("local", "megatron_bridge")
 INTENTS = ("reproduce", "train")
 """reproduce: NVIDIA's measured Bridge configuration; train: the same with real routing, NaN checks and evaluation."""
-OPTIMIZERS = ("adamw", "muon")
+OPTIMIZERS = ("adamw", "muon", "adaptive_muon", "soap")
+MUON_FAMILY = ("muon", "adaptive_muon")
+"""Optimizers configured by ``optimizer.muon`` (AdaMuon is Muon with a second moment after Newton-Schulz)."""
+MATRIX_OPTIMIZERS = ("muon", "adaptive_muon", "soap")
+"""Megatron Core's emerging optimizers: 2-D weights (not embedding/output) go to them, the rest to the scalar optimizer."""
+OPTIMIZER_LABELS = {"adamw": "AdamW", "muon": "Muon", "adaptive_muon": "AdaMuon", "soap": "SOAP"}
+"""How plans, tables and messages name each optimizer."""
+MATRIX_FLOPS_LABELS = {"muon": "NS", "adaptive_muon": "NS", "soap": "SOAP"}
+"""Short name of a matrix optimizer's own FLOPs in throughput lines (Newton-Schulz; SOAP's products and QR)."""
+SCALAR_OPTIMIZERS = ("adam", "lion")
+MOMENT2_METHODS = ("adamuon", "normuon")
 MUON_COEFFICIENTS = ("quintic", "simple")
 MUON_SCALE_MODES = ("spectral", "shape_scaling", "unit_rms_norm")
 MUON_MATMUL_PRECISIONS = ("auto", "medium", "high", "highest")
@@ -113,11 +123,41 @@ class MuonConfig:
 
 
 @dataclass
+class AdaptiveMuonConfig:
+    """AdaMuon / NorMuon: Muon (``optimizer.muon``) plus a second moment of the orthogonalized update (Megatron Core
+    >= 0.18 ``adaptive_muon``, Emerging-Optimizers AdaptiveMuon)."""
+
+    moment2_method: str = setting("adamuon", Choice(MOMENT2_METHODS), bridge="optimizer.adaptive_muon_moment2_method")
+    """adamuon: element-wise second moment (as AdamW's); normuon: one per row or column (the longer side averaged)."""
+    beta2: float = setting(0.95, PROBABILITY, bridge="optimizer.adaptive_muon_beta2")
+    """Decay of the second moment (adaptive_muon_beta2)."""
+    eps: float = setting(1e-8, Real(0.0, 1.0, low_open=True), bridge="optimizer.adaptive_muon_eps")
+    """Added to the second moment's square root (adamuon) or its floor (normuon) (adaptive_muon_eps)."""
+
+
+@dataclass
+class SoapConfig:
+    """SOAP: Adam in the eigenbasis of Shampoo's Kronecker factors (Megatron Core >= 0.18 ``soap``, Emerging-Optimizers
+    SOAP). Megatron passes only these fields; the inner Adam takes ``adam_beta1/2``; eps 1e-8, one power iteration with
+    QR per step (eigh on the first), TF32 products and bias correction are Emerging-Optimizers' defaults."""
+
+    shampoo_beta: float = setting(0.95, PROBABILITY, bridge="optimizer.soap_shampoo_beta")
+    """Decay of the Kronecker factors L = E[G G^T], R = E[G^T G] (soap_shampoo_beta)."""
+    precondition_frequency: int = setting(1, Integer(1, 100_000), bridge="optimizer.soap_precondition_frequency")
+    """Steps between eigenbasis updates (soap_precondition_frequency; Emerging-Optimizers 0.2, the containers' own)."""
+    use_kl_shampoo: bool = setting(True, Flag(), bridge="optimizer.soap_use_kl_shampoo")
+    """KL-Shampoo's factor update (soap_use_kl_shampoo; Megatron's default true)."""
+    layer_wise: bool = setting(True, Flag(), bridge="optimizer.use_layer_wise_distributed_optimizer")
+    """Layer-wise distributed optimizer: each DP rank owns whole matrices and their SOAP state (dist_soap); false
+    keeps every matrix's state on every DP rank."""
+
+
+@dataclass
 class OptimizerConfig:
     """Optimizer; AdamW fields also drive Muon's AdamW side (norms, embeddings, output)."""
 
     name: str = setting("???", Choice(OPTIMIZERS), bridge="optimizer.optimizer")
-    """adamw or muon."""
+    """adamw, muon, adaptive_muon or soap."""
     lr: float = setting(3e-4, Real(0.0, 10.0, low_open=True), bridge="optimizer.lr")
     """Peak learning rate."""
     min_lr: float = setting(3e-5, Real(0.0, 10.0), bridge="optimizer.min_lr")
@@ -163,8 +203,35 @@ class OptimizerConfig:
         bridge=("mixed_precision.grad_reduce_in_fp32", "ddp.grad_reduce_in_fp32"),
     )
     """Reduce gradients in fp32 (Kimi K2 Muon recipe: true)."""
+    scalar_optimizer: str = setting("adam", Choice(SCALAR_OPTIMIZERS), bridge="optimizer.muon_scalar_optimizer")
+    """Muon family: the optimizer of everything Muon does not take (norms, biases, embeddings, output): adam, or lion
+    (honoured from Megatron Core 0.19, nemo:26.08)."""
+    lion_beta1: float = setting(0.95, PROBABILITY, bridge="optimizer.lion_beta1")
+    """Lion's interpolation beta of the sign update (lion_beta1)."""
+    lion_beta2: float = setting(0.98, PROBABILITY, bridge="optimizer.lion_beta2")
+    """Lion's momentum decay (lion_beta2)."""
     muon: Optional[MuonConfig] = None
-    """Muon settings; null for AdamW."""
+    """Muon settings (muon, adaptive_muon); null otherwise."""
+    adaptive_muon: Optional[AdaptiveMuonConfig] = None
+    """AdaMuon's second moment (adaptive_muon); null otherwise."""
+    soap: Optional[SoapConfig] = None
+    """SOAP settings (soap); null otherwise."""
+
+    @property
+    def muon_family(self) -> bool:
+        """Muon or AdaMuon: Newton-Schulz on every matrix, configured by ``optimizer.muon``."""
+        return self.name in MUON_FAMILY and self.muon is not None
+
+    @property
+    def matrix_optimizer(self) -> bool:
+        """Muon, AdaMuon or SOAP: 2-D weights go to it, the rest to Adam (or Lion)."""
+        return self.muon_family or (self.name == "soap" and self.soap is not None)
+
+    @property
+    def layer_wise(self) -> bool:
+        """The matrix optimizer's layer-wise distributed optimizer: each DP rank owns whole parameters."""
+        section = self.soap if self.name == "soap" else self.muon
+        return bool(self.matrix_optimizer and section.layer_wise)
 
 
 @dataclass

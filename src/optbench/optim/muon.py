@@ -200,8 +200,12 @@ class Muon(torch.optim.Optimizer):
         self.last_ns_time_s, results = self._orthogonalize_all(stacks)
         for group, params, _, _, pieces in work:
             updates = [self._collect(results, per_param) for per_param in pieces]
-            torch._foreach_add_(params, updates, alpha=-group["lr"])
+            torch._foreach_add_(params, self._finish(params, updates), alpha=-group["lr"])
         return loss
+
+    def _finish(self, params: list[torch.Tensor], updates: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The updates as applied (AdaMuon normalizes them by a second moment first)."""
+        return updates
 
     def _workspace(self, key: tuple, count: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch and result buffers of one shape group, kept across steps (the groups never change, and

@@ -1,8 +1,10 @@
-"""The one optimizer object the local engine's trainer drives, for AdamW and Muon runs alike.
+"""The one optimizer object the local engine's trainer drives, for AdamW, Muon, AdaMuon and SOAP runs alike.
 
-Muon runs mirror Megatron Bridge's ``muon`` / ``dist_muon``: 2-D (and 3-D expert) weights other than
-the embedding and output layer go to :class:`~optbench.optim.muon.Muon`, everything else to
-``torch.optim.AdamW``; both share the learning rate the trainer's schedule sets. With
+Muon-family and SOAP runs mirror Megatron Core's emerging optimizers: 2-D (and 3-D expert) weights other than
+the embedding and output layer go to the matrix optimizer (:class:`~optbench.optim.muon.Muon`,
+:class:`~optbench.optim.adaptive_muon.AdaptiveMuon`, :class:`~optbench.optim.soap.SOAP`), everything else to
+``torch.optim.AdamW`` (or :class:`~optbench.optim.lion.Lion` with ``optimizer.scalar_optimizer=lion``); both share
+the learning rate the trainer's schedule sets. (The state keeps its keys ``muon`` and ``adamw`` for the two sides.) With
 ``optimizer.muon.layer_wise`` and more than one data-parallel rank, each parameter is owned by one
 rank (:mod:`optbench.optim.layer_wise`). AdamW runs give every parameter to ``torch.optim.AdamW``
 and update it on every rank (Megatron's element-wise distributed optimizer is not reproduced).
@@ -19,10 +21,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from optbench.config.schema import MUON_ASSIGNMENTS, ModelConfig, OptimizerConfig
+from optbench.config.schema import MUON_ASSIGNMENTS, OPTIMIZERS, ModelConfig, OptimizerConfig
 from optbench.errors import Problem, UserError
+from optbench.optim.adaptive_muon import AdaptiveMuon
 from optbench.optim.layer_wise import LayerWiseSharding
+from optbench.optim.lion import Lion
 from optbench.optim.muon import Muon
+from optbench.optim.soap import SOAP
 from optbench.optim.newton_schulz import coefficient_schedule, resolve_matmul_precision
 from optbench.optim.routing import MUON, ParamRoute, megatron_order, qkv_split_shapes_for, route_parameters
 from optbench.optim.tensor_parallel import TP_MODES
@@ -37,8 +42,8 @@ class TrainingOptimizer:
         self,
         name: str,
         routes: Sequence[ParamRoute],
-        muon: Muon | None,
-        adamw: torch.optim.AdamW | None,
+        muon: torch.optim.Optimizer | None,
+        adamw: torch.optim.Optimizer | None,
         *,
         dp_group=None,
         sharding: LayerWiseSharding | None = None,
@@ -56,7 +61,7 @@ class TrainingOptimizer:
     @property
     def last_ns_time_s(self) -> float:
         """Wall time of the Newton-Schulz part of the last step (0 for AdamW, or a rank owning no matrix)."""
-        return self.muon.last_ns_time_s if self.muon is not None else 0.0
+        return getattr(self.muon, "last_ns_time_s", 0.0)
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -177,11 +182,14 @@ class TrainingOptimizer:
 def _check_config(cfg: OptimizerConfig) -> None:
     """One UserError listing every optimizer setting this engine cannot run."""
     problems = []
-    if cfg.name not in ("adamw", MUON):
-        problems.append(Problem("optimizer.name", f"unknown optimizer {cfg.name!r}; choose adamw or muon"))
-    if cfg.name == MUON and cfg.muon is None:
-        problems.append(Problem("optimizer.muon", "muon needs its settings block (optimizer=muon provides it)"))
-    if cfg.name == MUON and cfg.muon is not None:
+    if cfg.name not in OPTIMIZERS:
+        problems.append(Problem("optimizer.name", f"unknown optimizer {cfg.name!r}; choose one of {list(OPTIMIZERS)}"))
+    for name, section in (("muon", "muon"), ("adaptive_muon", "muon"), ("adaptive_muon", "adaptive_muon"),
+                          ("soap", "soap")):
+        if cfg.name == name and getattr(cfg, section) is None:
+            problems.append(Problem(f"optimizer.{section}", f"{name} needs its {section} settings block "
+                                    f"(optimizer={name} provides it)"))
+    if cfg.muon_family and cfg.muon is not None:
         m = cfg.muon
         try:
             coefficient_schedule(m.coefficients, m.ns_steps)
@@ -208,8 +216,12 @@ def build_optimizer(
     dp_group=None,
     tp_group=None,
     model_config: ModelConfig | None = None,
+    emerging_optimizers: str = "0.2.0",
 ) -> TrainingOptimizer:
-    """Route ``model``'s parameters as Megatron does and build the optimizer the trainer steps."""
+    """Route ``model``'s parameters as Megatron does and build the optimizer the trainer steps.
+
+    ``emerging_optimizers``: the Emerging-Optimizers release whose semantics AdaMuon and SOAP follow (the run's
+    container's: 0.2.0 in nemo:26.06-26.08; 0.3.0 rescales AdaMuon's update and drops SOAP's eigenbasis period)."""
     _check_config(cfg)
     if dp_group is None and dist.is_initialized():
         dp_group = dist.group.WORLD
@@ -218,18 +230,27 @@ def build_optimizer(
         qkv_shapes = qkv_split_shapes_for(
             model_config.num_attention_heads, model_config.num_query_groups, model_config.kv_channels
         )
-    routes = megatron_order(route_parameters(model, optimizer=cfg.name, qkv_split_shapes=qkv_shapes))
+    routing = MUON if cfg.matrix_optimizer else "adamw"  # MUON marks the matrix side, whichever optimizer takes it
+    routes = megatron_order(route_parameters(model, optimizer=routing, qkv_split_shapes=qkv_shapes))
     sharding = None
     world = dist.get_world_size(dp_group) if dist.is_initialized() else 1
-    if cfg.name == MUON and cfg.muon.layer_wise and world > 1:
+    if cfg.layer_wise and world > 1:
+        muon = cfg.muon
         sharding = LayerWiseSharding.build(
-            routes, dp_group, cfg.muon.assignment, ns_steps=cfg.muon.ns_steps, split_qkv=cfg.muon.split_qkv
+            routes, dp_group, muon.assignment if muon else "pingpong", ns_steps=muon.ns_steps if muon else 5,
+            split_qkv=bool(muon and muon.split_qkv),
         )
     mine = [r for r in routes if sharding is None or sharding.owns(r.param)]
     muon_routes = [r for r in mine if r.optimizer == MUON]
     adam_routes = [r for r in mine if r.optimizer != MUON]
-    muon = _build_muon(muon_routes, cfg, tp_group) if muon_routes else None
-    adamw = _build_adamw(adam_routes, cfg) if adam_routes else None
+    later = tuple(int(x) for x in emerging_optimizers.split(".")[:2]) >= (0, 3)
+    if not muon_routes:
+        muon = None
+    elif cfg.soap is not None:
+        muon = _build_soap(muon_routes, cfg, later)
+    else:
+        muon = _build_muon(muon_routes, cfg, tp_group, later)
+    adamw = _build_scalar(adam_routes, cfg) if adam_routes else None
     return TrainingOptimizer(
         cfg.name, routes, muon, adamw, dp_group=dp_group, sharding=sharding, grad_reduce_in_fp32=cfg.grad_reduce_in_fp32
     )
@@ -248,7 +269,7 @@ def _groups(routes: Sequence[ParamRoute], weight_decay: float, keys) -> list[dic
     return list(groups.values())
 
 
-def _build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group) -> Muon:
+def _build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group, later: bool) -> Muon:
     m = cfg.muon
     groups = _groups(
         routes,
@@ -256,8 +277,12 @@ def _build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group) ->
         lambda r: {"qkv_split_shapes": r.qkv_split_shapes, "partition_dim": r.partition_dim, "is_expert": r.is_expert},
     )
     device = routes[0].param.device
-    return Muon(
+    adaptive = cfg.adaptive_muon
+    cls, extra = (Muon, {}) if adaptive is None else (AdaptiveMuon, dict(
+        moment2_method=adaptive.moment2_method, beta2=adaptive.beta2, eps=adaptive.eps, scale_after_moment2=later))
+    return cls(
         groups,
+        **extra,
         lr=cfg.lr,
         momentum=m.momentum,
         weight_decay=cfg.weight_decay,
@@ -275,8 +300,23 @@ def _build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group) ->
     )
 
 
-def _build_adamw(routes: Sequence[ParamRoute], cfg: OptimizerConfig) -> torch.optim.AdamW:
+def _build_soap(routes: Sequence[ParamRoute], cfg: OptimizerConfig, later: bool) -> SOAP:
+    soap = cfg.soap
+    return SOAP(
+        _groups(routes, cfg.weight_decay, lambda r: {}),
+        lr=cfg.lr,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        shampoo_beta=soap.shampoo_beta,
+        weight_decay=cfg.weight_decay,
+        precondition_frequency=1 if later else soap.precondition_frequency,  # 0.3.0 refreshes every step
+        use_kl_shampoo=soap.use_kl_shampoo,
+    )
+
+
+def _build_scalar(routes: Sequence[ParamRoute], cfg: OptimizerConfig) -> torch.optim.Optimizer:
     groups = _groups(routes, cfg.weight_decay, lambda r: {})
+    if cfg.scalar_optimizer == "lion":
+        return Lion(groups, lr=cfg.lr, betas=(cfg.lion_beta1, cfg.lion_beta2), weight_decay=cfg.weight_decay)
     return torch.optim.AdamW(
         groups, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay, foreach=True
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from optbench.config.schema import MATRIX_FLOPS_LABELS, OPTIMIZER_LABELS
 from optbench.projection.expected_error import expected_error_text
 from optbench.projection.project import project
 from optbench.resolve import ResolvedRun
@@ -44,7 +45,9 @@ def projection_summary_lines(plan: dict[str, Any]) -> list[str]:
     if not p["available"]:
         return [f"  projection  none: {p['reason']}"]
     eff = p["efficiency"]
-    ns = f" + {p['ns_tflops_per_gpu']:.1f} NS = {p['tflops_per_gpu_with_ns']:.1f}" if p.get("muon_overhead") is not None else ""
+    name = plan["optimizer"]["name"]
+    flops = MATRIX_FLOPS_LABELS.get(name, "NS")
+    ns = f" + {p['ns_tflops_per_gpu']:.1f} {flops} = {p['tflops_per_gpu_with_ns']:.1f}" if p.get("muon_overhead") is not None else ""
     lines = [
         f"  projection  step {p['step_time_s']:.2f} s: {p['tflops_per_gpu']:.1f} model{ns} TFLOP/s/GPU; MFU {_mfu(p['mfu'])}",
         f"              GEMM efficiency {eff['value']:.3f} of {eff['of_peak']} ({eff['status']} on {eff['calibrated_on']})",
@@ -54,10 +57,11 @@ def projection_summary_lines(plan: dict[str, Any]) -> list[str]:
     ]
     twin, overhead = p.get("adamw_twin"), p.get("muon_overhead")
     if twin and twin.get("available", True) and overhead:
-        parts = ", ".join(f"{k.replace('_', ' ')} {_ms_or_s(v)}" for k, v in overhead["parts_s"].items())
+        words = {"newton_schulz_compute": "SOAP products and QR"} if name == "soap" else {}
+        parts = ", ".join(f"{words.get(k, k.replace('_', ' '))} {_ms_or_s(v)}" for k, v in overhead["parts_s"].items())
         lines.append(
             f"  vs AdamW    twin {twin['recipe']}: step {twin['step_time_s']:.2f} s, {twin['tflops_per_gpu']:.1f} TFLOP/s/GPU;"
-            f" Muon {overhead['tflops_per_gpu_change_percent']:+.2f} %, +{_ms_or_s(overhead['total_s'])} = {parts}"
+            f" {OPTIMIZER_LABELS[name]} {overhead['tflops_per_gpu_change_percent']:+.2f} %, +{_ms_or_s(overhead['total_s'])} = {parts}"
         )
         if overhead["twin_differs_in"]:
             lines.append(f"              (the twin also differs in {', '.join(overhead['twin_differs_in'])}: counted in 'other')")

@@ -142,10 +142,10 @@ def project(
         "expected_error": expected_error(),
         "compared_with_published": _compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
     }
-    if run.optimizer.muon is not None and with_twin:
+    if run.optimizer.matrix_optimizer and with_twin:
         section["adamw_twin"], section["muon_overhead"] = _twin_section(
             resolved, overrides, net, assumptions, calibration, breakdown
         )
-        if with_what_ifs:
+        if with_what_ifs and run.optimizer.muon_family:  # the what-ifs are Muon's (SYRK, NS-cost balancing)
             section["what_if"] = what_ifs(resolved, net, assumptions, eff, inputs, breakdown.total_s)
     return section

@@ -35,10 +35,11 @@ def _is_optimizer_override(override: str) -> bool:
 
 
 def twin_recipe(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    """(recipe, overrides) of the AdamW twin of a Muon run."""
+    """(recipe, overrides) of the AdamW twin of a Muon, AdaMuon or SOAP run (``<model>_<optimizer>`` -> ``<model>_adamw``)."""
     kept = tuple(o for o in overrides if not _is_optimizer_override(o))
-    if run.recipe.endswith("_muon"):
-        counterpart = run.recipe[: -len("_muon")] + "_adamw"
+    suffix = f"_{run.optimizer.name}"
+    if run.recipe.endswith(suffix):
+        counterpart = run.recipe[: -len(suffix)] + "_adamw"
         if counterpart in list_recipes():
             return counterpart, kept
     return run.recipe, (*kept, "optimizer=adamw")

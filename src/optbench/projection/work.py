@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from optbench.accounting.ns_flops import OwnedItem, OwnersFn, pingpong_by_numel
+from optbench.accounting.optimizer_work import soap_flops
 from optbench.accounting.params import ROUTER
 from optbench.accounting.placement import Placement, pipeline_rank_of
 from optbench.config.schema import RunConfig
@@ -116,10 +117,16 @@ def gemm_peak(run: RunConfig) -> tuple[float, str]:
 
 
 def ns_peak(run: RunConfig) -> float:
-    """FLOP/s peak of the Newton-Schulz products at ``optimizer.muon.fp32_matmul_prec``."""
+    """FLOP/s peak of the matrix optimizer's products: Newton-Schulz at ``optimizer.muon.fp32_matmul_prec``, SOAP's
+    at Emerging-Optimizers' default ``high`` (TF32)."""
     muon = run.optimizer.muon
-    prec = muon.fp32_matmul_prec if muon is not None else "medium"
+    prec = "high" if run.optimizer.soap is not None else muon.fp32_matmul_prec if muon is not None else "medium"
     return gpu_catalog()[run.cluster.gpu].peak("bf16") * 1e12 * NS_PEAK_FRACTION_OF_BF16[prec]
+
+
+def qr_rate(run: RunConfig, a: Assumptions) -> float:
+    """FLOP/s of SOAP's QR factorisations: fp32 on CUDA cores at ``qr_efficiency``."""
+    return gpu_catalog()[run.cluster.gpu].peak("bf16") * 1e12 * NS_PEAK_FRACTION_OF_BF16["highest"] * a.qr_efficiency
 
 
 def _tokens(run: RunConfig, split_by_tp: bool) -> float:
@@ -168,7 +175,7 @@ def _stage_comm(run: RunConfig, net: Interconnect, a: Assumptions, layers: list,
 
 def _ns_calls(item: OwnedItem, run: RunConfig) -> int:
     muon = run.optimizer.muon
-    return 3 if muon is not None and muon.split_qkv and item.name.endswith("linear_qkv.weight") else 1
+    return 3 if run.optimizer.muon_family and muon.split_qkv and item.name.endswith("linear_qkv.weight") else 1
 
 
 def _param_gather_bytes(run: RunConfig) -> float:
@@ -191,25 +198,46 @@ class _GroupCosts:
 
 
 def _item_costs(items: tuple, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float, syrk: bool) -> _GroupCosts:
-    """Per-item optimizer seconds of a group: a Muon matrix costs max(GPU, host), an AdamW-side one its bytes."""
-    muon = run.optimizer.muon
-    per_iteration = a.ns_ops_per_iteration_syrk if syrk else a.ns_ops_per_iteration
+    """Per-item optimizer seconds of a group: a matrix of the emerging optimizer costs max(GPU, host), an Adam-side
+    parameter its bytes."""
     memo: dict[tuple, tuple[float, float, float]] = {}
     per_item = []
+    matrix_cost = _soap_cost if run.optimizer.soap is not None else _muon_cost
     for item in items:
         calls = _ns_calls(item, run) if item.ns_flops > 0 else 0
-        shape = (item.numel, item.ns_flops, calls)
+        shape = (item.numel, item.ns_flops, calls, item.param.local_shape)
         if shape not in memo:
             if calls == 0:
                 memo[shape] = (0.0, item.numel * a.adam_bytes_per_element / hbm, 0.0)
             else:
-                gemm = item.ns_flops / rate_ns
-                elem = item.numel * a.muon_bytes_per_element / hbm
-                ops = a.muon_ops_per_param + calls * (a.ns_ops_per_call + muon.ns_steps * per_iteration)
+                gemm, elem, ops = matrix_cost(item, calls, run, a, rate_ns, hbm, syrk)
                 memo[shape] = (gemm, elem, max(0.0, ops * a.eager_op_overhead_s - gemm - elem))
         per_item.append(memo[shape])
     totals = tuple(sum(c[i] for c in per_item) for i in range(3))
     return _GroupCosts(tuple(per_item), totals, sum(item.numel for item in items))
+
+
+def _muon_cost(item: OwnedItem, calls: int, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float,
+               syrk: bool) -> tuple[float, float, int]:
+    """(NS GEMM s, element-wise s, eager ops) of a Muon or AdaMuon matrix."""
+    muon = run.optimizer.muon
+    per_iteration = a.ns_ops_per_iteration_syrk if syrk else a.ns_ops_per_iteration
+    bytes_per_element = a.muon_bytes_per_element
+    ops = a.muon_ops_per_param + calls * (a.ns_ops_per_call + muon.ns_steps * per_iteration)
+    if run.optimizer.adaptive_muon is not None:
+        bytes_per_element += a.moment2_bytes_per_element
+        ops += a.moment2_ops
+    return item.ns_flops / rate_ns, item.numel * bytes_per_element / hbm, ops
+
+
+def _soap_cost(item: OwnedItem, calls: int, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float,
+               syrk: bool) -> tuple[float, float, int]:
+    """(GEMM + QR s, element-wise s, eager ops) of a SOAP matrix: products at the TF32 rate, QR on CUDA cores."""
+    soap = run.optimizer.soap
+    m, n = item.param.local_shape
+    flops = soap_flops(m, n, soap.precondition_frequency, soap.use_kl_shampoo)
+    elementwise = item.numel * a.soap_bytes_per_element + 12 * (m * m + n * n)
+    return flops.gemm / rate_ns + flops.qr / qr_rate(run, a), elementwise / hbm, a.soap_ops_per_matrix
 
 
 def build_inputs(
@@ -228,13 +256,12 @@ def build_inputs(
     activation = _tokens(run, True) * run.model.hidden_size * BF16_BYTES
     p2p = comm.p2p_s(activation, 0, world // p.pp, net) if p.pp > 1 else 0.0
 
-    muon = opt.muon
     groups = resolved.groups(syrk=syrk)
-    shared = muon is not None and muon.layer_wise and layout.dp * layout.cp > 1
-    distopt = muon is None and opt.use_distributed_optimizer
+    shared = opt.layer_wise and layout.dp * layout.cp > 1
+    distopt = not opt.matrix_optimizer and opt.use_distributed_optimizer
     grad_bytes = 4 if opt.grad_reduce_in_fp32 else 2
     bucket = max(a.ddp_bucket_min_elements, a.ddp_bucket_per_dp_rank * layout.dp * layout.cp)
-    rate_ns = a.ns_gemm_efficiency * ns_peak(run) if muon is not None else 1.0
+    rate_ns = a.ns_gemm_efficiency * ns_peak(run) if opt.matrix_optimizer else 1.0
     hbm = net.hbm_effective
 
     grad_s, grad_bucket, gather_s, gather_bucket = ([0.0] * world for _ in range(4))
@@ -262,7 +289,7 @@ def build_inputs(
             grad_bucket[rank] = max(grad_bucket[rank], last)
             gather_s[rank] += gather
             gather_bucket[rank] = max(gather_bucket[rank], first)
-        if distopt or muon is None:
+        if distopt or not opt.matrix_optimizer:
             # Fused (multi-tensor) AdamW: memory-bound on the shard (distributed) or everything held.
             share = volume / n if distopt else volume
             for rank in ranks:

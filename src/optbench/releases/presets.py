@@ -40,7 +40,9 @@ FALLBACK = {"0.3.0": "0.3.1"}
 have no Kimi K2 (its preset arrives with 0.3.1), yet NVIDIA's blog measured Kimi K2 on nemo:26.02."""
 DATA = versions.DATA
 
-PRESET_OPTIMIZER = {"muon": "muon", "adamw": "adam"}
+PRESET_OPTIMIZER = {"muon": "muon", "adamw": "adam", "adaptive_muon": "muon", "soap": "adam"}
+"""Whose NVIDIA preset a run starts from: NVIDIA publishes none for AdaMuon (Muon's layout and settings apply) or
+SOAP (Adam's layout, with the optimizer's own fields from our config, as for Muon on an Adam preset)."""
 
 OURS = {
     "checkpoint.save": "checkpoints follow train.save_interval (NVIDIA's throughput runs save none; so do ours by default)",
@@ -70,6 +72,11 @@ RECIPE_DEPARTURES = {
     "deepseek_v3_muon": {
         "train.micro_batch_size": "MBS 1: at NVIDIA's MBS 2, Muon's fp32 state beside the FP8 weight copies is "
         "estimated at ~343 GB per GPU (make plan); same layout and GBS, twice the microbatches",
+    },
+    "qwen3_30b_a3b_soap": {
+        "train.micro_batch_size": "MBS 4: at the Adam preset's MBS 8, SOAP's fp32 state (2mn + 2(m^2 + n^2) per "
+        "matrix) beside the activations is estimated at ~321 GB per 288 GB GPU (make plan); same layout and GBS",
+        "validation.eval_micro_batch_size": "Bridge >= 0.4 evaluates at the training MBS (4, above)",
     },
 }
 """Departures a recipe makes on purpose from the preset it reproduces, with the reason (recipe -> field -> reason)."""
@@ -154,8 +161,8 @@ def find_preset(run: RunConfig, release: Optional[str] = None) -> Optional[Prese
         release = FALLBACK[release]
     presets = load(release)["presets"]
     key = preset_key(run)
-    adapted = False
-    if key not in presets and run.optimizer.name == "muon":
+    adapted = run.optimizer.name == "soap"
+    if key not in presets and run.optimizer.name in ("muon", "adaptive_muon"):
         key, adapted = preset_key(run, "adam"), True
     entry = presets.get(key)
     if entry is None:
@@ -279,7 +286,7 @@ MUON_ON_ADAM_PRESET = (
 """Fields Bridge derives differently for dist_muon than for the distributed Adam of the preset it was adapted from."""
 
 
-def derived_reason(key: str, intent: str, adapted_from_adam: bool) -> Optional[str]:
+def derived_reason(key: str, intent: str, adapted_from_adam: bool, optimizer: str = "muon") -> Optional[str]:
     """Why an effective field may differ from NVIDIA's; None when nothing explains it (a conformance failure)."""
     if key in DERIVED:
         return DERIVED[key]
@@ -288,5 +295,7 @@ def derived_reason(key: str, intent: str, adapted_from_adam: bool) -> Optional[s
     if intent == "train" and key in TRAIN_ONLY:
         return TRAIN_ONLY[key]
     if adapted_from_adam and (is_muon_field(key) or key in MUON_ON_ADAM_PRESET):
-        return "Muon on NVIDIA's Adam preset (no Muon preset for this model): the optimizer and what Bridge derives from it"
+        if optimizer == "muon":
+            return "Muon on NVIDIA's Adam preset (no Muon preset for this model): the optimizer and what Bridge derives from it"
+        return f"{optimizer} on NVIDIA's Adam preset (NVIDIA publishes none for it): the optimizer and what Bridge derives from it"
     return None

@@ -115,6 +115,11 @@ def behaviour(container: Container, name: str) -> bool:
     return bool(fields(container.bridge)["behaviour"].get(name))
 
 
+def emerging_optimizers(container: Container) -> str:
+    """The Emerging-Optimizers release the container ships (its Bridge's uv.lock pin; tools/bridge_versions.py)."""
+    return fields(container.bridge)["provenance"]["emerging_optimizers"]["version"]
+
+
 def first_with(predicate) -> Optional[Container]:
     """The oldest runnable container for which ``predicate(container)`` holds."""
     matching = [c for c in runnable() if predicate(c)]

@@ -63,7 +63,7 @@ def _record(step: int, step_time: float | None, logged_tflops: float | None, con
         tokens=tokens,
         tokens_per_s_per_gpu=rate.tokens_per_s_per_gpu,
         tflops_per_gpu=model,
-        tflops_per_gpu_with_ns=model + rate.ns_tflops_per_gpu if config.optimizer.muon is not None else None,
+        tflops_per_gpu_with_ns=model + rate.ns_tflops_per_gpu if config.optimizer.matrix_optimizer else None,
         mfu=model / peak.tflops if peak is not None else None,
     )
     return record, logged_tflops is None
@@ -113,6 +113,7 @@ def steps_from_log(log: MegatronLog, config: RunConfig | None) -> tuple[list[Ste
         computed += from_rule
     if computed:
         notes.append(f"{name}: TFLOP/s of {computed} interval(s) computed from elapsed time (accounting rule)")
-    if config is not None and config.optimizer.muon is not None:
-        notes.append(f"{name}: 'with NS' adds our Newton-Schulz FLOP count (textbook, no SYRK) over the logged step time")
+    if config is not None and config.optimizer.matrix_optimizer:
+        what = "SOAP's products and QR" if config.optimizer.soap is not None else "Newton-Schulz"
+        notes.append(f"{name}: 'with NS' adds our {what} FLOP count (textbook, no SYRK) over the logged step time")
     return steps, peak, notes

@@ -57,8 +57,8 @@ class ResolvedRun:
     # of them, a plan needs all.
     @cached_property
     def groups_syrk(self) -> tuple[DpGroupWork, ...]:
-        """The same groups counted with SYRK kernels (the what-ifs); the plain ones for AdamW."""
-        if self.run.optimizer.muon is None:
+        """The same groups counted with SYRK kernels (the what-ifs); the plain ones for AdamW and SOAP."""
+        if not self.run.optimizer.muon_family:
             return self.groups_plain
         return tuple(dp_group_work(self.run, None, True, self.placement, self.layout))
 
@@ -66,7 +66,7 @@ class ResolvedRun:
     def rank_ns(self) -> Mapping[WorkKey, tuple[float, ...]]:
         """Newton-Schulz FLOPs per step of every global rank: for Muon every TP mode with and without SYRK, for
         AdamW one entry, zeros (layer-wise ownership dealt ping-pong by numel, as Megatron deals it)."""
-        muon = self.run.optimizer.muon is not None
+        muon = self.run.optimizer.muon_family
         keys = [(m, syrk) for m in MUON_TP_MODES for syrk in (False, True)] if muon else [("blockwise", False)]
         counted = recounted_rank_ns_flops(self.run, self.groups_plain, keys, self.layout)
         return MappingProxyType({key: tuple(flops) for key, flops in counted.items()})
@@ -82,7 +82,7 @@ class ResolvedRun:
         return recipe_tp_mode(self.run)
 
     def _key(self, tp_mode: str | None, syrk: bool) -> WorkKey:
-        if self.run.optimizer.muon is None:
+        if not self.run.optimizer.muon_family:
             return ("blockwise", False)
         return (tp_mode or self.tp_mode, syrk)
 

@@ -41,6 +41,7 @@ from optbench.engine.local.qk_clip import clip_qk, register_attention, reset_log
 from optbench.engine.local.runtime import Runtime, init_runtime, peak_memory_gb, shutdown
 from optbench.engine.local.schedule import learning_rate
 from optbench.errors import UserError
+from optbench.releases import versions
 from optbench.metrics import MetricsWriter, Progress, loss_summary, provenance, steady_state
 from optbench.metrics.progress import flops_text
 from optbench.metrics.summary import software_versions, utc_now
@@ -74,7 +75,8 @@ class Trainer:
         self.model = build_model(run.model, run.train.seed, runtime.device, attention)
         self.aux_loss = has_aux_loss(run.model)
         try:
-            self.optimizer = build_optimizer(self.model, run.optimizer, model_config=run.model)
+            self.optimizer = build_optimizer(self.model, run.optimizer, model_config=run.model,
+                                             emerging_optimizers=versions.emerging_optimizers(versions.container_of(run)))
         except ValueError as err:  # a setting the optimizer refuses (validation should have caught it)
             raise UserError(str(err), "optimizer") from err
         self.experts = ExpertLoadTracker(routers(self.model), runtime.world, run.model.moe_router_enable_expert_bias)

@@ -1,0 +1,107 @@
+"""The optimizer's name in each container, the AdaMuon / SOAP / Lion fields, and what a container would run instead.
+
+What the releases do (read from the tagged sources; markers in ``optbench/data/bridge/fields-*.json``, written by
+``tools/bridge_versions.py``):
+
+* Megatron Bridge up to 0.6.0 sends every optimizer name containing "muon" or "soap" to Core's Muon builder. Up to
+  Core 0.17 (nemo:26.04.01) that builder ignores the name: ``optimizer=soap`` or ``adaptive_muon`` trains Muon,
+  silently. Core 0.18 (nemo:26.06) forwards the name to its emerging-optimizer registry, which has ``soap`` and
+  ``adaptive_muon`` (marker ``emerging_soap`` / ``emerging_adaptive_muon``).
+* ``muon_scalar_optimizer`` (Core >= 0.17) picks the optimizer of what Muon does not take. Core 0.17 routes it
+  (marker ``muon_scalar_optimizer_routed``) but its Lion needs Emerging-Optimizers >= 0.2, and nemo:26.04/26.04.01
+  ship 0.1.0 (Bridge's uv.lock): the run stops at the builder's assert. Core 0.18 ignores the field (Adam runs).
+  Core 0.19 (nemo:26.08) routes it again, with Emerging-Optimizers 0.2.0: the first container where Lion runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from optbench.config.field_table import bridge_items, bridge_name
+from optbench.config.schema import RunConfig
+from optbench.errors import Problem
+from optbench.releases import versions
+
+Item = tuple[str, Any]
+
+OPTIMIZER_MARKER = {"soap": "emerging_soap", "adaptive_muon": "emerging_adaptive_muon"}
+"""Optimizers whose presence in a container's Megatron Core is a source marker."""
+LION_MIN_EMERGING_OPTIMIZERS = (0, 2)
+"""Megatron Core asserts ``emerging_optimizers >= 0.2`` before it builds Lion."""
+
+
+def _eo_version(container: versions.Container) -> tuple[int, ...]:
+    return tuple(int(part) for part in versions.emerging_optimizers(container).split(".")[:2])
+
+
+def has_optimizer(container: versions.Container, name: str) -> bool:
+    """Whether the container's Megatron Core builds ``name`` (adam and muon: every container we run)."""
+    marker = OPTIMIZER_MARKER.get(name)
+    return marker is None or versions.behaviour(container, marker)
+
+
+def runs_lion_for_scalars(container: versions.Container) -> bool:
+    """Whether ``muon_scalar_optimizer=lion`` trains Lion in this container (routed, and its Lion importable)."""
+    return versions.behaviour(container, "muon_scalar_optimizer_routed") and \
+        _eo_version(container) >= LION_MIN_EMERGING_OPTIMIZERS
+
+
+def optimizer_name_items(run: RunConfig, container: versions.Container) -> list[Item]:
+    """The optimizer name, and the layer-wise switch where the version has one (Core >= 0.18)."""
+    o = run.optimizer
+    name = bridge_name("optimizer.name")
+    if o.name == "adamw":
+        return [(name, "adam")]
+    layer_wise = o.soap.layer_wise if o.soap is not None else o.muon.layer_wise
+    switch = bridge_name("optimizer.muon.layer_wise")
+    if versions.has_field(container, switch):
+        return [(name, o.name), (switch, layer_wise)]
+    return [(name, f"dist_{o.name}" if layer_wise else o.name)]
+
+
+def emerging_items(run: RunConfig) -> list[Item]:
+    """AdaMuon's second moment, SOAP's fields, and Lion for the scalars, each only where the run has it."""
+    o = run.optimizer
+    items: list[Item] = []
+    if o.adaptive_muon is not None:
+        items += bridge_items(run, "optimizer.adaptive_muon.moment2_method", "optimizer.adaptive_muon.beta2",
+                              "optimizer.adaptive_muon.eps")
+    if o.soap is not None:
+        items += bridge_items(run, "optimizer.soap.shampoo_beta", "optimizer.soap.precondition_frequency",
+                              "optimizer.soap.use_kl_shampoo")
+    if o.scalar_optimizer != "adam":  # adam is every release's default; older ones have no such field
+        items += bridge_items(run, "optimizer.scalar_optimizer", "optimizer.lion_beta1", "optimizer.lion_beta2")
+    return items
+
+
+def _first(predicate) -> str:
+    first = versions.first_with(predicate)
+    return f"{first.label()}: set cluster.container={first.name}" if first else "no container we know"
+
+
+def emerging_problems(run: RunConfig) -> Iterable[Problem]:
+    """Optimizers and scalar optimizers the run's container lacks or would replace by another, silently."""
+    o = run.optimizer
+    container = versions.container_of(run)
+    if not has_optimizer(container, o.name):
+        yield Problem(
+            "optimizer.name",
+            f"{container.label()} has no {o.name}: its Megatron Bridge sends any name containing 'muon' or 'soap' to "
+            f"Megatron Core's Muon builder, which ignores the name and trains Muon; {o.name} arrives with "
+            + _first(lambda c: has_optimizer(c, o.name)),
+            ("cluster.container",),
+        )
+    if o.scalar_optimizer == "lion" and not runs_lion_for_scalars(container):
+        if not versions.has_field(container, bridge_name("optimizer.scalar_optimizer")):
+            why = "has no muon_scalar_optimizer (Adam takes what Muon does not)"
+        elif versions.behaviour(container, "muon_scalar_optimizer_routed"):
+            why = ("routes muon_scalar_optimizer to Lion, which its Emerging-Optimizers "
+                   f"{'.'.join(map(str, _eo_version(container)))} lacks (Megatron asserts >= 0.2)")
+        else:
+            why = "reads muon_scalar_optimizer but never passes it on: Adam would run"
+        yield Problem(
+            "optimizer.scalar_optimizer",
+            f"{container.label()} {why}; Lion for the scalars arrives with " + _first(runs_lion_for_scalars)
+            + ", or set optimizer.scalar_optimizer=adam",
+            ("cluster.container",),
+        )

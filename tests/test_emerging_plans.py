@@ -1,0 +1,138 @@
+"""SOAP, AdaMuon and Lion (for the scalars) in plans: per-container fields and refusals, state memory, FLOPs."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_cli
+from optbench.accounting.optimizer_work import matrix_state_bytes, soap_flops
+from optbench.bridge.adapter import override_items
+from optbench.compose.recipe import compose_run
+from optbench.errors import UserError
+from optbench.resolve import resolve
+from optbench.validate import collect_problems, validate
+
+RESULTS = "results_dir=/nonexistent/optbench-results"
+NEW_CORE = ("nemo:26.06", "nemo:26.06.01", "nemo:26.08")
+OLD_CORE = ("nemo:26.02", "nemo:26.02.01", "nemo:26.04", "nemo:26.04.01")
+
+
+def _items(recipe: str, *overrides: str) -> dict:
+    return dict(override_items(resolve(validate(compose_run(recipe, [RESULTS, *overrides])).run).run))
+
+
+@pytest.mark.parametrize("container", NEW_CORE)
+def test_soap_plans_with_its_fields_where_core_has_it(container):
+    items = _items("qwen3_30b_a3b_soap", f"cluster.container={container}")
+    assert items["optimizer.optimizer"] == "soap" and items["optimizer.use_layer_wise_distributed_optimizer"] is True
+    assert (items["optimizer.soap_shampoo_beta"], items["optimizer.soap_precondition_frequency"],
+            items["optimizer.soap_use_kl_shampoo"]) == (0.95, 1, True)
+    assert items["optimizer.use_distributed_optimizer"] is False and "optimizer.muon_momentum" not in items
+
+
+@pytest.mark.parametrize("container", NEW_CORE)
+def test_adaptive_muon_plans_with_muons_fields_and_its_second_moment(container):
+    items = _items("qwen3_30b_a3b_adaptive_muon", f"cluster.container={container}")
+    assert items["optimizer.optimizer"] == "adaptive_muon" and items["optimizer.muon_momentum"] == 0.95
+    assert (items["optimizer.adaptive_muon_moment2_method"], items["optimizer.adaptive_muon_beta2"],
+            items["optimizer.adaptive_muon_eps"]) == ("adamuon", 0.95, 1e-8)
+    assert "optimizer.muon_scalar_optimizer" not in items  # adam: every release's default, older ones lack the field
+
+
+@pytest.mark.parametrize("recipe", ["qwen3_30b_a3b_soap", "qwen3_30b_a3b_adaptive_muon"])
+@pytest.mark.parametrize("container", OLD_CORE)
+def test_older_containers_would_train_muon_and_are_refused(recipe, container):
+    problems = collect_problems(compose_run(recipe, [RESULTS, f"cluster.container={container}"]))
+    assert len(problems) == 1 and problems[0].field == "optimizer.name"
+    assert "trains Muon" in problems[0].message and "set cluster.container=nemo:26.06" in problems[0].message
+
+
+def test_the_refusal_is_one_line_with_exit_code_2():
+    done = run_cli("plan", "qwen3_30b_a3b_soap", "cluster.container=nemo:26.02", "dryrun=true")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "soap arrives with nemo:26.06" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("container", "why"), [
+    ("nemo:26.02", "has no muon_scalar_optimizer"),
+    ("nemo:26.04.01", "lacks (Megatron asserts >= 0.2)"),
+    ("nemo:26.06", "never passes it on: Adam would run"),
+])
+def test_lion_for_the_scalars_is_refused_until_26_08(container, why):
+    problems = collect_problems(compose_run("qwen3_30b_a3b_muon", [RESULTS, f"cluster.container={container}",
+                                                                   "optimizer.scalar_optimizer=lion"]))
+    assert [p.field for p in problems] == ["optimizer.scalar_optimizer"]
+    assert why in problems[0].message and "arrives with nemo:26.08" in problems[0].message
+    items = _items("qwen3_30b_a3b_muon", "cluster.container=nemo:26.08", "optimizer.scalar_optimizer=lion")
+    assert (items["optimizer.muon_scalar_optimizer"], items["optimizer.lion_beta1"], items["optimizer.lion_beta2"]) == (
+        "lion", 0.95, 0.98)
+
+
+def test_soap_on_tensor_parallel_shards_is_refused_in_reproduce_and_taken_in_train():
+    layout = ["parallel.tp=2", "parallel.sequence_parallel=true", "parallel.num_gpus=16"]
+    problems = collect_problems(compose_run("qwen3_30b_a3b_soap", [RESULTS, *layout]))
+    assert any(p.field == "optimizer.name" and "each tensor-parallel shard alone" in p.message for p in problems)
+    train = collect_problems(compose_run("qwen3_30b_a3b_soap", [RESULTS, *layout, "intent=train"]))
+    assert not any("tensor-parallel shard" in p.message for p in train)
+
+
+def test_soap_checkpoints_are_refused_with_the_reason():
+    problems = collect_problems(compose_run("qwen3_30b_a3b_soap", [RESULTS, "train.save_interval=100"]))
+    assert [p.field for p in problems] == ["train.save_interval"] and "not parameter-shaped" in problems[0].message
+
+
+def test_kimi_k2_soap_is_refused_naming_the_optimizer_state():
+    with pytest.raises(UserError) as err:
+        validate(compose_run("kimi_k2_muon", [RESULTS, "optimizer=soap"]))
+    assert "largest term: optimizer_state" in str(err.value) and "exceeds the 288 GB HBM" in str(err.value)
+
+
+def test_soap_state_and_flops_per_matrix():
+    soap = compose_run("qwen3_30b_a3b_soap", [RESULTS]).optimizer
+    muon = compose_run("qwen3_30b_a3b_muon", [RESULTS]).optimizer
+    adaptive = compose_run("qwen3_30b_a3b_adaptive_muon", [RESULTS]).optimizer
+    m, n = 1536, 2048
+    assert matrix_state_bytes(soap, (m, n)) == 4 * (3 * m * n + 2 * m * m + 2 * n * n)
+    assert matrix_state_bytes(muon, (m, n)) == 8 * m * n and matrix_state_bytes(adaptive, (m, n)) == 12 * m * n
+    cross = m * m * n + m * n * n
+    every_step = 4 * cross + 4 * m**3 + 4 * n**3 + 4 * cross
+    refresh = 4 * cross + 4 * m**3 + 4 * n**3
+    assert soap_flops(m, n).gemm == every_step + refresh and soap_flops(m, n).qr == pytest.approx(8 / 3 * (m**3 + n**3))
+    assert soap_flops(m, n, precondition_frequency=4).gemm == every_step + refresh / 4
+    assert soap_flops(m, n, kl_shampoo=False).gemm == 4 * cross + 2 * cross + refresh
+
+
+def test_plan_prices_soap_and_adaptive_muon_against_their_adamw_twin():
+    """The optimizer step is priced from each optimizer's own work (SOAP: its products at the TF32 rate and QR on
+    CUDA cores; AdaMuon: Muon's plus the second moment), and the AdamW twin is the model's AdamW recipe."""
+    from optbench.plan import build_plan, format_summary
+
+    plans = {}
+    for recipe in ("qwen3_30b_a3b_muon", "qwen3_30b_a3b_adaptive_muon", "qwen3_30b_a3b_soap"):
+        plans[recipe] = build_plan(validate(compose_run(recipe, [RESULTS])), [])
+    muon, adaptive, soap = (plans[r]["projection"] for r in plans)
+    step = {name: sum(p["optimizer_mean_s"].values()) for name, p in (("muon", muon), ("adaptive", adaptive), ("soap", soap))}
+    assert step["adaptive"] > step["muon"] and step["soap"] > step["adaptive"]
+    assert soap["adamw_twin"]["recipe"].startswith("qwen3_30b_a3b_adamw")
+    assert soap["muon_overhead"]["parts_s"]["newton_schulz_compute"] > 0 and "what_if" not in soap
+    text = format_summary(plans["qwen3_30b_a3b_soap"])
+    assert "SOAP FLOPs" in text and " SOAP = " in text and "SOAP products and QR" in text
+    assert "optimizer_state" in text and "no SOAP preset for this model" in text
+
+
+def test_readmes_support_table_is_what_plan_accepts():
+    """Every container row of README's SOAP/AdaMuon/Lion table against the refusals validation gives."""
+    from conftest import REPO
+    from optbench.releases import versions
+
+    text = (REPO / "README.md").read_text().split("## SOAP, AdaMuon and Lion", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| nemo:")]
+    assert [r[0] for r in rows] == [c.name for c in reversed(versions.runnable())]
+    for container, components, adamw, muon, adaptive, soap, lion in rows:
+        target = versions.containers()[container]
+        assert components == f"{target.bridge} / {target.core.removesuffix('rc0')} / {versions.emerging_optimizers(target)}"
+        for recipe, extra, cell in (("qwen3_30b_a3b_adamw", [], adamw), ("qwen3_30b_a3b_muon", [], muon),
+                                    ("qwen3_30b_a3b_adaptive_muon", [], adaptive), ("qwen3_30b_a3b_soap", [], soap),
+                                    ("qwen3_30b_a3b_muon", ["optimizer.scalar_optimizer=lion"], lion)):
+            problems = collect_problems(compose_run(recipe, [RESULTS, f"cluster.container={container}", *extra]))
+            assert (cell == "yes") == (problems == []), (container, recipe, cell, problems)

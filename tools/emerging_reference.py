@@ -1,0 +1,63 @@
+"""Freeze Emerging-Optimizers 0.2.0's SOAP, AdaMuon and Lion trajectories as a test fixture.
+
+nemo:26.06-26.08 ship Emerging-Optimizers 0.2.0 (Megatron Bridge's uv.lock pins its git tag; it is not on PyPI), so
+the tests cannot install it: this tool takes its source from a git mirror of NVIDIA-NeMo/Emerging-Optimizers (the
+`fetch` tool's layout), runs the cases of tests/emerging_reference.py against it and writes
+tests/fixtures/emerging_optimizers/eo-0.2.0.json with the commit it ran::
+
+    python tools/emerging_reference.py [--mirror /work/.mirror/NVIDIA-NeMo+Emerging-Optimizers/repo] [--tag v0.2.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "src"))
+import emerging_reference as reference  # noqa: E402
+from optbench.io import atomic_write_text  # noqa: E402
+
+MIRROR = Path("/work/.mirror/NVIDIA-NeMo+Emerging-Optimizers/repo")
+OUT = ROOT / "tests" / "fixtures" / "emerging_optimizers"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mirror", type=Path, default=MIRROR)
+    parser.add_argument("--tag", default="v0.2.0")
+    args = parser.parse_args()
+    git = ["git", f"--git-dir={args.mirror}"]
+    commit = subprocess.run([*git, "rev-parse", f"{args.tag}^{{commit}}"], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    archive = subprocess.run([*git, "archive", "--format=tar", commit, "emerging_optimizers"], check=True,
+                             capture_output=True).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        eo = reference.load(Path(tmp))
+        make = reference.upstream(eo)
+        trajectories = {name: reference.run(make, case) for name, case in reference.CASES.items()}
+    import torch
+
+    payload = {
+        "provenance": {"repo": "NVIDIA-NeMo/Emerging-Optimizers", "tag": args.tag, "commit": commit,
+                       "torch": torch.__version__, "tool": "tools/emerging_reference.py",
+                       "cases": "tests/emerging_reference.py (CASES, SHAPES, STEPS, seeds)"},
+        "trajectories": trajectories,
+    }
+    version = args.tag.lstrip("v")
+    atomic_write_text(OUT / f"eo-{version}.json", json.dumps(payload) + "\n")
+    print(f"wrote {OUT / f'eo-{version}.json'} ({len(trajectories)} cases, commit {commit[:9]})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
