@@ -148,7 +148,7 @@ def plan_sweep(recipe: str, overrides: Sequence[str]) -> list[SweepPoint]:
             # Every point is its own run: <run_id or sweep id>-<point>.
             resolved = validate(composed, run_id=f"{composed.run_id or sweep_id}-{name}")
             point.run = resolved.run
-            point.plan = build_plan(resolved, point.overrides)
+            point.plan = build_plan(resolved, point.overrides, side_by_side=False)  # priced against its twin
         except UserError as err:
             point.run, point.plan = None, None
             point.problems = err.focused(typed_keys(point.swept)).lines()

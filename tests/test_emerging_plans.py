@@ -74,6 +74,11 @@ def test_soap_on_tensor_parallel_shards_is_refused_in_reproduce_and_taken_in_tra
     assert any(p.field == "optimizer.name" and "each tensor-parallel shard alone" in p.message for p in problems)
     train = collect_problems(compose_run("qwen3_30b_a3b_soap", [RESULTS, *layout, "intent=train"]))
     assert not any("tensor-parallel shard" in p.message for p in train)
+    from optbench.plan import build_plan, format_summary  # taken, and the plan says what it is
+
+    typed = [RESULTS, *layout, "intent=train"]
+    text = format_summary(build_plan(validate(compose_run("qwen3_30b_a3b_soap", typed)), typed))
+    assert "warning: tp2 shards preconditioned alone, not SOAP on the full matrices" in text
 
 
 def test_soap_checkpoints_are_refused_with_the_reason():
@@ -118,6 +123,26 @@ def test_plan_prices_soap_and_adaptive_muon_against_their_adamw_twin():
     text = format_summary(plans["qwen3_30b_a3b_soap"])
     assert "SOAP FLOPs" in text and " SOAP = " in text and "SOAP products and QR" in text
     assert "optimizer_state" in text and "no SOAP preset for this model" in text
+    # Side by side: every plan lists the three matrix optimizers against the same AdamW twin, each from its recipe.
+    sides = [{s["optimizer"]: s for s in plans[r]["projection"]["optimizers"]} for r in plans]
+    assert all(list(side) == ["muon", "adaptive_muon", "soap"] for side in sides)
+    change = {name: sides[0][name]["tflops_per_gpu_change_percent"] for name in sides[0]}
+    assert all(side[name]["tflops_per_gpu_change_percent"] == change[name] for side in sides for name in side)
+    assert change["soap"] < change["adaptive_muon"] < change["muon"] < 0
+    assert sides[0]["soap"]["recipe"] == "qwen3_30b_a3b_soap" and sides[2]["soap"]["recipe"] == "this run"
+    assert sides[0]["soap"]["optimizer_state_gb"] > sides[0]["adaptive_muon"]["optimizer_state_gb"] > sides[0]["muon"]["optimizer_state_gb"]
+    assert "  optimizers  model TFLOP/s/GPU vs the AdamW twin" in text and "AdaMuon -" in text
+
+
+def test_side_by_side_names_why_a_sibling_has_no_number():
+    from optbench.plan import build_plan
+
+    typed = [RESULTS, "cluster.container=nemo:26.02"]
+    old = {s["optimizer"]: s for s in build_plan(validate(compose_run("qwen3_30b_a3b_muon", typed)), typed)["projection"]["optimizers"]}
+    assert old["muon"]["available"] and not old["soap"]["available"] and "soap arrives with nemo:26.06" in old["soap"]["reason"]
+    kimi = {s["optimizer"]: s for s in build_plan(validate(compose_run("kimi_k2_muon", [RESULTS])), [])["projection"]["optimizers"]}
+    assert not kimi["soap"]["available"] and "largest term: optimizer_state" in kimi["soap"]["reason"]
+    assert kimi["adaptive_muon"]["available"] and kimi["adaptive_muon"]["recipe"] == "kimi_k2_muon optimizer=adaptive_muon"
 
 
 def test_readmes_support_table_is_what_plan_accepts():

@@ -38,7 +38,8 @@ def test_every_leaf_field_declares_its_spec_beside_its_type() -> None:
 
 def test_engine_scopes_are_the_schemas_readers() -> None:
     assert set(BRIDGE_ONLY) == {k for k, s in TABLE.items() if s.readers == {"megatron_bridge"}}
-    assert set(LOCAL_ONLY) == {"data.vocab_size", "train.resume_step", "model.norm_topk_prob", "model.max_position_embeddings"}
+    assert set(LOCAL_ONLY) == {"data.vocab_size", "data.valid_seed", "train.resume_step", "model.norm_topk_prob",
+                               "model.max_position_embeddings"}
     assert "cluster.account" in SLURM_ONLY and "cluster.container" in BRIDGE_ONLY
     assert spec_of("cluster.env.NCCL_DEBUG") is TABLE["cluster.env"] and spec_of("cluster") is None
     assert TABLE["parallel.tp"].readers == EVERYONE

@@ -45,6 +45,27 @@ def test_clipping_brings_every_heads_max_logit_down_to_the_threshold_and_leaves_
     assert torch.allclose(after[0], expected, rtol=1e-4), (before[0], after[0])
 
 
+def test_gqa_clipping_scales_each_query_group_by_its_largest_heads_eta():
+    """Megatron's GQA rule: eta_g = min(tau / max over the group's heads, 1); every logit of the group times eta_g."""
+    run = compose_run("qwen3_moe_tiny_muon", ["model.qk_layernorm=false"])
+    model = build_model(run.model, seed=0, attention=register_attention())
+    with torch.no_grad():
+        for attention in _attentions(model):
+            attention.q_proj.weight.mul_(4.0)
+            attention.k_proj.weight.mul_(4.0)
+    tokens = torch.randint(0, run.model.vocab_size, (2, 64), generator=torch.Generator().manual_seed(0))
+    before = _logits(model, tokens)
+    groups = run.model.num_query_groups
+    threshold = float(before[0].view(groups, -1).amax(dim=1).min())  # one group at the threshold, the others above
+    model(input_ids=tokens)
+    clip_qk(model, threshold, alpha=0.3)
+    after = _logits(model, tokens)
+    eta = torch.clamp(threshold / before[0].view(groups, -1).amax(dim=1), max=1.0)
+    expected = before[0] * eta.repeat_interleave(before[0].numel() // groups)
+    assert torch.allclose(after[0], expected, rtol=1e-4), (before[0], after[0])
+    assert float(after[0].max()) == pytest.approx(threshold, rel=1e-4) and bool((eta < 1).any())
+
+
 @pytest.mark.slow  # several seconds: `make test` runs it
 def test_a_run_with_qk_clip_records_and_bounds_the_logits(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -61,8 +82,9 @@ def test_qk_clip_is_refused_where_it_means_nothing_and_reaches_bridge_where_it_e
     from optbench.errors import UserError
     from optbench.validate import validate
 
-    with pytest.raises(UserError, match="QK-clip scales MLA query/key up-projections"):
+    with pytest.raises(UserError, match="uses GQA with QK-norm, which normalises them again, so no logit changes"):
         validate(compose_run("qwen3_moe_tiny_muon", ["optimizer.muon.qk_clip=true"]))
+    validate(compose_run("qwen3_moe_tiny_muon", ["optimizer.muon.qk_clip=true", "model.qk_layernorm=false"]))
     overrides = bridge_overrides(resolve(compose_run("kimi_k2_muon", ["optimizer.muon.qk_clip=true", "optimizer.muon.qk_clip_threshold=50"])).run)
     assert {"model.qk_clip=true", "model.qk_clip_threshold=50.0", "model.qk_clip_alpha=0.5"} <= set(overrides)
     assert not any(o.startswith("model.qk_clip") for o in bridge_overrides(resolve(compose_run("kimi_k2_muon", [])).run))

@@ -39,18 +39,18 @@ def test_curves_interpolate_between_validation_passes():
 
 
 # A fake engine: loss falls like a / (1 + rate * step) with the rate set by (arm, lr) and the seed.
-BEST = {"adamw": 3e-3, "muon_spectral": 1e-3, "muon_moonlight": 3e-3}
+BEST = {"adamw": 3e-3, "muon_spectral": 1e-3, "muon_moonlight": 3e-3, "adaptive_muon": 1e-3, "soap": 1e-3}
 
 
 def _fake_launcher(run: RunConfig) -> Path:
     directory = marked_results(Path(run.results_dir)) / "runs" / str(run_dir(run).name)
     directory.mkdir(parents=True)
     save_resolved_config(run, directory / "config.yaml")
-    arm = "adamw" if run.optimizer.name == "adamw" else (
+    arm = run.optimizer.name if run.optimizer.name in ("adamw", "soap", "adaptive_muon") else (
         "muon_moonlight" if run.optimizer.muon.extra_scale_factor < 1 else "muon_spectral")
     speed = (1.5 if arm == "muon_moonlight" else 1.0) / (1.0 + abs(math.log(run.optimizer.lr / BEST[arm])))
     speed *= 1.0 + 0.02 * run.train.seed
-    muon = run.optimizer.name == "muon"
+    muon = run.optimizer.muon_family
     with (directory / "metrics.jsonl").open("w") as handle:
         for step in range(1, run.train.iters + 1):
             record = {"step": step, "loss": 6.0 / (1 + 0.05 * speed * step), "step_time_s": 0.3 if muon else 0.1,
@@ -77,12 +77,14 @@ def test_winners_come_from_tuning_seeds_and_numbers_from_held_out_ones(tmp_path)
     assert {arm: w["lr"] for arm, w in study["winners"].items()} == BEST
     held_out = [r for r in launched if r.endswith(("-s3", "-s4"))]
     grid_points = sum(len(rates) for rates in spec.learning_rates.values())
-    assert len(launched) == grid_points * 2 + len(held_out) and len(held_out) == 3 * 2
+    assert len(launched) == grid_points * 2 + len(held_out) and len(held_out) == len(BEST) * 2
     assert not any(w["at_grid_edge"] for w in study["winners"].values())  # every fake optimum is inside its grid
 
     assert all(f"lr{BEST[arm]:g}" in r for r in held_out for arm in BEST if f"-{arm}-" in r)
-    ratios = study["muon_vs_adamw"]["muon_moonlight"]
-    assert all(r["tokens"]["mean"] < 1 for r in ratios.values())  # the faster fake arm needs fewer tokens
+    ratios = study["vs_adamw"]["muon_moonlight"]["targets"]
+    assert all(r["tokens"]["mean"] < 1 and r["pairs"] == 2 and not r["missed"] for r in ratios.values())  # faster fake arm
+    assert study["vs_adamw"]["muon_moonlight"]["final_val_difference"]["mean"] < 0
+    assert len(study["targets"]) == 4 and study["targets"] == sorted(study["targets"], reverse=True)
     assert all(study["held_out"][arm]["targets"][t]["reached"] == 2 for arm in BEST for t in study["held_out"][arm]["targets"])
 
     again = run_study(spec, launcher=lambda run: pytest.fail("a finished run was trained again"), progress=lambda _: None)
@@ -90,7 +92,26 @@ def test_winners_come_from_tuning_seeds_and_numbers_from_held_out_ones(tmp_path)
     paths = write_study(study, tmp_path / "results", "make study")
     text = (tmp_path / "results" / "study.md").read_text()
     assert "**chosen**" in text and "held-out" in text and "tokens ratio" in text and "Newton-Schulz" in text
-    assert json.loads(paths[0].read_text())["targets"] == study["targets"]
+    written = json.loads(paths[0].read_text())
+    assert written["targets"] == study["targets"]
+    assert stats.rederive_targets(written) == pytest.approx(study["targets"], rel=1e-12)  # from the committed curves alone
+    assert set(written["tuning_curves"]) == set(BEST) and "SOAP" in text and "AdaMuon" in text and "End of training" in text
+
+
+def test_a_seed_that_misses_the_target_is_named_not_dropped():
+    target = 3.0
+    arm = {"targets": {"3.0000": {"per_seed_tokens": [100.0, None, 90.0], "per_seed_seconds": [1.0, None, 0.9]}},
+           "final_val": [2.9, 3.1, 2.8]}
+    adamw = {"targets": {"3.0000": {"per_seed_tokens": [200.0, 150.0, None], "per_seed_seconds": [2.0, 1.5, None]}},
+             "final_val": [3.0, 2.95, 3.05]}
+    versus = stats.paired_ratios(arm, adamw, [target], [4, 5, 6])
+    found = versus["targets"]["3.0000"]
+    assert found["pairs"] == 1 and found["missed"] == {"5": "arm", "6": "adamw"}
+    assert found["tokens"]["mean"] == pytest.approx(0.5) and found["tokens"]["n"] == 1
+    assert versus["final_val_difference"]["n"] == 3  # the end-of-training comparison keeps every seed
+    from optbench.experiments.study_format import _verdict
+
+    assert _verdict(found["tokens"], found["missed"]) == "incomplete (seed 5: the arm, seed 6: AdamW missed the target)"
 
 
 def test_a_bad_study_setting_is_one_line():
@@ -102,6 +123,8 @@ def test_a_bad_study_setting_is_one_line():
     with pytest.raises(UserError, match="tuning and held-out seeds must differ"):
         check(StudySpec(tuning_seeds=(1, 2), held_out_seeds=(2, 3)))
     check(StudySpec(size="gpu"))  # the GPU size composes and validates on this machine too
+    with pytest.raises(UserError, match=r"train.eval_iters: a validation pass of 4 x 8 x 64 = 2,048 tokens is under"):
+        check(StudySpec(overrides=("train.eval_iters=4",)))
 
 
 def test_a_winner_at_the_end_of_its_grid_is_flagged():

@@ -44,8 +44,9 @@ def gpu_label(run: RunConfig) -> str:
     return run.cluster.gpu
 
 
-def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Every number a user needs to check a run before launching it."""
+def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = (), side_by_side: bool = True) -> dict[str, Any]:
+    """Every number a user needs to check a run before launching it (``side_by_side=False``: without the other
+    matrix optimizers' projections, which a sweep's points leave out)."""
     run, layout = resolved.run, resolved.layout
     counts = parameter_counts(run.model)
     optimizer = asdict(run.optimizer)
@@ -87,7 +88,7 @@ def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = ()) -> dict[str
         # FLOPs per token/step, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied TFLOP/s.
         **accounting_fields(run, layout, resolved.ns_stats, resolved.ns_flops_total, resolved.memory),
         # Projected step time, TFLOP/s and MFU; for Muon its AdamW twin and the overhead's causes.
-        **projection_fields(resolved, overrides),
+        **projection_fields(resolved, overrides, side_by_side),
         "config": redact_config(run_config_to_dict(run)),
     }
     if bridge is not None:
@@ -152,6 +153,9 @@ def _optimizer_line(plan: dict[str, Any]) -> str:
         soap = o["soap"]
         text += (f"; {'layer-wise' if soap['layer_wise'] else 'replicated'}, shampoo beta {soap['shampoo_beta']:g}, "
                  f"eigenbasis every {soap['precondition_frequency']} step(s), KL-Shampoo {'on' if soap['use_kl_shampoo'] else 'off'}")
+        split = [f"{k}{v}" for k, v in plan["layout"].items() if k in ("tp", "etp") and v > 1]
+        if split and plan["engine"] == "megatron_bridge":  # reproduce refuses this (validate.soap_problems)
+            text += f"; warning: {'/'.join(split)} shards preconditioned alone, not SOAP on the full matrices"
     else:
         text += "; distributed optimizer" if o["use_distributed_optimizer"] else ""
     if o.get("adaptive_muon"):

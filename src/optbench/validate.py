@@ -224,12 +224,11 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
         yield from soap_problems(run)
     if not o.muon_family:
         return
-    if o.muon.qk_clip and not run.model.multi_latent_attention:
+    if o.muon.qk_clip and not run.model.multi_latent_attention and run.model.qk_layernorm:
         yield Problem(
             "optimizer.muon.qk_clip",
-            f"QK-clip scales MLA query/key up-projections (Kimi K2, DeepSeek-V3); {run.model.name} uses GQA"
-            + (" with QK-norm, under which scaling W_q and W_k changes no logit" if run.model.qk_layernorm else "")
-            + "; set it false",
+            f"QK-clip scales the query/key projections; {run.model.name} uses GQA with QK-norm, which normalises "
+            "them again, so no logit changes (Megatron would run it silently); set it false or model.qk_layernorm=false",
             ("model",),
         )
     if run.engine == "megatron_bridge":

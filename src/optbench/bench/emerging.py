@@ -25,7 +25,8 @@ import torch
 from optbench.accounting.ns_flops import ns_flops
 from optbench.accounting.optimizer_work import soap_flops
 from optbench.bench.cpu_peak import cpu_peak, measured_clock
-from optbench.bench.optim import PROXIES, LoadMeter, _cpu_name, _shrunk
+from optbench.bench.optim import PROXIES, _cpu_name, _shrunk
+from optbench.machine_load import LoadMeter
 from optbench.bench.optim_timing import _with_gradients, spread, time_interleaved, torch_muon_matrices
 from optbench.bench.upstream_optimizers import eager, load, megatron_adaptive_muon, overlay_with_emerging_optimizers
 from optbench.compose.recipe import compose_run

@@ -115,7 +115,8 @@ class MuonConfig:
     """Compute the symmetric Newton-Schulz products (X X^T, A A) one triangle block at a time (ours; local engine only)."""
     qk_clip: bool = setting(False, Flag(), bridge="model.qk_clip")
     """MuonClip's QK-clip (Kimi K2): after each step scale the query/key weights of heads whose max attention
-    logit exceeded qk_clip_threshold (Megatron Core model.qk_clip; MLA models)."""
+    logit exceeded qk_clip_threshold (Megatron Core model.qk_clip; MLA models, and GQA models without
+    QK-norm: one scale per query group)."""
     qk_clip_threshold: float = setting(100.0, Real(0.0, 1e6, low_open=True), bridge="model.qk_clip_threshold")
     """QK-clip threshold tau on the pre-softmax logit (Megatron qk_clip_threshold)."""
     qk_clip_alpha: float = setting(0.5, Real(0.0, 1.0), bridge="model.qk_clip_alpha")
@@ -387,6 +388,9 @@ class DataConfig:
     """Vocabulary the data uses (null: the model's); synthetic streams use small ones."""
     seed: int = setting(1234, SEED, bridge="dataset.random_seed")
     """Generator seed."""
+    valid_seed: Optional[int] = setting(None, SEED, readers=LOCAL)
+    """Indexed data: seed of the validation split's document and sample order (null: ``seed``, as Megatron
+    does). A fixed value gives runs with different ``seed`` the same validation samples (``make study``)."""
 
 
 @dataclass

@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         manifest = prepare(parts, out, tokenizer=args.tokenizer, vocab_size=args.vocab, about=about)
         for part in manifest["parts"]:
             print(f"  {part['name']:<12} {part['documents']:>7,} documents {part['tokens']:>11,} tokens  {part['prefix']}")
+        removed = manifest["near_duplicates"]["removed"]
+        print(f"  near copies  {sum(removed.values()):>7,} documents dropped ({manifest['near_duplicates']['rule']})")
         print(
             f"  tokenizer    {manifest['tokenizer']['vocab_size']:,} tokens ({manifest['tokenizer']['source']}) "
             f"{manifest['tokenizer']['path']}\n"

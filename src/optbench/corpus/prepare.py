@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from optbench.corpus.dedup import RULE, near_duplicates
 from optbench.corpus.indexed import write_indexed
 from optbench.corpus.tokenizer import (
     CorpusTokenizer,
@@ -138,6 +139,16 @@ def blend_text(entries: Sequence[tuple[float, str]]) -> str:
     return "[" + ",".join(f"{weight:.4f},{prefix}" for weight, prefix in entries) + "]"
 
 
+def _without_near_duplicates(parts: Sequence[Part]) -> tuple[list[Part], dict[str, int]]:
+    """The parts without their near-duplicate documents (across all parts), and how many each lost."""
+    owners = [(k, i) for k, part in enumerate(parts) for i in range(len(part.documents))]
+    dropped = near_duplicates([d for part in parts for d in part.documents])
+    gone = {owners[index] for index in dropped}
+    kept = [Part(part.name, [d for i, d in enumerate(part.documents) if (k, i) not in gone]) for k, part in enumerate(parts)]
+    removed = {part.name: len(part.documents) - len(new.documents) for part, new in zip(parts, kept)}
+    return [part for part in kept if part.documents], removed  # a part whose every document is a copy is gone
+
+
 def prepare(
     parts: Sequence[Part],
     out: str | Path,
@@ -150,6 +161,7 @@ def prepare(
     ``out`` must be new, empty or an earlier corpus (checked again here: :func:`optbench.outputs.claim`)."""
     started = time.perf_counter()
     out = check_output(out, "OUT", "corpus", earlier=is_earlier_corpus)
+    parts, removed = _without_near_duplicates(parts)
     with replacing([out]):
         claim(out, "OUT", "corpus")
         corpus: CorpusTokenizer = (
@@ -188,6 +200,7 @@ def prepare(
             "data_path": blend_text(entries),
             "blend": "weights proportional to each part's tokens",
             "document_order": f"shuffled with numpy default_rng({SHUFFLE_SEED}) per part",
+            "near_duplicates": {"removed": removed, "rule": RULE},
             "python": platform.python_version(),
             "seconds": round(time.perf_counter() - started, 2),
         }

@@ -71,12 +71,18 @@ def pydocs_parts() -> list[Part]:
 
 
 def ensure_pydocs(progress=print) -> None:
-    """Build the corpus into <checkout>/data/pydocs (as ``make data`` does) unless it is there already."""
+    """Build the corpus into <checkout>/data/pydocs (as ``make data`` does) unless it is there already
+    (one an earlier optbench built without removing near-duplicate documents is built again)."""
+    import json
+
     from optbench.checkout import repo_root
     from optbench.corpus.prepare import MANIFEST, prepare
 
     out = repo_root() / "data" / NAME
-    if (out / MANIFEST).is_file():
-        return
+    try:
+        if "near_duplicates" in json.loads((out / MANIFEST).read_text(encoding="utf-8")):
+            return
+    except (OSError, ValueError):
+        pass
     progress(f"preparing the {NAME} corpus into {out} (make data; a few seconds, once)")
     prepare(pydocs_parts(), out, about=ABOUT)

@@ -8,18 +8,21 @@ from collections.abc import Callable
 
 from optbench.optim.newton_schulz import resolve_matmul_precision
 from optbench.experiments import study_stats as stats
-from optbench.experiments.study_plan import ARMS, SIZES, StudyRun, StudySpec, check, read_run, train, tuning_runs
+from optbench.experiments.study_plan import ARMS, SIZES, StudyRun, StudySpec, check, compose, read_run, train, tuning_runs
 
 
 def run_study(spec: StudySpec, launcher: Callable | None = None, progress: Callable[[str], None] = print) -> dict:
     """Train (or reuse) every run, choose each arm's learning rate on the tuning seeds, measure on held-out ones."""
     check(spec)
+    validation = None
     if launcher is None:
         from optbench.corpus.pydocs import ensure_pydocs
         from optbench.engine.local import launch_local
+        from optbench.experiments.study_data import validation_set
 
         ensure_pydocs(progress)
         launcher = launch_local
+        validation = validation_set(compose(spec, tuning_runs(spec)[0]))
     tuning: dict[str, dict[float, list[dict]]] = {arm: {} for arm in spec.arms}
     for run in tuning_runs(spec):
         tuning[run.arm].setdefault(run.lr, []).append(read_run(train(spec, run, launcher, progress)))
@@ -33,7 +36,8 @@ def run_study(spec: StudySpec, launcher: Callable | None = None, progress: Calla
     horizon = first["val"][-1][0] * first["tokens_per_step"]
     targets = stats.targets_from(tuning, winners, horizon)
     metrics = {arm: stats.held_out_metrics(runs, targets, horizon) for arm, runs in held_out.items()}
-    ratios = {arm: stats.paired_ratios(metrics[arm], metrics["adamw"], targets) for arm in metrics if arm != "adamw"}
+    seeds = list(spec.held_out_seeds)
+    ratios = {arm: stats.paired_ratios(metrics[arm], metrics["adamw"], targets, seeds) for arm in metrics if arm != "adamw"}
     return {
         "size": spec.size,
         "size_overrides": list(SIZES[spec.size]),
@@ -48,11 +52,15 @@ def run_study(spec: StudySpec, launcher: Callable | None = None, progress: Calla
         "target_rule": f"the validation loss every arm's winner reached on average (tuning seeds) by "
                        f"{', '.join(f'{f:.0%}' for f in stats.TARGET_FRACTIONS)} of the horizon",
         "held_out": metrics,
-        "muon_vs_adamw": ratios,
+        "vs_adamw": ratios,
+        "validation": validation,
         "machine": {"device": first["device"], "precision": first["precision"],
                     "ns_precision": resolve_matmul_precision("auto", "cpu" if "cpu" in str(first["device"]) else "cuda"),
                     "threads_per_process": first["threads_per_process"], "python": platform.python_version()},
+        "tokens_per_step": first["tokens_per_step"],
         "curves": {arm: {r["run_id"]: r["val"] for r in runs} for arm, runs in held_out.items()},
+        "tuning_curves": {arm: {f"{lr:g}": {r["run_id"]: r["val"] for r in runs} for lr, runs in by_lr.items()}
+                          for arm, by_lr in tuning.items()},
         "runs": sum(len(v) for by_lr in tuning.values() for v in by_lr.values()) + sum(len(v) for v in held_out.values()),
         "seconds": round(sum(r["wall_s"] or 0.0 for by_lr in tuning.values() for v in by_lr.values() for r in v)
                          + sum(r["wall_s"] or 0.0 for v in held_out.values() for r in v), 1),

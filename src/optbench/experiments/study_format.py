@@ -8,7 +8,13 @@ from pathlib import Path
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
 
-LABELS = {"adamw": "AdamW", "muon_spectral": "Muon, spectral scale", "muon_moonlight": "Muon, Moonlight 0.2 scale"}
+LABELS = {"adamw": "AdamW", "muon_spectral": "Muon, spectral scale", "muon_moonlight": "Muon, Moonlight 0.2 scale",
+          "adaptive_muon": "AdaMuon", "soap": "SOAP"}
+COLORS = {"adamw": "tab:blue", "muon_spectral": "tab:red", "muon_moonlight": "tab:orange", "adaptive_muon": "tab:purple",
+          "soap": "tab:green"}
+QUIET = 0.05
+"""Runs during which other processes took more than this share of the machine are flagged: their seconds are not
+this CPU's figure (tokens and losses are unaffected)."""
 
 
 def _iv(value: dict | None, digits: int = 3, scale: float = 1.0, unit: str = "") -> str:
@@ -18,12 +24,24 @@ def _iv(value: dict | None, digits: int = 3, scale: float = 1.0, unit: str = "")
             if value["n"] > 1 else f"{value['mean'] * scale:.{digits}f}{unit} (n=1)")
 
 
-def _verdict(ratio: dict | None) -> str:
+def _verdict(ratio: dict | None, missed: dict) -> str:
+    if missed:
+        who = ", ".join(f"seed {seed}: {'AdamW' if side == 'adamw' else 'both' if side == 'both' else 'the arm'}"
+                        for seed, side in missed.items())
+        return f"incomplete ({who} missed the target)"
     if ratio is None:
-        return "not measurable (a side missed the target)"
+        return "not measurable"
     if ratio["low"] <= 1.0 <= ratio["high"]:
         return "tie (the interval contains 1)"
-    return "Muon needs fewer" if ratio["high"] < 1.0 else "Muon needs more"
+    return "fewer tokens" if ratio["high"] < 1.0 else "more tokens"
+
+
+def _difference_verdict(difference: dict | None) -> str:
+    if difference is None or difference["n"] < 2:
+        return "-"
+    if difference["low"] <= 0.0 <= difference["high"]:
+        return "tie (the interval contains 0)"
+    return "lower than AdamW" if difference["high"] < 0.0 else "higher than AdamW"
 
 
 def gpu_outlook() -> str:
@@ -46,60 +64,78 @@ def gpu_outlook() -> str:
     )
 
 
-def markdown(study: dict, command: str, stamp: str) -> str:
-    m = study["machine"]
+def _header(study: dict, command: str, stamp: str) -> list[str]:
+    m, v = study["machine"], study.get("validation")
+    loads = [h.get("others_cpu_share_max") for h in study["held_out"].values()]
+    busiest = max((x for x in loads if x is not None), default=None)
     lines = [
-        "# Muon vs AdamW, learning rates tuned, on real text",
+        "# Muon, AdaMuon and SOAP vs AdamW, learning rates tuned, on real text",
         "",
         f"Command: `{command}`, {stamp}; {study['runs']} runs, {study['seconds'] / 60:.0f} min of training wall clock in all.",
-        f"Data: pydocs (CPython's documentation, 512-token BPE), validation split held out. Size `{study['size']}`: "
-        f"`{' '.join([*study['size_overrides'], *study['extra_overrides']])}`; {study['horizon_tokens']:,.0f} tokens per run.",
-        f"Machine: {m['device']}; model computed in {m['precision']}; Muon's Newton-Schulz products "
+        f"Data: pydocs (CPython's documentation, 512-token BPE, near-duplicate documents removed before the split). "
+        f"Size `{study['size']}`: `{' '.join([*study['size_overrides'], *study['extra_overrides']])}`; "
+        f"{study['horizon_tokens']:,.0f} training tokens per run.",
+    ]
+    if v:
+        lines.append(
+            f"Validation: the same {v['sequences']:,} sequences ({v['tokens_predicted']:,} predicted tokens) for every run "
+            f"and seed (`data.valid_seed={v['valid_seed']}`), from the held-out documents of split `{v['split']}` "
+            f"({v['split_tokens']:,} tokens); {v['seen_in_training']['sequences']} of them "
+            f"({100 * v['seen_in_training']['share']:.1f} %) have {v['seen_in_training']['rule']}.")
+    lines += [
+        f"Machine: {m['device']}; model computed in {m['precision']}; Newton-Schulz products (Muon, AdaMuon) "
         f"`fp32_matmul_prec=auto` -> `{m['ns_precision']}` ({'bf16' if m['ns_precision'] == 'medium' else 'fp32'}); "
-        f"Python {m['python']}. AdamW is torch.optim.AdamW (fp32).",
+        f"SOAP's products fp32; Python {m['python']}. AdamW is torch.optim.AdamW (fp32)."
+        + (f" Other processes took at most {100 * busiest:.0f} % of the machine during a held-out run"
+           + (" (seconds flagged *shared* below)." if busiest > QUIET else ".") if busiest is not None else ""),
         f"Seeds: learning rate chosen on {study['tuning_seeds']}, everything below measured on held-out "
         f"{study['held_out_seeds']}. Intervals: 95 % Student t over seeds; ratios: geometric mean of per-seed "
-        "ratios (same seed = same initialisation and data order).",
-        "",
-        "## Learning-rate sweep (final validation loss, tuning seeds)",
-        "",
-        "| arm | lr | final val loss, mean [95 % CI] | |",
-        "|---|---|---|---|",
+        "ratios (same seed = same initialisation and data order). Every tuning curve is in study.json "
+        "(`tuning_curves`): the targets re-derive from it (`study_stats.rederive_targets`).",
     ]
+    return lines
+
+
+def markdown(study: dict, command: str, stamp: str) -> str:
+    label = lambda arm: LABELS.get(arm, arm)  # noqa: E731
+    lines = [*_header(study, command, stamp), "",
+             "## Learning-rate sweep (final validation loss, tuning seeds)", "",
+             "| arm | lr | final val loss, mean [95 % CI] | |", "|---|---|---|---|"]
     for arm, winner in study["winners"].items():
         for lr, point in winner["grid"].items():
-            lines.append(f"| {LABELS.get(arm, arm)} | {float(lr):g} | {_iv(point)} | {'**chosen**' if float(lr) == winner['lr'] else ''} |")
-    edge = [LABELS.get(arm, arm) for arm, winner in study["winners"].items() if winner.get("at_grid_edge")]
+            lines.append(f"| {label(arm)} | {float(lr):g} | {_iv(point)} | {'**chosen**' if float(lr) == winner['lr'] else ''} |")
+    edge = [label(arm) for arm, winner in study["winners"].items() if winner.get("at_grid_edge")]
     if edge:
         lines += ["", f"Chosen at the edge of its grid (the optimum may lie beyond it): {', '.join(edge)}."]
     budgets = next(iter(study["held_out"].values()))["budgets"]
-    lines += [
-        "",
-        "## Held-out seeds: validation loss at fixed token budgets",
-        "",
-        "| arm (lr) | " + " | ".join(f"{float(b):.0%} of the tokens" for b in budgets) + " |",
-        "|---|" + "---|" * len(budgets),
-    ]
+    lines += ["", "## Held-out seeds: validation loss at fixed token budgets", "",
+              "| arm (lr) | " + " | ".join(f"{float(b):.0%} of the tokens" for b in budgets) + " |",
+              "|---|" + "---|" * len(budgets)]
     for arm, h in study["held_out"].items():
-        lines.append(f"| {LABELS.get(arm, arm)} ({study['winners'][arm]['lr']:g}) | "
-                     + " | ".join(_iv(h["budgets"][b]) for b in budgets) + " |")
-    lines += ["", f"## Held-out seeds: tokens and training seconds to target ({study['target_rule']})", ""]
-    lines += ["| arm | target | reached | tokens (k), mean [95 % CI] | training s, mean [95 % CI] | step s | NS share of step |",
+        lines.append(f"| {label(arm)} ({study['winners'][arm]['lr']:g}) | " + " | ".join(_iv(h["budgets"][b]) for b in budgets) + " |")
+    lines += ["", "## End of training: final validation loss minus AdamW's (held-out seeds, paired)", "",
+              "| arm | difference [95 % CI] | verdict |", "|---|---|---|"]
+    for arm, versus in study["vs_adamw"].items():
+        lines.append(f"| {label(arm)} | {_iv(versus['final_val_difference'])} | {_difference_verdict(versus['final_val_difference'])} |")
+    lines += ["", f"## Held-out seeds: tokens and training seconds to target ({study['target_rule']})", "",
+              "| arm | target | reached | tokens (k), mean [95 % CI] | training s, mean [95 % CI] | step s | NS share of step |",
               "|---|---|---|---|---|---|---|"]
     for arm, h in study["held_out"].items():
+        shared = " *shared*" if (h.get("others_cpu_share_max") or 0.0) > QUIET else ""
         for target, t in h["targets"].items():
             lines.append(
-                f"| {LABELS.get(arm, arm)} | {float(target):.3f} | {t['reached']}/{h['seeds']} | {_iv(t['tokens'], 1, 1e-3)} "
-                f"| {_iv(t['seconds'], 1)} | {_iv(h['step_time_s'], 3)} | {_iv(h['ns_share_of_step'], 2)} |"
-            )
-    lines += ["", "## Muon / AdamW (held-out seeds, paired)", "",
-              "| Muon arm | target | tokens ratio [95 % CI] | token efficiency | seconds ratio [95 % CI] (this CPU) |",
-              "|---|---|---|---|---|"]
-    for arm, by_target in study["muon_vs_adamw"].items():
-        for target, r in by_target.items():
-            lines.append(f"| {LABELS.get(arm, arm)} | {float(target):.3f} | {_iv(r['tokens'], 3)} | {_verdict(r['tokens'])} "
-                         f"| {_iv(r['seconds'], 2)} |")
-    lines += ["", "**Wall clock.** " + gpu_outlook(), "", "![held-out validation loss](plots/study_val_loss.png)", ""]
+                f"| {label(arm)} | {float(target):.3f} | {t['reached']}/{h['seeds']} | {_iv(t['tokens'], 1, 1e-3)} "
+                f"| {_iv(t['seconds'], 1)}{shared} | {_iv(h['step_time_s'], 3)} | {_iv(h['ns_share_of_step'], 2)} |")
+    lines += ["", "## Each arm / AdamW (held-out seeds, paired by seed)", "",
+              "| arm | target | pairs | tokens ratio [95 % CI] | token efficiency | seconds ratio [95 % CI] (this CPU) |",
+              "|---|---|---|---|---|---|"]
+    for arm, versus in study["vs_adamw"].items():
+        for target, r in versus["targets"].items():
+            lines.append(f"| {label(arm)} | {float(target):.3f} | {r['pairs']}/{len(study['held_out_seeds'])} "
+                         f"| {_iv(r['tokens'], 3)} | {_verdict(r['tokens'], r['missed'])} | {_iv(r['seconds'], 2)} |")
+    lines += ["", "A pair counts only when both sides reached the target; a seed where one side did not is named "
+              "(\"incomplete\"), never dropped silently.",
+              "", "**Wall clock.** " + gpu_outlook(), "", "![held-out validation loss](plots/study_val_loss.png)", ""]
     return "\n".join(lines)
 
 
@@ -110,17 +146,16 @@ def plot(study: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     figure, (curves, sweep) = plt.subplots(1, 2, figsize=(11, 4))
-    colors = {"adamw": "tab:blue", "muon_spectral": "tab:red", "muon_moonlight": "tab:orange"}
     tokens_per_step = study["horizon_tokens"] / max(s for runs in study["curves"].values() for v in runs.values() for s, _ in v)
     for arm, runs in study["curves"].items():
         for index, points in enumerate(runs.values()):
-            curves.plot([s * tokens_per_step / 1e3 for s, _ in points], [v for _, v in points], color=colors.get(arm),
+            curves.plot([s * tokens_per_step / 1e3 for s, _ in points], [v for _, v in points], color=COLORS.get(arm),
                         alpha=0.7, label=f"{LABELS.get(arm, arm)} (lr {study['winners'][arm]['lr']:g})" if index == 0 else None)
         grid = study["winners"][arm]["grid"]
         rates = sorted(grid, key=float)
         sweep.errorbar([float(r) for r in rates], [grid[r]["mean"] for r in rates],
                        yerr=[[grid[r]["mean"] - grid[r]["low"] for r in rates], [grid[r]["high"] - grid[r]["mean"] for r in rates]],
-                       marker="o", capsize=3, color=colors.get(arm), label=LABELS.get(arm, arm))
+                       marker="o", capsize=3, color=COLORS.get(arm), label=LABELS.get(arm, arm))
     for target in study["targets"]:
         curves.axhline(target, color="black", linestyle="--", linewidth=0.7)
     curves.set(xlabel="tokens (k)", ylabel="validation loss", title="held-out seeds")

@@ -1,19 +1,25 @@
-"""``make study``: Muon against AdamW with each optimizer's learning rate tuned, on real text.
+"""``make study``: Muon, AdaMuon and SOAP against AdamW with each optimizer's learning rate tuned, on real text.
 
-Three arms, each swept over its own learning rates:
+Five arms, each swept over its own learning rates:
 
 * ``adamw``: AdamW (the tiny recipe's settings otherwise);
 * ``muon_spectral``: Muon with the spectral update scale sqrt(max(M, N)) (Megatron's and the Kimi K2
   recipe's default);
 * ``muon_moonlight``: Muon with Moonlight's AdamW-matched scale 0.2 x sqrt(max(M, N))
-  (``optimizer.muon.extra_scale_factor=0.2``), which lets it share AdamW's learning rates.
+  (``optimizer.muon.extra_scale_factor=0.2``), which lets it share AdamW's learning rates;
+* ``adaptive_muon``: AdaMuon (``optimizer=adaptive_muon``: Muon's orthogonalized update divided by its
+  own element-wise second moment), with the container's Emerging-Optimizers semantics;
+* ``soap``: SOAP (``optimizer=soap``) with its eigenbasis refreshed every 10 steps (the SOAP paper's
+  default; Megatron's default of every step costs ~1.3 s per step on 2 CPU cores for this proxy).
 
 Every (arm, learning rate) point trains on the tuning seeds; the winner of each arm is the rate with the
 lowest mean final validation loss there, and only the winners train again on *held-out* seeds, whose
 runs alone give the reported numbers (choosing and measuring on the same seeds would flatter the
-winner). A seed sets ``train.seed`` and ``data.seed``: initialisation and data order. Every run is a
-local-engine run with a fixed id (``study-<size>-<arm>-lr<rate>-s<seed>``): a study interrupted and
-started again reuses every finished run and restarts an unfinished one.
+winner). A seed sets ``train.seed`` and ``data.seed``: initialisation and training-data order. Every
+run validates on the same samples (``data.valid_seed`` fixed, ``VALIDATION_TOKENS`` or more) of a
+corpus whose near-duplicate documents were removed before the split (:mod:`optbench.corpus.dedup`).
+Every run is a local-engine run with a fixed id (``study<protocol>-<size>-<arm>-lr<rate>-s<seed>``): a
+study interrupted and started again reuses every finished run and restarts an unfinished one.
 
 Sizes: ``cpu`` (the default, what the committed results/study.md measured: kimi_k2_tiny, 512 tokens
 per step, 600 steps) and ``gpu`` (a larger proxy and batch for one GPU; not run by us).
@@ -36,6 +42,8 @@ ARMS = {
     "adamw": ("kimi_k2_tiny_adamw", ()),
     "muon_spectral": ("kimi_k2_tiny_muon", ("optimizer.muon.extra_scale_factor=1.0",)),
     "muon_moonlight": ("kimi_k2_tiny_muon", ("optimizer.muon.extra_scale_factor=0.2",)),
+    "adaptive_muon": ("kimi_k2_tiny_muon", ("optimizer=adaptive_muon",)),
+    "soap": ("kimi_k2_tiny_adamw", ("optimizer=soap", "optimizer.soap.precondition_frequency=10")),
 }
 """Arm -> (recipe, its own overrides)."""
 
@@ -43,27 +51,40 @@ LEARNING_RATES = {
     "adamw": (3e-4, 1e-3, 3e-3, 1e-2),
     "muon_spectral": (3e-4, 1e-3, 3e-3),
     "muon_moonlight": (1e-3, 3e-3, 1e-2),
+    "adaptive_muon": (3e-4, 1e-3, 3e-3),
+    "soap": (3e-4, 1e-3, 3e-3),
 }
 """Each arm's grid, a factor ~3 apart around its expected optimum (spectral updates are ~5x larger per lr).
-AdamW's reaches down to 3e-4: with 1e-3 to 1e-2 alone, its best rate was the grid's lowest."""
+AdamW's reaches down to 3e-4: with 1e-3 to 1e-2 alone, its best rate was the grid's lowest. AdaMuon's
+update is element-wise normalised like Adam's (the spectral scale cancels in Emerging-Optimizers 0.2) and
+SOAP is Adam in a rotated basis: both start from AdamW's range."""
+
+PROTOCOL = 2
+"""Bumped when a change makes earlier runs incomparable (2: fixed >= 64k-token validation set, deduplicated
+corpus, 90/10 split); part of every run id so a study never reuses a run of another protocol."""
+VALIDATION_TOKENS = 65_536
+"""The least number of predicted tokens every validation pass covers (the same samples for every run)."""
 
 SIZES = {
     "cpu": (
         "train.iters=600", "train.warmup_iters=30", "train.gbs=8", "train.mbs=8", "train.seq_length=64",
-        "train.eval_interval=25", "train.eval_iters=4",
+        "train.eval_interval=50", "train.eval_iters=128",
     ),
     "gpu": (
         "train.iters=3000", "train.warmup_iters=150", "train.gbs=32", "train.mbs=16", "train.seq_length=512",
-        "train.eval_interval=100", "train.eval_iters=8", "model.num_layers=8", "model.hidden_size=512",
+        "train.eval_interval=100", "train.eval_iters=4", "model.num_layers=8", "model.hidden_size=512",
         "model.ffn_hidden_size=1536", "model.num_moe_experts=32", "model.moe_ffn_hidden_size=256",
         "model.moe_shared_expert_intermediate_size=256", "model.num_attention_heads=8", "model.q_lora_rank=192",
         "model.kv_lora_rank=128",
     ),
 }
-"""Size -> overrides. ``cpu``: 307,200 tokens per run (0.3 epochs of pydocs' training split), ~1-2 min per
-run on 2 cores. ``gpu``: 49 M tokens per run, a proxy about 8x larger: meant for one GPU."""
+"""Size -> overrides. ``cpu``: 307,200 training tokens per run (0.3 epochs of pydocs' training split), a
+validation pass of 128 x 8 x 64 = 65,536 tokens every 50 steps; ~2-6 min per run on 2 cores (SOAP the most).
+``gpu``: 49 M tokens per run, a proxy about 8x larger, 65,536 validation tokens: meant for one GPU."""
 
-COMMON = ("data=pydocs", "logger=none", "train.lr_decay_iters=null")
+COMMON = ("data=pydocs", "data.split='90,10,0'", "data.valid_seed=1", "logger=none", "train.lr_decay_iters=null")
+"""Every run: pydocs with a tenth of each part's documents held out (about 100k tokens, so a 64k-token
+validation set is drawn without repeats) and the validation order fixed whatever the run's seed."""
 TUNING_SEEDS = (1, 2, 3)
 HELD_OUT_SEEDS = (4, 5, 6)
 
@@ -81,7 +102,7 @@ class StudyRun:
 
     @property
     def run_id(self) -> str:
-        return f"study-{self.size}-{self.arm}-lr{self.lr:g}-s{self.seed}"
+        return f"study{PROTOCOL}-{self.size}-{self.arm}-lr{self.lr:g}-s{self.seed}"
 
     def overrides(self, results_dir: str, extra: tuple[str, ...] = ()) -> list[str]:
         recipe_overrides = ARMS[self.arm][1]
@@ -119,8 +140,17 @@ def check(spec: StudySpec) -> None:
         raise UserError(Problem("SIZE", f"'{spec.size}' is not one of {', '.join(SIZES)}"))
     if set(spec.tuning_seeds) & set(spec.held_out_seeds):
         raise UserError(Problem("SEEDS", "tuning and held-out seeds must differ (the winner is chosen on the former)"))
+    if "adamw" not in spec.arms:
+        raise UserError(Problem("ARMS", "every arm is measured against adamw: keep it"))
     for run in tuning_runs(spec):
-        compose(spec, run)
+        if run.seed != spec.tuning_seeds[0]:
+            continue  # a seed changes train.seed and data.seed only: one per (arm, lr) says whether it composes
+        config = compose(spec, run)
+        tokens = (config.train.eval_iters or 0) * config.train.gbs * config.train.seq_length
+        if tokens < VALIDATION_TOKENS:
+            raise UserError(Problem("train.eval_iters", f"a validation pass of {config.train.eval_iters} x "
+                                    f"{config.train.gbs} x {config.train.seq_length} = {tokens:,} tokens is under the "
+                                    f"study's {VALIDATION_TOKENS:,}; raise train.eval_iters"))
 
 
 def finished(spec: StudySpec, run: StudyRun) -> Path | None:
@@ -157,4 +187,5 @@ def read_run(folder: Path) -> dict:
         "device": summary.get("device"),
         "precision": summary.get("precision"),
         "threads_per_process": summary.get("threads_per_process"),
+        "others_cpu_share": (summary.get("machine_load") or {}).get("others_cpu_share"),
     }

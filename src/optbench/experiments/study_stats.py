@@ -1,5 +1,6 @@
 """The study's numbers: validation loss at token budgets, tokens and seconds to target losses, each over
-seeds with a 95 % confidence interval, and Muon/AdamW ratios paired by seed.
+seeds with a 95 % confidence interval, and each arm against AdamW paired by seed (tokens ratio at every
+target, final-loss difference at the end of training).
 
 Intervals are Student t intervals on the mean over seeds (3 seeds: mean +- 4.30 s / sqrt(3)); ratios
 are geometric means of the per-seed ratios with the t interval taken on their logarithms. With three
@@ -16,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 """Student t quantiles (0.975) by degrees of freedom (1.96 beyond 10)."""
-TARGET_FRACTIONS = (0.5, 0.9)
+TARGET_FRACTIONS = (0.25, 0.5, 0.75, 0.9)
 """Targets: the validation loss every winner reached on average by these fractions of the horizon (tuning seeds)."""
 BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
 """Token budgets at which validation losses are compared, as fractions of the horizon."""
@@ -116,7 +117,7 @@ def targets_from(tuning: dict[str, dict[float, list[dict]]], winners: dict[str, 
 def held_out_metrics(runs: list[dict], targets: list[float], horizon_tokens: float) -> dict:
     """One arm's held-out runs: loss at budgets, tokens and seconds to each target, step time and NS share."""
     curves = [val_curve(r) for r in runs]
-    out: dict = {"seeds": len(runs), "budgets": {}, "targets": {}}
+    out: dict = {"seeds": len(runs), "budgets": {}, "targets": {}, "final_val": [final_val(r) for r in runs]}
     for fraction in BUDGET_FRACTIONS:
         found = interval([loss_at(c, fraction * horizon_tokens) for c in curves])
         out["budgets"][f"{fraction:g}"] = found.as_dict() if found else None
@@ -137,17 +138,40 @@ def held_out_metrics(runs: list[dict], targets: list[float], horizon_tokens: flo
               if any(n is not None for n in r["ns_time_s"])]
     out["step_time_s"] = interval(step_times).as_dict()
     out["ns_share_of_step"] = interval(shares).as_dict() if shares else None
+    loads = [r.get("others_cpu_share") for r in runs]
+    out["others_cpu_share_max"] = max((v for v in loads if v is not None), default=None)
     return out
 
 
-def paired_ratios(muon: dict, adamw: dict, targets: list[float]) -> dict:
-    """Muon / AdamW per held-out seed (same seed: same initialisation and data order), per target."""
-    ratios = {}
+def _missed(arm: list, adamw: list, seeds: list[int]) -> dict[str, str]:
+    """Seed -> which side never reached the target (a pair without a ratio is named, never dropped silently)."""
+    sides = {(True, False): "arm", (False, True): "adamw", (True, True): "both"}
+    return {str(seed): sides[(a is None, b is None)] for seed, a, b in zip(seeds, arm, adamw) if a is None or b is None}
+
+
+def paired_ratios(arm: dict, adamw: dict, targets: list[float], seeds: list[int]) -> dict:
+    """Arm / AdamW per held-out seed (same seed: same initialisation and data order), per target, and the
+    arm's final validation loss minus AdamW's at the end of training."""
+    ratios: dict = {}
     for target in targets:
         key = f"{target:.4f}"
-        pairs = list(zip(muon["targets"][key]["per_seed_tokens"], adamw["targets"][key]["per_seed_tokens"]))
-        seconds = list(zip(muon["targets"][key]["per_seed_seconds"], adamw["targets"][key]["per_seed_seconds"]))
-        tokens = ratio_interval([m / a for m, a in pairs if m and a])
-        wall = ratio_interval([m / a for m, a in seconds if m and a])
-        ratios[key] = {"tokens": tokens.as_dict() if tokens else None, "seconds": wall.as_dict() if wall else None}
-    return ratios
+        mine, theirs = arm["targets"][key], adamw["targets"][key]
+        missed = _missed(mine["per_seed_tokens"], theirs["per_seed_tokens"], seeds)
+        tokens = ratio_interval([m / a for m, a in zip(mine["per_seed_tokens"], theirs["per_seed_tokens"])
+                                if m is not None and a is not None])
+        wall = ratio_interval([m / a for m, a in zip(mine["per_seed_seconds"], theirs["per_seed_seconds"])
+                              if m is not None and a is not None])
+        ratios[key] = {"tokens": tokens.as_dict() if tokens else None, "seconds": wall.as_dict() if wall else None,
+                       "pairs": len(seeds) - len(missed), "missed": missed}
+    difference = interval([m - a for m, a in zip(arm["final_val"], adamw["final_val"])])
+    return {"targets": ratios, "final_val_difference": difference.as_dict() if difference else None}
+
+
+def rederive_targets(study: dict) -> list[float]:
+    """The targets recomputed from a written study.json's tuning curves alone (what a reviewer re-derives)."""
+    tokens_per_step = study["tokens_per_step"]
+    tuning = {arm: {float(lr): [{"val": curve, "tokens_per_step": tokens_per_step} for curve in runs.values()]
+                    for lr, runs in by_lr.items()}
+              for arm, by_lr in study["tuning_curves"].items()}
+    winners = {arm: {"lr": float(w["lr"])} for arm, w in study["winners"].items()}
+    return targets_from(tuning, winners, study["horizon_tokens"])

@@ -24,9 +24,9 @@ SHORT_NAMES = {
 }
 
 
-def projection_fields(resolved: ResolvedRun, overrides: Sequence[str] = ()) -> dict[str, Any]:
+def projection_fields(resolved: ResolvedRun, overrides: Sequence[str] = (), side_by_side: bool = True) -> dict[str, Any]:
     """``{"projection": ...}`` for plan.json."""
-    return {"projection": project(resolved, overrides)}
+    return {"projection": project(resolved, overrides, with_siblings=side_by_side)}
 
 
 def _ms_or_s(seconds: float) -> str:
@@ -35,6 +35,14 @@ def _ms_or_s(seconds: float) -> str:
 
 def _mfu(mfu: dict[str, float]) -> str:
     return ", ".join(f"{100 * v:.1f} % of {k}" for k, v in mfu.items()) or "no peak for this GPU"
+
+
+def _sibling_text(sibling: dict[str, Any]) -> str:
+    label = OPTIMIZER_LABELS[sibling["optimizer"]]
+    if not sibling["available"]:
+        return f"{label} refused ({sibling['reason']})"
+    return (f"{label} {sibling['tflops_per_gpu_change_percent']:+.2f} % (optimizer state {sibling['optimizer_state_gb']:.1f} GB"
+            f", {sibling['memory_gb']:.1f} GB in all)")
 
 
 def projection_summary_lines(plan: dict[str, Any]) -> list[str]:
@@ -67,6 +75,9 @@ def projection_summary_lines(plan: dict[str, Any]) -> list[str]:
             lines.append(f"              (the twin also differs in {', '.join(overhead['twin_differs_in'])}: counted in 'other')")
     elif twin:
         lines.append(f"  vs AdamW    {twin['reason']}")
+    if p.get("optimizers"):
+        lines.append("  optimizers  model TFLOP/s/GPU vs the AdamW twin, each as its recipe configures it: "
+                     + "; ".join(_sibling_text(s) for s in p["optimizers"]))
     for row in p.get("compared_with_published", []):
         lines.append(
             f"  published   {row['published']}: {row['published_model_tflops_per_gpu']:g} model TFLOP/s/GPU;"

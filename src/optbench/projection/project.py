@@ -19,6 +19,7 @@ from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Calibration, Holdout, calibrate
 from optbench.projection.expected_error import expected_error
 from optbench.projection.interconnect import interconnect_for
+from optbench.projection.siblings import side_by_side
 from optbench.projection.step_model import StepBreakdown, evaluate
 from optbench.projection.twin import adamw_twin, decompose, twin_recipe
 from optbench.projection.whatif import what_ifs
@@ -107,10 +108,11 @@ def project(
     with_what_ifs: bool = True,
     holdout: Holdout = NO_HOLDOUT,
     with_twin: bool = True,
+    with_siblings: bool = True,
 ) -> dict[str, Any]:
     """The projection section for a resolved run (``overrides`` as typed: the AdamW twin reuses them;
     ``holdout``: published rows the calibration may not use; ``with_twin=False``: no AdamW twin, which a
-    layout search projects itself at the same layout)."""
+    layout search projects itself at the same layout; ``with_siblings=False``: not the other matrix optimizers)."""
     run = resolved.run
     if run.engine == "local":
         return unavailable("engine=local runs small proxies on this machine and measures itself; no projection needed")
@@ -146,6 +148,10 @@ def project(
         section["adamw_twin"], section["muon_overhead"] = _twin_section(
             resolved, overrides, net, assumptions, calibration, breakdown
         )
+        if section["muon_overhead"] and with_siblings:
+            own = {"step_time_s": section["step_time_s"], "tflops_per_gpu": section["tflops_per_gpu"],
+                   "tflops_per_gpu_change_percent": section["muon_overhead"]["tflops_per_gpu_change_percent"]}
+            section["optimizers"] = side_by_side(resolved, overrides, net, assumptions, calibration, own, section["adamw_twin"])
         if with_what_ifs and run.optimizer.muon_family:  # the what-ifs are Muon's (SYRK, NS-cost balancing)
             section["what_if"] = what_ifs(resolved, net, assumptions, eff, inputs, breakdown.total_s)
     return section

@@ -29,14 +29,14 @@ COMMUNICATION_PARTS = ("dp_grad_reduce_exposed", "param_gather_exposed")
 DECOMPOSITION = ("newton_schulz_compute", "kernel_launch", "elementwise_update", "imbalance", "communication", "other")
 
 
-def _is_optimizer_override(override: str) -> bool:
+def is_optimizer_override(override: str) -> bool:
     key = override.lstrip("+~").partition("=")[0]
     return key == "optimizer" or key.startswith("optimizer.")
 
 
 def twin_recipe(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...]]:
     """(recipe, overrides) of the AdamW twin of a Muon, AdaMuon or SOAP run (``<model>_<optimizer>`` -> ``<model>_adamw``)."""
-    kept = tuple(o for o in overrides if not _is_optimizer_override(o))
+    kept = tuple(o for o in overrides if not is_optimizer_override(o))
     suffix = f"_{run.optimizer.name}"
     if run.recipe.endswith(suffix):
         counterpart = run.recipe[: -len(suffix)] + "_adamw"

@@ -137,8 +137,9 @@ def build_indexed_stream(data: DataConfig, train: TrainConfig, vocab_size: int) 
             )
     splits = {}
     for s, name in enumerate(SPLITS[:2]):
+        seed = data.valid_seed if name == "valid" and data.valid_seed is not None else data.seed
         samplers = [
-            SplitSampler(d, split_ranges(d.documents, fractions)[s], train.seq_length, (data.seed, INDEXED_STREAM, k, s))
+            SplitSampler(d, split_ranges(d.documents, fractions)[s], train.seq_length, (seed, INDEXED_STREAM, k, s))
             for k, d in enumerate(datasets)
         ]
         empty = [sampler.dataset.prefix for sampler in samplers if sampler.samples_per_epoch == 0]

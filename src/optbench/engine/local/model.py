@@ -44,11 +44,9 @@ def _unsupported(model: ModelConfig) -> list[Problem]:
         problems.append(Problem("model.num_moe_experts", "the local engine builds MoE proxies only; set it"))
     if model.mtp_num_layers:
         problems.append(Problem("model.mtp_num_layers", "Hugging Face's DeepSeek-V3 classes train no MTP layer; set 0"))
-    if not model.qk_layernorm:
-        problems.append(
-            Problem("model.qk_layernorm", f"Hugging Face's {model.architecture} always normalises q and k; set true")
-        )
     if model.architecture == "deepseek_v3":
+        if not model.qk_layernorm:
+            problems.append(Problem("model.qk_layernorm", "Hugging Face's DeepSeek-V3 always normalises its q/kv latents; set true"))
         if model.moe_router_score_function != "sigmoid":
             problems.append(Problem("model.moe_router_score_function", "Hugging Face's DeepSeek-V3 router is sigmoid"))
         shared, expert = model.moe_shared_expert_intermediate_size, model.moe_ffn_hidden_size or 0
@@ -219,6 +217,10 @@ def build_model(
     module = model_class(config)
     _fuse_mlps(module)
     _scale_output_projections(module, model)
+    if not model.qk_layernorm:  # Qwen3 without QK-norm (Megatron's qk_layernorm=false): no per-head q/k RMSNorm
+        for attention in module.modules():
+            if hasattr(attention, "q_norm") and hasattr(attention, "k_norm"):
+                attention.q_norm, attention.k_norm = nn.Identity(), nn.Identity()
     return module.to(device=device, dtype=torch.float32).train()
 
 

@@ -41,6 +41,7 @@ from optbench.engine.local.qk_clip import clip_qk, register_attention, reset_log
 from optbench.engine.local.runtime import Runtime, init_runtime, peak_memory_gb, shutdown
 from optbench.engine.local.schedule import learning_rate
 from optbench.errors import UserError
+from optbench.machine_load import LoadMeter
 from optbench.releases import versions
 from optbench.metrics import MetricsWriter, Progress, loss_summary, provenance, steady_state
 from optbench.metrics.progress import flops_text
@@ -233,6 +234,7 @@ class Trainer:
         progress = Progress(run.train.iters, self.start_step, enabled=self.is_writer, log_interval=run.train.log_interval)
         try:
             self._intro(progress)
+            load = LoadMeter().__enter__()
             clock = time.perf_counter()
             for step in range(self.start_step + 1, run.train.iters + 1):
                 record = self.train_step(step)
@@ -248,7 +250,10 @@ class Trainer:
                 if interval and (step % interval == 0 or step == run.train.iters):
                     save_checkpoint(run, step, self.model, self.optimizer, rt.rank, rt.world)
             progress.close()
-            summary = self._summary(writer.records(), started) if self.is_writer else None
+            load.__exit__()
+            # With several processes the others include this run's own ranks: recorded for one process only.
+            machine_load = load.result if rt.world == 1 else None
+            summary = self._summary(writer.records(), started, machine_load) if self.is_writer else None
             if summary is not None:
                 writer.write_summary(summary)
                 self._outro(summary, writer)
@@ -258,7 +263,7 @@ class Trainer:
             writer.close()
             self.experts.close()
 
-    def _summary(self, records: list[dict[str, Any]], started: str) -> dict[str, Any]:
+    def _summary(self, records: list[dict[str, Any]], started: str, machine_load: dict | None) -> dict[str, Any]:
         run, rt, info = self.run, self.rt, self.stream.info()
         steady = steady_state(records)
         summary: dict[str, Any] = {
@@ -288,6 +293,7 @@ class Trainer:
                 resumed_from_step=self.start_step if run.resume else None,
             ),
             "versions": software_versions("torch", "transformers", "wandb", "numpy"),
+            "machine_load": machine_load,
             "started": started,
             "finished": utc_now(),
         }

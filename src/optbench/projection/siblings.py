@@ -1,0 +1,75 @@
+"""Muon, AdaMuon and SOAP side by side: each one's projected overhead over the same AdamW twin.
+
+A user choosing between the matrix optimizers wants them at one layout, against one AdamW baseline. A
+sibling is the run with another matrix optimizer, as that optimizer's recipe configures it: the
+model's ``<model>_<optimizer>`` recipe when there is one (so SOAP gets its own micro batch), else the
+run's recipe with ``optimizer=<name>``; the user's non-optimizer overrides are kept. Each sibling is
+validated like any run, so one the container lacks or that does not fit is shown with its one-line
+reason instead of a number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from optbench.accounting.throughput import step_throughput
+from optbench.compose.recipe import compose_run, list_recipes
+from optbench.config.schema import MATRIX_OPTIMIZERS
+from optbench.errors import UserError
+from optbench.projection.assumptions import Assumptions
+from optbench.projection.calibration import Calibration
+from optbench.projection.step_model import evaluate
+from optbench.projection.twin import is_optimizer_override
+from optbench.projection.work import build_inputs
+from optbench.redact import recorded_overrides
+from optbench.resolve import ResolvedRun
+from optbench.validate import validate
+
+
+def sibling_recipe(resolved: ResolvedRun, name: str, overrides: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """(recipe, overrides) of the run with matrix optimizer ``name`` instead of its own."""
+    run = resolved.run
+    kept = tuple(o for o in overrides if not is_optimizer_override(o))
+    suffix = f"_{run.optimizer.name}"
+    if run.recipe.endswith(suffix):
+        counterpart = f"{run.recipe[: -len(suffix)]}_{name}"
+        if counterpart in list_recipes():
+            return counterpart, kept
+    return run.recipe, (*kept, f"optimizer={name}")
+
+
+def _sibling(resolved: ResolvedRun, name: str, overrides: Sequence[str], net, a: Assumptions,
+             calibration: Calibration, adamw_tflops: float) -> dict[str, Any]:
+    recipe, kept = sibling_recipe(resolved, name, overrides)
+    entry: dict[str, Any] = {"optimizer": name, "recipe": " ".join([recipe, *recorded_overrides(kept)])}
+    try:
+        sibling = validate(compose_run(recipe, list(kept)))
+    except UserError as err:
+        return {**entry, "available": False, "reason": err.lines()[0].removeprefix("error: ")}
+    breakdown = evaluate(build_inputs(sibling, net, a), calibration.efficiency, a.backward_share)
+    tflops = step_throughput(sibling.run, breakdown.total_s, ns_flops_total=sibling.ns_flops_total).tflops_per_gpu
+    return {
+        **entry,
+        "available": True,
+        "step_time_s": round(breakdown.total_s, 4),
+        "tflops_per_gpu": round(tflops, 2),
+        "tflops_per_gpu_change_percent": round(100 * (tflops / adamw_tflops - 1), 2),
+        "optimizer_state_gb": round(sibling.memory.breakdown_gb.get("optimizer_state", 0.0), 2),
+        "memory_gb": round(sibling.memory.total_gb, 2),
+    }
+
+
+def side_by_side(resolved: ResolvedRun, overrides: Sequence[str], net, a: Assumptions, calibration: Calibration,
+                 own: dict[str, Any], twin: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every matrix optimizer's projection beside the AdamW twin (``own``: the run's own numbers, reused)."""
+    out = []
+    for name in MATRIX_OPTIMIZERS:
+        if name == resolved.run.optimizer.name:
+            memory = resolved.memory
+            out.append({"optimizer": name, "recipe": "this run", "available": True, **own,
+                        "optimizer_state_gb": round(memory.breakdown_gb.get("optimizer_state", 0.0), 2),
+                        "memory_gb": round(memory.total_gb, 2)})
+        else:
+            out.append(_sibling(resolved, name, overrides, net, a, calibration, twin["tflops_per_gpu"]))
+    return out
