@@ -205,3 +205,25 @@ def test_make_table_end_to_end(measured):
     assert "after the first 2 of every segment" in (measured / "throughput.md").read_text()
     bad = run_make("table", "WARMUP=x", env={"OPTBENCH_RESULTS_DIR": str(measured)})
     assert bad.returncode == 2 and bad.stderr.splitlines()[0].startswith("error: WARMUP: 'x' is not a whole number of steps")
+
+
+def test_the_table_puts_each_plans_matrix_optimizers_side_by_side(results_dir):
+    """make table collects every plan's projection.optimizers (Muon, AdaMuon, SOAP vs one AdamW twin); nothing recomputed."""
+    from optbench.plan import build_plan
+    from optbench.validate import validate
+
+    _published(results_dir)
+    assert "No plan yet" in write_throughput(results_dir).markdown.read_text()
+    typed = [f"results_dir={results_dir}"]
+    plan = build_plan(validate(compose_run("qwen3_30b_a3b_muon", typed)), [])
+    (results_dir / "plans" / "qwen3_30b_a3b_muon").mkdir(parents=True)
+    (results_dir / "plans" / "qwen3_30b_a3b_muon" / "plan.json").write_text(json.dumps(plan))
+    (results_dir / "plans" / "broken").mkdir()
+    (results_dir / "plans" / "broken" / "plan.json").write_text("{not json")
+    out = write_throughput(results_dir)
+    line = next(x for x in out.markdown.read_text().splitlines() if x.startswith("| `qwen3_30b_a3b_muon`"))
+    siblings = {s["optimizer"]: s for s in plan["projection"]["optimizers"]}
+    for name in ("muon", "adaptive_muon", "soap"):
+        assert f"{siblings[name]['tflops_per_gpu_change_percent']:+.2f} % ({siblings[name]['optimizer_state_gb']:.1f} GB state)" in line
+    assert f"| {plan['projection']['adamw_twin']['tflops_per_gpu']:.1f} |" in line
+    assert any(path.endswith("broken/plan.json") and "JSONDecodeError" in why for path, why in out.skipped)

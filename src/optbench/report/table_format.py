@@ -11,7 +11,9 @@ import csv
 import io
 from collections.abc import Sequence
 
+from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS
 from optbench.published import PublishedRow, Source
+from optbench.report.planned import PlannedRow
 from optbench.report.runs import PeakInfo, RunThroughput, run_throughput
 from optbench.report.stats import format_number, format_spread
 from optbench.report.table import Table, TableRow
@@ -207,12 +209,25 @@ def _projection_lines(table: Table) -> list[list[str]]:
     return lines
 
 
+def _planned_section(rows: Sequence[PlannedRow]) -> list[str]:
+    out = ["", "## Muon, AdaMuon and SOAP vs AdamW, projected (from `make plan`)", "",
+           "Model TFLOP/s/GPU of each matrix optimizer against the same AdamW twin, each as its own recipe configures it; "
+           "projections of our step model, not measurements (docs/projection.md: `projection.optimizers`). One row per "
+           "plan in results/plans/; NVIDIA publishes no SOAP or AdaMuon figure.", ""]
+    if not rows:
+        return [*out, "No plan yet: `make plan RECIPE=qwen3_30b_a3b_muon` (or any Muon, AdaMuon or SOAP recipe) adds one."]
+    header = ["plan", "container", "GPUs", "AdamW twin TFLOP/s/GPU", *(OPTIMIZER_LABELS[n] for n in MATRIX_OPTIMIZERS)]
+    cells = [[f"`{r.command}`", r.container, r.gpus, f"{r.adamw_tflops:.1f}", *r.cells.values()] for r in rows]
+    return [*out, *_markdown_table(header, cells)]
+
+
 def render_markdown(
     table: Table,
     sources: dict[str, Source],
     generated: str,
     plots: Sequence[str] = (),
     skipped: Sequence[tuple[str, str]] = (),
+    planned: Sequence[PlannedRow] = (),
 ) -> str:
     """results/throughput.md."""
     out = [
@@ -246,6 +261,7 @@ def render_markdown(
         )
     else:
         out.append("No configuration has both optimizers.")
+    out += _planned_section(planned)
     out += ["", "## Runs", ""]
     out += _markdown_table(
         ["run", "kind", "recipe", "date", "command", "git", "versions", "steps used/total", "notes"], _run_lines(table)

@@ -21,6 +21,7 @@ from optbench.published import (
     load_sources,
 )
 from optbench.report.table import Table, build_table
+from optbench.report.planned import planned_rows
 from optbench.report.table_format import render_csv, render_markdown
 
 DEFAULT_WARMUP = WARMUP_SKIP_STEPS
@@ -60,6 +61,8 @@ def write_throughput(
     check_sources(published, sources)
     collection = collect_runs(results, extra_logs)
     table = build_table(published, collection.runs, warmup)
+    planned, unread_plans = planned_rows(results)
+    skipped = [*collection.skipped, *unread_plans]
 
     plots_dir = results / "plots"
     drawn = []  # (path, draw): everything is drawn and written together, or nothing is replaced
@@ -77,6 +80,6 @@ def write_throughput(
     with replacing([markdown, csv_path, *plots]):
         for path, draw in drawn:
             draw(path)
-        atomic_write_text(markdown, render_markdown(table, sources, stamp, relative, collection.skipped))
+        atomic_write_text(markdown, render_markdown(table, sources, stamp, relative, skipped, planned))
         atomic_write_text(csv_path, render_csv(table))
-    return TableOutputs(markdown, csv_path, plots, table, collection.skipped)
+    return TableOutputs(markdown, csv_path, plots, table, skipped)
