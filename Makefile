@@ -105,7 +105,7 @@ projection: ## The projection against every published row, in sample and out of 
 
 #   make study [SIZE=cpu|gpu] [hydra overrides for every run, e.g. train.iters=300]
 study: export OPTBENCH_STUDY_SIZE = $(call typed,SIZE)
-study: ## Muon (2 scales), AdaMuon and SOAP vs AdamW, each lr swept, winners on held-out seeds, on real text: results/study.md (~3 h on 2 cores)
+study: ## Muon (2 scales), AdaMuon and SOAP vs AdamW, each lr swept, winners on held-out seeds, on real text: results/study.md (~4 h on 2 cores)
 	@$(PY) -m optbench.experiments study --from-make
 
 #   make compare [MODEL=kimi_k2_tiny] [SEEDS=3 | SEEDS=1,2,3] [TARGET=auto | TARGET=4.5] [ITERS=<steps>]
