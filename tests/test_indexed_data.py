@@ -124,7 +124,7 @@ def test_samples_follow_the_blend_stay_in_their_split_and_repeat_exactly(corpus)
     stream = build_indexed_stream(_data(corpus), train, 300)
     draws = [stream.train.sample(i) for i in range(200)]
     assert all(d.shape == (33,) for d in draws)
-    taken = np.bincount(stream.train._dataset[:200], minlength=2) / 200
+    taken = stream.train.taken(200) / 200
     weights = np.array([p["tokens"] for p in corpus["parts"]], dtype=float)
     assert np.allclose(taken, weights / weights.sum(), atol=0.01)
     fresh = build_indexed_stream(_data(corpus), train, 300)  # sample i is a pure function of (seed, i)

@@ -56,9 +56,7 @@ def validation_set(config: RunConfig) -> dict:
     stream = build_indexed_stream(data, train, config.model.vocab_size)
     if stream.valid is None:
         raise UserError(Problem("data.split", f"'{data.split}' holds out no validation documents; the study needs them"))
-    stream.valid._extend(sequences)
-    demanded = np.bincount(stream.valid._dataset[:sequences], minlength=len(stream.valid.samplers))
-    for sampler, wanted in zip(stream.valid.samplers, demanded):
+    for sampler, wanted in zip(stream.valid.samplers, stream.valid.taken(sequences)):
         if wanted > sampler.samples_per_epoch:
             raise UserError(Problem(
                 "train.eval_iters",

@@ -17,6 +17,10 @@ QUIET = 0.05
 this CPU's figure (tokens and losses are unaffected)."""
 
 
+def _label(arm: str) -> str:
+    return LABELS.get(arm, arm)
+
+
 def _iv(value: dict | None, digits: int = 3, scale: float = 1.0, unit: str = "") -> str:
     if value is None:
         return "-"
@@ -97,14 +101,13 @@ def _header(study: dict, command: str, stamp: str) -> list[str]:
 
 
 def markdown(study: dict, command: str, stamp: str) -> str:
-    label = lambda arm: LABELS.get(arm, arm)  # noqa: E731
     lines = [*_header(study, command, stamp), "",
              "## Learning-rate sweep (final validation loss, tuning seeds)", "",
              "| arm | lr | final val loss, mean [95 % CI] | |", "|---|---|---|---|"]
     for arm, winner in study["winners"].items():
         for lr, point in winner["grid"].items():
-            lines.append(f"| {label(arm)} | {float(lr):g} | {_iv(point)} | {'**chosen**' if float(lr) == winner['lr'] else ''} |")
-    edge = [label(arm) for arm, winner in study["winners"].items() if winner.get("at_grid_edge")]
+            lines.append(f"| {_label(arm)} | {float(lr):g} | {_iv(point)} | {'**chosen**' if float(lr) == winner['lr'] else ''} |")
+    edge = [_label(arm) for arm, winner in study["winners"].items() if winner.get("at_grid_edge")]
     if edge:
         lines += ["", f"Chosen at the edge of its grid (the optimum may lie beyond it): {', '.join(edge)}."]
     budgets = next(iter(study["held_out"].values()))["budgets"]
@@ -112,11 +115,11 @@ def markdown(study: dict, command: str, stamp: str) -> str:
               "| arm (lr) | " + " | ".join(f"{float(b):.0%} of the tokens" for b in budgets) + " |",
               "|---|" + "---|" * len(budgets)]
     for arm, h in study["held_out"].items():
-        lines.append(f"| {label(arm)} ({study['winners'][arm]['lr']:g}) | " + " | ".join(_iv(h["budgets"][b]) for b in budgets) + " |")
+        lines.append(f"| {_label(arm)} ({study['winners'][arm]['lr']:g}) | " + " | ".join(_iv(h["budgets"][b]) for b in budgets) + " |")
     lines += ["", "## End of training: final validation loss minus AdamW's (held-out seeds, paired)", "",
               "| arm | difference [95 % CI] | verdict |", "|---|---|---|"]
     for arm, versus in study["vs_adamw"].items():
-        lines.append(f"| {label(arm)} | {_iv(versus['final_val_difference'])} | {_difference_verdict(versus['final_val_difference'])} |")
+        lines.append(f"| {_label(arm)} | {_iv(versus['final_val_difference'])} | {_difference_verdict(versus['final_val_difference'])} |")
     lines += ["", f"## Held-out seeds: tokens and training seconds to target ({study['target_rule']})", "",
               "| arm | target | reached | tokens (k), mean [95 % CI] | training s, mean [95 % CI] | step s | NS share of step |",
               "|---|---|---|---|---|---|---|"]
@@ -124,14 +127,14 @@ def markdown(study: dict, command: str, stamp: str) -> str:
         shared = " *shared*" if (h.get("others_cpu_share_max") or 0.0) > QUIET else ""
         for target, t in h["targets"].items():
             lines.append(
-                f"| {label(arm)} | {float(target):.3f} | {t['reached']}/{h['seeds']} | {_iv(t['tokens'], 1, 1e-3)} "
+                f"| {_label(arm)} | {float(target):.3f} | {t['reached']}/{h['seeds']} | {_iv(t['tokens'], 1, 1e-3)} "
                 f"| {_iv(t['seconds'], 1)}{shared} | {_iv(h['step_time_s'], 3)} | {_iv(h['ns_share_of_step'], 2)} |")
     lines += ["", "## Each arm / AdamW (held-out seeds, paired by seed)", "",
               "| arm | target | pairs | tokens ratio [95 % CI] | token efficiency | seconds ratio [95 % CI] (this CPU) |",
               "|---|---|---|---|---|---|"]
     for arm, versus in study["vs_adamw"].items():
         for target, r in versus["targets"].items():
-            lines.append(f"| {label(arm)} | {float(target):.3f} | {r['pairs']}/{len(study['held_out_seeds'])} "
+            lines.append(f"| {_label(arm)} | {float(target):.3f} | {r['pairs']}/{len(study['held_out_seeds'])} "
                          f"| {_iv(r['tokens'], 3)} | {_verdict(r['tokens'], r['missed'])} | {_iv(r['seconds'], 2)} |")
     lines += ["", "A pair counts only when both sides reached the target; a seed where one side did not is named "
               "(\"incomplete\"), never dropped silently.",
@@ -150,12 +153,12 @@ def plot(study: dict, path: Path) -> Path:
     for arm, runs in study["curves"].items():
         for index, points in enumerate(runs.values()):
             curves.plot([s * tokens_per_step / 1e3 for s, _ in points], [v for _, v in points], color=COLORS.get(arm),
-                        alpha=0.7, label=f"{LABELS.get(arm, arm)} (lr {study['winners'][arm]['lr']:g})" if index == 0 else None)
+                        alpha=0.7, label=f"{_label(arm)} (lr {study['winners'][arm]['lr']:g})" if index == 0 else None)
         grid = study["winners"][arm]["grid"]
         rates = sorted(grid, key=float)
         sweep.errorbar([float(r) for r in rates], [grid[r]["mean"] for r in rates],
                        yerr=[[grid[r]["mean"] - grid[r]["low"] for r in rates], [grid[r]["high"] - grid[r]["mean"] for r in rates]],
-                       marker="o", capsize=3, color=COLORS.get(arm), label=LABELS.get(arm, arm))
+                       marker="o", capsize=3, color=COLORS.get(arm), label=_label(arm))
     for target in study["targets"]:
         curves.axhline(target, color="black", linestyle="--", linewidth=0.7)
     curves.set(xlabel="tokens (k)", ylabel="validation loss", title="held-out seeds")

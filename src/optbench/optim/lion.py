@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import torch
 
+from optbench.optim.param_loop import params_with_grad
+
 
 class Lion(torch.optim.Optimizer):
     """Sign updates of an interpolated momentum (``betas`` = Megatron's lion_beta1, lion_beta2)."""
@@ -25,19 +27,14 @@ class Lion(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> None:
-        if closure is not None:
-            raise ValueError("closure is not supported (as upstream)")
-        for group in self.param_groups:
+        for group, p in params_with_grad(self, closure):
             beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if "exp_avg" not in state:
-                    state["exp_avg"] = torch.zeros_like(p)
-                if group["weight_decay"] != 0.0:
-                    p.add_(p, alpha=-group["weight_decay"] * group["lr"])
-                exp_avg = state["exp_avg"]
-                update = torch.sign(exp_avg.lerp(p.grad, 1 - beta1))
-                exp_avg.lerp_(p.grad, 1 - beta2)
-                p.add_(update, alpha=-group["lr"])
+            state = self.state[p]
+            if "exp_avg" not in state:
+                state["exp_avg"] = torch.zeros_like(p)
+            if group["weight_decay"] != 0.0:
+                p.add_(p, alpha=-group["weight_decay"] * group["lr"])
+            exp_avg = state["exp_avg"]
+            update = torch.sign(exp_avg.lerp(p.grad, 1 - beta1))
+            exp_avg.lerp_(p.grad, 1 - beta2)
+            p.add_(update, alpha=-group["lr"])

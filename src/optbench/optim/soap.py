@@ -29,6 +29,7 @@ from collections.abc import Callable
 import torch
 
 from optbench.optim.newton_schulz import matmul_precision
+from optbench.optim.param_loop import params_with_grad
 
 EIGH_EPS = 1e-7
 """Upstream's eigh stabilizer for fp32 factors (``eigh_with_fallback`` with eps None)."""
@@ -191,13 +192,8 @@ class SOAP(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> None:
-        if closure is not None:
-            raise ValueError("closure is not supported (as upstream)")
-        for group in self.param_groups:
+        for group, p in params_with_grad(self, closure):
             beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                matrices = [(p, p.grad)] if p.ndim == 2 else list(zip(p.unbind(0), p.grad.unbind(0)))
-                for (weight, grad), state in zip(matrices, self._states(p)):
-                    self._step_matrix(weight, grad.to(torch.float32), state, group, beta1, beta2)
+            matrices = [(p, p.grad)] if p.ndim == 2 else list(zip(p.unbind(0), p.grad.unbind(0)))
+            for (weight, grad), state in zip(matrices, self._states(p)):
+                self._step_matrix(weight, grad.to(torch.float32), state, group, beta1, beta2)

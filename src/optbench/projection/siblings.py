@@ -14,34 +14,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from optbench.accounting.throughput import step_throughput
-from optbench.compose.recipe import compose_run, list_recipes
+from optbench.compose.recipe import compose_run
 from optbench.config.schema import MATRIX_OPTIMIZERS
 from optbench.errors import UserError
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.calibration import Calibration
 from optbench.projection.step_model import evaluate
-from optbench.projection.twin import is_optimizer_override
+from optbench.projection.twin import recipe_with_optimizer
 from optbench.projection.work import build_inputs
 from optbench.redact import recorded_overrides
 from optbench.resolve import ResolvedRun
 from optbench.validate import validate
 
 
-def sibling_recipe(resolved: ResolvedRun, name: str, overrides: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    """(recipe, overrides) of the run with matrix optimizer ``name`` instead of its own."""
-    run = resolved.run
-    kept = tuple(o for o in overrides if not is_optimizer_override(o))
-    suffix = f"_{run.optimizer.name}"
-    if run.recipe.endswith(suffix):
-        counterpart = f"{run.recipe[: -len(suffix)]}_{name}"
-        if counterpart in list_recipes():
-            return counterpart, kept
-    return run.recipe, (*kept, f"optimizer={name}")
-
-
 def _sibling(resolved: ResolvedRun, name: str, overrides: Sequence[str], net, a: Assumptions,
              calibration: Calibration, adamw_tflops: float) -> dict[str, Any]:
-    recipe, kept = sibling_recipe(resolved, name, overrides)
+    recipe, kept = recipe_with_optimizer(resolved.run, name, overrides)
     entry: dict[str, Any] = {"optimizer": name, "recipe": " ".join([recipe, *recorded_overrides(kept)])}
     try:
         sibling = validate(compose_run(recipe, list(kept)))

@@ -34,15 +34,22 @@ def is_optimizer_override(override: str) -> bool:
     return key == "optimizer" or key.startswith("optimizer.")
 
 
-def twin_recipe(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    """(recipe, overrides) of the AdamW twin of a Muon, AdaMuon or SOAP run (``<model>_<optimizer>`` -> ``<model>_adamw``)."""
+def recipe_with_optimizer(run: RunConfig, name: str, overrides: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """(recipe, overrides) of the run with optimizer ``name`` as that optimizer's recipe configures it:
+    ``<model>_<optimizer>`` -> ``<model>_<name>`` when that recipe exists, else the run's recipe with
+    ``optimizer=<name>``; the user's overrides are kept but the ``optimizer.*`` ones."""
     kept = tuple(o for o in overrides if not is_optimizer_override(o))
     suffix = f"_{run.optimizer.name}"
     if run.recipe.endswith(suffix):
-        counterpart = run.recipe[: -len(suffix)] + "_adamw"
+        counterpart = f"{run.recipe[: -len(suffix)]}_{name}"
         if counterpart in list_recipes():
             return counterpart, kept
-    return run.recipe, (*kept, "optimizer=adamw")
+    return run.recipe, (*kept, f"optimizer={name}")
+
+
+def twin_recipe(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """(recipe, overrides) of the AdamW twin of a Muon, AdaMuon or SOAP run (``<model>_<optimizer>`` -> ``<model>_adamw``)."""
+    return recipe_with_optimizer(run, "adamw", overrides)
 
 
 def adamw_twin(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...], RunConfig]:

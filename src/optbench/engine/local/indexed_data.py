@@ -99,6 +99,11 @@ class BlendedSampler:
         self._extend(index + 1)
         return self.samplers[int(self._dataset[index])].sample(int(self._local[index]))
 
+    def taken(self, count: int) -> np.ndarray:
+        """How many of samples ``0 .. count - 1`` each sampler gives."""
+        self._extend(count)
+        return np.bincount(self._dataset[:count], minlength=len(self.samplers))
+
 
 @dataclass
 class IndexedStream:

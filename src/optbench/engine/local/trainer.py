@@ -234,23 +234,9 @@ class Trainer:
         progress = Progress(run.train.iters, self.start_step, enabled=self.is_writer, log_interval=run.train.log_interval)
         try:
             self._intro(progress)
-            load = LoadMeter().__enter__()
-            clock = time.perf_counter()
-            for step in range(self.start_step + 1, run.train.iters + 1):
-                record = self.train_step(step)
-                if self.eval_interval and (step % self.eval_interval == 0 or step == run.train.iters):
-                    record["val_loss"], record["eval_time_s"] = self.evaluate()
-                record["wall_s"] = wall_offset + time.perf_counter() - clock
-                record["timestamp"] = time.time()
-                writer.log_step(record)
-                progress.update(record)
-                if rt.governor is not None:
-                    rt.governor.tick(step)
-                interval = run.train.save_interval
-                if interval and (step % interval == 0 or step == run.train.iters):
-                    save_checkpoint(run, step, self.model, self.optimizer, rt.rank, rt.world)
+            with LoadMeter() as load:
+                self._train_steps(writer, progress, wall_offset)
             progress.close()
-            load.__exit__()
             # With several processes the others include this run's own ranks: recorded for one process only.
             machine_load = load.result if rt.world == 1 else None
             summary = self._summary(writer.records(), started, machine_load) if self.is_writer else None
@@ -262,6 +248,23 @@ class Trainer:
             progress.close()
             writer.close()
             self.experts.close()
+
+    def _train_steps(self, writer: MetricsWriter, progress: Progress, wall_offset: float) -> None:
+        run, rt = self.run, self.rt
+        clock = time.perf_counter()
+        for step in range(self.start_step + 1, run.train.iters + 1):
+            record = self.train_step(step)
+            if self.eval_interval and (step % self.eval_interval == 0 or step == run.train.iters):
+                record["val_loss"], record["eval_time_s"] = self.evaluate()
+            record["wall_s"] = wall_offset + time.perf_counter() - clock
+            record["timestamp"] = time.time()
+            writer.log_step(record)
+            progress.update(record)
+            if rt.governor is not None:
+                rt.governor.tick(step)
+            interval = run.train.save_interval
+            if interval and (step % interval == 0 or step == run.train.iters):
+                save_checkpoint(run, step, self.model, self.optimizer, rt.rank, rt.world)
 
     def _summary(self, records: list[dict[str, Any]], started: str, machine_load: dict | None) -> dict[str, Any]:
         run, rt, info = self.run, self.rt, self.stream.info()
