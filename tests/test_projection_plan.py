@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from launch.sweep import plan_sweep
+from optbench.accounting.placement import place
 from optbench.compose.recipe import compose_run, list_group_options, repo_root
 from optbench.hardware import gpu_catalog
 from optbench.plan import build_plan, format_summary
@@ -61,6 +62,17 @@ def test_local_engine_needs_no_projection() -> None:
 def test_twin_keeps_user_overrides_but_not_optimizer_ones() -> None:
     run = compose_run("kimi_k2_muon", ["train.mbs=1", "optimizer.muon.tp_mode=duplicated"])
     assert twin_recipe(run, ["train.mbs=1", "optimizer.muon.tp_mode=duplicated"]) == ("kimi_k2_adamw", ("train.mbs=1",))
+
+
+def test_a_run_resolved_like_another_shares_its_placement_only_when_it_places_alike() -> None:
+    """The AdamW twin and the side-by-side siblings reuse the Muon run's placement (placing Kimi K2's
+    parameters is most of a plan's time); a run with another layout must place its own."""
+    muon = resolve(compose_run("kimi_k2_muon", []))
+    twin = resolve(compose_run("kimi_k2_adamw", []), like=muon)
+    assert twin.placement is muon.placement
+    other = resolve(compose_run("kimi_k2_adamw", ["parallel.ep=32"]), like=muon)
+    assert other.placement is not muon.placement
+    assert other.placement == place(other.run)
 
 
 def test_sweep_points_ranked_by_projected_throughput(tmp_path: Path) -> None:

@@ -363,14 +363,14 @@ LAYOUT_CHECKS: tuple[Check, ...] = (
 """Checks that need a whole-number data-parallel size."""
 
 
-def _checked(run: RunConfig, run_id: str | None) -> tuple[list[Problem], ResolvedRun | None]:
+def _checked(run: RunConfig, run_id: str | None, like: ResolvedRun | None = None) -> tuple[list[Problem], ResolvedRun | None]:
     """Every problem with a run, in dependency order: a stage runs only when the ones before found nothing.
     The run is resolved once its config checks pass; the memory check reads the resolved run."""
     for stage in (BASIC_CHECKS, FIELD_CHECKS, LAYOUT_CHECKS):
         problems = [problem for check in stage for problem in check(run)]
         if problems:
             return problems, None
-    resolved = resolve(run, run_id)
+    resolved = resolve(run, run_id, like)
     return list(check_memory(resolved)), resolved
 
 
@@ -379,12 +379,13 @@ def collect_problems(run: RunConfig) -> list[Problem]:
     return _checked(run, None)[0]
 
 
-def validate(run: RunConfig, run_id: str | None = None) -> ResolvedRun:
+def validate(run: RunConfig, run_id: str | None = None, like: ResolvedRun | None = None) -> ResolvedRun:
     """Raise a :class:`UserError` listing every problem, one line each; return the resolved run when valid.
 
-    ``run_id``: the id to give the resolved run (a sweep point's); see :func:`optbench.resolve.resolve`.
+    ``run_id`` and ``like`` (a resolved run whose placement this one may share): see
+    :func:`optbench.resolve.resolve`.
     """
-    problems, resolved = _checked(run, run_id)
+    problems, resolved = _checked(run, run_id, like)
     if problems:
         raise UserError(problems)
     assert resolved is not None

@@ -32,7 +32,7 @@ def _sibling(resolved: ResolvedRun, name: str, overrides: Sequence[str], net, a:
     recipe, kept = recipe_with_optimizer(resolved.run, name, overrides)
     entry: dict[str, Any] = {"optimizer": name, "recipe": " ".join([recipe, *recorded_overrides(kept)])}
     try:
-        sibling = validate(compose_run(recipe, list(kept)))
+        sibling = validate(compose_run(recipe, list(kept)), like=resolved)
     except UserError as err:
         return {**entry, "available": False, "reason": err.lines()[0].removeprefix("error: ")}
     breakdown = evaluate(build_inputs(sibling, net, a), calibration.efficiency, a.backward_share)
