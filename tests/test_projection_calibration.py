@@ -11,9 +11,10 @@ import pytest
 from optbench.accounting.throughput import step_time_for_tflops
 from optbench.compose.recipe import compose_run
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
-from optbench.projection.calibration import calibrate, ranked_anchors
+from optbench.projection.calibration import Holdout, calibrate, ranked_anchors
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.project import project
+from optbench.projection.release_drift import release_drift, same_configuration
 from optbench.projection.step_model import evaluate
 from optbench.published import load_published
 from optbench.projection.work import build_inputs
@@ -65,6 +66,27 @@ def test_anchor_preference_is_the_paired_blog_row():
     # On another GPU that has its own AdamW row, that row comes first.
     assert ranked_anchors("qwen3_30b_a3b", "gb200", "26.02", rows)[0].gpu == "gb200"
     assert all(r.optimizer == "adamw" for r in ranked_anchors("kimi_k2", "gb300", "26.02", rows))
+
+
+def test_anchor_of_a_release_that_ran_the_same_preset_beats_the_nearest_release():
+    """26.06 left out: 26.06.01 ran NVIDIA's very Qwen3 GB200 MXFP8 preset (only the image tag differs), 26.04.01
+    (as near, and earlier) ran another one (no EP overlap, no CUDA graphs), so 26.06.01 anchors."""
+    rows = load_published(PUBLISHED)
+    holdout = Holdout(releases=frozenset({"26.06"}))
+    best = ranked_anchors("qwen3_30b_a3b", "gb200", "26.06", rows, holdout, "mxfp8")[0]
+    assert (best.release, best.gpu) == ("26.06.01", "gb200")
+    assert same_configuration(best, "26.06") and not same_configuration(best, "26.04.01")
+    # Without a release of the same preset the nearest release still wins, the earlier one on a tie.
+    assert ranked_anchors("qwen3_30b_a3b", "b300", "26.06", rows, holdout, "mxfp8")[0].release == "26.04.01"
+
+
+def test_release_drift_is_small_where_the_preset_did_not_change():
+    drift = release_drift(load_published(PUBLISHED))
+    unchanged, changed = drift["summary"]["preset_unchanged"], drift["summary"]["preset_changed"]
+    assert unchanged["steps"] >= 5 and changed["steps"] >= 5
+    assert unchanged["max_abs_change_percent"] < changed["max_abs_change_percent"]
+    step = next(s for s in drift["steps"] if s["setup"].startswith("qwen3_30b_a3b gb200") and s["to"] == "26.06")
+    assert step["from"] == "26.04.01" and not step["same_preset"] and step["change_percent"] > 50
 
 
 @pytest.mark.parametrize("model", ["kimi_k2", "qwen3_30b_a3b"])

@@ -11,11 +11,14 @@ Anchor choice, among the AdamW rows of ``results/published/published.csv`` for t
 (Muon rows are never read here) that a :class:`Holdout` does not hold out, best first:
 
 1. measured on the run's GPU, then in the run's precision;
-2. measured with the run's container release, else the nearest release (earlier before later on a tie):
-   NVIDIA's software changes between releases, and the nearest release changed least;
-3. from a source that also publishes the Muon figure of the same setup (a paired comparison:
+2. measured with the run's container release, or with a release whose NVIDIA preset of the anchor's setup
+   (model, GPU, precision: the layout, settings, kernels and job its launcher executes) is the very one of the
+   run's release: at an unchanged configuration releases differ by drift only (median 1 %), while a changed
+   preset moves throughput a lot (Qwen3 30B-A3B GB200 MXFP8, 26.04.01 -> 26.06: 599 -> 936 TFLOP/s/GPU);
+3. else the nearest release (earlier before later on a tie): the nearest release changed least;
+4. from a source that also publishes the Muon figure of the same setup (a paired comparison:
    NVIDIA's blog Table 1, Kimi K2 1051 and Qwen3 30B-A3B 713 on GB300);
-4. file order.
+5. file order.
 
 An anchor is composed exactly as the table projects its row (:mod:`optbench.projection.row_config`: the
 row's release, NVIDIA's executed preset of it, the row's stated values): the efficiency solved on it
@@ -37,6 +40,7 @@ from optbench.projection.assumptions import Assumptions
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.step_model import solve_efficiency
 from optbench.projection.work import build_inputs, gemm_peak
+from optbench.projection.release_drift import same_configuration
 from optbench.projection.row_config import release_order, row_config, row_run
 from optbench.published import PublishedRow, default_published_dir, load_published
 from optbench.resolve import ResolvedRun
@@ -142,6 +146,7 @@ def ranked_anchors(
         key=lambda pair: (
             pair[1].gpu != gpu,
             precision is not None and PRECISION_ALIASES.get(pair[1].precision, pair[1].precision) != precision,
+            release is None or not same_configuration(pair[1], release),
             _release_distance(pair[1], release, order),
             not _paired(pair[1], rows),
             pair[0],

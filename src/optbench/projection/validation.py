@@ -22,6 +22,7 @@ from typing import Any
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import Holdout, row_id, solve_on
 from optbench.projection.published_rows import projection_error
+from optbench.projection.release_drift import release_drift
 from optbench.projection.row_config import release_order, row_config
 from optbench.published import PublishedRow
 
@@ -104,4 +105,7 @@ def report(rows: list[PublishedRow]) -> dict[str, Any]:
         for scheme in SCHEMES
     }
     releases = sorted({r["release"] for r in records}, key=release_order)
-    return {"schemes": list(SCHEMES), "summary": summaries, "releases": releases, "rows": records}
+    return {
+        "schemes": list(SCHEMES), "summary": summaries, "releases": releases, "rows": records,
+        "release_drift": release_drift(rows),
+    }

@@ -14,6 +14,7 @@ from optbench.checkout import repo_root
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
 from optbench.projection.expected_error import VALIDATION
+from optbench.projection.release_drift import drift_lines
 from optbench.projection.validation import SCHEMES, WITHIN, report
 from optbench.published import default_published_dir, load_published
 
@@ -87,6 +88,15 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "Fitted parameters: one GEMM efficiency per projection, solved on one AdamW anchor row; the count is the"
         " number of distinct anchors the scheme used.",
+        "",
+        "## Release drift",
+        "",
+        "Published AdamW model TFLOP/s/GPU of one setup (source, model, GPU, GPU count, precision) from one release to"
+        " the next, split by whether NVIDIA's executed preset of that setup changed (why the calibration prefers an"
+        " anchor whose release ran the same preset over the nearest release; `validation.json`, `release_drift`,"
+        " lists every step).",
+        "",
+        *drift_lines(data["release_drift"]),
         "",
         "## Every row",
         "",

@@ -149,6 +149,30 @@ def release_of_container(name: str) -> str:
     return versions.containers()[name].bridge
 
 
+LAUNCHER_OWN = frozenset({"launcher_args"})
+"""Parts of an executed case that name the container itself (its image tag), not the configuration it ran."""
+
+
+@lru_cache(maxsize=None)
+def executed_configuration(container: str, key: str) -> Optional[str]:
+    """NVIDIA's executed configuration of one case (``<model>/<gpu>/<precision>/<optimizer>``) in a container, as
+    canonical JSON (its launcher's own arguments left out), or None where we executed none: two containers
+    whose values are equal ran the very same configuration (layout, settings, kernels, job)."""
+    container_entry = versions.containers().get(container)
+    if container_entry is None:
+        return None
+    release = container_entry.bridge
+    model = key.split("/", 1)[0]
+    if release in FALLBACK and not any(k.startswith(model + "/") for k in load(release)["presets"]):
+        release = FALLBACK[release]
+    if not (DATA / f"presets-{release}.json").exists():
+        return None
+    entry = load(release)["presets"].get(key)
+    if entry is None:
+        return None
+    return json.dumps({part: value for part, value in entry.items() if part not in LAUNCHER_OWN}, sort_keys=True)
+
+
 def preset_key(run: RunConfig, optimizer: Optional[str] = None) -> str:
     opt = optimizer or PRESET_OPTIMIZER.get(run.optimizer.name, run.optimizer.name)
     return f"{run.model.name}/{run.cluster.gpu}/{run.precision.name}/{opt}"
