@@ -13,8 +13,9 @@ Anchor choice, among the AdamW rows of ``results/published/published.csv`` for t
 1. measured on the run's GPU, then in the run's precision;
 2. measured with the run's container release, or with a release whose NVIDIA preset of the anchor's setup
    (model, GPU, precision: the layout, settings, kernels and job its launcher executes) is the very one of the
-   run's release: at an unchanged configuration releases differ by drift only (median 1 %), while a changed
-   preset moves throughput a lot (Qwen3 30B-A3B GB200 MXFP8, 26.04.01 -> 26.06: 599 -> 936 TFLOP/s/GPU);
+   run's release: at an unchanged configuration releases differ by drift only (median 0.6 %, at most 1.8 %:
+   the release-drift table of ``make projection``), while a changed preset moves throughput a lot (Qwen3
+   30B-A3B GB200 MXFP8, 26.04.01 -> 26.06: 599 -> 936 TFLOP/s/GPU);
 3. else the nearest release (earlier before later on a tie): the nearest release changed least;
 4. from a source that also publishes the Muon figure of the same setup (a paired comparison:
    NVIDIA's blog Table 1, Kimi K2 1051 and Qwen3 30B-A3B 713 on GB300);

@@ -16,12 +16,12 @@ from typing import Any
 from optbench.accounting.plan_fields import PRECISION_ALIASES
 from optbench.projection.row_config import release_order
 from optbench.published import PublishedRow
-from optbench.releases.presets import executed_configuration
+from optbench.releases.presets import case_key, executed_configuration
 
 
 def preset_key(row: PublishedRow) -> str:
     """The key of a published AdamW row's setup in ``presets-<bridge>.json`` (NVIDIA names the optimizer adam)."""
-    return f"{row.model}/{row.gpu}/{PRECISION_ALIASES.get(row.precision, row.precision)}/adam"
+    return case_key(row.model, row.gpu, PRECISION_ALIASES.get(row.precision, row.precision), "adam")
 
 
 def same_configuration(row: PublishedRow, release: str) -> bool:
@@ -42,9 +42,9 @@ def _steps(rows: list[PublishedRow]) -> list[dict[str, Any]]:
         series.sort(key=lambda row: release_order(row.release))
         for before, after in zip(series, series[1:]):
             key = preset_key(before)
-            if before.release == after.release or executed_configuration(f"nemo:{before.release}", key) is None:
-                continue
-            if executed_configuration(f"nemo:{after.release}", key) is None:
+            if before.release == after.release or any(
+                executed_configuration(f"nemo:{row.release}", key) is None for row in (before, after)
+            ):
                 continue
             steps.append({
                 "setup": f"{before.model} {before.gpu} x{before.num_gpus} {before.precision} ({before.source})",

@@ -162,27 +162,34 @@ def executed_configuration(container: str, key: str) -> Optional[str]:
     if container_entry is None:
         return None
     release = container_entry.bridge
-    model = key.split("/", 1)[0]
-    if release in FALLBACK and not any(k.startswith(model + "/") for k in load(release)["presets"]):
-        release = FALLBACK[release]
     if not (DATA / f"presets-{release}.json").exists():
         return None
-    entry = load(release)["presets"].get(key)
+    entry = load(serving_release(release, key.split("/", 1)[0]))["presets"].get(key)
     if entry is None:
         return None
     return json.dumps({part: value for part, value in entry.items() if part not in LAUNCHER_OWN}, sort_keys=True)
 
 
+def serving_release(release: str, model: str) -> str:
+    """The release whose presets serve ``model`` in ``release`` (:data:`FALLBACK` where the release's scripts lack it)."""
+    if release in FALLBACK and not any(k.startswith(model + "/") for k in load(release)["presets"]):
+        return FALLBACK[release]
+    return release
+
+
+def case_key(model: str, gpu: str, precision: str, optimizer: str) -> str:
+    """A case's key in ``presets-<bridge>.json``: ``<model>/<gpu>/<precision>/<optimizer>`` (NVIDIA's optimizer name)."""
+    return f"{model}/{gpu}/{precision}/{optimizer}"
+
+
 def preset_key(run: RunConfig, optimizer: Optional[str] = None) -> str:
     opt = optimizer or PRESET_OPTIMIZER.get(run.optimizer.name, run.optimizer.name)
-    return f"{run.model.name}/{run.cluster.gpu}/{run.precision.name}/{opt}"
+    return case_key(run.model.name, run.cluster.gpu, run.precision.name, opt)
 
 
 def find_preset(run: RunConfig, release: Optional[str] = None) -> Optional[Preset]:
     """NVIDIA's preset for the run's model, GPU, precision and optimizer; for Muon without one, the Adam preset."""
-    release = release or release_of(run)
-    if release in FALLBACK and not any(k.startswith(run.model.name + "/") for k in load(release)["presets"]):
-        release = FALLBACK[release]
+    release = serving_release(release or release_of(run), run.model.name)
     presets = load(release)["presets"]
     key = preset_key(run)
     adapted = run.optimizer.name == "soap"
