@@ -35,12 +35,12 @@ from optbench.compose.recipe import compose_run
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json
+from optbench.plan_types import Plan
 from optbench.plan import (
     build_plan,
     claim_results,
     format_launch_lines,
     format_summary,
-    missing_prefixes,
     plan_path,
     write_plan,
 )
@@ -62,14 +62,14 @@ def plan_folder(run: RunConfig) -> Path:
     return plan_path(run).parent
 
 
-def plan_run(recipe: str, overrides: Sequence[str]) -> tuple[RunConfig, dict[str, Any]]:
+def plan_run(recipe: str, overrides: Sequence[str]) -> tuple[RunConfig, Plan]:
     """Compose, validate (which resolves the run once) and plan, writing nothing; returns the resolved
     run's config (a Bridge job's with its absolute results_dir and run id) and the plan."""
     resolved = validate(compose_run(recipe, overrides))
     return resolved.run, build_plan(resolved, overrides)
 
 
-def compose_and_plan(recipe: str, overrides: Sequence[str]) -> tuple[RunConfig, dict[str, Any]]:
+def compose_and_plan(recipe: str, overrides: Sequence[str]) -> tuple[RunConfig, Plan]:
     """Compose, validate, plan; write and print the plan; return both."""
     run, plan = plan_run(recipe, overrides)
     print(format_summary(plan))
@@ -106,9 +106,9 @@ def check_launch(run: RunConfig) -> None:
             raise UserError(problem)
 
 
-def warn_missing_data(run: RunConfig, plan: dict[str, Any]) -> None:
+def warn_missing_data(run: RunConfig, plan: Plan) -> None:
     """A cluster job reads its data where it runs: a prefix missing here is a warning, not an error."""
-    missing = missing_prefixes(plan)
+    missing = plan.data.missing_prefixes
     if missing and run.engine == "megatron_bridge":
         print(
             f"warning: data.path: {', '.join(missing)} not found on this machine (.bin/.idx); the job fails at start "
@@ -131,12 +131,12 @@ def pretrain(recipe: str, overrides: Sequence[str]) -> int:
     return launch_bridge_local(run, plan)
 
 
-def _record_launch(run: RunConfig, plan: dict[str, Any], launch: dict[str, Any], *copies: Path) -> None:
-    """Add the launch section to plan.json (and to copies of it), then print its lines."""
-    plan["launch"] = launch
+def _record_launch(run: RunConfig, plan: Plan, launch: dict[str, Any], *copies: Path) -> None:
+    """Write plan.json (and copies of it) with the launch section, then print its lines."""
+    plan = plan.with_launch(launch)
     write_plan(run, plan)
     for copy in copies:
-        atomic_write_json(copy, plan)
+        atomic_write_json(copy, plan.to_json())
     for line in format_launch_lines(plan):
         print(line)
 
@@ -169,7 +169,7 @@ JOB_FILES = ("plan.json", "config.yaml", "sbatch.sh", "nemo_run")
 folder beside them, Slurm's logs/ and a resumed run's metrics and checkpoints are not touched)."""
 
 
-def launch_slurm(run: RunConfig, plan: dict[str, Any]) -> int:
+def launch_slurm(run: RunConfig, plan: Plan) -> int:
     """Render (dryrun) or submit one Slurm job for the run (check_launch has run)."""
     from launch import slurm
 
@@ -219,7 +219,7 @@ def bridge_local_problem(num_gpus: int) -> Problem | None:
     )
 
 
-def launch_bridge_local(run: RunConfig, plan: dict[str, Any]) -> int:
+def launch_bridge_local(run: RunConfig, plan: Plan) -> int:
     """Megatron Bridge on this machine: torchrun with one process per GPU, in the foreground."""
     folder = plan_folder(run) if run.dryrun else run_dir(run)
     config_path = folder / "config.yaml"

@@ -36,6 +36,7 @@ from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json
 from optbench.plan import build_plan, claim_results
+from optbench.plan_types import Plan
 from optbench.projection.ranking import print_ranking
 from optbench.redact import recorded_overrides
 from optbench.replace import replacing
@@ -55,7 +56,7 @@ class SweepPoint:
     """Every override of the point: the fixed ones, then the swept ones."""
     run: Optional[RunConfig] = None
     """The composed, validated run (None when invalid)."""
-    plan: Optional[dict[str, Any]] = None
+    plan: Optional[Plan] = None
     """Its plan (None when invalid)."""
     problems: list[str] = field(default_factory=list)
     """One line per problem when the point is invalid."""
@@ -74,7 +75,7 @@ class SweepPoint:
             "valid": self.valid,
             "problems": self.problems,
             "run_id": self.run.run_id if self.run else None,
-            "layout": self.plan["layout"] if self.plan else None,
+            "layout": self.plan.layout.as_dict() if self.plan else None,
             "job_script": self.job_script,
             "job_id": self.job_id,
         }
@@ -156,11 +157,11 @@ def plan_sweep(recipe: str, overrides: Sequence[str]) -> list[SweepPoint]:
     return points
 
 
-def _layout_text(plan: dict[str, Any]) -> str:
-    lay = plan["layout"]
+def _layout_text(plan: Plan) -> str:
+    lay = plan.layout
     return (
-        f"TP{lay['tp']} PP{lay['pp']} VPP{lay['vpp']} CP{lay['cp']} EP{lay['ep']} ETP{lay['etp']} | DP{lay['dp']}"
-        f", GBS {plan['gbs']} MBS {plan['mbs']}, {plan['world_size']} GPUs"
+        f"TP{lay.tp} PP{lay.pp} VPP{lay.vpp} CP{lay.cp} EP{lay.ep} ETP{lay.etp} | DP{lay.dp}"
+        f", GBS {plan.gbs} MBS {plan.mbs}, {lay.world_size} GPUs"
     )
 
 
@@ -187,9 +188,9 @@ def _point_jobs(points: list[SweepPoint], folder: Path, dryrun: bool) -> list[Jo
         run = point.run
         target = folder / point.name if dryrun else run_dir(run)
         job = JobSpec(name=str(run.run_id), run=run, folder=target)
-        point.plan["launch"] = slurm_launch_section(job, dryrun)
+        point.plan = point.plan.with_launch(slurm_launch_section(job, dryrun))
         save_resolved_config(run, job.config_path)
-        atomic_write_json(target / "plan.json", point.plan)
+        atomic_write_json(target / "plan.json", point.plan.to_json())
         jobs.append(job)
     return jobs
 
@@ -203,11 +204,11 @@ def launch_slurm_points(recipe: str, points: list[SweepPoint], folder: Path, dry
     for point, job, result in zip(points, jobs, rendered):
         point.job_script = shown(result.script)
         point.job_id = result.job_id
-        point.plan["launch"]["job_script"] = point.job_script
-        point.plan["launch"]["nemo_run_script"] = shown(result.nemo_run_script)
+        launch = {**point.plan.launch, "job_script": point.job_script, "nemo_run_script": shown(result.nemo_run_script)}
         if result.job_id:
-            point.plan["launch"]["job_ids"] = [result.job_id]
-        atomic_write_json(job.folder / "plan.json", point.plan)
+            launch["job_ids"] = [result.job_id]
+        point.plan = point.plan.with_launch(launch)
+        atomic_write_json(job.folder / "plan.json", point.plan.to_json())
     state = "rendered as one NeMo-Run experiment (dry run, not submitted)" if dryrun else "submitted as one NeMo-Run experiment"
     print(f"  {len(jobs)} job scripts {state}:")
     for point in points:
@@ -218,7 +219,7 @@ def sweep(recipe: str, overrides: Sequence[str]) -> int:
     points = plan_sweep(recipe, overrides)
     print_points(recipe, points)
     valid = [p for p in points if p.valid]
-    print_ranking([(p.name, p.plan) for p in valid])  # projected throughput, best first
+    print_ranking([(p.name, p.plan.layout, p.plan.projection) for p in valid])  # projected throughput, best first
     if not valid:
         reasons = {tuple(p.problems) for p in points}
         if len(reasons) == 1:  # every point fails the same way: a fixed override, not the swept values

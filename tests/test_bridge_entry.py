@@ -98,7 +98,7 @@ def _job_folder(tmp_path: Path, *overrides: str) -> Path:
     resolved = validate(compose_run("kimi_k2_muon", [ON_0_3_1, f"results_dir={tmp_path}", "run_id=entry-test", *overrides]))
     folder = tmp_path / "runs" / "entry-test"
     path = save_resolved_config(resolved.run, folder / "config.yaml")
-    (folder / "plan.json").write_text(json.dumps(build_plan(resolved)))
+    (folder / "plan.json").write_text(json.dumps(build_plan(resolved).to_json()))
     return path
 
 

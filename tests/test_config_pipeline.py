@@ -81,7 +81,7 @@ def test_typed_pp_gives_a_valid_plan_that_says_the_layout_was_balanced() -> None
     rank_layers = [sum(layers[rank::8]) for rank in range(8)]
     assert rank_layers == [8] * 7 + [5]  # the last rank also runs the ~2.2-layer output layer
     plan = build_plan(resolve(run), overrides)
-    assert plan["pipeline_layout_balanced"] is True
+    assert plan.pipeline_layout_balanced is True
     assert "layout balanced for the typed pp/vpp" in format_summary(plan)
 
 
@@ -89,7 +89,7 @@ def test_unchanged_stage_count_keeps_the_published_layout() -> None:
     published = compose_run("kimi_k2_muon").parallel.pipeline_layout
     run = compose_run("kimi_k2_muon", ["parallel.pp=2", "parallel.vpp=8"])  # 16 stages, as published
     assert run.parallel.pipeline_layout == published
-    assert build_plan(resolve(compose_run("kimi_k2_muon")), [])["pipeline_layout_balanced"] is False
+    assert build_plan(resolve(compose_run("kimi_k2_muon")), []).pipeline_layout_balanced is False
 
 
 def test_pp_one_drops_the_layout() -> None:

@@ -115,7 +115,7 @@ def test_plan_prices_soap_and_adaptive_muon_against_their_adamw_twin():
     plans = {}
     for recipe in ("qwen3_30b_a3b_muon", "qwen3_30b_a3b_adaptive_muon", "qwen3_30b_a3b_soap"):
         plans[recipe] = build_plan(validate(compose_run(recipe, [RESULTS])), [])
-    muon, adaptive, soap = (plans[r]["projection"] for r in plans)
+    muon, adaptive, soap = (plans[r].projection for r in plans)
     step = {name: sum(p["optimizer_mean_s"].values()) for name, p in (("muon", muon), ("adaptive", adaptive), ("soap", soap))}
     assert step["adaptive"] > step["muon"] and step["soap"] > step["adaptive"]
     assert soap["adamw_twin"]["recipe"].startswith("qwen3_30b_a3b_adamw")
@@ -124,7 +124,7 @@ def test_plan_prices_soap_and_adaptive_muon_against_their_adamw_twin():
     assert "SOAP FLOPs" in text and " SOAP = " in text and "SOAP products and QR" in text
     assert "optimizer_state" in text and "no SOAP preset for this model" in text
     # Side by side: every plan lists the three matrix optimizers against the same AdamW twin, each from its recipe.
-    sides = [{s["optimizer"]: s for s in plans[r]["projection"]["optimizers"]} for r in plans]
+    sides = [{s["optimizer"]: s for s in plans[r].projection["optimizers"]} for r in plans]
     assert all(list(side) == ["muon", "adaptive_muon", "soap"] for side in sides)
     change = {name: sides[0][name]["tflops_per_gpu_change_percent"] for name in sides[0]}
     assert all(side[name]["tflops_per_gpu_change_percent"] == change[name] for side in sides for name in side)
@@ -138,9 +138,9 @@ def test_side_by_side_names_why_a_sibling_has_no_number():
     from optbench.plan import build_plan
 
     typed = [RESULTS, "cluster.container=nemo:26.02"]
-    old = {s["optimizer"]: s for s in build_plan(validate(compose_run("qwen3_30b_a3b_muon", typed)), typed)["projection"]["optimizers"]}
+    old = {s["optimizer"]: s for s in build_plan(validate(compose_run("qwen3_30b_a3b_muon", typed)), typed).projection["optimizers"]}
     assert old["muon"]["available"] and not old["soap"]["available"] and "soap arrives with nemo:26.06" in old["soap"]["reason"]
-    kimi = {s["optimizer"]: s for s in build_plan(validate(compose_run("kimi_k2_muon", [RESULTS])), [])["projection"]["optimizers"]}
+    kimi = {s["optimizer"]: s for s in build_plan(validate(compose_run("kimi_k2_muon", [RESULTS])), []).projection["optimizers"]}
     assert not kimi["soap"]["available"] and "largest term: optimizer_state" in kimi["soap"]["reason"]
     assert kimi["adaptive_muon"]["available"] and kimi["adaptive_muon"]["recipe"] == "kimi_k2_muon optimizer=adaptive_muon"
 

@@ -42,15 +42,15 @@ def test_invalid_points_keep_their_reason_and_valid_points_their_plan(tmp_path: 
     points = plan_sweep("kimi_k2_muon", ["parallel.ep=32,64", "parallel.pp=4,8", f"results_dir={tmp_path}"])
     by_name = {p.name: p for p in points}
     assert list(by_name) == ["ep32-pp4", "ep32-pp8", "ep64-pp4", "ep64-pp8"]
-    assert by_name["ep64-pp4"].valid and by_name["ep64-pp4"].plan["layout"]["ep"] == 64
+    assert by_name["ep64-pp4"].valid and by_name["ep64-pp4"].plan.layout.ep == 64
     # pp=8 without a typed layout: the recipe's 16-stage layout is rebalanced over 8*4 = 32 stages.
-    assert by_name["ep32-pp8"].valid and len(by_name["ep32-pp8"].plan["pipeline_stage_layers"]) == 32
+    assert by_name["ep32-pp8"].valid and len(by_name["ep32-pp8"].plan.pipeline_stage_layers) == 32
     assert any("ep*etp = 64*1 must divide" in line for line in by_name["ep64-pp8"].problems)
     assert not by_name["ep64-pp8"].valid and all(line.startswith("error: ") for line in by_name["ep64-pp8"].problems)
     # Each point is its own run: distinct run ids that the Bridge overrides name.
     plan = by_name["ep64-pp4"].plan
-    assert plan["config"]["run_id"].endswith("-ep64-pp4")
-    assert f"logger.wandb_exp_name={plan['config']['run_id']}" in plan["bridge"]["overrides"]
+    assert plan.config["run_id"].endswith("-ep64-pp4")
+    assert f"logger.wandb_exp_name={plan.config['run_id']}" in plan.bridge.overrides
 
 
 def test_sweep_dry_run_renders_every_valid_point_in_one_experiment(monkeypatch, capsys, tmp_path: Path) -> None:

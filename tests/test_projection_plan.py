@@ -21,7 +21,7 @@ FIELDS = ("step_time_s", "tflops_per_gpu", "tflops_per_gpu_with_ns", "mfu", "bre
 
 def test_kimi_k2_muon_plan_has_projection_twin_and_decomposition() -> None:
     plan = build_plan(resolve(compose_run("kimi_k2_muon", [])))
-    p = plan["projection"]
+    p = plan.projection
     assert p["available"] and all(field in p for field in FIELDS)
     assert set(p["mfu"]) == {"gb300_fp8", "gb300_bf16"}
     assert p["step_time_s"] == pytest.approx(sum(p["breakdown_s"].values()), abs=1e-3)
@@ -45,7 +45,7 @@ def test_kimi_k2_muon_plan_has_projection_twin_and_decomposition() -> None:
 
 def test_qwen3_adamw_plan_projection() -> None:
     plan = build_plan(resolve(compose_run("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.02"])))
-    p = plan["projection"]
+    p = plan.projection
     assert p["available"] and all(field in p for field in FIELDS)
     assert "adamw_twin" not in p and "muon_overhead" not in p
     assert p["tflops_per_gpu"] == pytest.approx(713.0, abs=0.01)  # its own calibration anchor
@@ -54,8 +54,8 @@ def test_qwen3_adamw_plan_projection() -> None:
 
 def test_local_engine_needs_no_projection() -> None:
     plan = build_plan(resolve(compose_run("qwen3_moe_tiny_muon", [])))
-    assert plan["projection"]["available"] is False
-    assert "engine=local" in plan["projection"]["reason"]
+    assert plan.projection["available"] is False
+    assert "engine=local" in plan.projection["reason"]
     assert "  projection  none: engine=local" in format_summary(plan)
 
 
@@ -77,15 +77,15 @@ def test_a_run_resolved_like_another_shares_its_placement_only_when_it_places_al
 
 def test_sweep_points_ranked_by_projected_throughput(tmp_path: Path) -> None:
     points = plan_sweep("qwen3_30b_a3b_muon", ["train.mbs=4,8", f"results_dir={tmp_path}"])
-    valid = [(p.name, p.plan) for p in points if p.valid]
+    valid = [(p.name, p.plan.layout, p.plan.projection) for p in points if p.valid]
     assert len(valid) == 2
     ranked = rank_by_projection(valid)
-    tflops = [plan["projection"]["tflops_per_gpu"] for _, plan in ranked]
+    tflops = [projection["tflops_per_gpu"] for _, _, projection in ranked]
     assert tflops == sorted(tflops, reverse=True)
     lines = ranking_lines(valid)
     assert lines[0].startswith("Projected throughput")
     assert lines[2].split()[:2] == ["1", ranked[0][0]] and lines[3].split()[:2] == ["2", ranked[1][0]]
-    unranked = ranking_lines([("x", {"projection": {"available": False, "reason": "not calibrated"}})])
+    unranked = ranking_lines([("x", valid[0][1], {"available": False, "reason": "not calibrated"})])
     assert unranked[-1].endswith("x: not ranked (not calibrated)")
 
 

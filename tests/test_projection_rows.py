@@ -33,7 +33,7 @@ def test_plan_and_table_print_the_same_projection(release, model, gpu, optimizer
     row = _row(release, model, gpu, optimizer)
     config = row_config(row)
     _, plan = plan_run(config.recipe, list(config.overrides))
-    assert plan["projection"]["tflops_per_gpu"] == projection_error(row)["tflops"]
+    assert plan.projection["tflops_per_gpu"] == projection_error(row)["tflops"]
     assert config.command.startswith(f"make plan RECIPE={config.recipe} ")
 
 
@@ -120,7 +120,7 @@ def test_plan_and_table_agree_on_a_row_of_every_model_and_release():
             continue
         seen.add((row.model, row.release))
         _, plan = plan_run(config.recipe, list(config.overrides))
-        assert plan["projection"]["tflops_per_gpu"] == result["tflops"], config.command
+        assert plan.projection["tflops_per_gpu"] == result["tflops"], config.command
 
 
 @pytest.mark.slow  # about a minute: every row three times

@@ -26,8 +26,8 @@ def test_recipe_composes_validates_and_plans(recipe: str) -> None:
     run = compose_run(recipe)
     assert collect_problems(run) == []
     plan = build_plan(resolve(run))
-    assert plan["recipe"] == recipe
-    assert plan["model"]["total_params"] > plan["model"]["active_params"] > 0
+    assert plan.recipe == recipe
+    assert plan.model.total_params > plan.model.active_params > 0
 
 
 def test_recipe_file_is_short_and_says_what_it_reproduces() -> None:

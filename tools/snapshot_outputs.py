@@ -108,7 +108,9 @@ def plans(out: Path) -> None:
                 except UserError as error:
                     (out / "plans" / f"{name}.txt").write_text(f"refused: {error}\n")
                     continue
-                text = stable(json.dumps(plan, indent=1, sort_keys=True, default=str))
+                # In plan.json's own key order (a typed plan writes its JSON view; an older commit's plan is a dict).
+                data = plan.to_json() if hasattr(plan, "to_json") else plan
+                text = stable(json.dumps(data, indent=1, default=str))
                 (out / "plans" / f"{name}.json").write_text(text + "\n")
                 (out / "plans" / f"{name}.txt").write_text(stable(format_summary(plan)) + "\n")
 

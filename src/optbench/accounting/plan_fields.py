@@ -12,7 +12,7 @@ model-only TFLOP/s.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from optbench.accounting.flops import model_flops_per_step, model_flops_per_token
@@ -110,6 +110,13 @@ def throughput_at(run: RunConfig, lay: Layout, ns_total: float) -> list[dict[str
     return implied
 
 
+ACCOUNTING_KEYS = (
+    "model_flops_per_token", "model_flops_per_step", "padded_vocab_size", "ns_flops_per_step_per_gpu",
+    "memory_per_gpu_gb", "peaks", "throughput_at",
+)
+"""The accounting fields, in plan.json's order (top-level keys of plan.json: see the module docstring)."""
+
+
 def accounting_fields(
     run: RunConfig, lay: Layout, ns_stats: NsStats, ns_total: float, memory: MemoryEstimate
 ) -> dict[str, Any]:
@@ -117,7 +124,7 @@ def accounting_fields(
     the recipe mode's total over all ranks) and memory."""
     seq = run.train.seq_length
     peaks = peaks_for(run.cluster.gpu, run.precision)
-    return {
+    return {  # keys: ACCOUNTING_KEYS
         "model_flops_per_token": model_flops_per_token(run.model, seq, run.parallel.tp),
         "model_flops_per_step": model_flops_per_step(run),
         "padded_vocab_size": padded_vocab_size(run.model, run.parallel.tp),
@@ -144,10 +151,8 @@ def _percent(fractions: dict[str, float]) -> str:
     return ", ".join(f"{100 * v:.1f} % of {k}" for k, v in fractions.items()) or "no peak for this GPU"
 
 
-def accounting_summary_lines(plan: dict[str, Any]) -> list[str]:
-    """Summary lines for the accounting fields of a plan (empty when the plan has none)."""
-    if "model_flops_per_token" not in plan:
-        return []
+def accounting_summary_lines(plan: Mapping[str, Any], optimizer: str) -> list[str]:
+    """Summary lines for the accounting fields of a plan (``optimizer``: the run's optimizer name)."""
     lines = [
         f"  FLOPs       {plan['model_flops_per_token']:.4g} per token (Bridge's rule, vocab padded to"
         f" {plan['padded_vocab_size']}), {plan['model_flops_per_step']:.4g} per step",
@@ -160,7 +165,7 @@ def accounting_summary_lines(plan: dict[str, Any]) -> list[str]:
             for mode in MUON_TP_MODES
         )
         lines.append(f"  NS FLOPs    per GPU per step, mean/busiest rank (* recipe's TP mode): {modes}")
-    elif plan.get("optimizer", {}).get("name") == "soap":
+    elif optimizer == "soap":
         soap = ns["blockwise"]
         lines.append(f"  SOAP FLOPs  per GPU per step, mean/busiest rank: {_si(soap['mean'])}/{_si(soap['max'])}"
                      " (factor updates, projections, power iteration and QR on each local shard)")

@@ -180,7 +180,9 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
     release = release_layout.layout_overrides(run, overrides)
     if release:
         _apply_before_user(cfg, release)
-        run = _checked(cfg, [*release, *overrides])
+        # The release's values are NVIDIA's numbers and names, never an account or a credential: the secret
+        # check of the first pass still holds.
+        run = _checked(cfg, [*release, *overrides], secrets_checked=True)
     follow_stage_overrides(run, overrides)
     return run
 
@@ -198,9 +200,9 @@ def _apply_before_user(cfg: DictConfig, release: Sequence[str]) -> None:
     ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(list(release)), cfg)
 
 
-def _checked(cfg: DictConfig, overrides: Sequence[str]) -> RunConfig:
+def _checked(cfg: DictConfig, overrides: Sequence[str], secrets_checked: bool = False) -> RunConfig:
     """The typed run of a composed config, after its secret, engine-scope and domain checks."""
-    secrets = secret_problems(cfg)
+    secrets = [] if secrets_checked else secret_problems(cfg)
     if secrets:  # alone: other messages could quote the value
         raise UserError(secrets)
     run = to_run_config(cfg)

@@ -92,8 +92,10 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
     if unknown:
         raise UserError([unknown_key_problem(key) for key in unknown])
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(RunConfig), cfg)
-        run = OmegaConf.to_object(merged)
+        # Hydra composed it into the schema already (conf/base.yaml lists it first) and the check above found
+        # every key ``+`` appended, so only a config read from a file (config.yaml) needs merging into it.
+        typed = cfg if OmegaConf.get_type(cfg) is RunConfig else OmegaConf.merge(OmegaConf.structured(RunConfig), cfg)
+        run = OmegaConf.to_object(typed)
     except OmegaConfBaseException as err:
         raise translate_schema_error(err) from err
     assert isinstance(run, RunConfig)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from optbench.config.schema import MATRIX_FLOPS_LABELS, OPTIMIZER_LABELS
@@ -25,8 +25,8 @@ SHORT_NAMES = {
 
 
 def projection_fields(resolved: ResolvedRun, overrides: Sequence[str] = (), side_by_side: bool = True) -> dict[str, Any]:
-    """``{"projection": ...}`` for plan.json."""
-    return {"projection": project(resolved, overrides, with_siblings=side_by_side)}
+    """The ``projection`` section of plan.json."""
+    return project(resolved, overrides, with_siblings=side_by_side)
 
 
 def _ms_or_s(seconds: float) -> str:
@@ -45,15 +45,11 @@ def _sibling_text(sibling: dict[str, Any]) -> str:
             f", {sibling['memory_gb']:.1f} GB in all)")
 
 
-def projection_summary_lines(plan: dict[str, Any]) -> list[str]:
-    """Summary lines of the projection section (none when the plan has no such section)."""
-    p = plan.get("projection")
-    if p is None:
-        return []
+def projection_summary_lines(p: Mapping[str, Any], name: str) -> list[str]:
+    """Summary lines of a plan's projection section (``name``: the run's optimizer)."""
     if not p["available"]:
         return [f"  projection  none: {p['reason']}"]
     eff = p["efficiency"]
-    name = plan["optimizer"]["name"]
     flops = MATRIX_FLOPS_LABELS.get(name, "NS")
     ns = f" + {p['ns_tflops_per_gpu']:.1f} {flops} = {p['tflops_per_gpu_with_ns']:.1f}" if p.get("muon_overhead") is not None else ""
     lines = [

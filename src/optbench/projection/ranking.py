@@ -1,51 +1,54 @@
-"""Rank planned layouts by projected throughput (``make sweep ... dryrun=true``)."""
+"""Rank planned layouts by projected throughput (``make sweep ... dryrun=true``).
+
+A point is (name, layout, the plan's projection section).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from optbench.config.layout import Layout
 
-def _layout(plan: dict[str, Any]) -> str:
-    lay = plan["layout"]
-    return f"TP{lay['tp']} PP{lay['pp']} VPP{lay['vpp']} CP{lay['cp']} EP{lay['ep']} ETP{lay['etp']} DP{lay['dp']}"
+Point = tuple[str, Layout, Mapping[str, Any]]
+"""A planned point: its name, its layout and its plan's projection section."""
 
 
-def rank_by_projection(points: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+def _layout(lay: Layout) -> str:
+    return f"TP{lay.tp} PP{lay.pp} VPP{lay.vpp} CP{lay.cp} EP{lay.ep} ETP{lay.etp} DP{lay.dp}"
+
+
+def rank_by_projection(points: Sequence[Point]) -> list[Point]:
     """Points with a projection, best projected model TFLOP/s per GPU first (ties: faster step with NS)."""
-    projected = [(name, plan) for name, plan in points if plan.get("projection", {}).get("available")]
-    return sorted(
-        projected,
-        key=lambda pair: (-pair[1]["projection"]["tflops_per_gpu"], -pair[1]["projection"]["tflops_per_gpu_with_ns"]),
-    )
+    projected = [point for point in points if point[2].get("available")]
+    return sorted(projected, key=lambda point: (-point[2]["tflops_per_gpu"], -point[2]["tflops_per_gpu_with_ns"]))
 
 
-def ranking_lines(points: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
-    """A ranked table of the valid points (name, plan): projected step, TFLOP/s (model, with NS), MFU."""
+def ranking_lines(points: Sequence[Point]) -> list[str]:
+    """A ranked table of the valid points: projected step, TFLOP/s (model, with NS), MFU."""
     ranked = rank_by_projection(points)
-    missing = [(name, plan) for name, plan in points if not plan.get("projection", {}).get("available")]
+    missing = [(name, p) for name, _, p in points if not p.get("available")]
     if not points:
         return []
     lines = ["Projected throughput (model-only TFLOP/s/GPU, best first; docs/projection.md):"]
     if ranked:
-        width = max(len(name) for name, _ in ranked)
+        width = max(len(name) for name, _, _ in ranked)
         lines.append(
             f"  {'#':>2}  {'point':<{width}}  {'layout':<34} {'step s':>7} {'model':>8} {'with NS':>8}  MFU"
         )
-        for index, (name, plan) in enumerate(ranked, start=1):
-            p = plan["projection"]
+        for index, (name, lay, p) in enumerate(ranked, start=1):
             key, mfu = next(iter(p["mfu"].items()), ("-", 0.0))
             lines.append(
-                f"  {index:>2}  {name:<{width}}  {_layout(plan):<34} {p['step_time_s']:>7.2f}"
+                f"  {index:>2}  {name:<{width}}  {_layout(lay):<34} {p['step_time_s']:>7.2f}"
                 f" {p['tflops_per_gpu']:>8.1f} {p['tflops_per_gpu_with_ns']:>8.1f}  {100 * mfu:.1f} % of {key}"
             )
-    for name, plan in missing:
-        reason = plan.get("projection", {}).get("reason", "no projection in the plan")
+    for name, p in missing:
+        reason = p.get("reason", "no projection in the plan")
         lines.append(f"   -  {name}: not ranked ({reason})")
     return lines
 
 
-def print_ranking(points: Sequence[tuple[str, dict[str, Any]]]) -> None:
+def print_ranking(points: Sequence[Point]) -> None:
     """Print :func:`ranking_lines`."""
     for line in ranking_lines(points):
         print(line)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optbench.config.schema import MATRIX_OPTIMIZERS
+from optbench.plan_types import Plan
 
 
 @dataclass(frozen=True)
@@ -41,15 +42,15 @@ def planned_rows(results: Path) -> tuple[list[PlannedRow], list[tuple[str, str]]
     rows, skipped = [], []
     for path in sorted(results.glob("plans/*/plan.json")):
         try:
-            plan = json.loads(path.read_text(encoding="utf-8"))
-            siblings = {s["optimizer"]: s for s in plan["projection"].get("optimizers", ())}
+            plan = Plan.from_json(json.loads(path.read_text(encoding="utf-8")))
+            siblings = {s["optimizer"]: s for s in plan.projection.get("optimizers", ())}
             if not siblings:
                 continue
             rows.append(PlannedRow(
-                command=" ".join([plan["recipe"], *plan.get("overrides", [])]),
-                container=str(plan["config"]["cluster"]["container"]),
-                gpus=f"{plan['world_size']} x {plan['gpu']}, {plan['precision']}",
-                adamw_tflops=float(plan["projection"]["adamw_twin"]["tflops_per_gpu"]),
+                command=" ".join([plan.recipe, *plan.overrides]),
+                container=str(plan.config["cluster"]["container"]),
+                gpus=f"{plan.layout.world_size} x {plan.gpu}, {plan.precision}",
+                adamw_tflops=float(plan.projection["adamw_twin"]["tflops_per_gpu"]),
                 cells={name: _cell(siblings[name]) if name in siblings else "-" for name in MATRIX_OPTIMIZERS},
             ))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:

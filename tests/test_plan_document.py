@@ -1,0 +1,56 @@
+"""plan.json as a typed object: built once, written in its documented order, read back to the same plan."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optbench.accounting.plan_fields import ACCOUNTING_KEYS
+from optbench.compose.recipe import compose_run
+from optbench.plan import build_plan, format_summary
+from optbench.plan_format import PLAN_VERSION
+from optbench.plan_types import Plan
+from optbench.validate import validate
+
+
+def _written(plan: Plan) -> dict:
+    return json.loads(json.dumps(plan.to_json()))
+
+
+@pytest.mark.parametrize("recipe", ["kimi_k2_muon", "qwen3_moe_tiny_muon"])
+def test_a_plan_read_back_is_the_plan_that_was_written(recipe: str) -> None:
+    plan = build_plan(validate(compose_run(recipe)))
+    written = _written(plan)
+    again = Plan.from_json(written)
+    assert again.to_json() == written
+    assert (again.layout, again.optimizer, again.model, again.bridge) == (plan.layout, plan.optimizer, plan.model, plan.bridge)
+    assert format_summary(again) == format_summary(plan)
+
+
+def test_plan_json_keeps_its_documented_key_order() -> None:
+    written = _written(build_plan(validate(compose_run("kimi_k2_muon"))))
+    keys = list(written)
+    assert keys[:2] == ["plan_version", "recipe"] and written["plan_version"] == PLAN_VERSION
+    data = keys.index("data")
+    assert keys[data + 1: data + 1 + len(ACCOUNTING_KEYS)] == list(ACCOUNTING_KEYS)
+    assert keys[-3:] == ["projection", "config", "bridge"]
+    assert "muon" in written["optimizer"] and "soap" not in written["optimizer"]  # a null section is left out
+
+
+def test_the_launcher_adds_its_section_to_a_new_plan() -> None:
+    plan = build_plan(validate(compose_run("qwen3_moe_tiny_muon")))
+    launched = plan.with_launch({"executor": "local", "summary": "torchrun on this machine, 1 processes"})
+    assert plan.launch is None and "launch" not in plan.to_json()
+    assert list(launched.to_json())[-1] == "launch"
+    assert format_summary(launched).endswith("  launch      torchrun on this machine, 1 processes")
+
+
+def test_a_plan_of_another_shape_is_refused_by_the_reader() -> None:
+    written = _written(build_plan(validate(compose_run("qwen3_moe_tiny_muon"))))
+    written["optimizer"]["lr"] = "fast"
+    with pytest.raises(ValueError, match="optimizer"):
+        Plan.from_json(written)
+    del written["layout"]
+    with pytest.raises(KeyError):
+        Plan.from_json(written)
