@@ -9,6 +9,7 @@ one line names the field.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Sequence
 
@@ -110,7 +111,9 @@ SCHEMA_NAME = "run_schema"
 """conf/base.yaml lists this first, so Hydra composes every group into the typed schema."""
 
 
+@functools.cache
 def _register_schema() -> None:
+    """Put the schema into Hydra's config store, once per process (storing converts the whole dataclass tree)."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name=SCHEMA_NAME, node=RunConfig)
