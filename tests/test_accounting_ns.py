@@ -162,3 +162,23 @@ def test_kimi_k2_published_layout_ns_per_gpu() -> None:
     # TP1 ETP1: duplicated is the same work as blockwise; distributed's forced orientation costs more.
     assert ns_flops_per_step_per_gpu(run, "duplicated")["mean"] == pytest.approx(stats["mean"])
     assert ns_flops_per_step_per_gpu(run, "distributed")["mean"] > stats["mean"]
+
+
+@pytest.mark.parametrize("recipe, overrides", [
+    ("kimi_k2_muon", []),
+    ("qwen3_30b_a3b_muon", ["parallel.tp=2", "parallel.etp=2", "parallel.ep=4"]),
+    ("deepseek_v3_muon", []),
+    ("qwen3_moe_tiny_muon", []),
+])
+def test_groups_of_one_shape_class_deal_alike_items(recipe, overrides) -> None:
+    """The plan, the memory estimate and the projection price one group per shape class and reuse it for the
+    others (DpGroupWork.shape_class): that is exact only if every group of a class deals items of the same
+    sizes, counts and order, to the same number of ranks. Each group still names its own parameters."""
+    run = compose_run(recipe, overrides)
+    by_class: dict = {}
+    for group in dp_group_work(run):
+        sizes = (len(group.ranks), [(i.numel, i.ns_flops, i.is_expert, i.param.local_shape) for i in group.items])
+        assert by_class.setdefault(group.shape_class, sizes) == sizes, group.shape_class
+    experts = [g for g in dp_group_work(run) if g.shape_class == ("experts", 0)]
+    names = {tuple(i.name for i in g.items) for g in experts}
+    assert len(names) == len({id(g.dealt) for g in experts})  # each EP rank's groups name its own experts

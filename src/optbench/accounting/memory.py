@@ -125,10 +125,15 @@ def _optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[D
     """Optimizer-state bytes of every global rank (:mod:`optbench.accounting.optimizer_work`)."""
     opt = run.optimizer
     state = [0.0] * layout.world_size
+    # Groups of one shape class hold alike items (DpGroupWork.shape_class): each class is counted once and
+    # added to every group's ranks item by item, in the same order as before, so the sums are unchanged.
     if not opt.matrix_optimizer:
         sharded = opt.use_distributed_optimizer
+        totals: dict[tuple, float] = {}
         for group in groups:
-            total = adam_state_bytes(sum(item.numel for item in group.items))
+            if group.shape_class not in totals:
+                totals[group.shape_class] = adam_state_bytes(sum(item.numel for item in group.items))
+            total = totals[group.shape_class]
             for rank in group.ranks:
                 state[rank] += total / len(group.ranks) if sharded else total
         return state
@@ -138,14 +143,19 @@ def _optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[D
         return matrix_state_bytes(opt, item.param.local_shape) if item.ns_flops > 0 else adam_state_bytes(item.numel)
 
     shared = opt.layer_wise and layout.dp * layout.cp > 1
+    counted: dict[tuple, tuple[list[float], list[int]]] = {}
     for group in groups:
+        if group.shape_class not in counted:
+            owners = pingpong_by_numel(group.items, len(group.ranks)) if shared else []
+            counted[group.shape_class] = ([item_bytes(item) for item in group.items], owners)
+        per_item, owners = counted[group.shape_class]
         if not shared:
-            total = sum(item_bytes(item) for item in group.items)
+            total = sum(per_item)
             for rank in group.ranks:
                 state[rank] += total
             continue
-        for item, owner in zip(group.items, pingpong_by_numel(group.items, len(group.ranks))):
-            state[group.ranks[owner]] += item_bytes(item)
+        for size, owner in zip(per_item, owners):
+            state[group.ranks[owner]] += size
     return state
 
 

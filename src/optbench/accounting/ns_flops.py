@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import NamedTuple
 
 from optbench.accounting.optimizer_work import soap_flops
@@ -169,14 +169,36 @@ class OwnedItem(NamedTuple):
     """The shard itself (its counts in another TP mode come from it: :func:`recounted_rank_ns_flops`)."""
 
 
-@dataclass(frozen=True)
+class _DealtItems:
+    """The items of one held parameter list, built on first use (a group whose shape class was priced already
+    need never build its own: Kimi K2 on EP64 holds some 50,000 expert shards per mode)."""
+
+    def __init__(self, params: Sequence[LocalParam], run: RunConfig, tp_mode: str, syrk: bool, memo: dict) -> None:
+        self._args = (params, run, tp_mode, syrk, memo)
+
+    @cached_property
+    def items(self) -> tuple[OwnedItem, ...]:
+        return _items(*self._args)
+
+
+@dataclass(frozen=True, eq=False)
 class DpGroupWork:
     """The parameters one data-parallel group deals out among its ranks."""
 
     ranks: tuple[int, ...]
     """Global ranks of this data-parallel (dense: DP x CP) or expert-data-parallel group."""
-    items: tuple[OwnedItem, ...]
-    """Parameters dealt among these ranks (the same for every rank of the group), Muon's first."""
+    shape_class: tuple[str, int]
+    """("dense" or "experts", pipeline rank). Groups of one class deal items of the same sizes, counts and
+    order: every TP rank of a pipeline rank holds the same dense parameters, and every EP rank the same number
+    of experts of each of its layers, each expert shaped alike (only the expert numbers differ). So a cost, an
+    ownership or a byte count computed item by item for one group of a class holds for all of them."""
+    dealt: _DealtItems
+    """Where :attr:`items` comes from (shared by the TP ranks of a pipeline rank)."""
+
+    @property
+    def items(self) -> tuple[OwnedItem, ...]:
+        """Parameters dealt among these ranks (the same for every rank of the group), Muon's first."""
+        return self.dealt.items
 
 
 OwnersFn = Callable[[Sequence[OwnedItem], int], list[int]]
@@ -233,11 +255,14 @@ def dp_group_work(
     layout = layout or derive_layout(run)
     placement = placement or place(run)
     memo: dict[tuple, float] = {}
-    dense = [_items(held.dense, run, mode, syrk, memo) for held in placement.ranks]
-    experts = [[_items(e, run, mode, syrk, memo) for e in held.experts] for held in placement.ranks]
-    groups = [DpGroupWork(g.ranks, dense[g.pp_rank]) for g in dense_dp_groups(layout)]
+    dense = [_DealtItems(held.dense, run, mode, syrk, memo) for held in placement.ranks]
+    experts = [[_DealtItems(e, run, mode, syrk, memo) for e in held.experts] for held in placement.ranks]
+    groups = [DpGroupWork(g.ranks, ("dense", g.pp_rank), dense[g.pp_rank]) for g in dense_dp_groups(layout)]
     if run.model.num_moe_experts:
-        groups += [DpGroupWork(g.ranks, experts[g.pp_rank][g.expert_rank or 0]) for g in expert_dp_groups(layout)]
+        groups += [
+            DpGroupWork(g.ranks, ("experts", g.pp_rank), experts[g.pp_rank][g.expert_rank or 0])
+            for g in expert_dp_groups(layout)
+        ]
     return groups
 
 
@@ -271,21 +296,22 @@ def recounted_rank_ns_flops(
     layout = layout or derive_layout(run)
     shared = run.optimizer.layer_wise and layout.dp * layout.cp > 1
     counts: dict[tuple[str, bool], dict[tuple, float]] = {key: {} for key in keys}
-    dealt: dict[int, tuple[list[tuple], list[int] | None]] = {}  # per item tuple (TP ranks share one)
+    dealt: dict[tuple, tuple[dict, list[int] | None]] = {}  # per shape class: each mode's costs, the owners
     for group in groups:
-        if id(group.items) not in dealt:
+        if group.shape_class not in dealt:
             shapes = [_shape_key(item.param) for item in group.items]
             for shape, item in zip(shapes, group.items):
                 if shape not in counts[keys[0]]:
                     for key in keys:
                         counts[key][shape] = local_param_ns_flops(item.param, run.model, run, *key)
             owners = owners_fn(group.items, len(group.ranks)) if shared else None
-            dealt[id(group.items)] = (shapes, owners)
-        shapes, owners = dealt[id(group.items)]
+            costs_by_key = {key: list(map(counts[key].__getitem__, shapes)) for key in keys}
+            dealt[group.shape_class] = (costs_by_key, owners)
+        costs_by_key, owners = dealt[group.shape_class]
         owner_ranks = [group.ranks[owner] for owner in owners] if owners is not None else None
         for key in keys:
             # Summed item by item in model order, so every mode's sums are the same to the last bit.
-            costs = list(map(counts[key].__getitem__, shapes))
+            costs = costs_by_key[key]
             flops = out[key]
             if owner_ranks is None:
                 total = sum(costs)

@@ -139,13 +139,20 @@ def _rank_params(run: RunConfig, stages: tuple[VirtualStage, ...]) -> tuple[Pipe
     dense: list[list[LocalParam]] = [[] for _ in range(p.pp)]
     experts: list[list[list[LocalParam]]] = [[[] for _ in range(p.ep)] for _ in range(p.pp)]
     index = _StageIndex(stages, model)
+    shards: dict[tuple, tuple[tuple[int, ...], int, int]] = {}  # (shape, dim, ways) -> local shape, shards, numel
     for spec in model_parameters(model, p.tp):
+        ways = p.etp if spec.is_expert else p.tp
+        key = (spec.shape, spec.partition_dim, ways)
+        if key not in shards:
+            local = _local(spec, ways, 0)
+            shards[key] = (local.local_shape, local.shards, local.numel)
+        local_shape, held_shards, numel = shards[key]
         for stage in index.stages_of(spec):
-            rank = stages[stage].pipeline_rank
+            param = LocalParam(spec, local_shape, held_shards, stage, numel)
             if spec.is_expert:
-                experts[rank][(spec.expert or 0) // experts_per_rank].append(_local(spec, p.etp, stage))
+                experts[stages[stage].pipeline_rank][(spec.expert or 0) // experts_per_rank].append(param)
             else:
-                dense[rank].append(_local(spec, p.tp, stage))
+                dense[stages[stage].pipeline_rank].append(param)
     return tuple(
         PipelineRankParams(dense=tuple(dense[r]), experts=tuple(tuple(e) for e in experts[r])) for r in range(p.pp)
     )

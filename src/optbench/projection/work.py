@@ -267,13 +267,14 @@ def build_inputs(
     grad_s, grad_bucket, gather_s, gather_bucket = ([0.0] * world for _ in range(4))
     ns_gemm, elementwise, launch = ([0.0] * world for _ in range(3))
 
-    # Groups share their item tuples (every TP rank of a pipeline rank deals the same parameters): cost each once.
-    costs_of: dict[int, _GroupCosts] = {}
+    # Groups of one shape class deal alike items (DpGroupWork.shape_class): cost and deal each class once.
+    costs_of: dict[tuple, _GroupCosts] = {}
+    dealt: dict[tuple, tuple[list[int], list[int], list[int]]] = {}
     for group in groups:
         ranks, n = group.ranks, len(group.ranks)
-        if id(group.items) not in costs_of:
-            costs_of[id(group.items)] = _item_costs(group.items, run, a, rate_ns, hbm, syrk)
-        costs = costs_of[id(group.items)]
+        if group.shape_class not in costs_of:
+            costs_of[group.shape_class] = _item_costs(group.items, run, a, rate_ns, hbm, syrk)
+        costs = costs_of[group.shape_class]
         volume = costs.volume
         if distopt:
             reduce = comm.reduce_scatter_s(volume * grad_bytes, ranks, net)
@@ -303,7 +304,14 @@ def build_inputs(
                 elementwise[rank] += e
                 launch[rank] += l
             continue
-        owners = owners_fn(group.items, n)
+        if group.shape_class not in dealt:
+            owners = owners_fn(group.items, n)
+            owned_numel, owned_count = [0] * n, [0] * n
+            for item, owner in zip(group.items, owners):
+                owned_numel[owner] += item.numel
+                owned_count[owner] += 1
+            dealt[group.shape_class] = (owners, owned_numel, owned_count)
+        owners, owned_numel, owned_count = dealt[group.shape_class]
         for (g, e, l), owner in zip(costs.per_item, owners):
             rank = ranks[owner]
             ns_gemm[rank] += g
@@ -313,13 +321,9 @@ def build_inputs(
         total = volume * BF16_BYTES
         wire = comm.all_gather_s(total, ranks, net)
         first = comm.all_gather_s(min(bucket, volume) * BF16_BYTES, ranks, net)
-        owned_numel, owned_count = [0] * n, [0] * n
-        for item, owner in zip(group.items, owners):
-            owned_numel[owner] += item.numel
-            owned_count[owner] += 1
         for index, rank in enumerate(ranks):
             received = total - owned_numel[index] * BF16_BYTES
-            copies = (len(group.items) - owned_count[index]) * a.eager_op_overhead_s
+            copies = (len(costs.per_item) - owned_count[index]) * a.eager_op_overhead_s
             gather_s[rank] += wire + max(2 * received / hbm, copies)
             gather_bucket[rank] = max(gather_bucket[rank], first)
 
@@ -357,7 +361,8 @@ def gemm_numel_per_pipeline_rank(placement: Placement) -> list[tuple[int, list[i
     def gemm(params: tuple) -> int:
         return sum(x.numel for x in params if x.spec.is_muon and x.spec.kind != ROUTER)
 
-    return [(gemm(h.dense), [gemm(e) for e in h.experts] or [0]) for h in placement.ranks]
+    # Every EP rank of a pipeline rank holds as many experts of each layer, shaped alike (DpGroupWork.shape_class).
+    return [(gemm(h.dense), [gemm(h.experts[0])] * len(h.experts) or [0]) for h in placement.ranks]
 
 
 def _fp8_cast(
