@@ -23,7 +23,8 @@ from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_text, dumps_strict
 from optbench.outputs import claim
 from optbench.plan_types import Plan, PlanData, PlanModel
-from optbench.projection.plan_fields import projection_fields, projection_summary_lines
+from optbench.projection.plan_fields import projection_summary_lines
+from optbench.projection.project import project
 from optbench.redact import recorded_overrides, redact_config, redact_text, run_secrets
 from optbench.resolve import ResolvedRun
 
@@ -70,7 +71,7 @@ def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = (), side_by_sid
         # FLOPs per token/step, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied TFLOP/s.
         accounting=accounting_fields(run, layout, resolved.ns_stats, resolved.ns_flops_total, resolved.memory),
         # Projected step time, TFLOP/s and MFU; for Muon its AdamW twin and the overhead's causes.
-        projection=projection_fields(resolved, overrides, side_by_side),
+        projection=project(resolved, overrides, with_siblings=side_by_side),
         config=redact_config(run_config_to_dict(run)),
         # The Bridge recipe function and the overrides the in-container entry point applies.
         bridge=bridge_setup(run) if run.engine == "megatron_bridge" else None,

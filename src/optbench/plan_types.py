@@ -7,7 +7,7 @@ reads only the contract part (the format version and the ``bridge`` section, :mo
 
 The accounting and projection sections stay JSON mappings inside the typed plan: each is written, and
 its keys documented, by its own module (:mod:`optbench.accounting.plan_fields`,
-:mod:`optbench.projection.plan_fields`), which also print them.
+:mod:`optbench.projection.project`) and printed by its ``plan_fields`` module.
 """
 
 from __future__ import annotations
@@ -20,16 +20,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from optbench.accounting.plan_fields import ACCOUNTING_KEYS
 from optbench.bridge.adapter import BridgeSetup
-from optbench.config.layout import Layout
-from optbench.config.schema import OptimizerConfig
+from optbench.config.layout import PARALLEL_SIZES, Layout
+from optbench.config.schema import MATRIX_OPTIMIZERS, OptimizerConfig
 from optbench.plan_format import PLAN_VERSION
-
-MATRIX_SECTIONS = ("muon", "adaptive_muon", "soap")
-"""Optimizer sections a run may leave null; plan.json leaves a null one out."""
-
-LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp")
-"""The sizes plan.json lists under ``layout`` (Layout.as_dict; the others sit at its top level)."""
-
 
 @dataclass(frozen=True)
 class PlanModel:
@@ -136,7 +129,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         """plan.json, in its documented key order."""
         optimizer = asdict(self.optimizer)
-        for section in MATRIX_SECTIONS:
+        for section in MATRIX_OPTIMIZERS:  # each matrix optimizer's settings section; a null one is left out
             if optimizer[section] is None:
                 optimizer.pop(section)
         lay = self.layout
@@ -181,7 +174,7 @@ class Plan:
         lay = data["layout"]
         layout = Layout(
             world_size=data["world_size"], nodes=data["nodes"], gpus_per_node=data["gpus_per_node"],
-            num_microbatches=data["num_microbatches"], **{key: lay[key] for key in LAYOUT_KEYS},
+            num_microbatches=data["num_microbatches"], **{key: lay[key] for key in PARALLEL_SIZES},
         )
         try:
             optimizer = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(OptimizerConfig), data["optimizer"]))

@@ -205,7 +205,7 @@ SECTION_OF = {"muon": ("muon",), "adaptive_muon": ("muon", "adaptive_muon"), "so
 def check_optimizer(run: RunConfig) -> Iterable[Problem]:
     o = run.optimizer
     wanted = SECTION_OF.get(o.name, ())
-    for section in ("muon", "adaptive_muon", "soap"):
+    for section in MATRIX_OPTIMIZERS:  # each has a settings section of its name
         present = getattr(o, section) is not None
         if section in wanted and not present:
             yield Problem(f"optimizer.{section}", f"optimizer {o.name} needs its {section} settings; select the group "

@@ -103,12 +103,13 @@ def virtual_stages(run: RunConfig) -> tuple[VirtualStage, ...]:
     return tuple(stages)
 
 
-def _local(spec: ParamSpec, shards: int, stage: int) -> LocalParam:
+def _shard(spec: ParamSpec, ways: int) -> tuple[tuple[int, ...], int, int]:
+    """(local shape, shards, elements) of a parameter split ``ways`` ways along its partition dimension."""
     shape = list(spec.shape)
-    if spec.partition_dim is None or shards == 1:
-        return LocalParam(spec, tuple(shape), 1, stage, math.prod(shape))
-    shape[spec.partition_dim] //= shards
-    return LocalParam(spec, tuple(shape), shards, stage, math.prod(shape))
+    if spec.partition_dim is None or ways == 1:
+        return tuple(shape), 1, math.prod(shape)
+    shape[spec.partition_dim] //= ways
+    return tuple(shape), ways, math.prod(shape)
 
 
 class _StageIndex:
@@ -144,8 +145,7 @@ def _rank_params(run: RunConfig, stages: tuple[VirtualStage, ...]) -> tuple[Pipe
         ways = p.etp if spec.is_expert else p.tp
         key = (spec.shape, spec.partition_dim, ways)
         if key not in shards:
-            local = _local(spec, ways, 0)
-            shards[key] = (local.local_shape, local.shards, local.numel)
+            shards[key] = _shard(spec, ways)
         local_shape, held_shards, numel = shards[key]
         for stage in index.stages_of(spec):
             param = LocalParam(spec, local_shape, held_shards, stage, numel)

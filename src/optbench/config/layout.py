@@ -39,7 +39,11 @@ class Layout:
     """Microbatches per model replica per optimizer step."""
 
     def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp")}
+        return {k: getattr(self, k) for k in PARALLEL_SIZES}
+
+
+PARALLEL_SIZES = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp")
+"""The parallel sizes of a layout, as plans list them (:meth:`Layout.as_dict`)."""
 
 
 def vpp_size(run: RunConfig) -> int:

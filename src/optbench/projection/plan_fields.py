@@ -1,14 +1,12 @@
-"""The ``projection`` section of plan.json and its summary lines (``make plan``)."""
+"""The summary lines of plan.json's ``projection`` section (``make plan``; the section is :func:`optbench.projection.project.project`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from optbench.config.schema import MATRIX_FLOPS_LABELS, OPTIMIZER_LABELS
 from optbench.projection.expected_error import expected_error_text
-from optbench.projection.project import project
-from optbench.resolve import ResolvedRun
 
 SHORT_NAMES = {
     "compute": "GEMMs",
@@ -22,11 +20,6 @@ SHORT_NAMES = {
     "param_gather_exposed": "param gather",
     "fp8_weight_cast": "FP8 cast",
 }
-
-
-def projection_fields(resolved: ResolvedRun, overrides: Sequence[str] = (), side_by_side: bool = True) -> dict[str, Any]:
-    """The ``projection`` section of plan.json."""
-    return project(resolved, overrides, with_siblings=side_by_side)
 
 
 def _ms_or_s(seconds: float) -> str:
