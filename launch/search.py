@@ -33,9 +33,9 @@ def search_lines(recipe: str, result: dict, own_label: str, own_rank: int | None
     where = f"rank {own_rank} of {result['valid']}" if own_rank else "not a valid point of the search"
     lines.append(f"  recipe's own layout {own_label}: {where} (ties share a rank: the model prices them alike)")
     lines.append(
-        "  caveat      the model prices no GEMM-size effect (MBS, tokens per expert): layouts that shrink or drop the"
-        " MoE all-to-all (low EP) rank higher than they run; NVIDIA's own layouts rank as in"
-        " results/projection/search_ranks.md"
+        "  caveat      GEMMs cost their FLOPs at one calibrated efficiency unless their weight traffic binds (few rows"
+        " per expert): layouts that shrink or drop the MoE all-to-all (low EP) can rank higher than they run; NVIDIA's"
+        " own layouts rank as in results/projection/search_ranks.md"
     )
     for reason, count in sorted(result["dropped"].items(), key=lambda kv: -kv[1]):
         lines.append(f"  dropped {count:>4}: {reason}")

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from optbench.accounting.flops import model_flops_per_step
+from optbench.accounting.flops import attention_core_per_layer_token, model_flops_per_step
 from optbench.accounting.params import parameter_counts
 from optbench.compose.recipe import compose_run
 from optbench.projection import comm
+from dataclasses import replace
+
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.stages import pipeline_rank_work
 from optbench.projection.step_model import evaluate, solve_efficiency
+from optbench.projection.gemm_weights import WeightTraffic
 from optbench.projection.work import RankOptimizer, StepInputs, build_inputs
 from optbench.accounting.placement import place
 from optbench.resolve import resolve
@@ -84,6 +87,60 @@ def test_synthetic_gradient_overlap_window():
     ] == pytest.approx(0.01)
 
 
+def test_weight_traffic_binds_only_below_the_ridge_by_hand():
+    # 1 TFLOP per microbatch: forward, data and weight gradient 1/3 each. The kernel runs at 0.7 x 1e15,
+    # so each pass takes 0.476 ms of kernel time; 1 GB of weights at 1 TB/s (1 ms) binds forward and
+    # data gradient, 4 GB of main-gradient traffic (4 ms) binds the weight gradient.
+    third = 1e12 / 3 / 0.7e15
+    bound = synthetic(stage_weight_traffic=((WeightTraffic(1e12, 1e9, 4e9),),) * 4, hbm_bytes_per_s=1e12,
+                      gemm_kernel_efficiency=0.7)
+    step = evaluate(bound, 0.5)
+    per_mb = 2 * (1e-3 - third) + (4e-3 - third)
+    assert step.parts["compute"] == pytest.approx(0.016)
+    assert step.parts["gemm_weight_bound"] == pytest.approx(8 * per_mb)
+    assert step.parts["pipeline_bubble"] == pytest.approx(3 * (0.002 + per_mb))
+    # Above the ridge nothing binds: the step is the FLOPs-only step.
+    light = replace(bound, stage_weight_traffic=((WeightTraffic(1e12, 1e8, 1e8),),) * 4)
+    assert evaluate(light, 0.5).total_s == pytest.approx(evaluate(synthetic(), 0.5).total_s, rel=1e-15)
+    # A calibrated rate above the kernel's is the one the bytes are set against.
+    fast = evaluate(bound, 0.9)
+    assert fast.parts["gemm_weight_bound"] == pytest.approx(8 * (2 * (1e-3 - 1e12 / 3 / 0.9e15) + 4e-3 - 1e12 / 3 / 0.9e15))
+
+
+def test_weight_traffic_penalises_few_rows_per_expert():
+    # Qwen3 30B-A3B on 8 GB300: EP1 MBS1 runs 256 rows per expert GEMM per microbatch (weight-gradient bound);
+    # NVIDIA's EP8 MBS8 runs 16384 (compute-bound).
+    for overrides, binds in ((("parallel.ep=1", "train.mbs=1"), True), (("parallel.ep=8", "train.mbs=8"), False)):
+        _, inputs = _inputs(*overrides)
+        assert (evaluate(inputs, 0.3).parts["gemm_weight_bound"] > 0) == binds, overrides
+    run = compose_run("qwen3_30b_a3b_adamw", [*QWEN_BF16, "parallel.ep=1", "train.mbs=1"])
+    net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
+    off = build_inputs(resolve(run), net, replace(DEFAULT_ASSUMPTIONS, weight_roofline=False))
+    assert off.stage_weight_traffic == () and evaluate(off, 0.3).parts["gemm_weight_bound"] == 0.0
+
+
+def test_bf16_attention_under_fp8_gemms_by_hand():
+    # 0.3 TFLOP of each stage's microbatch is attention core run in BF16: it takes 1.62x its 0.6 ms at the FP8 rate.
+    inputs = synthetic(stage_bf16_attention_flops_mb=(0.3e12,) * 4, bf16_attention_slowdown=1.2 / 0.74)
+    step = evaluate(inputs, 0.5)
+    extra = 0.3e12 / 0.5e15 * (1.2 / 0.74 - 1)
+    assert step.parts["bf16_attention"] == pytest.approx(8 * extra)
+    assert step.parts["pipeline_bubble"] == pytest.approx(3 * (0.002 + extra))
+
+
+def test_fp8_attention_removes_the_bf16_attention_term():
+    # Qwen3 30B-A3B on GB300, MXFP8: NVIDIA's 26.04 preset runs attention in BF16, 26.08's in FP8; BF16 has no term.
+    cases = ((["cluster.container=nemo:26.04"], True), (["cluster.container=nemo:26.08"], False), (QWEN_BF16, False))
+    for overrides, slower in cases:
+        run = compose_run("qwen3_30b_a3b_adamw", overrides)
+        inputs = build_inputs(resolve(run), interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size),
+                              DEFAULT_ASSUMPTIONS)
+        assert (evaluate(inputs, 0.3).parts["bf16_attention"] > 0) == slower, overrides
+    # The core is Bridge's causal score and value products: 6 s kv heads per token and layer (GQA).
+    model = run.model
+    assert attention_core_per_layer_token(model, 4096) == 6 * 4096 * model.kv_channels * model.num_attention_heads
+
+
 def test_single_gpu_is_gemms_plus_adamw_update():
     run, inputs = _inputs("parallel=single")
     step = evaluate(inputs, 0.5)
@@ -124,7 +181,9 @@ def test_bubble_only_pipeline_fraction():
     step = evaluate(inputs, 0.4)
     m, pp, vpp = 32, 4, 2
     assert inputs.microbatches == m
-    assert step.parts["pipeline_bubble"] / step.parts["compute"] == pytest.approx((pp - 1) / (vpp * m), rel=1e-12)
+    busy = step.parts["compute"] + step.parts["gemm_weight_bound"]  # EP1 MBS1: the expert GEMMs are weight-bound
+    assert step.parts["gemm_weight_bound"] > 0
+    assert step.parts["pipeline_bubble"] / busy == pytest.approx((pp - 1) / (vpp * m), rel=1e-12)
     slowest = max(inputs.stage_flops_mb)
     assert step.parts["compute"] == pytest.approx(m * slowest / (0.4 * GB300_BF16), rel=1e-12)
     hop = run.train.mbs * run.train.seq_length * run.model.hidden_size * 2 / NVLINK

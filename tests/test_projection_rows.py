@@ -55,6 +55,15 @@ def test_a_release_row_takes_that_release_preset():
     assert result["anchor_itself"] and abs(result["error_percent"]) < 0.05
 
 
+def test_a_row_runs_its_release_precision_settings():
+    # The recipe's own precision is not typed, so the release's preset supplies its precision fields: Qwen3's
+    # MXFP8 preset runs FP8 attention from 26.06 (Bridge 0.5), not before; an H100 FP8 row types its precision.
+    assert row_run(_row("26.06", "qwen3_30b_a3b", "gb300")).run.precision.fp8_dot_product_attention
+    assert not row_run(_row("26.04.01", "qwen3_30b_a3b", "gb300")).run.precision.fp8_dot_product_attention
+    assert not any(o.startswith("precision=") for o in row_config(_row("26.06", "qwen3_30b_a3b", "gb300")).overrides)
+    assert "precision=fp8_cs" in row_config(_row("26.02", "qwen3_30b_a3b", "h100")).overrides
+
+
 def test_an_impossible_layout_is_a_reason_not_a_projection(monkeypatch):
     row = _row("26.02", "qwen3_30b_a3b", "gb300")
     bad = type(row)(**{**row.__dict__, "layout": {**row.layout, "pp": 7}, "release": "26.02.01"})

@@ -58,6 +58,8 @@ INVALID = [
     ("muon-simple-on-bridge", K, ["optimizer.muon.coefficients=simple", "cluster.container=nemo:26.02.01"], "optimizer.muon.coefficients",
      "quintic set only"),
     ("mxfp8-on-hopper", K, ["cluster=h100"], "precision", "mxfp8 needs a Blackwell GPU"),
+    ("fp8-attention-without-fp8", Q, ["precision=bf16", "precision.fp8_dot_product_attention=true"],
+     "precision.fp8_dot_product_attention", "FP8 attention needs an FP8 recipe"),
     ("unknown-key", K, ["parallel.tpp=2"], "parallel.tpp", "unknown key (did you mean tp?)"),
     ("appended-unknown-key", K, ["+train.gbs_typo=3"], "train.gbs_typo", "unknown key"),
     ("wrong-type", K, ["parallel.tp=two"], "parallel.tp", "expected an integer, got 'two'"),

@@ -245,6 +245,12 @@ def check_precision(run: RunConfig) -> Iterable[Problem]:
             ("engine", "recipe"),
         )
         return
+    if run.precision.fp8_dot_product_attention and not fp8:
+        yield Problem(
+            "precision.fp8_dot_product_attention",
+            f"FP8 attention needs an FP8 recipe and precision={run.precision.name} has none; set it false or use "
+            "precision=fp8_cs or precision=mxfp8",
+        )
     spec = gpu_catalog().get(gpu)
     if spec is None:
         return

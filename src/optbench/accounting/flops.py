@@ -91,6 +91,18 @@ def _attention_per_layer_token(model: ModelConfig, seq_length: int) -> float:
     return 12 * h * h * ((1 + groups / heads + seq_length / h / 2) * query_to_hidden)
 
 
+def attention_core_per_layer_token(model: ModelConfig, seq_length: int) -> float:
+    """The causal score and value products' part of :func:`_attention_per_layer_token` (what FlashAttention runs,
+    in FP8 only with ``fp8_dot_product_attention``): GQA ``12 h^2 (s/(2h)) (kv heads / h)`` = ``6 s kv heads``,
+    MLA ``6 (s heads (qk+rope)/2 + s heads v/2)``."""
+    heads = model.num_attention_heads
+    if model.multi_latent_attention:
+        qk, rope, v = model.qk_head_dim or 0, model.qk_pos_emb_head_dim or 0, model.v_head_dim or 0
+        return 3 * 2 * (seq_length * heads * (qk + rope) / 2 + seq_length * heads * v / 2)
+    kv = model.kv_channels or model.hidden_size // heads
+    return 6 * seq_length * kv * heads
+
+
 def flop_terms(model: ModelConfig, seq_length: int, tp: int = 1) -> FlopTerms:
     """Bridge's model FLOPs of one sequence of ``seq_length`` tokens, term by term."""
     h = model.hidden_size

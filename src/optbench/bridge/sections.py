@@ -96,6 +96,8 @@ def _precision(run: RunConfig) -> list[Item]:
     items = bridge_items(run, "precision.fp8")
     if run.precision.fp8_recipe is not None:
         items += bridge_items(run, "precision.fp8_recipe")
+    if run.precision.fp8 is not None:
+        items += bridge_items(run, "precision.fp8_dot_product_attention")
     # fp8_param mirrors fp8_param_gather (MixedPrecisionConfig keeps them in sync; the schema sets both so that
     # order cannot matter). grad_reduce_in_fp32: the preset says True and setup() would copy it over
     # ddp.grad_reduce_in_fp32, so it must match ours.

@@ -13,6 +13,7 @@ import functools
 import re
 from typing import Sequence
 
+import yaml
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
@@ -35,6 +36,15 @@ def list_recipes() -> list[str]:
 def list_group_options(group: str) -> list[str]:
     """Names of every option of one config group under conf/<group>/."""
     return sorted(p.stem for p in (repo_root() / "conf" / group).glob("*.yaml"))
+
+
+def recipe_group_choice(recipe: str, group: str) -> str | None:
+    """The option a recipe's defaults list picks for ``group`` (``override /group: option``), or None."""
+    defaults = yaml.safe_load((repo_root() / "recipes" / f"{recipe}.yaml").read_text()).get("defaults", [])
+    for entry in defaults:
+        if isinstance(entry, dict) and f"override /{group}" in entry:
+            return entry[f"override /{group}"]
+    return None
 
 
 def _keyed_cause(err: BaseException) -> OmegaConfBaseException | None:

@@ -267,6 +267,11 @@ class PrecisionConfig:
         preset="every",
     )
     """Reuse the gradient buffer for the MXFP8 parameter all-gather (incompatible with layer-wise Muon)."""
+    fp8_dot_product_attention: bool = setting(
+        False, Flag(), readers=BRIDGE, bridge="mixed_precision.fp8_dot_product_attention", preset="every"
+    )
+    """Run the attention's score and value products (FlashAttention) in FP8 too (needs precision.fp8); NVIDIA's
+    MXFP8 MoE presets set it from nemo:26.06."""
     bridge_mixed_precision: str = setting("bf16_mixed", Choice(BRIDGE_MIXED_PRECISION_PRESETS), readers=BRIDGE)
     """Name of the Megatron Bridge mixed-precision preset this maps to."""
     peak: str = setting("bf16", Choice(("bf16", "fp8")))

@@ -73,6 +73,23 @@ class Assumptions:
     """Bytes per hidden element of a token sent by the MoE dispatcher (bf16 dispatch and combine)."""
     backward_share: float = 2.0 / 3.0
     """Share of a microbatch's GEMM FLOPs in its backward pass (data and weight gradient: 2 of 3)."""
+    weight_roofline: bool = True
+    """Bound each GEMM class by its weight traffic as well as its FLOPs (roofline: Williams, Waterman and Patterson,
+    CACM 2009): forward and data gradient read the weights, the weight gradient reads and writes the main gradient
+    it accumulates into (Megatron's ``gradient_accumulation_fusion``, on wherever APEX's fused kernel is installed,
+    as in the NeMo container). What binds is expert GEMMs with few rows per expert (low EP, small MBS). No
+    constant is fitted: the bytes follow from the precision, the bandwidth is interconnect.csv's HBM figure.
+    False prices GEMMs by FLOPs alone (the model before it; docs/projection.md section 8 compares)."""
+    gemm_kernel_efficiency: float = 0.70
+    """Fraction of the GEMM peak a model GEMM kernel itself sustains when compute-bound (as ``ns_gemm_efficiency``:
+    65-80 % on large GEMMs). The calibrated efficiency is lower: it spreads the step's other per-token work (norms,
+    activations, permutes, router) over the GEMM FLOPs. The weight-traffic bound compares bytes with the kernel's
+    own FLOP time, not with that spread. Not fitted."""
+    fp8_attention_speedup: float = 1.2 / 0.74
+    """How much faster FlashAttention runs in FP8 than in BF16: FlashAttention-3 (Shah et al., 2024, abstract) reaches
+    close to 1.2 PFLOP/s in FP8 and 740 TFLOP/s in BF16 on H100, 1.6x, not the 2x of the datasheet peaks. Under an
+    FP8 recipe without ``precision.fp8_dot_product_attention`` the attention core's FLOPs take this many times their
+    time at the calibrated FP8 rate. Not fitted."""
     ddp_bucket_min_elements: int = 40_000_000
     """Megatron DDP's default bucket: max(40M, 1M x DP size) elements (distributed_data_parallel.py)."""
     ddp_bucket_per_dp_rank: int = 1_000_000

@@ -10,6 +10,8 @@ from optbench.projection.expected_error import expected_error_text
 
 SHORT_NAMES = {
     "compute": "GEMMs",
+    "gemm_weight_bound": "weight-bound GEMMs",
+    "bf16_attention": "BF16 attention",
     "pipeline_bubble": "bubble",
     "moe_all_to_all": "MoE all-to-all",
     "tensor_parallel": "TP",

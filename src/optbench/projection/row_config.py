@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
-from optbench.compose.recipe import compose_run, list_recipes
+from optbench.compose.recipe import compose_run, list_recipes, recipe_group_choice
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
@@ -119,9 +119,13 @@ def _row(
         reason = f"no recipe {recipe}" if cluster else f"no cluster preset for gpu {gpu}"
         return reason, reason
     container, own = _container(release)
+    option = PRECISION_ALIASES.get(precision, precision)
+    # The recipe's own precision is not typed: a typed group keeps its release's preset out of the group
+    # (compose.release_layout), and the row ran that preset (FP8 attention, FP8 parameter gather).
+    typed_precision = [] if recipe_group_choice(recipe, "precision") == option else [f"precision={option}"]
     base = [
         f"cluster={cluster}",
-        f"precision={PRECISION_ALIASES.get(precision, precision)}",
+        *typed_precision,
         f"cluster.container={container}",
         f"parallel.num_gpus={num_gpus}",
     ]

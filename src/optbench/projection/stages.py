@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from dataclasses import dataclass
 
-from optbench.accounting.flops import flop_terms
+from optbench.accounting.flops import attention_core_per_layer_token, flop_terms
 from optbench.accounting.params import is_moe_layer
 from optbench.accounting.placement import VirtualStage
 from optbench.config.schema import RunConfig
@@ -39,6 +39,10 @@ class PipelineRankWork:
     """Decoder plus MTP layers held."""
     moe_layers: int
     """Of which MoE layers (each costs a token dispatch and combine)."""
+    expert_flops_per_token: float = 0.0
+    """The routed experts' part of ``flops_per_token`` (the grouped GEMMs whose weights the EP rank holds)."""
+    attention_core_flops_per_token: float = 0.0
+    """The score and value products' part of ``attention_flops_per_token`` (FlashAttention's FLOPs)."""
 
 
 def _ffn_width(run: RunConfig, layer: int) -> int:
@@ -51,7 +55,8 @@ def _ffn_width(run: RunConfig, layer: int) -> int:
 
 
 def pipeline_rank_work(run: RunConfig, stages: Sequence[VirtualStage]) -> list[PipelineRankWork]:
-    """Per pipeline rank: FLOPs per token, attention FLOPs per token, layers and MoE layers."""
+    """Per pipeline rank: FLOPs per token, attention FLOPs per token, layers, MoE layers, routed-expert and
+    attention-core FLOPs per token."""
     model, seq = run.model, run.train.seq_length
     terms = flop_terms(model, seq, run.parallel.tp)
     mtp = model.mtp_num_layers
@@ -62,7 +67,9 @@ def pipeline_rank_work(run: RunConfig, stages: Sequence[VirtualStage]) -> list[P
     mlp_per_width = terms.mlp / seq / sum(widths)
     head = terms.logits / seq / (mtp + 1)
     mtp_extra = terms.mtp / seq / mtp if mtp else 0.0
-    work = [[0.0, 0.0, 0, 0] for _ in range(run.parallel.pp)]
+    routed = (model.moe_ffn_hidden_size or model.ffn_hidden_size) * model.moe_router_topk
+    core = attention_core_per_layer_token(model, seq)
+    work = [[0.0, 0.0, 0, 0, 0.0, 0.0] for _ in range(run.parallel.pp)]
     for stage in stages:
         held = list(stage.decoder_layers) + [last] * len(stage.mtp_layers)
         acc = work[stage.pipeline_rank]
@@ -70,8 +77,11 @@ def pipeline_rank_work(run: RunConfig, stages: Sequence[VirtualStage]) -> list[P
             acc[0] += attention_per_layer + mlp_per_width * _ffn_width(run, layer)
             acc[1] += attention_per_layer
             acc[2] += 1
-            acc[3] += int(is_moe_layer(model, layer))
+            moe = is_moe_layer(model, layer)
+            acc[3] += int(moe)
+            acc[4] += mlp_per_width * routed if moe else 0.0
+            acc[5] += core
         acc[0] += len(stage.mtp_layers) * (head + mtp_extra)
         if stage.loss:
             acc[0] += head
-    return [PipelineRankWork(f, a, layers, moe) for f, a, layers, moe in work]
+    return [PipelineRankWork(*acc) for acc in work]

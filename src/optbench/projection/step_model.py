@@ -3,10 +3,16 @@
 With ``R = eff * peak`` (the one calibrated factor, :mod:`optbench.projection.calibration`) and for
 pipeline rank ``r``, per microbatch
 
-    t_r = F_r / R + a2a_r + tp_r + max(0, cp_r - A_r / R)
+    t_r = F_r / R + W_r + a2a_r + tp_r + max(0, cp_r - A_r / R)
 
 (``F_r`` its GEMM FLOPs per GPU, ``A_r`` their attention part that a context-parallel ring overlaps
-with). With ``parallel.ep_comm_overlap`` (Megatron's EP A2A overlap: the forward of one microbatch and the
+with). ``W_r`` is what weight traffic adds where it binds (the roofline): for each GEMM class (routed
+experts; everything else) the forward and the data gradient read the weights, the weight gradient reads
+and writes the main gradient, and each pass takes at least ``bytes / HBM``; the pass's own kernel time is
+its FLOPs at ``max(R, gemm_kernel_efficiency x peak)``, so ``W_r`` is the sum of ``max(0, bytes / HBM - kernel)``.
+Under an FP8 recipe without ``fp8_dot_product_attention`` the attention core (score and value products,
+FlashAttention) runs in BF16: its FLOPs take ``fp8_attention_speedup`` times their time at ``R`` (breakdown
+``bf16_attention``). With ``parallel.ep_comm_overlap`` (Megatron's EP A2A overlap: the forward of one microbatch and the
 backward of another run interleaved, each one's all-to-all hidden behind the other's GEMMs; Megatron Core
 ``overlap_moe_expert_parallel_comm``) only what the GEMMs cannot cover is exposed:
 ``a2a_r -> max(0, a2a_r - F_r / R)``. No parameter is fitted for it: the overlap is taken as complete up
@@ -36,6 +42,8 @@ from optbench.projection.work import RankOptimizer, StepInputs
 
 BREAKDOWN_TERMS = (
     "compute",
+    "gemm_weight_bound",
+    "bf16_attention",
     "pipeline_bubble",
     "moe_all_to_all",
     "tensor_parallel",
@@ -96,6 +104,20 @@ def _mean(ranks: tuple[RankOptimizer, ...]) -> RankOptimizer:
     )
 
 
+def _weight_bound_s(inputs: StepInputs, r: int, rate: float, backward_share: float) -> float:
+    """Seconds pipeline rank ``r``'s GEMMs take beyond their FLOPs at ``rate`` because their weight traffic binds:
+    per class, forward, data gradient and weight gradient each take max(FLOPs / rate, bytes / HBM)."""
+    extra = 0.0
+    hbm = inputs.hbm_bytes_per_s
+    rate = max(rate, inputs.gemm_kernel_efficiency * inputs.gemm_peak_flops)
+    for c in inputs.stage_weight_traffic[r] if inputs.stage_weight_traffic else ():
+        forward = (1 - backward_share) * c.flops_mb / rate
+        gradient = backward_share / 2 * c.flops_mb / rate  # data and weight gradient alike
+        extra += max(0.0, c.weight_bytes / hbm - forward) + max(0.0, c.weight_bytes / hbm - gradient)
+        extra += max(0.0, c.grad_bytes / hbm - gradient)
+    return extra
+
+
 def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 / 3.0) -> StepBreakdown:
     """Project one step at GEMM ``efficiency`` (fraction of ``inputs.gemm_peak_flops``)."""
     if not 0 < efficiency:
@@ -104,24 +126,32 @@ def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 
     per_stage = []
     for r in range(inputs.pp):
         cp_exposed = max(0.0, inputs.stage_cp_s[r] - inputs.stage_attention_flops_mb[r] / rate)
-        gemm = inputs.stage_flops_mb[r] / rate
+        flops_s = inputs.stage_flops_mb[r] / rate
+        bound = _weight_bound_s(inputs, r, rate, backward_share)
+        slow_attention = 0.0
+        if inputs.stage_bf16_attention_flops_mb:
+            slow_attention = inputs.stage_bf16_attention_flops_mb[r] / rate * (inputs.bf16_attention_slowdown - 1)
+        gemm = flops_s + bound + slow_attention
         ep = max(0.0, inputs.stage_ep_s[r] - gemm) if inputs.ep_overlap else inputs.stage_ep_s[r]
-        per_stage.append((gemm + ep + inputs.stage_tp_s[r] + cp_exposed, gemm, cp_exposed, ep))
+        per_stage.append((gemm + ep + inputs.stage_tp_s[r] + cp_exposed, gemm, flops_s, bound, slow_attention,
+                          cp_exposed, ep))
     slow = max(range(inputs.pp), key=lambda r: per_stage[r][0])
-    t_mb, gemm, cp_exposed, ep_exposed = per_stage[slow]
+    t_mb, _, flops_s, bound, slow_attention, cp_exposed, ep_exposed = per_stage[slow]
     m = inputs.microbatches
 
     def exposed_grad(rank: int) -> float:
         reduction = inputs.grad_comm_s[rank]
         if not inputs.overlap_grad_reduce:
             return reduction
-        window = backward_share * inputs.stage_flops_mb[inputs.rank_pipeline[rank]] / rate
+        window = backward_share * per_stage[inputs.rank_pipeline[rank]][1]
         return max(inputs.grad_bucket_s[rank], reduction - window)
 
     gather = inputs.gather_bucket_s if inputs.gather_overlapped else inputs.gather_s
     busiest = max(range(inputs.world), key=lambda r: inputs.optimizer[r].total_s)
     parts = {
-        "compute": m * gemm,
+        "compute": m * flops_s,
+        "gemm_weight_bound": m * bound,
+        "bf16_attention": m * slow_attention,
         "pipeline_bubble": (inputs.pp - 1) / inputs.vpp * t_mb,
         "moe_all_to_all": m * ep_exposed,
         "tensor_parallel": m * inputs.stage_tp_s[slow],

@@ -31,19 +31,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from optbench.accounting.ns_flops import OwnedItem, OwnersFn, pingpong_by_numel
 from optbench.accounting.optimizer_work import soap_flops
-from optbench.accounting.params import ROUTER
-from optbench.accounting.placement import Placement, pipeline_rank_of
+from optbench.accounting.placement import pipeline_rank_of
 from optbench.config.schema import RunConfig
 from optbench.hardware import gpu_catalog
 from optbench.projection import comm
 from optbench.projection.assumptions import NS_PEAK_FRACTION_OF_BF16, Assumptions
+from optbench.projection.gemm_weights import (
+    BF16_BYTES, MXFP8_SCALE_BYTES, WeightTraffic, fp8_cast, gemm_numel_per_pipeline_rank, weight_traffic,
+)
 from optbench.projection.interconnect import Interconnect
 from optbench.projection.stages import pipeline_rank_work
 from optbench.resolve import ResolvedRun
 
-BF16_BYTES = 2
-MXFP8_SCALE_BYTES = 1 / 32
-"""One 1-byte E8M0 scale per 32 elements."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +106,17 @@ class StepInputs:
     """Per rank: optimizer-step time."""
     fp8_cast_s: tuple[float, ...]
     """Per rank: quantizing weights to FP8 once per step."""
+    stage_weight_traffic: tuple[tuple[WeightTraffic, ...], ...] = ()
+    """Per pipeline rank: its GEMM classes' weight traffic (routed experts, dense); empty: GEMMs priced by FLOPs only."""
+    hbm_bytes_per_s: float = 0.0
+    """Achievable HBM bandwidth the weight traffic moves at."""
+    gemm_kernel_efficiency: float = 1.0
+    """Fraction of the GEMM peak a GEMM kernel itself sustains (``Assumptions.gemm_kernel_efficiency``)."""
+    stage_bf16_attention_flops_mb: tuple[float, ...] = ()
+    """Per pipeline rank: attention-core FLOPs per GPU per microbatch that run in BF16 although the GEMMs run in
+    FP8 (an FP8 recipe without ``precision.fp8_dot_product_attention``); empty when none do."""
+    bf16_attention_slowdown: float = 1.0
+    """How many times longer those FLOPs take than at the FP8 rate (``Assumptions.fp8_attention_speedup``)."""
 
 
 def gemm_peak(run: RunConfig) -> tuple[float, str]:
@@ -327,7 +337,12 @@ def build_inputs(
             gather_s[rank] += wire + max(2 * received / hbm, copies)
             gather_bucket[rank] = max(gather_bucket[rank], first)
 
-    fp8_cast = _fp8_cast(run, net, a, layout, distopt, resolved.placement)
+    gemm_numel = gemm_numel_per_pipeline_rank(resolved.placement)
+    fp8_cast_s = fp8_cast(run, net, a, layout, distopt, gemm_numel)
+    traffic = weight_traffic(run, work, gemm_numel, tokens_gpu) if a.weight_roofline else ()
+    bf16_attention = ()
+    if gemm_peak(run)[1].endswith("_fp8") and not run.precision.fp8_dot_product_attention:
+        bf16_attention = tuple(w.attention_core_flops_per_token * tokens_gpu for w in work)
     rank_pp = tuple(pipeline_rank_of(layout, r) for r in range(world))
     return StepInputs(
         world=world,
@@ -351,39 +366,10 @@ def build_inputs(
         gather_bucket_s=tuple(gather_bucket),
         gather_overlapped=distopt and opt.overlap_param_gather,
         optimizer=tuple(RankOptimizer(g, e, l) for g, e, l in zip(ns_gemm, elementwise, launch)),
-        fp8_cast_s=fp8_cast,
+        fp8_cast_s=fp8_cast_s,
+        stage_weight_traffic=traffic,
+        hbm_bytes_per_s=hbm,
+        gemm_kernel_efficiency=a.gemm_kernel_efficiency,
+        stage_bf16_attention_flops_mb=bf16_attention,
+        bf16_attention_slowdown=a.fp8_attention_speedup,
     )
-
-
-def gemm_numel_per_pipeline_rank(placement: Placement) -> list[tuple[int, list[int]]]:
-    """Per pipeline rank: (dense GEMM-weight elements, GEMM-weight elements of each EP rank's experts)."""
-
-    def gemm(params: tuple) -> int:
-        return sum(x.numel for x in params if x.spec.is_muon and x.spec.kind != ROUTER)
-
-    # Every EP rank of a pipeline rank holds as many experts of each layer, shaped alike (DpGroupWork.shape_class).
-    return [(gemm(h.dense), [gemm(h.experts[0])] * len(h.experts) or [0]) for h in placement.ranks]
-
-
-def _fp8_cast(
-    run: RunConfig, net: Interconnect, a: Assumptions, layout, distopt: bool, placement: Placement
-) -> tuple[float, ...]:
-    """Per rank: quantizing its GEMM weights to FP8 once per step (TE caches them across microbatches).
-
-    With ``fp8_param_gather`` under the distributed optimizer only the rank's shard is cast (the
-    gathered parameters arrive in FP8); otherwise every GEMM weight the rank holds.
-    """
-    world = layout.world_size
-    if run.precision.fp8 is None:
-        return (0.0,) * world
-    sharded = distopt and run.precision.fp8_param_gather
-    dense_share = 1 / (layout.dp * layout.cp) if sharded else 1.0
-    expert_share = 1 / layout.edp if sharded else 1.0
-    per_pp = gemm_numel_per_pipeline_rank(placement)
-    out = []
-    for rank in range(world):
-        dense, experts = per_pp[pipeline_rank_of(layout, rank)]
-        ep_rank = (rank // layout.etp) % layout.ep
-        numel = dense * dense_share + experts[ep_rank % len(experts)] * expert_share
-        out.append(numel * a.fp8_cast_bytes_per_element / net.hbm_effective)
-    return tuple(out)
