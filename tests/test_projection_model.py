@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from optbench.accounting.flops import attention_core_per_layer_token, model_flops_per_step
 from optbench.accounting.params import parameter_counts
 from optbench.compose.recipe import compose_run
 from optbench.projection import comm
-from dataclasses import replace
-
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.stages import pipeline_rank_work
-from optbench.projection.step_model import evaluate, solve_efficiency
 from optbench.projection.gemm_weights import WeightTraffic
+from optbench.projection.step_model import evaluate, solve_efficiency
 from optbench.projection.work import RankOptimizer, StepInputs, build_inputs
 from optbench.accounting.placement import place
 from optbench.resolve import resolve

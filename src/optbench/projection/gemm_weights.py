@@ -21,6 +21,15 @@ MXFP8_SCALE_BYTES = 1 / 32
 """One 1-byte E8M0 scale per 32 elements."""
 
 
+def weight_bytes_per_element(run: RunConfig) -> float:
+    """Bytes of one GEMM weight element as the GEMMs read it: FP8 (1, + 1/32 for MXFP8 scales) under an FP8
+    recipe, else bf16."""
+    prec = run.precision
+    if prec.fp8 is None:
+        return BF16_BYTES
+    return 1 + (MXFP8_SCALE_BYTES if prec.fp8_recipe == "mxfp8" else 0.0)
+
+
 @dataclass(frozen=True)
 class WeightTraffic:
     """One class of a pipeline rank's GEMMs and the weight bytes they move per microbatch (per GPU).
@@ -58,8 +67,7 @@ def weight_traffic(
     overstates its FLOPs per weight, so its weight-bound time is a lower bound (with a whole sequence of
     rows per GEMM it is compute-bound in every layout we search).
     """
-    prec = run.precision
-    weight = 1 + (MXFP8_SCALE_BYTES if prec.fp8_recipe == "mxfp8" else 0.0) if prec.fp8 is not None else BF16_BYTES
+    weight = weight_bytes_per_element(run)
     grad = 2 * (4 if run.optimizer.grad_reduce_in_fp32 else BF16_BYTES)  # read + write of main_grad
     out = []
     for w, (dense, experts) in zip(work, gemm_numel):

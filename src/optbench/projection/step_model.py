@@ -3,7 +3,7 @@
 With ``R = eff * peak`` (the one calibrated factor, :mod:`optbench.projection.calibration`) and for
 pipeline rank ``r``, per microbatch
 
-    t_r = F_r / R + W_r + a2a_r + tp_r + max(0, cp_r - A_r / R)
+    t_r = F_r / R + W_r + B_r + a2a_r + tp_r + max(0, cp_r - A_r / R)
 
 (``F_r`` its GEMM FLOPs per GPU, ``A_r`` their attention part that a context-parallel ring overlaps
 with). ``W_r`` is what weight traffic adds where it binds (the roofline): for each GEMM class (routed
@@ -11,8 +11,8 @@ experts; everything else) the forward and the data gradient read the weights, th
 and writes the main gradient, and each pass takes at least ``bytes / HBM``; the pass's own kernel time is
 its FLOPs at ``max(R, gemm_kernel_efficiency x peak)``, so ``W_r`` is the sum of ``max(0, bytes / HBM - kernel)``.
 Under an FP8 recipe without ``fp8_dot_product_attention`` the attention core (score and value products,
-FlashAttention) runs in BF16: its FLOPs take ``fp8_attention_speedup`` times their time at ``R`` (breakdown
-``bf16_attention``). With ``parallel.ep_comm_overlap`` (Megatron's EP A2A overlap: the forward of one microbatch and the
+FlashAttention) runs in BF16: its FLOPs take ``fp8_attention_speedup`` times their time at ``R``; ``B_r`` is
+the excess (breakdown ``bf16_attention``). With ``parallel.ep_comm_overlap`` (Megatron's EP A2A overlap: the forward of one microbatch and the
 backward of another run interleaved, each one's all-to-all hidden behind the other's GEMMs; Megatron Core
 ``overlap_moe_expert_parallel_comm``) only what the GEMMs cannot cover is exposed:
 ``a2a_r -> max(0, a2a_r - F_r / R)``. No parameter is fitted for it: the overlap is taken as complete up
@@ -27,7 +27,7 @@ After the last backward (Megatron's order; every rank then meets in the gradient
     step = pipeline + max_rank grad_exposed + max_rank optimizer + max_rank gather_exposed + max_rank fp8_cast
 
 * gradient reduction overlapped with the last microbatch's backward (``overlap_grad_reduce``):
-  ``grad_exposed = max(last bucket, reduction - backward share x F_r / R)``, else all of it;
+  ``grad_exposed = max(last bucket, reduction - backward share x (F_r / R + W_r + B_r))``, else all of it;
 * parameter all-gather: the first bucket when it overlaps the next forward (AdamW
   ``overlap_param_gather``), all of it when it follows the step (Muon's layer-wise optimizer);
 * the optimizer step of the slowest rank sets the step (the all-gather waits for it): Muon's
@@ -37,6 +37,7 @@ After the last backward (Megatron's order; every rank then meets in the gradient
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 from optbench.projection.work import RankOptimizer, StepInputs
 
@@ -118,44 +119,67 @@ def _weight_bound_s(inputs: StepInputs, r: int, rate: float, backward_share: flo
     return extra
 
 
+class _StageTime(NamedTuple):
+    """One pipeline rank's microbatch, seconds by part."""
+
+    flops: float
+    """Its GEMM FLOPs at the calibrated rate."""
+    weight_bound: float
+    """What weight traffic adds (:func:`_weight_bound_s`)."""
+    bf16_attention: float
+    """What the attention core adds running in BF16 under FP8 GEMMs."""
+    cp_exposed: float
+    """Context-parallel ring time the attention does not hide."""
+    ep_exposed: float
+    """MoE all-to-all time not hidden (all of it without EP overlap)."""
+    total: float
+    """The microbatch: the parts above plus exposed TP."""
+
+    @property
+    def gemm(self) -> float:
+        """GEMM time: FLOPs, weight-bound excess and BF16 attention."""
+        return self.flops + self.weight_bound + self.bf16_attention
+
+
+def _stage_time(inputs: StepInputs, r: int, rate: float, backward_share: float) -> _StageTime:
+    cp_exposed = max(0.0, inputs.stage_cp_s[r] - inputs.stage_attention_flops_mb[r] / rate)
+    flops = inputs.stage_flops_mb[r] / rate
+    bound = _weight_bound_s(inputs, r, rate, backward_share)
+    bf16_attention = 0.0
+    if inputs.stage_bf16_attention_flops_mb:
+        bf16_attention = inputs.stage_bf16_attention_flops_mb[r] / rate * (inputs.bf16_attention_slowdown - 1)
+    gemm = flops + bound + bf16_attention
+    ep = max(0.0, inputs.stage_ep_s[r] - gemm) if inputs.ep_overlap else inputs.stage_ep_s[r]
+    return _StageTime(flops, bound, bf16_attention, cp_exposed, ep, gemm + ep + inputs.stage_tp_s[r] + cp_exposed)
+
+
 def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 / 3.0) -> StepBreakdown:
     """Project one step at GEMM ``efficiency`` (fraction of ``inputs.gemm_peak_flops``)."""
     if not 0 < efficiency:
         raise ValueError(f"efficiency must be positive, got {efficiency}")
     rate = efficiency * inputs.gemm_peak_flops
-    per_stage = []
-    for r in range(inputs.pp):
-        cp_exposed = max(0.0, inputs.stage_cp_s[r] - inputs.stage_attention_flops_mb[r] / rate)
-        flops_s = inputs.stage_flops_mb[r] / rate
-        bound = _weight_bound_s(inputs, r, rate, backward_share)
-        slow_attention = 0.0
-        if inputs.stage_bf16_attention_flops_mb:
-            slow_attention = inputs.stage_bf16_attention_flops_mb[r] / rate * (inputs.bf16_attention_slowdown - 1)
-        gemm = flops_s + bound + slow_attention
-        ep = max(0.0, inputs.stage_ep_s[r] - gemm) if inputs.ep_overlap else inputs.stage_ep_s[r]
-        per_stage.append((gemm + ep + inputs.stage_tp_s[r] + cp_exposed, gemm, flops_s, bound, slow_attention,
-                          cp_exposed, ep))
-    slow = max(range(inputs.pp), key=lambda r: per_stage[r][0])
-    t_mb, _, flops_s, bound, slow_attention, cp_exposed, ep_exposed = per_stage[slow]
+    per_stage = [_stage_time(inputs, r, rate, backward_share) for r in range(inputs.pp)]
+    slow = max(range(inputs.pp), key=lambda r: per_stage[r].total)
+    stage = per_stage[slow]
     m = inputs.microbatches
 
     def exposed_grad(rank: int) -> float:
         reduction = inputs.grad_comm_s[rank]
         if not inputs.overlap_grad_reduce:
             return reduction
-        window = backward_share * per_stage[inputs.rank_pipeline[rank]][1]
+        window = backward_share * per_stage[inputs.rank_pipeline[rank]].gemm
         return max(inputs.grad_bucket_s[rank], reduction - window)
 
     gather = inputs.gather_bucket_s if inputs.gather_overlapped else inputs.gather_s
     busiest = max(range(inputs.world), key=lambda r: inputs.optimizer[r].total_s)
     parts = {
-        "compute": m * flops_s,
-        "gemm_weight_bound": m * bound,
-        "bf16_attention": m * slow_attention,
-        "pipeline_bubble": (inputs.pp - 1) / inputs.vpp * t_mb,
-        "moe_all_to_all": m * ep_exposed,
+        "compute": m * stage.flops,
+        "gemm_weight_bound": m * stage.weight_bound,
+        "bf16_attention": m * stage.bf16_attention,
+        "pipeline_bubble": (inputs.pp - 1) / inputs.vpp * stage.total,
+        "moe_all_to_all": m * stage.ep_exposed,
         "tensor_parallel": m * inputs.stage_tp_s[slow],
-        "context_parallel": m * cp_exposed,
+        "context_parallel": m * stage.cp_exposed,
         "pipeline_p2p": 2 * (inputs.pp - 1) * inputs.p2p_s,
         "dp_grad_reduce_exposed": max(exposed_grad(r) for r in range(inputs.world)),
         "optimizer": inputs.optimizer[busiest].total_s,

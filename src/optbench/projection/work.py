@@ -37,7 +37,7 @@ from optbench.hardware import gpu_catalog
 from optbench.projection import comm
 from optbench.projection.assumptions import NS_PEAK_FRACTION_OF_BF16, Assumptions
 from optbench.projection.gemm_weights import (
-    BF16_BYTES, MXFP8_SCALE_BYTES, WeightTraffic, fp8_cast, gemm_numel_per_pipeline_rank, weight_traffic,
+    BF16_BYTES, WeightTraffic, fp8_cast, gemm_numel_per_pipeline_rank, weight_bytes_per_element, weight_traffic,
 )
 from optbench.projection.interconnect import Interconnect
 from optbench.projection.stages import pipeline_rank_work
@@ -189,10 +189,7 @@ def _ns_calls(item: OwnedItem, run: RunConfig) -> int:
 
 
 def _param_gather_bytes(run: RunConfig) -> float:
-    prec = run.precision
-    if prec.fp8 is not None and prec.fp8_param_gather:
-        return 1 + (MXFP8_SCALE_BYTES if prec.fp8_recipe == "mxfp8" else 0.0)
-    return BF16_BYTES
+    return weight_bytes_per_element(run) if run.precision.fp8_param_gather else BF16_BYTES
 
 
 @dataclass(frozen=True)
@@ -340,8 +337,9 @@ def build_inputs(
     gemm_numel = gemm_numel_per_pipeline_rank(resolved.placement)
     fp8_cast_s = fp8_cast(run, net, a, layout, distopt, gemm_numel)
     traffic = weight_traffic(run, work, gemm_numel, tokens_gpu) if a.weight_roofline else ()
+    peak, peak_key = gemm_peak(run)
     bf16_attention = ()
-    if gemm_peak(run)[1].endswith("_fp8") and not run.precision.fp8_dot_product_attention:
+    if peak_key.endswith("_fp8") and not run.precision.fp8_dot_product_attention:
         bf16_attention = tuple(w.attention_core_flops_per_token * tokens_gpu for w in work)
     rank_pp = tuple(pipeline_rank_of(layout, r) for r in range(world))
     return StepInputs(
@@ -349,8 +347,8 @@ def build_inputs(
         pp=p.pp,
         vpp=layout.vpp,
         microbatches=layout.num_microbatches,
-        gemm_peak_flops=gemm_peak(run)[0],
-        gemm_peak_key=gemm_peak(run)[1],
+        gemm_peak_flops=peak,
+        gemm_peak_key=peak_key,
         stage_flops_mb=tuple(w.flops_per_token * tokens_gpu for w in work),
         stage_attention_flops_mb=tuple(w.attention_flops_per_token * tokens_gpu for w in work),
         stage_ep_s=tuple(ep_s),
