@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from optbench.accounting.ns_flops import (
@@ -13,7 +15,7 @@ from optbench.accounting.ns_flops import (
     pingpong_by_numel,
     rank_ns_flops,
 )
-from optbench.accounting.params import model_parameters
+from optbench.accounting.params import SHAPE_FIELDS, model_parameters
 from optbench.accounting.placement import LocalParam, place
 from optbench.compose.recipe import compose_run
 
@@ -151,6 +153,17 @@ def test_every_parameter_is_dealt_exactly_once_per_replica() -> None:
     # One model replica: the TP-rank-0 dense groups of both pipeline ranks and every expert group.
     names = [i.name for g in (groups[0], groups[2], *groups[4:]) for i in g.items]
     assert sorted(names) == sorted(p.name for p in model_parameters(tiny().model, 2))
+
+
+def test_the_inventory_is_keyed_on_the_shape_fields_alone() -> None:
+    """It is built from the SHAPE_FIELDS only (reading another field fails), so models that differ
+    elsewhere share it and models that differ in one shape field do not."""
+    model = tiny().model
+    assert set(SHAPE_FIELDS) <= {f.name for f in dataclasses.fields(model)}
+    same = dataclasses.replace(model, init_method_std=model.init_method_std * 2, rotary_base=1234)
+    assert model_parameters(same, 2) is model_parameters(model, 2)
+    wider = dataclasses.replace(model, moe_ffn_hidden_size=2 * model.moe_ffn_hidden_size)
+    assert model_parameters(wider, 2) != model_parameters(model, 2)
 
 
 def test_kimi_k2_published_layout_ns_per_gpu() -> None:

@@ -73,6 +73,11 @@ def test_a_run_resolved_like_another_shares_its_placement_only_when_it_places_al
     other = resolve(compose_run("kimi_k2_adamw", ["parallel.ep=32"]), like=muon)
     assert other.placement is not muon.placement
     assert other.placement == place(other.run)
+    # A calibration anchor may differ from the run in fields that shape nothing (init_method_std): it places alike.
+    anchor = resolve(compose_run("kimi_k2_adamw", ["model.init_method_std=0.01"]), like=muon)
+    assert anchor.placement is muon.placement
+    wider = resolve(compose_run("kimi_k2_adamw", ["model.moe_ffn_hidden_size=4096"]), like=muon)
+    assert wider.placement is not muon.placement
 
 
 def test_sweep_points_ranked_by_projected_throughput(tmp_path: Path) -> None:

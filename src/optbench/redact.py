@@ -189,20 +189,21 @@ def _leaves(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
         yield path, node
 
 
-def _marked_copy(cfg: Any) -> Any:
-    """An untyped copy of the composed config with the account and secret job variables replaced by markers."""
+def _marked_copy(raw: Any) -> Any:
+    """An untyped config from the composed one's containers (``raw``, left as it is) with the account and
+    secret job variables replaced by markers."""
     from omegaconf import OmegaConf
 
-    raw = OmegaConf.to_container(cfg, resolve=False)
-    cluster = raw.get("cluster") if isinstance(raw, dict) else None
-    if isinstance(cluster, dict):
+    marked = OmegaConf.create(raw)
+    cluster = marked.get("cluster") if isinstance(raw, dict) else None
+    if OmegaConf.is_dict(cluster):
         cluster["account"] = f"{_MARKER}account"
         env = cluster.get("env")
-        if isinstance(env, dict):
+        if OmegaConf.is_dict(env):
             for name in env:
                 if is_secret_name(str(name)):
                     env[name] = f"{_MARKER}env"
-    return OmegaConf.create(raw)
+    return marked
 
 
 @contextlib.contextmanager
@@ -242,12 +243,14 @@ def secret_problems(cfg: Any, environ: Mapping[str, str] | None = None) -> list[
 
     environ = os.environ if environ is None else environ
     raw = OmegaConf.to_container(cfg, resolve=False)
-    with _marked_environment():
-        marked = _marked_copy(cfg)
-        reaching = {
-            path for path, value in _leaves(raw)
-            if isinstance(value, str) and "${" in value and not _is_secret_field(path) and _reaches_secret(marked, path)
-        }
+    interpolated = [
+        path for path, value in _leaves(raw) if isinstance(value, str) and "${" in value and not _is_secret_field(path)
+    ]
+    reaching: set[str] = set()
+    if interpolated:  # the marked copy costs a conversion of the whole config: only when something can resolve
+        with _marked_environment():
+            marked = _marked_copy(raw)
+            reaching = {path for path in interpolated if _reaches_secret(marked, path)}
     sources = {value: f"${name}" for name, value in environ.items() if is_secret_name(name) and len(value) >= MIN_TEXT_SECRET}
     account = (raw.get("cluster") or {}).get("account") if isinstance(raw, dict) else None
     if isinstance(account, str) and "${" not in account and len(account) >= MIN_TEXT_SECRET:

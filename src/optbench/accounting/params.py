@@ -26,6 +26,7 @@ Shapes follow Megatron's ``[out_features, in_features]`` convention:
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -72,20 +73,20 @@ class ParamSpec:
         return len(self.shape) == 2 and self.kind not in (EMBEDDING, OUTPUT)
 
 
-def padded_vocab_size(model: ModelConfig, tp: int = 1) -> int:
+def padded_vocab_size(model: ModelConfig | ModelShape, tp: int = 1) -> int:
     """Vocabulary padded as Megatron Bridge pads it: up to a multiple of make_vocab_size_divisible_by * tp."""
     multiple = model.make_vocab_size_divisible_by * tp
     return math.ceil(model.vocab_size / multiple) * multiple
 
 
-def is_moe_layer(model: ModelConfig, layer: int) -> bool:
+def is_moe_layer(model: ModelConfig | ModelShape, layer: int) -> bool:
     """Whether decoder layer ``layer`` (0-based) has a MoE FFN; MTP layers follow the last layer."""
     if not model.num_moe_experts:
         return False
     return min(layer, model.num_layers - 1) >= model.first_k_dense_layers
 
 
-def _attention(model: ModelConfig, prefix: str, layer: int) -> list[ParamSpec]:
+def _attention(model: ModelConfig | ModelShape, prefix: str, layer: int) -> list[ParamSpec]:
     h, heads = model.hidden_size, model.num_attention_heads
     specs = [ParamSpec(f"{prefix}.input_layernorm.weight", (h,), NORM, layer)]
     if model.multi_latent_attention:
@@ -136,7 +137,7 @@ def _gated_mlp(prefix: str, hidden: int, ffn: int, kind: str, layer: int, expert
     ]
 
 
-def _ffn(model: ModelConfig, prefix: str, layer: int) -> list[ParamSpec]:
+def _ffn(model: ModelConfig | ModelShape, prefix: str, layer: int) -> list[ParamSpec]:
     h = model.hidden_size
     specs = [ParamSpec(f"{prefix}.pre_mlp_layernorm.weight", (h,), NORM, layer)]
     if not is_moe_layer(model, layer):
@@ -152,9 +153,28 @@ def _ffn(model: ModelConfig, prefix: str, layer: int) -> list[ParamSpec]:
     return specs
 
 
+SHAPE_FIELDS = (
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+    "qk_layernorm", "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+    "v_head_dim", "num_moe_experts", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+    "first_k_dense_layers", "vocab_size", "make_vocab_size_divisible_by", "mtp_num_layers",
+    "share_embeddings_and_output_weights",
+)
+"""The model fields that decide its parameter tensors and their pipeline placement. Two models equal on
+these have the same inventory, so a run and its calibration anchor (which may differ only in, say,
+``init_method_std``) share one placement."""
+
+ModelShape = namedtuple("ModelShape", SHAPE_FIELDS)
+"""A model reduced to :data:`SHAPE_FIELDS`. The inventory is built from it, so reading any other field
+there fails at once (AttributeError) instead of caching a result that field would change."""
+
+
+def model_shape(model: ModelConfig) -> ModelShape:
+    return ModelShape(*(getattr(model, name) for name in SHAPE_FIELDS))
+
+
 @lru_cache(maxsize=64)
-def _inventory(model_fields: tuple[tuple[str, object], ...], tp: int) -> tuple[ParamSpec, ...]:
-    model = ModelConfig(**dict(model_fields))
+def _inventory(model: ModelShape, tp: int) -> tuple[ParamSpec, ...]:
     h = model.hidden_size
     vocab = padded_vocab_size(model, tp)
     specs = [ParamSpec("embedding.word_embeddings.weight", (vocab, h), EMBEDDING, None, COLUMN)]
@@ -179,8 +199,8 @@ def _inventory(model_fields: tuple[tuple[str, object], ...], tp: int) -> tuple[P
 
 def model_parameters(model: ModelConfig, tp: int = 1) -> tuple[ParamSpec, ...]:
     """Every parameter tensor of the unsharded model (the vocabulary padded for ``tp``); cached per shape."""
-    # Kimi K2 has ~46k expert matrices: build the inventory once per (model, tp).
-    return _inventory(tuple(sorted(vars(model).items())), tp)
+    # Kimi K2 has ~46k expert matrices: build the inventory once per (shape, tp).
+    return _inventory(model_shape(model), tp)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from optbench.accounting.ns_flops import (
     recipe_tp_mode,
     recounted_rank_ns_flops,
 )
+from optbench.accounting.params import model_shape
 from optbench.accounting.placement import Placement, place
 from optbench.config.layout import Layout, derive_layout, stage_decoder_layers
 from optbench.config.schema import MUON_TP_MODES, RunConfig
@@ -119,9 +120,9 @@ def _job_ready(run: RunConfig, run_id: str | None) -> RunConfig:
 
 
 def _same_placement(run: RunConfig, other: RunConfig) -> bool:
-    """Whether two runs place their parameters alike (same model, same TP/PP/VPP/EP/ETP and pipeline layout)."""
+    """Whether two runs place their parameters alike (same model shape, same TP/PP/VPP/EP/ETP and pipeline layout)."""
     p, q = run.parallel, other.parallel
-    return run.model == other.model and (p.tp, p.pp, p.vpp, p.ep, p.etp, p.pipeline_layout) == (
+    return model_shape(run.model) == model_shape(other.model) and (p.tp, p.pp, p.vpp, p.ep, p.etp, p.pipeline_layout) == (
         q.tp, q.pp, q.vpp, q.ep, q.etp, q.pipeline_layout)
 
 
