@@ -13,11 +13,11 @@ from optbench.compose.recipe import compose_run
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json
 from optbench.plan import claim_results, plan_path
-from optbench.projection.search import point_of_run, rank_of, search
+from optbench.projection.search import Standing, point_of_run, search, standing_of
 from optbench.projection.twin import adamw_twin
 
 
-def search_lines(recipe: str, result: dict, own_label: str, own_rank: int | None) -> list[str]:
+def search_lines(recipe: str, result: dict, own_label: str, own: Standing | None) -> list[str]:
     """The printed report of a search."""
     lines = [
         f"Layout search: {recipe}: {result['candidates']} layouts, {result['valid']} valid and projected,"
@@ -30,7 +30,10 @@ def search_lines(recipe: str, result: dict, own_label: str, own_rank: int | None
             f"  {row['rank']:>3}  {row['layout']:<34} {row['step_time_s']:>7.2f} {row['tflops_per_gpu']:>13.1f}"
             f" {row['memory_gb']:>9.1f}  {gap}"
         )
-    where = f"rank {own_rank} of {result['valid']}" if own_rank else "not a valid point of the search"
+    where = "not a valid point of the search"
+    if own is not None:
+        where = (f"rank {own.rank} of {result['valid']}, {own.tflops_per_gpu:.1f} TFLOP/s/GPU,"
+                 f" {own.gap_to_best_percent:+.2f} % from the best")
     lines.append(f"  recipe's own layout {own_label}: {where} (ties share a rank: the model prices them alike)")
     lines.append(
         "  caveat      GEMMs cost their FLOPs at one calibrated efficiency unless their weight traffic binds (few rows"
@@ -57,12 +60,14 @@ def run_search(recipe: str, overrides: Sequence[str]) -> int:
             adamw = None
     result = search(run, adamw)
     own = point_of_run(run)
-    own_rank = rank_of(result, own)
-    for line in search_lines(recipe, result, own.label, own_rank):
+    standing = standing_of(result, own)
+    for line in search_lines(recipe, result, own.label, standing):
         print(line)
     claim_results(run)
     path = plan_path(run).with_name("search.json")
     record = {k: v for k, v in result.items() if k != "ranked"}
-    record.update(recipe=recipe, overrides=list(overrides), own_layout=own.label, own_rank=own_rank)
+    record.update(recipe=recipe, overrides=list(overrides), own_layout=own.label,
+                  own_rank=standing.rank if standing else None,
+                  own_gap_to_best_percent=standing.gap_to_best_percent if standing else None)
     print(f"  search.json {atomic_write_json(path, record)}")
     return 0

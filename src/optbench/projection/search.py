@@ -205,7 +205,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10) -> dic
         "valid": len(scored),
         "dropped": dict(dropped),
         "top": rows,
-        "ranked": list(zip(ranks, (s.point for s in scored))),
+        "ranked": [(rank, s.point, s.projection["tflops_per_gpu"]) for rank, s in zip(ranks, scored)],
         "seconds": round(time.perf_counter() - start, 1),
     }
 
@@ -220,9 +220,35 @@ def _tied_ranks(tflops: list[float]) -> list[int]:
     return ranks
 
 
-def rank_of(result: dict[str, Any], point: Point) -> int | None:
-    """Where ``point`` ranks in a search (1 = best; ties share a rank), None when it was not a valid point."""
-    return next((rank for rank, p in result["ranked"] if p == point), None)
+@dataclass(frozen=True)
+class Standing:
+    """Where one layout stands in a search, in rank and in projected throughput."""
+
+    rank: int
+    """1 = best; points the model prices alike share a rank."""
+    tflops_per_gpu: float
+    """Its projected model TFLOP/s per GPU."""
+    best: Point
+    """The search's best layout: this one when it shares rank 1, else the first of rank 1."""
+    best_tflops_per_gpu: float
+    """The best layout's projected model TFLOP/s per GPU."""
+
+    @property
+    def gap_to_best_percent(self) -> float:
+        """How far below the best the model projects it (0 for the best, negative otherwise)."""
+        return round(100 * (self.tflops_per_gpu / self.best_tflops_per_gpu - 1), 2) + 0.0  # + 0.0: no "-0.0"
+
+
+def standing_of(result: dict[str, Any], point: Point) -> Standing | None:
+    """``point``'s rank and projected throughput beside the search's best, None when it was not a valid point."""
+    found = next(((rank, tflops) for rank, p, tflops in result["ranked"] if p == point), None)
+    if found is None:
+        return None
+    rank, tflops = found
+    if rank == 1:
+        return Standing(rank, tflops, point, tflops)
+    _, best, best_tflops = result["ranked"][0]
+    return Standing(rank, tflops, best, best_tflops)
 
 
 def point_of_run(run: RunConfig) -> Point:
