@@ -45,12 +45,16 @@ class PipelineRankWork:
     """The score and value products' part of ``attention_flops_per_token`` (FlashAttention's FLOPs)."""
 
 
+def _routed_width(run: RunConfig) -> int:
+    """FFN width a token passes through in a MoE layer's routed experts (top-k of them)."""
+    model = run.model
+    return (model.moe_ffn_hidden_size or model.ffn_hidden_size) * model.moe_router_topk
+
+
 def _ffn_width(run: RunConfig, layer: int) -> int:
     model = run.model
     if is_moe_layer(model, layer):
-        return (model.moe_ffn_hidden_size or model.ffn_hidden_size) * model.moe_router_topk + (
-            model.moe_shared_expert_intermediate_size
-        )
+        return _routed_width(run) + model.moe_shared_expert_intermediate_size
     return model.ffn_hidden_size
 
 
@@ -67,21 +71,25 @@ def pipeline_rank_work(run: RunConfig, stages: Sequence[VirtualStage]) -> list[P
     mlp_per_width = terms.mlp / seq / sum(widths)
     head = terms.logits / seq / (mtp + 1)
     mtp_extra = terms.mtp / seq / mtp if mtp else 0.0
-    routed = (model.moe_ffn_hidden_size or model.ffn_hidden_size) * model.moe_router_topk
+    routed = _routed_width(run)
     core = attention_core_per_layer_token(model, seq)
-    work = [[0.0, 0.0, 0, 0, 0.0, 0.0] for _ in range(run.parallel.pp)]
+    work = [
+        {"flops_per_token": 0.0, "attention_flops_per_token": 0.0, "layers": 0, "moe_layers": 0,
+         "expert_flops_per_token": 0.0, "attention_core_flops_per_token": 0.0}
+        for _ in range(run.parallel.pp)
+    ]
     for stage in stages:
         held = list(stage.decoder_layers) + [last] * len(stage.mtp_layers)
         acc = work[stage.pipeline_rank]
         for layer in held:
-            acc[0] += attention_per_layer + mlp_per_width * _ffn_width(run, layer)
-            acc[1] += attention_per_layer
-            acc[2] += 1
             moe = is_moe_layer(model, layer)
-            acc[3] += int(moe)
-            acc[4] += mlp_per_width * routed if moe else 0.0
-            acc[5] += core
-        acc[0] += len(stage.mtp_layers) * (head + mtp_extra)
+            acc["flops_per_token"] += attention_per_layer + mlp_per_width * _ffn_width(run, layer)
+            acc["attention_flops_per_token"] += attention_per_layer
+            acc["layers"] += 1
+            acc["moe_layers"] += int(moe)
+            acc["expert_flops_per_token"] += mlp_per_width * routed if moe else 0.0
+            acc["attention_core_flops_per_token"] += core
+        acc["flops_per_token"] += len(stage.mtp_layers) * (head + mtp_extra)
         if stage.loss:
-            acc[0] += head
-    return [PipelineRankWork(*acc) for acc in work]
+            acc["flops_per_token"] += head
+    return [PipelineRankWork(**acc) for acc in work]
