@@ -94,3 +94,20 @@ def test_search_ranks_records_the_gap_to_the_best_and_counts_the_bands():
     assert data["in_top"] == 2 and data["within_percent_of_best"] == {"3": 1, "5": 2, "10": 2}
     assert data["outside_top"] == 0 and data["median_gap_to_best_percent"] == -2.5
     assert "| row a | TP1 PP1 VPP1 CP1 EP8 MBS8 | 3 | 3 | 760.0 | TP1 PP1 VPP1 CP1 EP1 MBS4 | 800.0 | -5.00 % |" in markdown(data)
+
+
+def test_make_search_ranks_refuses_an_unknown_model_and_a_foreign_folder_in_one_line(tmp_path):
+    """Neither a typo in MODELS (it would replace the table with an empty one) nor a folder optbench did not
+    create gets a traceback, and nothing is written."""
+    foreign = tmp_path / "theirs"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("keep")
+    for args, field in (
+        (["--results", str(tmp_path / "ours"), "--models", "qwen3"], "MODELS"),
+        (["--results", str(foreign), "--models", "qwen3_30b_a3b"], "--results"),
+    ):
+        out = subprocess.run([sys.executable, "-m", "optbench.projection.search_ranks", *args], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and out.stdout == "", out.stderr
+        assert out.stderr.strip().count("\n") == 0 and out.stderr.startswith(f"error: {field}: "), out.stderr
+    assert [p.name for p in foreign.iterdir()] == ["keep.txt"] and not (tmp_path / "ours").exists()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from optbench.compose.recipe import compose_run, repo_root
+from optbench.exits import exit_on_user_error
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
@@ -187,16 +188,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m optbench.projection.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)")
     args = parser.parse_args(argv)
-    results = claim(args.results, "--results", "results")
-    data = collect()
-    text = markdown(data)
-    md = atomic_write_text(results / "projection" / "projection.md", text)
-    js = atomic_write_json(results / "projection" / "projection.json", data)
-    png = chart(data, results / "plots" / "projection_muon_overhead.png")
-    print(text)
-    for path in (md, js, png):
-        print(f"wrote {path}")
-    return 0
+    with exit_on_user_error():  # a results folder we may not write into, a full disk: one line, exit 2
+        results = claim(args.results, "--results", "results")
+        data = collect()
+        text = markdown(data)
+        md = atomic_write_text(results / "projection" / "projection.md", text)
+        js = atomic_write_json(results / "projection" / "projection.json", data)
+        png = chart(data, results / "plots" / "projection_muon_overhead.png")
+        print(text)
+        for path in (md, js, png):
+            print(f"wrote {path}")
+        return 0
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import time
 from typing import Any
 
 from optbench.checkout import repo_root
+from optbench.errors import Problem, UserError
+from optbench.exits import exit_on_user_error
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
 from optbench.projection.calibration import row_id
@@ -121,16 +123,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=os.environ.get("OPTBENCH_SEARCH_MODELS", ""),
                         help="comma-separated models (default: every model)")
     args = parser.parse_args(argv)
-    results = claim(args.results, "--results", "results")
-    models = {m for m in args.models.split(",") if m} or None
-    data = ranks(load_published(default_published_dir(repo_root() / "results")), models)
-    text = markdown(data)
-    md = atomic_write_text(results / "projection" / "search_ranks.md", text)
-    js = atomic_write_json(results / "projection" / "search_ranks.json", data)
-    print(text)
-    for path in (md, js):
-        print(f"wrote {path}")
-    return 0
+    with exit_on_user_error():  # a results folder we may not write into, a full disk: one line, exit 2
+        models = {m for m in args.models.split(",") if m} or None
+        rows = load_published(default_published_dir(repo_root() / "results"))
+        known = sorted({row.model for row in rows})
+        unknown = sorted((models or set()) - set(known))
+        if unknown:  # else a typo would replace the committed table with an empty one
+            raise UserError(Problem("MODELS", f"no published rows of {', '.join(unknown)}; models: {', '.join(known)}"))
+        results = claim(args.results, "--results", "results")
+        data = ranks(rows, models)
+        text = markdown(data)
+        md = atomic_write_text(results / "projection" / "search_ranks.md", text)
+        js = atomic_write_json(results / "projection" / "search_ranks.json", data)
+        print(text)
+        for path in (md, js):
+            print(f"wrote {path}")
+        return 0
 
 
 if __name__ == "__main__":

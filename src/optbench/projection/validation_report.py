@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from optbench.checkout import repo_root
+from optbench.exits import exit_on_user_error
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
 from optbench.projection.expected_error import VALIDATION
@@ -118,15 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)")
     parser.add_argument("--update-docs", action="store_true", help=f"rewrite the summary block of {' and '.join(DOCS)}")
     args = parser.parse_args(argv)
-    results = claim(args.results, "--results", "results")
-    data = report(load_published(default_published_dir(repo_root() / "results")))
-    text = markdown(data)
-    md = atomic_write_text(results / "projection" / "validation.md", text)
-    js = atomic_write_json(results / VALIDATION, data)
-    print(text)
-    for path in (md, js, *(update_docs(data) if args.update_docs else ())):
-        print(f"wrote {path}")
-    return 0
+    with exit_on_user_error():  # a results folder we may not write into, a full disk: one line, exit 2
+        results = claim(args.results, "--results", "results")
+        data = report(load_published(default_published_dir(repo_root() / "results")))
+        text = markdown(data)
+        md = atomic_write_text(results / "projection" / "validation.md", text)
+        js = atomic_write_json(results / VALIDATION, data)
+        print(text)
+        for path in (md, js, *(update_docs(data) if args.update_docs else ())):
+            print(f"wrote {path}")
+        return 0
 
 
 if __name__ == "__main__":
