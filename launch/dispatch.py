@@ -82,10 +82,12 @@ def job_folder(run: RunConfig) -> Path:
     return plan_folder(run) if run.dryrun else run_dir(run)
 
 
-def check_launch(run: RunConfig) -> None:
-    """Every refusal the launcher can know of before it writes anything (raises UserError)."""
+def check_launch(run: RunConfig) -> tuple[str, ...]:
+    """Every refusal the launcher can know of before it writes anything (raises UserError); returns the
+    notes for the user (printed once by the caller: a sweep's points share them)."""
+    notes: tuple[str, ...] = ()
     if run.cluster.executor == "slurm":
-        require_slurm(run, run.dryrun)
+        notes = require_slurm(run, run.dryrun)
         folder = job_folder(run)
         if not run.dryrun and (folder / "sbatch.sh").exists() and not run.resume:
             raise UserError(
@@ -104,6 +106,13 @@ def check_launch(run: RunConfig) -> None:
         problem = bridge_local_problem(run.parallel.num_gpus)
         if problem is not None:
             raise UserError(problem)
+    return notes
+
+
+def print_notes(notes: Sequence[str]) -> None:
+    """Each note once, on stderr, in the order first given."""
+    for note in dict.fromkeys(notes):
+        print(note, file=sys.stderr)
 
 
 def warn_missing_data(run: RunConfig, plan: Plan) -> None:
@@ -121,7 +130,7 @@ def pretrain(recipe: str, overrides: Sequence[str]) -> int:
     run, plan = plan_run(recipe, overrides)
     print(format_summary(plan))
     warn_missing_data(run, plan)
-    check_launch(run)
+    print_notes(check_launch(run))
     claim_results(run)
     if run.cluster.executor == "slurm":
         return launch_slurm(run, plan)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -75,8 +74,9 @@ def check_path(field: str, path: Path) -> Path:
     return path
 
 
-def require_slurm(run: RunConfig, dryrun: bool) -> None:
-    """Launch-time checks that depend on this machine and the cluster preset; the first failure is raised."""
+def require_slurm(run: RunConfig, dryrun: bool) -> tuple[str, ...]:
+    """Launch-time checks that depend on this machine and the cluster preset; the first failure is raised.
+    Returns the notes to print once (a sweep's points share them)."""
     cluster = run.cluster
     if not cluster.container_image:
         raise UserError(
@@ -98,12 +98,9 @@ def require_slurm(run: RunConfig, dryrun: bool) -> None:
         )
     if not cluster.account and dryrun:
         # The rendered script never holds the account (sbatch gets it from SBATCH_ACCOUNT at submission).
-        print(
-            f"note: cluster.account: not set; submitting to {cluster.name} will need SBATCH_ACCOUNT or "
-            f"account: in conf/local/{cluster.name}.yaml",
-            file=sys.stderr,
-        )
-    elif not cluster.account:
+        return (f"note: cluster.account: not set; submitting to {cluster.name} will need SBATCH_ACCOUNT or "
+                f"account: in conf/local/{cluster.name}.yaml",)
+    if not cluster.account:
         raise UserError(
             Problem(
                 "cluster.account",
@@ -111,6 +108,7 @@ def require_slurm(run: RunConfig, dryrun: bool) -> None:
                 f"conf/local/{cluster.name}.yaml (it is never written to any file)",
             )
         )
+    return ()
 
 
 def hybrid_ep_ranks_per_domain(ep: int, domain: int) -> int:

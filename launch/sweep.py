@@ -26,6 +26,7 @@ from typing import Any, Optional, Sequence
 from launch.dispatch import (
     check_launch,
     launch_local_engine,
+    print_notes,
     shown,
     slurm_launch_section,
 )
@@ -231,8 +232,7 @@ def sweep(recipe: str, overrides: Sequence[str]) -> int:
     dryrun = first.dryrun
     slurm = first.cluster.executor == "slurm"
     if slurm:
-        for point in valid:
-            check_launch(point.run)
+        print_notes([note for point in valid for note in check_launch(point.run)])
     # The previous sweep's folder is replaced only when this one is complete (put back if it fails or is killed).
     claim_results(first)
     with replacing([folder]):

@@ -83,3 +83,11 @@ def test_a_sweep_with_no_valid_point_fails_in_one_line(monkeypatch, capsys, tmp_
     code, out, err = launch(capsys, "sweep", "kimi_k2_muon", "parallel.pp=8,16", "dryrun=true", f"results_dir={tmp_path}")
     assert code == 2 and "2 points, 0 valid" in out
     assert err.strip() == "error: sweep: none of the 2 points is valid; see the reasons above"
+
+
+def test_a_sweep_says_each_note_once(monkeypatch, capsys, tmp_path: Path) -> None:
+    monkeypatch.delenv("SBATCH_ACCOUNT", raising=False)
+    code, _, err = launch(capsys, "sweep", "qwen3_30b_a3b_muon", "train.mbs=4,8", "cluster.account=null",
+                          "dryrun=true", f"results_dir={tmp_path}")
+    assert code == 0, err
+    assert err.count("note: cluster.account: not set") == 1  # two points, one note
