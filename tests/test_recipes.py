@@ -111,3 +111,17 @@ def test_each_registry_model_has_its_model_preset_and_a_recipe() -> None:
 
     assert set(model_registry()) <= set(list_group_options("model"))
     assert all(f"{model}_adamw" in list_recipes() for model in model_registry())
+
+
+@pytest.mark.parametrize("restated", ["precision=mxfp8", "parallel=qwen3_30b_a3b_gb300_8", "logger=wandb_offline"])
+def test_a_group_typed_as_the_recipe_picks_it_changes_nothing(restated: str) -> None:
+    """Typing the recipe's own option of a group (the recipe's or base.yaml's) is the recipe: NVIDIA's preset of
+    the release still supplies its values (26.08's FP8 attention for Qwen3 MXFP8), as without the override."""
+    plain = compose_run("qwen3_30b_a3b_adamw")
+    assert plain.precision.fp8_dot_product_attention  # from the release's preset, not conf/precision/mxfp8.yaml
+    assert compose_run("qwen3_30b_a3b_adamw", [restated]) == plain
+
+
+def test_a_group_typed_with_another_option_is_the_users_choice() -> None:
+    run = compose_run("qwen3_30b_a3b_adamw", ["precision=fp8_cs"])
+    assert run.precision.name == "fp8_cs" and not run.precision.fp8_dot_product_attention

@@ -39,12 +39,22 @@ def list_group_options(group: str) -> list[str]:
 
 
 def recipe_group_choice(recipe: str, group: str) -> str | None:
-    """The option a recipe's defaults list picks for ``group`` (``override /group: option``), or None."""
-    defaults = yaml.safe_load((repo_root() / "recipes" / f"{recipe}.yaml").read_text()).get("defaults", [])
-    for entry in defaults:
-        if isinstance(entry, dict) and f"override /{group}" in entry:
-            return entry[f"override /{group}"]
+    """The option a recipe picks for ``group``: its own ``override /group: option``, else conf/base.yaml's."""
+    root = repo_root()
+    for path, key in ((root / "recipes" / f"{recipe}.yaml", f"override /{group}"), (root / "conf" / "base.yaml", group)):
+        for entry in yaml.safe_load(path.read_text()).get("defaults", []):
+            if isinstance(entry, dict) and key in entry:
+                return entry[key]
     return None
+
+
+def restates_recipe_choice(recipe: str, override: str) -> bool:
+    """Whether ``override`` picks the very option of a group the recipe already picks (``precision=mxfp8`` on
+    an MXFP8 recipe): Hydra composes the same config with or without it, so nothing else may treat it as a
+    choice either."""
+    key, equals, option = override.partition("=")
+    key = key.lstrip("+")
+    return bool(equals) and key in typed.CONFIG_GROUPS and recipe_group_choice(recipe, key) == option
 
 
 def _keyed_cause(err: BaseException) -> OmegaConfBaseException | None:
@@ -193,7 +203,9 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
     run = _checked(cfg, overrides)
     # A later container's preset may hold another layout than the recipe's (Bridge 0.3.1) one: NVIDIA's values
     # go in as if typed before the user's overrides (the user's win; the plan lists them as departures).
-    release = release_layout.layout_overrides(run, overrides)
+    # A group typed as the recipe picks it restates the recipe: the release's values for it still apply (a sweep
+    # over precision=bf16,mxfp8 compares against the recipe's own MXFP8 run, FP8 attention and all).
+    release = release_layout.layout_overrides(run, [o for o in overrides if not restates_recipe_choice(recipe, o)])
     if release:
         _apply_before_user(cfg, release)
         # The release's values are NVIDIA's numbers and names, never an account or a credential: the secret
@@ -206,9 +218,10 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
 def _apply_before_user(cfg: DictConfig, release: Sequence[str]) -> None:
     """Apply the release's value overrides to a composed config as Hydra applies value overrides.
 
-    :func:`release_layout.layout_overrides` never names a field (or a group) the user typed, so applying
-    them after the user's overrides gives the config that composing ``[*release, *user]`` gives, without
-    composing the recipe a second time.
+    :func:`release_layout.layout_overrides` never names a field the user typed, nor one of a group the user
+    gave another option (Hydra applies a group choice before every value override, so one that restates the
+    recipe's is no obstacle), so applying them after the user's overrides gives the config that composing
+    ``[*release, *user]`` gives, without composing the recipe a second time.
     """
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -68,7 +68,8 @@ def release_values(run: RunConfig) -> dict[str, Any]:
 
 
 def layout_overrides(run: RunConfig, user_overrides: Sequence[str]) -> list[str]:
-    """Hydra overrides that give ``run`` its release's layout, less what the user set (field or whole group)."""
+    """Hydra overrides that give ``run`` its release's layout, less what the user set (field or whole group;
+    :func:`optbench.compose.recipe.compose_run` leaves out a group typed as the recipe picks it)."""
     typed = set(typed_keys(user_overrides))
     groups = {o.split("=", 1)[0].lstrip("+") for o in user_overrides if o.split("=", 1)[0].lstrip("+") in CONFIG_GROUPS}
     supplied = preset_fields(run.intent)

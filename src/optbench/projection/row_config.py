@@ -120,8 +120,8 @@ def _row(
         return reason, reason
     container, own = _container(release)
     option = PRECISION_ALIASES.get(precision, precision)
-    # The recipe's own precision is not typed: a typed group keeps its release's preset out of the group
-    # (compose.release_layout), and the row ran that preset (FP8 attention, FP8 parameter gather).
+    # The recipe's own precision is not typed: it would only restate the recipe (compose.recipe.restates_recipe_choice),
+    # and each row's printed make plan command stays as short as a user would type it.
     typed_precision = [] if recipe_group_choice(recipe, "precision") == option else [f"precision={option}"]
     base = [
         f"cluster={cluster}",
