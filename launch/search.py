@@ -13,7 +13,7 @@ from optbench.compose.recipe import compose_run
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json
 from optbench.plan import claim_results, plan_path
-from optbench.projection.search import Standing, point_of_run, search, standing_of
+from optbench.projection.search import Standing, nothing_valid, point_of_run, search, standing_of
 from optbench.projection.twin import adamw_twin
 
 
@@ -33,8 +33,8 @@ def search_lines(recipe: str, result: dict, own_label: str, own: Standing | None
     where = "not a valid point of the search"
     if own is not None:
         where = (f"rank {own.rank} of {result['valid']}, {own.tflops_per_gpu:.1f} TFLOP/s/GPU,"
-                 f" {own.gap_to_best_percent:+.2f} % from the best")
-    lines.append(f"  recipe's own layout {own_label}: {where} (ties share a rank: the model prices them alike)")
+                 f" {own.gap_to_best_percent:+.2f} % from the best (ties share a rank: the model prices them alike)")
+    lines.append(f"  recipe's own layout {own_label}: {where}")
     lines.append(
         "  caveat      GEMMs cost their FLOPs at one calibrated efficiency unless their weight traffic binds (few rows"
         " per expert): layouts that shrink or drop the MoE all-to-all (low EP) can rank higher than they run; NVIDIA's"
@@ -59,13 +59,15 @@ def run_search(recipe: str, overrides: Sequence[str]) -> int:
         except UserError:
             adamw = None
     result = search(run, adamw)
+    if not result["valid"]:
+        raise UserError(nothing_valid(run, result))  # before anything is printed or written
     own = point_of_run(run)
     standing = standing_of(result, own)
     for line in search_lines(recipe, result, own.label, standing):
         print(line)
     claim_results(run)
     path = plan_path(run).with_name("search.json")
-    record = {k: v for k, v in result.items() if k != "ranked"}
+    record = {k: v for k, v in result.items() if k not in ("ranked", "first_problems")}
     record.update(recipe=recipe, overrides=list(overrides), own_layout=own.label,
                   own_rank=standing.rank if standing else None,
                   own_gap_to_best_percent=standing.gap_to_best_percent if standing else None)

@@ -77,6 +77,20 @@ def test_a_local_recipe_is_refused_in_one_line():
     assert out.stderr.strip().count("\n") == 0 and out.stderr.startswith("error: RECIPE: kimi_k2_tiny_muon runs on the local")
 
 
+@pytest.mark.parametrize("recipe, overrides, line", [
+    ("kimi_k2_muon", ["parallel.num_gpus=8"], "error: parallel.num_gpus: no layout of kimi_k2 fits in memory on 8 gb300 (288 GB each): all "),
+    ("qwen3_30b_a3b_muon", ["parallel.num_gpus=12"], "error: parallel.num_gpus: no layout of the search splits train.gbs=512 over 12 GPUs"),
+    ("qwen3_30b_a3b_muon", ["cluster=h100"], "error: cluster: mxfp8 needs a Blackwell GPU"),  # what make plan says
+])
+def test_a_search_with_no_valid_layout_says_why_in_one_line_and_writes_nothing(recipe, overrides, line, tmp_path):
+    results = tmp_path / "results"
+    out = subprocess.run([sys.executable, "-m", "launch", "search", recipe, *overrides, f"results_dir={results}"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert out.stderr.strip().count("\n") == 0 and out.stderr.startswith(line), out.stderr
+    assert not results.exists()
+
+
 def test_search_ranks_records_the_gap_to_the_best_and_counts_the_bands():
     """NVIDIA's layout's standing: rank, projected throughput, gap to our best, and whether the best has a lower EP."""
     nvidia, low_ep, other = Point(1, 1, 1, 1, 8, 8), Point(1, 1, 1, 1, 1, 4), Point(2, 1, 1, 1, 8, 8)

@@ -29,7 +29,7 @@ from optbench.accounting.params import ParamCounts, parameter_counts
 from optbench.compose.pipeline import balanced_layout_for, max_virtual_stages
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
-from optbench.errors import UserError
+from optbench.errors import Problem, UserError
 from optbench.hardware import gpu_catalog
 from optbench.projection.project import project
 from optbench.resolve import ResolvedRun, resolve
@@ -156,6 +156,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10) -> dic
     """Every point of ``run``'s space validated and projected; the best ``top`` with their AdamW gap."""
     start = time.perf_counter()
     dropped: Counter[str] = Counter()
+    first_problems: dict[str, Problem] = {}  # per reason of an invalid point, the first point's problem
     scored: list[Scored] = []
     candidates = list(points(run))
     counts = parameter_counts(run.model)
@@ -170,7 +171,9 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10) -> dic
         try:
             resolved = validate(at(forced, point))
         except UserError as err:
-            dropped[f"invalid: {err.problems[0].field}"] += 1
+            reason = f"invalid: {err.problems[0].field}"
+            dropped[reason] += 1
+            first_problems.setdefault(reason, err.problems[0])
             continue
         if point != own and not resolved.memory.fits:
             dropped["does not fit in memory"] += 1
@@ -204,10 +207,33 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10) -> dic
         "candidates": len(candidates),
         "valid": len(scored),
         "dropped": dict(dropped),
+        "first_problems": first_problems,
         "top": rows,
         "ranked": [(rank, s.point, s.projection["tflops_per_gpu"]) for rank, s in zip(ranks, scored)],
         "seconds": round(time.perf_counter() - start, 1),
     }
+
+
+def nothing_valid(run: RunConfig, result: dict[str, Any]) -> Problem:
+    """Why a search found no valid layout, as one problem: no layout splits the batch over the GPUs, none fits
+    in memory, or what the most common invalid point says (a precision the GPU lacks holds at every layout)."""
+    n = run.parallel.num_gpus
+    if not result["candidates"]:
+        return Problem("parallel.num_gpus", f"no layout of the search splits train.gbs={run.train.gbs} over {n} GPUs: the "
+                       "data-parallel size, num_gpus / (TP x CP x PP) with each a power of two, must divide the global "
+                       "batch (docs/projection.md section 8); use another GPU count or train.gbs")
+    dropped = result["dropped"]
+    memory = sum(count for reason, count in dropped.items() if "memory" in reason)
+    invalid = {reason: count for reason, count in dropped.items() if reason in result["first_problems"]}
+    if memory >= sum(invalid.values()):
+        spec = gpu_catalog().get(run.cluster.gpu)
+        hbm = f" ({spec.hbm_gb:g} GB each)" if spec is not None else ""
+        count = result["candidates"]
+        which = (f"all {count} layouts that split exceed it" if memory == count
+                 else f"{memory} of the {count} layouts exceed it, the other {count - memory} are invalid")
+        return Problem("parallel.num_gpus", f"no layout of {run.model.name} fits in memory on {n} {run.cluster.gpu}{hbm}: "
+                       f"{which}; use more GPUs")
+    return result["first_problems"][max(invalid, key=lambda reason: invalid[reason])]
 
 
 def _tied_ranks(tflops: list[float]) -> list[int]:
