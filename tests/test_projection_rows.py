@@ -120,6 +120,18 @@ def test_expected_error_is_read_from_the_validation(tmp_path):
     assert "median 2.5 %" in text and "90 %" in text and "10 published rows" in text
 
 
+def test_an_efficiency_carried_across_precision_says_so_and_claims_no_expected_error():
+    """A BF16 run of a model NVIDIA published only in FP8 uses the FP8 anchor's fraction of peak at the BF16 peak:
+    the plan names the transfer and does not print the out-of-sample error, which no row of that kind entered."""
+    _, bf16 = plan_run("qwen3_30b_a3b_adamw", ["precision=bf16"])
+    _, mxfp8 = plan_run("qwen3_30b_a3b_adamw", [])
+    assert bf16.projection["efficiency"]["of_peak"] == mxfp8.projection["efficiency"]["of_peak"] == "gb300_fp8"
+    assert bf16.projection["efficiency"]["status"] == "transferred to gb300_bf16"
+    assert mxfp8.projection["efficiency"]["status"] == "calibrated"
+    assert expected_error_text(bf16.projection["expected_error"]).startswith("expected error not measured: ")
+    assert mxfp8.projection["expected_error"] == expected_error()
+
+
 @pytest.mark.slow  # a minute: a plan per model and release (every row: each row's command in make projection)
 def test_plan_and_table_agree_on_a_row_of_every_model_and_release():
     seen = set()

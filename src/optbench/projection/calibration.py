@@ -91,12 +91,19 @@ class Calibration:
     anchor_run: ResolvedRun | None = field(default=None, compare=False, repr=False)
     """The anchor configuration, resolved (a Muon run's AdamW twin is often this very configuration)."""
 
-    def as_dict(self, run_gpu: str) -> dict:
-        transferred = run_gpu != self.anchor_gpu
+    def across_precision(self, run_peak: str) -> bool:
+        """Whether a run whose GEMMs run at ``run_peak`` (e.g. gb300_bf16) uses it at another precision's peak than
+        the anchor's: the efficiency then carries over as a fraction of peak, which no published row has measured."""
+        return run_peak.rsplit("_", 1)[-1] != self.peak_key.rsplit("_", 1)[-1]
+
+    def as_dict(self, run_gpu: str, run_peak: str | None = None) -> dict:
+        moves = [f"from {self.anchor_gpu}"] if run_gpu != self.anchor_gpu else []
+        if run_peak is not None and self.across_precision(run_peak):
+            moves.append(f"to {run_peak}")
         return {
             "value": round(self.efficiency, 6),
             "of_peak": self.peak_key,
-            "status": f"transferred from {self.anchor_gpu}" if transferred else "calibrated",
+            "status": f"transferred {' '.join(moves)}" if moves else "calibrated",
             "calibrated_on": self.anchor,
             "anchor_row": self.anchor_row,
             "anchor_step_time_s": round(self.anchor_step_time_s, 4),

@@ -17,7 +17,7 @@ from optbench.accounting.throughput import step_throughput
 from optbench.errors import UserError
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Calibration, Holdout, calibrate
-from optbench.projection.expected_error import expected_error
+from optbench.projection.expected_error import PRECISION_TRANSFER_NOT_MEASURED, expected_error
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.siblings import side_by_side
 from optbench.projection.step_model import StepBreakdown, evaluate
@@ -134,14 +134,15 @@ def project(
         "model": f"first-principles step-time model, one calibrated GEMM efficiency ({MODEL_DOC})",
         **_throughput(resolved, breakdown),
         "breakdown_s": detail["parts_s"],
-        "efficiency": calibration.as_dict(run.cluster.gpu),
+        "efficiency": calibration.as_dict(run.cluster.gpu, inputs.gemm_peak_key),
         "slowest_pipeline_rank": detail["slowest_pipeline_rank"],
         "optimizer_busiest_rank": detail["optimizer_busiest_rank"],
         "optimizer_busiest_s": detail["optimizer_busiest_s"],
         "optimizer_mean_s": detail["optimizer_mean_s"],
         "interconnect": net.as_dict(),
         "assumptions": assumptions.as_dict(),
-        "expected_error": expected_error(),
+        "expected_error": (PRECISION_TRANSFER_NOT_MEASURED if calibration.across_precision(inputs.gemm_peak_key)
+                           else expected_error()),
         "compared_with_published": _compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
     }
     if run.optimizer.matrix_optimizer and with_twin:
