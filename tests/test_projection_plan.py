@@ -92,6 +92,10 @@ def test_sweep_points_ranked_by_projected_throughput(tmp_path: Path) -> None:
     assert lines[2].split()[:2] == ["1", ranked[0][0]] and lines[3].split()[:2] == ["2", ranked[1][0]]
     unranked = ranking_lines([("x", valid[0][1], {"available": False, "reason": "not calibrated"})])
     assert unranked[-1].endswith("x: not ranked (not calibrated)")
+    assert not any(line.startswith("  note:") for line in lines)
+    crossing = {**valid[1][2], "expected_error": {"measured": False, "reason": "crosses precision"}}
+    noted = ranking_lines([valid[0], (valid[1][0], valid[1][1], crossing)])
+    assert any(line.startswith(f"  note: {valid[1][0]} carries the efficiency across precision") for line in noted)
 
 
 def test_interconnect_rows_cover_the_gpu_catalog_and_agree_with_cluster_presets() -> None:

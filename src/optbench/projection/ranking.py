@@ -42,6 +42,12 @@ def ranking_lines(points: Sequence[Point]) -> list[str]:
                 f"  {index:>2}  {name:<{width}}  {_layout(lay):<34} {p['step_time_s']:>7.2f}"
                 f" {p['tflops_per_gpu']:>8.1f} {p['tflops_per_gpu_with_ns']:>8.1f}  {100 * mfu:.1f} % of {key}"
             )
+    crossing = [name for name, _, p in ranked if (p.get("expected_error") or {}).get("measured") is False]
+    if crossing:
+        one = len(crossing) == 1
+        lines.append(f"  note: {', '.join(crossing)} {'carries' if one else 'carry'} the efficiency across precision (expected"
+                     f" error not measured, docs/projection.md section 6): {'its' if one else 'their'} place beside the"
+                     " others is a first guess")
     for name, p in missing:
         reason = p.get("reason", "no projection in the plan")
         lines.append(f"   -  {name}: not ranked ({reason})")
