@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -120,16 +121,39 @@ def test_expected_error_is_read_from_the_validation(tmp_path):
     assert "median 2.5 %" in text and "90 %" in text and "10 published rows" in text
 
 
-def test_an_efficiency_carried_across_precision_says_so_and_claims_no_expected_error():
-    """A BF16 run of a model NVIDIA published only in FP8 uses the FP8 anchor's fraction of peak at the BF16 peak:
-    the plan names the transfer and does not print the out-of-sample error, which no row of that kind entered."""
+def test_an_efficiency_carried_across_precision_goes_through_the_published_pairs_and_claims_no_expected_error():
+    """A BF16 run of a model NVIDIA published only in FP8 runs its GEMMs at the FP8 anchor's effective rate times
+    the BF16/FP8 rate ratio of the published pairs; the plan names it and prints no out-of-sample error."""
     _, bf16 = plan_run("qwen3_30b_a3b_adamw", ["precision=bf16"])
     _, mxfp8 = plan_run("qwen3_30b_a3b_adamw", [])
-    assert bf16.projection["efficiency"]["of_peak"] == mxfp8.projection["efficiency"]["of_peak"] == "gb300_fp8"
-    assert bf16.projection["efficiency"]["status"] == "transferred to gb300_bf16"
-    assert mxfp8.projection["efficiency"]["status"] == "calibrated"
+    crossed, own = bf16.projection["efficiency"], mxfp8.projection["efficiency"]
+    assert (crossed["of_peak"], own["of_peak"], own["status"]) == ("gb300_bf16", "gb300_fp8", "calibrated")
+    ratio = crossed["precision_ratio"]
+    assert [pair["bf16"] for pair in ratio["pairs"]] == [
+        "bridge_perf_summary 25.11 deepseek_v3 gb200 x256 bf16 adamw 782", "bridge_perf_summary 25.11 deepseek_v3 gb300 x256 bf16 adamw 961"]
+    assert ratio["value"] == pytest.approx(math.prod(pair["ratio"] for pair in ratio["pairs"]) ** 0.5, abs=1e-4)
+    assert crossed["status"] == f"transferred from gb300_fp8 at BF16/FP8 rate ratio {ratio['value']:.3f}"
+    assert crossed["value"] == pytest.approx(own["value"] * 2 * ratio["value"], rel=1e-3)  # GB300: FP8 peak = 2 x BF16
+    assert crossed["calibrated_on"] == own["calibrated_on"]
     assert expected_error_text(bf16.projection["expected_error"]).startswith("expected error not measured: ")
     assert mxfp8.projection["expected_error"] == expected_error()
+
+
+def test_the_precision_ratio_leaves_out_held_out_pairs_and_without_one_carries_the_fraction_of_peak():
+    bf16_row = _row("25.11", "deepseek_v3", "gb300")  # the GB300 pair's BF16 row (first in file order: bf16)
+    assert bf16_row.precision == "bf16"
+    run = plan_run("qwen3_30b_a3b_adamw", ["precision=bf16"])[0]
+    from optbench.projection.calibration import calibrate
+
+    both = calibrate(run, DEFAULT_ASSUMPTIONS)
+    one = calibrate(run, DEFAULT_ASSUMPTIONS, holdout=Holdout(rows=frozenset({row_id(bf16_row)})))
+    none = calibrate(run, DEFAULT_ASSUMPTIONS, holdout=Holdout(releases=frozenset({"25.11"})))
+    assert len(both.precision_ratio.pairs) == 2 and len(one.precision_ratio.pairs) == 1
+    assert one.precision_ratio.pairs[0][0].startswith("bridge_perf_summary 25.11 deepseek_v3 gb200")
+    assert none.precision_ratio is None and none.peak_key == "gb300_fp8"  # the fraction of the FP8 peak, as it was
+    assert none.as_dict("gb300", "gb300_bf16")["status"] == "transferred to gb300_bf16"
+    ratio = both.precision_ratio
+    assert ratio.efficiency_at(ratio.efficiency_at(0.2, "gb300_bf16"), "gb300_fp8") == pytest.approx(0.2)
 
 
 @pytest.mark.slow  # a minute: a plan per model and release (every row: each row's command in make projection)

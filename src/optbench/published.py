@@ -71,6 +71,12 @@ class PublishedRow:
     note: str
     """Free-text caveat from the source row."""
 
+    def __hash__(self) -> int:
+        # A cache key (the projection solves each row once, whichever folder's copy of published.csv holds it);
+        # the layout is a dict, so the generated hash would fail.
+        return hash((self.source, self.release, self.model, self.gpu, self.num_gpus, self.precision, self.optimizer,
+                     self.model_tflops_per_gpu, self.tokens_per_s_per_gpu, tuple(sorted(self.layout.items()))))
+
     @property
     def label(self) -> str:
         """``<source> <release>``, how the tables name a published figure."""

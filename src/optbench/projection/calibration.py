@@ -28,17 +28,17 @@ reproduces the row's figure at that configuration. A model without such a row is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
-from optbench.accounting.throughput import step_time_for_tflops, step_time_for_tokens
 from optbench.compose.recipe import repo_root
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.interconnect import interconnect_for
+from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, precision_ratio, step_time
 from optbench.projection.step_model import solve_efficiency
 from optbench.projection.work import build_inputs, gemm_peak
 from optbench.projection.release_drift import same_configuration
@@ -90,19 +90,26 @@ class Calibration:
     """The anchor's :func:`row_id`."""
     anchor_run: ResolvedRun | None = field(default=None, compare=False, repr=False)
     """The anchor configuration, resolved (a Muon run's AdamW twin is often this very configuration)."""
+    crossed_from: str = ""
+    """The anchor's GEMM peak when the efficiency was carried to another precision's (:mod:`precision_ratio`)."""
+    precision_ratio: PrecisionRatio | None = None
+    """The BF16/FP8 rate ratio it was carried at (None: carried as the same fraction of peak, unmeasured)."""
 
     def across_precision(self, run_peak: str) -> bool:
-        """Whether a run whose GEMMs run at ``run_peak`` (e.g. gb300_bf16) uses it at another precision's peak than
-        the anchor's: the efficiency then carries over as a fraction of peak, which no published row has measured."""
-        return run_peak.rsplit("_", 1)[-1] != self.peak_key.rsplit("_", 1)[-1]
+        """Whether the efficiency serves GEMMs at another precision than its anchor's (``run_peak``: e.g. gb300_bf16)."""
+        return bool(self.crossed_from) or gemm_precision(run_peak) != gemm_precision(self.peak_key)
 
     def as_dict(self, run_gpu: str, run_peak: str | None = None) -> dict:
         moves = [f"from {self.anchor_gpu}"] if run_gpu != self.anchor_gpu else []
-        if run_peak is not None and self.across_precision(run_peak):
+        if self.crossed_from:
+            moves.append(f"from {self.crossed_from} at BF16/FP8 rate ratio {self.precision_ratio.value:.3f}")
+        elif run_peak is not None and self.across_precision(run_peak):
             moves.append(f"to {run_peak}")
+        crossed = {"precision_ratio": self.precision_ratio.as_dict()} if self.precision_ratio else {}
         return {
             "value": round(self.efficiency, 6),
             "of_peak": self.peak_key,
+            **crossed,
             "status": f"transferred {' '.join(moves)}" if moves else "calibrated",
             "calibrated_on": self.anchor,
             "anchor_row": self.anchor_row,
@@ -163,14 +170,6 @@ def ranked_anchors(
     return [row for _, row in adamw]
 
 
-def _step_time(run: RunConfig, row: PublishedRow) -> float | None:
-    if row.tokens_per_s_per_gpu:
-        return step_time_for_tokens(run, row.tokens_per_s_per_gpu)
-    if row.model_tflops_per_gpu:
-        return step_time_for_tflops(run, row.model_tflops_per_gpu)
-    return None
-
-
 def _label(row: PublishedRow) -> str:
     figure = f"{row.tokens_per_s_per_gpu:g} tokens/s/GPU" if row.tokens_per_s_per_gpu else f"{row.model_tflops_per_gpu:g} TFLOP/s/GPU"
     return f"{row.label} {row.model} {row.gpu} x{row.num_gpus} adamw {figure}"
@@ -184,7 +183,7 @@ def solve_on(row: PublishedRow, assumptions: Assumptions) -> Calibration | str:
         return "no configuration of a release whose NVIDIA preset we executed"
     recipe, overrides, anchor_run = found
     run = anchor_run.run
-    step = _step_time(run, row)
+    step = step_time(run, row)
     net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
     if step is None or net is None:
         return "no figure" if step is None else f"no interconnect figures for gpu {run.cluster.gpu}"
@@ -211,32 +210,16 @@ def _calibrate(
 ) -> Calibration | None:
     rows = load_published(published)
     for row in ranked_anchors(model, gpu, release, rows, holdout, precision):
-        solved = _solved(_Row(row), assumptions)
+        solved = _solved(row, assumptions)
         if not isinstance(solved, str):
             return solved
     return None
 
 
-class _Row:
-    """A published row as a cache key: what its solved efficiency depends on (its configuration and figures),
-    so that a copy of published.csv in another folder (a test's, a report's) reuses the solve."""
-
-    def __init__(self, row: PublishedRow) -> None:
-        self.row = row
-        self.key = (row_id(row), row.source, row.tokens_per_s_per_gpu, row.model_tflops_per_gpu, row.note,
-                    tuple(sorted(row.layout.items())))
-
-    def __hash__(self) -> int:
-        return hash(self.key)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Row) and other.key == self.key
-
-
 @lru_cache(maxsize=256)
-def _solved(row: _Row, assumptions: Assumptions) -> Calibration | str:
+def _solved(row: PublishedRow, assumptions: Assumptions) -> Calibration | str:
     """:func:`solve_on` a row (a row is solved once however many calibrations and folders rank it)."""
-    return solve_on(row.row, assumptions)
+    return solve_on(row, assumptions)
 
 
 def calibrate(
@@ -245,8 +228,21 @@ def calibrate(
     """The calibrated GEMM efficiency for ``run``'s model (cached), or None when no AdamW anchor fits."""
     directory = Path(published_dir) if published_dir else default_published_dir(repo_root() / "results")
     try:
-        return _calibrate(
+        calibration = _calibrate(
             run.model.name, run.cluster.gpu, run.precision.name, _release_of(run), str(directory), assumptions, holdout
         )
     except UserError:
         return None
+    run_peak = gemm_peak(run)[1]
+    if calibration is None or not calibration.across_precision(run_peak):
+        return calibration
+    ratio = _precision_ratio(str(directory), assumptions, holdout)
+    if ratio is None:
+        return calibration
+    return replace(calibration, efficiency=ratio.efficiency_at(calibration.efficiency, run_peak), peak_key=run_peak,
+                   crossed_from=calibration.peak_key, precision_ratio=ratio)
+
+
+@lru_cache(maxsize=64)
+def _precision_ratio(published: str, assumptions: Assumptions, holdout: Holdout) -> PrecisionRatio | None:
+    return precision_ratio(load_published(published), assumptions, row_id, holdout.keeps)

@@ -17,7 +17,7 @@ from optbench.accounting.throughput import step_throughput
 from optbench.errors import UserError
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Calibration, Holdout, calibrate
-from optbench.projection.expected_error import PRECISION_TRANSFER_NOT_MEASURED, expected_error
+from optbench.projection.expected_error import across_precision, expected_error
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.siblings import side_by_side
 from optbench.projection.step_model import StepBreakdown, evaluate
@@ -141,8 +141,8 @@ def project(
         "optimizer_mean_s": detail["optimizer_mean_s"],
         "interconnect": net.as_dict(),
         "assumptions": assumptions.as_dict(),
-        "expected_error": (PRECISION_TRANSFER_NOT_MEASURED if calibration.across_precision(inputs.gemm_peak_key)
-                           else expected_error()),
+        "expected_error": (across_precision(len(calibration.precision_ratio.pairs) if calibration.precision_ratio else 0)
+                           if calibration.across_precision(inputs.gemm_peak_key) else expected_error()),
         "compared_with_published": _compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
     }
     if run.optimizer.matrix_optimizer and with_twin:

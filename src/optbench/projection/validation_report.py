@@ -88,7 +88,9 @@ def markdown(data: dict[str, Any]) -> str:
     lines += [
         "",
         "Fitted parameters: one GEMM efficiency per projection, solved on one AdamW anchor row; the count is the"
-        " number of distinct anchors the scheme used.",
+        " number of distinct anchors the scheme used. A projection in another precision than its anchor's (the 25.11"
+        " BF16 rows, outside the domain) also uses the BF16/FP8 rate ratio of the published pairs its scheme keeps"
+        " (docs/projection.md section 6); no row of the validated domain does.",
         "",
         "## Release drift",
         "",

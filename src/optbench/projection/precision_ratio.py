@@ -1,0 +1,110 @@
+"""The BF16-to-FP8 GEMM rate ratio, for a run whose GEMM precision no anchor of its model shares.
+
+The calibrated efficiency is a fraction of the anchor's GEMM peak that also absorbs the time the model does not
+price (attention and element-wise kernels, router, quantization). Carried to another precision as the same
+fraction of that precision's peak, it would price FP8 GEMMs at twice the BF16 rate, non-GEMM time included;
+NVIDIA's own pairs say the gap is far smaller (DeepSeek-V3 on 256 GB300, 25.11, one layout: 1088 TFLOP/s/GPU in
+MXFP8, 961 in BF16).
+
+So the transfer goes through a measured ratio instead. A **pair** is two published AdamW rows of one source,
+release, model, GPU and GPU count, one in BF16 and one in an FP8 precision. On each row the efficiency is solved
+at that row's own configuration (:func:`optbench.projection.row_config.row_run`: whatever of its release is
+unknown, both rows share it), giving the effective GEMM rate ``eff x peak`` of each precision; the pair's ratio is
+``rate_bf16 / rate_fp8``, and the ratio used is the geometric mean over the pairs a :class:`Holdout` keeps (one
+fitted parameter, counted by ``make projection``). A BF16 run on an FP8 anchor then runs its GEMMs at
+``eff_anchor x peak_fp8 x ratio`` (and an FP8 run on a BF16 anchor at ``eff_anchor x peak_bf16 / ratio``), both
+peaks of the run's GPU. No pair, no ratio: the fraction of peak carries over unchanged and the plan says the
+error of that is not measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from optbench.accounting.throughput import step_time_for_tflops, step_time_for_tokens
+from optbench.config.schema import RunConfig
+from optbench.hardware import gpu_catalog
+from optbench.projection.assumptions import Assumptions
+from optbench.projection.interconnect import interconnect_for
+from optbench.projection.row_config import row_run
+from optbench.projection.step_model import solve_efficiency
+from optbench.projection.work import build_inputs, gemm_peak
+from optbench.published import PublishedRow
+
+
+def step_time(run: RunConfig, row: PublishedRow) -> float | None:
+    """The step time a row's published figure implies at ``run``'s configuration (None without a figure)."""
+    if row.tokens_per_s_per_gpu:
+        return step_time_for_tokens(run, row.tokens_per_s_per_gpu)
+    if row.model_tflops_per_gpu:
+        return step_time_for_tflops(run, row.model_tflops_per_gpu)
+    return None
+
+
+def gemm_precision(peak_key: str) -> str:
+    """'bf16' or 'fp8' of a peak key such as gb300_fp8."""
+    return peak_key.rsplit("_", 1)[-1]
+
+
+@dataclass(frozen=True)
+class PrecisionRatio:
+    """BF16's effective GEMM rate over FP8's, from published pairs."""
+
+    value: float
+    """Geometric mean of the pairs' ratios."""
+    pairs: tuple[tuple[str, str, float], ...]
+    """(BF16 row, FP8 row, that pair's ratio) of every pair used."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"value": round(self.value, 4),
+                "pairs": [{"bf16": bf16, "fp8": fp8, "ratio": round(ratio, 4)} for bf16, fp8, ratio in self.pairs]}
+
+    def efficiency_at(self, efficiency: float, run_peak_key: str) -> float:
+        """An anchor's efficiency (fraction of the other precision's peak) as a fraction of ``run_peak_key``."""
+        spec = gpu_catalog()[run_peak_key.rsplit("_", 1)[0]]
+        fp8_over_bf16 = spec.peak("fp8") / spec.peak("bf16")
+        if gemm_precision(run_peak_key) == "bf16":
+            return efficiency * fp8_over_bf16 * self.value
+        return efficiency / fp8_over_bf16 / self.value
+
+
+def pairs(rows: list[PublishedRow]) -> list[tuple[PublishedRow, PublishedRow]]:
+    """(BF16 row, FP8 row) of every setup NVIDIA published in both precisions (AdamW, same source and release)."""
+    def setup(row: PublishedRow) -> tuple:
+        return (row.source, row.release, row.model, row.gpu, row.num_gpus)
+
+    adamw = [row for row in rows if row.optimizer == "adamw"]
+    return [(bf16, fp8) for bf16 in adamw if bf16.precision == "bf16"
+            for fp8 in adamw if "fp8" in fp8.precision and setup(fp8) == setup(bf16)]
+
+
+@lru_cache(maxsize=64)
+def _rate(row: PublishedRow, assumptions: Assumptions) -> float | None:
+    """The effective GEMM rate (FLOP/s) solved on a row at its own configuration, None when it has none."""
+    resolved = row_run(row)
+    if isinstance(resolved, str):
+        return None
+    run = resolved.run
+    step, net = step_time(run, row), interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
+    if step is None or net is None:
+        return None
+    try:
+        return solve_efficiency(build_inputs(resolved, net, assumptions), step, assumptions.backward_share) * gemm_peak(run)[0]
+    except ValueError:
+        return None
+
+
+def precision_ratio(rows: list[PublishedRow], assumptions: Assumptions, row_name, keeps) -> PrecisionRatio | None:
+    """The ratio over the pairs whose two rows ``keeps`` keeps (``row_name``: a row's name), None without one."""
+    found = []
+    for bf16, fp8 in pairs(rows):
+        if keeps(bf16) and keeps(fp8):
+            rate_bf16, rate_fp8 = _rate(bf16, assumptions), _rate(fp8, assumptions)
+            if rate_bf16 and rate_fp8:
+                found.append((row_name(bf16), row_name(fp8), rate_bf16 / rate_fp8))
+    if not found:
+        return None
+    return PrecisionRatio(math.exp(sum(math.log(r) for _, _, r in found) / len(found)), tuple(found))
