@@ -78,6 +78,21 @@ def test_a_run_resolved_like_another_shares_its_placement_only_when_it_places_al
     assert anchor.placement is muon.placement
     wider = resolve(compose_run("kimi_k2_adamw", ["model.moe_ffn_hidden_size=4096"]), like=muon)
     assert wider.placement is not muon.placement
+    # The twin places alike but has another optimizer: its optimizer work is its own.
+    assert twin.work_of is None and twin.optimizer_state_bytes != muon.optimizer_state_bytes
+
+
+def test_a_run_that_differs_only_in_its_micro_batch_shares_the_optimizer_work_and_gets_the_same_numbers() -> None:
+    """A layout search's neighbours at another MBS read the placement, Newton-Schulz work and optimizer state of
+    the point before; every number equals what resolving the run afresh gives."""
+    muon = resolve(compose_run("qwen3_30b_a3b_muon", []))
+    for overrides in (["train.mbs=4"], ["train.mbs=4", "parallel.ep=4"], ["train.mbs=4", "optimizer.muon.ns_steps=4"]):
+        run = compose_run("qwen3_30b_a3b_muon", overrides)
+        shared, fresh = resolve(run, like=muon), resolve(run)
+        assert (shared.work_of is muon) == (overrides == ["train.mbs=4"]), overrides
+        assert shared.rank_ns == fresh.rank_ns and shared.optimizer_state_bytes == fresh.optimizer_state_bytes
+        assert shared.memory == fresh.memory
+        assert [(g.ranks, g.items) for g in shared.groups_syrk] == [(g.ranks, g.items) for g in fresh.groups_syrk]
 
 
 def test_sweep_points_ranked_by_projected_throughput(tmp_path: Path) -> None:

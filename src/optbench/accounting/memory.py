@@ -121,7 +121,7 @@ def _is_fp8_gemm_weight(spec: ParamSpec) -> bool:
     return len(spec.shape) == 2 and spec.kind not in (EMBEDDING, OUTPUT, ROUTER)
 
 
-def _optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[DpGroupWork]) -> list[float]:
+def optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[DpGroupWork]) -> list[float]:
     """Optimizer-state bytes of every global rank (:mod:`optbench.accounting.optimizer_work`)."""
     opt = run.optimizer
     state = [0.0] * layout.world_size
@@ -194,19 +194,22 @@ def estimate_memory(
     layout: Layout | None = None,
     placement: Placement | None = None,
     groups: Sequence[DpGroupWork] | None = None,
+    optimizer_bytes: Sequence[float] | None = None,
 ) -> MemoryEstimate:
     """Per-GPU memory of the busiest GPU of every pipeline rank; the worst one decides whether it fits.
 
-    ``layout``, ``placement``, ``groups`` (``dp_group_work`` in the recipe's TP mode): the run's, when
-    the caller holds them already (a resolved run does).
+    ``layout``, ``placement``, ``groups`` (``dp_group_work`` in the recipe's TP mode), ``optimizer_bytes``
+    (:func:`optimizer_bytes_per_rank`): the run's, when the caller holds them already (a resolved run does).
     """
     layout = layout or derive_layout(run)
     placement = placement or place(run)
-    if groups is None:
-        groups = dp_group_work(run, placement=placement, layout=layout)
+    if optimizer_bytes is None:
+        if groups is None:
+            groups = dp_group_work(run, placement=placement, layout=layout)
+        optimizer_bytes = optimizer_bytes_per_rank(run, layout, groups)
     fp8 = run.precision.fp8 is not None
     grad_bytes = 4 if run.optimizer.grad_reduce_in_fp32 else 2
-    optimizer = _optimizer_bytes_per_rank(run, layout, groups)
+    optimizer = optimizer_bytes
     stages = []
     for pp_rank in range(layout.pp):
         held = placement.ranks[pp_rank]

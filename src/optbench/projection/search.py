@@ -163,13 +163,14 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10) -> dic
     spec = gpu_catalog().get(run.cluster.gpu)
     own = point_of_run(run)
     forced = dataclasses.replace(run, force=True)  # memory is checked here, so that the run's own layout stays
+    previous: ResolvedRun | None = None  # the points come MBS innermost: neighbours place their parameters alike
     for point in candidates:
         floor = parameter_floor_gb(run, point, counts)
         if spec is not None and point != own and floor > spec.hbm_gb:
             dropped["does not fit in memory (weights and gradients alone)"] += 1
             continue
         try:
-            resolved = validate(at(forced, point))
+            resolved = previous = validate(at(forced, point), like=previous)
         except UserError as err:
             reason = f"invalid: {err.problems[0].field}"
             dropped[reason] += 1

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 
-from optbench.accounting.memory import MemoryEstimate, estimate_memory
+from optbench.accounting.memory import MemoryEstimate, estimate_memory, optimizer_bytes_per_rank
 from optbench.accounting.ns_flops import (
     DpGroupWork,
     dp_group_work,
@@ -53,12 +53,17 @@ class ResolvedRun:
     """Where every parameter shard lives."""
     groups_plain: tuple[DpGroupWork, ...]
     """Each data-parallel group's parameters with their Newton-Schulz FLOPs in the recipe's TP mode."""
+    work_of: ResolvedRun | None = field(default=None, repr=False)
+    """A resolved run with the same placement, parallel sizes, model and optimizer (a layout search's neighbour
+    at another micro-batch), whose optimizer work and state this one reads instead of counting them again."""
 
     # Computed on first use and kept (the instance never changes): a published row's projection needs none
     # of them, a plan needs all.
     @cached_property
     def groups_syrk(self) -> tuple[DpGroupWork, ...]:
         """The same groups counted with SYRK kernels (the what-ifs); the plain ones for AdamW and SOAP."""
+        if self.work_of is not None:
+            return self.work_of.groups_syrk
         if not self.run.optimizer.muon_family:
             return self.groups_plain
         return tuple(dp_group_work(self.run, None, True, self.placement, self.layout))
@@ -67,15 +72,24 @@ class ResolvedRun:
     def rank_ns(self) -> Mapping[WorkKey, tuple[float, ...]]:
         """Newton-Schulz FLOPs per step of every global rank: for Muon every TP mode with and without SYRK, for
         AdamW one entry, zeros (layer-wise ownership dealt ping-pong by numel, as Megatron deals it)."""
+        if self.work_of is not None:
+            return self.work_of.rank_ns
         muon = self.run.optimizer.muon_family
         keys = [(m, syrk) for m in MUON_TP_MODES for syrk in (False, True)] if muon else [("blockwise", False)]
         counted = recounted_rank_ns_flops(self.run, self.groups_plain, keys, self.layout)
         return MappingProxyType({key: tuple(flops) for key, flops in counted.items()})
 
     @cached_property
+    def optimizer_state_bytes(self) -> tuple[float, ...]:
+        """Optimizer-state bytes of every global rank."""
+        if self.work_of is not None:
+            return self.work_of.optimizer_state_bytes
+        return tuple(optimizer_bytes_per_rank(self.run, self.layout, self.groups_plain))
+
+    @cached_property
     def memory(self) -> MemoryEstimate:
         """Per-GPU memory estimate of the busiest GPU of every pipeline rank."""
-        return estimate_memory(self.run, self.layout, self.placement, self.groups_plain)
+        return estimate_memory(self.run, self.layout, self.placement, optimizer_bytes=self.optimizer_state_bytes)
 
     @property
     def tp_mode(self) -> str:
@@ -130,11 +144,18 @@ def resolve(run: RunConfig, run_id: str | None = None, like: ResolvedRun | None 
     """Derive everything once from a run whose config checks passed.
 
     ``run_id``: the id to give it (a sweep point's); a Bridge job without one gets a new one. ``like``: a
-    resolved run whose parameter placement this one shares when both place alike (a Muon run's AdamW twin).
+    resolved run whose parameter placement this one shares when both place alike (a Muon run's AdamW twin),
+    and whose optimizer work too when the layout, model and optimizer are also the same (a layout search's
+    points that differ in their micro-batch only).
     """
     run = _job_ready(run, run_id)
     layout = derive_layout(run)
-    placement = like.placement if like is not None and _same_placement(run, like.run) else place(run)
+    alike = like is not None and _same_placement(run, like.run)
+    placement = like.placement if alike else place(run)
+    same_work = alike and layout.as_dict() == like.layout.as_dict() and (run.model, run.optimizer) == (like.run.model, like.run.optimizer)
+    if same_work:
+        work_of = like.work_of or like
+        return ResolvedRun(run, layout, tuple(stage_decoder_layers(run)), placement, like.groups_plain, work_of)
     return ResolvedRun(
         run=run,
         layout=layout,
