@@ -100,11 +100,12 @@ class Calibration:
         return bool(self.crossed_from) or gemm_precision(run_peak) != gemm_precision(self.peak_key)
 
     def as_dict(self, run_gpu: str, run_peak: str | None = None) -> dict:
-        moves = [f"from {self.anchor_gpu}"] if run_gpu != self.anchor_gpu else []
-        if self.crossed_from:
-            moves.append(f"from {self.crossed_from} at BF16/FP8 rate ratio {self.precision_ratio.value:.3f}")
-        elif run_peak is not None and self.across_precision(run_peak):
-            moves.append(f"to {run_peak}")
+        if self.crossed_from:  # the anchor's peak names its GPU as well
+            moves = [f"from {self.crossed_from} at BF16/FP8 rate ratio {self.precision_ratio.value:.3f}"]
+        else:
+            moves = [f"from {self.anchor_gpu}"] if run_gpu != self.anchor_gpu else []
+            if run_peak is not None and self.across_precision(run_peak):
+                moves.append(f"to {run_peak}")
         crossed = {"precision_ratio": self.precision_ratio.as_dict()} if self.precision_ratio else {}
         return {
             "value": round(self.efficiency, 6),
