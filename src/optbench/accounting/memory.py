@@ -209,7 +209,6 @@ def estimate_memory(
         optimizer_bytes = optimizer_bytes_per_rank(run, layout, groups)
     fp8 = run.precision.fp8 is not None
     grad_bytes = 4 if run.optimizer.grad_reduce_in_fp32 else 2
-    optimizer = optimizer_bytes
     stages = []
     for pp_rank in range(layout.pp):
         held = placement.ranks[pp_rank]
@@ -222,7 +221,7 @@ def estimate_memory(
             "weights": 2 * numel / GB,
             "fp8_weight_copies": (2 * gemm / GB) if fp8 and not run.precision.fp8_param_gather else 0.0,
             "gradients": grad_bytes * numel / GB,
-            "optimizer_state": max(optimizer[r] for r in ranks) / GB,
+            "optimizer_state": max(optimizer_bytes[r] for r in ranks) / GB,
             "activations": activations,
             "logits": logits,
             "allowance": ALLOWANCE_FIXED_GB + ALLOWANCE_FRAGMENTATION * (activations + logits),

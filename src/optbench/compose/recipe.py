@@ -13,7 +13,6 @@ import functools
 import re
 from typing import Sequence
 
-import yaml
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
@@ -36,25 +35,6 @@ def list_recipes() -> list[str]:
 def list_group_options(group: str) -> list[str]:
     """Names of every option of one config group under conf/<group>/."""
     return sorted(p.stem for p in (repo_root() / "conf" / group).glob("*.yaml"))
-
-
-def recipe_group_choice(recipe: str, group: str) -> str | None:
-    """The option a recipe picks for ``group``: its own ``override /group: option``, else conf/base.yaml's."""
-    root = repo_root()
-    for path, key in ((root / "recipes" / f"{recipe}.yaml", f"override /{group}"), (root / "conf" / "base.yaml", group)):
-        for entry in yaml.safe_load(path.read_text()).get("defaults", []):
-            if isinstance(entry, dict) and key in entry:
-                return entry[key]
-    return None
-
-
-def restates_recipe_choice(recipe: str, override: str) -> bool:
-    """Whether ``override`` picks the very option of a group the recipe already picks (``precision=mxfp8`` on
-    an MXFP8 recipe): Hydra composes the same config with or without it, so nothing else may treat it as a
-    choice either."""
-    key, equals, option = override.partition("=")
-    key = key.lstrip("+")
-    return bool(equals) and key in typed.CONFIG_GROUPS and recipe_group_choice(recipe, key) == option
 
 
 def _keyed_cause(err: BaseException) -> OmegaConfBaseException | None:
@@ -203,9 +183,7 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
     run = _checked(cfg, overrides)
     # A later container's preset may hold another layout than the recipe's (Bridge 0.3.1) one: NVIDIA's values
     # go in as if typed before the user's overrides (the user's win; the plan lists them as departures).
-    # A group typed as the recipe picks it restates the recipe: the release's values for it still apply (a sweep
-    # over precision=bf16,mxfp8 compares against the recipe's own MXFP8 run, FP8 attention and all).
-    release = release_layout.layout_overrides(run, [o for o in overrides if not restates_recipe_choice(recipe, o)])
+    release = release_layout.layout_overrides(run, overrides)
     if release:
         _apply_before_user(cfg, release)
         # The release's values are NVIDIA's numbers and names, never an account or a credential: the secret

@@ -24,6 +24,7 @@ from typing import Any
 from optbench.releases import presets
 from optbench.releases.hydra_values import format_override
 from optbench.config.field_table import preset_fields, value_at
+from optbench.compose.recipe_choice import restates_recipe_choice
 from optbench.config.overrides import CONFIG_GROUPS, typed_keys
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
@@ -68,8 +69,10 @@ def release_values(run: RunConfig) -> dict[str, Any]:
 
 
 def layout_overrides(run: RunConfig, user_overrides: Sequence[str]) -> list[str]:
-    """Hydra overrides that give ``run`` its release's layout, less what the user set (field or whole group;
-    :func:`optbench.compose.recipe.compose_run` leaves out a group typed as the recipe picks it)."""
+    """Hydra overrides that give ``run`` its release's layout, less what the user set (field or whole group; a
+    group typed as the recipe picks it is no choice: :mod:`optbench.compose.recipe_choice`)."""
+    # A sweep over precision=bf16,mxfp8 compares against the recipe's own MXFP8 run, FP8 attention and all.
+    user_overrides = [o for o in user_overrides if not restates_recipe_choice(run.recipe, o)]
     typed = set(typed_keys(user_overrides))
     groups = {o.split("=", 1)[0].lstrip("+") for o in user_overrides if o.split("=", 1)[0].lstrip("+") in CONFIG_GROUPS}
     supplied = preset_fields(run.intent)

@@ -37,10 +37,9 @@ from optbench.compose.recipe import repo_root
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 from optbench.projection.assumptions import Assumptions
-from optbench.projection.interconnect import interconnect_for
-from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, precision_ratio, step_time
-from optbench.projection.step_model import solve_efficiency
-from optbench.projection.work import build_inputs, gemm_peak
+from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, precision_ratio
+from optbench.projection.row_solve import solve_at
+from optbench.projection.work import gemm_peak
 from optbench.projection.release_drift import same_configuration
 from optbench.projection.row_config import release_order, row_config, row_run
 from optbench.published import PublishedRow, default_published_dir, load_published
@@ -183,18 +182,13 @@ def solve_on(row: PublishedRow, assumptions: Assumptions) -> Calibration | str:
     if found is None:
         return "no configuration of a release whose NVIDIA preset we executed"
     recipe, overrides, anchor_run = found
-    run = anchor_run.run
-    step = step_time(run, row)
-    net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
-    if step is None or net is None:
-        return "no figure" if step is None else f"no interconnect figures for gpu {run.cluster.gpu}"
-    try:
-        efficiency = solve_efficiency(build_inputs(anchor_run, net, assumptions), step, assumptions.backward_share)
-    except ValueError as err:
-        return f"the model cannot reach this figure at this configuration: {err}"
+    solved = solve_at(anchor_run, row, assumptions)
+    if isinstance(solved, str):
+        return solved
+    efficiency, step = solved
     return Calibration(
         efficiency=efficiency,
-        peak_key=gemm_peak(run)[1],
+        peak_key=gemm_peak(anchor_run.run)[1],
         anchor=_label(row),
         anchor_step_time_s=step,
         anchor_recipe=recipe,

@@ -24,24 +24,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from optbench.accounting.throughput import step_time_for_tflops, step_time_for_tokens
-from optbench.config.schema import RunConfig
 from optbench.hardware import gpu_catalog
 from optbench.projection.assumptions import Assumptions
-from optbench.projection.interconnect import interconnect_for
 from optbench.projection.row_config import row_run
-from optbench.projection.step_model import solve_efficiency
-from optbench.projection.work import build_inputs, gemm_peak
+from optbench.projection.row_solve import solve_at
+from optbench.projection.work import gemm_peak
 from optbench.published import PublishedRow
-
-
-def step_time(run: RunConfig, row: PublishedRow) -> float | None:
-    """The step time a row's published figure implies at ``run``'s configuration (None without a figure)."""
-    if row.tokens_per_s_per_gpu:
-        return step_time_for_tokens(run, row.tokens_per_s_per_gpu)
-    if row.model_tflops_per_gpu:
-        return step_time_for_tflops(run, row.model_tflops_per_gpu)
-    return None
 
 
 def gemm_precision(peak_key: str) -> str:
@@ -85,16 +73,8 @@ def pairs(rows: list[PublishedRow]) -> list[tuple[PublishedRow, PublishedRow]]:
 def _rate(row: PublishedRow, assumptions: Assumptions) -> float | None:
     """The effective GEMM rate (FLOP/s) solved on a row at its own configuration, None when it has none."""
     resolved = row_run(row)
-    if isinstance(resolved, str):
-        return None
-    run = resolved.run
-    step, net = step_time(run, row), interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
-    if step is None or net is None:
-        return None
-    try:
-        return solve_efficiency(build_inputs(resolved, net, assumptions), step, assumptions.backward_share) * gemm_peak(run)[0]
-    except ValueError:
-        return None
+    solved = resolved if isinstance(resolved, str) else solve_at(resolved, row, assumptions)
+    return None if isinstance(solved, str) else solved[0] * gemm_peak(resolved.run)[0]
 
 
 def precision_ratio(rows: list[PublishedRow], assumptions: Assumptions, row_name, keeps) -> PrecisionRatio | None:

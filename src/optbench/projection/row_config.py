@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
-from optbench.compose.recipe import compose_run, list_recipes, recipe_group_choice
+from optbench.compose.recipe import compose_run, list_recipes
+from optbench.compose.recipe_choice import recipe_group_choice
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
@@ -120,7 +121,7 @@ def _row(
         return reason, reason
     container, own = _container(release)
     option = PRECISION_ALIASES.get(precision, precision)
-    # The recipe's own precision is not typed: it would only restate the recipe (compose.recipe.restates_recipe_choice),
+    # The recipe's own precision is not typed: it would only restate the recipe (compose.recipe_choice),
     # and each row's printed make plan command stays as short as a user would type it.
     typed_precision = [] if recipe_group_choice(recipe, "precision") == option else [f"precision={option}"]
     base = [

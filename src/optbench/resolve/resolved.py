@@ -153,13 +153,11 @@ def resolve(run: RunConfig, run_id: str | None = None, like: ResolvedRun | None 
     alike = like is not None and _same_placement(run, like.run)
     placement = like.placement if alike else place(run)
     same_work = alike and layout.as_dict() == like.layout.as_dict() and (run.model, run.optimizer) == (like.run.model, like.run.optimizer)
-    if same_work:
-        work_of = like.work_of or like
-        return ResolvedRun(run, layout, tuple(stage_decoder_layers(run)), placement, like.groups_plain, work_of)
     return ResolvedRun(
         run=run,
         layout=layout,
         stage_layers=tuple(stage_decoder_layers(run)),
         placement=placement,
-        groups_plain=tuple(dp_group_work(run, None, False, placement, layout)),
+        groups_plain=like.groups_plain if same_work else tuple(dp_group_work(run, None, False, placement, layout)),
+        work_of=(like.work_of or like) if same_work else None,
     )

@@ -1,0 +1,31 @@
+"""Which option of each config group a recipe picks, read from its defaults list (and conf/base.yaml's).
+
+A group typed on the command line with the very option the recipe already picks (``precision=mxfp8`` on an
+MXFP8 recipe, as a sweep ``precision=bf16,mxfp8`` types it) restates the recipe: Hydra composes the same config
+with or without it, so nothing downstream (the release layout, :mod:`optbench.compose.release_layout`) may treat
+it as the user's choice of that group.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from optbench.checkout import repo_root
+from optbench.config.overrides import CONFIG_GROUPS
+
+
+def recipe_group_choice(recipe: str, group: str) -> str | None:
+    """The option a recipe picks for ``group``: its own ``override /group: option``, else conf/base.yaml's."""
+    root = repo_root()
+    for path, key in ((root / "recipes" / f"{recipe}.yaml", f"override /{group}"), (root / "conf" / "base.yaml", group)):
+        for entry in yaml.safe_load(path.read_text()).get("defaults", []):
+            if isinstance(entry, dict) and key in entry:
+                return entry[key]
+    return None
+
+
+def restates_recipe_choice(recipe: str, override: str) -> bool:
+    """Whether ``override`` picks the very option of a group the recipe already picks."""
+    key, equals, option = override.partition("=")
+    key = key.lstrip("+")
+    return bool(equals) and key in CONFIG_GROUPS and recipe_group_choice(recipe, key) == option
