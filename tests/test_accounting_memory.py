@@ -9,11 +9,13 @@ import pytest
 from conftest import run_make
 from optbench.accounting.activations import forwards_in_flight
 from optbench.accounting.memory import estimate_memory
+from optbench.bridge.adapter import executed_by_nvidia
 from optbench.compose.recipe import compose_run
 from optbench.config.layout import derive_layout
+from optbench.plan import build_plan, format_summary
 from optbench.projection.row_config import row_run
 from optbench.published import load_published
-from optbench.validate import collect_problems
+from optbench.validate import above, collect_problems, validate
 
 REPO = Path(__file__).resolve().parents[1]
 KIMI_ON_64_H100 = (
@@ -38,6 +40,27 @@ def test_published_layouts_fit(row) -> None:
     assert estimate.total_gb <= estimate.hbm_gb * (1 + estimate.expected_error), (estimate.total_gb, estimate.breakdown_gb)
     assert estimate.total_gb > 0.25 * estimate.hbm_gb  # a real estimate, not an empty one
     assert resolved.run.force and collect_problems(resolved.run) == []  # every other check passes
+
+
+def test_nvidias_own_configuration_is_not_refused_for_memory_but_a_departure_from_it_is() -> None:
+    """DeepSeek-V3 on 256 GB200, nemo:26.04: NVIDIA ran its preset (1090 TFLOP/s/GPU published); our estimate says
+    207 GB of 186. The run outweighs the estimate; the same layout at MBS 2, on 512 GPUs or with intent=train is
+    not what NVIDIA ran and is refused as before."""
+    typed = ["cluster=gb200_nvl72", "cluster.container=nemo:26.04"]
+    resolved = validate(compose_run("deepseek_v3_adamw", typed))
+    assert not resolved.memory.fits and resolved.memory.total_gb > 200
+    assert executed_by_nvidia(resolved.run).startswith("deepseek_v3/gb200/mxfp8/adam, nemo:26.04 (Megatron Bridge 0.4.0")
+    summary = format_summary(build_plan(resolved, typed, side_by_side=False))
+    assert "DOES NOT FIT" in summary and "not refused: NVIDIA ran this very configuration (deepseek_v3/gb200" in summary
+    for departure in (["train.mbs=2"], ["parallel.num_gpus=512"], ["intent=train"]):
+        (problem,) = collect_problems(compose_run("deepseek_v3_adamw", [*typed, *departure]))
+        assert "exceeds the 186 GB HBM of gb200" in problem.message, departure
+
+
+def test_an_estimate_just_above_hbm_never_reads_as_equal_to_it() -> None:
+    # SOAP's sibling of Kimi K2 on 512 GB300 was refused as "288 GB exceeds the 288 GB HBM".
+    assert [above(v, 288) for v in (337.6, 288.2, 288.04, 288.0004)] == ["338", "288.2", "288.04", "288.000"]
+    assert above(80.4, 80) == "80.4" and above(81.0, 80) == "81"
 
 
 def test_kimi_k2_on_64_h100_is_refused_naming_memory_and_the_largest_term() -> None:

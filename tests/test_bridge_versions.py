@@ -76,6 +76,20 @@ def test_a_field_a_version_lacks_is_reported_with_the_containers_that_have_it() 
     assert len(problems) == 1 and "nemo:26.06" in str(problems[0]) and "nemo:26.04," not in str(problems[0])
 
 
+def test_layer_wise_muon_in_core_0_18_spelling_is_no_departure() -> None:
+    """26.08's Kimi K2 preset says dist_muon, Core 0.19 maps it to muon + layer-wise (what we emit): same optimizer."""
+    from optbench.plan import intent_line
+
+    setup = bridge_setup(resolve(compose_run("kimi_k2_muon", ["cluster.container=nemo:26.08"])).run)
+    assert setup.preset["departures"] == []
+    respelled = {d["field"]: d["nvidia"] for d in setup.preset["respelled"]}
+    assert respelled == {"optimizer.optimizer": "dist_muon", "optimizer.use_layer_wise_distributed_optimizer": False}
+    assert "no departure (optimizer.optimizer" in intent_line(setup, "muon")
+    typed = bridge_setup(resolve(compose_run("kimi_k2_muon", ["cluster.container=nemo:26.08", "parallel.ep=32"])).run)
+    assert [d["field"] for d in typed.preset["departures"]] == ["model.expert_model_parallel_size"]
+    assert "departs in model.expert_model_parallel_size (optimizer.optimizer" in intent_line(typed, "muon")
+
+
 def test_release_preset_cuda_graphs_reach_bridge() -> None:
     """26.06's Qwen3 preset captures whole iterations: the plan must emit it, not depart from it."""
     from optbench.bridge.adapter import bridge_setup

@@ -41,6 +41,9 @@ def test_kimi_k2_muon_plan_has_projection_twin_and_decomposition() -> None:
     typed = ["cluster.container=nemo:26.02"]
     blog = format_summary(build_plan(resolve(compose_run("kimi_k2_muon", typed)), typed))
     assert "published   nvidia_blog_table1 26.02: 1029 model TFLOP/s/GPU; projected" in blog
+    # The header is the recipe's description (256 GB300): what the command line changed is named under it.
+    assert "  overrides" not in summary
+    assert blog.splitlines()[1] == "  overrides   cluster.container=nemo:26.02 (on top of the recipe described above)"
 
 
 def test_qwen3_adamw_plan_projection() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from optbench.accounting.params import parameter_counts
 from optbench.compose.recipe import compose_run
-from optbench.projection.search import Point, _tied_ranks, at, parameter_floor_gb, point_of_run, points
+from optbench.projection.search import Point, Ranked, _tied_ranks, at, parameter_floor_gb, point_of_run, points
 from optbench.projection.search_ranks import markdown, record, summary
 from optbench.resolve import resolve
 
@@ -94,20 +94,28 @@ def test_a_search_with_no_valid_layout_says_why_in_one_line_and_writes_nothing(r
 def test_search_ranks_records_the_gap_to_the_best_and_counts_the_bands():
     """NVIDIA's layout's standing: rank, projected throughput, gap to our best, and whether the best has a lower EP."""
     nvidia, low_ep, other = Point(1, 1, 1, 1, 8, 8), Point(1, 1, 1, 1, 1, 4), Point(2, 1, 1, 1, 8, 8)
-    result = {"valid": 3, "candidates": 4, "ranked": [(1, low_ep, 800.0), (2, other, 780.0), (3, nvidia, 760.0)]}
+    result = {"valid": 3, "candidates": 4,
+              "ranked": [Ranked(1, low_ep, 800.0, 0.95), Ranked(2, other, 780.0, 0.75), Ranked(3, nvidia, 760.0, 0.85)]}
     entry = record("row a", nvidia, result, 1.0, "make plan ...")
     assert (entry["rank"], entry["best_layout"], entry["gap_to_best_percent"]) == (3, low_ep.label, -5.0)
     assert entry["best_has_lower_ep"] is True
+    # A stricter memory rule drops the others above it, never NVIDIA's own layout (85 % of HBM here).
+    assert entry["memory_share"] == 0.85 and entry["rank_with_headroom"] == {"0.9": 2, "0.8": 2, "0.7": 1}
     missing = record("row b", Point(4, 1, 1, 1, 8, 8), result, 1.0, "make plan ...")
     assert missing["rank"] is None and "gap_to_best_percent" not in missing
     best = record("row c", low_ep, result, 1.0, "make plan ...")
-    tied = record("row d", other, {**result, "ranked": [(1, low_ep, 800.0), (1, other, 799.996)]}, 1.0, "")
+    tied = record("row d", other, {**result, "ranked": [Ranked(1, low_ep, 800.0, 0.5), Ranked(1, other, 799.996, 0.5)]},
+                  1.0, "")
     assert (tied["best_layout"], tied["gap_to_best_percent"], tied["best_has_lower_ep"]) == (other.label, 0.0, False)
     assert str(tied["gap_to_best_percent"]) == "0.0"
     data = summary([entry, missing, best])
     assert data["in_top"] == 2 and data["within_percent_of_best"] == {"3": 1, "5": 2, "10": 2}
     assert data["outside_top"] == 0 and data["median_gap_to_best_percent"] == -2.5
-    assert "| row a | TP1 PP1 VPP1 CP1 EP8 MBS8 | 3 | 3 | 760.0 | TP1 PP1 VPP1 CP1 EP1 MBS4 | 800.0 | -5.00 % |" in markdown(data)
+    assert data["in_top_with_headroom"] == {"0.9": 2, "0.8": 2, "0.7": 2}
+    assert data["memory_share_range"] == {"min": 0.85, "max": 0.95, "median": 0.9}
+    assert "NVIDIA's layouts take 85 to 95 % of HBM by our estimate (median 90 %" in markdown(data)
+    assert "| row a | TP1 PP1 VPP1 CP1 EP8 MBS8 | 3 | 3 | 760.0 | 85 % | TP1 PP1 VPP1 CP1 EP1 MBS4 | 800.0 | -5.00 % |" \
+        in markdown(data)
 
 
 def test_make_search_ranks_refuses_an_unknown_model_and_a_foreign_folder_in_one_line(tmp_path):

@@ -162,6 +162,8 @@ def format_summary(plan: Plan) -> str:
     stages = list(plan.pipeline_stage_layers)
     lines = [
         f"Plan: {plan.recipe} - {plan.description}".rstrip(" -"),
+        # The description is the recipe's own (its GPUs, precision, source): name what the command line changed.
+        *([f"  overrides   {' '.join(plan.overrides)} (on top of the recipe described above)"] if plan.overrides else []),
         f"  engine      {plan.engine} on cluster {plan.cluster} ({plan.executor} executor)",
         _devices_line(plan),
         f"  layout      TP{lay.tp} PP{lay.pp} VPP{lay.vpp} CP{lay.cp} EP{lay.ep} ETP{lay.etp}"
@@ -189,7 +191,9 @@ def format_summary(plan: Plan) -> str:
         missing = data.missing_prefixes
         here = "all found on this machine" if not missing else f"{len(missing)} of {len(data.prefixes)} NOT found on this machine"
         lines.append(f"  data        indexed, {len(data.prefixes)} prefix(es), split {data.split}: {here}")
-    lines += accounting_summary_lines(plan.accounting, plan.optimizer.name)
+    preset = plan.bridge.preset if plan.bridge is not None else None
+    executed_as = f"{preset['key']}, {preset['container']}" if preset and preset.get("as_executed") else ""
+    lines += accounting_summary_lines(plan.accounting, plan.optimizer.name, executed_as)
     lines += projection_summary_lines(plan.projection, plan.optimizer.name)
     bridge = plan.bridge
     if bridge is not None:
@@ -219,7 +223,11 @@ def intent_line(bridge: BridgeSetup, optimizer: str = "muon") -> str:
     if intent == "train":
         return f"train: {source} with real routing, NaN checks and evaluation"
     departures = [d["field"] for d in preset.get("departures", [])]
-    return f"reproduce: {source}; " + (f"departs in {', '.join(departures)}" if departures else "no departure")
+    respelled = [d["field"] for d in preset.get("respelled", [])]
+    line = f"reproduce: {source}; " + (f"departs in {', '.join(departures)}" if departures else "no departure")
+    if respelled:
+        line += f" ({', '.join(respelled)}: NVIDIA's dist_muon as Megatron Core >= 0.18 spells it)"
+    return line
 
 
 def format_launch_lines(plan: Plan) -> list[str]:

@@ -195,7 +195,13 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
                                                                       run.optimizer.name)
         if reason:
             d["reason"] = reason
+    # NVIDIA's dist_muon, written as Megatron Core >= 0.18 spells it, is the same optimizer: not a departure.
+    respelled = [d for d in departures if presets.is_respelling(d["field"], preset.adapted_from_adam)]
+    departures = [d for d in departures if d not in respelled]
     muon_own = [preset.adapted_from_adam and presets.is_muon_field(d["field"]) for d in departures]
+    # Exactly what NVIDIA executed: its preset of this release, at its GPU count, with nothing of ours in it.
+    as_executed = (run.intent == "reproduce" and not departures and not preset.adapted_from_adam
+                   and run.parallel.num_gpus == preset.num_gpus)
     return {
         "key": preset.key,
         "container": versions.container_of(run).label(),
@@ -206,8 +212,21 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
         "adapted_from_adam": preset.adapted_from_adam,
         "departures": [d for d, muon in zip(departures, muon_own) if not muon],
         "muon_fields": [d for d, muon in zip(departures, muon_own) if muon],
+        "respelled": respelled,
+        "as_executed": as_executed,
         "train_changes": dict(presets.TRAIN_SETTINGS) if run.intent == "train" else {},
     }
+
+
+def executed_by_nvidia(run: RunConfig) -> Optional[str]:
+    """``"<preset key>, <container>"`` when the run is exactly a configuration NVIDIA executed (its preset of the
+    run's release at its GPU count, no departure), else None: evidence beside our memory estimate (+-20 %)."""
+    try:
+        preset, ours, _ = _checked_items(run)
+    except UserError:
+        return None  # the plan's Bridge stage reports it
+    summary = preset_summary(run, preset, ours)
+    return f"{summary['key']}, {summary['container']}" if summary and summary["as_executed"] else None
 
 
 def bridge_setup(run: RunConfig) -> BridgeSetup:

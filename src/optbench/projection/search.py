@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from optbench.accounting.params import ParamCounts, parameter_counts
 from optbench.compose.pipeline import balanced_layout_for, max_virtual_stages
@@ -140,6 +140,19 @@ def at(run: RunConfig, point: Point) -> RunConfig:
     return moved
 
 
+class Ranked(NamedTuple):
+    """One valid point of a search, in rank order."""
+
+    rank: int
+    """1 = best; points the model prices alike share a rank."""
+    point: Point
+    """The layout."""
+    tflops_per_gpu: float
+    """Its projected model TFLOP/s per GPU."""
+    memory_share: float | None
+    """Its memory estimate over the GPU's HBM (None when the GPU's HBM is not known)."""
+
+
 @dataclass(frozen=True)
 class Scored:
     """A valid point with its resolved run and projection."""
@@ -210,7 +223,9 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10) -> dic
         "dropped": dict(dropped),
         "first_problems": first_problems,
         "top": rows,
-        "ranked": [(rank, s.point, s.projection["tflops_per_gpu"]) for rank, s in zip(ranks, scored)],
+        "ranked": [Ranked(rank, s.point, s.projection["tflops_per_gpu"],
+                          s.resolved.memory.total_gb / spec.hbm_gb if spec is not None else None)
+                   for rank, s in zip(ranks, scored)],
         "seconds": round(time.perf_counter() - start, 1),
     }
 
@@ -266,16 +281,28 @@ class Standing:
         return round(100 * (self.tflops_per_gpu / self.best_tflops_per_gpu - 1), 2) + 0.0  # + 0.0: no "-0.0"
 
 
+def ranked_of(result: dict[str, Any], point: Point) -> Ranked | None:
+    """``point``'s entry in a search's ranking, None when it was not a valid point."""
+    return next((r for r in result["ranked"] if r.point == point), None)
+
+
 def standing_of(result: dict[str, Any], point: Point) -> Standing | None:
     """``point``'s rank and projected throughput beside the search's best, None when it was not a valid point."""
-    found = next(((rank, tflops) for rank, p, tflops in result["ranked"] if p == point), None)
+    found = ranked_of(result, point)
     if found is None:
         return None
-    rank, tflops = found
-    if rank == 1:
-        return Standing(rank, tflops, point, tflops)
-    _, best, best_tflops = result["ranked"][0]
-    return Standing(rank, tflops, best, best_tflops)
+    best = found if found.rank == 1 else result["ranked"][0]
+    return Standing(found.rank, found.tflops_per_gpu, best.point, best.tflops_per_gpu)
+
+
+def rank_with_headroom(result: dict[str, Any], point: Point, share: float) -> int | None:
+    """``point``'s rank once every other layout whose memory estimate exceeds ``share`` of HBM is dropped (ties
+    as in the search), None when it was not a valid point: how much a stricter memory rule would change."""
+    found = ranked_of(result, point)
+    if found is None:
+        return None
+    kept = [r for r in result["ranked"] if r.point != point and (r.memory_share is None or r.memory_share <= share)]
+    return 1 + sum(1 for r in kept if round(r.tflops_per_gpu, 2) > round(found.tflops_per_gpu, 2))
 
 
 def point_of_run(run: RunConfig) -> Point:

@@ -22,7 +22,7 @@ from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
 from optbench.projection.calibration import row_id
 from optbench.projection.row_config import row_config, row_run
-from optbench.projection.search import Point, point_of_run, search, standing_of
+from optbench.projection.search import Point, point_of_run, rank_with_headroom, ranked_of, search, standing_of
 from optbench.published import PublishedRow, default_published_dir, load_published
 
 TOP = 5
@@ -33,8 +33,15 @@ WITHIN_PERCENT = (3, 5, 10)
 absolute throughput: median 1.1 %, 86 % of rows within 5 %, docs/projection.md section 7)."""
 
 
+HEADROOM = (0.9, 0.8, 0.7)
+"""Stricter memory rules tried beside the search's own (estimate <= HBM): every layout but NVIDIA's whose estimate
+exceeds this share of HBM is dropped. Our estimate is +-20 %, so a layout the search keeps may not fit; if that
+were why NVIDIA's layouts rank low, a stricter rule would lift them."""
+
+
 def record(row: str, own: Point, result: dict[str, Any], seconds: float, command: str) -> dict[str, Any]:
-    """One row's standing: NVIDIA's layout's rank and projected throughput beside our best."""
+    """One row's standing: NVIDIA's layout's rank and projected throughput beside our best, its memory estimate's
+    share of HBM, and its rank under each stricter memory rule of :data:`HEADROOM`."""
     standing = standing_of(result, own)
     entry: dict[str, Any] = {
         "row": row, "layout": own.label, "rank": None, "valid_points": result["valid"],
@@ -45,8 +52,14 @@ def record(row: str, own: Point, result: dict[str, Any], seconds: float, command
             rank=standing.rank, tflops_per_gpu=standing.tflops_per_gpu, best_layout=standing.best.label,
             best_tflops_per_gpu=standing.best_tflops_per_gpu, gap_to_best_percent=standing.gap_to_best_percent,
             best_has_lower_ep=standing.best.ep < own.ep,
+            memory_share=_rounded(ranked_of(result, own).memory_share),
+            rank_with_headroom={str(share): rank_with_headroom(result, own, share) for share in HEADROOM},
         )
     return entry
+
+
+def _rounded(share: float | None) -> float | None:
+    return None if share is None else round(share, 3)
 
 
 def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -66,7 +79,15 @@ def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         if ranked else None,
         "outside_top_behind_lower_ep": sum(1 for r in behind if r["best_has_lower_ep"]),
         "outside_top": len(behind),
+        "in_top_with_headroom": {str(share): sum(1 for r in ranked if r["rank_with_headroom"][str(share)] <= TOP)
+                                 for share in HEADROOM},
+        "memory_share_range": _share_range([r["memory_share"] for r in ranked if r["memory_share"] is not None]),
     }
+
+
+def _share_range(shares: list[float]) -> dict[str, float] | None:
+    """Lowest, median and highest share of HBM that NVIDIA's layouts take by our estimate."""
+    return {"min": min(shares), "median": round(statistics.median(shares), 3), "max": max(shares)} if shares else None
 
 
 def ranks(rows: list[PublishedRow], models: set[str] | None = None) -> dict[str, Any]:
@@ -103,18 +124,35 @@ def markdown(data: dict[str, Any]) -> str:
         f" median gap {data['median_gap_to_best_percent']} %. Of the {data['outside_top']} rows where it is outside"
         f" our top {data['top']}, our best layout has a lower EP on {data['outside_top_behind_lower_ep']}.",
         "",
-        "| row | NVIDIA's layout | rank | valid layouts | its TFLOP/s/GPU | our best | best's TFLOP/s/GPU | gap | search s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *_headroom_lines(data),
+        "| row | NVIDIA's layout | rank | valid layouts | its TFLOP/s/GPU | its memory (of HBM) | our best |"
+        " best's TFLOP/s/GPU | gap | search s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["rank"] is None:
-            lines.append(f"| {r['row']} | {r['layout']} | not valid | {r['valid_points']} | - | - | - | - | {r['seconds']} |")
+            lines.append(f"| {r['row']} | {r['layout']} | not valid | {r['valid_points']} | - | - | - | - | - | {r['seconds']} |")
             continue
+        share = "-" if r["memory_share"] is None else f"{100 * r['memory_share']:.0f} %"
         lines.append(
-            f"| {r['row']} | {r['layout']} | {r['rank']} | {r['valid_points']} | {r['tflops_per_gpu']:.1f} |"
+            f"| {r['row']} | {r['layout']} | {r['rank']} | {r['valid_points']} | {r['tflops_per_gpu']:.1f} | {share} |"
             f" {r['best_layout']} | {r['best_tflops_per_gpu']:.1f} | {r['gap_to_best_percent']:+.2f} % | {r['seconds']} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _headroom_lines(data: dict[str, Any]) -> list[str]:
+    """The stricter memory rules, in one paragraph: is a layout that may not fit why NVIDIA's ranks low?"""
+    spread = data["memory_share_range"]
+    if spread is None:
+        return []
+    stricter = ", ".join(f"{100 * float(share):.0f} % of HBM: {n}" for share, n in data["in_top_with_headroom"].items())
+    return [
+        f"Memory: NVIDIA's layouts take {100 * spread['min']:.0f} to {100 * spread['max']:.0f} % of HBM by our estimate"
+        f" (median {100 * spread['median']:.0f} %; +-20 %). Dropping every other layout whose estimate exceeds a"
+        f" stricter share, NVIDIA's layout would be in our top {data['top']} on: {stricter} (of {len(data['rows'])} rows).",
+        "",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

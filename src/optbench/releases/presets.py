@@ -317,11 +317,16 @@ MUON_ON_ADAM_PRESET = (
 """Fields Bridge derives differently for dist_muon than for the distributed Adam of the preset it was adapted from."""
 
 
+def is_respelling(key: str, adapted_from_adam: bool) -> bool:
+    """Whether ``key`` differs from NVIDIA's recipe only in spelling (:data:`LAYER_WISE_MUON`)."""
+    return key in LAYER_WISE_MUON and not adapted_from_adam
+
+
 def derived_reason(key: str, intent: str, adapted_from_adam: bool, optimizer: str = "muon") -> Optional[str]:
     """Why an effective field may differ from NVIDIA's; None when nothing explains it (a conformance failure)."""
     if key in DERIVED:
         return DERIVED[key]
-    if key in LAYER_WISE_MUON and not adapted_from_adam:
+    if is_respelling(key, adapted_from_adam):
         return LAYER_WISE_MUON[key]
     if intent == "train" and key in TRAIN_ONLY:
         return TRAIN_ONLY[key]
