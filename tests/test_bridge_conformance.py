@@ -205,3 +205,31 @@ def test_negative_controls_are_caught_by_bridge(target: Target, tmp_path_factory
     controls = report_of(target, tmp_path_factory)["negative_controls"]
     assert controls["misspelled_key"]["caught"] and "moe_router_force_load_balancng" in controls["misspelled_key"]["error"]
     assert controls["impossible_layout"]["caught"] and "pipeline_model_parallel_layout" in controls["impossible_layout"]["error"]
+
+
+@pytest.mark.parametrize("target", [t for t in TARGETS if t.name != NEXT["name"]], ids=lambda t: t.name)
+def test_moe_rules_match_the_installed_bridge_and_core(target: Target) -> None:
+    """The MoE rules make plan checks (bridge/moe_rules.py): the flex-dispatcher ones are read from each Bridge tag's
+    pinned Core by tools/bridge_versions.py, and the Core the container ships, installed here, asserts the same; the
+    EP-communication-overlap ones are asserted by every release's Bridge."""
+    from optbench.bridge.moe_rules import ANY_BACKEND, DEEPEP, MOE_RECOMPUTE
+    from optbench.releases import versions
+
+    root = target.overlay or next((target.python.parents[1] / "lib").glob("python3*/site-packages"))
+    core = root / "megatron" / "core" / "transformer" / "moe" / "token_dispatcher.py"
+    bridge = root / "megatron" / "bridge" / "training" / "comm_overlap.py"
+    if not (core.exists() and bridge.exists()):
+        pytest.skip(f"Megatron Bridge {target.bridge} / Core {target.core} are not installed (make bridge-env)")
+    text = core.read_text()
+    container = versions.containers()[target.container]
+    assert versions.behaviour(container, ANY_BACKEND) == ("Flex token dispatcher requires TPxEP > 1" in text)
+    assert versions.behaviour(container, DEEPEP) == ("DeepEP dispatcher requires TPxEP > 1" in text)
+    config = (core.parents[1] / "transformer_config.py").read_text()
+    assert versions.behaviour(container, MOE_RECOMPUTE) == (
+        "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm" in config)
+    overlap = " ".join(bridge.read_text().split())
+    for asserted in ("overlap_moe_expert_parallel_comm is only supported when expert_model_parallel_size > 1",
+                     "must be specified when pipeline_model_parallel_size > 1",
+                     "disable full recomputation when enabling overlap_moe_expert_parallel_comm",
+                     "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm"):
+        assert asserted in overlap, (target.bridge, asserted)

@@ -185,3 +185,70 @@ def test_kimi_k2_on_26_08_calls_bridges_argument_free_recipe() -> None:
 
     assert accepted_kwargs(argument_free, {"optimizer_type": "adam"}) == {}
     assert accepted_kwargs(with_keywords, {"optimizer_type": "adam"}) == {"optimizer_type": "adam"}
+
+
+@pytest.mark.parametrize(
+    ("container", "overrides", "refused"),
+    [
+        ("nemo:26.02", ["parallel.ep=1"], True),  # Core 0.16: the flex dispatcher asserts TPxEP > 1 for every backend
+        ("nemo:26.04", ["parallel.ep=1", "parallel.tp=2"], True),  # the TP there is the expert TP: TP2 ETP1 EP1 is one expert rank
+        ("nemo:26.02", ["parallel.ep=1", "parallel.moe_token_dispatcher=alltoall"], False),
+        ("nemo:26.04.01", ["parallel.ep=1"], False),  # Core 0.17.1: only DeepEP asserts it; the preset's HybridEP runs
+        ("nemo:26.08", ["parallel.ep=1", "parallel.moe_flex_dispatcher_backend=deepep"], True),
+        ("nemo:26.02", ["parallel.ep=2"], False),
+    ],
+)
+def test_a_flex_dispatcher_on_one_expert_rank_is_refused_where_core_asserts(container, overrides, refused) -> None:
+    from optbench.validate import collect_problems
+
+    run = compose_run("qwen3_30b_a3b_adamw", [f"cluster.container={container}", *overrides, "force=true"])
+    messages = [p.message for p in collect_problems(run) if "needs ep x etp > 1 in Megatron Core" in p.message]
+    assert len(messages) == refused, messages
+    if refused:
+        (message,) = messages
+        assert message.endswith("hybridep") or message.endswith("the hybridep backend from nemo:26.04.01 on"), message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (["parallel.ep=1"], "parallel.ep"),
+        (["parallel.pp=2", "parallel.vpp=null", "parallel.ep=4"], "parallel.vpp"),
+        (["parallel.recompute_granularity=full", "parallel.recompute_method=uniform", "parallel.recompute_num_layers=1"],
+         "parallel.recompute_granularity"),
+        (["parallel.recompute_granularity=selective", "parallel.recompute_modules=[moe]"], "parallel.recompute_modules"),
+        (["parallel.moe_token_dispatcher=allgather"], "parallel.moe_token_dispatcher"),
+    ],
+)
+def test_ep_communication_overlap_is_refused_where_bridge_asserts(overrides, field) -> None:
+    """26.08's Qwen3 GB300 preset overlaps the EP all-to-all; Bridge's CommOverlapConfig asserts EP > 1, an
+    interleaved schedule under PP, no full recompute, ... in the container: the plan refuses them first, and
+    turning the overlap off is one of the fixes it names."""
+    from optbench.validate import collect_problems
+
+    run = compose_run("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.08", *overrides, "force=true"])
+    assert run.parallel.ep_comm_overlap
+    problems = [p for p in collect_problems(run) if "EP-communication overlap" in p.message]
+    assert [p.field for p in problems] == [field], [p.message for p in problems]
+    assert problems[0].message.endswith("parallel.ep_comm_overlap=false")
+    off = compose_run("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.08", *overrides, "parallel.ep_comm_overlap=false",
+                                              "force=true"])
+    assert not [p for p in collect_problems(off) if "EP-communication overlap" in p.message]
+
+
+def test_turning_off_a_presets_ep_overlap_reaches_bridge_with_its_delayed_wgrad() -> None:
+    """Regression: parallel.ep_comm_overlap=false on 26.08's Qwen3 preset (which overlaps the EP all-to-all and delays
+    the expert weight gradients) still emitted the preset's overlap, said "no departure" and projected without it.
+    Off now reaches Bridge, and so does the delay's off (Core asserts the delay needs the overlap)."""
+    def overlap(extra: list[str], container: str = "nemo:26.08") -> tuple[list[str], list[str]]:
+        setup = bridge_setup(resolve(compose_run("qwen3_30b_a3b_adamw", [f"cluster.container={container}", *extra])).run)
+        emitted = [o for o in setup.overrides if "overlap_moe_expert" in o or "delay_wgrad" in o]
+        return emitted, [d["field"] for d in setup.preset["departures"]]
+
+    assert overlap([]) == (["comm_overlap.delay_wgrad_compute=true", "comm_overlap.overlap_moe_expert_parallel_comm=true"], [])
+    assert overlap(["parallel.ep_comm_overlap=false"]) == (
+        ["comm_overlap.overlap_moe_expert_parallel_comm=false", "comm_overlap.delay_wgrad_compute=false"],
+        ["comm_overlap.overlap_moe_expert_parallel_comm", "comm_overlap.delay_wgrad_compute"],
+    )
+    # A preset that never overlaps gets nothing written for the switch (Bridge's CommOverlapConfig leaves it None).
+    assert overlap(["cluster=b200"], "nemo:26.02")[0] == []

@@ -71,9 +71,18 @@ MARKERS: dict[str, tuple[str, str, str]] = {
     "muon_scalar_optimizer_routed": (
         "core", "megatron/core/optimizer",
         r"override\['optimizer'\] = config\.muon_scalar_optimizer|config\.optimizer = config\.muon_scalar_optimizer"),
+    "flex_dispatcher_needs_tp_ep": (
+        "core", "megatron/core/transformer/moe/token_dispatcher.py", r"Flex token dispatcher requires TPxEP > 1"),
+    "deepep_dispatcher_needs_tp_ep": (
+        "core", "megatron/core/transformer/moe/token_dispatcher.py", r"DeepEP dispatcher requires TPxEP > 1"),
+    "ep_overlap_refuses_moe_recompute": (
+        "core", "megatron/core/transformer/transformer_config.py",
+        r"disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm"),
 }
 """Behaviour that is not a field name (Muon's layer-wise optimizer; what Kimi K2's recipe function takes and reads;
-which emerging optimizers Core registers and whether Muon's scalar-optimizer choice reaches the param groups):
+which emerging optimizers Core registers and whether Muon's scalar-optimizer choice reaches the param groups; which
+flex-dispatcher backends Core refuses on a single expert rank, and whether it refuses recomputing the MoE layer under
+EP-communication overlap):
 (repository, path, regex) whose presence says the release has it."""
 
 

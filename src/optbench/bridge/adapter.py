@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from optbench.releases import presets, versions
 from optbench.releases.hydra_values import format_override
-from optbench.bridge.sections import Item, our_items
+from optbench.bridge.sections import Item, our_items, switched_off
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.models import model_registry
@@ -145,15 +145,26 @@ def preset_items(run: RunConfig, ours: list[Item], preset: Optional[presets.Pres
 
 
 def _ours_under(run: RunConfig, preset: Optional[presets.Preset]) -> list[Item]:
-    """Our sections' overrides, less the fields a preset owns when there is one."""
+    """Our sections' overrides, less the fields a preset owns when there is one, with what our settings require
+    (COUPLED). A switch we emit only when on that the preset sets is written off when the run turns it off: the
+    preset's value came into the run at compose, so off means the user turned it off, and it must not come back."""
     ours = our_items(run)
-    return ours if preset is None else [(key, value) for key, value in ours if key not in PRESET_OWNED]
+    if preset is None:
+        return _coupled(ours)
+    off = [(key, value) for key, value in switched_off(run).items() if key in preset.settings]
+    return _coupled([(key, value) for key, value in ours if key not in PRESET_OWNED] + off)
 
 
-COUPLED = {("model.cuda_graph_impl", "full_iteration"): ("rerun_state_machine.check_for_nan_in_loss", False)}
+COUPLED = {
+    ("model.cuda_graph_impl", "full_iteration"): ("rerun_state_machine.check_for_nan_in_loss", False),
+    ("comm_overlap.overlap_moe_expert_parallel_comm", False): ("comm_overlap.delay_wgrad_compute", False),
+}
 """Settings Megatron Bridge requires together (``ConfigContainer.validate``, Bridge >= 0.5): a full-iteration CUDA
 graph cannot check the loss for NaN (NVIDIA's 26.06+ presets turn the check off in their shared helper code;
-``intent=train`` keeps the gradient NaN check, ``ddp.check_for_nan_in_grad``)."""
+``intent=train`` keeps the gradient NaN check, ``ddp.check_for_nan_in_grad``); delaying the expert weight gradients
+(NVIDIA's presets do, with the EP all-to-all overlapped) needs that overlap, so turning it off turns the delay off
+(Megatron Core's ``TransformerConfig``: "overlap_moe_expert_parallel_comm must be enabled when enabling
+delay_wgrad_compute")."""
 
 
 def _coupled(items: list[Item]) -> list[Item]:

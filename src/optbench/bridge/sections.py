@@ -65,6 +65,16 @@ def _parallel(run: RunConfig) -> list[Item]:
     return items
 
 
+ONLY_WHEN_ON = ("parallel.ep_comm_overlap",)
+"""Switches emitted only when on (see _parallel). When a preset turns one on and the run turns it off, the preset's
+setting must not win: :func:`optbench.bridge.adapter.preset_items` writes the run's off in its place."""
+
+
+def switched_off(run: RunConfig) -> dict[str, bool]:
+    """The Bridge names of the ONLY_WHEN_ON switches the run turns off, each with its value (False)."""
+    return {name: False for key in ONLY_WHEN_ON if not value_at(run, key)[1] for name in TABLE[key].bridge}
+
+
 def _model(run: RunConfig) -> list[Item]:
     """The model's shape, in Megatron names, so that a changed model.* value reaches the run."""
     m = run.model

@@ -1,0 +1,88 @@
+"""What Megatron Bridge and Core refuse of a MoE layout, checked before anything is launched.
+
+Both sets of rules are assertions that fire in the container, when the config is finalized or the model is
+built on the GPUs; ``make plan`` (and every point of ``make search`` and ``make sweep``) refuses them instead.
+
+* **The flex dispatcher on one expert rank.** HybridEP and DeepEP communicate over one group of every
+  expert-tensor and expert-parallel rank, and Core asserts that the group has more than one rank
+  (``MoEFlexTokenDispatcher.__init__``): for every backend up to Megatron Core 0.17.0rc0 ("Flex token dispatcher
+  requires TPxEP > 1": nemo:26.02 to 26.04), for DeepEP only from 0.17.1 ("DeepEP dispatcher requires TPxEP > 1").
+  The TP there is the expert one (``parallel.etp``), so TP2 with EP1 ETP1 is one expert rank too. Which release
+  asserts what is read from each tag's source (``tools/bridge_versions.py`` MARKERS ``flex_dispatcher_needs_tp_ep``,
+  ``deepep_dispatcher_needs_tp_ep``), not written here by hand.
+* **EP-communication overlap** (``parallel.ep_comm_overlap``, NVIDIA's MXFP8 MoE presets from nemo:26.06):
+  Bridge's ``CommOverlapConfig`` (every release 0.3.0-0.6.2) asserts expert parallelism (EP > 1), the alltoall
+  or flex dispatcher, an interleaved schedule when PP > 1 (VPP set), no full recompute (granularity, method,
+  layer count), at most one MTP layer; Core's ``TransformerConfig`` also refuses ``moe`` among the recomputed
+  modules from 0.17 (marker ``ep_overlap_refuses_moe_recompute``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from optbench.config.schema import RunConfig
+from optbench.errors import Problem
+from optbench.releases.versions import Container, behaviour, first_with
+
+ANY_BACKEND = "flex_dispatcher_needs_tp_ep"
+DEEPEP = "deepep_dispatcher_needs_tp_ep"
+MOE_RECOMPUTE = "ep_overlap_refuses_moe_recompute"
+
+
+def moe_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
+    """Every MoE rule of the run's Megatron Bridge and Core that the run breaks."""
+    if run.model.num_moe_experts:
+        yield from _dispatcher_problems(run, container)
+        yield from _ep_overlap_problems(run, container)
+
+
+def _dispatcher_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
+    p = run.parallel
+    if p.moe_token_dispatcher != "flex" or p.ep * p.etp > 1:
+        return
+    fixes = ["raise parallel.ep", "use parallel.moe_token_dispatcher=alltoall"]
+    if behaviour(container, ANY_BACKEND):
+        newer = first_with(lambda c: not behaviour(c, ANY_BACKEND))
+        fixes += [f"the hybridep backend from {newer.name} on"] if newer is not None else []
+        what = "the flex dispatcher"
+    elif p.moe_flex_dispatcher_backend == "deepep" and behaviour(container, DEEPEP):
+        fixes += ["parallel.moe_flex_dispatcher_backend=hybridep"]
+        what = "the flex dispatcher's DeepEP backend"
+    else:
+        return
+    yield Problem(
+        "parallel.ep",
+        f"{what} needs ep x etp > 1 in Megatron Core {container.core} ({container.name}), got {p.ep} x {p.etp}: it "
+        f"asserts so when the model is built; {', '.join(fixes[:-1])}, or {fixes[-1]}",
+        ("parallel.etp", "parallel.moe_token_dispatcher", "parallel.moe_flex_dispatcher_backend", "cluster.container"),
+    )
+
+
+OFF = "or set parallel.ep_comm_overlap=false"
+
+
+def _ep_overlap_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
+    p, m = run.parallel, run.model
+    if not p.ep_comm_overlap:
+        return
+    related = ("parallel.ep_comm_overlap",)
+    if p.ep == 1:
+        yield Problem("parallel.ep", f"EP-communication overlap needs expert parallelism (ep > 1); raise it, {OFF}", related)
+    if p.moe_token_dispatcher not in ("alltoall", "flex"):
+        yield Problem("parallel.moe_token_dispatcher",
+                      f"EP-communication overlap needs the alltoall or flex dispatcher, got {p.moe_token_dispatcher}; {OFF}",
+                      related)
+    if p.pp > 1 and p.vpp is None:
+        yield Problem("parallel.vpp", f"EP-communication overlap with pp={p.pp} needs an interleaved schedule: set "
+                      f"parallel.vpp (2 or more virtual stages per rank), {OFF}", ("parallel.pp", *related))
+    if p.recompute_granularity == "full" or p.recompute_method is not None or p.recompute_num_layers is not None:
+        yield Problem("parallel.recompute_granularity", "EP-communication overlap refuses full recompute (granularity, "
+                      f"method and layer count must be unset); use selective recompute, {OFF}",
+                      ("parallel.recompute_method", "parallel.recompute_num_layers", *related))
+    if p.recompute_granularity == "selective" and "moe" in (p.recompute_modules or ()) and behaviour(container, MOE_RECOMPUTE):
+        yield Problem("parallel.recompute_modules", f"EP-communication overlap refuses recomputing 'moe'; drop it, {OFF}",
+                      related)
+    if m.mtp_num_layers > 1:
+        yield Problem("model.mtp_num_layers", f"EP-communication overlap supports at most one MTP layer, got "
+                      f"{m.mtp_num_layers}; {OFF}", related)
