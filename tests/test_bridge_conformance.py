@@ -208,10 +208,11 @@ def test_negative_controls_are_caught_by_bridge(target: Target, tmp_path_factory
 
 
 @pytest.mark.parametrize("target", [t for t in TARGETS if t.name != NEXT["name"]], ids=lambda t: t.name)
-def test_moe_rules_match_the_installed_bridge_and_core(target: Target) -> None:
-    """The MoE rules make plan checks (bridge/moe_rules.py): the flex-dispatcher ones are read from each Bridge tag's
+def test_moe_and_graph_rules_match_the_installed_bridge_and_core(target: Target) -> None:
+    """The MoE and CUDA-graph rules make plan checks (bridge/moe_rules.py, graph_rules.py): the release-dependent ones are read from each Bridge tag's
     pinned Core by tools/bridge_versions.py, and the Core the container ships, installed here, asserts the same; the
     EP-communication-overlap ones are asserted by every release's Bridge."""
+    from optbench.bridge.graph_rules import FULL_ITERATION
     from optbench.bridge.moe_rules import ANY_BACKEND, DEEPEP, MOE_RECOMPUTE
     from optbench.releases import versions
 
@@ -227,6 +228,10 @@ def test_moe_rules_match_the_installed_bridge_and_core(target: Target) -> None:
     config = (core.parents[1] / "transformer_config.py").read_text()
     assert versions.behaviour(container, MOE_RECOMPUTE) == (
         "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm" in config)
+    assert versions.behaviour(container, FULL_ITERATION) == ('cuda_graph_impl == "full_iteration"' in config)
+    for asserted in ("full recompute is only supported with full iteration CUDA graph",
+                     "moe recompute is not supported with moe_router CUDA graph"):
+        assert asserted in config, (target.core, asserted)
     overlap = " ".join(bridge.read_text().split())
     for asserted in ("overlap_moe_expert_parallel_comm is only supported when expert_model_parallel_size > 1",
                      "must be specified when pipeline_model_parallel_size > 1",

@@ -252,3 +252,27 @@ def test_turning_off_a_presets_ep_overlap_reaches_bridge_with_its_delayed_wgrad(
     )
     # A preset that never overlaps gets nothing written for the switch (Bridge's CommOverlapConfig leaves it None).
     assert overlap(["cluster=b200"], "nemo:26.02")[0] == []
+
+
+@pytest.mark.parametrize(
+    ("container", "overrides", "field"),
+    [
+        ("nemo:26.02", ["parallel.cuda_graph_impl=full_iteration", "parallel.cuda_graph_scope=[]"], "parallel.cuda_graph_impl"),
+        ("nemo:26.04.01", ["parallel.cuda_graph_impl=full_iteration", "parallel.cuda_graph_scope=[]"], "parallel.cuda_graph_impl"),
+        ("nemo:26.06", ["parallel.cuda_graph_impl=full_iteration", "parallel.cuda_graph_scope=[]"], None),
+        ("nemo:26.04", ["parallel.recompute_granularity=full", "parallel.recompute_method=uniform",
+                        "parallel.recompute_num_layers=1"], "parallel.recompute_granularity"),
+        ("nemo:26.04", ["parallel.recompute_granularity=full", "parallel.recompute_method=uniform",
+                        "parallel.recompute_num_layers=1", "parallel.cuda_graph_impl=none", "parallel.cuda_graph_scope=[]"],
+         None),
+        ("nemo:26.04", ["parallel.recompute_granularity=selective", "parallel.recompute_modules=[moe]"],
+         "parallel.recompute_modules"),
+    ],
+)
+def test_cuda_graph_rules_of_each_core_are_refused_before_launch(container, overrides, field) -> None:
+    """26.02-26.04.01's Qwen3 preset graphs attention and the router per layer (Transformer Engine); Core refuses full
+    recompute or a recomputed MoE layer with that, and knows the full_iteration implementation only from 0.18."""
+    from optbench.validate import collect_problems
+
+    run = compose_run("qwen3_30b_a3b_adamw", [f"cluster.container={container}", *overrides, "force=true"])
+    assert [p.field for p in collect_problems(run)] == ([field] if field else [])

@@ -75,14 +75,16 @@ MARKERS: dict[str, tuple[str, str, str]] = {
         "core", "megatron/core/transformer/moe/token_dispatcher.py", r"Flex token dispatcher requires TPxEP > 1"),
     "deepep_dispatcher_needs_tp_ep": (
         "core", "megatron/core/transformer/moe/token_dispatcher.py", r"DeepEP dispatcher requires TPxEP > 1"),
+    "cuda_graph_full_iteration_impl": (
+        "core", "megatron/core/transformer/transformer_config.py", r"cuda_graph_impl == \"full_iteration\""),
     "ep_overlap_refuses_moe_recompute": (
         "core", "megatron/core/transformer/transformer_config.py",
         r"disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm"),
 }
 """Behaviour that is not a field name (Muon's layer-wise optimizer; what Kimi K2's recipe function takes and reads;
 which emerging optimizers Core registers and whether Muon's scalar-optimizer choice reaches the param groups; which
-flex-dispatcher backends Core refuses on a single expert rank, and whether it refuses recomputing the MoE layer under
-EP-communication overlap):
+flex-dispatcher backends Core refuses on a single expert rank, whether it refuses recomputing the MoE layer under
+EP-communication overlap, and whether full_iteration is a CUDA-graph implementation):
 (repository, path, regex) whose presence says the release has it."""
 
 

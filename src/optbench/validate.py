@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 
 from optbench.bridge.adapter import executed_by_nvidia
 from optbench.bridge.emerging_fields import emerging_problems
+from optbench.bridge.graph_rules import graph_problems
 from optbench.bridge.moe_rules import moe_problems
 from optbench.bridge.muon_fields import muon_problems
 from optbench.config.data_path import split_weights
@@ -288,7 +289,9 @@ def check_engine(run: RunConfig) -> Iterable[Problem]:
         from optbench.bridge.adapter import BRIDGE_MODELS
 
         try:
-            yield from moe_problems(run, container_of(run))
+            container = container_of(run)
+            yield from moe_problems(run, container)
+            yield from graph_problems(run, container)
         except UserError as err:
             yield from err.problems
         yield from _image_problems(run)

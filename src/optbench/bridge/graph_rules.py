@@ -1,0 +1,50 @@
+"""What each release's Megatron Core refuses of CUDA graphs and recompute together, checked before launch.
+
+Core's ``TransformerConfig.__post_init__`` asserts, in the container (every release 0.16-0.19 unless said):
+
+* ``cuda_graph_impl`` is one it knows: ``full_iteration`` only from Core 0.18 (nemo:26.06; before it, whole
+  iterations were a ``local`` graph scope our config does not offer). Read from each tag's source
+  (``tools/bridge_versions.py`` marker ``cuda_graph_full_iteration_impl``);
+* full recompute with CUDA graphs on only with full-iteration graphs ("full recompute is only supported with full
+  iteration CUDA graph"): NVIDIA's presets graph attention and the router per layer up to 26.04.01;
+* recomputing the MoE layer is not graphed with Transformer Engine's ``moe_router`` scope ("moe recompute is not
+  supported with moe_router CUDA graph").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from optbench.config.schema import RunConfig
+from optbench.errors import Problem
+from optbench.releases.versions import Container, behaviour, first_with
+
+FULL_ITERATION = "cuda_graph_full_iteration_impl"
+
+
+def effective_impl(run: RunConfig) -> str:
+    """The CUDA-graph implementation Bridge is given (our null means transformer_engine with a scope, else none)."""
+    p = run.parallel
+    return p.cuda_graph_impl or ("transformer_engine" if p.cuda_graph_scope else "none")
+
+
+def graph_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
+    """Every CUDA-graph rule of the run's Megatron Core that the run breaks."""
+    p, impl = run.parallel, effective_impl(run)
+    if impl == "full_iteration" and not behaviour(container, FULL_ITERATION):
+        newer = first_with(lambda c: behaviour(c, FULL_ITERATION))
+        since = f" (from {newer.name})" if newer is not None else ""
+        yield Problem("parallel.cuda_graph_impl", f"full_iteration is not a CUDA-graph implementation of Megatron Core "
+                      f"{container.core} ({container.name}), only of 0.18 on{since}; use none, local or "
+                      "transformer_engine", ("cluster.container",))
+    if impl == "none":
+        return
+    off = "or turn graphs off (parallel.cuda_graph_impl=none parallel.cuda_graph_scope=[])"
+    if p.recompute_granularity == "full" and impl != "full_iteration":
+        yield Problem("parallel.recompute_granularity", f"full recompute with {impl} CUDA graphs is refused by Megatron "
+                      f"Core (full-iteration graphs only); use selective recompute, {off}",
+                      ("parallel.cuda_graph_impl", "parallel.cuda_graph_scope"))
+    if (impl == "transformer_engine" and p.recompute_granularity == "selective" and "moe" in (p.recompute_modules or ())
+            and "moe_router" in p.cuda_graph_scope):
+        yield Problem("parallel.recompute_modules", "recomputing 'moe' is refused with the moe_router CUDA graph scope; "
+                      f"drop 'moe', drop moe_router from parallel.cuda_graph_scope, {off}", ("parallel.cuda_graph_scope",))
