@@ -232,6 +232,8 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
 def executed_by_nvidia(run: RunConfig) -> Optional[str]:
     """``"<preset key>, <container>"`` when the run is exactly a configuration NVIDIA executed (its preset of the
     run's release at its GPU count, no departure), else None: evidence beside our memory estimate (+-20 %)."""
+    if run.engine != "megatron_bridge" or run.intent != "reproduce":
+        return None
     try:
         preset, ours, _ = _checked_items(run)
     except UserError:
