@@ -145,12 +145,13 @@ def preset_items(run: RunConfig, ours: list[Item], preset: Optional[presets.Pres
 
 
 def _ours_under(run: RunConfig, preset: Optional[presets.Preset]) -> list[Item]:
-    """Our sections' overrides, less the fields a preset owns when there is one, with what our settings require
-    (COUPLED). A switch we emit only when on that the preset sets is written off when the run turns it off: the
-    preset's value came into the run at compose, so off means the user turned it off, and it must not come back."""
+    """Our sections' overrides; under a preset, less the fields it owns and with what our settings require (COUPLED,
+    so that the departures from the preset name them; :func:`_checked_items` couples the whole list again). A switch
+    we emit only when on that the preset sets is written off when the run turns it off: the preset's value came into
+    the run at compose, so off means the user turned it off, and it must not come back."""
     ours = our_items(run)
     if preset is None:
-        return _coupled(ours)
+        return ours
     off = [(key, value) for key, value in switched_off(run).items() if key in preset.settings]
     return _coupled([(key, value) for key, value in ours if key not in PRESET_OWNED] + off)
 

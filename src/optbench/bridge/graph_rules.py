@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from optbench.bridge.sections import cuda_graph_impl
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem
 from optbench.releases.versions import Container, behaviour, first_with
@@ -22,15 +23,9 @@ from optbench.releases.versions import Container, behaviour, first_with
 FULL_ITERATION = "cuda_graph_full_iteration_impl"
 
 
-def effective_impl(run: RunConfig) -> str:
-    """The CUDA-graph implementation Bridge is given (our null means transformer_engine with a scope, else none)."""
-    p = run.parallel
-    return p.cuda_graph_impl or ("transformer_engine" if p.cuda_graph_scope else "none")
-
-
 def graph_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
     """Every CUDA-graph rule of the run's Megatron Core that the run breaks."""
-    p, impl = run.parallel, effective_impl(run)
+    p, impl = run.parallel, cuda_graph_impl(run)
     if impl == "full_iteration" and not behaviour(container, FULL_ITERATION):
         newer = first_with(lambda c: behaviour(c, FULL_ITERATION))
         since = f" (from {newer.name})" if newer is not None else ""

@@ -43,6 +43,12 @@ def _results_root(run: RunConfig) -> Path:
     return Path(run.results_dir).resolve()
 
 
+def cuda_graph_impl(run: RunConfig) -> str:
+    """The CUDA-graph implementation Bridge is given (our null means transformer_engine with a scope, else none)."""
+    p = run.parallel
+    return p.cuda_graph_impl or ("transformer_engine" if p.cuda_graph_scope else "none")
+
+
 def _parallel(run: RunConfig) -> list[Item]:
     p = run.parallel
     vpp = vpp_size(run)
@@ -57,7 +63,7 @@ def _parallel(run: RunConfig) -> list[Item]:
         # As Bridge's apply_flex_dispatcher_backend: the flex dispatcher cannot overlap the shared expert.
         items += [*bridge_items(run, "parallel.moe_flex_dispatcher_backend"), ("model.moe_shared_expert_overlap", False)]
     items += [
-        (bridge_name("parallel.cuda_graph_impl"), p.cuda_graph_impl or ("transformer_engine" if p.cuda_graph_scope else "none")),
+        (bridge_name("parallel.cuda_graph_impl"), cuda_graph_impl(run)),
         *bridge_items(run, "parallel.cuda_graph_scope", "parallel.tp_comm_overlap"),
     ]
     if p.ep_comm_overlap:  # only when on: the releases' CommOverlapConfig leaves it None, not False, when off
@@ -67,7 +73,7 @@ def _parallel(run: RunConfig) -> list[Item]:
 
 ONLY_WHEN_ON = ("parallel.ep_comm_overlap",)
 """Switches emitted only when on (see _parallel). When a preset turns one on and the run turns it off, the preset's
-setting must not win: :func:`optbench.bridge.adapter.preset_items` writes the run's off in its place."""
+setting must not win: :func:`optbench.bridge.adapter._ours_under` writes the run's off in its place."""
 
 
 def switched_off(run: RunConfig) -> dict[str, bool]:
