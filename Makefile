@@ -27,7 +27,7 @@ LAUNCH := $(PY) -m launch
 # unrelated MODEL or TARGET in your shell's environment is ignored.
 typed = $(if $(filter command line,$(origin $(1))),$($(1)))
 
-TARGETS := help setup bridge-env setup-container test test-fast recipes plan pretrain sweep bench table projection search search-ranks compare study data clean
+TARGETS := help setup bridge-env setup-container test test-fast recipes plan pretrain sweep bench bench-gpu table projection search search-ranks compare study data clean
 .PHONY: $(TARGETS)
 
 # A word without '=' after a target is another goal to make, which would run after the first target had
@@ -77,6 +77,9 @@ sweep: ## Validate, plan and rank every point of a sweep (parallel.ep=32,64 para
 
 bench: ## Benchmarks into results/bench/: optimizer step times and imbalance, `make pretrain` wall time, callback cost
 	$(PY) -m optbench.bench
+
+bench-gpu: ## On a GPU machine: measure only the benchmarks' GPU sections, keep their CPU sections in results/bench/
+	$(PY) -m optbench.bench --gpu-only
 
 #   make data [INPUT=<folder of .txt/.jsonl>] [OUT=data/<name>] [TOKENIZER=<tokenizer.json or folder>] [VOCAB=512]
 data: export OPTBENCH_DATA_INPUT = $(call typed,INPUT)

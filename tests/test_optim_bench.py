@@ -100,3 +100,25 @@ def test_emerging_bench_times_ours_and_emerging_optimizers_against_a_bound(tmp_p
             if block["peak"] is not None:
                 assert all(ratio > 1.0 for ratio in m["ratio_to_bound"].values())  # a bound is never beaten
     assert "| 1 | kimi_k2_tiny | soap |" in (out / "emerging.md").read_text()
+
+
+def test_gpu_section_renders_with_its_own_provenance_and_bound():
+    """The GPU section's code path, run on the CPU (the device name is not in the GPU catalog: no bound),
+    rendered into the stored result as ``--gpu-only`` does."""
+    from optbench.bench import optim
+    from optbench.bench.optim_report import markdown
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        gpu = optim.gpu_measurement("cpu", quick=True)
+    finally:
+        torch.set_num_threads(threads)
+    stored = json.loads((optim.Path(__file__).parents[1] / "results" / "bench" / "optim.json").read_text())
+    data = {**stored, "gpu": gpu}
+    data["targets"] = optim._targets(data["cpu"]["blocks"], gpu, data["imbalance"])
+    text = markdown(data)
+    section = text[text.index("## GPU"):text.index("## Layer-wise")]
+    assert "Device: cpu." in section and "no bound" in section and "Measured by `" in section
+    assert "| kimi_k2_tiny | bf16 | ours |" in section
+    assert "ours >= 3x torch.optim.Muon, GPU bf16, kimi_k2_tiny" in data["targets"]

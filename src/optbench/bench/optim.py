@@ -121,14 +121,22 @@ def _gpu_section(quick: bool) -> dict:
             f"{torch.__version__} is {'a CPU-only build' if torch.version.cuda is None else 'a CUDA build'}); "
             "run `make bench` on a GPU machine to fill this section",
         }
+    return gpu_measurement("cuda", quick)
+
+
+def gpu_measurement(device: str, quick: bool) -> dict:
+    """The GPU section measured on ``device`` (a test passes "cpu" to run the same path without a GPU): both
+    proxies, bounded by the datasheet bf16 peak of the device's catalog entry."""
     from optbench.accounting.peaks import peaks_for
+    from optbench.bench.sections import provenance
     from optbench.engine.local.runtime import detect_gpu_key
 
-    name = torch.cuda.get_device_name(0)
+    name = torch.cuda.get_device_name(0) if device == "cuda" else device
     key = detect_gpu_key(name, "auto")
     bf16 = [p for p in peaks_for(key, compose_run("kimi_k2_tiny_muon", []).precision) if p.key.endswith("bf16")]
     peaks = {"bf16": {"gflops": bf16[0].tflops * 1e3, "source": bf16[0].source}} if bf16 else {}
-    return {"measured": True, "device": name, "peaks": peaks, "models": _with_bounds(_proxy_times("cuda", quick), peaks)}
+    return {"measured": True, **provenance(), "device": name, "peaks": peaks,
+            "models": _with_bounds(_proxy_times(device, quick), peaks)}
 
 
 def _targets(cpu_blocks: list[dict], gpu: dict, imbalance: dict) -> dict:
@@ -153,31 +161,37 @@ def _targets(cpu_blocks: list[dict], gpu: dict, imbalance: dict) -> dict:
     }
 
 
-def run(out_dir: Path, quick: bool = False) -> list[Path]:
-    """Measure everything and write optim.json and optim.md under ``out_dir``."""
+def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path]:
+    """Measure everything and write optim.json and optim.md under ``out_dir``; with ``gpu_only`` measure the GPU
+    section alone and keep the rest of the stored optim.json (:mod:`optbench.bench.sections`)."""
+    from optbench.bench.sections import kept_or_fresh, require_cuda, stored_result
+
     torch.manual_seed(0)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    thread_counts = [1] if cores == 1 else [1, cores]
-    cpu = {
-        "cpu_model": _cpu_name(),
-        "logical_cpus": cores,
-        "auto_precision": resolve_matmul_precision("auto", "cpu"),
-        "blocks": [_cpu_block(threads, quick) for threads in thread_counts],
-    }
-    imbalance = imbalance_section()
-    gpu = _gpu_section(quick)
-    data = {
-        "benchmark": NAME,
-        "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "quick": quick,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cpu": cpu,
-        "gpu": gpu,
-        "imbalance": imbalance,
-        "targets": _targets(cpu["blocks"], gpu, imbalance),
-    }
+    stored = stored_result(out_dir, NAME, required=gpu_only)
+    if gpu_only:
+        require_cuda()
+        data = {**stored, "gpu": _gpu_section(quick)}
+    else:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        thread_counts = [1] if cores == 1 else [1, cores]
+        cpu = {
+            "cpu_model": _cpu_name(),
+            "logical_cpus": cores,
+            "auto_precision": resolve_matmul_precision("auto", "cpu"),
+            "blocks": [_cpu_block(threads, quick) for threads in thread_counts],
+        }
+        data = {
+            "benchmark": NAME,
+            "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "quick": quick,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "cpu": cpu,
+            "gpu": kept_or_fresh(_gpu_section(quick), (stored or {}).get("gpu")),
+            "imbalance": imbalance_section(),
+        }
+    data["targets"] = _targets(data["cpu"]["blocks"], data["gpu"], data["imbalance"])
     from optbench.bench.optim_report import markdown
 
     out_dir = Path(out_dir)

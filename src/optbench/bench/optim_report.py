@@ -4,12 +4,14 @@ threads, machine and load."""
 from __future__ import annotations
 
 from optbench.bench.optim_timing import PRECISIONS
+from optbench.bench.sections import kept_line, provenance_line
 
 VARIANTS = (("ours_{p}", "ours"), ("ours_{p}_syrk", "ours + SYRK"), ("torch_{p}", "torch.optim.Muon"))
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f}"
+    """Milliseconds with one decimal, or two significant digits below 0.1 ms (a GPU bound: 0.036)."""
+    return f"{seconds * 1e3:.1f}" if seconds >= 1e-4 else f"{seconds * 1e3:.2g}"
 
 
 def _cell(spread: dict) -> str:
@@ -27,7 +29,7 @@ def _block(block: dict) -> list[str]:
     load = block["load_average_1min"]
     others = block.get("others_cpu_share")
     busy = f"{100 * others:.0f} %" if others is not None else "unknown"
-    lines = [
+    return [
         f"### {block['threads']} thread(s)",
         "",
         f"Peak (the bound's denominator): {_peaks_line(block['peaks']) or 'unknown ISA: no bound'}.",
@@ -35,10 +37,27 @@ def _block(block: dict) -> list[str]:
         f"load average {load['before']:.1f} before, {load['after']:.1f} after; other processes used {busy} of the "
         "machine's CPU time during the block.",
         "",
+        *_table(block["models"]),
+    ]
+
+
+def _gpu_block(gpu: dict) -> list[str]:
+    peaks = "; ".join(f"{p} {v['gflops'] / 1e3:,.0f} TFLOP/s dense ({v['source']})" for p, v in gpu["peaks"].items())
+    return [
+        f"Device: {gpu['device']}. Peak (the bound's denominator): {peaks or 'not in the GPU catalog: no bound'}; "
+        "fp32 rows have no bound (a GPU's fp32 GEMMs run on TF32 tensor cores or CUDA cores depending on settings).",
+        *(line for line in (provenance_line(gpu), kept_line(gpu)) if line),
+        "",
+        *_table(gpu["models"]),
+    ]
+
+
+def _table(models: dict) -> list[str]:
+    lines = [
         "| proxy | precision | variant | step ms, median (IQR) | executed GFLOP | bound ms | x bound | speedup vs torch |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for proxy, m in block["models"].items():
+    for proxy, m in models.items():
         for p in PRECISIONS:
             for pattern, label in VARIANTS:
                 name = pattern.format(p=p)
@@ -63,7 +82,7 @@ def markdown(data: dict) -> str:
     lines = [
         "# Optimizer benchmark",
         "",
-        f"Command: `{data['command']}` (`make bench`), {data['created']}, torch {data['torch']}, Python {data['python']}"
+        f"Command (CPU and imbalance sections; a measured GPU section names its own): `{data['command']}` (`make bench`), {data['created']}, torch {data['torch']}, Python {data['python']}"
         + (" (QUICK smoke run: shrunk models, few rounds)" if data["quick"] else ""),
         "",
         "One Muon step (momentum, Newton-Schulz, update) on each tiny proxy's parameters with fixed random "
@@ -81,7 +100,7 @@ def markdown(data: dict) -> str:
         lines += [*_block(block), ""]
     lines += ["## GPU", ""]
     if gpu["measured"]:
-        lines += [f"Device: {gpu['device']}", "", *_block({**gpu, "threads": "GPU", "load_average_1min": {"before": 0, "after": 0}})]
+        lines += _gpu_block(gpu)
     else:
         lines.append(f"Not measured: {gpu['reason']}.")
     lines += [

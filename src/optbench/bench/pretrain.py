@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from optbench.compose.recipe import compose_run, repo_root
+from optbench.bench.sections import kept_line, provenance_line
 from optbench.io import atomic_write_json, atomic_write_text
 
 NAME = "pretrain"
@@ -41,17 +43,20 @@ GPU_LADDER: dict[str, list[str]] = {
         "model.v_head_dim=128", f"model.num_moe_experts={experts}", "model.moe_ffn_hidden_size=1024",
         "model.moe_shared_expert_intermediate_size=1024", "model.moe_router_topk=8", "model.vocab_size=32000",
         "model.max_position_embeddings=4096", "train.seq_length=2048", "train.gbs=16", "train.mbs=2",
-        "train.iters=30", "train.warmup_iters=3", "data=mock",
+        "train.iters=30", "train.warmup_iters=3", "data=mock", "logger=none",
     ]
     for size, experts in (("small", 16), ("medium", 32), ("large", 64))
 }
-"""Kimi K2-architecture proxies sized for one GPU (overrides on kimi_k2_tiny_<optimizer>), smallest first."""
+"""Kimi K2-architecture proxies sized for one GPU (overrides on kimi_k2_tiny_<optimizer>), smallest first.
+``logger=none``: a GPU machine lent for minutes has no wandb installed, and the step time is what is measured."""
 BUSY_PROCESSES = 2
 """Processes kept busy beside the loaded run (each a pure-Python loop on one core)."""
 LOADED_TARGET = 3.0
 """The default `make pretrain` beside BUSY_PROCESSES busy processes takes at most this many times its quiet time."""
 LIBGOMP_SPIN_COUNT = "300000"
 """libgomp's own GOMP_SPINCOUNT default: what the engine ran with before it set one."""
+GPU_RUN_TIMEOUT_S = 200.0
+"""Each GPU run is stopped after this long and reported as stopped (a GPU lent for minutes must not hang)."""
 GPU_MEMORY_SHARE = 0.5
 """Share of the GPU's memory the weights, gradients and optimizer state may take (the rest: activations)."""
 
@@ -68,7 +73,8 @@ def _make_command(recipe: str | None, overrides: list[str]) -> list[str]:
 
 
 def timed_pretrain(
-    recipe: str | None, overrides: list[str], results: Path, run_id: str, env_extra: dict[str, str] | None = None
+    recipe: str | None, overrides: list[str], results: Path, run_id: str, env_extra: dict[str, str] | None = None,
+    timeout_s: float = 1800.0,
 ) -> dict[str, Any]:
     """Run ``make pretrain [RECIPE=...] overrides`` as a subprocess; wall time and the run's summary.
 
@@ -81,7 +87,17 @@ def timed_pretrain(
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "GOMP_SPINCOUNT")}
     env.update(env_extra or {})
     start = time.perf_counter()
-    process = subprocess.run(argv, cwd=repo_root(), env=env, capture_output=True, text=True, timeout=1800)
+    # Its own process group: on a timeout make, the launcher and the training process are stopped together.
+    child = subprocess.Popen(argv, cwd=repo_root(), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        stdout, _ = child.communicate()
+        return {"command": shlex.join(shown), "argv": shlex.join(argv), "exit_code": None, "wall_s": timeout_s,
+                "error": [f"stopped after {timeout_s:.0f} s", *stdout.strip().splitlines()[-4:]]}
+    process = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
     wall = time.perf_counter() - start
     result: dict[str, Any] = {
         "command": shlex.join(shown),
@@ -170,39 +186,58 @@ def _gpu_section(quick: bool) -> dict[str, Any]:
             "how": "run `make bench` on a GPU machine (this section then picks the largest proxy that fits and "
             "runs it with Muon and AdamW), or run the command above and its kimi_k2_tiny_adamw twin",
         }
+    from optbench.bench.sections import provenance
+
     hbm = torch.cuda.get_device_properties(0).total_memory / 1e9
     size, params = _gpu_candidates(hbm)[-1]
     overrides = [*GPU_LADDER[size], *([f"train.iters={QUICK_ITERS}"] if quick else [])]
     with tempfile.TemporaryDirectory(prefix="optbench-bench-gpu-") as tmp:
         runs = {
-            optimizer: timed_pretrain(f"kimi_k2_tiny_{optimizer}", overrides, Path(tmp), f"bench-gpu-{optimizer}")
+            optimizer: timed_pretrain(f"kimi_k2_tiny_{optimizer}", overrides, Path(tmp), f"bench-gpu-{optimizer}",
+                                      timeout_s=GPU_RUN_TIMEOUT_S)
             for optimizer in ("muon", "adamw")
         }
-    return {"measured": True, "device": torch.cuda.get_device_name(0), "hbm_gb": hbm, "ladder_size": size,
-            "params": params, "runs": runs}
+    return {"measured": True, **provenance(), "device": torch.cuda.get_device_name(0), "hbm_gb": hbm,
+            "ladder_size": size, "params": params, "runs": runs}
 
 
-def run(out_dir: Path, quick: bool = False) -> list[Path]:
-    """Measure and write pretrain.json and pretrain.md under ``out_dir``."""
-    cpu = _cpu_section(quick)
+def _targets(cpu: dict[str, Any], gpu: dict[str, Any]) -> dict[str, bool]:
     default = cpu["runs"]["default"]
-    data = {
-        "benchmark": NAME,
-        "command": shlex.join([Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "quick": quick,
-        "cpu": cpu,
-        "gpu": _gpu_section(quick),
-        "targets": {
-            f"default `make pretrain` under {TARGET_S:.0f} s on {cpu['cores']} cores": default["exit_code"] == 0
-            and default["wall_s"] < TARGET_S,
-            "default run's loss falls": default.get("final_loss") is not None
-            and default["final_loss"] < default["initial_loss"],
-            "default run prints where its results are": bool(default.get("prints_results")),
-            f"beside {BUSY_PROCESSES} busy processes at most {LOADED_TARGET:.0f}x the quiet wall time":
-            _loaded_ratio(cpu) is not None and _loaded_ratio(cpu) <= LOADED_TARGET,
-        },
+    targets = {
+        f"default `make pretrain` under {TARGET_S:.0f} s on {cpu['cores']} cores": default["exit_code"] == 0
+        and default["wall_s"] < TARGET_S,
+        "default run's loss falls": default.get("final_loss") is not None
+        and default["final_loss"] < default["initial_loss"],
+        "default run prints where its results are": bool(default.get("prints_results")),
+        f"beside {BUSY_PROCESSES} busy processes at most {LOADED_TARGET:.0f}x the quiet wall time":
+        _loaded_ratio(cpu) is not None and _loaded_ratio(cpu) <= LOADED_TARGET,
     }
+    if gpu["measured"]:
+        for name, r in gpu["runs"].items():
+            targets[f"GPU {gpu['ladder_size']} proxy, {name}: runs and its loss falls"] = (
+                r["exit_code"] == 0 and r.get("final_loss") is not None and r["final_loss"] < r["initial_loss"])
+    return targets
+
+
+def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path]:
+    """Measure and write pretrain.json and pretrain.md under ``out_dir``; with ``gpu_only`` measure the GPU
+    section alone and keep the rest of the stored pretrain.json (:mod:`optbench.bench.sections`)."""
+    from optbench.bench.sections import kept_or_fresh, require_cuda, stored_result
+
+    stored = stored_result(out_dir, NAME, required=gpu_only)
+    if gpu_only:
+        require_cuda()
+        data = {**stored, "gpu": _gpu_section(quick)}
+    else:
+        data = {
+            "benchmark": NAME,
+            "command": shlex.join([Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "quick": quick,
+            "cpu": _cpu_section(quick),
+            "gpu": kept_or_fresh(_gpu_section(quick), (stored or {}).get("gpu")),
+        }
+    data["targets"] = _targets(data["cpu"], data["gpu"])
     out_dir = Path(out_dir)
     return [atomic_write_json(out_dir / "pretrain.json", data), atomic_write_text(out_dir / "pretrain.md", markdown(data))]
 
@@ -228,7 +263,8 @@ def _run_rows(runs: dict[str, dict[str, Any]]) -> list[str]:
     ]
     for name, r in runs.items():
         if "error" in r:
-            rows.append(f"| {name} | `{r['command']}` | {r['wall_s']:.1f} s | FAILED (exit {r['exit_code']}) | | | | | |")
+            why = f"exit {r['exit_code']}" if r["exit_code"] is not None else r["error"][0]
+            rows.append(f"| {name} | `{r['command']}` | {r['wall_s']:.1f} s | FAILED ({why}) | | | | | |")
             continue
         mfu = ", ".join(f"{v:.1%} of {k}" for k, v in (r["mfu"] or {}).items())
         floor = f" ({r['loss_floor']:.2f})" if r.get("loss_floor") is not None else ""
@@ -266,7 +302,7 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         "# Local engine benchmark",
         "",
-        f"Command: `{data['command']}` (`make bench`), {data['created']}"
+        f"Command (CPU section; a measured GPU section names its own): `{data['command']}` (`make bench`), {data['created']}"
         + (f" (QUICK smoke run: {QUICK_ITERS} steps)" if data["quick"] else ""),
         "",
         f"## CPU: `make pretrain` (default recipe {cpu['default_recipe']}), {cpu['cores']} cores",
@@ -284,7 +320,8 @@ def markdown(data: dict[str, Any]) -> str:
     ]
     if gpu["measured"]:
         lines += [f"Device: {gpu['device']} ({gpu['hbm_gb']:.0f} GB); proxy {gpu['ladder_size']} "
-                  f"({gpu['params'] / 1e9:.2f} B params)", "", *_run_rows(gpu["runs"])]
+                  f"({gpu['params'] / 1e9:.2f} B params), bf16 autocast with fp32 weights and optimizer state.",
+                  *(line for line in (provenance_line(gpu), kept_line(gpu)) if line), "", *_run_rows(gpu["runs"])]
     else:
         lines += [
             f"Not measured: {gpu['reason']}.",

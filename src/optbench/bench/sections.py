@@ -1,0 +1,81 @@
+"""A benchmark result is made of sections measured on different machines; each carries its own provenance.
+
+A CPU machine cannot measure a GPU section and a GPU machine lent for minutes should not remeasure the
+CPU sections (its CPU is another machine). So:
+
+* every measured section records the command, time, torch, CUDA and Python that produced it
+  (:func:`provenance`);
+* a run that cannot measure a section keeps the section last written to the same file when that one was
+  measured, and says so (:func:`kept_or_fresh`);
+* ``python -m optbench.bench --gpu-only`` measures the GPU sections alone and keeps every other section of
+  the stored result (:func:`stored_result`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from optbench.errors import Problem, UserError
+
+
+def provenance() -> dict[str, Any]:
+    """Who measured a section: the command as typed, when, and the software it ran on."""
+    import torch
+
+    return {
+        "command": shlex.join([Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+    }
+
+
+def provenance_line(section: dict[str, Any]) -> str:
+    """One line naming the command, date and software of a measured section ('' for a section without them)."""
+    if "command" not in section:
+        return ""
+    cuda = f", CUDA {section['cuda']}" if section.get("cuda") else ""
+    return (f"Measured by `{section['command']}`, {section['created']}, torch {section['torch']}{cuda}, "
+            f"Python {section['python']}.")
+
+
+def stored_result(out_dir: Path, name: str, required: bool = False) -> dict[str, Any] | None:
+    """``<out_dir>/<name>.json`` as last written (None when absent, or a one-line error when ``required``)."""
+    path = Path(out_dir) / f"{name}.json"
+    if not path.is_file():
+        if required:
+            raise UserError(Problem("--gpu-only", f"{path} does not exist: --gpu-only adds the GPU sections to a "
+                                                  f"stored result; run `python -m optbench.bench --only {name}` first"))
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(Problem("--out", f"{path} is not a readable benchmark result ({exc}); move it aside")) from None
+
+
+def kept_or_fresh(fresh: dict[str, Any], stored: dict[str, Any] | None) -> dict[str, Any]:
+    """``fresh`` when it was measured; else the stored section when that one was, marked as kept and why."""
+    if fresh.get("measured") or not (stored and stored.get("measured")):
+        return fresh
+    return {**stored, "kept": f"not remeasured by this run ({fresh['reason']})"}
+
+
+def kept_line(section: dict[str, Any]) -> str:
+    """The note a kept section carries in the markdown ('' for a section measured by this run)."""
+    return f"Kept from an earlier run: {section['kept']}." if section.get("kept") else ""
+
+
+def require_cuda() -> None:
+    """Refuse ``--gpu-only`` on a machine without a CUDA device, in one line, before anything is written."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError(Problem("--gpu-only", f"no CUDA device here (torch {torch.__version__}); run it on a GPU "
+                                              "machine, or drop --gpu-only"))
