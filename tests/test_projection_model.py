@@ -149,7 +149,11 @@ def test_single_gpu_is_gemms_plus_adamw_update():
     expected_optimizer = params * ADAM_BYTES / HBM
     assert step.parts["compute"] == pytest.approx(expected_compute, rel=1e-9)
     assert step.parts["optimizer"] == pytest.approx(expected_optimizer, rel=1e-9)
-    assert step.total_s == pytest.approx(expected_compute + expected_optimizer, rel=1e-9)
+    # One GPU holds all 128 experts: 8 x 4096 x 8 / 128 = 2048 rows each, s(2048) = 1.019
+    slow = sum(inputs.stage_expert_flops_mb) * inputs.microbatches / (0.5 * GB300_BF16) * (inputs.expert_gemm_slowdown - 1)
+    assert inputs.expert_gemm_slowdown == pytest.approx(1 + (120 / 2048) ** 1.4) and slow > 0
+    assert step.parts["small_expert_gemms"] == pytest.approx(slow, rel=1e-9)
+    assert step.total_s == pytest.approx(expected_compute + expected_optimizer + slow, rel=1e-9)
     for part in ("pipeline_bubble", "moe_all_to_all", "dp_grad_reduce_exposed", "param_gather_exposed", "fp8_weight_cast"):
         assert step.parts[part] == 0.0
 
@@ -181,7 +185,8 @@ def test_bubble_only_pipeline_fraction():
     step = evaluate(inputs, 0.4)
     m, pp, vpp = 32, 4, 2
     assert inputs.microbatches == m
-    busy = step.parts["compute"] + step.parts["gemm_weight_bound"]  # EP1 MBS1: the expert GEMMs are weight-bound
+    # EP1 MBS1: the expert GEMMs are weight-bound and small (256 rows per expert)
+    busy = step.parts["compute"] + step.parts["gemm_weight_bound"] + step.parts["small_expert_gemms"]
     assert step.parts["gemm_weight_bound"] > 0
     assert step.parts["pipeline_bubble"] / busy == pytest.approx((pp - 1) / (vpp * m), rel=1e-12)
     slowest = max(inputs.stage_flops_mb)
@@ -238,3 +243,52 @@ def test_solve_efficiency_inverts_evaluate():
         assert solve_efficiency(inputs, target) == pytest.approx(eff, rel=1e-9)
     with pytest.raises(ValueError, match="cannot reach"):
         solve_efficiency(inputs, 0.001)
+
+
+def test_small_expert_gemms_by_hand():
+    # 0.4 TFLOP of each stage's 1 TFLOP microbatch is routed-expert GEMMs at 120 rows per expert: s = 1 + 1 = 2,
+    # so they take twice their 0.8 ms at 0.5 PFLOP/s.
+    inputs = synthetic(stage_expert_flops_mb=(0.4e12,) * 4, expert_gemm_slowdown=2.0)
+    step = evaluate(inputs, 0.5)
+    extra = 0.4e12 / 0.5e15
+    assert step.parts["small_expert_gemms"] == pytest.approx(8 * extra)
+    assert step.parts["pipeline_bubble"] == pytest.approx(3 * (0.002 + extra))
+    assert evaluate(synthetic(stage_expert_flops_mb=(0.4e12,) * 4), 0.5).parts["small_expert_gemms"] == 0.0
+
+
+def test_rows_per_expert_and_their_slowdown():
+    from optbench.projection.work import expert_gemm_slowdown, rows_per_expert
+
+    # Qwen3 30B-A3B (128 experts, top-8, seq 4096): NVIDIA's EP8 MBS8 runs 16384 rows per expert; EP1 MBS1 256;
+    # TP2 with sequence parallelism splits the tokens (ETP1), expert TP2 gathers them again.
+    cases = {("parallel.ep=8", "train.mbs=8"): 16384, ("parallel.ep=1", "train.mbs=1"): 256,
+             ("parallel.ep=2", "train.mbs=8", "parallel.tp=2", "parallel.sequence_parallel=true"): 2048,
+             ("parallel.ep=2", "train.mbs=8", "parallel.tp=2", "parallel.sequence_parallel=true", "parallel.etp=2"): 4096,
+             ("parallel.ep=2", "train.mbs=8", "parallel.tp=2", "parallel.sequence_parallel=false"): 4096}
+    for overrides, rows in cases.items():
+        run = compose_run("qwen3_30b_a3b_adamw", [*QWEN_BF16, *overrides])
+        assert rows_per_expert(run) == rows, overrides
+    a = DEFAULT_ASSUMPTIONS
+    run = compose_run("qwen3_30b_a3b_adamw", [*QWEN_BF16, "parallel.ep=1", "train.mbs=1"])
+    assert expert_gemm_slowdown(run, a) == pytest.approx(1 + (a.small_expert_gemm_rows / 256) ** a.small_expert_gemm_power)
+    assert expert_gemm_slowdown(run, replace(a, small_expert_gemms=False)) == 1.0
+    _, low = _inputs("parallel.ep=1", "train.mbs=1")
+    _, high = _inputs("parallel.ep=8", "train.mbs=8")
+    assert evaluate(low, 0.3).parts["small_expert_gemms"] > 0.1 * evaluate(low, 0.3).parts["compute"] * 0.3
+    assert evaluate(high, 0.3).parts["small_expert_gemms"] < 0.001 * evaluate(high, 0.3).parts["compute"]
+
+
+def test_the_small_expert_constants_are_the_fit_of_the_committed_measurement():
+    """Assumptions.small_expert_gemm_* are what results/bench/grouped_gemm.json fits to: re-measuring there
+    without refitting here (or the reverse) fails."""
+    import json
+
+    from optbench.bench.grouped_gemm_report import fit_slowdown, slowdown_points
+    from optbench.compose.recipe import repo_root
+
+    data = json.loads((repo_root() / "results" / "bench" / "grouped_gemm.json").read_text())
+    assert data["measured"], "results/bench/grouped_gemm.json holds no GPU measurement"
+    points = slowdown_points(data)
+    assert len(points) >= 30
+    a = DEFAULT_ASSUMPTIONS
+    assert fit_slowdown(points) == (a.small_expert_gemm_rows, a.small_expert_gemm_power)

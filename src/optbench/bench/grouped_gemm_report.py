@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import defaultdict
 from typing import Any
 
@@ -46,6 +48,32 @@ def relative_to_largest_ep(rows: dict[tuple, dict[str, Any]]) -> dict[tuple, flo
             for key, row in rows.items() if "problem" not in row and row["flops"] and key[:3] in best}
 
 
+FIT_BASE_ROWS = 2048
+"""Rows per expert from which a GEMM counts as large: each point is set against the median of these."""
+
+
+def slowdown_points(data: dict[str, Any], precision: str = "bf16") -> list[tuple[int, float]]:
+    """(rows per expert, time per FLOP over the median at rows >= :data:`FIT_BASE_ROWS` of the same model and
+    routed tokens) for every measured row of ``precision``: what ``Assumptions.small_expert_gemm_*`` is fitted to."""
+    rows = {k: v for k, v in totals(data["cases"]).items() if k[1] == precision and "problem" not in v and v["flops"]}
+    base: dict[tuple, list[float]] = defaultdict(list)
+    for (model, _, routed, _), row in rows.items():
+        if row["rows"] >= FIT_BASE_ROWS:
+            base[(model, routed)].append(row["seconds"] / row["flops"])
+    return [(row["rows"], row["seconds"] / row["flops"] / statistics.median(base[(model, routed)]))
+            for (model, _, routed, _), row in rows.items() if base.get((model, routed))]
+
+
+def fit_slowdown(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """``(M0, p)`` of ``s(M) = 1 + (M0 / M) ** p`` minimizing the squared log error over ``points`` (a point
+    below 1 counts as 1: ``s`` is a slowdown), on a grid of 5 rows and 0.1 in ``p``."""
+
+    def error(m0: float, p: float) -> float:
+        return sum((math.log1p((m0 / rows) ** p) - math.log(max(ratio, 1.0))) ** 2 for rows, ratio in points)
+
+    return min(((m0, p10 / 10) for m0 in range(20, 400, 5) for p10 in range(3, 30)), key=lambda mp: error(*mp))
+
+
 def markdown(data: dict[str, Any]) -> str:
     lines = ["# Grouped expert GEMMs per EP at equal work per GPU", ""]
     if not data.get("measured"):
@@ -65,6 +93,12 @@ def markdown(data: dict[str, Any]) -> str:
         "peak), bytes / HBM)`; *vs largest EP* = time per FLOP over that at the largest EP measured.",
         "",
     ]
+    points = slowdown_points(data)
+    if points:
+        m0, p = fit_slowdown(points)
+        lines += [f"Fit of the bf16 rows (time per FLOP over the median at >= {FIT_BASE_ROWS} rows per expert of the same "
+                  f"model and routed tokens, {len(points)} points): `s(M) = 1 + ({m0:g} / M) ^ {p:g}`; the step model's "
+                  "`Assumptions.small_expert_gemm_rows` and `small_expert_gemm_power` (docs/projection.md section 1).", ""]
     rows = totals(data["cases"])
     relative = relative_to_largest_ep(rows)
     for model in dict.fromkeys(k[0] for k in rows):

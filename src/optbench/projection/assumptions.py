@@ -80,6 +80,21 @@ class Assumptions:
     as in the NeMo container). What binds is expert GEMMs with few rows per expert (low EP, small MBS). No
     constant is fitted: the bytes follow from the precision, the bandwidth is interconnect.csv's HBM figure.
     False prices GEMMs by FLOPs alone (the model before it; docs/projection.md section 8 compares)."""
+    small_expert_gemm_rows: float = 120.0
+    """``M0`` of the small-expert-GEMM slowdown ``s(M) = 1 + (M0 / M) ** small_expert_gemm_power`` (``M``: routed
+    rows per expert per GPU per microbatch, ``mbs x seq / (cp x tp) x etp x topk x ep / experts``): a rank's expert
+    GEMMs take ``s(M)`` times their FLOP time. Fitted (log least squares, 42 points) to the bf16 grouped-GEMM
+    times per FLOP measured on one NVIDIA H200 at equal work per GPU for the expert shapes of Qwen3-30B-A3B,
+    DeepSeek-V3 and Kimi K2 (results/bench/grouped_gemm.md, ``torch._grouped_mm``), each relative to its rows
+    >= 2048; never to a published row. It is flat from about 1,000 rows up (1.05 at 1,024, 1.13 at 512) and steep
+    below (1.35 at 256, 1.91 at 128). Applied to every GPU and precision: Blackwell's MXFP8 grouped GEMMs were not
+    measured (their tiles are no smaller, so the slowdown is unlikely to be less); torch's Hopper FP8 kernel falls
+    off sooner than this."""
+    small_expert_gemm_power: float = 1.4
+    """``p`` of the slowdown above (same fit)."""
+    small_expert_gemms: bool = True
+    """Price the small-expert-GEMM slowdown; False prices expert GEMMs at the calibrated rate whatever their rows
+    (the model before it; docs/projection.md section 8 compares)."""
     gemm_kernel_efficiency: float = 0.70
     """Fraction of the GEMM peak a model GEMM kernel itself sustains when compute-bound (as ``ns_gemm_efficiency``:
     65-80 % on large GEMMs). The calibrated efficiency is lower: it spreads the step's other per-token work (norms,

@@ -3,10 +3,12 @@
 With ``R = eff * peak`` (the one calibrated factor, :mod:`optbench.projection.calibration`) and for
 pipeline rank ``r``, per microbatch
 
-    t_r = F_r / R + W_r + B_r + a2a_r + tp_r + max(0, cp_r - A_r / R)
+    t_r = F_r / R + (s(M) - 1) E_r / R + W_r + B_r + a2a_r + tp_r + max(0, cp_r - A_r / R)
 
-(``F_r`` its GEMM FLOPs per GPU, ``A_r`` their attention part that a context-parallel ring overlaps
-with). ``W_r`` is what weight traffic adds where it binds (the roofline): for each GEMM class (routed
+(``F_r`` its GEMM FLOPs per GPU, ``E_r`` their routed-expert part, ``A_r`` their attention part that a
+context-parallel ring overlaps with). ``s(M) = 1 + (M0 / M) ** p`` is how much longer expert GEMMs with ``M``
+routed rows per expert take per FLOP (measured on an H200, results/bench/grouped_gemm.md; breakdown
+``small_expert_gemms``). ``W_r`` is what weight traffic adds where it binds (the roofline): for each GEMM class (routed
 experts; everything else) the forward and the data gradient read the weights, the weight gradient reads
 and writes the main gradient, and each pass takes at least ``bytes / HBM``; the pass's own kernel time is
 its FLOPs at ``max(R, gemm_kernel_efficiency x peak)``, so ``W_r`` is the sum of ``max(0, bytes / HBM - kernel)``.
@@ -45,6 +47,7 @@ BREAKDOWN_TERMS = (
     "compute",
     "gemm_weight_bound",
     "bf16_attention",
+    "small_expert_gemms",
     "pipeline_bubble",
     "moe_all_to_all",
     "tensor_parallel",
@@ -128,6 +131,8 @@ class _StageTime(NamedTuple):
     """What weight traffic adds (:func:`_weight_bound_s`)."""
     bf16_attention: float
     """What the attention core adds running in BF16 under FP8 GEMMs."""
+    small_experts: float
+    """What the routed-expert GEMMs add at few rows per expert (``expert_gemm_slowdown``)."""
     cp_exposed: float
     """Context-parallel ring time the attention does not hide."""
     ep_exposed: float
@@ -137,8 +142,8 @@ class _StageTime(NamedTuple):
 
     @property
     def gemm(self) -> float:
-        """GEMM time: FLOPs, weight-bound excess and BF16 attention."""
-        return self.flops + self.weight_bound + self.bf16_attention
+        """GEMM time: FLOPs, weight-bound excess, BF16 attention and small expert GEMMs."""
+        return self.flops + self.weight_bound + self.bf16_attention + self.small_experts
 
 
 def _stage_time(inputs: StepInputs, r: int, rate: float, backward_share: float) -> _StageTime:
@@ -148,9 +153,13 @@ def _stage_time(inputs: StepInputs, r: int, rate: float, backward_share: float) 
     bf16_attention = 0.0
     if inputs.stage_bf16_attention_flops_mb:
         bf16_attention = inputs.stage_bf16_attention_flops_mb[r] / rate * (inputs.bf16_attention_slowdown - 1)
-    gemm = flops + bound + bf16_attention
+    small_experts = 0.0
+    if inputs.stage_expert_flops_mb:
+        small_experts = inputs.stage_expert_flops_mb[r] / rate * (inputs.expert_gemm_slowdown - 1)
+    gemm = flops + bound + bf16_attention + small_experts
     ep = max(0.0, inputs.stage_ep_s[r] - gemm) if inputs.ep_overlap else inputs.stage_ep_s[r]
-    return _StageTime(flops, bound, bf16_attention, cp_exposed, ep, gemm + ep + inputs.stage_tp_s[r] + cp_exposed)
+    return _StageTime(flops, bound, bf16_attention, small_experts, cp_exposed, ep,
+                      gemm + ep + inputs.stage_tp_s[r] + cp_exposed)
 
 
 def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 / 3.0) -> StepBreakdown:
@@ -176,6 +185,7 @@ def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 
         "compute": m * stage.flops,
         "gemm_weight_bound": m * stage.weight_bound,
         "bf16_attention": m * stage.bf16_attention,
+        "small_expert_gemms": m * stage.small_experts,
         "pipeline_bubble": (inputs.pp - 1) / inputs.vpp * stage.total,
         "moe_all_to_all": m * stage.ep_exposed,
         "tensor_parallel": m * inputs.stage_tp_s[slow],

@@ -117,6 +117,11 @@ class StepInputs:
     FP8 (an FP8 recipe without ``precision.fp8_dot_product_attention``); empty when none do."""
     bf16_attention_slowdown: float = 1.0
     """How many times longer those FLOPs take than at the FP8 rate (``Assumptions.fp8_attention_speedup``)."""
+    stage_expert_flops_mb: tuple[float, ...] = ()
+    """Per pipeline rank: routed-expert GEMM FLOPs per GPU per microbatch (empty: no slowdown priced)."""
+    expert_gemm_slowdown: float = 1.0
+    """How many times their FLOP time the routed-expert GEMMs take at this layout's rows per expert
+    (:func:`expert_gemm_slowdown`)."""
 
 
 def gemm_peak(run: RunConfig) -> tuple[float, str]:
@@ -144,6 +149,23 @@ def _tokens(run: RunConfig, split_by_tp: bool) -> float:
     p = run.parallel
     tokens = run.train.mbs * run.train.seq_length / p.cp
     return tokens / p.tp if split_by_tp and p.sequence_parallel and p.tp > 1 else tokens
+
+
+def rows_per_expert(run: RunConfig) -> float:
+    """Routed rows each local expert GEMM gets per GPU and microbatch, on average: the rank's MoE tokens (split
+    over TP by sequence parallelism, gathered again over expert TP) x top-k x EP / experts (0 without experts)."""
+    m = run.model
+    if not m.num_moe_experts:
+        return 0.0
+    return _tokens(run, split_by_tp=True) * run.parallel.etp * m.moe_router_topk * run.parallel.ep / m.num_moe_experts
+
+
+def expert_gemm_slowdown(run: RunConfig, a: Assumptions) -> float:
+    """``1 + (M0 / M) ** p`` at this layout's rows per expert (1 without experts or with the term off)."""
+    rows = rows_per_expert(run)
+    if not a.small_expert_gemms or rows <= 0:
+        return 1.0
+    return 1.0 + (a.small_expert_gemm_rows / rows) ** a.small_expert_gemm_power
 
 
 def _stage_comm(run: RunConfig, net: Interconnect, a: Assumptions, layers: list, world: int) -> tuple[list, list, list]:
@@ -370,4 +392,6 @@ def build_inputs(
         gemm_kernel_efficiency=a.gemm_kernel_efficiency,
         stage_bf16_attention_flops_mb=bf16_attention,
         bf16_attention_slowdown=a.fp8_attention_speedup,
+        stage_expert_flops_mb=tuple(w.expert_flops_per_token * tokens_gpu for w in work),
+        expert_gemm_slowdown=expert_gemm_slowdown(run, a),
     )
