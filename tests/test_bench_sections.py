@@ -109,3 +109,26 @@ def test_bench_on_a_cpu_keeps_the_stored_gpu_measurement(tmp_path):
     written = json.loads((out / "grouped_gemm.json").read_text())
     assert written["cases"] == stored["cases"] and "no CUDA device" in written["kept"]
     assert "Kept from an earlier run: not remeasured by this run (no CUDA device" in (out / "grouped_gemm.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_run_past_its_time_is_stopped_with_its_process_group(tmp_path):
+    """A GPU lent for minutes must not hang on a run: make, the launcher and the trainer stop together."""
+    from pathlib import Path
+
+    from optbench.bench.pretrain import timed_pretrain
+
+    def running() -> list[str]:
+        """Processes whose environment names this test's folder (the overrides reach Python through it)."""
+        found = []
+        for environ in Path("/proc").glob("[0-9]*/environ"):
+            try:
+                if str(tmp_path).encode() in environ.read_bytes():
+                    found.append(environ.parent.name)
+            except OSError:
+                continue
+        return found
+
+    result = timed_pretrain(None, [], tmp_path, "stopped", timeout_s=3)
+    assert result["exit_code"] is None and result["error"][0] == "stopped after 3 s"
+    assert running() == []

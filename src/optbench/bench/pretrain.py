@@ -97,6 +97,10 @@ def timed_pretrain(
         stdout, _ = child.communicate()
         return {"command": shlex.join(shown), "argv": shlex.join(argv), "exit_code": None, "wall_s": timeout_s,
                 "error": [f"stopped after {timeout_s:.0f} s", *stdout.strip().splitlines()[-4:]]}
+    except BaseException:  # Ctrl-C reaches only the bench (the run has its own session): stop the run too
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        raise
     process = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
     wall = time.perf_counter() - start
     result: dict[str, Any] = {
