@@ -36,9 +36,9 @@ def search_lines(recipe: str, result: dict, own_label: str, own: Standing | None
                  f" {own.gap_to_best_percent:+.2f} % from the best (ties share a rank: the model prices them alike)")
     lines.append(f"  recipe's own layout {own_label}: {where}")
     lines.append(
-        "  caveat      GEMMs cost their FLOPs at one calibrated efficiency unless their weight traffic binds (few rows"
-        " per expert): layouts that shrink or drop the MoE all-to-all (low EP) can rank higher than they run; NVIDIA's"
-        " own layouts rank as in results/projection/search_ranks.md"
+        "  caveat      the all-to-all a lower EP saves is priced from bandwidths, not measured (expert GEMMs with few"
+        " rows are: results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all (low EP) can rank"
+        " higher than they run; NVIDIA's own layouts rank as in results/projection/search_ranks.md"
     )
     for reason, count in sorted(result["dropped"].items(), key=lambda kv: -kv[1]):
         lines.append(f"  dropped {count:>4}: {reason}")
