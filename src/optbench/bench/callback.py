@@ -10,17 +10,15 @@ of NVIDIA's published run (the bound on the slowdown if that host time were full
 
 from __future__ import annotations
 
-import datetime
 import os
 import platform
-import shlex
-import sys
 import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from optbench.bench.sections import invocation
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.report.stats import spread
 
@@ -78,8 +76,7 @@ def run(out_dir: Path, quick: bool = False) -> list[Path]:
     median, q1, q3 = sample.median, sample.q1, sample.q3
     data = {
         "benchmark": NAME,
-        "command": shlex.join([Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **invocation(),
         "machine": {"processor": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "python": platform.python_version()},
         "recipe": RECIPE,

@@ -13,11 +13,8 @@ in the bound, so the bound is a lower bound on time.
 
 from __future__ import annotations
 
-import datetime
 import os
 import platform
-import shlex
-import sys
 from pathlib import Path
 
 import torch
@@ -27,6 +24,7 @@ from optbench.accounting.optimizer_work import soap_flops
 from optbench.bench.cpu_peak import cpu_peak, measured_clock
 from optbench.bench.optim import PROXIES, _cpu_name, _shrunk
 from optbench.machine_load import LoadMeter
+from optbench.bench.sections import invocation
 from optbench.bench.optim_timing import _with_gradients, spread, time_interleaved, torch_muon_matrices
 from optbench.bench.upstream_optimizers import eager, load, megatron_adaptive_muon, overlay_with_emerging_optimizers
 from optbench.compose.recipe import compose_run
@@ -139,8 +137,7 @@ def run(out_dir: Path, quick: bool = False) -> list[Path]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     data = {
         "benchmark": NAME,
-        "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **invocation(),
         "quick": quick, "torch": torch.__version__, "python": platform.python_version(),
         "cpu_model": _cpu_name(), "logical_cpus": cores,
     }

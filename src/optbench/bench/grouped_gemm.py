@@ -18,7 +18,6 @@ precision, and against the model's own floor ``max(FLOPs / (gemm_kernel_efficien
 
 from __future__ import annotations
 
-import datetime
 import statistics
 import time
 from pathlib import Path
@@ -117,9 +116,10 @@ def time_call(call, device) -> float:
     on a GPU; the wall clock on a CPU, where only the tests run it)."""
     for _ in range(WARMUP):
         call()
+    on_gpu = torch.device(device).type == "cuda"
     times = []
     for _ in range(TRIALS):
-        if torch.device(device).type != "cuda":
+        if not on_gpu:
             began = time.perf_counter()
             for _ in range(REPEATS):
                 call()
@@ -168,16 +168,17 @@ def measure(device: str = "cuda", quick: bool = False, gpu: str | None = None) -
     from optbench.bench.sections import provenance
     from optbench.engine.local.runtime import detect_gpu_key
     from optbench.hardware import gpu_catalog
-    from optbench.projection.assumptions import Assumptions
+    from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
     from optbench.projection.interconnect import interconnect_for
 
-    name = torch.cuda.get_device_name(0) if torch.device(device).type == "cuda" else str(device)
+    on_gpu = torch.device(device).type == "cuda"
+    name = torch.cuda.get_device_name(0) if on_gpu else str(device)
     key = gpu or detect_gpu_key(name, "auto")
     spec, link = gpu_catalog().get(key), interconnect_for(key)
     if spec is None or link is None:
         return {"measured": False, "reason": f"{name} is not in data/gpus.csv and data/interconnect.csv"}
-    memory = torch.cuda.get_device_properties(0).total_memory if torch.device(device).type == "cuda" else 1e9
-    efficiency = Assumptions().gemm_kernel_efficiency
+    memory = torch.cuda.get_device_properties(0).total_memory if on_gpu else 1e9
+    efficiency = DEFAULT_ASSUMPTIONS.gemm_kernel_efficiency
     precisions = {"bf16": (_bf16_calls, 2.0), "fp8": (_fp8_calls, 1.0)}
     cases = []
     shapes = {"quick": QUICK_SHAPE} if quick else expert_shapes()
@@ -209,7 +210,7 @@ def measure(device: str = "cuda", quick: bool = False, gpu: str | None = None) -
 def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path]:
     """Measure on the GPU (or keep the stored measurement on a machine without one) and write the results."""
     from optbench.bench.grouped_gemm_report import markdown
-    from optbench.bench.sections import kept_or_fresh, require_cuda, stored_result
+    from optbench.bench.sections import invocation, kept_or_fresh, require_cuda, stored_result
 
     stored = stored_result(out_dir, NAME)
     if gpu_only:
@@ -217,8 +218,7 @@ def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path
     if torch.cuda.is_available():
         fresh = measure(quick=quick)
     else:
-        fresh = {"measured": False, "reason": f"no CUDA device in this run (torch {torch.__version__})"}
+        fresh = {"measured": False, **invocation(), "reason": f"no CUDA device in this run (torch {torch.__version__})"}
     data = {"benchmark": NAME, **kept_or_fresh(fresh, stored)}
-    data.setdefault("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     out_dir = Path(out_dir)
     return [atomic_write_json(out_dir / f"{NAME}.json", data), atomic_write_text(out_dir / f"{NAME}.md", markdown(data))]

@@ -7,7 +7,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from optbench.bench.sections import kept_line, provenance_line
+from optbench.bench.sections import section_notes
 
 
 def totals(cases: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
@@ -83,7 +83,7 @@ def markdown(data: dict[str, Any]) -> str:
     lines += [
         f"Device: {data['device']}; datasheet dense peaks {peaks}; HBM {data['hbm_tb_s']:.2f} TB/s (data/gpus.csv, "
         "data/interconnect.csv).",
-        *(line for line in (provenance_line(data), kept_line(data)) if line),
+        *section_notes(data),
         "",
         "A GPU of an EP group holds `G = experts / EP` experts with `M = T x top-k x EP / experts` routed tokens each: "
         "the same FLOPs at every EP, in more and smaller GEMMs as EP falls. Each row sums both expert GEMMs (gated "
@@ -116,7 +116,6 @@ def markdown(data: dict[str, Any]) -> str:
                 if "problem" in row:
                     lines.append(f"{head} {passes} | not measured: {row['problem']} | | | |")
                     continue
-                passes = " / ".join(f"{row['tflops_per_pass'].get(p, 0):,.0f}" for p in ("forward", "dgrad", "wgrad"))
                 share = row["flops"] / row["seconds"] / (data["peak_tflops"][precision] * 1e12)
                 lines.append(f"{head} {passes} | {row['seconds'] * 1e3:.2f} | {share:.0%} | "
                              f"{row['seconds'] / row['floor_s']:.2f} | {relative[key]:.2f}x |")

@@ -14,11 +14,8 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import platform
-import shlex
-import sys
 from pathlib import Path
 
 import torch
@@ -164,7 +161,7 @@ def _targets(cpu_blocks: list[dict], gpu: dict, imbalance: dict) -> dict:
 def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path]:
     """Measure everything and write optim.json and optim.md under ``out_dir``; with ``gpu_only`` measure the GPU
     section alone and keep the rest of the stored optim.json (:mod:`optbench.bench.sections`)."""
-    from optbench.bench.sections import kept_or_fresh, require_cuda, stored_result
+    from optbench.bench.sections import invocation, kept_or_fresh, require_cuda, stored_result
 
     torch.manual_seed(0)
     stored = stored_result(out_dir, NAME, required=gpu_only)
@@ -182,8 +179,7 @@ def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path
         }
         data = {
             "benchmark": NAME,
-            "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **invocation(),
             "quick": quick,
             "torch": torch.__version__,
             "python": platform.python_version(),

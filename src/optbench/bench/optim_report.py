@@ -4,7 +4,7 @@ threads, machine and load."""
 from __future__ import annotations
 
 from optbench.bench.optim_timing import PRECISIONS
-from optbench.bench.sections import kept_line, provenance_line
+from optbench.bench.sections import section_notes
 
 VARIANTS = (("ours_{p}", "ours"), ("ours_{p}_syrk", "ours + SYRK"), ("torch_{p}", "torch.optim.Muon"))
 
@@ -46,7 +46,7 @@ def _gpu_block(gpu: dict) -> list[str]:
     return [
         f"Device: {gpu['device']}. Peak (the bound's denominator): {peaks or 'not in the GPU catalog: no bound'}; "
         "fp32 rows have no bound (a GPU's fp32 GEMMs run on TF32 tensor cores or CUDA cores depending on settings).",
-        *(line for line in (provenance_line(gpu), kept_line(gpu)) if line),
+        *section_notes(gpu),
         "",
         *_table(gpu["models"]),
     ]

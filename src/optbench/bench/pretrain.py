@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import os
 import re
@@ -28,7 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from optbench.compose.recipe import compose_run, repo_root
-from optbench.bench.sections import kept_line, provenance_line
+from optbench.bench.sections import invocation, section_notes
 from optbench.io import atomic_write_json, atomic_write_text
 
 NAME = "pretrain"
@@ -235,8 +234,7 @@ def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path
     else:
         data = {
             "benchmark": NAME,
-            "command": shlex.join([Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **invocation(),
             "quick": quick,
             "cpu": _cpu_section(quick),
             "gpu": kept_or_fresh(_gpu_section(quick), (stored or {}).get("gpu")),
@@ -325,7 +323,7 @@ def markdown(data: dict[str, Any]) -> str:
     if gpu["measured"]:
         lines += [f"Device: {gpu['device']} ({gpu['hbm_gb']:.0f} GB); proxy {gpu['ladder_size']} "
                   f"({gpu['params'] / 1e9:.2f} B params), bf16 autocast with fp32 weights and optimizer state.",
-                  *(line for line in (provenance_line(gpu), kept_line(gpu)) if line), "", *_run_rows(gpu["runs"])]
+                  *section_notes(gpu), "", *_run_rows(gpu["runs"])]
     else:
         lines += [
             f"Not measured: {gpu['reason']}.",

@@ -24,13 +24,20 @@ from typing import Any
 from optbench.errors import Problem, UserError
 
 
+def invocation() -> dict[str, str]:
+    """The bench command as typed and when it ran: what every benchmark result records at its top."""
+    return {
+        "command": shlex.join([Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
 def provenance() -> dict[str, Any]:
     """Who measured a section: the command as typed, when, and the software it ran on."""
     import torch
 
     return {
-        "command": shlex.join([Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **invocation(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
@@ -70,6 +77,11 @@ def kept_or_fresh(fresh: dict[str, Any], stored: dict[str, Any] | None) -> dict[
 def kept_line(section: dict[str, Any]) -> str:
     """The note a kept section carries in the markdown ('' for a section measured by this run)."""
     return f"Kept from an earlier run: {section['kept']}." if section.get("kept") else ""
+
+
+def section_notes(section: dict[str, Any]) -> list[str]:
+    """The markdown lines under a measured section's heading: who measured it, and whether this run kept it."""
+    return [line for line in (provenance_line(section), kept_line(section)) if line]
 
 
 def require_cuda() -> None:
