@@ -195,3 +195,37 @@ def test_groups_of_one_shape_class_deal_alike_items(recipe, overrides) -> None:
     experts = [g for g in dp_group_work(run) if g.shape_class == ("experts", 0)]
     names = {tuple(i.name for i in g.items) for g in experts}
     assert len(names) == len({id(g.dealt) for g in experts})  # each EP rank's groups name its own experts
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides"),
+    [
+        ("kimi_k2_muon", []),  # PP4 VPP4 EP64 with a pipeline layout and dense first layer
+        ("deepseek_v3_muon", ["parallel.ep=32"]),  # MTP layer on the loss stage
+        ("qwen3_moe_tiny_muon", ["engine=megatron_bridge", "parallel.num_gpus=4", "parallel.ep=4", "parallel.etp=2",
+                                 "parallel.tp=2"]),
+    ],
+)
+def test_expert_slices_hold_exactly_what_dealing_the_inventory_expert_by_expert_gives(recipe, overrides) -> None:
+    """The placement builds an EP rank's expert shards only when read, from runs of the inventory; dealt one
+    parameter at a time (expert e to EP rank e // (experts / ep), every stage holding its layer) they must be
+    the same shards, in the same order, on every EP rank of every pipeline rank."""
+    run = compose_run(recipe, overrides)
+    p, m = run.parallel, run.model
+    placement = place(run)
+    per_rank = m.num_moe_experts // p.ep
+    expected = [[[] for _ in range(p.ep)] for _ in range(p.pp)]
+    for spec in model_parameters(m, p.tp):
+        if not spec.is_expert:
+            continue
+        for stage in placement.stages:
+            if spec.layer in (*stage.decoder_layers, *stage.mtp_layers):
+                shape = list(spec.shape)
+                if p.etp > 1:
+                    shape[spec.partition_dim] //= p.etp
+                param = LocalParam(spec, tuple(shape), p.etp, stage.index, shape[0] * shape[1])
+                expected[stage.pipeline_rank][spec.expert // per_rank].append(param)
+    assert sum(map(len, expected[0])) > 0
+    for r, held in enumerate(placement.ranks):
+        assert len(held.experts) == p.ep
+        assert [list(held.experts[k]) for k in range(p.ep)] == expected[r]

@@ -30,6 +30,25 @@ def test_recipe_composes_validates_and_plans(recipe: str) -> None:
     assert plan.model.total_params > plan.model.active_params > 0
 
 
+@pytest.mark.parametrize("recipe", list_recipes())
+def test_composing_without_hydras_unused_groups_gives_hydras_full_composition(recipe: str) -> None:
+    """compose_dictconfig leaves out Hydra's logging, help, launcher, sweeper, output and env configs (never read
+    by hydra.compose): the run it composes must be the one Hydra's own full composition gives."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from optbench.compose.recipe import compose_dictconfig
+
+    overrides = ["train.mbs=1"]
+    ours = compose_dictconfig(recipe, overrides)  # first: it puts the schema into Hydra's config store
+    with initialize_config_dir(config_dir=str(REPO / "recipes"), version_base="1.3"):
+        full = compose(
+            config_name=recipe,
+            overrides=[f"hydra.searchpath=[file://{REPO / 'conf'}]", f"++recipe={recipe}", *overrides],
+        )
+    assert OmegaConf.to_yaml(ours) == OmegaConf.to_yaml(full)
+
+
 def test_recipe_file_is_short_and_says_what_it_reproduces() -> None:
     for path in sorted((REPO / "recipes").glob("*.yaml")):
         text = path.read_text()

@@ -212,7 +212,8 @@ def estimate_memory(
     stages = []
     for pp_rank in range(layout.pp):
         held = placement.ranks[pp_rank]
-        params = list(held.dense) + list(max(held.experts, key=lambda e: sum(x.numel for x in e), default=()))
+        # Every EP rank holds as many experts, shaped alike (placement.ExpertSlice): the first is the busiest.
+        params = list(held.dense) + list(held.experts[0])
         numel = sum(x.numel for x in params)
         gemm = sum(x.numel for x in params if _is_fp8_gemm_weight(x.spec))
         ranks = [r for r in range(layout.world_size) if pipeline_rank_of(layout, r) == pp_rank]

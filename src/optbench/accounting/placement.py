@@ -22,7 +22,9 @@ Shared by the Newton-Schulz FLOPs per rank and the memory estimate, so both see 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 from optbench.accounting.params import EMBEDDING, ParamSpec, model_parameters
@@ -65,14 +67,65 @@ class LocalParam(NamedTuple):
     """Elements of this rank's shard (kept: the per-rank work reads it for every parameter of every rank)."""
 
 
+class ExpertSlice(Sequence[LocalParam]):
+    """One EP rank's routed-expert shards on one pipeline rank, built when first read.
+
+    Every EP rank holds as many experts of each MoE layer, shaped alike (validation requires
+    ``num_moe_experts % ep == 0``), so most readers read one slice and price the others by it
+    (:class:`optbench.accounting.ns_flops.DpGroupWork`); only a reader that needs every expert's name builds
+    the rest. Kimi K2 on EP64 holds some 50,000 expert shards per layout, which a layout search would
+    otherwise build for every point.
+    """
+
+    def __init__(self, inventory: tuple[ParamSpec, ...], runs: tuple[tuple[int, int], ...], first: int,
+                 width: int, etp: int) -> None:
+        self._inventory, self._runs, self._first, self._width, self._etp = inventory, runs, first, width, etp
+
+    @cached_property
+    def params(self) -> tuple[LocalParam, ...]:
+        """The shards, in model order (layer by layer; within a layer, expert by expert)."""
+        shards: dict[tuple, tuple[tuple[int, ...], int, int]] = {}
+        out = []
+        for stage, start in self._runs:
+            begin = start + self._first
+            for spec in self._inventory[begin : begin + self._width]:
+                key = (spec.shape, spec.partition_dim)
+                if key not in shards:
+                    shards[key] = _shard(spec, self._etp)
+                out.append(LocalParam(spec, *shards[key][:2], stage, shards[key][2]))
+        return tuple(out)
+
+    def _key(self) -> tuple:
+        return self._runs, self._first, self._width, self._etp
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when built from equal inventories by equal rules (without building either)."""
+        if not isinstance(other, ExpertSlice):
+            return NotImplemented
+        same_inventory = self._inventory is other._inventory or self._inventory == other._inventory
+        return same_inventory and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash((len(self._inventory), self._key()))
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self.params[index]
+
+    def __len__(self) -> int:
+        return len(self.params)
+
+    def __iter__(self) -> Iterator[LocalParam]:
+        return iter(self.params)
+
+
 @dataclass(frozen=True)
 class PipelineRankParams:
     """The parameters of one pipeline rank."""
 
     dense: tuple[LocalParam, ...]
     """Non-expert parameters, as every TP rank of this pipeline rank holds them."""
-    experts: tuple[tuple[LocalParam, ...], ...]
-    """Routed-expert parameters held by each EP rank (index = ep rank), ETP-sharded."""
+    experts: tuple[ExpertSlice, ...]
+    """Routed-expert parameters held by each EP rank (index = ep rank), ETP-sharded; alike in shape."""
 
 
 def virtual_stages(run: RunConfig) -> tuple[VirtualStage, ...]:
@@ -134,27 +187,54 @@ class _StageIndex:
         return self.loss  # output layer, decoder final norm
 
 
+def _expert_run(specs: tuple[ParamSpec, ...], start: int, experts: int) -> int:
+    """Length of the routed-expert run of one MoE layer that begins at ``specs[start]``.
+
+    The inventory lists a layer's experts contiguously, expert 0 first, each with the same number of tensors
+    (:func:`optbench.accounting.params._ffn`); this checks it at both ends rather than trusting it."""
+    per_expert = 1
+    while start + per_expert < len(specs) and specs[start + per_expert].expert == 0:
+        per_expert += 1
+    length = experts * per_expert
+    last = specs[start + length - 1]
+    if specs[start].expert != 0 or not last.is_expert or last.expert != experts - 1 or last.layer != specs[start].layer:
+        raise AssertionError(f"the experts of layer {specs[start].layer} are not listed contiguously")
+    return length
+
+
 def _rank_params(run: RunConfig, stages: tuple[VirtualStage, ...]) -> tuple[PipelineRankParams, ...]:
     model, p = run.model, run.parallel
-    experts_per_rank = (model.num_moe_experts or 0) // p.ep or 1
+    experts = model.num_moe_experts or 0
+    experts_per_rank = experts // p.ep or 1
     dense: list[list[LocalParam]] = [[] for _ in range(p.pp)]
-    experts: list[list[list[LocalParam]]] = [[[] for _ in range(p.ep)] for _ in range(p.pp)]
+    runs: list[list[tuple[int, int]]] = [[] for _ in range(p.pp)]  # (stage, start of a layer's expert run)
     index = _StageIndex(stages, model)
     shards: dict[tuple, tuple[tuple[int, ...], int, int]] = {}  # (shape, dim, ways) -> local shape, shards, numel
-    for spec in model_parameters(model, p.tp):
-        ways = p.etp if spec.is_expert else p.tp
-        key = (spec.shape, spec.partition_dim, ways)
+    specs = model_parameters(model, p.tp)
+    width = 0  # inventory entries of one EP rank's experts of one layer
+    position = 0
+    while position < len(specs):
+        spec = specs[position]
+        if spec.is_expert:
+            length = _expert_run(specs, position, experts)
+            width = length // experts * experts_per_rank
+            for stage in index.stages_of(spec):
+                runs[stages[stage].pipeline_rank].append((stage, position))
+            position += length
+            continue
+        key = (spec.shape, spec.partition_dim, p.tp)
         if key not in shards:
-            shards[key] = _shard(spec, ways)
+            shards[key] = _shard(spec, p.tp)
         local_shape, held_shards, numel = shards[key]
         for stage in index.stages_of(spec):
-            param = LocalParam(spec, local_shape, held_shards, stage, numel)
-            if spec.is_expert:
-                experts[stages[stage].pipeline_rank][(spec.expert or 0) // experts_per_rank].append(param)
-            else:
-                dense[stages[stage].pipeline_rank].append(param)
+            dense[stages[stage].pipeline_rank].append(LocalParam(spec, local_shape, held_shards, stage, numel))
+        position += 1
     return tuple(
-        PipelineRankParams(dense=tuple(dense[r]), experts=tuple(tuple(e) for e in experts[r])) for r in range(p.pp)
+        PipelineRankParams(
+            dense=tuple(dense[r]),
+            experts=tuple(ExpertSlice(specs, tuple(runs[r]), k * width, width, p.etp) for k in range(p.ep)),
+        )
+        for r in range(p.pp)
     )
 
 
