@@ -121,6 +121,37 @@ def test_expected_error_is_read_from_the_validation(tmp_path):
     assert "median 2.5 %" in text and "90 %" in text and "10 published rows" in text
 
 
+def test_expected_error_across_gpu_is_the_leave_one_gpu_out_figure(tmp_path):
+    (tmp_path / "projection").mkdir()
+    same = {"rows": 10, "median_abs_error_percent": 1.0, "within_5_percent": 0.9, "within_10_percent": 0.95}
+    moved = {"rows": 8, "median_abs_error_percent": 14.0, "within_5_percent": 0.1, "within_10_percent": 0.25}
+    path = tmp_path / "projection" / "validation.json"
+    path.write_text(json.dumps({"summary": {"leave_one_release_out": {"all": same}, "leave_one_gpu_out": {"all": moved}}}))
+    assert "median 1.0 %" in expected_error_text(expected_error(tmp_path))
+    text = expected_error_text(expected_error(tmp_path, across_gpu=True))
+    assert "median 14.0 %" in text and "25 %" in text and "leave one GPU out, 8 published rows" in text
+    path.write_text(json.dumps({"summary": {"leave_one_release_out": {"all": same}, "leave_one_gpu_out": {"all": {"rows": 0}}}}))
+    assert expected_error_text(expected_error(tmp_path, across_gpu=True)).startswith("expected error not measured: ")
+
+
+def test_leave_one_gpu_out_anchors_every_row_on_another_gpu():
+    row = _row("26.04", "qwen3_30b_a3b", "gb300")
+    held = projection_error(row, Holdout(gpus=frozenset({"gb300"})))
+    assert " gb300 " not in held["anchor"] and not held["anchor_itself"]
+    assert " gb300 " in projection_error(row)["anchor"]
+
+
+def test_a_plan_whose_efficiency_comes_from_another_gpu_prints_the_leave_one_gpu_out_error():
+    """Kimi K2 is published on GB300 only: on B200 its efficiency is carried over, and the plan must not print
+    the same-GPU figure (median about 1 %) for it."""
+    _, moved = plan_run("kimi_k2_muon", ["cluster=b200"])
+    _, own = plan_run("kimi_k2_muon", [])
+    assert moved.projection["efficiency"]["status"] == "transferred from gb300"
+    assert moved.projection["expected_error"] == expected_error(across_gpu=True)
+    assert own.projection["expected_error"] == expected_error()
+    assert moved.projection["expected_error"]["scheme"] == "leave one GPU out"
+
+
 def test_an_efficiency_carried_across_precision_goes_through_the_published_pairs_and_claims_no_expected_error():
     """A BF16 run of a model NVIDIA published only in FP8 runs its GEMMs at the FP8 anchor's effective rate times
     the BF16/FP8 rate ratio of the published pairs; the plan names it and prints no out-of-sample error."""

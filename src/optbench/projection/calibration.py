@@ -59,9 +59,11 @@ class Holdout:
     """Rows held out, by :func:`row_id`."""
     releases: frozenset[str] = frozenset()
     """Releases whose every row is held out."""
+    gpus: frozenset[str] = frozenset()
+    """GPUs whose every row is held out (the anchor then comes from another GPU, as for a GPU nobody published)."""
 
     def keeps(self, row: PublishedRow) -> bool:
-        return row_id(row) not in self.rows and row.release not in self.releases
+        return row_id(row) not in self.rows and row.release not in self.releases and row.gpu not in self.gpus
 
 
 NO_HOLDOUT = Holdout()
@@ -98,11 +100,15 @@ class Calibration:
         """Whether the efficiency serves GEMMs at another precision than its anchor's (``run_peak``: e.g. gb300_bf16)."""
         return bool(self.crossed_from) or gemm_precision(run_peak) != gemm_precision(self.peak_key)
 
+    def across_gpu(self, run_gpu: str) -> bool:
+        """Whether the efficiency was solved on another GPU than ``run_gpu`` (transferred)."""
+        return run_gpu != self.anchor_gpu
+
     def as_dict(self, run_gpu: str, run_peak: str | None = None) -> dict:
         if self.crossed_from:  # the anchor's peak names its GPU as well
             moves = [f"from {self.crossed_from} at BF16/FP8 rate ratio {self.precision_ratio.value:.3f}"]
         else:
-            moves = [f"from {self.anchor_gpu}"] if run_gpu != self.anchor_gpu else []
+            moves = [f"from {self.anchor_gpu}"] if self.across_gpu(run_gpu) else []
             if run_peak is not None and self.across_precision(run_peak):
                 moves.append(f"to {run_peak}")
         crossed = {"precision_ratio": self.precision_ratio.as_dict()} if self.precision_ratio else {}

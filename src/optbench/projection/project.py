@@ -142,7 +142,8 @@ def project(
         "interconnect": net.as_dict(),
         "assumptions": assumptions.as_dict(),
         "expected_error": (across_precision(len(calibration.precision_ratio.pairs) if calibration.precision_ratio else 0)
-                           if calibration.across_precision(inputs.gemm_peak_key) else expected_error()),
+                           if calibration.across_precision(inputs.gemm_peak_key)
+                           else expected_error(across_gpu=calibration.across_gpu(run.cluster.gpu))),
         "compared_with_published": _compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
     }
     if run.optimizer.matrix_optimizer and with_twin:

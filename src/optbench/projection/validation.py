@@ -1,11 +1,14 @@
 """How far the projection is from every published row, in sample and out of sample (``make projection``).
 
 Each row is projected at its own configuration (:mod:`optbench.projection.row_config`, the path ``make plan``
-takes) three times, with the calibration allowed to use:
+takes) four times, with the calibration allowed to use:
 
 * ``in_sample``: every AdamW row (an AdamW row is then usually its own anchor: error ~0 by construction);
 * ``leave_one_row_out``: every AdamW row but this one;
-* ``leave_one_release_out``: no row of this row's release (what a user planning on a new container gets).
+* ``leave_one_release_out``: no row of this row's release (what a user planning on a new container gets);
+* ``leave_one_gpu_out``: no row of this row's GPU, so the efficiency is carried from another GPU's anchor (what
+  a user planning on a GPU nobody published for this model gets; ``make plan`` prints this figure when its
+  calibration is transferred from another GPU).
 
 The model fits one number per projection, the GEMM efficiency of its model solved on one anchor row; the
 rest are a-priori constants (docs/projection.md). Muon rows are never used for fitting, so their three
@@ -26,7 +29,7 @@ from optbench.projection.release_drift import release_drift
 from optbench.projection.row_config import release_order, row_config
 from optbench.published import PublishedRow
 
-SCHEMES = ("in_sample", "leave_one_row_out", "leave_one_release_out")
+SCHEMES = ("in_sample", "leave_one_row_out", "leave_one_release_out", "leave_one_gpu_out")
 WITHIN = (3.0, 5.0, 10.0)
 """|error| thresholds the summary counts (percent)."""
 
@@ -36,6 +39,8 @@ def _holdout(scheme: str, row: PublishedRow) -> Holdout:
         return Holdout(rows=frozenset({row_id(row)}))
     if scheme == "leave_one_release_out":
         return Holdout(releases=frozenset({row.release}))
+    if scheme == "leave_one_gpu_out":
+        return Holdout(gpus=frozenset({row.gpu}))
     return Holdout()
 
 

@@ -1,7 +1,8 @@
 """``make projection``: the projection against every published row, in and out of sample.
 
 Writes ``results/projection/validation.md`` and ``validation.json`` (:mod:`optbench.projection.validation`);
-``make plan`` reads the leave-one-release-out summary of the JSON and prints it beside its projection.
+``make plan`` reads the leave-one-release-out summary of the JSON (leave-one-GPU-out when its calibration is
+transferred from another GPU) and prints it beside its projection.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from optbench.projection.release_drift import drift_lines
 from optbench.projection.validation import SCHEMES, WITHIN, report
 from optbench.published import default_published_dir, load_published
 
-SHORT = {"in_sample": "in sample", "leave_one_row_out": "leave one row out", "leave_one_release_out": "leave one release out"}
+SHORT = {"in_sample": "in sample", "leave_one_row_out": "leave one row out", "leave_one_release_out": "leave one release out",
+         "leave_one_gpu_out": "leave one GPU out"}
 
 
 def _cell(result: dict[str, Any]) -> str:
@@ -77,8 +79,10 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "Model-only TFLOP/s/GPU projected at each row's configuration (the row's release, NVIDIA's executed preset of it,"
         " the row's stated values; `make plan` with the row's command prints the same number), with the calibration"
-        " allowed to use every AdamW row (in sample), every one but the row (leave one row out), or no row of the"
-        " row's release (leave one release out). Error = projected / published - 1. Muon rows are never fitted."
+        " allowed to use every AdamW row (in sample), every one but the row (leave one row out), no row of the"
+        " row's release (leave one release out), or no row of the row's GPU (leave one GPU out: the efficiency is"
+        " carried from another GPU, as `make plan` carries it to a GPU with no row of its own, and prints this"
+        " figure then). Error = projected / published - 1. Muon rows are never fitted."
         " Method: docs/projection.md.",
         "",
         "## Summary over the validated domain",
@@ -103,8 +107,8 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "## Every row",
         "",
-        "| row | published | in sample | leave one row out | leave one release out | outside the domain | typed from the row |",
-        "|---|---|---|---|---|---|---|",
+        "| row | published | " + " | ".join(SHORT[scheme] for scheme in SCHEMES) + " | outside the domain | typed from the row |",
+        "|---|---|" + "---|" * len(SCHEMES) + "---|---|",
     ]
     for r in data["rows"]:
         lines.append(
