@@ -104,6 +104,7 @@ search-ranks: ## Where NVIDIA's own layout ranks in `make search`, for every pub
 	@$(PY) -m optbench.projection.search_ranks
 
 projection: ## The projection against every published row, in sample and out of sample (leave one row / release / GPU out): results/projection/validation.md
+	@$(PY) -m optbench.projection.consistency
 	@$(PY) -m optbench.projection.validation_report --update-docs
 
 #   make study [SIZE=cpu|gpu] [hydra overrides for every run, e.g. train.iters=300]

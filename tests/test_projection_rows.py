@@ -203,3 +203,44 @@ def test_plan_and_table_agree_on_a_row_of_every_model_and_release():
 def test_committed_validation_is_what_make_projection_computes():
     committed = json.loads((REPO / "results" / "projection" / "validation.json").read_text())
     assert report(ROWS)["summary"] == committed["summary"]
+
+
+def test_a_row_every_other_release_of_its_setup_contradicts_is_flagged_and_a_lone_pair_is_not(monkeypatch):
+    from optbench.projection import consistency
+
+    errors = {
+        "outvoted": [("26.02.01", 156.5), ("26.04", 158.0), ("26.04.01", 160.5)],
+        "one witness": [("26.02", -62.5)],
+        "split": [("26.02", -62.5), ("26.04", 0.6)],
+        "mixed signs": [("26.02", -60.0), ("26.04", 70.0)],
+        "close": [("26.02", 3.0), ("26.04", -2.0)],
+    }
+    monkeypatch.setattr(consistency, "cross_release_errors", lambda rows: errors)
+    flagged = consistency.inconsistent_rows([])
+    assert list(flagged) == ["outvoted"]
+    assert "(26.02.01, 26.04, 26.04.01)" in flagged["outvoted"] and "+156 to +160 %" in flagged["outvoted"]
+
+
+@pytest.mark.slow  # about 12 s: each row projected from each other release of its setup
+def test_committed_inconsistent_rows_are_what_the_check_finds():
+    from optbench.projection.consistency import csv_text, inconsistent_rows
+
+    committed = (REPO / "results" / "published" / "inconsistent.csv").read_text(encoding="utf-8")
+    assert csv_text(inconsistent_rows(ROWS)) == committed
+
+
+def test_a_contradicted_row_anchors_nothing_and_is_listed_outside_the_domain_with_its_reason():
+    from optbench.published import load_inconsistent
+
+    listed = load_inconsistent(REPO / "results" / "published")
+    b200 = _row("26.02", "qwen3_30b_a3b", "b200")
+    assert row_id(b200) in listed
+    kept = ranked_anchors("qwen3_30b_a3b", "b200", "26.02", ROWS, precision="mxfp8", inconsistent=listed)
+    assert b200 not in kept and kept[0].gpu == "b200"
+    assert ranked_anchors("qwen3_30b_a3b", "b200", "26.02", ROWS, precision="mxfp8")[0] == b200  # without the list
+    # What make plan prints at that release is anchored on the next release's row, not on the contradicted one.
+    _, plan = plan_run("qwen3_30b_a3b_adamw", ["cluster=b200", "cluster.container=nemo:26.02"])
+    assert " b200 " in plan.projection["efficiency"]["calibrated_on"] and "26.02.01" in plan.projection["efficiency"]["calibrated_on"]
+    from optbench.projection.validation import validate_rows
+
+    assert validate_rows([b200])[0]["outside_domain"] == listed[row_id(b200)]

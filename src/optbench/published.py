@@ -15,6 +15,7 @@ from optbench.errors import UserError
 
 PUBLISHED_CSV = "published.csv"
 SOURCES_CSV = "sources.csv"
+INCONSISTENT_CSV = "inconsistent.csv"
 FLOPS_COUNTED = ("model", "model+newton_schulz")
 
 
@@ -169,3 +170,13 @@ def check_sources(rows: list[PublishedRow], sources: dict[str, Source]) -> None:
     unknown = sorted({r.source for r in rows} - set(sources))
     if unknown:
         raise UserError(f"source(s) {', '.join(unknown)} used in published.csv have no row in sources.csv", "published")
+
+
+def load_inconsistent(directory: str | Path) -> dict[str, str]:
+    """``<directory>/inconsistent.csv``: the rows (by their row id) that their own setup's other releases
+    contradict, with the reason (written by ``make projection``, :mod:`optbench.projection.consistency`);
+    empty when the folder has no such file."""
+    path = Path(directory) / INCONSISTENT_CSV
+    if not path.is_file():
+        return {}
+    return {row["row"].strip(): (row.get("reason") or "").strip() for _, row in _read_rows(path, ("row", "reason"))}

@@ -8,7 +8,9 @@ It is solved so that the projected AdamW step equals a published AdamW step
 other projection of that model: Muon, other layouts, other GPUs ("transferred").
 
 Anchor choice, among the AdamW rows of ``results/published/published.csv`` for the run's model
-(Muon rows are never read here) that a :class:`Holdout` does not hold out, best first:
+(Muon rows are never read here) that a :class:`Holdout` does not hold out and that their own setup's other
+releases do not contradict (``results/published/inconsistent.csv``, :mod:`optbench.projection.consistency`),
+best first:
 
 1. measured on the run's GPU, then in the run's precision;
 2. measured with the run's container release, or with a release whose NVIDIA preset of the anchor's setup
@@ -28,6 +30,7 @@ reproduces the row's figure at that configuration. A model without such a row is
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -42,7 +45,7 @@ from optbench.projection.row_solve import solve_at
 from optbench.projection.work import gemm_peak
 from optbench.projection.release_drift import same_configuration
 from optbench.projection.row_config import release_order, row_config, row_run
-from optbench.published import PublishedRow, default_published_dir, load_published
+from optbench.published import PublishedRow, default_published_dir, load_inconsistent, load_published
 from optbench.resolve import ResolvedRun
 
 
@@ -156,12 +159,14 @@ def _release_distance(row: PublishedRow, release: str | None, order: list[str]) 
 
 def ranked_anchors(
     model: str, gpu: str, release: str | None, rows: list[PublishedRow], holdout: Holdout = NO_HOLDOUT,
-    precision: str | None = None,
+    precision: str | None = None, inconsistent: Collection[str] = (),
 ) -> list[PublishedRow]:
-    """The model's AdamW rows that ``holdout`` keeps, best anchor first (see the module docstring)."""
+    """The model's AdamW rows that ``holdout`` keeps, best anchor first (see the module docstring); never a row
+    its own setup's other releases contradict (``inconsistent``: row ids, :mod:`optbench.projection.consistency`)."""
     order = sorted({row.release for row in rows} | ({release} if release else set()), key=release_order)
     adamw = [
-        (i, row) for i, row in enumerate(rows) if row.model == model and row.optimizer == "adamw" and holdout.keeps(row)
+        (i, row) for i, row in enumerate(rows)
+        if row.model == model and row.optimizer == "adamw" and holdout.keeps(row) and row_id(row) not in inconsistent
     ]
     adamw.sort(
         key=lambda pair: (
@@ -210,7 +215,7 @@ def _calibrate(
     model: str, gpu: str, precision: str, release: str | None, published: str, assumptions: Assumptions, holdout: Holdout
 ) -> Calibration | None:
     rows = load_published(published)
-    for row in ranked_anchors(model, gpu, release, rows, holdout, precision):
+    for row in ranked_anchors(model, gpu, release, rows, holdout, precision, load_inconsistent(published)):
         solved = _solved(row, assumptions)
         if not isinstance(solved, str):
             return solved

@@ -11,10 +11,11 @@ takes) four times, with the calibration allowed to use:
   calibration is transferred from another GPU).
 
 The model fits one number per projection, the GEMM efficiency of its model solved on one anchor row; the
-rest are a-priori constants (docs/projection.md). Muon rows are never used for fitting, so their three
+rest are a-priori constants (docs/projection.md). Muon rows are never used for fitting, so their
 figures differ only through the AdamW anchor. The summary counts the rows of the validated domain: a release
-whose NVIDIA preset we executed, a model-only figure, and a row the model can describe. The others are listed
-with the reason, never fitted and never hidden.
+whose NVIDIA preset we executed, a model-only figure, and a row the model can describe and its own setup's other
+releases do not contradict (:mod:`optbench.projection.consistency`). The others are listed with the reason, never
+fitted and never hidden.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from optbench.projection.calibration import Holdout, row_id, solve_on
 from optbench.projection.published_rows import projection_error
 from optbench.projection.release_drift import release_drift
 from optbench.projection.row_config import release_order, row_config
-from optbench.published import PublishedRow
+from optbench.checkout import repo_root
+from optbench.published import PublishedRow, default_published_dir, load_inconsistent
 
 SCHEMES = ("in_sample", "leave_one_row_out", "leave_one_release_out", "leave_one_gpu_out")
 WITHIN = (3.0, 5.0, 10.0)
@@ -44,12 +46,14 @@ def _holdout(scheme: str, row: PublishedRow) -> Holdout:
     return Holdout()
 
 
-def _outside(row: PublishedRow, in_sample: dict[str, Any]) -> str | None:
+def _outside(row: PublishedRow, in_sample: dict[str, Any], inconsistent: dict[str, str]) -> str | None:
     """Why a row is outside the validated domain, or None."""
     if "reason" in in_sample:
         return in_sample["reason"]
     if not in_sample["in_domain"]:
         return f"release {row.release}: no NVIDIA preset of it was executed (its full layout is unknown)"
+    if row_id(row) in inconsistent:
+        return inconsistent[row_id(row)]
     if row.optimizer == "adamw":
         solved = solve_on(row, DEFAULT_ASSUMPTIONS)
         if isinstance(solved, str):
@@ -57,8 +61,11 @@ def _outside(row: PublishedRow, in_sample: dict[str, Any]) -> str | None:
     return None
 
 
-def validate_rows(rows: list[PublishedRow]) -> list[dict[str, Any]]:
-    """One record per published row: its configuration, and per scheme the projection and error (or why none)."""
+def validate_rows(rows: list[PublishedRow], inconsistent: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One record per published row: its configuration, and per scheme the projection and error (or why none).
+    ``inconsistent``: rows their own setup contradicts (default: the committed list the calibration reads)."""
+    if inconsistent is None:
+        inconsistent = load_inconsistent(default_published_dir(repo_root() / "results"))
     out = []
     for row in rows:
         config = row_config(row)
@@ -76,7 +83,7 @@ def validate_rows(rows: list[PublishedRow]) -> list[dict[str, Any]]:
         }
         for scheme in SCHEMES:
             record[scheme] = projection_error(row, _holdout(scheme, row))
-        record["outside_domain"] = _outside(row, record["in_sample"])
+        record["outside_domain"] = _outside(row, record["in_sample"], inconsistent)
         out.append(record)
     return out
 
