@@ -12,7 +12,8 @@ import io
 from collections.abc import Sequence
 
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS
-from optbench.published import PublishedRow, Source
+from optbench.checkout import repo_root
+from optbench.published import PublishedRow, Source, default_published_dir, load_inconsistent
 from optbench.report.planned import PlannedRow
 from optbench.report.runs import PeakInfo, RunThroughput, run_throughput
 from optbench.report.stats import format_number, format_spread
@@ -191,8 +192,10 @@ def _run_lines(table: Table) -> list[list[str]]:
 
 
 def _projection_lines(table: Table) -> list[list[str]]:
+    from optbench.projection.calibration import row_id
     from optbench.projection.published_rows import projection_error
 
+    contradicted = load_inconsistent(default_published_dir(repo_root() / "results"))
     lines = []
     for row in table.rows:
         pub = row.published
@@ -200,8 +203,10 @@ def _projection_lines(table: Table) -> list[list[str]]:
             continue
         p = projection_error(pub)
         if "tflops" in p:
+            note = ("; this row's own setup's other releases contradict it, so it anchors nothing "
+                    "(results/published/inconsistent.csv)") if row_id(pub) in contradicted else ""
             cells = [f"{p['tflops']:.0f}", _signed_percent(p["error_percent"] / 100),
-                     ("anchor: " if p["anchor_itself"] else "") + p["anchor"]]
+                     ("anchor: " if p["anchor_itself"] else "") + p["anchor"] + note]
         else:
             cells = ["-", "not reached", p["reason"][:160]]
         lines.append([pub.model, pub.release, pub.gpu, pub.precision, pub.optimizer,
