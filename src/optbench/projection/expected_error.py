@@ -11,20 +11,23 @@ from optbench.checkout import repo_root
 VALIDATION = Path("projection") / "validation.json"
 """Where ``make projection`` writes its validation, under a results folder."""
 
+GPU_SCHEME = "leave one GPU out"
+"""The scheme a plan's expected error names when its efficiency was carried from another GPU."""
+
 
 def expected_error(results_dir: str | Path | None = None, across_gpu: bool = False) -> dict[str, Any] | None:
     """The out-of-sample summary over every validated row that fits the plan's calibration, or None before any
     ``make projection``: leave one release out for an efficiency solved on the run's own GPU, leave one GPU out for
     one transferred from another GPU (``across_gpu``; a same-GPU figure would promise what a transfer never showed)."""
     scheme = "leave_one_gpu_out" if across_gpu else "leave_one_release_out"
+    name = GPU_SCHEME if across_gpu else "leave one release out"
     path = Path(results_dir or repo_root() / "results") / VALIDATION
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))["summary"][scheme]["all"]
         if not summary.get("rows"):
-            return {"measured": False, "reason": "no published row validates an efficiency carried to another GPU"}
+            return {"measured": False, "scheme": name, "reason": f"no published row is validated by {name} yet"}
         keys = ("rows", "median_abs_error_percent", "within_5_percent", "within_10_percent")
-        return {**{key: summary[key] for key in keys}, "scheme": scheme.replace("_", " ").replace("gpu", "GPU"),
-                "source": f"results/{VALIDATION}"}
+        return {**{key: summary[key] for key in keys}, "scheme": name, "source": f"results/{VALIDATION}"}
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

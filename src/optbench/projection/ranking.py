@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from optbench.config.layout import Layout
+from optbench.projection.expected_error import GPU_SCHEME
 
 Point = tuple[str, Layout, Mapping[str, Any]]
 """A planned point: its name, its layout and its plan's projection section."""
@@ -42,12 +43,22 @@ def ranking_lines(points: Sequence[Point]) -> list[str]:
                 f"  {index:>2}  {name:<{width}}  {_layout(lay):<34} {p['step_time_s']:>7.2f}"
                 f" {p['tflops_per_gpu']:>8.1f} {p['tflops_per_gpu_with_ns']:>8.1f}  {100 * mfu:.1f} % of {key}"
             )
-    crossing = [name for name, _, p in ranked if (p.get("expected_error") or {}).get("measured") is False]
+    expected = [(name, p.get("expected_error") or {}) for name, _, p in ranked]
+    crossing = [name for name, e in expected if e.get("measured") is False and e.get("scheme") != GPU_SCHEME]
     if crossing:
         one = len(crossing) == 1
         lines.append(f"  note: {', '.join(crossing)} {'carries' if one else 'carry'} the efficiency across precision (expected"
                      f" error not measured, docs/projection.md section 6): {'its' if one else 'their'} place beside the"
                      " others is a first guess")
+    moved = [(name, e) for name, e in expected if e.get("scheme") == GPU_SCHEME and name not in crossing]
+    if moved:
+        one = len(moved) == 1
+        error = moved[0][1]
+        how = (f"median {error['median_abs_error_percent']:.1f} % over {error['rows']} rows, {GPU_SCHEME}"
+               if "median_abs_error_percent" in error else "not measured")
+        lines.append(f"  note: {', '.join(name for name, _ in moved)} {'carries' if one else 'carry'} the efficiency from"
+                     f" another GPU (expected error {how}; docs/projection.md section 6): {'its' if one else 'their'}"
+                     " place beside the others is a first guess")
     for name, p in missing:
         reason = p.get("reason", "no projection in the plan")
         lines.append(f"   -  {name}: not ranked ({reason})")
