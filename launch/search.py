@@ -13,6 +13,7 @@ from optbench.compose.recipe import compose_run
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json
 from optbench.plan import claim_results, plan_path
+from optbench.projection.expected_error import expected_error_text
 from optbench.projection.search import Standing, nothing_valid, point_of_run, search, standing_of
 from optbench.projection.twin import adamw_twin
 
@@ -35,6 +36,10 @@ def search_lines(recipe: str, result: dict, own_label: str, own: Standing | None
         where = (f"rank {own.rank} of {result['valid']}, {own.tflops_per_gpu:.1f} TFLOP/s/GPU,"
                  f" {own.gap_to_best_percent:+.2f} % from the best (ties share a rank: the model prices them alike)")
     lines.append(f"  recipe's own layout {own_label}: {where}")
+    if result.get("efficiency"):
+        efficiency = result["efficiency"]
+        lines.append(f"  efficiency  {efficiency['value']:.3f} of {efficiency['of_peak']}, {efficiency['status']} on"
+                     f" {efficiency['calibrated_on']}; {expected_error_text(result.get('expected_error'))}")
     lines.append(
         "  caveat      the all-to-all a lower EP saves is priced from bandwidths, not measured (expert GEMMs with few"
         " rows are: results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all (low EP) can rank"

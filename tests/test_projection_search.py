@@ -67,6 +67,10 @@ def test_make_search_ranks_every_valid_layout(tmp_path):
     assert saved["valid"] + sum(saved["dropped"].values()) == saved["candidates"]
     assert [row["rank"] for row in saved["top"]] == sorted(row["rank"] for row in saved["top"])
     assert all("muon_vs_adamw_percent" in row for row in saved["top"])
+    # Every point shares one calibrated efficiency: the search says which, and the error its figures carry.
+    assert saved["efficiency"]["status"] == "calibrated"
+    assert saved["expected_error"]["scheme"] == "leave one release out"
+    assert f"  efficiency  {saved['efficiency']['value']:.3f} of gb300_fp8, calibrated on " in out.stdout
 
 
 def test_a_local_recipe_is_refused_in_one_line():

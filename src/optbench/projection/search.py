@@ -223,6 +223,9 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10) -> dic
         "dropped": dict(dropped),
         "first_problems": first_problems,
         "top": rows,
+        # Every point is projected at the same calibrated efficiency: the absolute figures share its expected error.
+        "efficiency": scored[0].projection["efficiency"] if scored else None,
+        "expected_error": scored[0].projection["expected_error"] if scored else None,
         "ranked": [Ranked(rank, s.point, s.projection["tflops_per_gpu"],
                           s.resolved.memory.total_gb / spec.hbm_gb if spec is not None else None)
                    for rank, s in zip(ranks, scored)],
