@@ -144,3 +144,14 @@ def test_a_group_typed_as_the_recipe_picks_it_changes_nothing(restated: str) -> 
 def test_a_group_typed_with_another_option_is_the_users_choice() -> None:
     run = compose_run("qwen3_30b_a3b_adamw", ["precision=fp8_cs"])
     assert run.precision.name == "fp8_cs" and not run.precision.fp8_dot_product_attention
+
+
+@pytest.mark.parametrize("recipe", ["kimi_k2_muon", "deepseek_v3_adamw"])
+def test_nvidias_h100_preset_brings_its_sequence_parallelism_with_its_tensor_parallelism(recipe: str) -> None:
+    """On cluster=h100 the release's preset runs TP8 (Kimi K2) or TP2 (DeepSeek-V3) with EP: Megatron needs sequence
+    parallelism there, and the preset sets it. Taking the preset's TP without its sequence_parallel made
+    `make plan RECIPE=<recipe> cluster=h100 precision=fp8_cs` refuse NVIDIA's own layout."""
+    run = compose_run(recipe, ["cluster=h100", "precision=fp8_cs"])
+    assert run.parallel.tp > 1 and run.parallel.ep > 1
+    assert run.parallel.sequence_parallel is True
+    assert collect_problems(run) == []

@@ -168,7 +168,7 @@ class ParallelConfig:
     """Expert parallel size."""
     etp: int = setting(1, PARALLEL, bridge="model.expert_tensor_parallel_size", preset="every")
     """Expert tensor parallel size."""
-    sequence_parallel: bool = setting(False, Flag(), readers=BRIDGE, bridge="model.sequence_parallel")
+    sequence_parallel: bool = setting(False, Flag(), readers=BRIDGE, bridge="model.sequence_parallel", preset="every")
     """Shard activations along the sequence inside TP regions."""
     pipeline_layout: Optional[List[List[str]]] = setting(
         None,
