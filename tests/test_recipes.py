@@ -155,3 +155,15 @@ def test_nvidias_h100_preset_brings_its_sequence_parallelism_with_its_tensor_par
     assert run.parallel.tp > 1 and run.parallel.ep > 1
     assert run.parallel.sequence_parallel is True
     assert collect_problems(run) == []
+
+
+def test_a_tp_typed_to_1_over_nvidias_h100_preset_leaves_its_sequence_parallelism_behind() -> None:
+    run = compose_run("kimi_k2_muon", ["cluster=h100", "precision=fp8_cs", "parallel.tp=1"])
+    assert (run.parallel.tp, run.parallel.sequence_parallel) == (1, False)
+
+
+def test_sequence_parallelism_without_tensor_parallelism_is_refused_as_megatron_refuses_it() -> None:
+    run = compose_run("kimi_k2_muon", ["parallel.sequence_parallel=true"])
+    assert run.parallel.tp == 1
+    problems = [p for p in collect_problems(run) if p.field == "parallel.sequence_parallel"]
+    assert problems and "without tensor parallelism" in problems[0].message and "sequence_parallel=false" in problems[0].message

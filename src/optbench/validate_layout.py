@@ -49,6 +49,12 @@ def check_tensor_parallel(run: RunConfig) -> Iterable[Problem]:
             f"{seq} is not divisible by 2*cp={2 * p.cp} (load-balanced causal context parallelism)",
             ("parallel.cp",),
         )
+    if p.sequence_parallel and p.tp == 1 and run.engine == "megatron_bridge":
+        yield Problem(
+            "parallel.sequence_parallel",
+            "Megatron refuses sequence parallelism without tensor parallelism (tp=1); set parallel.sequence_parallel=false",
+            ("parallel.tp",),
+        )
     if m.num_moe_experts and p.tp > 1 and p.ep > 1 and not p.sequence_parallel:
         yield Problem(
             "parallel.sequence_parallel",

@@ -78,8 +78,12 @@ def layout_overrides(run: RunConfig, user_overrides: Sequence[str]) -> list[str]
     supplied = preset_fields(run.intent)
     kept = {supplied.get(key) for key in presets.departure_reasons(run.recipe)}
     out = []
+    # The preset's sequence parallelism goes with its TP: on a TP the user set to 1, Megatron refuses it.
+    follows_tp = "parallel.tp" in typed and run.parallel.tp == 1
     for field, value in release_values(run).items():
         if field in typed or field in kept or field.split(".")[0] in groups:
+            continue
+        if field == "parallel.sequence_parallel" and follows_tp:
             continue
         if _current(run, field) != value:
             out.append(format_override(field, value))
