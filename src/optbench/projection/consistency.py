@@ -29,6 +29,7 @@ from pathlib import Path
 from optbench.checkout import repo_root
 from optbench.exits import exit_on_user_error
 from optbench.io import atomic_write_text
+from optbench.outputs import check_output, claim
 from optbench.projection.calibration import Holdout, row_id
 from optbench.projection.published_rows import projection_error
 from optbench.projection.row_config import row_config
@@ -61,8 +62,8 @@ def cross_release_errors(rows: list[PublishedRow]) -> dict[str, list[tuple[str, 
         for other in executed:
             if other is row or _setup(other) != _setup(row) or other.release == row.release:
                 continue
-            result = projection_error(row, Holdout(rows=every - {row_id(other)}))
-            if "error_percent" in result and result["anchor_itself"] is False:
+            result = projection_error(row, Holdout(rows=every - {row_id(other)}))  # ``other`` is the one anchor left
+            if "error_percent" in result:
                 errors.append((other.release, result["error_percent"]))
         out[row_id(row)] = errors
     return out
@@ -95,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)")
     args = parser.parse_args(argv)
     with exit_on_user_error():
+        check_output(args.results, "--results", "results")  # a folder that is not ours: refused before the work
         directory = default_published_dir(args.results)
         flagged = inconsistent_rows(load_published(directory))
+        claim(args.results, "--results", "results")
         path = Path(directory) / INCONSISTENT_CSV
         atomic_write_text(path, csv_text(flagged))
         print(f"wrote {path}: {len(flagged)} row(s) their own setup contradicts")

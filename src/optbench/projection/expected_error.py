@@ -11,7 +11,15 @@ from optbench.checkout import repo_root
 VALIDATION = Path("projection") / "validation.json"
 """Where ``make projection`` writes its validation, under a results folder."""
 
-GPU_SCHEME = "leave one GPU out"
+SCHEME_LABELS = {
+    "in_sample": "in sample",
+    "leave_one_row_out": "leave one row out",
+    "leave_one_release_out": "leave one release out",
+    "leave_one_gpu_out": "leave one GPU out",
+}
+"""The validation's schemes (:mod:`optbench.projection.validation`), in order, with the name a reader sees."""
+
+GPU_SCHEME = SCHEME_LABELS["leave_one_gpu_out"]
 """The scheme a plan's expected error names when its efficiency was carried from another GPU."""
 
 
@@ -20,7 +28,7 @@ def expected_error(results_dir: str | Path | None = None, across_gpu: bool = Fal
     ``make projection``: leave one release out for an efficiency solved on the run's own GPU, leave one GPU out for
     one transferred from another GPU (``across_gpu``; a same-GPU figure would promise what a transfer never showed)."""
     scheme = "leave_one_gpu_out" if across_gpu else "leave_one_release_out"
-    name = GPU_SCHEME if across_gpu else "leave one release out"
+    name = SCHEME_LABELS[scheme]
     path = Path(results_dir or repo_root() / "results") / VALIDATION
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))["summary"][scheme]["all"]

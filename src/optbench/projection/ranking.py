@@ -46,23 +46,25 @@ def ranking_lines(points: Sequence[Point]) -> list[str]:
     expected = [(name, p.get("expected_error") or {}) for name, _, p in ranked]
     crossing = [name for name, e in expected if e.get("measured") is False and e.get("scheme") != GPU_SCHEME]
     if crossing:
-        one = len(crossing) == 1
-        lines.append(f"  note: {', '.join(crossing)} {'carries' if one else 'carry'} the efficiency across precision (expected"
-                     f" error not measured, docs/projection.md section 6): {'its' if one else 'their'} place beside the"
-                     " others is a first guess")
+        lines.append(_first_guess(crossing, "across precision (expected error not measured, docs/projection.md section 6)"))
     moved = [(name, e) for name, e in expected if e.get("scheme") == GPU_SCHEME and name not in crossing]
     if moved:
-        one = len(moved) == 1
         error = moved[0][1]
         how = (f"median {error['median_abs_error_percent']:.1f} % over {error['rows']} rows, {GPU_SCHEME}"
                if "median_abs_error_percent" in error else "not measured")
-        lines.append(f"  note: {', '.join(name for name, _ in moved)} {'carries' if one else 'carry'} the efficiency from"
-                     f" another GPU (expected error {how}; docs/projection.md section 6): {'its' if one else 'their'}"
-                     " place beside the others is a first guess")
+        lines.append(_first_guess([name for name, _ in moved],
+                                  f"from another GPU (expected error {how}; docs/projection.md section 6)"))
     for name, p in missing:
         reason = p.get("reason", "no projection in the plan")
         lines.append(f"   -  {name}: not ranked ({reason})")
     return lines
+
+
+def _first_guess(names: Sequence[str], how: str) -> str:
+    """The note under a ranking for points whose efficiency was carried ``how``."""
+    one = len(names) == 1
+    return (f"  note: {', '.join(names)} {'carries' if one else 'carry'} the efficiency {how}: "
+            f"{'its' if one else 'their'} place beside the others is a first guess")
 
 
 def print_ranking(points: Sequence[Point]) -> None:

@@ -25,13 +25,14 @@ from typing import Any
 
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import Holdout, row_id, solve_on
+from optbench.projection.expected_error import SCHEME_LABELS
 from optbench.projection.published_rows import projection_error
 from optbench.projection.release_drift import release_drift
 from optbench.projection.row_config import release_order, row_config
 from optbench.checkout import repo_root
 from optbench.published import PublishedRow, default_published_dir, load_inconsistent
 
-SCHEMES = ("in_sample", "leave_one_row_out", "leave_one_release_out", "leave_one_gpu_out")
+SCHEMES = tuple(SCHEME_LABELS)
 WITHIN = (3.0, 5.0, 10.0)
 """|error| thresholds the summary counts (percent)."""
 

@@ -15,13 +15,11 @@ from optbench.checkout import repo_root
 from optbench.exits import exit_on_user_error
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
-from optbench.projection.expected_error import VALIDATION
+from optbench.projection.expected_error import SCHEME_LABELS, VALIDATION
 from optbench.projection.release_drift import drift_lines
 from optbench.projection.validation import SCHEMES, WITHIN, report
 from optbench.published import default_published_dir, load_published
 
-SHORT = {"in_sample": "in sample", "leave_one_row_out": "leave one row out", "leave_one_release_out": "leave one release out",
-         "leave_one_gpu_out": "leave one GPU out"}
 
 
 def _cell(result: dict[str, Any]) -> str:
@@ -45,7 +43,7 @@ def summary_table(data: dict[str, Any], worst: bool = True) -> list[str]:
             rows = s["worst"] if worst else s["worst"][:1]
             named = "; ".join(f"{w['row']} ({w['error_percent']:+.1f} %)" for w in rows)
             lines.append(
-                f"| {SHORT[scheme]} ({label}) | {s['rows']} | {s['fitted_parameters']} | {s['median_abs_error_percent']:.1f} % | "
+                f"| {SCHEME_LABELS[scheme]} ({label}) | {s['rows']} | {s['fitted_parameters']} | {s['median_abs_error_percent']:.1f} % | "
                 + " | ".join(f"{100 * s[f'within_{t:g}_percent']:.0f} %" for t in WITHIN)
                 + f" | {named} |"
             )
@@ -107,7 +105,7 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "## Every row",
         "",
-        "| row | published | " + " | ".join(SHORT[scheme] for scheme in SCHEMES) + " | outside the domain | typed from the row |",
+        "| row | published | " + " | ".join(SCHEME_LABELS[scheme] for scheme in SCHEMES) + " | outside the domain | typed from the row |",
         "|---|---|" + "---|" * len(SCHEMES) + "---|---|",
     ]
     for r in data["rows"]:
