@@ -95,7 +95,9 @@ table: export OPTBENCH_TABLE_LOGS = $(call typed,LOGS)
 table: ## Write results/throughput.{md,csv} + plots: published rows beside measured runs (WARMUP=3 LOGS=<bridge logs>)
 	@$(PY) -m optbench.report table --from-make
 
-search: ## Every valid layout of RECIPE's model at its GPU count, projected and ranked (top 10, Muon vs AdamW gap, your layout's rank)
+#   make search RECIPE=kimi_k2_muon [FIX=ep,mbs]
+search: export OPTBENCH_SEARCH_FIX = $(call typed,FIX)
+search: ## Every valid layout of RECIPE's model at its GPU count, projected and ranked (top 10, Muon vs AdamW gap, your layout's rank; FIX=ep,mbs holds those at the recipe's values)
 	@$(LAUNCH) search --from-make
 
 #   make search-ranks [MODELS=qwen3_30b_a3b,kimi_k2]

@@ -4,7 +4,8 @@ Commands:
   recipes                      list the recipes
   plan <recipe> [overrides]    compose, validate, write results/plans/<recipe>/plan.json, print it
   pretrain <recipe> [overrides]  the same, then launch (engine and executor from the config)
-  search <recipe> [overrides]  every valid layout at the recipe's GPU count, projected and ranked
+  search <recipe> [overrides] [--fix ep,mbs]  every valid layout at the recipe's GPU count, projected and
+                               ranked (--fix: dimensions held at the recipe's values)
   sweep <recipe> [overrides]   expand Hydra sweep overrides (parallel.ep=32,64), validate every point,
                                plan the valid ones and render or submit them as one NeMo-Run experiment
 
@@ -20,7 +21,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from optbench.make_args import overrides_from_make, recipe_from_make
+from optbench.make_args import SEARCH_FIX_ENV, overrides_from_make, recipe_from_make
 from optbench.compose.recipe import list_recipes
 from optbench.config.overrides import check_repeated, typed_keys
 from optbench.errors import EXIT_USER_ERROR, UserError
@@ -61,7 +62,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     from launch.search import run_search
 
-    return run_search(args.recipe, args.overrides)
+    fix = args.fix if args.fix is not None else (os.environ.get(SEARCH_FIX_ENV, "") if args.from_make else "")
+    return run_search(args.recipe, args.overrides, fix)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -93,6 +95,9 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("recipe", nargs="?", help="recipe name (file under recipes/)")
         command.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. parallel.pp=8")
         command.set_defaults(func=func)
+        if name == "search":
+            command.add_argument("--fix", help="comma-separated dimensions held at the recipe's values "
+                                 "(tp, pp, vpp, cp, ep, mbs; make: FIX=ep,mbs)")
     return parser
 
 

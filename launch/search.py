@@ -1,4 +1,5 @@
-"""``make search RECIPE=<recipe> [overrides]``: every valid layout of the recipe's model at its GPU count, ranked.
+"""``make search RECIPE=<recipe> [overrides] [FIX=ep,mbs]``: every valid layout of the recipe's model at its GPU
+count, ranked; ``FIX`` holds the named dimensions at the composed run's values.
 
 Composes the recipe (and, for Muon, its AdamW twin) once, runs :func:`optbench.projection.search.search`,
 prints the ten best layouts (step time, model TFLOP/s per GPU, memory, Muon vs AdamW at the same layout),
@@ -14,15 +15,23 @@ from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json
 from optbench.plan import claim_results, plan_path
 from optbench.projection.expected_error import expected_error_text
-from optbench.projection.search import Standing, nothing_valid, point_of_run, search, standing_of
+from optbench.projection.search import (
+    Standing,
+    fixed_dimensions,
+    nothing_valid,
+    point_of_run,
+    search,
+    standing_of,
+)
 from optbench.projection.twin import adamw_twin
 
 
 def search_lines(recipe: str, result: dict, own_label: str, own: Standing | None) -> list[str]:
     """The printed report of a search."""
+    fixed = ", ".join(f"{name.upper()} {value}" for name, value in result["fixed"].items())
     lines = [
-        f"Layout search: {recipe}: {result['candidates']} layouts, {result['valid']} valid and projected,"
-        f" in {result['seconds']:.0f} s (docs/projection.md section 8)",
+        f"Layout search: {recipe}: {result['candidates']} layouts{f' at {fixed} (FIX)' if fixed else ''},"
+        f" {result['valid']} valid and projected, in {result['seconds']:.0f} s (docs/projection.md section 8)",
         f"  {'#':>3}  {'layout':<34} {'step s':>7} {'model TFLOP/s':>13} {'memory GB':>9}  Muon vs AdamW",
     ]
     for row in result["top"]:
@@ -40,17 +49,20 @@ def search_lines(recipe: str, result: dict, own_label: str, own: Standing | None
         efficiency = result["efficiency"]
         lines.append(f"  efficiency  {efficiency['value']:.3f} of {efficiency['of_peak']}, {efficiency['status']} on"
                      f" {efficiency['calibrated_on']}; {expected_error_text(result.get('expected_error'))}")
-    lines.append(
-        "  caveat      the all-to-all a lower EP saves is priced from bandwidths, not measured (expert GEMMs with few"
-        " rows are: results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all (low EP) can rank"
-        " higher than they run; NVIDIA's own layouts rank as in results/projection/search_ranks.md"
-    )
+    if "ep" not in result["fixed"]:
+        lines.append(
+            "  caveat      the all-to-all a lower EP saves is priced from bandwidths, not measured (expert GEMMs with few"
+            " rows are: results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all (low EP) can rank"
+            " higher than they run; NVIDIA's own layouts rank as in results/projection/search_ranks.md; FIX=ep ranks"
+            " the layouts at this EP only"
+        )
     for reason, count in sorted(result["dropped"].items(), key=lambda kv: -kv[1]):
         lines.append(f"  dropped {count:>4}: {reason}")
     return lines
 
 
-def run_search(recipe: str, overrides: Sequence[str]) -> int:
+def run_search(recipe: str, overrides: Sequence[str], fix: str = "") -> int:
+    fixed = fixed_dimensions(fix)  # before composing: a typo costs nothing
     run = compose_run(recipe, overrides)
     if run.engine != "megatron_bridge" or run.cluster.gpu == "auto":
         raise UserError(Problem(
@@ -63,7 +75,7 @@ def run_search(recipe: str, overrides: Sequence[str]) -> int:
             adamw = adamw_twin(run, overrides)[2]
         except UserError:
             adamw = None
-    result = search(run, adamw)
+    result = search(run, adamw, fixed=fixed)
     if not result["valid"]:
         raise UserError(nothing_valid(run, result))  # before anything is printed or written
     own = point_of_run(run)

@@ -8,10 +8,24 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_make
 
 from optbench.accounting.params import parameter_counts
 from optbench.compose.recipe import compose_run
-from optbench.projection.search import Point, Ranked, _tied_ranks, at, parameter_floor_gb, point_of_run, points
+from optbench.errors import UserError
+from optbench.projection.search import (
+    DIMENSIONS,
+    Point,
+    Ranked,
+    _tied_ranks,
+    at,
+    fixed_dimensions,
+    parameter_floor_gb,
+    point_of_run,
+    points,
+    rank_at_fixed,
+    search,
+)
 from optbench.projection.search_ranks import markdown, record, summary
 from optbench.resolve import resolve
 
@@ -50,6 +64,30 @@ def test_the_parameter_floor_is_under_the_memory_estimate(kimi):
         assert parameter_floor_gb(kimi, point, counts) <= resolved.memory.total_gb
 
 
+def test_a_fixed_dimension_keeps_the_recipe_value_and_leaves_the_rest_of_the_space_as_it_was(kimi):
+    full, own = list(points(kimi)), point_of_run(kimi)
+    for fixed in ({"ep"}, {"ep", "mbs"}, {"tp", "pp", "vpp", "cp", "ep", "mbs"}):
+        kept = list(points(kimi, frozenset(fixed)))
+        assert kept == [p for p in full if all(getattr(p, name) == getattr(own, name) for name in fixed)]
+    assert list(points(kimi, frozenset(DIMENSIONS))) == [own]
+    assert fixed_dimensions(" EP, mbs ,") == {"ep", "mbs"} and fixed_dimensions("") == frozenset()
+    with pytest.raises(UserError) as err:
+        fixed_dimensions("ep,dp")
+    assert err.value.lines() == ["error: FIX: no search dimension 'dp'; fix any of tp, pp, vpp, cp, ep, mbs, "
+                                 "comma-separated (e.g. FIX=ep,mbs): each keeps the composed run's value"]
+
+
+@pytest.mark.slow  # two searches of Qwen3 30B-A3B on 8 GB300 (a few seconds)
+def test_the_rank_at_its_ep_is_the_rank_a_search_at_that_ep_gives():
+    run = compose_run("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.04"])
+    full, at_ep = search(run, top=0), search(run, top=0, fixed=frozenset({"ep"}))
+    assert at_ep["fixed"] == {"ep": 8} and full["fixed"] == {}
+    assert [r.point.ep for r in at_ep["ranked"]] == [8] * at_ep["valid"] and at_ep["valid"] < full["valid"]
+    for entry in at_ep["ranked"]:
+        assert rank_at_fixed(full, entry.point, frozenset({"ep"})) == entry.rank
+    assert rank_at_fixed(full, Point(3, 1, 1, 1, 8, 8), frozenset({"ep"})) is None
+
+
 def test_points_priced_alike_share_a_rank():
     assert _tied_ranks([1000.0, 1000.0, 990.0, 980.004, 980.001]) == [1, 1, 3, 4, 4]
 
@@ -71,6 +109,21 @@ def test_make_search_ranks_every_valid_layout(tmp_path):
     assert saved["efficiency"]["status"] == "calibrated"
     assert saved["expected_error"]["scheme"] == "leave one release out"
     assert f"  efficiency  {saved['efficiency']['value']:.3f} of gb300_fp8, calibrated on " in out.stdout
+    assert saved["fixed"] == {} and "FIX=ep ranks the layouts at this EP only" in out.stdout
+
+
+def test_make_search_fix_holds_the_named_dimensions_and_refuses_an_unknown_one(tmp_path):
+    # FIX=tp in the shell's environment is not typed after make: the command line's wins
+    out = run_make("search", "RECIPE=qwen3_30b_a3b_muon", f"results_dir={tmp_path / 'results'}", "FIX=ep,MBS",
+                   env={"FIX": "tp"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Layout search: qwen3_30b_a3b_muon: 3 layouts at EP 8, MBS 8 (FIX), 3 valid")
+    assert "caveat" not in out.stdout  # the all-to-all a lower EP saves is out of this search
+    saved = json.loads((tmp_path / "results" / "plans" / "qwen3_30b_a3b_muon" / "search.json").read_text())
+    assert saved["fixed"] == {"ep": 8, "mbs": 8} and [row["layout"].split()[4:] for row in saved["top"]] == [["EP8", "MBS8"]] * 3
+    bad = run_make("search", "RECIPE=qwen3_30b_a3b_muon", f"results_dir={tmp_path / 'other'}", "FIX=ep,dp")
+    assert bad.returncode == 2 and bad.stdout == "" and not (tmp_path / "other").exists()
+    assert bad.stderr.startswith("error: FIX: no search dimension 'dp'; ") and bad.stderr.count("\n") == 2  # + make's line
 
 
 def test_a_local_recipe_is_refused_in_one_line():
@@ -105,6 +158,8 @@ def test_search_ranks_records_the_gap_to_the_best_and_counts_the_bands():
     assert entry["best_has_lower_ep"] is True
     # A stricter memory rule drops the others above it, never NVIDIA's own layout (85 % of HBM here).
     assert entry["memory_share"] == 0.85 and entry["rank_with_headroom"] == {"0.9": 2, "0.8": 2, "0.7": 1}
+    # Among the layouts of its own EP (8: itself and `other`) it is second.
+    assert (entry["rank_at_its_ep"], entry["layouts_at_its_ep"]) == (2, 2)
     missing = record("row b", Point(4, 1, 1, 1, 8, 8), result, 1.0, "make plan ...")
     assert missing["rank"] is None and "gap_to_best_percent" not in missing
     best = record("row c", low_ep, result, 1.0, "make plan ...")
@@ -115,10 +170,12 @@ def test_search_ranks_records_the_gap_to_the_best_and_counts_the_bands():
     data = summary([entry, missing, best])
     assert data["in_top"] == 2 and data["within_percent_of_best"] == {"3": 1, "5": 2, "10": 2}
     assert data["outside_top"] == 0 and data["median_gap_to_best_percent"] == -2.5
-    assert data["in_top_with_headroom"] == {"0.9": 2, "0.8": 2, "0.7": 2}
+    assert data["in_top_with_headroom"] == {"0.9": 2, "0.8": 2, "0.7": 2} and data["in_top_at_its_ep"] == 2
     assert data["memory_share_range"] == {"min": 0.85, "max": 0.95, "median": 0.9}
     assert "NVIDIA's layouts take 85 to 95 % of HBM by our estimate (median 90 %" in markdown(data)
-    assert "| row a | TP1 PP1 VPP1 CP1 EP8 MBS8 | 3 | 3 | 760.0 | 85 % | TP1 PP1 VPP1 CP1 EP1 MBS4 | 800.0 | -5.00 % |" \
+    assert "| row a | TP1 PP1 VPP1 CP1 EP8 MBS8 | 3 | 3 | 2 of 2 | 760.0 | 85 % | TP1 PP1 VPP1 CP1 EP1 MBS4 | 800.0 |" \
+        " -5.00 % |" in markdown(data)
+    assert "NVIDIA's layout is in our top 5 on **2 of 3 rows**. This is not the bar above, which stays at 2" \
         in markdown(data)
 
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 
 MAKE_OVERRIDES_ENV = "OPTBENCH_MAKE_OVERRIDES"
 MAKE_RECIPE_ENV = "OPTBENCH_RECIPE"
+SEARCH_FIX_ENV = "OPTBENCH_SEARCH_FIX"
+"""make search's FIX: the search dimensions held at the recipe's values."""
 RESULTS_DIR_ENV = "OPTBENCH_RESULTS_DIR"
 """Where make table, compare and study write (default results/)."""
 

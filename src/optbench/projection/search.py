@@ -10,7 +10,8 @@
 * EP among the powers of two that divide the routed experts and the ranks of a pipeline stage (ETP 1);
 * MBS in {1, 2, 4} that divide the global batch over the data-parallel ranks;
 
-and the composed run's own value of each (so its layout is always a point), with everything else (GBS, sequence, precision, recompute, dispatcher, kernels) as composed. Each point is
+and the composed run's own value of each (so its layout is always a point), with everything else (GBS, sequence, precision, recompute, dispatcher, kernels) as composed. A dimension the user fixes
+(``make search ... FIX=ep,mbs``) takes only the composed run's value. Each point is
 validated as ``make plan`` validates it (a layout that does not split, or whose memory estimate exceeds the
 GPU's HBM, is dropped and counted; the run's own layout is kept and ranked whatever its estimate), projected at the model's calibrated efficiency, and ranked by projected
 model TFLOP/s per GPU. The top points are also projected with AdamW at the same layout (the Muon-vs-AdamW gap).
@@ -43,6 +44,8 @@ CP_MIN_SEQUENCE = 8192
 """CP 2 is tried from this sequence length (shorter sequences do not need it, and the model prices its ring
 as hidden behind attention, so it would tie with CP 1 everywhere)."""
 MBS_CHOICES = (1, 2, 4)
+DIMENSIONS = ("tp", "pp", "vpp", "cp", "ep", "mbs")
+"""The dimensions of the search, by the names ``FIX=`` takes (each a field of :class:`Point`)."""
 
 
 @dataclass(frozen=True)
@@ -81,33 +84,48 @@ def _powers(limit: int) -> list[int]:
     return out
 
 
-def points(run: RunConfig) -> Iterator[Point]:
+def fixed_dimensions(text: str) -> frozenset[str]:
+    """The dimensions named in ``FIX=`` (comma-separated, any case); an unknown name is a one-line error."""
+    names = [name.strip().lower() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in DIMENSIONS]
+    if unknown:
+        raise UserError(Problem("FIX", f"no search dimension '{unknown[0]}'; fix any of {', '.join(DIMENSIONS)}, "
+                                "comma-separated (e.g. FIX=ep,mbs): each keeps the composed run's value"))
+    return frozenset(names)
+
+
+def points(run: RunConfig, fixed: frozenset[str] = frozenset()) -> Iterator[Point]:
     """Every combination of the search space that divides evenly (see the module docstring); the composed
-    run's own values are always among the choices, so its layout is a point of the search."""
+    run's own values are always among the choices, so its layout is a point of the search. A dimension in
+    ``fixed`` takes only the run's own value."""
     m, p, world, gbs = run.model, run.parallel, run.parallel.num_gpus, run.train.gbs
     spec = gpu_catalog().get(run.cluster.gpu)
     tp_max = min(TP_MAX, spec.gpus_per_node if spec is not None else TP_MAX)
     heads, groups = m.num_attention_heads, (m.num_query_groups or m.num_attention_heads)
     experts = m.num_moe_experts or 0
+
+    def choices(name: str, own: int, candidates) -> list[int]:
+        return [own] if name in fixed else sorted({*candidates, own})
+
     own_vpp = p.vpp or 1
-    cps = sorted({1, p.cp, *((2,) if run.train.seq_length >= CP_MIN_SEQUENCE else ())})
-    for tp in sorted({*_powers(tp_max), p.tp}):
+    cps = choices("cp", p.cp, (1, *((2,) if run.train.seq_length >= CP_MIN_SEQUENCE else ())))
+    for tp in choices("tp", p.tp, _powers(tp_max)):
         if heads % tp or (not m.multi_latent_attention and groups % tp):
             continue
         for cp in cps:
             if run.train.seq_length % (2 * cp):
                 continue
-            for pp in sorted({*PP_CHOICES, p.pp}):
+            for pp in choices("pp", p.pp, PP_CHOICES):
                 if world % (tp * cp * pp) or pp > m.num_layers:
                     continue
                 dp = world // (tp * cp * pp)
-                for vpp in sorted({*VPP_CHOICES, own_vpp}):
+                for vpp in choices("vpp", own_vpp, VPP_CHOICES):
                     if (pp == 1 and vpp > 1) or pp * vpp > max_virtual_stages(run) - 2:
                         continue
-                    for ep in sorted({*(_powers(experts) if experts else [1]), p.ep}):
+                    for ep in choices("ep", p.ep, _powers(experts) if experts else [1]):
                         if experts and (experts % ep or (tp * cp * dp) % ep):
                             continue
-                        for mbs in sorted({*MBS_CHOICES, run.train.mbs}):
+                        for mbs in choices("mbs", run.train.mbs, MBS_CHOICES):
                             if gbs % (mbs * dp) == 0:
                                 yield Point(tp, pp, vpp, cp, ep, mbs)
 
@@ -165,13 +183,15 @@ class Scored:
     """Its projection section (no twin, no what-ifs)."""
 
 
-def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10) -> dict[str, Any]:
-    """Every point of ``run``'s space validated and projected; the best ``top`` with their AdamW gap."""
+def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
+           fixed: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Every point of ``run``'s space (``fixed``: dimensions held at the run's value) validated and projected; the
+    best ``top`` with their AdamW gap."""
     start = time.perf_counter()
     dropped: Counter[str] = Counter()
     first_problems: dict[str, Problem] = {}  # per reason of an invalid point, the first point's problem
     scored: list[Scored] = []
-    candidates = list(points(run))
+    candidates = list(points(run, fixed))
     counts = parameter_counts(run.model)
     spec = gpu_catalog().get(run.cluster.gpu)
     own = point_of_run(run)
@@ -217,7 +237,9 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10) -> dic
             except UserError:
                 pass
         rows.append(row)
+    own_values = dataclasses.asdict(own)
     return {
+        "fixed": {name: own_values[name] for name in DIMENSIONS if name in fixed},
         "candidates": len(candidates),
         "valid": len(scored),
         "dropped": dict(dropped),
@@ -306,6 +328,16 @@ def rank_with_headroom(result: dict[str, Any], point: Point, share: float) -> in
         return None
     kept = [r for r in result["ranked"] if r.point != point and (r.memory_share is None or r.memory_share <= share)]
     return 1 + sum(1 for r in kept if round(r.tflops_per_gpu, 2) > round(found.tflops_per_gpu, 2))
+
+
+def rank_at_fixed(result: dict[str, Any], point: Point, fixed: frozenset[str]) -> int | None:
+    """``point``'s rank among the layouts of a search that share its values of the ``fixed`` dimensions (ties as in
+    the search), None when it was not a valid point: the rank a search with ``FIX=`` those gives it."""
+    found = ranked_of(result, point)
+    if found is None:
+        return None
+    alike = [r for r in result["ranked"] if all(getattr(r.point, name) == getattr(point, name) for name in fixed)]
+    return 1 + sum(1 for r in alike if round(r.tflops_per_gpu, 2) > round(found.tflops_per_gpu, 2))
 
 
 def point_of_run(run: RunConfig) -> Point:
