@@ -56,6 +56,12 @@ def search_lines(recipe: str, result: dict, own_label: str, own: Standing | None
             " higher than they run; NVIDIA's own layouts rank as in results/projection/search_ranks.md; FIX=ep ranks"
             " the layouts at this EP only"
         )
+    if "mbs" not in result["fixed"]:
+        lines.append(
+            "  caveat      the model prices no cost per microbatch beyond its FLOPs, bytes and the pipeline bubble: a"
+            " smaller MBS can rank higher than it runs (NVIDIA's own MBS changes: results/projection/search_ranks.md);"
+            " FIX=mbs holds the recipe's"
+        )
     for reason, count in sorted(result["dropped"].items(), key=lambda kv: -kv[1]):
         lines.append(f"  dropped {count:>4}: {reason}")
     return lines
@@ -84,7 +90,7 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "") -> int:
         print(line)
     claim_results(run)
     path = plan_path(run).with_name("search.json")
-    record = {k: v for k, v in result.items() if k not in ("ranked", "first_problems")}
+    record = {k: v for k, v in result.items() if k not in ("ranked", "first_problems", "space")}
     record.update(recipe=recipe, overrides=list(overrides), own_layout=own.label,
                   own_rank=standing.rank if standing else None,
                   own_gap_to_best_percent=standing.gap_to_best_percent if standing else None)

@@ -110,6 +110,7 @@ def test_make_search_ranks_every_valid_layout(tmp_path):
     assert saved["expected_error"]["scheme"] == "leave one release out"
     assert f"  efficiency  {saved['efficiency']['value']:.3f} of gb300_fp8, calibrated on " in out.stdout
     assert saved["fixed"] == {} and "FIX=ep ranks the layouts at this EP only" in out.stdout
+    assert "a smaller MBS can rank higher than it runs" in out.stdout
 
 
 def test_make_search_fix_holds_the_named_dimensions_and_refuses_an_unknown_one(tmp_path):
@@ -118,7 +119,7 @@ def test_make_search_fix_holds_the_named_dimensions_and_refuses_an_unknown_one(t
                    env={"FIX": "tp"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("Layout search: qwen3_30b_a3b_muon: 3 layouts at EP 8, MBS 8 (FIX), 3 valid")
-    assert "caveat" not in out.stdout  # the all-to-all a lower EP saves is out of this search
+    assert "caveat" not in out.stdout  # neither the all-to-all a lower EP saves nor a smaller MBS is in this search
     saved = json.loads((tmp_path / "results" / "plans" / "qwen3_30b_a3b_muon" / "search.json").read_text())
     assert saved["fixed"] == {"ep": 8, "mbs": 8} and [row["layout"].split()[4:] for row in saved["top"]] == [["EP8", "MBS8"]] * 3
     bad = run_make("search", "RECIPE=qwen3_30b_a3b_muon", f"results_dir={tmp_path / 'other'}", "FIX=ep,dp")
@@ -194,3 +195,33 @@ def test_make_search_ranks_refuses_an_unknown_model_and_a_foreign_folder_in_one_
         assert out.returncode == 2 and out.stdout == "", out.stderr
         assert out.stderr.strip().count("\n") == 0 and out.stderr.startswith(f"error: {field}: "), out.stderr
     assert [p.name for p in foreign.iterdir()] == ["keep.txt"] and not (tmp_path / "ours").exists()
+
+
+def test_search_ranks_judges_the_search_by_nvidias_own_layout_changes():
+    """Each change of layout between consecutive releases of one setup, its published change beside what the search
+    at the earlier release said of the two layouts; a layout that does not change is no change."""
+    import dataclasses
+
+    from optbench.projection.search_ranks import layout_changes
+    from optbench.published import default_published_dir, load_published
+
+    base = next(r for r in load_published(default_published_dir(REPO / "results")) if r.model == "qwen3_30b_a3b")
+    rows = [dataclasses.replace(base, release=release, tflops_per_gpu=tflops)
+            for release, tflops in (("26.04", 600.0), ("26.02", 500.0), ("26.02.01", 510.0))]
+    old, new = Point(1, 1, 1, 1, 8, 1), Point(1, 1, 1, 1, 8, 4)
+    earlier = {"ranked": [Ranked(1, new, 550.0, 0.5), Ranked(2, old, 500.0, 0.5)]}
+    later = {"ranked": [Ranked(1, new, 700.0, 0.5)], "space": {old, new}}  # the old layout is dropped there
+    changes = layout_changes([(rows[0], new, later), (rows[1], old, earlier), (rows[2], old, earlier)])
+    assert len(changes) == 1  # 26.02 -> 26.02.01 keeps the layout; the rows come in any order
+    change = changes[0]
+    assert (change["from_row"].split()[1], change["to_row"].split()[1]) == ("26.02.01", "26.04")
+    assert (change["from_layout"], change["to_layout"], change["published_change_percent"]) == (old.label, new.label, 17.6)
+    assert change["at_earlier_release"] == {"from_rank": 2, "to_rank": 1, "projected_change_percent": 10.0}
+    assert change["at_later_release"] == {"from_rank": "dropped", "to_rank": 1, "projected_change_percent": None}
+    outside = layout_changes([(rows[1], old, earlier), (rows[0], new, {"ranked": [], "space": {new}})])[0]
+    assert outside["at_later_release"]["from_rank"] == "outside the search"
+    text = markdown({**summary([]), "rows": [], "layout_changes": changes})
+    assert "NVIDIA changed a setup's layout between consecutive releases 1 time. The search moves the same way as" \
+           " NVIDIA's published figure (both up or both down) on 1 of them at the earlier release's configuration" \
+           " and on 0 at the later one's" in text
+    assert f"| {old.label} | {new.label} | +17.6 % | 2 -> 1, +10.0 % | dropped -> 1, - |" in text

@@ -241,6 +241,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
     return {
         "fixed": {name: own_values[name] for name in DIMENSIONS if name in fixed},
         "candidates": len(candidates),
+        "space": frozenset(candidates),
         "valid": len(scored),
         "dropped": dict(dropped),
         "first_problems": first_problems,

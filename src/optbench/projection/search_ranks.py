@@ -21,7 +21,7 @@ from optbench.exits import exit_on_user_error
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
 from optbench.projection.calibration import row_id
-from optbench.projection.row_config import row_config, row_run
+from optbench.projection.row_config import release_order, row_config, row_run
 from optbench.projection.search import (
     Point,
     point_of_run,
@@ -105,9 +105,49 @@ def _share_range(shares: list[float]) -> dict[str, float] | None:
     return {"min": min(shares), "median": round(statistics.median(shares), 3), "max": max(shares)} if shares else None
 
 
+def layout_changes(searched: list[tuple[PublishedRow, Point, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every change of layout NVIDIA made between consecutive releases of one setup (source, model, GPU, GPU count,
+    precision, optimizer): the published change, and how the search at the earlier and at the later release's
+    configuration ranks and projects the new layout against the old. NVIDIA's own later figure is the judge: did
+    the search prefer the layout NVIDIA moved to? (At the earlier configuration the new layout runs without the
+    later release's other changes; at the later one the old layout may be invalid, e.g. a non-interleaved pipeline
+    once the EP all-to-all is overlapped.)"""
+    setups: dict[tuple, list[tuple[PublishedRow, Point, dict[str, Any]]]] = {}
+    for entry in searched:
+        row = entry[0]
+        setups.setdefault((row.source, row.model, row.gpu, row.num_gpus, row.precision, row.optimizer), []).append(entry)
+    changes = []
+    for entries in setups.values():
+        entries.sort(key=lambda e: release_order(e[0].release))
+        for (before, old, earlier), (after, new, later) in zip(entries, entries[1:]):
+            if old != new:
+                changes.append({
+                    "from_row": row_id(before), "to_row": row_id(after), "from_layout": old.label,
+                    "to_layout": new.label,
+                    "published_change_percent": round(100 * (after.tflops_per_gpu / before.tflops_per_gpu - 1), 1),
+                    "at_earlier_release": _judged(earlier, old, new), "at_later_release": _judged(later, old, new),
+                })
+    return changes
+
+
+def _judged(result: dict[str, Any], old: Point, new: Point) -> dict[str, Any]:
+    """The two layouts' ranks in one search and the projected change from the old to the new (None: not valid)."""
+    was, now = ranked_of(result, old), ranked_of(result, new)
+
+    def rank(point: Point, found) -> int | str:
+        if found is not None:
+            return found.rank
+        return "outside the search" if point not in result.get("space", (point,)) else "dropped"
+
+    return {
+        "from_rank": rank(old, was), "to_rank": rank(new, now),
+        "projected_change_percent": round(100 * (now.tflops_per_gpu / was.tflops_per_gpu - 1), 1) if was and now else None,
+    }
+
+
 def ranks(rows: list[PublishedRow], models: set[str] | None = None) -> dict[str, Any]:
     """One record per row of the domain (rows that share a configuration share one search), and the summary."""
-    records, searches = [], {}
+    records, searches, searched = [], {}, []
     for row in rows:
         config, resolved = row_config(row), row_run(row)
         if isinstance(config, str) or isinstance(resolved, str) or not config.in_domain:
@@ -119,8 +159,10 @@ def ranks(rows: list[PublishedRow], models: set[str] | None = None) -> dict[str,
             start = time.perf_counter()
             searches[key] = (search(resolved.run, top=0), time.perf_counter() - start)
         result, seconds = searches[key]
-        records.append(record(row_id(row), point_of_run(resolved.run), result, seconds, config.command))
-    return summary(records)
+        own = point_of_run(resolved.run)
+        records.append(record(row_id(row), own, result, seconds, config.command))
+        searched.append((row, own, result))
+    return {**summary(records), "layout_changes": layout_changes(searched)}
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -144,6 +186,7 @@ def markdown(data: dict[str, Any]) -> str:
         f" This is not the bar above, which stays at {data['in_top']}: it says where the search's error lies.",
         "",
         *_headroom_lines(data),
+        *_change_lines(data.get("layout_changes", [])),
         "| row | NVIDIA's layout | rank | valid layouts | rank at its EP | its TFLOP/s/GPU | its memory (of HBM) |"
         " our best | best's TFLOP/s/GPU | gap | search s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -174,6 +217,42 @@ def _headroom_lines(data: dict[str, Any]) -> list[str]:
         f" stricter share, NVIDIA's layout would be in our top {data['top']} on: {stricter} (of {len(data['rows'])} rows).",
         "",
     ]
+
+
+def _change_lines(changes: list[dict[str, Any]]) -> list[str]:
+    """NVIDIA's own layout changes, each judged by its published figures, beside what the search says of them."""
+    if not changes:
+        return []
+
+    def agreed(where: str) -> int:
+        return sum(1 for c in changes if c[where]["projected_change_percent"] is not None
+                   and (c[where]["projected_change_percent"] > 0) == (c["published_change_percent"] > 0))
+
+    def judged(j: dict[str, Any]) -> str:
+        projected = "-" if j["projected_change_percent"] is None else f"{j['projected_change_percent']:+.1f} %"
+        return f"{j['from_rank']} -> {j['to_rank']}, {projected}"
+
+    n = len(changes)
+    lines = [
+        f"NVIDIA changed a setup's layout between consecutive releases {n} time{'' if n == 1 else 's'}. The search"
+        f" moves the same way as NVIDIA's published figure (both up or both down) on {agreed('at_earlier_release')}"
+        f" of them at the earlier release's configuration and on {agreed('at_later_release')} at the later one's (a"
+        " release also changes other settings, so the published change is not the layout's alone; \"dropped\": the"
+        " search drops that layout there, invalid under that release's settings or over HBM by the estimate;"
+        " \"outside the search\": a value the search does not try there, such as a VPP other than 1, 2, 4 and the"
+        " preset's).",
+        "",
+        "| from row | to | NVIDIA's layout: from | to | published change | search at the earlier release: rank from ->"
+        " to, projected change | at the later release |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in changes:
+        lines.append(
+            f"| {c['from_row']} | {c['to_row'].split()[1]} | {c['from_layout']} | {c['to_layout']} |"
+            f" {c['published_change_percent']:+.1f} % | {judged(c['at_earlier_release'])} |"
+            f" {judged(c['at_later_release'])} |"
+        )
+    return [*lines, ""]
 
 
 def main(argv: list[str] | None = None) -> int:
