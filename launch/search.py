@@ -16,17 +16,20 @@ from optbench.io import atomic_write_json
 from optbench.plan import claim_results, plan_path
 from optbench.projection.expected_error import expected_error_text
 from optbench.projection.search import (
+    AT_ITS_EP,
+    Point,
     Standing,
     fixed_dimensions,
     nothing_valid,
     point_of_run,
+    rank_at_fixed,
     search,
     standing_of,
 )
 from optbench.projection.twin import adamw_twin
 
 
-def search_lines(recipe: str, result: dict, own_label: str, own: Standing | None) -> list[str]:
+def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | None) -> list[str]:
     """The printed report of a search."""
     fixed = ", ".join(f"{name.upper()} {value}" for name, value in result["fixed"].items())
     lines = [
@@ -44,7 +47,11 @@ def search_lines(recipe: str, result: dict, own_label: str, own: Standing | None
     if own is not None:
         where = (f"rank {own.rank} of {result['valid']}, {own.tflops_per_gpu:.1f} TFLOP/s/GPU,"
                  f" {own.gap_to_best_percent:+.2f} % from the best (ties share a rank: the model prices them alike)")
-    lines.append(f"  recipe's own layout {own_label}: {where}")
+        if "ep" not in result["fixed"]:
+            alike = sum(1 for r in result["ranked"] if r.point.ep == own_point.ep)
+            where += (f"; among the {alike} layouts of its EP {own_point.ep}, rank"
+                      f" {rank_at_fixed(result, own_point, AT_ITS_EP)} (FIX=ep)")
+    lines.append(f"  recipe's own layout {own_point.label}: {where}")
     if result.get("efficiency"):
         efficiency = result["efficiency"]
         lines.append(f"  efficiency  {efficiency['value']:.3f} of {efficiency['of_peak']}, {efficiency['status']} on"
@@ -86,13 +93,14 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "") -> int:
         raise UserError(nothing_valid(run, result))  # before anything is printed or written
     own = point_of_run(run)
     standing = standing_of(result, own)
-    for line in search_lines(recipe, result, own.label, standing):
+    for line in search_lines(recipe, result, own, standing):
         print(line)
     claim_results(run)
     path = plan_path(run).with_name("search.json")
     record = {k: v for k, v in result.items() if k not in ("ranked", "first_problems", "space")}
     record.update(recipe=recipe, overrides=list(overrides), own_layout=own.label,
                   own_rank=standing.rank if standing else None,
-                  own_gap_to_best_percent=standing.gap_to_best_percent if standing else None)
+                  own_gap_to_best_percent=standing.gap_to_best_percent if standing else None,
+                  own_rank_at_its_ep=rank_at_fixed(result, own, AT_ITS_EP))
     print(f"  search.json {atomic_write_json(path, record)}")
     return 0

@@ -111,6 +111,7 @@ def test_make_search_ranks_every_valid_layout(tmp_path):
     assert f"  efficiency  {saved['efficiency']['value']:.3f} of gb300_fp8, calibrated on " in out.stdout
     assert saved["fixed"] == {} and "FIX=ep ranks the layouts at this EP only" in out.stdout
     assert "a smaller MBS can rank higher than it runs" in out.stdout
+    assert "; among the 12 layouts of its EP 8, rank 1 (FIX=ep)" in out.stdout and saved["own_rank_at_its_ep"] == 1
 
 
 def test_make_search_fix_holds_the_named_dimensions_and_refuses_an_unknown_one(tmp_path):

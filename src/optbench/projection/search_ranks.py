@@ -23,6 +23,7 @@ from optbench.outputs import claim
 from optbench.projection.calibration import row_id
 from optbench.projection.row_config import release_order, row_config, row_run
 from optbench.projection.search import (
+    AT_ITS_EP,
     Point,
     point_of_run,
     rank_at_fixed,
@@ -40,10 +41,6 @@ WITHIN_PERCENT = (3, 5, 10)
 """Bands of the gap to the search's best in which NVIDIA's layout is counted (our out-of-sample error on
 absolute throughput: median 1.1 %, 86 % of rows within 5 %, docs/projection.md section 7)."""
 
-
-AT_ITS_EP = frozenset({"ep"})
-"""NVIDIA's layout is also ranked among the layouts of its own EP (``make search FIX=ep``): the all-to-all a lower EP
-saves is priced from bandwidths, not measured (docs/projection.md section 8), and this rank leaves it out."""
 
 HEADROOM = (0.9, 0.8, 0.7)
 """Stricter memory rules tried beside the search's own (estimate <= HBM): every layout but NVIDIA's whose estimate
