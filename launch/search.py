@@ -44,6 +44,8 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
             f" {row['memory_gb']:>9.1f}  {gap}"
         )
     where = "not a valid point of the search"
+    if result.get("own_problem") is not None:
+        where += f" ({result['own_problem']})"
     if own is not None:
         where = (f"rank {own.rank} of {result['valid']}, {own.tflops_per_gpu:.1f} TFLOP/s/GPU,"
                  f" {own.gap_to_best_percent:+.2f} % from the best (ties share a rank: the model prices them alike)")
@@ -97,10 +99,11 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "") -> int:
         print(line)
     claim_results(run)
     path = plan_path(run).with_name("search.json")
-    record = {k: v for k, v in result.items() if k not in ("ranked", "first_problems", "space")}
+    record = {k: v for k, v in result.items() if k not in ("ranked", "first_problems", "space", "own_problem")}
     record.update(recipe=recipe, overrides=list(overrides), own_layout=own.label,
                   own_rank=standing.rank if standing else None,
                   own_gap_to_best_percent=standing.gap_to_best_percent if standing else None,
-                  own_rank_at_its_ep=rank_at_fixed(result, own, AT_ITS_EP))
+                  own_rank_at_its_ep=rank_at_fixed(result, own, AT_ITS_EP),
+                  own_problem=str(result["own_problem"]) if result["own_problem"] else None)
     print(f"  search.json {atomic_write_json(path, record)}")
     return 0

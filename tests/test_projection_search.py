@@ -226,3 +226,13 @@ def test_search_ranks_judges_the_search_by_nvidias_own_layout_changes():
            " NVIDIA's published figure (both up or both down) on 1 of them at the earlier release's configuration" \
            " and on 0 at the later one's" in text
     assert f"| {old.label} | {new.label} | +17.6 % | 2 -> 1, +10.0 % | dropped -> 1, - |" in text
+
+
+def test_the_search_says_why_the_recipes_own_layout_is_not_one_of_its_points():
+    """EP 8 does not divide the 4 data-parallel ranks of PP2 on 8 GPUs: the layout is in no search, and the search
+    says so as make plan would, while it still ranks the layouts that are valid."""
+    run = compose_run("qwen3_30b_a3b_muon", ["parallel.pp=2", "parallel.vpp=2", "force=true"])
+    result = search(run, top=0, fixed=frozenset({"pp", "vpp"}))
+    assert point_of_run(run) not in result["space"] and result["valid"] > 0
+    assert str(result["own_problem"]).startswith("parallel.ep: ep*etp = 8*1 must divide tp*cp*dp = 1*1*4 = 4")
+    assert search(compose_run("qwen3_30b_a3b_muon", []), top=0, fixed=frozenset({"tp", "pp", "vpp"}))["own_problem"] is None

@@ -200,6 +200,12 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
     own = point_of_run(run)
     forced = dataclasses.replace(run, force=True)  # memory is checked here, so that the run's own layout stays
     previous: ResolvedRun | None = None  # the points come MBS innermost: neighbours place their parameters alike
+    own_problem: Problem | None = None  # why the run's own layout is not a valid point, if it is not
+    if own not in candidates:  # a layout that does not divide: validation says how, as make plan would
+        try:
+            validate(at(forced, own))
+        except UserError as err:
+            own_problem = err.problems[0]
     for point in candidates:
         floor = parameter_floor_gb(run, point, counts)
         if spec is not None and point != own and floor > spec.hbm_gb:
@@ -208,6 +214,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         try:
             resolved = previous = validate(at(forced, point), like=previous)
         except UserError as err:
+            own_problem = err.problems[0] if point == own else own_problem
             reason = f"invalid: {err.problems[0].field}"
             dropped[reason] += 1
             first_problems.setdefault(reason, err.problems[0])
@@ -248,6 +255,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         "valid": len(scored),
         "dropped": dict(dropped),
         "first_problems": first_problems,
+        "own_problem": own_problem,
         "top": rows,
         # Every point is projected at the same calibrated efficiency: the absolute figures share its expected error.
         "efficiency": scored[0].projection["efficiency"] if scored else None,
