@@ -195,6 +195,17 @@ def test_bubble_only_pipeline_fraction():
     assert step.parts["pipeline_p2p"] == pytest.approx(2 * (pp - 1) * hop, rel=1e-9)
 
 
+def test_a_non_interleaved_pipeline_waits_for_every_send():
+    """Megatron's non-interleaved 1F1B sends synchronously: every microbatch slot pays its two exchanges."""
+    run, inputs = _inputs(
+        "parallel.num_gpus=4", "parallel.pp=4", "parallel.vpp=null", "parallel.ep=1", "train.gbs=32", "train.mbs=1"
+    )
+    step = evaluate(inputs, 0.4)
+    m, pp = 32, 4
+    hop = run.train.mbs * run.train.seq_length * run.model.hidden_size * 2 / NVLINK
+    assert inputs.vpp == 1 and step.parts["pipeline_p2p"] == pytest.approx(2 * (m + pp - 1) * hop, rel=1e-9)
+
+
 def test_stage_flops_add_up_to_the_model():
     for recipe in ("kimi_k2_muon", "qwen3_30b_a3b_muon", "deepseek_v3_adamw"):
         run = compose_run(recipe, [])

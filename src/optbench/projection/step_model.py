@@ -146,6 +146,17 @@ class _StageTime(NamedTuple):
         return self.flops + self.weight_bound + self.bf16_attention + self.small_experts
 
 
+def _pipeline_hops(inputs: StepInputs) -> int:
+    """Pipeline sends on the step's critical path. The interleaved schedule overlaps its steady-state sends with
+    computation (``overlap_p2p_comm``), leaving the fill and the drain; Megatron's non-interleaved 1F1B cannot
+    ("Non-interleaved pipeline parallelism does not support overlapping p2p communication",
+    ``pipeline_parallel/schedules.py``): each of its ``m + pp - 1`` microbatch slots waits for its activations'
+    and its gradients' exchange."""
+    if inputs.pp == 1:
+        return 0
+    return 2 * (inputs.microbatches + inputs.pp - 1) if inputs.vpp == 1 else 2 * (inputs.pp - 1)
+
+
 def _stage_time(inputs: StepInputs, r: int, rate: float, backward_share: float) -> _StageTime:
     cp_exposed = max(0.0, inputs.stage_cp_s[r] - inputs.stage_attention_flops_mb[r] / rate)
     flops = inputs.stage_flops_mb[r] / rate
@@ -190,7 +201,7 @@ def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 
         "moe_all_to_all": m * stage.ep_exposed,
         "tensor_parallel": m * inputs.stage_tp_s[slow],
         "context_parallel": m * stage.cp_exposed,
-        "pipeline_p2p": 2 * (inputs.pp - 1) * inputs.p2p_s,
+        "pipeline_p2p": _pipeline_hops(inputs) * inputs.p2p_s,
         "dp_grad_reduce_exposed": max(exposed_grad(r) for r in range(inputs.world)),
         "optimizer": inputs.optimizer[busiest].total_s,
         "param_gather_exposed": max(gather),
