@@ -17,6 +17,7 @@ from optbench.plan import claim_results, plan_path
 from optbench.projection.expected_error import expected_error_text
 from optbench.projection.search import (
     AT_ITS_EP,
+    Among,
     Point,
     Standing,
     fixed_dimensions,
@@ -29,8 +30,8 @@ from optbench.projection.search import (
 from optbench.projection.twin import adamw_twin
 
 
-def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | None) -> list[str]:
-    """The printed report of a search."""
+def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | None, at_ep: Among | None) -> list[str]:
+    """The printed report of a search (``at_ep``: the recipe's layout among the layouts of its EP)."""
     fixed = ", ".join(f"{name.upper()} {value}" for name, value in result["fixed"].items())
     lines = [
         f"Layout search: {recipe}: {result['candidates']} layouts{f' at {fixed} (FIX)' if fixed else ''},"
@@ -49,10 +50,8 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
     if own is not None:
         where = (f"rank {own.rank} of {result['valid']}, {own.tflops_per_gpu:.1f} TFLOP/s/GPU,"
                  f" {own.gap_to_best_percent:+.2f} % from the best (ties share a rank: the model prices them alike)")
-        if "ep" not in result["fixed"]:
-            alike = sum(1 for r in result["ranked"] if r.point.ep == own_point.ep)
-            where += (f"; among the {alike} layouts of its EP {own_point.ep}, rank"
-                      f" {rank_at_fixed(result, own_point, AT_ITS_EP)} (FIX=ep)")
+        if "ep" not in result["fixed"] and at_ep is not None:
+            where += f"; among the {at_ep.layouts} layouts of its EP {own_point.ep}, rank {at_ep.rank} (FIX=ep)"
     lines.append(f"  recipe's own layout {own_point.label}: {where}")
     if result.get("efficiency"):
         efficiency = result["efficiency"]
@@ -94,8 +93,8 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "") -> int:
     if not result["valid"]:
         raise UserError(nothing_valid(run, result))  # before anything is printed or written
     own = point_of_run(run)
-    standing = standing_of(result, own)
-    for line in search_lines(recipe, result, own, standing):
+    standing, at_ep = standing_of(result, own), rank_at_fixed(result, own, AT_ITS_EP)
+    for line in search_lines(recipe, result, own, standing, at_ep):
         print(line)
     claim_results(run)
     path = plan_path(run).with_name("search.json")
@@ -103,7 +102,7 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "") -> int:
     record.update(recipe=recipe, overrides=list(overrides), own_layout=own.label,
                   own_rank=standing.rank if standing else None,
                   own_gap_to_best_percent=standing.gap_to_best_percent if standing else None,
-                  own_rank_at_its_ep=rank_at_fixed(result, own, AT_ITS_EP),
+                  own_rank_at_its_ep=at_ep.rank if at_ep else None,
                   own_problem=str(result["own_problem"]) if result["own_problem"] else None)
     print(f"  search.json {atomic_write_json(path, record)}")
     return 0

@@ -84,7 +84,7 @@ def test_the_rank_at_its_ep_is_the_rank_a_search_at_that_ep_gives():
     assert at_ep["fixed"] == {"ep": 8} and full["fixed"] == {}
     assert [r.point.ep for r in at_ep["ranked"]] == [8] * at_ep["valid"] and at_ep["valid"] < full["valid"]
     for entry in at_ep["ranked"]:
-        assert rank_at_fixed(full, entry.point, frozenset({"ep"})) == entry.rank
+        assert rank_at_fixed(full, entry.point, frozenset({"ep"})) == (entry.rank, at_ep["valid"])
     assert rank_at_fixed(full, Point(3, 1, 1, 1, 8, 8), frozenset({"ep"})) is None
 
 

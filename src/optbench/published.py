@@ -83,6 +83,11 @@ class PublishedRow:
         """``<source> <release>``, how the tables name a published figure."""
         return f"{self.source} {self.release}"
 
+    @property
+    def setup(self) -> tuple[str, str, str, int, str]:
+        """What one source publishes once per release: source, model, GPU, GPU count, precision."""
+        return self.source, self.model, self.gpu, self.num_gpus, self.precision
+
 
 LAYOUT_COLUMNS = ("gbs", "mbs", "seq_length", "tp", "pp", "vpp", "cp", "ep", "etp")
 

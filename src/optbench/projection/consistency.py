@@ -42,10 +42,6 @@ MIN_WITNESSES = 2
 """Other releases that must all contradict a row (one alone cannot say which of the two is wrong)."""
 
 
-def _setup(row: PublishedRow) -> tuple:
-    return row.source, row.model, row.gpu, row.num_gpus, row.precision
-
-
 def _executed(row: PublishedRow) -> bool:
     """An AdamW row with a model figure of a release whose NVIDIA preset we executed."""
     config = row_config(row)
@@ -60,7 +56,7 @@ def cross_release_errors(rows: list[PublishedRow]) -> dict[str, list[tuple[str, 
     for row in executed:
         errors = []
         for other in executed:
-            if other is row or _setup(other) != _setup(row) or other.release == row.release:
+            if other is row or other.setup != row.setup or other.release == row.release:
                 continue
             result = projection_error(row, Holdout(rows=every - {row_id(other)}))  # ``other`` is the one anchor left
             if "error_percent" in result:

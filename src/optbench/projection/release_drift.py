@@ -11,12 +11,15 @@ left out (nothing says whether its configuration changed).
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
 from optbench.projection.row_config import release_order
 from optbench.published import PublishedRow
 from optbench.releases.presets import case_key, executed_configuration
+
+T = TypeVar("T")
 
 
 def preset_key(row: PublishedRow) -> str:
@@ -32,27 +35,34 @@ def same_configuration(row: PublishedRow, release: str) -> bool:
     return theirs is not None and theirs == executed_configuration(f"nemo:{release}", preset_key(row))
 
 
+def consecutive_releases(items: Iterable[T], row_of: Callable[[T], PublishedRow]) -> Iterator[tuple[T, T]]:
+    """Every pair of neighbours in release order among the items of one setup and optimizer
+    (:attr:`PublishedRow.setup`), setup by setup in the order they first appear; ``row_of`` gives an item's row."""
+    series: dict[tuple, list[T]] = {}
+    for item in items:
+        row = row_of(item)
+        series.setdefault((row.setup, row.optimizer), []).append(item)
+    for entries in series.values():
+        entries.sort(key=lambda item: release_order(row_of(item).release))
+        yield from zip(entries, entries[1:])
+
+
 def _steps(rows: list[PublishedRow]) -> list[dict[str, Any]]:
-    setups: dict[tuple, list[PublishedRow]] = {}
-    for row in rows:
-        if row.optimizer == "adamw" and row.model_tflops_per_gpu:
-            setups.setdefault((row.source, row.model, row.gpu, row.num_gpus, row.precision), []).append(row)
+    adamw = [row for row in rows if row.optimizer == "adamw" and row.model_tflops_per_gpu]
     steps = []
-    for series in setups.values():
-        series.sort(key=lambda row: release_order(row.release))
-        for before, after in zip(series, series[1:]):
-            key = preset_key(before)
-            if before.release == after.release or any(
-                executed_configuration(f"nemo:{row.release}", key) is None for row in (before, after)
-            ):
-                continue
-            steps.append({
-                "setup": f"{before.model} {before.gpu} x{before.num_gpus} {before.precision} ({before.source})",
-                "from": before.release, "to": after.release,
-                "tflops": [before.model_tflops_per_gpu, after.model_tflops_per_gpu],
-                "change_percent": round(100 * (after.model_tflops_per_gpu / before.model_tflops_per_gpu - 1), 2),
-                "same_preset": same_configuration(before, after.release),
-            })
+    for before, after in consecutive_releases(adamw, lambda row: row):
+        key = preset_key(before)
+        if before.release == after.release or any(
+            executed_configuration(f"nemo:{row.release}", key) is None for row in (before, after)
+        ):
+            continue
+        steps.append({
+            "setup": f"{before.model} {before.gpu} x{before.num_gpus} {before.precision} ({before.source})",
+            "from": before.release, "to": after.release,
+            "tflops": [before.model_tflops_per_gpu, after.model_tflops_per_gpu],
+            "change_percent": round(100 * (after.model_tflops_per_gpu / before.model_tflops_per_gpu - 1), 2),
+            "same_preset": same_configuration(before, after.release),
+        })
     return steps
 
 

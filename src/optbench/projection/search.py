@@ -339,17 +339,31 @@ def rank_with_headroom(result: dict[str, Any], point: Point, share: float) -> in
     if found is None:
         return None
     kept = [r for r in result["ranked"] if r.point != point and (r.memory_share is None or r.memory_share <= share)]
-    return 1 + sum(1 for r in kept if round(r.tflops_per_gpu, 2) > round(found.tflops_per_gpu, 2))
+    return _rank_among(kept, found.tflops_per_gpu)
 
 
-def rank_at_fixed(result: dict[str, Any], point: Point, fixed: frozenset[str]) -> int | None:
-    """``point``'s rank among the layouts of a search that share its values of the ``fixed`` dimensions (ties as in
-    the search), None when it was not a valid point: the rank a search with ``FIX=`` those gives it."""
+class Among(NamedTuple):
+    """A layout's place among the layouts of a search that share some of its values."""
+
+    rank: int
+    """1 = best among them; ties as in the search."""
+    layouts: int
+    """How many valid layouts share those values (itself included)."""
+
+
+def rank_at_fixed(result: dict[str, Any], point: Point, fixed: frozenset[str]) -> Among | None:
+    """``point``'s rank among the layouts of a search that share its values of the ``fixed`` dimensions, None when
+    it was not a valid point: the rank a search with ``FIX=`` those gives it."""
     found = ranked_of(result, point)
     if found is None:
         return None
     alike = [r for r in result["ranked"] if all(getattr(r.point, name) == getattr(point, name) for name in fixed)]
-    return 1 + sum(1 for r in alike if round(r.tflops_per_gpu, 2) > round(found.tflops_per_gpu, 2))
+    return Among(_rank_among(alike, found.tflops_per_gpu), len(alike))
+
+
+def _rank_among(ranked: list[Ranked], tflops_per_gpu: float) -> int:
+    """1 + the layouts strictly better than ``tflops_per_gpu`` (to 0.01 TFLOP/s/GPU, as :func:`_tied_ranks`)."""
+    return 1 + sum(1 for r in ranked if round(r.tflops_per_gpu, 2) > round(tflops_per_gpu, 2))
 
 
 def point_of_run(run: RunConfig) -> Point:

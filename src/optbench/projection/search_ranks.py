@@ -21,7 +21,8 @@ from optbench.exits import exit_on_user_error
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
 from optbench.projection.calibration import row_id
-from optbench.projection.row_config import release_order, row_config, row_run
+from optbench.projection.release_drift import consecutive_releases
+from optbench.projection.row_config import row_config, row_run
 from optbench.projection.search import (
     AT_ITS_EP,
     Point,
@@ -51,7 +52,7 @@ were why NVIDIA's layouts rank low, a stricter rule would lift them."""
 def record(row: str, own: Point, result: dict[str, Any], seconds: float, command: str) -> dict[str, Any]:
     """One row's standing: NVIDIA's layout's rank and projected throughput beside our best, its memory estimate's
     share of HBM, and its rank under each stricter memory rule of :data:`HEADROOM`."""
-    standing = standing_of(result, own)
+    standing, at_ep = standing_of(result, own), rank_at_fixed(result, own, AT_ITS_EP)
     entry: dict[str, Any] = {
         "row": row, "layout": own.label, "rank": None, "valid_points": result["valid"],
         "candidates": result["candidates"], "seconds": round(seconds, 1), "command": command,
@@ -63,8 +64,8 @@ def record(row: str, own: Point, result: dict[str, Any], seconds: float, command
             best_has_lower_ep=standing.best.ep < own.ep,
             memory_share=_rounded(ranked_of(result, own).memory_share),
             rank_with_headroom={str(share): rank_with_headroom(result, own, share) for share in HEADROOM},
-            rank_at_its_ep=rank_at_fixed(result, own, AT_ITS_EP),
-            layouts_at_its_ep=sum(1 for r in result["ranked"] if r.point.ep == own.ep),
+            rank_at_its_ep=at_ep.rank,
+            layouts_at_its_ep=at_ep.layouts,
         )
     return entry
 
@@ -109,21 +110,14 @@ def layout_changes(searched: list[tuple[PublishedRow, Point, dict[str, Any]]]) -
     the search prefer the layout NVIDIA moved to? (At the earlier configuration the new layout runs without the
     later release's other changes; at the later one the old layout may be invalid, e.g. a non-interleaved pipeline
     once the EP all-to-all is overlapped.)"""
-    setups: dict[tuple, list[tuple[PublishedRow, Point, dict[str, Any]]]] = {}
-    for entry in searched:
-        row = entry[0]
-        setups.setdefault((row.source, row.model, row.gpu, row.num_gpus, row.precision, row.optimizer), []).append(entry)
     changes = []
-    for entries in setups.values():
-        entries.sort(key=lambda e: release_order(e[0].release))
-        for (before, old, earlier), (after, new, later) in zip(entries, entries[1:]):
-            if old != new:
-                changes.append({
-                    "from_row": row_id(before), "to_row": row_id(after), "from_layout": old.label,
-                    "to_layout": new.label,
-                    "published_change_percent": round(100 * (after.tflops_per_gpu / before.tflops_per_gpu - 1), 1),
-                    "at_earlier_release": _judged(earlier, old, new), "at_later_release": _judged(later, old, new),
-                })
+    for (before, old, earlier), (after, new, later) in consecutive_releases(searched, lambda entry: entry[0]):
+        if old != new:
+            changes.append({
+                "from_row": row_id(before), "to_row": row_id(after), "from_layout": old.label, "to_layout": new.label,
+                "published_change_percent": round(100 * (after.tflops_per_gpu / before.tflops_per_gpu - 1), 1),
+                "at_earlier_release": _judged(earlier, old, new), "at_later_release": _judged(later, old, new),
+            })
     return changes
 
 

@@ -21,7 +21,6 @@ from optbench.projection.validation import SCHEMES, WITHIN, report
 from optbench.published import default_published_dir, load_published
 
 
-
 def _cell(result: dict[str, Any]) -> str:
     if "error_percent" not in result:
         return "-"
