@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from optbench.checkout import repo_root
 from optbench.compose import release_layout
 from optbench.compose.pipeline import follow_stage_overrides
+from optbench.compose.reuse import compose_with_kept_groups
 from optbench.config import overrides as typed
 from optbench.config.domains import check_domains
 from optbench.config.schema import RunConfig
@@ -142,9 +143,12 @@ def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig
     # before; the composed run is the same: tests/test_recipes.py).
     quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none", *(f"~hydra/{group}" for group in _UNUSED_HYDRA)]
 
-    def attempt(typed_overrides: Sequence[str]) -> DictConfig:
+    def hydra_compose(typed_overrides: Sequence[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(root / "recipes"), version_base="1.3"):
             return compose(config_name=recipe, overrides=[search, *quiet, f"++recipe={recipe}", *typed_overrides])
+
+    def attempt(typed_overrides: Sequence[str]) -> DictConfig:
+        return compose_with_kept_groups(root, recipe, typed_overrides, hydra_compose)
 
     failures = (HydraException, OmegaConfBaseException, ValueError, AssertionError)
     try:
