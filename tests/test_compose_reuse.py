@@ -57,6 +57,8 @@ def test_kept_groups_compose_what_hydra_composes(recipe: str, monkeypatch) -> No
     ["train.mbs=1", "+parallel.tp=2"],
     ["cluster=no_such_cluster", "train.mbs=1"],
     ["train.mbs=1", "~no_such_key"],
+    ["train.mbs=1", "parallel.pp=[1,"],  # does not parse
+    ["parallel.ep=32,64"],  # a sweep: Hydra composes it in full and refuses it
 ])
 def test_kept_groups_fail_as_hydra_fails(overrides: list[str], monkeypatch) -> None:
     compose_dictconfig("kimi_k2_muon", ["train.mbs=1"])  # the recipe's merge is kept
