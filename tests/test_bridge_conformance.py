@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from optbench.releases import versions
 from optbench.releases.presets import LAYER_WISE_MUON, OURS, RECIPE_DEPARTURES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +48,13 @@ def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+def search_sample(target: Target) -> int:
+    """How many of each model's ``make search`` layouts go through the target's Bridge: every one for the default
+    container (what ``make search`` ranks unless told otherwise), 12 per model for the others (a layout costs about
+    0.7 s; all of them, some 260 per release, add about 2 minutes to a container's report)."""
+    return 0 if target.name == versions.runnable()[0].name else 12
+
+
 def report_of(target: Target, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The target's report, computed once per session: ``--dist loadgroup`` can still hand a group's tests to two
     workers, so the first one computes under a lock and the others read its file."""
@@ -61,7 +69,7 @@ def report_of(target: Target, tmp_path_factory: pytest.TempPathFactory) -> dict:
                 partial = out.with_suffix(".partial")
                 done = subprocess.run(
                     [str(target.python), str(ROOT / "tests" / "bridge_env" / "conformance.py"), "--container",
-                     target.container, "--out", str(partial)],
+                     target.container, "--search-layouts", str(search_sample(target)), "--out", str(partial)],
                     capture_output=True, text=True, timeout=900, cwd=ROOT, env=target.environment(),
                 )
                 assert done.returncode == 0, done.stderr[-3000:]
@@ -198,6 +206,20 @@ def test_soap_and_adaptive_muon_land_where_core_has_them_and_are_refused_where_i
             assert c["lion_betas"] == [0.95, 0.98]
     elif core >= (0, 18):  # 26.06: AdaMuon is there, Lion for the scalars is not
         assert "optimizer.scalar_optimizer" in adaptive["refusal"] and "nemo:26.08" in adaptive["refusal"]
+
+
+@per_target()
+def test_the_search_keeps_exactly_the_layouts_bridge_accepts(target: Target, tmp_path_factory) -> None:
+    """A layout ``make search`` ranks (valid by our checks, fitting in memory) is one the container's Bridge and
+    Core accept: built from its recipe with our overrides, through ``runtime_config_update`` at the search's GPU
+    count; and one our checks refuse, Bridge or Core refuse too (our adapter never decides it), in the config or,
+    for the flex dispatcher on one expert rank before nemo:26.04.01, when Core builds the model (that assertion's
+    text is checked in the installed Core by the test below)."""
+    for c in report_of(target, tmp_path_factory)["search_layouts"]:
+        assert c["bridge_refused"] == [], (c["recipe"], c["bridge_refused"][:3])
+        assert c["bridge_accepted_what_we_refuse"] == [], (c["recipe"], c["bridge_accepted_what_we_refuse"][:3])
+        assert c["bridge_refused_what_we_refuse"] + c["refused_when_the_model_is_built"] == c["we_refuse"]
+        assert c["checked"] >= (search_sample(target) or 20), c  # every model has some 25-120 such layouts
 
 
 @per_target()

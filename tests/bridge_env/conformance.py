@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -303,6 +304,90 @@ def emerging_cases(results: Path, container: str) -> list[dict[str, Any]]:
     return cases
 
 
+SEARCH_RECIPES = ("kimi_k2_muon", "deepseek_v3_muon", "qwen3_30b_a3b_muon")
+"""Whose ``make search`` layouts go through Bridge (the AdamW recipes search the same layouts)."""
+
+
+BUILD_TIME = "asserts so when the model is built"
+"""How our refusal of a rule Core asserts only when it builds the model (the flex dispatcher on one expert rank,
+bridge/moe_rules.py) says so: ``runtime_config_update`` never reaches it, and the rule's text is checked in each
+installed Core by tests/test_bridge_conformance.py instead."""
+
+
+def search_layout_cases(results: Path, container: str, sample: int) -> list[dict[str, Any]]:
+    """Our validity against Bridge's on the layouts ``make search`` tries: each one it keeps (valid by our checks,
+    fitting in memory) must pass Bridge's recipe with our overrides and ``runtime_config_update``, and each one our
+    checks refuse must be refused by Bridge or Core too. Every layout (``sample`` 0) or ``sample`` of each kind,
+    drawn in a fixed random order. One micro-batch size per layout: the search keeps only those with GBS divisible
+    by MBS x DP, which is all Bridge's config checks ask of it; memory is not a config check, and a rule Core asserts
+    when it builds the model is counted apart (``refused_when_the_model_is_built``)."""
+    import random
+
+    from megatron.bridge.training.config import runtime_config_update
+
+    from optbench.bridge.adapter import bridge_setup
+    from optbench.bridge.entry import BridgeAPI, build_config_container
+    from optbench.compose.recipe import compose_run
+    from optbench.errors import UserError
+    from optbench.projection.search import at, points
+    from optbench.validate import validate
+
+    def bridge_verdict(run: Any) -> str | None:
+        """None when Bridge builds and updates the run's config, else what refused it."""
+        try:
+            config = build_config_container(bridge_setup(run), BridgeAPI())
+            os.environ["WORLD_SIZE"] = str(run.parallel.num_gpus)
+            runtime_config_update(config)
+            return None
+        except UserError as err:  # our adapter, not Bridge: no verdict
+            return f"ours: {err.lines()[0]}"
+        except Exception as err:  # what Bridge or Core raises is the point
+            return f"{type(err).__name__}: {str(err)[:300]}"
+
+    cases = []
+    for recipe in SEARCH_RECIPES:
+        run = compose_run(recipe, [f"results_dir={results}", "run_id=search", f"cluster.container={container}"])
+        os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
+        stand_ins.install()
+        forced = dataclasses.replace(run, force=True)  # the search checks memory itself, as here
+        candidates = list(points(run))
+        if sample:
+            random.Random(0).shuffle(candidates)
+        kept: set[tuple[int, ...]] = set()
+        ours_refused: set[tuple[int, ...]] = set()
+        case: dict[str, Any] = {"recipe": recipe, "candidates": len(candidates), "bridge_refused": [],
+                                "bridge_accepted_what_we_refuse": [], "bridge_refused_what_we_refuse": 0,
+                                "refused_when_the_model_is_built": 0}
+        for point in candidates:
+            layout = (point.tp, point.pp, point.vpp, point.cp, point.ep)
+            if layout in kept or layout in ours_refused:
+                continue
+            moved = at(forced, point)
+            try:
+                resolved = validate(moved)
+            except UserError as err:
+                if sample and len(ours_refused) >= sample:
+                    continue
+                ours_refused.add(layout)
+                verdict = bridge_verdict(moved)
+                if verdict is None and BUILD_TIME in err.lines()[0]:
+                    case["refused_when_the_model_is_built"] += 1  # Core asserts it past the config (moe_rules.py)
+                elif verdict is None or verdict.startswith("ours: "):
+                    case["bridge_accepted_what_we_refuse"].append(
+                        {"layout": point.label, "ours": err.lines()[0], "bridge": verdict})
+                else:
+                    case["bridge_refused_what_we_refuse"] += 1
+                continue
+            if not resolved.memory.fits or (sample and len(kept) >= sample):
+                continue
+            kept.add(layout)
+            verdict = bridge_verdict(resolved.run)
+            if verdict is not None:
+                case["bridge_refused"].append({"layout": point.label, "error": verdict})
+        cases.append({**case, "checked": len(kept), "we_refuse": len(ours_refused)})
+    return cases
+
+
 def negative_controls(results: Path, container: str) -> dict[str, Any]:
     """A misspelled key and an impossible pipeline layout must both fail inside Bridge."""
     from megatron.bridge.training.config import runtime_config_update
@@ -337,6 +422,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the JSON report here (default: stdout)")
     parser.add_argument("--recipes", nargs="*", default=list(RECIPES))
     parser.add_argument("--container", default="nemo:26.02.01", help="the NeMo container whose Bridge and Core are installed")
+    parser.add_argument("--search-layouts", type=int, default=12, metavar="N",
+                        help="how many of each model's make search layouts to put through Bridge (0: every one)")
     args = parser.parse_args()
     import hf_cache
 
@@ -356,6 +443,7 @@ def main() -> int:
                                             "traceback": traceback.format_exc()[-2000:]})
         report["emerging"] = emerging_cases(Path(tmp) / "results", args.container)
         report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)
+        report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container, args.search_layouts)
         report["timer_levels"] = timer_levels()
     from importlib.metadata import version
 
