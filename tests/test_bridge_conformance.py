@@ -48,34 +48,35 @@ def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-def search_sample(target: Target) -> int:
-    """How many of each model's ``make search`` layouts go through the target's Bridge: every one for the default
-    container (what ``make search`` ranks unless told otherwise), 12 per model for the others (a layout costs about
-    0.7 s; all of them, some 260 per release, add about 2 minutes to a container's report)."""
-    return 0 if target.name == versions.runnable()[0].name else 12
+SEARCH_SAMPLE = 4
+"""Layouts of each kind (kept, refused) per model that every container's report puts through its Bridge; the
+default container's every layout goes through in a report of its own (:func:`search_report`), on its own worker."""
+DEFAULT = next(t for t in TARGETS if t.name == versions.runnable()[0].name)
 
 
-def report_of(target: Target, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def report_of(target: Target, tmp_path_factory: pytest.TempPathFactory, search_only: bool = False) -> dict:
     """The target's report, computed once per session: ``--dist loadgroup`` can still hand a group's tests to two
-    workers, so the first one computes under a lock and the others read its file."""
-    if target.name not in _reports:
+    workers, so the first one computes under a lock and the others read its file. ``search_only``: the report of
+    every ``make search`` layout alone."""
+    key = f"{target.name}{'-search' if search_only else ''}"
+    if key not in _reports:
         if not target.python.is_file() or (target.overlay is not None and not (target.overlay / ".complete").is_file()):
             pytest.fail(f"the Bridge environment of {target.name} is missing: run `make setup` (or `make bridge-env`)")
-        name = target.name.replace(":", "_")
-        out = _session_folder(tmp_path_factory) / f"conformance-{name}.json"
+        out = _session_folder(tmp_path_factory) / f"conformance-{key.replace(':', '_')}.json"
+        search = ["--search-only", "--search-layouts", "0"] if search_only else ["--search-layouts", str(SEARCH_SAMPLE)]
         with open(out.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not out.is_file():
                 partial = out.with_suffix(".partial")
                 done = subprocess.run(
                     [str(target.python), str(ROOT / "tests" / "bridge_env" / "conformance.py"), "--container",
-                     target.container, "--search-layouts", str(search_sample(target)), "--out", str(partial)],
+                     target.container, *search, "--out", str(partial)],
                     capture_output=True, text=True, timeout=900, cwd=ROOT, env=target.environment(),
                 )
                 assert done.returncode == 0, done.stderr[-3000:]
                 partial.replace(out)
-        _reports[target.name] = json.loads(out.read_text())
-    return _reports[target.name]
+        _reports[key] = json.loads(out.read_text())
+    return _reports[key]
 
 
 def case(report: dict, recipe: str, intent: str) -> dict:
@@ -208,18 +209,29 @@ def test_soap_and_adaptive_muon_land_where_core_has_them_and_are_refused_where_i
         assert "optimizer.scalar_optimizer" in adaptive["refusal"] and "nemo:26.08" in adaptive["refusal"]
 
 
+def assert_search_agrees(cases: list[dict], least: int) -> None:
+    for c in cases:
+        assert c["bridge_refused"] == [], (c["recipe"], c["bridge_refused"][:3])
+        assert c["bridge_accepted_what_we_refuse"] == [], (c["recipe"], c["bridge_accepted_what_we_refuse"][:3])
+        assert c["bridge_refused_what_we_refuse"] + c["refused_when_the_model_is_built"] == c["we_refuse"]
+        assert c["checked"] >= least, c  # every model has some 25-120 such layouts
+
+
 @per_target()
 def test_the_search_keeps_exactly_the_layouts_bridge_accepts(target: Target, tmp_path_factory) -> None:
     """A layout ``make search`` ranks (valid by our checks, fitting in memory) is one the container's Bridge and
     Core accept: built from its recipe with our overrides, through ``runtime_config_update`` at the search's GPU
     count; and one our checks refuse, Bridge or Core refuse too (our adapter never decides it), in the config or,
     for the flex dispatcher on one expert rank before nemo:26.04.01, when Core builds the model (that assertion's
-    text is checked in the installed Core by the test below)."""
-    for c in report_of(target, tmp_path_factory)["search_layouts"]:
-        assert c["bridge_refused"] == [], (c["recipe"], c["bridge_refused"][:3])
-        assert c["bridge_accepted_what_we_refuse"] == [], (c["recipe"], c["bridge_accepted_what_we_refuse"][:3])
-        assert c["bridge_refused_what_we_refuse"] + c["refused_when_the_model_is_built"] == c["we_refuse"]
-        assert c["checked"] >= (search_sample(target) or 20), c  # every model has some 25-120 such layouts
+    text is checked in the installed Core by the test below). A sample of each kind per model here."""
+    assert_search_agrees(report_of(target, tmp_path_factory)["search_layouts"], SEARCH_SAMPLE)
+
+
+@pytest.mark.xdist_group(f"bridge-search-{DEFAULT.name}")
+def test_every_layout_the_default_containers_search_tries_is_judged_as_bridge_judges_it(tmp_path_factory) -> None:
+    """The same on every layout ``make search`` tries on the default container (what it ranks unless told
+    otherwise; some 400 layouts, about 2 minutes), in a report of its own so that it runs beside the others."""
+    assert_search_agrees(report_of(DEFAULT, tmp_path_factory, search_only=True)["search_layouts"], 20)
 
 
 @per_target()

@@ -424,6 +424,7 @@ def main() -> int:
     parser.add_argument("--container", default="nemo:26.02.01", help="the NeMo container whose Bridge and Core are installed")
     parser.add_argument("--search-layouts", type=int, default=12, metavar="N",
                         help="how many of each model's make search layouts to put through Bridge (0: every one)")
+    parser.add_argument("--search-only", action="store_true", help="report the make search layouts alone")
     args = parser.parse_args()
     import hf_cache
 
@@ -434,17 +435,18 @@ def main() -> int:
         from optbench.outputs import claim
 
         claim(Path(tmp) / "results", "results_dir", "results")  # the cases write into it before composing again
-        for recipe in args.recipes:
+        for recipe in [] if args.search_only else args.recipes:
             for intent in INTENTS:
                 try:
                     report["cases"].append(check_case(recipe, intent, Path(tmp) / "results", args.container))
                 except Exception as err:
                     report["cases"].append({"recipe": recipe, "intent": intent, "error": f"{type(err).__name__}: {err}",
                                             "traceback": traceback.format_exc()[-2000:]})
-        report["emerging"] = emerging_cases(Path(tmp) / "results", args.container)
-        report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)
+        if not args.search_only:
+            report["emerging"] = emerging_cases(Path(tmp) / "results", args.container)
+            report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)
+            report["timer_levels"] = timer_levels()
         report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container, args.search_layouts)
-        report["timer_levels"] = timer_levels()
     from importlib.metadata import version
 
     report["versions"] = {name: version(name) for name in ("megatron-bridge", "megatron-core", "torch", "transformers")}
