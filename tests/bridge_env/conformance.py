@@ -422,9 +422,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the JSON report here (default: stdout)")
     parser.add_argument("--recipes", nargs="*", default=list(RECIPES))
     parser.add_argument("--container", default="nemo:26.02.01", help="the NeMo container whose Bridge and Core are installed")
-    parser.add_argument("--search-layouts", type=int, default=12, metavar="N",
-                        help="how many of each model's make search layouts to put through Bridge (0: every one)")
-    parser.add_argument("--search-only", action="store_true", help="report the make search layouts alone")
+    parser.add_argument("--search-layouts", type=int, default=0, metavar="N",
+                        help="with --search-only: how many of each kind of make search layout per model (0: all)")
+    parser.add_argument("--search-only", action="store_true",
+                        help="report only whether Bridge judges the make search layouts as our checks do")
     args = parser.parse_args()
     import hf_cache
 
@@ -442,11 +443,12 @@ def main() -> int:
                 except Exception as err:
                     report["cases"].append({"recipe": recipe, "intent": intent, "error": f"{type(err).__name__}: {err}",
                                             "traceback": traceback.format_exc()[-2000:]})
-        if not args.search_only:
+        if args.search_only:
+            report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container, args.search_layouts)
+        else:
             report["emerging"] = emerging_cases(Path(tmp) / "results", args.container)
             report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)
             report["timer_levels"] = timer_levels()
-        report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container, args.search_layouts)
     from importlib.metadata import version
 
     report["versions"] = {name: version(name) for name in ("megatron-bridge", "megatron-core", "torch", "transformers")}
