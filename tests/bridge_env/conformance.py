@@ -314,15 +314,12 @@ bridge/moe_rules.py) says so: ``runtime_config_update`` never reaches it, and th
 installed Core by tests/test_bridge_conformance.py instead."""
 
 
-def search_layout_cases(results: Path, container: str, sample: int) -> list[dict[str, Any]]:
-    """Our validity against Bridge's on the layouts ``make search`` tries: each one it keeps (valid by our checks,
+def search_layout_cases(results: Path, container: str) -> list[dict[str, Any]]:
+    """Our validity against Bridge's on every layout ``make search`` tries: each one it keeps (valid by our checks,
     fitting in memory) must pass Bridge's recipe with our overrides and ``runtime_config_update``, and each one our
-    checks refuse must be refused by Bridge or Core too. Every layout (``sample`` 0) or ``sample`` of each kind,
-    drawn in a fixed random order. One micro-batch size per layout: the search keeps only those with GBS divisible
-    by MBS x DP, which is all Bridge's config checks ask of it; memory is not a config check, and a rule Core asserts
-    when it builds the model is counted apart (``refused_when_the_model_is_built``)."""
-    import random
-
+    checks refuse must be refused by Bridge or Core too. One micro-batch size per layout: the search keeps only
+    those with GBS divisible by MBS x DP, which is all Bridge's config checks ask of it; memory is not a config
+    check, and a rule Core asserts when it builds the model is counted apart (``refused_when_the_model_is_built``)."""
     from megatron.bridge.training.config import runtime_config_update
 
     from optbench.bridge.adapter import bridge_setup
@@ -351,8 +348,6 @@ def search_layout_cases(results: Path, container: str, sample: int) -> list[dict
         stand_ins.install()
         forced = dataclasses.replace(run, force=True)  # the search checks memory itself, as here
         candidates = list(points(run))
-        if sample:
-            random.Random(0).shuffle(candidates)
         kept: set[tuple[int, ...]] = set()
         ours_refused: set[tuple[int, ...]] = set()
         case: dict[str, Any] = {"recipe": recipe, "candidates": len(candidates), "bridge_refused": [],
@@ -366,8 +361,6 @@ def search_layout_cases(results: Path, container: str, sample: int) -> list[dict
             try:
                 resolved = validate(moved)
             except UserError as err:
-                if sample and len(ours_refused) >= sample:
-                    continue
                 ours_refused.add(layout)
                 verdict = bridge_verdict(moved)
                 if verdict is None and BUILD_TIME in err.lines()[0]:
@@ -378,7 +371,7 @@ def search_layout_cases(results: Path, container: str, sample: int) -> list[dict
                 else:
                     case["bridge_refused_what_we_refuse"] += 1
                 continue
-            if not resolved.memory.fits or (sample and len(kept) >= sample):
+            if not resolved.memory.fits:
                 continue
             kept.add(layout)
             verdict = bridge_verdict(resolved.run)
@@ -422,8 +415,6 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the JSON report here (default: stdout)")
     parser.add_argument("--recipes", nargs="*", default=list(RECIPES))
     parser.add_argument("--container", default="nemo:26.02.01", help="the NeMo container whose Bridge and Core are installed")
-    parser.add_argument("--search-layouts", type=int, default=0, metavar="N",
-                        help="with --search-only: how many of each kind of make search layout per model (0: all)")
     parser.add_argument("--search-only", action="store_true",
                         help="report only whether Bridge judges the make search layouts as our checks do")
     args = parser.parse_args()
@@ -444,7 +435,7 @@ def main() -> int:
                     report["cases"].append({"recipe": recipe, "intent": intent, "error": f"{type(err).__name__}: {err}",
                                             "traceback": traceback.format_exc()[-2000:]})
         if args.search_only:
-            report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container, args.search_layouts)
+            report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container)
         else:
             report["emerging"] = emerging_cases(Path(tmp) / "results", args.container)
             report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)
