@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Every test composes from Hydra or from its own process's kept merges, never from merges an earlier run left on
+# disk (tests/test_merge_cache.py turns the disk cache on where it is the subject); subprocesses inherit this.
+os.environ["OPTBENCH_COMPOSE_CACHE"] = "off"
 ON_0_3_1 = "cluster.container=nemo:26.02.01"
 """For tests that describe Bridge 0.3.1 / Core 0.16.1 (the main venv's Core, NVIDIA's executed 0.3.1 presets, the
 blog's jobs): they name that container, since the default is the newest proven one. Every container, the default

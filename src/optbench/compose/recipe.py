@@ -129,7 +129,6 @@ def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
-    _register_schema()
     root = repo_root()
     recipes = list_recipes()
     if recipe not in recipes:
@@ -144,6 +143,7 @@ def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig
     quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none", *(f"~hydra/{group}" for group in _UNUSED_HYDRA)]
 
     def hydra_compose(typed_overrides: Sequence[str]) -> DictConfig:
+        _register_schema()  # only when Hydra merges: a kept merge is typed already
         with initialize_config_dir(config_dir=str(root / "recipes"), version_base="1.3"):
             return compose(config_name=recipe, overrides=[search, *quiet, f"++recipe={recipe}", *typed_overrides])
 

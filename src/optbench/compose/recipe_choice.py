@@ -8,6 +8,9 @@ it as the user's choice of that group.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
+
 import yaml
 
 from optbench.checkout import repo_root
@@ -18,10 +21,21 @@ def recipe_group_choice(recipe: str, group: str) -> str | None:
     """The option a recipe picks for ``group``: its own ``override /group: option``, else conf/base.yaml's."""
     root = repo_root()
     for path, key in ((root / "recipes" / f"{recipe}.yaml", f"override /{group}"), (root / "conf" / "base.yaml", group)):
-        for entry in yaml.safe_load(path.read_text()).get("defaults", []):
+        for entry in _defaults_list(path):
             if isinstance(entry, dict) and key in entry:
                 return entry[key]
     return None
+
+
+def _defaults_list(path: Path) -> tuple:
+    """The ``defaults`` entries of a YAML file, parsed once per version of the file (a plan asks about 7 times)."""
+    stat = path.stat()
+    return _parsed_defaults(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _parsed_defaults(path: str, size: int, mtime_ns: int) -> tuple:
+    return tuple(yaml.safe_load(Path(path).read_text()).get("defaults", []))
 
 
 def restates_recipe_choice(recipe: str, override: str) -> bool:

@@ -1,0 +1,44 @@
+"""The composition's secret check (optbench.redact.secret_problems) on fields of every type: an interpolation
+that reaches the account or a credential variable is refused whatever the field's type (a typed field fails to
+validate the marker and its error quotes it), one that reaches nothing secret composes."""
+
+from __future__ import annotations
+
+import pytest
+
+from optbench.compose.recipe import compose_run
+from optbench.errors import UserError
+
+SECRETS = {"WANDB_API_KEY": "wk-0123456789abcdef", "SBATCH_ACCOUNT": "acct-hidden-77", "HF_TOKEN": "hf_tokenvalue42"}
+
+REACHING = [
+    ("parallel.tp", "parallel.tp=${oc.env:WANDB_API_KEY}"),  # int
+    ("train.mbs", "train.mbs=${cluster.account}"),  # int, through the account
+    ("model.qk_layernorm", "model.qk_layernorm=${oc.env:HF_TOKEN}"),  # bool
+    ("parallel.moe_token_dispatcher", "parallel.moe_token_dispatcher=${cluster.account}"),  # a string of a domain
+    ("optimizer.lr", "optimizer.lr=${oc.env:SBATCH_ACCOUNT}"),  # float
+    ("train.seed", "train.seed=${oc.env:SBATCH_ACCOUNT,3}"),  # set: the default is not taken
+    ("description", "description=${oc.select:cluster.account,1}"),
+    ("description", "description=${cluster}"),  # a whole section holding the account
+    ("logger.wandb_tags.0", "logger.wandb_tags=[${oc.env:HF_TOKEN}]"),  # an item of a list
+]
+
+
+@pytest.fixture(autouse=True)
+def secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize(("field", "override"), REACHING, ids=[o for _, o in REACHING])
+def test_an_interpolation_reaching_a_secret_is_refused_in_a_field_of_any_type(field: str, override: str) -> None:
+    with pytest.raises(UserError) as refused:
+        compose_run("kimi_k2_muon", [override])
+    [line] = refused.value.lines()
+    assert line.startswith(f"error: {field}: interpolates a secret") and not any(v in line for v in SECRETS.values())
+
+
+@pytest.mark.parametrize("override", ["parallel.pp=${oc.env:OPTBENCH_NO_SUCH_VARIABLE,8}", "description=x${cluster.partition}",
+                                      "description=${parallel.ep}"])
+def test_an_interpolation_reaching_nothing_secret_composes(override: str) -> None:
+    compose_run("kimi_k2_muon", [override])
