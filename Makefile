@@ -97,7 +97,8 @@ table: ## Write results/throughput.{md,csv} + plots: published rows beside measu
 
 #   make search RECIPE=kimi_k2_muon [FIX=ep,mbs]
 search: export OPTBENCH_SEARCH_FIX = $(call typed,FIX)
-search: ## Every valid layout of RECIPE's model at its GPU count, projected and ranked (top 10, Muon vs AdamW gap, your layout's rank; FIX=ep,mbs holds those at the recipe's values)
+search: export OPTBENCH_SEARCH_HBM = $(call typed,HBM)
+search: ## Every valid layout of RECIPE's model at its GPU count, projected and ranked (top 10, Muon vs AdamW gap, your layout's rank; FIX=ep,mbs holds those at the recipe's values; HBM=0.9 keeps layouts estimated at most 90 % of HBM)
 	@$(LAUNCH) search --from-make
 
 #   make search-ranks [MODELS=qwen3_30b_a3b,kimi_k2]

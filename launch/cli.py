@@ -4,8 +4,9 @@ Commands:
   recipes                      list the recipes
   plan <recipe> [overrides]    compose, validate, write results/plans/<recipe>/plan.json, print it
   pretrain <recipe> [overrides]  the same, then launch (engine and executor from the config)
-  search <recipe> [overrides] [--fix ep,mbs]  every valid layout at the recipe's GPU count, projected and
-                               ranked (--fix: dimensions held at the recipe's values)
+  search <recipe> [overrides] [--fix ep,mbs] [--hbm 0.9]  every valid layout at the recipe's GPU count,
+                               projected and ranked (--fix: dimensions held at the recipe's values; --hbm: the
+                               largest share of HBM a kept layout's memory estimate may take)
   sweep <recipe> [overrides]   expand Hydra sweep overrides (parallel.ep=32,64), validate every point,
                                plan the valid ones and render or submit them as one NeMo-Run experiment
 
@@ -21,7 +22,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from optbench.make_args import SEARCH_FIX_ENV, overrides_from_make, recipe_from_make
+from optbench.make_args import SEARCH_FIX_ENV, SEARCH_HBM_ENV, overrides_from_make, recipe_from_make
 from optbench.compose.recipe import list_recipes
 from optbench.config.overrides import check_repeated, typed_keys
 from optbench.errors import EXIT_USER_ERROR, UserError
@@ -63,7 +64,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from launch.search import run_search
 
     fix = args.fix if args.fix is not None else (os.environ.get(SEARCH_FIX_ENV, "") if args.from_make else "")
-    return run_search(args.recipe, args.overrides, fix)
+    hbm = args.hbm if args.hbm is not None else (os.environ.get(SEARCH_HBM_ENV, "") if args.from_make else "")
+    return run_search(args.recipe, args.overrides, fix, hbm)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -98,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
         if name == "search":
             command.add_argument("--fix", help="comma-separated dimensions held at the recipe's values "
                                  "(tp, pp, vpp, cp, ep, mbs; make: FIX=ep,mbs)")
+            command.add_argument("--hbm", help="the largest share of HBM a kept layout's memory estimate may take, "
+                                 "a fraction up to 1 (make: HBM=0.9; default 1)")
     return parser
 
 

@@ -1,5 +1,6 @@
-"""``make search RECIPE=<recipe> [overrides] [FIX=ep,mbs]``: every valid layout of the recipe's model at its GPU
-count, ranked; ``FIX`` holds the named dimensions at the composed run's values.
+"""``make search RECIPE=<recipe> [overrides] [FIX=ep,mbs] [HBM=0.9]``: every valid layout of the recipe's model at
+its GPU count, ranked; ``FIX`` holds the named dimensions at the composed run's values, ``HBM`` drops the layouts
+whose memory estimate takes more than that share of the GPU's memory.
 
 Composes the recipe (and, for Muon, its AdamW twin) once, runs :func:`optbench.projection.search.search`,
 prints the ten best layouts (step time, model TFLOP/s per GPU, memory, Muon vs AdamW at the same layout),
@@ -21,6 +22,7 @@ from optbench.projection.search import (
     Point,
     Standing,
     fixed_dimensions,
+    hbm_share,
     nothing_valid,
     point_of_run,
     rank_at_fixed,
@@ -33,9 +35,11 @@ from optbench.projection.twin import adamw_twin
 def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | None, at_ep: Among | None) -> list[str]:
     """The printed report of a search (``at_ep``: the recipe's layout among the layouts of its EP)."""
     fixed = ", ".join(f"{name.upper()} {value}" for name, value in result["fixed"].items())
+    share = result.get("max_hbm_share")
+    within = f" (memory estimate at most {100 * share:g} % of HBM: HBM={share:g})" if share is not None else ""
     lines = [
         f"Layout search: {recipe}: {result['candidates']} layouts{f' at {fixed} (FIX)' if fixed else ''},"
-        f" {result['valid']} valid and projected, in {result['seconds']:.0f} s (docs/projection.md section 8)",
+        f" {result['valid']} valid and projected{within}, in {result['seconds']:.0f} s (docs/projection.md section 8)",
         f"  {'#':>3}  {'layout':<34} {'step s':>7} {'model TFLOP/s':>13} {'memory GB':>9}  Muon vs AdamW",
     ]
     for row in result["top"]:
@@ -75,8 +79,8 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
     return lines
 
 
-def run_search(recipe: str, overrides: Sequence[str], fix: str = "") -> int:
-    fixed = fixed_dimensions(fix)  # before composing: a typo costs nothing
+def run_search(recipe: str, overrides: Sequence[str], fix: str = "", hbm: str = "") -> int:
+    fixed, max_hbm = fixed_dimensions(fix), hbm_share(hbm)  # before composing: a typo costs nothing
     run = compose_run(recipe, overrides)
     if run.engine != "megatron_bridge" or run.cluster.gpu == "auto":
         raise UserError(Problem(
@@ -89,7 +93,7 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "") -> int:
             adamw = adamw_twin(run, overrides)[2]
         except UserError:
             adamw = None
-    result = search(run, adamw, fixed=fixed)
+    result = search(run, adamw, fixed=fixed, max_hbm=max_hbm)
     if not result["valid"]:
         raise UserError(nothing_valid(run, result))  # before anything is printed or written
     own = point_of_run(run)

@@ -126,3 +126,15 @@ def test_ctrl_c_is_one_line_with_the_shells_code(capsys) -> None:
     assert len(err) == 1 and err[0].startswith("interrupted (Ctrl-C):") and "resume=true run_id=" in err[0]
     with pytest.raises(KeyboardInterrupt), exit_on_user_error(debug=True):  # debug=true keeps the traceback
         raise KeyboardInterrupt
+
+
+def test_a_reader_that_leaves_the_pipe_ends_the_command_quietly(results_dir: Path) -> None:
+    """`make search | head`: the output's reader is gone before the command prints; no traceback, the shell's 141."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "launch", "plan", "kimi_k2_tiny_muon", f"results_dir={results_dir}"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()  # composing takes a second: every line it prints meets a pipe with no reader
+    stderr = process.stderr.read()
+    assert process.wait(timeout=120) == 141 and stderr == ""

@@ -20,11 +20,14 @@ from optbench.projection.search import (
     _tied_ranks,
     at,
     fixed_dimensions,
+    hbm_share,
     parameter_floor_gb,
     point_of_run,
     points,
     rank_at_fixed,
+    rank_with_headroom,
     search,
+    standing_of,
 )
 from optbench.projection.search_ranks import markdown, record, summary
 from optbench.resolve import resolve
@@ -88,6 +91,28 @@ def test_the_rank_at_its_ep_is_the_rank_a_search_at_that_ep_gives():
     assert rank_at_fixed(full, Point(3, 1, 1, 1, 8, 8), frozenset({"ep"})) is None
 
 
+@pytest.mark.parametrize("text", ["abc", "0", "-0.5", "1.01", "90", "nan", "inf", "0.9.1"])
+def test_an_hbm_share_is_a_fraction_up_to_one_or_a_one_line_refusal(text):
+    assert hbm_share("") is None and hbm_share(" 0.9 ") == 0.9 and hbm_share("1") == 1.0
+    with pytest.raises(UserError) as err:
+        hbm_share(text)
+    [line] = err.value.lines()
+    assert line.startswith(f"error: HBM: '{text}' is not a share of the GPU's memory; give a fraction above 0 and at most 1")
+
+
+@pytest.mark.slow  # three searches of Qwen3 30B-A3B on 8 GB300 (a few seconds)
+def test_hbm_keeps_exactly_the_layouts_estimated_within_that_share_and_the_recipes_own():
+    run = compose_run("qwen3_30b_a3b_muon", [])
+    full, within, whole = search(run, top=0), search(run, top=0, max_hbm=0.8), search(run, top=0, max_hbm=1.0)
+    own = point_of_run(run)
+    assert [(r.point, r.rank) for r in whole["ranked"]] == [(r.point, r.rank) for r in full["ranked"]]  # 1 = fits
+    assert {r.point for r in within["ranked"]} == {r.point for r in full["ranked"] if r.memory_share <= 0.8 or r.point == own}
+    assert within["max_hbm_share"] == 0.8 and full["max_hbm_share"] is None
+    assert within["dropped"]["over 80 % of HBM by the memory estimate (HBM=0.8)"] == full["valid"] - within["valid"] > 0
+    # the rank make search-ranks reports under a stricter memory rule is the rank this search gives
+    assert standing_of(within, own).rank == rank_with_headroom(full, own, 0.8)
+
+
 def test_points_priced_alike_share_a_rank():
     assert _tied_ranks([1000.0, 1000.0, 990.0, 980.004, 980.001]) == [1, 1, 3, 4, 4]
 
@@ -126,6 +151,20 @@ def test_make_search_fix_holds_the_named_dimensions_and_refuses_an_unknown_one(t
     bad = run_make("search", "RECIPE=qwen3_30b_a3b_muon", f"results_dir={tmp_path / 'other'}", "FIX=ep,dp")
     assert bad.returncode == 2 and bad.stdout == "" and not (tmp_path / "other").exists()
     assert bad.stderr.startswith("error: FIX: no search dimension 'dp'; ") and bad.stderr.count("\n") == 2  # + make's line
+    bad = run_make("search", "RECIPE=qwen3_30b_a3b_muon", f"results_dir={tmp_path / 'other'}", "HBM=1.2", env={"HBM": "0.9"})
+    assert bad.returncode == 2 and bad.stdout == "" and not (tmp_path / "other").exists()
+    assert bad.stderr.startswith("error: HBM: '1.2' is not a share of the GPU's memory; ") and bad.stderr.count("\n") == 2
+
+
+def test_make_search_hbm_drops_the_layouts_over_that_share_and_says_so(tmp_path):
+    out = run_make("search", "RECIPE=qwen3_30b_a3b_muon", f"results_dir={tmp_path / 'results'}", "FIX=ep,mbs", "HBM=0.5")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Layout search: qwen3_30b_a3b_muon: 3 layouts at EP 8, MBS 8 (FIX), 2 valid and projected "
+                                 "(memory estimate at most 50 % of HBM: HBM=0.5)")
+    assert "  dropped    1: over 50 % of HBM by the memory estimate (HBM=0.5)" in out.stdout
+    saved = json.loads((tmp_path / "results" / "plans" / "qwen3_30b_a3b_muon" / "search.json").read_text())
+    assert saved["max_hbm_share"] == 0.5 and all(row["memory_gb"] <= 0.5 * 288 or row["layout"] == saved["own_layout"]
+                                                   for row in saved["top"])
 
 
 def test_a_local_recipe_is_refused_in_one_line():

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Iterator, Sequence
 
-from optbench.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, UserError
+from optbench.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USER_ERROR, UserError
 from optbench.outputs import check_output, filesystem_problem
 from optbench.redact import install_redacting_excepthook, redacted_streams
 
 
 @contextlib.contextmanager
 def exit_on_user_error(debug: bool = False, typed: Sequence[str] = ()) -> Iterator[None]:
-    """Turn a :class:`UserError` into its report on stderr and exit code 2, Ctrl-C into one line and 130.
+    """Turn a :class:`UserError` into its report on stderr and exit code 2, Ctrl-C into one line and 130, a reader
+    that left the pipe into a quiet 141.
 
     A file-system failure a user can fix (read-only, full disk, permission, a name too long) is one
     line too (:func:`optbench.outputs.filesystem_problem`). Inside the block nothing printed, tracebacks
@@ -45,6 +47,13 @@ def exit_on_user_error(debug: bool = False, typed: Sequence[str] = ()) -> Iterat
                 file=sys.stderr,
             )
             raise SystemExit(EXIT_INTERRUPTED) from None
+        except BrokenPipeError:
+            if debug:
+                raise
+            # The reader of our output left (`make search | head`): stop as a Unix tool stops on SIGPIPE, with no
+            # traceback, and keep the interpreter's last flush of stdout from failing once more at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
+            raise SystemExit(EXIT_BROKEN_PIPE) from None
         except OSError as err:
             problem = filesystem_problem(err)
             if debug or problem is None:

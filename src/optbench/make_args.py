@@ -17,6 +17,8 @@ MAKE_OVERRIDES_ENV = "OPTBENCH_MAKE_OVERRIDES"
 MAKE_RECIPE_ENV = "OPTBENCH_RECIPE"
 SEARCH_FIX_ENV = "OPTBENCH_SEARCH_FIX"
 """make search's FIX: the search dimensions held at the recipe's values."""
+SEARCH_HBM_ENV = "OPTBENCH_SEARCH_HBM"
+"""make search's HBM: the largest share of the GPU's memory a kept layout's estimate may take."""
 RESULTS_DIR_ENV = "OPTBENCH_RESULTS_DIR"
 """Where make table, compare and study write (default results/)."""
 

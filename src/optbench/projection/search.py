@@ -13,7 +13,7 @@
 and the composed run's own value of each (so its layout is always a point), with everything else (GBS, sequence, precision, recompute, dispatcher, kernels) as composed. A dimension the user fixes
 (``make search ... FIX=ep,mbs``) takes only the composed run's value. Each point is
 validated as ``make plan`` validates it (a layout that does not split, or whose memory estimate exceeds the
-GPU's HBM, is dropped and counted; the run's own layout is kept and ranked whatever its estimate), projected at the model's calibrated efficiency, and ranked by projected
+GPU's HBM, or the share of it ``HBM=`` allows, is dropped and counted; the run's own layout is kept and ranked whatever its estimate), projected at the model's calibrated efficiency, and ranked by projected
 model TFLOP/s per GPU. The top points are also projected with AdamW at the same layout (the Muon-vs-AdamW gap).
 """
 
@@ -95,6 +95,22 @@ def fixed_dimensions(text: str) -> frozenset[str]:
         raise UserError(Problem("FIX", f"no search dimension '{unknown[0]}'; fix any of {', '.join(DIMENSIONS)}, "
                                 "comma-separated (e.g. FIX=ep,mbs): each keeps the composed run's value"))
     return frozenset(names)
+
+
+def hbm_share(text: str) -> float | None:
+    """``HBM=``: the largest share of the GPU's memory a kept layout's estimate may take (None: all of it). The
+    estimate is good to about +-20 %, so HBM=0.9 or 0.8 keeps only layouts with room for its error."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        share = float(text)
+    except ValueError:
+        share = float("nan")
+    if not 0 < share <= 1:  # also refuses nan and inf
+        raise UserError(Problem("HBM", f"'{text[:40]}' is not a share of the GPU's memory; give a fraction above 0 and "
+                                "at most 1, e.g. HBM=0.9 keeps layouts whose memory estimate is at most 90 % of HBM"))
+    return share
 
 
 def points(run: RunConfig, fixed: frozenset[str] = frozenset()) -> Iterator[Point]:
@@ -187,9 +203,10 @@ class Scored:
 
 
 def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
-           fixed: frozenset[str] = frozenset()) -> dict[str, Any]:
+           fixed: frozenset[str] = frozenset(), max_hbm: float | None = None) -> dict[str, Any]:
     """Every point of ``run``'s space (``fixed``: dimensions held at the run's value) validated and projected; the
-    best ``top`` with their AdamW gap."""
+    best ``top`` with their AdamW gap. ``max_hbm``: the largest share of HBM a point's memory estimate may take
+    (:func:`hbm_share`; None: all of it)."""
     start = time.perf_counter()
     dropped: Counter[str] = Counter()
     first_problems: dict[str, Problem] = {}  # per reason of an invalid point, the first point's problem
@@ -197,6 +214,9 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
     candidates = list(points(run, fixed))
     counts = parameter_counts(run.model)
     spec = gpu_catalog().get(run.cluster.gpu)
+    if max_hbm is not None and spec is None:
+        raise UserError(Problem("HBM", f"GPU '{run.cluster.gpu}' has no memory size in the GPU registry; leave HBM out"))
+    over_share = f"over {100 * max_hbm:g} % of HBM by the memory estimate (HBM={max_hbm:g})" if max_hbm else ""
     own = point_of_run(run)
     forced = dataclasses.replace(run, force=True)  # memory is checked here, so that the run's own layout stays
     previous: ResolvedRun | None = None  # the points come MBS innermost: neighbours place their parameters alike
@@ -221,6 +241,9 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
             continue
         if point != own and not resolved.memory.fits:
             dropped["does not fit in memory"] += 1
+            continue
+        if point != own and max_hbm is not None and resolved.memory.total_gb > max_hbm * spec.hbm_gb:
+            dropped[over_share] += 1
             continue
         section = project(resolved, with_what_ifs=False, with_twin=False)
         if not section.get("available"):
@@ -250,6 +273,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
     own_values = dataclasses.asdict(own)
     return {
         "fixed": {name: own_values[name] for name in DIMENSIONS if name in fixed},
+        "max_hbm_share": max_hbm,
         "candidates": len(candidates),
         "space": frozenset(candidates),
         "valid": len(scored),
@@ -282,8 +306,12 @@ def nothing_valid(run: RunConfig, result: dict[str, Any]) -> Problem:
         spec = gpu_catalog().get(run.cluster.gpu)
         hbm = f" ({spec.hbm_gb:g} GB each)" if spec is not None else ""
         count = result["candidates"]
+        share = result.get("max_hbm_share")
         which = (f"all {count} layouts that split exceed it" if memory == count
                  else f"{memory} of the {count} layouts exceed it, the other {count - memory} are invalid")
+        if share is not None:
+            return Problem("HBM", f"no layout of {run.model.name} on {n} {run.cluster.gpu}{hbm} stays within HBM={share:g} of "
+                           f"its memory: {which.replace('exceed it', 'exceed that')}; allow a larger share or use more GPUs")
         return Problem("parallel.num_gpus", f"no layout of {run.model.name} fits in memory on {n} {run.cluster.gpu}{hbm}: "
                        f"{which}; use more GPUs")
     return result["first_problems"][max(invalid, key=lambda reason: invalid[reason])]
