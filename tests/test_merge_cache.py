@@ -172,3 +172,13 @@ def test_two_checkouts_with_the_same_files_keep_their_own_merges(cache: Path, tm
         merge, merges = merging({"a": value})
         assert reuse.compose_with_kept_groups(root, RECIPE, ["cluster=x"], merge).a == value
         assert merges == [["cluster=x"]]
+
+
+def test_clear_leaves_a_users_empty_folder_it_wrote_into(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, folder = a_checkout(tmp_path / "checkout"), tmp_path / "users-empty-folder"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setenv(merge_cache.SETTING, str(folder))
+    monkeypatch.setattr(reuse, "_kept", type(reuse._kept)())
+    merge, _ = merging({"a": 1})
+    reuse.compose_with_kept_groups(root, RECIPE, ["cluster=x"], merge)
+    assert merge_cache.clear(root) == 1 and folder.is_dir() and not any(folder.iterdir())

@@ -117,7 +117,8 @@ def store(root: Path, key: tuple, merged: bytes, config: Any) -> None:
 
 
 def clear(root: Path) -> int:
-    """Remove this cache's own files (``make clean``); anything else in the folder stays. Returns how many."""
+    """Remove this cache's own files (``make clean``); anything else stays, the folder too (an empty folder named
+    by OPTBENCH_COMPOSE_CACHE may be the user's, taken over but not created by us). Returns how many."""
     folder = cache_folder(root)
     if folder is None or not folder.is_dir() or folder.is_symlink():
         return 0
@@ -126,10 +127,6 @@ def clear(root: Path) -> int:
         if _is_ours(path):
             path.unlink(missing_ok=True)
             removed += 1
-    try:
-        folder.rmdir()  # only when empty: a folder that holds anything else is not ours alone
-    except OSError:
-        pass
     return removed
 
 
