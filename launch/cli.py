@@ -63,9 +63,15 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     from launch.search import run_search
 
-    fix = args.fix if args.fix is not None else (os.environ.get(SEARCH_FIX_ENV, "") if args.from_make else "")
-    hbm = args.hbm if args.hbm is not None else (os.environ.get(SEARCH_HBM_ENV, "") if args.from_make else "")
-    return run_search(args.recipe, args.overrides, fix, hbm)
+    return run_search(args.recipe, args.overrides, _option(args, "fix", SEARCH_FIX_ENV), _option(args, "hbm", SEARCH_HBM_ENV))
+
+
+def _option(args: argparse.Namespace, name: str, make_env: str) -> str:
+    """An option of the command: as given (--fix ep), else as typed after make (FIX=ep, exported as make_env)."""
+    given = getattr(args, name)
+    if given is not None:
+        return given
+    return os.environ.get(make_env, "") if args.from_make else ""
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

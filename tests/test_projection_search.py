@@ -12,7 +12,7 @@ from conftest import run_make
 
 from optbench.accounting.params import parameter_counts
 from optbench.compose.recipe import compose_run
-from optbench.errors import UserError
+from optbench.errors import Problem, UserError
 from optbench.projection.search import (
     DIMENSIONS,
     Point,
@@ -21,6 +21,8 @@ from optbench.projection.search import (
     at,
     fixed_dimensions,
     hbm_share,
+    nothing_valid,
+    over_share_reason,
     parameter_floor_gb,
     point_of_run,
     points,
@@ -98,6 +100,20 @@ def test_an_hbm_share_is_a_fraction_up_to_one_or_a_one_line_refusal(text):
         hbm_share(text)
     [line] = err.value.lines()
     assert line.startswith(f"error: HBM: '{text}' is not a share of the GPU's memory; give a fraction above 0 and at most 1")
+
+
+def test_a_search_left_empty_by_hbm_names_hbm_even_where_more_layouts_were_invalid():
+    run = compose_run("qwen3_30b_a3b_muon", [])
+    ep = Problem("parallel.ep", "EP-communication overlap needs expert parallelism")
+    result = {"candidates": 216, "max_hbm_share": 0.05, "first_problems": {"invalid: parallel.ep": ep},
+              "dropped": {"invalid: parallel.ep": 116, over_share_reason(0.05): 97, "does not fit in memory": 3}}
+    problem = nothing_valid(run, result)
+    assert (problem.field, problem.message) == ("HBM", "no layout of qwen3_30b_a3b on 8 gb300 (288 GB each) stays within "
+                                                "HBM=0.05 of its memory: 100 of the 216 layouts exceed that, the other 116 "
+                                                "are invalid; allow a larger share or use more GPUs")
+    # without HBM, the most common invalid point's problem, as before
+    without = {**result, "max_hbm_share": None, "dropped": {"invalid: parallel.ep": 116, "does not fit in memory": 3}}
+    assert nothing_valid(run, without) is ep
 
 
 @pytest.mark.slow  # three searches of Qwen3 30B-A3B on 8 GB300 (a few seconds)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+"""The shell's code for a command stopped by SIGINT."""
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what a shell reports for a command whose reader left (``make search | head``)."""
-"""The shell's code for a command stopped by SIGINT."""
 
 
 @dataclass(frozen=True)

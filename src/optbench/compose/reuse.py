@@ -7,7 +7,7 @@ first step is the expensive one (about 0.09 s of a 0.1 s composition on 2 cores)
 a recipe with the same group choices: a plan composes its calibration anchor and its AdamW twin from one
 recipe, ``make projection`` composes each recipe for every published row of its GPU, and a test worker composes
 a recipe hundreds of times. So the merged config of ``(recipe, group choices)`` is kept, and each composition
-applies its value overrides to a deep copy with Hydra's own ``_apply_overrides_to_config``: the config Hydra would
+applies its value overrides to a fresh copy with Hydra's own ``_apply_overrides_to_config``: the config Hydra would
 compose, the same errors for a bad value (tests/test_compose_reuse.py holds every recipe to Hydra composing it in full).
 
 An override is a group choice exactly when Hydra takes it for one: its key names a config group (a folder of

@@ -113,6 +113,11 @@ def hbm_share(text: str) -> float | None:
     return share
 
 
+def over_share_reason(share: float) -> str:
+    """Why a layout was dropped under ``HBM=share`` (the key of its count in a search's ``dropped``)."""
+    return f"over {100 * share:g} % of HBM by the memory estimate (HBM={share:g})"
+
+
 def points(run: RunConfig, fixed: frozenset[str] = frozenset()) -> Iterator[Point]:
     """Every combination of the search space that divides evenly (see the module docstring); the composed
     run's own values are always among the choices, so its layout is a point of the search. A dimension in
@@ -216,7 +221,6 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
     spec = gpu_catalog().get(run.cluster.gpu)
     if max_hbm is not None and spec is None:
         raise UserError(Problem("HBM", f"GPU '{run.cluster.gpu}' has no memory size in the GPU registry; leave HBM out"))
-    over_share = f"over {100 * max_hbm:g} % of HBM by the memory estimate (HBM={max_hbm:g})" if max_hbm else ""
     own = point_of_run(run)
     forced = dataclasses.replace(run, force=True)  # memory is checked here, so that the run's own layout stays
     previous: ResolvedRun | None = None  # the points come MBS innermost: neighbours place their parameters alike
@@ -243,7 +247,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
             dropped["does not fit in memory"] += 1
             continue
         if point != own and max_hbm is not None and resolved.memory.total_gb > max_hbm * spec.hbm_gb:
-            dropped[over_share] += 1
+            dropped[over_share_reason(max_hbm)] += 1
             continue
         section = project(resolved, with_what_ifs=False, with_twin=False)
         if not section.get("available"):
@@ -302,16 +306,19 @@ def nothing_valid(run: RunConfig, result: dict[str, Any]) -> Problem:
     dropped = result["dropped"]
     memory = sum(count for reason, count in dropped.items() if "memory" in reason)
     invalid = {reason: count for reason, count in dropped.items() if reason in result["first_problems"]}
-    if memory >= sum(invalid.values()):
+    share = result.get("max_hbm_share")
+    # A share the user set that dropped layouts is the cause to name, however many others were invalid.
+    over_share = share is not None and over_share_reason(share) in dropped
+    if memory >= sum(invalid.values()) or over_share:
         spec = gpu_catalog().get(run.cluster.gpu)
         hbm = f" ({spec.hbm_gb:g} GB each)" if spec is not None else ""
         count = result["candidates"]
-        share = result.get("max_hbm_share")
-        which = (f"all {count} layouts that split exceed it" if memory == count
-                 else f"{memory} of the {count} layouts exceed it, the other {count - memory} are invalid")
-        if share is not None:
+        limit = "that" if over_share else "it"
+        which = (f"all {count} layouts that split exceed {limit}" if memory == count
+                 else f"{memory} of the {count} layouts exceed {limit}, the other {count - memory} are invalid")
+        if over_share:
             return Problem("HBM", f"no layout of {run.model.name} on {n} {run.cluster.gpu}{hbm} stays within HBM={share:g} of "
-                           f"its memory: {which.replace('exceed it', 'exceed that')}; allow a larger share or use more GPUs")
+                           f"its memory: {which}; allow a larger share or use more GPUs")
         return Problem("parallel.num_gpus", f"no layout of {run.model.name} fits in memory on {n} {run.cluster.gpu}{hbm}: "
                        f"{which}; use more GPUs")
     return result["first_problems"][max(invalid, key=lambda reason: invalid[reason])]
