@@ -51,7 +51,7 @@ setup: ## Create .venv (project + local, launch, test extras; CPU torch) and .ve
 	$(MAKE) bridge-env
 
 bridge-env: ## Create the real Megatron Bridge + Core of every NeMo container on CPU stand-ins (.venv-bridge, .venv-bridge5, .bridge-releases/)
-	$(PYTHON) tests/bridge_env/environments.py build
+	$(PYTHON) src/optbench/bridge/cpu_check/environments.py build
 
 setup-container: ## Inside the NeMo container: install optbench with --no-deps (keeps its torch, Megatron, TE)
 	$(CONTAINER_PYTHON) -m pip install --no-deps --no-build-isolation -e .
@@ -66,10 +66,11 @@ test-fast: ## The inner loop: every test not marked slow (under a minute on 2 co
 recipes: ## List the recipes
 	@$(LAUNCH) recipes
 
-plan: ## Validate RECIPE with overrides and write results/plans/<recipe>/plan.json
+plan pretrain: export OPTBENCH_CHECK = $(call typed,CHECK)
+plan: ## Validate RECIPE with overrides and write results/plans/<recipe>/plan.json (CHECK=bridge: build it with its container's real Megatron Bridge on this CPU)
 	@$(LAUNCH) plan --from-make
 
-pretrain: ## Validate, plan and launch RECIPE (default: the tiny Muon recipe on this machine)
+pretrain: ## Validate, plan and launch RECIPE (default: the tiny Muon recipe on this machine; CHECK=bridge as for plan, before launching)
 	@$(LAUNCH) pretrain --from-make
 
 sweep: ## Validate, plan and rank every point of a sweep (parallel.ep=32,64 parallel.pp=4,8); launch the valid ones

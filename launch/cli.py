@@ -2,8 +2,10 @@
 
 Commands:
   recipes                      list the recipes
-  plan <recipe> [overrides]    compose, validate, write results/plans/<recipe>/plan.json, print it
-  pretrain <recipe> [overrides]  the same, then launch (engine and executor from the config)
+  plan <recipe> [overrides] [--check bridge]  compose, validate, write results/plans/<recipe>/plan.json, print it
+                               (--check bridge: then build it with its container's real Megatron Bridge and Core
+                               on this CPU, as the job would, up to Bridge's runtime_config_update)
+  pretrain <recipe> [overrides] [--check bridge]  the same, then launch (engine and executor from the config)
   search <recipe> [overrides] [--fix ep,mbs] [--hbm 0.9]  every valid layout at the recipe's GPU count,
                                projected and ranked (--fix: dimensions held at the recipe's values; --hbm: the
                                largest share of HBM a kept layout's memory estimate may take)
@@ -22,7 +24,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from optbench.make_args import SEARCH_FIX_ENV, SEARCH_HBM_ENV, overrides_from_make, recipe_from_make
+from optbench.make_args import PLAN_CHECK_ENV, SEARCH_FIX_ENV, SEARCH_HBM_ENV, overrides_from_make, recipe_from_make
 from optbench.compose.recipe import list_recipes
 from optbench.config.overrides import check_repeated, typed_keys
 from optbench.errors import EXIT_USER_ERROR, UserError
@@ -48,16 +50,21 @@ def cmd_recipes(_: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from launch.bridge_check import check_with_bridge, wanted_check
     from launch.dispatch import compose_and_plan
 
-    compose_and_plan(args.recipe, args.overrides)
+    check = wanted_check(_option(args, "check", PLAN_CHECK_ENV))
+    run, plan = compose_and_plan(args.recipe, args.overrides)
+    if check:
+        check_with_bridge(run, plan)
     return 0
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
+    from launch.bridge_check import wanted_check
     from launch.dispatch import pretrain
 
-    return pretrain(args.recipe, args.overrides)
+    return pretrain(args.recipe, args.overrides, check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)))
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -103,6 +110,9 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("recipe", nargs="?", help="recipe name (file under recipes/)")
         command.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. parallel.pp=8")
         command.set_defaults(func=func)
+        if name in ("plan", "pretrain"):
+            command.add_argument("--check", help="bridge: build the plan with its container's real Megatron Bridge and "
+                                 "Core on this CPU (make bridge-env) before going on (make: CHECK=bridge)")
         if name == "search":
             command.add_argument("--fix", help="comma-separated dimensions held at the recipe's values "
                                  "(tp, pp, vpp, cp, ep, mbs; make: FIX=ep,mbs)")

@@ -126,11 +126,16 @@ def warn_missing_data(run: RunConfig, plan: Plan) -> None:
         )
 
 
-def pretrain(recipe: str, overrides: Sequence[str]) -> int:
+def pretrain(recipe: str, overrides: Sequence[str], check: bool = False) -> int:
+    """Plan and launch; ``check``: the plan goes through its container's real Bridge first (CHECK=bridge)."""
     run, plan = plan_run(recipe, overrides)
     print(format_summary(plan))
     warn_missing_data(run, plan)
     print_notes(check_launch(run))
+    if check:
+        from launch.bridge_check import check_with_bridge
+
+        check_with_bridge(run, plan)
     claim_results(run)
     if run.cluster.executor == "slurm":
         return launch_slurm(run, plan)

@@ -1,7 +1,7 @@
 """Our Bridge path against the real Megatron Bridge and Core of every NeMo container (tests/bridge_env/).
 
 tests/bridge_env/conformance.py runs with each container's real Bridge + Core (``make bridge-env`` builds them:
-tests/bridge_env/environments.py) and reports, for every cluster recipe and both intents composed for that
+src/optbench/bridge/cpu_check/environments.py) and reports, for every cluster recipe and both intents composed for that
 container: the overrides that did not land, the outcome of Bridge's ``runtime_config_update``, which optimizer
 the built config holds, every effective field that differs from NVIDIA's executed preset of that release (with the
 documented reason, or none), and the metrics callback driven through Bridge's CallbackManager, GlobalState and
@@ -15,7 +15,6 @@ import fcntl
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,7 @@ from optbench.releases import versions
 from optbench.releases.presets import LAYER_WISE_MUON, OURS, RECIPE_DEPARTURES
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "bridge_env"))
-from environments import NEXT, TRANSFORMERS, Target, targets  # noqa: E402
+from optbench.bridge.cpu_check.environments import NEXT, TRANSFORMERS, Target, targets  # noqa: E402
 
 pytestmark = pytest.mark.slow  # runs the real Megatron Bridge of every container in its own environment; `make test-fast` skips it
 

@@ -142,7 +142,7 @@ def test_extracted_fields_of_0_3_1_match_the_installed_core() -> None:
 
 
 def test_the_default_container_is_the_newest_one_checked_against_its_real_bridge() -> None:
-    """Every runnable container has a conformance target (tests/bridge_env/environments.py); the default is the newest."""
+    """Every runnable container has a conformance target (optbench/bridge/cpu_check/environments.py); the default is the newest."""
     from dataclasses import fields
 
     from optbench.config.schema import ClusterConfig

@@ -4,10 +4,17 @@ validate the marker and its error quotes it), one that reaches nothing secret co
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from conftest import REPO, marked_results
 from optbench.compose.recipe import compose_run
 from optbench.errors import UserError
+from optbench.redact import REDACTED, is_secret_name
 
 SECRETS = {"WANDB_API_KEY": "wk-0123456789abcdef", "SBATCH_ACCOUNT": "acct-hidden-77", "HF_TOKEN": "hf_tokenvalue42"}
 
@@ -42,3 +49,28 @@ def test_an_interpolation_reaching_a_secret_is_refused_in_a_field_of_any_type(fi
                                       "description=${parallel.ep}"])
 def test_an_interpolation_reaching_nothing_secret_composes(override: str) -> None:
     compose_run("kimi_k2_muon", [override])
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "GITHUB_TOKEN", "AWS_SESSION_TOKEN", "cluster.env.HF_TOKEN", "WANDB_API_KEY",
+                                  "SBATCH_ACCOUNT", "cluster.account", "DB_PASSWORD", "TOKEN"])
+def test_credential_names_are_secret(name: str) -> None:
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", ["parallel.moe_token_dispatcher", "model.moe_token_dispatcher_type", "moe_token_drop_policy",
+                                  "pad_token_id", "tokens_per_step", "data.tokenizer", "TOKENIZERS_PARALLELISM"])
+def test_a_models_words_for_its_tokens_are_not_secret(name: str) -> None:
+    assert not is_secret_name(name)
+
+
+def test_a_typed_dispatcher_reaches_the_plans_bridge_overrides_as_typed(tmp_path: Path) -> None:
+    """It once made its value a secret: the plan's Bridge overrides read <redacted>, which the job cannot parse."""
+    results = marked_results(tmp_path / "results")
+    done = subprocess.run([sys.executable, "-m", "launch", "plan", "qwen3_30b_a3b_muon", "parallel.moe_token_dispatcher=alltoall",
+                           f"results_dir={results}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads((results / "plans" / "qwen3_30b_a3b_muon" / "plan.json").read_text())
+    assert "model.moe_token_dispatcher_type=alltoall" in plan["bridge"]["overrides"]
+    assert not [o for o in plan["bridge"]["overrides"] if REDACTED in o]
+    assert plan["overrides"][0] == "parallel.moe_token_dispatcher=alltoall"
+    assert plan["config"]["parallel"]["moe_token_dispatcher"] == "alltoall"

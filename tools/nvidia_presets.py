@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "bridge_env"))
 sys.path.insert(0, str(ROOT / "src"))
 
 from optbench.hardware import gpu_catalog  # noqa: E402
@@ -288,8 +287,8 @@ def numa(pre_cmds: str) -> dict[str, Any]:
 def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path) -> None:
     from importlib.metadata import version
 
-    import hf_cache
-    import stand_ins  # before NVIDIA's configs: they import their recipe builders only when Bridge imports
+    from optbench.bridge.cpu_check import hf_cache
+    from optbench.bridge.cpu_check import stand_ins  # before NVIDIA's configs: they import their recipe builders only when Bridge imports
 
     from utils.utils import get_workload_base_config
 

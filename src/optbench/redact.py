@@ -36,8 +36,11 @@ from typing import Any, TextIO
 from optbench.errors import Problem
 
 REDACTED = "<redacted>"
-SECRET_NAME = re.compile(r"KEY|TOKEN(?!IZER)|SECRET|PASSWORD|PASSWD|CREDENTIAL|ACCOUNT", re.IGNORECASE)
-"""Credential-looking names; ``TOKENIZER`` (data.tokenizer, TOKENIZERS_PARALLELISM) is not one."""
+SECRET_NAME = re.compile(r"KEY|TOKEN(?!IZER|S|_DISPATCH|_DROP|_ID)|SECRET|PASSWORD|PASSWD|CREDENTIAL|ACCOUNT", re.IGNORECASE)
+"""Credential-looking names (HF_TOKEN, WANDB_API_KEY, SBATCH_ACCOUNT, ...). A model's own words for its tokens are not
+ones: ``TOKENIZER`` (data.tokenizer, TOKENIZERS_PARALLELISM), counts of ``TOKENS``, the MoE token dispatcher and
+drop policy, ``*_TOKEN_ID``. (Before 2026-11-26 ``parallel.moe_token_dispatcher=alltoall`` typed on the command line
+made ``alltoall`` a secret: the plan's Bridge overrides then read ``<redacted>`` and the job could not parse them.)"""
 MIN_TEXT_SECRET = 6
 """Shortest secret replaced in free text."""
 MIN_WORD_SECRET = 3

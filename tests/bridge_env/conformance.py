@@ -36,11 +36,11 @@ from typing import Any, Iterator
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tools"))  # nvidia_presets.flat_config: the same flattening as NVIDIA's fixtures
 
-import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
+from optbench.bridge.cpu_check import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
+from optbench.bridge.cpu_check.readback import comparable, lookup, read_back  # noqa: E402
 
 RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
            "deepseek_v3_adamw")
@@ -48,37 +48,6 @@ INTENTS = ("reproduce", "train")
 OPTIMIZER_IDENTITY = ("optimizer.optimizer", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer")
 """What makes a run Adam or Muon after Bridge's runtime update (Bridge 0.6's Kimi recipe is Muon unless overridden)."""
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia"
-
-
-def lookup(config: Any, key: str) -> Any:
-    node = config
-    for part in key.split("."):
-        node = node[part] if isinstance(node, dict) else getattr(node, part)
-    return node
-
-
-def comparable(value: Any) -> Any:
-    from optbench.releases.presets import normalised
-
-    if hasattr(value, "value") and not isinstance(value, (int, float, str)):  # enums
-        value = value.value
-    try:
-        return normalised(value)
-    except TypeError:
-        return str(value)
-
-
-def read_back(config: Any, items: list[tuple[str, Any]]) -> list[dict[str, Any]]:
-    missing = []
-    for key, value in items:
-        try:
-            actual = lookup(config, key)
-        except (AttributeError, KeyError) as err:
-            missing.append({"field": key, "expected": comparable(value), "error": f"no such field ({err})"})
-            continue
-        if comparable(actual) != comparable(value):
-            missing.append({"field": key, "expected": comparable(value), "actual": comparable(actual)})
-    return missing
 
 
 def flat(config: Any) -> dict[str, Any]:
@@ -418,7 +387,7 @@ def main() -> int:
     parser.add_argument("--search-only", action="store_true",
                         help="report only whether Bridge judges the make search layouts as our checks do")
     args = parser.parse_args()
-    import hf_cache
+    from optbench.bridge.cpu_check import hf_cache
 
     started = time.perf_counter()
     report: dict[str, Any] = {"cases": [], "versions": {}}

@@ -1,6 +1,6 @@
 """Import-only stand-ins that let Megatron Bridge 0.3.1 import and build configs on a CPU.
 
-Imported first in the Bridge environment (``.venv-bridge``, see tests/bridge_env/requirements.txt):
+Imported first in a Bridge environment (``.venv-bridge`` or ``.venv-bridge5``, see requirements.txt beside this file):
 
 * modules that need CUDA builds (Transformer Engine, Apex, Mamba, flash-attention, ...) and Energon are
   replaced by empty modules whose every attribute is a harmless class: Bridge's and Megatron Core's
@@ -10,7 +10,8 @@ Imported first in the Bridge environment (``.venv-bridge``, see tests/bridge_env
   ``torch.cuda.synchronize`` (which Megatron's timers call) returns at once.
 
 Triton is not stubbed (PyTorch's inductor probes for it, and Bridge's config path does not need it).
-Nothing here is used outside tests and the preset tool: the job in the NeMo container never imports it.
+Used by the conformance test, the preset tool and ``make plan CHECK=bridge`` (:mod:`.plan_check`); the job in the
+NeMo container never imports it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ STUBBED = (
 TE_VERSION = "2.12.0"
 """What the stand-in Transformer Engine reports (the NeMo 26.02 container's major line)."""
 
-GPU_REGISTRY = Path(__file__).resolve().parents[2] / "src" / "optbench" / "data" / "gpus.csv"
+GPU_REGISTRY = Path(__file__).resolve().parents[2] / "data" / "gpus.csv"
 """The GPU registry (optbench.hardware reads it too); read as a file: this module runs before optbench is importable."""
 
 

@@ -1,4 +1,5 @@
-"""The real Megatron Bridge + Core of every NeMo container, installed for the conformance test (``make bridge-env``).
+"""The real Megatron Bridge + Core of every NeMo container, installed on this machine (``make bridge-env``) for the
+conformance test and ``make plan CHECK=bridge``.
 
 Each runnable container of ``src/optbench/data/bridge/containers.json`` gets its exact Megatron Bridge and the
 Megatron Core that Bridge tag pins, plus the ``transformers`` its lock file pins. They share two base virtual
@@ -15,8 +16,8 @@ there (Megatron Core 0.19 iterates its registry at import, so a stand-in will no
 
 ``NEXT`` is a release no container in NVIDIA's version data ships yet; it is checked with the newest container's plan.
 
-    python tests/bridge_env/environments.py build      # what make bridge-env runs
-    python tests/bridge_env/environments.py list       # the targets, their interpreter and PYTHONPATH
+    python src/optbench/bridge/cpu_check/environments.py build   # what make bridge-env runs
+    python src/optbench/bridge/cpu_check/environments.py list    # the targets, their interpreter and PYTHONPATH
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-CONTAINERS = ROOT / "src" / "optbench" / "data" / "bridge" / "containers.json"
+ROOT = HERE.parents[3]
+"""The checkout (this file is src/optbench/bridge/cpu_check/environments.py; it runs by path before any install)."""
+CONTAINERS = HERE.parents[1] / "data" / "bridge" / "containers.json"
 OVERLAYS = ROOT / ".bridge-releases"
 BASES = {"tf4": (ROOT / ".venv-bridge", HERE / "requirements.txt"), "tf5": (ROOT / ".venv-bridge5", HERE / "requirements-tf5.txt")}
 IN_BASE = {"0.3.1": "0.16.1"}

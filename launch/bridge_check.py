@@ -1,0 +1,126 @@
+"""``CHECK=bridge``: build a plan with its container's real Megatron Bridge and Core on this CPU before it runs.
+
+Our validation mirrors Bridge's and Megatron Core's checks (bridge/moe_rules.py, graph_rules.py, the layout
+rules), and CI runs every recipe and every ``make search`` layout through each release's real Bridge. A run's
+own overrides are checked here: the plan is written to a temporary folder and
+``optbench/bridge/cpu_check/plan_check.py`` runs it in the Bridge environment of the plan's container
+(``make bridge-env``; :mod:`optbench.bridge.cpu_check.environments`), which builds the ConfigContainer as the
+job would, reads every override back and runs Bridge's ``runtime_config_update`` at the plan's world size. A
+refusal is one line naming what Bridge said (exit 2), and ``make pretrain`` then launches nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from optbench.config.schema import RunConfig
+from optbench.errors import Problem, UserError
+from optbench.io import atomic_write_json
+from optbench.plan_format import PLAN_FILE
+from optbench.plan_types import Plan
+from optbench.releases.versions import container_of
+
+CHECKS = ("bridge",)
+"""What CHECK= may name."""
+TIMEOUT_S = 900
+"""A check takes 10-40 s on 2 cores (importing Bridge and Core is most of it); past this it is stuck."""
+SCRIPT = Path(__file__).resolve().parents[1] / "src" / "optbench" / "bridge" / "cpu_check" / "plan_check.py"
+
+
+def wanted_check(value: str) -> bool:
+    """Whether CHECK= asks for the Bridge check ('' = no check); anything else is a one-line error."""
+    value = value.strip()
+    if value and value not in CHECKS:
+        raise UserError(Problem("CHECK", f"'{value[:40]}' is not a check; CHECK=bridge builds the plan with its "
+                                         "container's real Megatron Bridge and Core on this CPU"))
+    return bool(value)
+
+
+def _environment(run: RunConfig):
+    from optbench.bridge.cpu_check.environments import targets
+
+    container = container_of(run)
+    target = next((t for t in targets() if t.name == container.name), None)
+    if target is None:
+        raise UserError(Problem("CHECK", f"no Megatron Bridge environment is defined for {container.name}; "
+                                         "`python src/optbench/bridge/cpu_check/environments.py list` names those there are"))
+    if not target.python.is_file() or (target.overlay is not None and not (target.overlay / ".complete").is_file()):
+        raise UserError(Problem("CHECK", f"the Megatron Bridge {target.bridge} environment of {container.name} is not "
+                                         "built on this machine; run `make bridge-env` (make setup does) and check again"))
+    return target
+
+
+def check_with_bridge(run: RunConfig, plan: Plan) -> dict[str, Any]:
+    """Run the plan through its container's real Bridge; print what it found; raise UserError if Bridge refuses."""
+    if run.engine != "megatron_bridge":
+        raise UserError(Problem("CHECK", f"CHECK=bridge checks a Megatron Bridge plan and this run's engine is {run.engine}; "
+                                         "drop CHECK or plan a megatron_bridge recipe"))
+    target = _environment(run)
+    with tempfile.TemporaryDirectory(prefix="optbench-check-") as folder:
+        atomic_write_json(Path(folder) / PLAN_FILE, plan.to_json())
+        out = Path(folder) / "report.json"
+        try:
+            done = subprocess.run([str(target.python), str(SCRIPT), folder, "--out", str(out)], capture_output=True,
+                                  text=True, timeout=TIMEOUT_S, env=target.environment(), check=False)
+        except subprocess.TimeoutExpired:
+            raise UserError(Problem("CHECK", f"the Bridge check of {target.name} did not finish in {TIMEOUT_S} s; "
+                                             "add debug=true to see where it stops")) from None
+        if run.debug:
+            sys.stderr.write(done.stderr)
+        if done.returncode != 0 or not out.is_file():
+            raise UserError(Problem("CHECK", _failure_line(done.stderr, target.name)))
+        report = json.loads(out.read_text())
+    for line in report_lines(report):
+        print(line)
+    problem = refusal(report)
+    if problem:
+        raise UserError(Problem("bridge", problem))
+    return report
+
+
+def _failure_line(stderr: str, container: str) -> str:
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+    if errors:  # the check's own one-line refusal (a plan of another release, say)
+        return errors[-1]
+    last = lines[-1][:300] if lines else "no output"
+    return f"the Bridge check could not run in {container}'s environment ({last}); add debug=true for its output"
+
+
+def report_lines(report: dict[str, Any]) -> list[str]:
+    """What the check found, as plan lines."""
+    versions = f"{report['container']} (Megatron Bridge {report['megatron_bridge']}, Core {report['megatron_core']})"
+    if report["build"] != "ok":
+        outcome = f"did not build: {report['build']}"
+    else:
+        landed = report["overrides"] - len(report["missing"])
+        update = report["runtime_config_update"]
+        outcome = (f"{landed} of {report['overrides']} overrides read back; runtime_config_update "
+                   + ("passed" if update == "ok" else f"refused: {update}")
+                   + f" at world size {report['world_size']} on {report['gpu']}")
+    lines = [f"  bridge check {versions} on this CPU ({report['seconds']} s; Transformer Engine and CUDA are stand-ins): {outcome}"]
+    lines += [f"              warned: {warning}" for warning in report["warnings"]]
+    return lines
+
+
+def refusal(report: dict[str, Any]) -> str | None:
+    """The one line a refusing report comes to (None when Bridge took the plan)."""
+    bridge = f"Megatron Bridge {report['megatron_bridge']} ({report['container']})"
+    if not report["plan_matches_checkout"]:
+        return "the plan's overrides are not what this checkout derives from its config; plan again"
+    if report["build"] != "ok":
+        return f"{bridge} could not build this plan's config: {report['build']}"
+    if report["missing"]:
+        first = report["missing"][0]
+        got = first.get("error") or f"it holds {first.get('actual')!r}"
+        return (f"{len(report['missing'])} override(s) did not land in {bridge}'s config; first {first['field']}"
+                f"={first['expected']!r}: {got}")
+    if report["runtime_config_update"] != "ok":
+        return (f"{bridge} refuses this plan at world size {report['world_size']}: {report['runtime_config_update']}; "
+                "change the setting it names (plan.json bridge.overrides shows each Bridge name we set)")
+    return None

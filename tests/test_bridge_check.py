@@ -1,0 +1,111 @@
+"""``make plan CHECK=bridge``: a plan built with its container's real Megatron Bridge and Core on this CPU.
+
+The fast tests hold the launcher's side (the option, its refusals, the one line a refusing report comes to);
+the slow ones run the real Bridge of the default container (``make bridge-env``) on a plan it takes and on one
+whose world size it refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, marked_results, run_make
+from launch.bridge_check import SCRIPT, refusal, report_lines, wanted_check
+from optbench.bridge.cpu_check import environments
+from optbench.errors import UserError
+from optbench.releases import versions
+
+OK = {"container": "nemo:26.08", "megatron_bridge": "0.6.0", "megatron_core": "0.19.0", "gpu": "gb300", "world_size": 8,
+      "overrides": 134, "plan_matches_checkout": True, "build": "ok", "missing": [], "runtime_config_update": "ok",
+      "warnings": ["UserWarning: moe_hybridep_num_sms is deprecated."], "seconds": 7.5}
+
+
+def test_check_takes_bridge_or_nothing() -> None:
+    assert wanted_check("") is False and wanted_check("bridge") is True
+    with pytest.raises(UserError) as refused:
+        wanted_check("brigde")
+    [line] = refused.value.lines()
+    assert line.startswith("error: CHECK: 'brigde' is not a check; CHECK=bridge")
+
+
+def test_a_report_bridge_took_refuses_nothing_and_prints_its_verdict_and_warnings() -> None:
+    assert refusal(OK) is None
+    lines = report_lines(OK)
+    assert "134 of 134 overrides read back; runtime_config_update passed at world size 8 on gb300" in lines[0]
+    assert "nemo:26.08 (Megatron Bridge 0.6.0, Core 0.19.0)" in lines[0]
+    assert lines[1].strip() == "warned: UserWarning: moe_hybridep_num_sms is deprecated."
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"build": "OverridesError: Failed to parse"}, "Megatron Bridge 0.6.0 (nemo:26.08) could not build this plan's config: OverridesError"),
+    ({"missing": [{"field": "model.tp", "expected": 2, "actual": 1}]}, "1 override(s) did not land in Megatron Bridge 0.6.0 (nemo:26.08)'s config; first model.tp=2: it holds 1"),
+    ({"runtime_config_update": "AssertionError: world size"}, "refuses this plan at world size 8: AssertionError: world size; change the setting it names"),
+    ({"plan_matches_checkout": False}, "the plan's overrides are not what this checkout derives from its config; plan again"),
+])
+def test_a_refusing_report_comes_to_one_line(change: dict, expected: str) -> None:
+    assert expected in refusal({**OK, **change})
+
+
+def test_a_local_engine_plan_is_not_checked(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "launch", "plan", "kimi_k2_tiny_muon", "--check", "bridge",
+                           f"results_dir={marked_results(tmp_path / 'results')}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("error: CHECK: CHECK=bridge checks a Megatron Bridge plan and "
+                                                           "this run's engine is local")
+
+
+def test_a_missing_bridge_environment_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from launch import cli
+
+    monkeypatch.setattr(environments, "BASES", {name: (tmp_path / name, requirements)
+                                                for name, (_, requirements) in environments.BASES.items()})
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["plan", "qwen3_30b_a3b_muon", "--check", "bridge", f"results_dir={marked_results(tmp_path / 'results')}"])
+    assert exited.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: CHECK: the Megatron Bridge 0.6.0 environment of nemo:26.08 is not built on this machine; "
+                           "run `make bridge-env`")
+
+
+def _default_target() -> environments.Target:
+    target = next(t for t in environments.targets() if t.name == versions.runnable()[0].name)
+    if not target.python.is_file() or (target.overlay is not None and not (target.overlay / ".complete").is_file()):
+        pytest.fail(f"the Bridge environment of {target.name} is missing: run `make setup` (or `make bridge-env`)")
+    return target
+
+
+@pytest.mark.slow
+def test_make_plan_check_bridge_runs_the_plan_through_the_default_containers_real_bridge(tmp_path: Path) -> None:
+    target = _default_target()
+    done = run_make("plan", "RECIPE=qwen3_30b_a3b_muon", "CHECK=bridge", "parallel.moe_token_dispatcher=alltoall",
+                    f"results_dir={marked_results(tmp_path / 'results')}")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("  bridge check ")]
+    assert f"{target.name} (Megatron Bridge {target.bridge}, Core {target.core})" in line
+    assert "runtime_config_update passed at world size 8 on gb300" in line
+
+
+@pytest.mark.slow
+def test_the_real_bridge_refuses_a_plan_at_a_world_size_its_batch_does_not_divide(tmp_path: Path) -> None:
+    target = _default_target()
+    results = marked_results(tmp_path / "results")
+    planned = subprocess.run([sys.executable, "-m", "launch", "plan", "qwen3_30b_a3b_muon", f"results_dir={results}"],
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads((results / "plans" / "qwen3_30b_a3b_muon" / "plan.json").read_text())
+    folder = tmp_path / "edited"
+    folder.mkdir()
+    (folder / "plan.json").write_text(json.dumps({**plan, "world_size": 12}))
+    done = subprocess.run([str(target.python), str(SCRIPT), str(folder), "--out", str(folder / "report.json")],
+                          capture_output=True, text=True, timeout=900, env=target.environment())
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((folder / "report.json").read_text())
+    assert report["build"] == "ok" and report["missing"] == []
+    assert report["runtime_config_update"].startswith("AssertionError")
+    assert "refuses this plan at world size 12: AssertionError" in refusal(report)
