@@ -78,6 +78,15 @@ INVALID = [
     ("muon-syrk-on-bridge", K, ["optimizer.muon.syrk=true"], "optimizer.muon.syrk", "has a SYRK Newton-Schulz kernel"),
     ("flex-needs-backend", K, ["parallel.moe_flex_dispatcher_backend=null"], "parallel.moe_flex_dispatcher_backend",
      "needs a backend"),
+    # Found by make plan CHECK=bridge (every single-field override of the Qwen3 recipe through 26.08's real Bridge):
+    ("expert-bias-softmax", Q, ["model.moe_router_enable_expert_bias=true"], "model.moe_router_enable_expert_bias",
+     "needs the sigmoid score function"),
+    ("moe-recompute-untyped-granularity", Q, ["parallel.recompute_modules=[moe]"], "parallel.recompute_modules",
+     "EP-communication overlap refuses recomputing 'moe'"),
+    ("full-iteration-scope", Q, ["parallel.cuda_graph_scope=[attn]"], "parallel.cuda_graph_scope",
+     "a full-iteration CUDA graph takes no per-layer scope"),
+    ("fp4-preset-with-fp8", Q, ["precision.bridge_mixed_precision=bf16_with_nvfp4_mixed"], "precision.bridge_mixed_precision",
+     "Megatron Core refuses both at once"),
 ]
 
 
@@ -97,3 +106,13 @@ def test_messages_are_distinct() -> None:
     for _, recipe, overrides, field, fragment in INVALID:
         messages |= {str(p) for p in problems_for(recipe, overrides) if p.field == field and fragment in p.message}
     assert len(messages) == len(INVALID)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model.moe_router_enable_expert_bias=true", "model.moe_router_score_function=sigmoid"],
+    ["parallel.recompute_modules=[moe]", "parallel.ep_comm_overlap=false"],
+    ["parallel.cuda_graph_scope=[attn]", "parallel.cuda_graph_impl=transformer_engine"],
+], ids=["expert-bias-sigmoid", "moe-recompute-no-overlap", "scoped-te-graphs"])
+def test_the_fix_each_new_bridge_rule_names_passes_it(overrides: list[str]) -> None:
+    """What the rules found by CHECK=bridge suggest is accepted (26.08's real Bridge took each: docs/cluster.md)."""
+    assert problems_for(Q, overrides) == []

@@ -283,32 +283,35 @@ bridge/moe_rules.py) says so: ``runtime_config_update`` never reaches it, and th
 installed Core by tests/test_bridge_conformance.py instead."""
 
 
+def bridge_verdict(run: Any) -> str | None:
+    """None when Bridge builds and updates the run's config (at its GPU count), else what refused it."""
+    from megatron.bridge.training.config import runtime_config_update
+
+    from optbench.bridge.adapter import bridge_setup
+    from optbench.bridge.entry import BridgeAPI, build_config_container
+    from optbench.errors import UserError
+
+    try:
+        config = build_config_container(bridge_setup(run), BridgeAPI())
+        os.environ["WORLD_SIZE"] = str(run.parallel.num_gpus)
+        runtime_config_update(config)
+        return None
+    except UserError as err:  # our adapter, not Bridge: no verdict
+        return f"ours: {err.lines()[0]}"
+    except Exception as err:  # what Bridge or Core raises is the point
+        return f"{type(err).__name__}: {str(err)[:300]}"
+
+
 def search_layout_cases(results: Path, container: str) -> list[dict[str, Any]]:
     """Our validity against Bridge's on every layout ``make search`` tries: each one it keeps (valid by our checks,
     fitting in memory) must pass Bridge's recipe with our overrides and ``runtime_config_update``, and each one our
     checks refuse must be refused by Bridge or Core too. One micro-batch size per layout: the search keeps only
     those with GBS divisible by MBS x DP, which is all Bridge's config checks ask of it; memory is not a config
     check, and a rule Core asserts when it builds the model is counted apart (``refused_when_the_model_is_built``)."""
-    from megatron.bridge.training.config import runtime_config_update
-
-    from optbench.bridge.adapter import bridge_setup
-    from optbench.bridge.entry import BridgeAPI, build_config_container
     from optbench.compose.recipe import compose_run
     from optbench.errors import UserError
     from optbench.projection.search import at, points
     from optbench.validate import validate
-
-    def bridge_verdict(run: Any) -> str | None:
-        """None when Bridge builds and updates the run's config, else what refused it."""
-        try:
-            config = build_config_container(bridge_setup(run), BridgeAPI())
-            os.environ["WORLD_SIZE"] = str(run.parallel.num_gpus)
-            runtime_config_update(config)
-            return None
-        except UserError as err:  # our adapter, not Bridge: no verdict
-            return f"ours: {err.lines()[0]}"
-        except Exception as err:  # what Bridge or Core raises is the point
-            return f"{type(err).__name__}: {str(err)[:300]}"
 
     cases = []
     for recipe in SEARCH_RECIPES:
@@ -350,6 +353,81 @@ def search_layout_cases(results: Path, container: str) -> list[dict[str, Any]]:
     return cases
 
 
+OVERRIDE_RECIPES = ("qwen3_30b_a3b_muon", "kimi_k2_muon")
+"""Recipes every single-field override is tried on (Qwen3 on 8 GPUs, Kimi K2 on 256: MLA, layer-wise Muon)."""
+KNOWN_GAPS = {
+    "parallel.cuda_graph_impl=local": "Bridge 0.6 takes the local implementation only for full-iteration graphs "
+    "(bridge/utils/cuda_graph.py); 0.3-0.5 take it, so the rule needs a marker read from each tag's source, not written yet",
+}
+"""Single-field overrides our checks pass and the default container's Bridge refuses, each with why it is not refused yet."""
+
+
+def single_field_overrides(run: Any) -> list[str]:
+    """One override per other value of every field the Bridge engine reads: each other word of an enumeration, the
+    other boolean, half of a real number, twice a count outside the layout, and each single CUDA-graph or recompute
+    module. The layout's integers are left to ``make search`` (search_layout_cases); names, paths and labels are not values."""
+    from optbench.config.field_spec import BRIDGE
+    from optbench.config.field_table import TABLE, value_at
+
+    def text(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return f"[{','.join(value)}]" if isinstance(value, list) else str(value)
+
+    found = []
+    for key, spec in TABLE.items():
+        if not spec.readers & BRIDGE:
+            continue
+        kind, (known, value) = type(spec.domain).__name__, value_at(run, key)
+        if not known:
+            continue
+        others: list[Any] = []
+        if kind == "Choice":
+            others = [word for word in spec.domain.words() if word != value]
+        elif kind == "Flag":
+            others = [not value] if isinstance(value, bool) else [True, False]
+        elif kind == "Real":
+            others = [value * 0.5 if value else 0.5]
+        elif kind == "Integer" and not key.startswith(("parallel.", "model.")):
+            others = [value * 2 if value else 1]
+        elif kind == "Items" and key in ("parallel.recompute_modules", "parallel.cuda_graph_scope"):
+            others = [[word] for word in spec.domain.item.words()]
+        found += [f"{key}={text(other)}" for other in others]
+    return found
+
+
+def typed_override_cases(results: Path, container: str) -> list[dict[str, Any]]:
+    """Every single-field override (:func:`single_field_overrides`) of each recipe that our checks pass (memory aside,
+    force=true) must pass the real Bridge's recipe with our overrides and ``runtime_config_update``: the user's own
+    values, where the recipes above try NVIDIA's. What Bridge refuses is listed with its error."""
+    from optbench.compose.recipe import compose_run
+    from optbench.errors import UserError
+    from optbench.validate import validate
+
+    cases = []
+    for recipe in OVERRIDE_RECIPES:
+        common = [f"results_dir={results}", "run_id=overrides", f"cluster.container={container}", "force=true"]
+        base = compose_run(recipe, common)
+        os.environ["OPTBENCH_FAKE_GPU"] = base.cluster.gpu
+        stand_ins.install()
+        case: dict[str, Any] = {"recipe": recipe, "checked": 0, "we_refuse": 0, "bridge_refused": [], "known_gaps": KNOWN_GAPS}
+        for override in single_field_overrides(base):
+            try:
+                run = validate(compose_run(recipe, [*common, override])).run
+            except UserError:
+                case["we_refuse"] += 1
+                continue
+            verdict = bridge_verdict(run)
+            if verdict is not None and verdict.startswith("ours: "):  # the plan refuses it in one line (adapter)
+                case["we_refuse"] += 1
+                continue
+            case["checked"] += 1
+            if verdict is not None:
+                case["bridge_refused"].append({"override": override, "error": verdict})
+        cases.append(case)
+    return cases
+
+
 def negative_controls(results: Path, container: str) -> dict[str, Any]:
     """A misspelled key and an impossible pipeline layout must both fail inside Bridge."""
     from megatron.bridge.training.config import runtime_config_update
@@ -384,6 +462,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the JSON report here (default: stdout)")
     parser.add_argument("--recipes", nargs="*", default=list(RECIPES))
     parser.add_argument("--container", default="nemo:26.02.01", help="the NeMo container whose Bridge and Core are installed")
+    parser.add_argument("--overrides-only", action="store_true",
+                        help="report only whether Bridge takes every single-field override our checks pass")
     parser.add_argument("--search-only", action="store_true",
                         help="report only whether Bridge judges the make search layouts as our checks do")
     args = parser.parse_args()
@@ -396,7 +476,7 @@ def main() -> int:
         from optbench.outputs import claim
 
         claim(Path(tmp) / "results", "results_dir", "results")  # the cases write into it before composing again
-        for recipe in [] if args.search_only else args.recipes:
+        for recipe in [] if args.search_only or args.overrides_only else args.recipes:
             for intent in INTENTS:
                 try:
                     report["cases"].append(check_case(recipe, intent, Path(tmp) / "results", args.container))
@@ -405,6 +485,8 @@ def main() -> int:
                                             "traceback": traceback.format_exc()[-2000:]})
         if args.search_only:
             report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container)
+        elif args.overrides_only:
+            report["typed_overrides"] = typed_override_cases(Path(tmp) / "results", args.container)
         else:
             report["emerging"] = emerging_cases(Path(tmp) / "results", args.container)
             report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)

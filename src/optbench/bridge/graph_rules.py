@@ -8,7 +8,10 @@ Core's ``TransformerConfig.__post_init__`` asserts, in the container (every rele
 * full recompute with CUDA graphs on only with full-iteration graphs ("full recompute is only supported with full
   iteration CUDA graph"): NVIDIA's presets graph attention and the router per layer up to 26.04.01;
 * recomputing the MoE layer is not graphed with Transformer Engine's ``moe_router`` scope ("moe recompute is not
-  supported with moe_router CUDA graph").
+  supported with moe_router CUDA graph");
+* a full-iteration graph takes no per-layer scope ("cuda_graph_modules must be empty when
+  cuda_graph_impl="full_iteration"", Core 0.18 on, the only releases that have it): found by
+  ``make plan CHECK=bridge`` (a scope typed over 26.06's full-iteration preset passed our checks).
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ def graph_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
                       "transformer_engine", ("cluster.container",))
     if impl == "none":
         return
+    if impl == "full_iteration" and p.cuda_graph_scope:
+        yield Problem("parallel.cuda_graph_scope", f"a full-iteration CUDA graph takes no per-layer scope, got "
+                      f"{list(p.cuda_graph_scope)}; set parallel.cuda_graph_scope=[], or graph those scopes per layer with "
+                      "parallel.cuda_graph_impl=transformer_engine", ("parallel.cuda_graph_impl",))
     off = "or turn graphs off (parallel.cuda_graph_impl=none parallel.cuda_graph_scope=[])"
     if p.recompute_granularity == "full" and impl != "full_iteration":
         yield Problem("parallel.recompute_granularity", f"full recompute with {impl} CUDA graphs is refused by Megatron "

@@ -14,7 +14,16 @@ built on the GPUs; ``make plan`` (and every point of ``make search`` and ``make 
   Bridge's ``CommOverlapConfig`` (every release 0.3.0-0.6.2) asserts expert parallelism (EP > 1), the alltoall
   or flex dispatcher, an interleaved schedule when PP > 1 (VPP set), no full recompute (granularity, method,
   layer count), at most one MTP layer; Core's ``TransformerConfig`` also refuses ``moe`` among the recomputed
-  modules from 0.17 (marker ``ep_overlap_refuses_moe_recompute``).
+  modules from 0.17 (marker ``ep_overlap_refuses_moe_recompute``), whatever the recompute granularity.
+* **DeepEP's GPUs.** Bridge's ``validate_flex_dispatcher_backend`` (every release 0.3.0-0.6.2) takes the DeepEP
+  backend on Ampere, Hopper, B200 and B300 only (by the device's compute capability and name): not on GB200 or GB300,
+  where NVIDIA's presets use HybridEP.
+* **Aux-loss-free expert bias** (``model.moe_router_enable_expert_bias``): Core's ``TransformerConfig`` (every release)
+  takes it only with the sigmoid score function (0.18 on: or sqrtsoftplus, which our config does not offer).
+
+Found by ``make plan CHECK=bridge`` over every single-field override of the Qwen3 recipe (2026-11-26): the
+expert-bias rule, ``moe`` recomputed without a typed granularity and DeepEP on GB300 (the Kimi K2 recipe) were plans
+Bridge refused in the container.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from collections.abc import Iterable
 
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem
+from optbench.hardware import gpu_catalog
 from optbench.releases.versions import Container, behaviour, first_with
 
 ANY_BACKEND = "flex_dispatcher_needs_tp_ep"
@@ -35,10 +45,26 @@ def moe_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
     if run.model.num_moe_experts:
         yield from _dispatcher_problems(run, container)
         yield from _ep_overlap_problems(run, container)
+        m = run.model
+        if m.moe_router_enable_expert_bias and m.moe_router_score_function != "sigmoid":
+            yield Problem("model.moe_router_enable_expert_bias", "the aux-loss-free expert bias needs the sigmoid score "
+                          f"function, Megatron Core refuses it with {m.moe_router_score_function}; set "
+                          "model.moe_router_score_function=sigmoid or model.moe_router_enable_expert_bias=false",
+                          ("model.moe_router_score_function",))
+
+
+DEEPEP_DEVICES = ("NVIDIA B200", "NVIDIA B300")
+"""Blackwell devices Bridge lets DeepEP run on (by name); Ampere and Hopper (SM 8.x, 9.x) by compute capability."""
 
 
 def _dispatcher_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
     p = run.parallel
+    gpu = gpu_catalog().get(run.cluster.gpu)
+    if (p.moe_token_dispatcher == "flex" and p.moe_flex_dispatcher_backend == "deepep" and gpu is not None
+            and int(gpu.compute_capability) not in (8, 9) and not gpu.device_name.startswith(DEEPEP_DEVICES)):
+        yield Problem("parallel.moe_flex_dispatcher_backend", f"Megatron Bridge runs DeepEP on Ampere, Hopper, B200 and "
+                      f"B300 only, not on {run.cluster.gpu} ({gpu.device_name}); use parallel.moe_flex_dispatcher_backend="
+                      "hybridep or parallel.moe_token_dispatcher=alltoall", ("cluster", "parallel.moe_token_dispatcher"))
     if p.moe_token_dispatcher != "flex" or p.ep * p.etp > 1:
         return
     fixes = ["raise parallel.ep", "use parallel.moe_token_dispatcher=alltoall"]
@@ -80,7 +106,7 @@ def _ep_overlap_problems(run: RunConfig, container: Container) -> Iterable[Probl
         yield Problem("parallel.recompute_granularity", "EP-communication overlap refuses full recompute (granularity, "
                       f"method and layer count must be unset); use selective recompute, {OFF}",
                       ("parallel.recompute_method", "parallel.recompute_num_layers", *related))
-    if p.recompute_granularity == "selective" and "moe" in (p.recompute_modules or ()) and behaviour(container, MOE_RECOMPUTE):
+    if "moe" in (p.recompute_modules or ()) and behaviour(container, MOE_RECOMPUTE):  # whatever the granularity
         yield Problem("parallel.recompute_modules", f"EP-communication overlap refuses recomputing 'moe'; drop it, {OFF}",
                       related)
     if m.mtp_num_layers > 1:

@@ -9,6 +9,7 @@ Bridge, Megatron Core or torch.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
@@ -193,7 +194,8 @@ def _evaluation(run: RunConfig) -> list[Item]:
 
 def _data(run: RunConfig) -> list[Item]:
     d, m = run.data, run.model
-    items = bridge_items(run, "train.seq_length", section="dataset") + bridge_items(run, "data.seed")
+    has_field = partial(versions.has_field, versions.container_of(run))
+    items = [(bridge_name("train.seq_length", has_field), run.train.seq_length)] + bridge_items(run, "data.seed")
     if d.kind == "mock":
         return items + [
             ("dataset.blend", None),

@@ -342,8 +342,10 @@ class TrainConfig:
     """Global batch size in sequences."""
     mbs: int = setting(1, Integer(1, 65536), bridge="train.micro_batch_size", preset="every")
     """Micro batch size in sequences per model replica."""
-    seq_length: int = setting(128, Integer(1, 1 << 20), bridge=("model.seq_length", "dataset.sequence_length"))
-    """Tokens per sequence."""
+    seq_length: int = setting(128, Integer(1, 1 << 20), bridge=("dataset.seq_length", "model.seq_length"),
+                              renamed_from="dataset.sequence_length")
+    """Tokens per sequence. (Bridge 0.6 made ``dataset.seq_length`` the dataset's field and copies it over
+    ``sequence_length`` when it finalizes the config, so an override of the older name is lost there.)"""
     iters: int = setting(10, STEPS, bridge="train.train_iters")
     """Optimizer steps."""
     warmup_iters: int = setting(0, Integer(0, 1_000_000_000), bridge="scheduler.lr_warmup_iters")
