@@ -228,7 +228,8 @@ def test_every_single_field_override_we_accept_the_default_containers_bridge_acc
     container's Bridge builds and updates, except the documented gaps (conformance.KNOWN_GAPS). Its first run
     (2026-11-26) found seven: a changed train.seq_length was lost on Bridge 0.6 (dataset.seq_length), the expert bias
     with softmax, moe recomputed without a typed granularity under the EP overlap, a per-layer graph scope under
-    full-iteration graphs, an FP4 Bridge preset under FP8, DeepEP on GB300, and the local graph implementation."""
+    full-iteration graphs, an FP4 Bridge preset under FP8, DeepEP on GB300, and the local graph implementation; run by
+    hand on the other releases, three per-layer scope rules more (docs/cluster.md)."""
     for c in report_of(DEFAULT, tmp_path_factory, only="overrides")["typed_overrides"]:
         refused = {r["override"]: r["error"] for r in c["bridge_refused"]}
         assert sorted(refused) == sorted(c["known_gaps"]), (c["recipe"], refused)

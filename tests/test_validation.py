@@ -85,6 +85,14 @@ INVALID = [
      "EP-communication overlap refuses recomputing 'moe'"),
     ("full-iteration-scope", Q, ["parallel.cuda_graph_scope=[attn]"], "parallel.cuda_graph_scope",
      "a full-iteration CUDA graph takes no per-layer scope"),
+    ("scope-mlp-all-moe", Q, ["cluster.container=nemo:26.04.01", "parallel.cuda_graph_scope=[mlp]"],
+     "parallel.cuda_graph_scope", "every layer of qwen3_30b_a3b is MoE"),
+    ("scope-moe-no-drop-pad", Q, ["cluster.container=nemo:26.04.01", "parallel.cuda_graph_scope=[moe]"],
+     "parallel.cuda_graph_scope", "needs drop-and-pad MoE"),
+    ("scope-preprocess-alone", Q, ["cluster.container=nemo:26.04.01", "parallel.cuda_graph_scope=[moe_preprocess]"],
+     "parallel.cuda_graph_scope", "moe_preprocess is graphed only with moe_router"),
+    ("scope-moe-and-router", Q, ["cluster.container=nemo:26.04.01", "parallel.cuda_graph_scope=[moe,moe_router]"],
+     "parallel.cuda_graph_scope", "moe and moe_router are not graphed together"),
     ("fp4-preset-with-fp8", Q, ["precision.bridge_mixed_precision=bf16_with_nvfp4_mixed"], "precision.bridge_mixed_precision",
      "Megatron Core refuses both at once"),
 ]
@@ -112,7 +120,8 @@ def test_messages_are_distinct() -> None:
     ["model.moe_router_enable_expert_bias=true", "model.moe_router_score_function=sigmoid"],
     ["parallel.recompute_modules=[moe]", "parallel.ep_comm_overlap=false"],
     ["parallel.cuda_graph_scope=[attn]", "parallel.cuda_graph_impl=transformer_engine"],
-], ids=["expert-bias-sigmoid", "moe-recompute-no-overlap", "scoped-te-graphs"])
+    ["cluster.container=nemo:26.04.01", "parallel.cuda_graph_scope=[moe_router,moe_preprocess]"],
+], ids=["expert-bias-sigmoid", "moe-recompute-no-overlap", "scoped-te-graphs", "router-and-preprocess"])
 def test_the_fix_each_new_bridge_rule_names_passes_it(overrides: list[str]) -> None:
     """What the rules found by CHECK=bridge suggest is accepted (26.08's real Bridge took each: docs/cluster.md)."""
     assert problems_for(Q, overrides) == []

@@ -402,14 +402,13 @@ def typed_override_cases(results: Path, container: str) -> list[dict[str, Any]]:
     values, where the recipes above try NVIDIA's. What Bridge refuses is listed with its error."""
     from optbench.compose.recipe import compose_run
     from optbench.errors import UserError
+    from optbench.hardware import gpu_catalog
     from optbench.validate import validate
 
     cases = []
     for recipe in OVERRIDE_RECIPES:
         common = [f"results_dir={results}", "run_id=overrides", f"cluster.container={container}", "force=true"]
         base = compose_run(recipe, common)
-        os.environ["OPTBENCH_FAKE_GPU"] = base.cluster.gpu
-        stand_ins.install()
         case: dict[str, Any] = {"recipe": recipe, "checked": 0, "we_refuse": 0, "bridge_refused": [], "known_gaps": KNOWN_GAPS}
         for override in single_field_overrides(base):
             try:
@@ -417,6 +416,9 @@ def typed_override_cases(results: Path, container: str) -> list[dict[str, Any]]:
             except UserError:
                 case["we_refuse"] += 1
                 continue
+            if run.cluster.gpu in gpu_catalog():  # cluster.gpu=b200 is tried too: Bridge checks the device
+                os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
+                stand_ins.install()
             verdict = bridge_verdict(run)
             if verdict is not None and verdict.startswith("ours: "):  # the plan refuses it in one line (adapter)
                 case["we_refuse"] += 1

@@ -11,7 +11,12 @@ Core's ``TransformerConfig.__post_init__`` asserts, in the container (every rele
   supported with moe_router CUDA graph");
 * a full-iteration graph takes no per-layer scope ("cuda_graph_modules must be empty when
   cuda_graph_impl="full_iteration"", Core 0.18 on, the only releases that have it): found by
-  ``make plan CHECK=bridge`` (a scope typed over 26.06's full-iteration preset passed our checks).
+  ``make plan CHECK=bridge`` (a scope typed over 26.06's full-iteration preset passed our checks);
+* the per-layer scopes fit the model (every release 0.16-0.19): ``moe`` and ``moe_router`` not together, ``moe_preprocess``
+  only with ``moe_router``, the MoE scopes only in a MoE model, ``mlp`` only where some layer is dense, and ``moe``
+  only for drop-and-pad MoE (a capacity factor with padding, which neither our config nor NVIDIA's presets set). Found
+  by the single-field override sweep on 26.02-26.04.01 (tests/bridge_env/conformance.py), where Qwen3's preset
+  graphs attention and the router per layer.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ def graph_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
         yield Problem("parallel.cuda_graph_scope", f"a full-iteration CUDA graph takes no per-layer scope, got "
                       f"{list(p.cuda_graph_scope)}; set parallel.cuda_graph_scope=[], or graph those scopes per layer with "
                       "parallel.cuda_graph_impl=transformer_engine", ("parallel.cuda_graph_impl",))
+    yield from _scope_problems(run)
     off = "or turn graphs off (parallel.cuda_graph_impl=none parallel.cuda_graph_scope=[])"
     if p.recompute_granularity == "full" and impl != "full_iteration":
         yield Problem("parallel.recompute_granularity", f"full recompute with {impl} CUDA graphs is refused by Megatron "
@@ -50,3 +56,24 @@ def graph_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
             and "moe_router" in p.cuda_graph_scope):
         yield Problem("parallel.recompute_modules", "recomputing 'moe' is refused with the moe_router CUDA graph scope; "
                       f"drop 'moe', drop moe_router from parallel.cuda_graph_scope, {off}", ("parallel.cuda_graph_scope",))
+
+
+def _scope_problems(run: RunConfig) -> Iterable[Problem]:
+    """What Core asserts of the per-layer scopes against each other and against the model."""
+    scope, m = set(run.parallel.cuda_graph_scope or ()), run.model
+    moe_model = (m.num_moe_experts or 0) > 1
+
+    def refused(why: str) -> Problem:
+        return Problem("parallel.cuda_graph_scope", f"{why}; Megatron Core refuses it (got {sorted(scope)}); drop it from "
+                       "parallel.cuda_graph_scope", ("parallel.cuda_graph_impl",))
+
+    if {"moe", "moe_router"} <= scope:
+        yield refused("moe and moe_router are not graphed together")
+    if "moe_preprocess" in scope and "moe_router" not in scope:
+        yield refused("moe_preprocess is graphed only with moe_router")
+    if not moe_model and scope & {"moe", "moe_router"}:
+        yield refused(f"{m.name} has no MoE layer to graph")
+    if moe_model and m.first_k_dense_layers == 0 and "mlp" in scope:
+        yield refused(f"the mlp scope graphs dense layers and every layer of {m.name} is MoE")
+    if moe_model and "moe" in scope and not {"moe", "moe_router"} <= scope:
+        yield refused("the moe scope needs drop-and-pad MoE (a capacity factor with padding), which this run does not set")
