@@ -28,7 +28,7 @@ from optbench.releases.versions import container_of
 CHECKS = ("bridge",)
 """What CHECK= may name."""
 TIMEOUT_S = 900
-"""A check takes 10-40 s on 2 cores (importing Bridge and Core is most of it); past this it is stuck."""
+"""A check took 7-28 s on 2 cores (importing Bridge and Core is most of it); past this it is stuck."""
 SCRIPT = Path(__file__).resolve().parents[1] / "src" / "optbench" / "bridge" / "cpu_check" / "plan_check.py"
 
 
@@ -49,7 +49,7 @@ def _environment(run: RunConfig):
     if target is None:
         raise UserError(Problem("CHECK", f"no Megatron Bridge environment is defined for {container.name}; "
                                          "`python src/optbench/bridge/cpu_check/environments.py list` names those there are"))
-    if not target.python.is_file() or (target.overlay is not None and not (target.overlay / ".complete").is_file()):
+    if not target.installed:
         raise UserError(Problem("CHECK", f"the Megatron Bridge {target.bridge} environment of {container.name} is not "
                                          "built on this machine; run `make bridge-env` (make setup does) and check again"))
     return target

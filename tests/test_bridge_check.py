@@ -75,7 +75,7 @@ def test_a_missing_bridge_environment_is_one_line(tmp_path: Path, monkeypatch: p
 
 def _default_target() -> environments.Target:
     target = next(t for t in environments.targets() if t.name == versions.runnable()[0].name)
-    if not target.python.is_file() or (target.overlay is not None and not (target.overlay / ".complete").is_file()):
+    if not target.installed:
         pytest.fail(f"the Bridge environment of {target.name} is missing: run `make setup` (or `make bridge-env`)")
     return target
 
@@ -109,3 +109,13 @@ def test_the_real_bridge_refuses_a_plan_at_a_world_size_its_batch_does_not_divid
     assert report["build"] == "ok" and report["missing"] == []
     assert report["runtime_config_update"].startswith("AssertionError")
     assert "refuses this plan at world size 12: AssertionError" in refusal(report)
+
+
+def test_the_check_never_writes_over_an_existing_report_path(tmp_path: Path) -> None:
+    """Run as a process of its own: importing the check installs the stand-ins (stubbed modules, a faked GPU)."""
+    canary = tmp_path / "canary"
+    canary.write_text("keep")
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--out", str(canary)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and canary.read_text() == "keep"
+    assert done.stderr.strip() == f"error: --out: {canary} exists; name a new file for the report"

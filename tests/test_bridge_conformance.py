@@ -58,7 +58,7 @@ def report_of(target: Target, tmp_path_factory: pytest.TempPathFactory, only: st
     every ``make search`` layout alone; "overrides", that of every single-field override."""
     key = f"{target.name}{'-' + only if only else ''}"
     if key not in _reports:
-        if not target.python.is_file() or (target.overlay is not None and not (target.overlay / ".complete").is_file()):
+        if not target.installed:
             pytest.fail(f"the Bridge environment of {target.name} is missing: run `make setup` (or `make bridge-env`)")
         out = _session_folder(tmp_path_factory) / f"conformance-{key.replace(':', '_')}.json"
         search = [f"--{only}-only"] if only else []

@@ -21,9 +21,9 @@ built on the GPUs; ``make plan`` (and every point of ``make search`` and ``make 
 * **Aux-loss-free expert bias** (``model.moe_router_enable_expert_bias``): Core's ``TransformerConfig`` (every release)
   takes it only with the sigmoid score function (0.18 on: or sqrtsoftplus, which our config does not offer).
 
-Found by ``make plan CHECK=bridge`` over every single-field override of the Qwen3 recipe (2026-11-26): the
-expert-bias rule, ``moe`` recomputed without a typed granularity and DeepEP on GB300 (the Kimi K2 recipe) were plans
-Bridge refused in the container.
+Found by the single-field override sweep through the real Bridge (tests/bridge_env/conformance.py, the machinery of
+``make plan CHECK=bridge``; 2026-11-26): the expert-bias rule, ``moe`` recomputed without a typed granularity and DeepEP
+on GB300 were plans our checks passed and Bridge refused in the container.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ MOE_RECOMPUTE = "ep_overlap_refuses_moe_recompute"
 def moe_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
     """Every MoE rule of the run's Megatron Bridge and Core that the run breaks."""
     if run.model.num_moe_experts:
+        yield from _deepep_device_problems(run)
         yield from _dispatcher_problems(run, container)
         yield from _ep_overlap_problems(run, container)
         m = run.model
@@ -57,7 +58,7 @@ DEEPEP_DEVICES = ("NVIDIA B200", "NVIDIA B300")
 """Blackwell devices Bridge lets DeepEP run on (by name); Ampere and Hopper (SM 8.x, 9.x) by compute capability."""
 
 
-def _dispatcher_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
+def _deepep_device_problems(run: RunConfig) -> Iterable[Problem]:
     p = run.parallel
     gpu = gpu_catalog().get(run.cluster.gpu)
     if (p.moe_token_dispatcher == "flex" and p.moe_flex_dispatcher_backend == "deepep" and gpu is not None
@@ -65,6 +66,10 @@ def _dispatcher_problems(run: RunConfig, container: Container) -> Iterable[Probl
         yield Problem("parallel.moe_flex_dispatcher_backend", f"Megatron Bridge runs DeepEP on Ampere, Hopper, B200 and "
                       f"B300 only, not on {run.cluster.gpu} ({gpu.device_name}); use parallel.moe_flex_dispatcher_backend="
                       "hybridep or parallel.moe_token_dispatcher=alltoall", ("cluster", "parallel.moe_token_dispatcher"))
+
+
+def _dispatcher_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
+    p = run.parallel
     if p.moe_token_dispatcher != "flex" or p.ep * p.etp > 1:
         return
     fixes = ["raise parallel.ep", "use parallel.moe_token_dispatcher=alltoall"]

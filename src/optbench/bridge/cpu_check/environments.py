@@ -38,6 +38,8 @@ ROOT = HERE.parents[3]
 CONTAINERS = HERE.parents[1] / "data" / "bridge" / "containers.json"
 OVERLAYS = ROOT / ".bridge-releases"
 BASES = {"tf4": (ROOT / ".venv-bridge", HERE / "requirements.txt"), "tf5": (ROOT / ".venv-bridge5", HERE / "requirements-tf5.txt")}
+COMPLETE = ".complete"
+"""Written into an overlay once every package of it is installed (holding the pins, to rebuild on a change)."""
 IN_BASE = {"0.3.1": "0.16.1"}
 """Releases installed in their base environment itself rather than in an overlay."""
 TRANSFORMERS = {"0.3": None, "0.4": "5.3.0", "0.5": "5.8.1", "0.6": "5.12.1"}
@@ -75,6 +77,11 @@ class Target:
     @property
     def overlay(self) -> Path | None:
         return None if IN_BASE.get(self.bridge) == self.core else OVERLAYS / self.bridge
+
+    @property
+    def installed(self) -> bool:
+        """Whether :func:`build` finished this release here: its interpreter exists and its overlay is complete."""
+        return self.python.is_file() and (self.overlay is None or (self.overlay / COMPLETE).is_file())
 
     def environment(self) -> dict[str, str]:
         """Environment variables for a process that runs this release."""
@@ -123,7 +130,7 @@ def build(python: str = sys.executable) -> None:
         _pip(BASES["tf4"][0] / "bin" / "python", "install", "--quiet", "--no-deps", f"megatron-core=={core}",
              f"megatron-bridge=={bridge}")
     for target in targets():
-        done = target.overlay / ".complete" if target.overlay else None
+        done = target.overlay / COMPLETE if target.overlay else None
         wanted = " ".join(target.packages()) + "\n"
         if done is None or (done.is_file() and done.read_text() == wanted):
             continue

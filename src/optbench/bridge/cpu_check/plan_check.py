@@ -57,10 +57,11 @@ def check(folder: Path) -> dict[str, Any]:
     plan = read_plan(folder)
     run = to_run_config(OmegaConf.create(plan["config"]))
     api = BridgeAPI()
-    check_release(run, api.installed_version())
+    installed = api.installed_version()
+    check_release(run, installed)
     report: dict[str, Any] = {
         "container": container_of(run).name,
-        "megatron_bridge": version("megatron-bridge"),
+        "megatron_bridge": installed,
         "megatron_core": version("megatron-core"),
         "gpu": run.cluster.gpu,
         "world_size": plan["world_size"],
@@ -117,6 +118,7 @@ def megatron_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from optbench.errors import Problem, UserError
     from optbench.exits import exit_on_user_error
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -124,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="where the JSON report goes")
     args = parser.parse_args(argv)
     with exit_on_user_error(debug=False):
+        if args.out.exists() or args.out.is_symlink():  # the launcher names a new file in its own temporary folder
+            raise UserError(Problem("--out", f"{args.out} exists; name a new file for the report"))
         args.out.write_text(json.dumps(check(args.folder), indent=1, default=str) + "\n")
     return 0
 
