@@ -66,14 +66,14 @@ test-fast: ## The inner loop: every test not marked slow (under a minute on 2 co
 recipes: ## List the recipes
 	@$(LAUNCH) recipes
 
-plan pretrain: export OPTBENCH_CHECK = $(call typed,CHECK)
+plan pretrain sweep: export OPTBENCH_CHECK = $(call typed,CHECK)
 plan: ## Validate RECIPE with overrides and write results/plans/<recipe>/plan.json (CHECK=bridge: build it with its container's real Megatron Bridge on this CPU)
 	@$(LAUNCH) plan --from-make
 
 pretrain: ## Validate, plan and launch RECIPE (default: the tiny Muon recipe on this machine; CHECK=bridge as for plan, before launching)
 	@$(LAUNCH) pretrain --from-make
 
-sweep: ## Validate, plan and rank every point of a sweep (parallel.ep=32,64 parallel.pp=4,8); launch the valid ones
+sweep: ## Validate, plan and rank every point of a sweep (parallel.ep=32,64 parallel.pp=4,8); launch the valid ones (CHECK=bridge: each point through its container's real Megatron Bridge first)
 	@$(LAUNCH) sweep --from-make
 
 bench: ## Benchmarks into results/bench/: optimizer step times and imbalance, `make pretrain` wall time, callback cost

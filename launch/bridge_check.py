@@ -12,12 +12,17 @@ refusal is one line naming what Bridge said (exit 2), and ``make pretrain`` then
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from optbench.bridge.cpu_check.environments import Target, targets
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json
@@ -29,6 +34,8 @@ CHECKS = ("bridge",)
 """What CHECK= may name."""
 TIMEOUT_S = 900
 """A check took 7-28 s on 2 cores (importing Bridge and Core is most of it); past this it is stuck."""
+PER_PLAN_S = 60
+"""What each further plan of one process may add to that (about a second each on 2 cores)."""
 SCRIPT = Path(__file__).resolve().parents[1] / "src" / "optbench" / "bridge" / "cpu_check" / "plan_check.py"
 
 
@@ -41,9 +48,7 @@ def wanted_check(value: str) -> bool:
     return bool(value)
 
 
-def _environment(run: RunConfig):
-    from optbench.bridge.cpu_check.environments import targets
-
+def _environment(run: RunConfig) -> Target:
     container = container_of(run)
     target = next((t for t in targets() if t.name == container.name), None)
     if target is None:
@@ -55,26 +60,60 @@ def _environment(run: RunConfig):
     return target
 
 
-def check_with_bridge(run: RunConfig, plan: Plan) -> dict[str, Any]:
-    """Run the plan through its container's real Bridge; print what it found; raise UserError if Bridge refuses."""
-    if run.engine != "megatron_bridge":
-        raise UserError(Problem("CHECK", f"CHECK=bridge checks a Megatron Bridge plan and this run's engine is {run.engine}; "
-                                         "drop CHECK or plan a megatron_bridge recipe"))
-    target = _environment(run)
+def check_plans(items: Sequence[tuple[RunConfig, Plan]]) -> list[dict[str, Any]]:
+    """Each (run, plan) through its container's real Bridge: the reports, in order. The plans of one container
+    share one process (Bridge and Core are imported once: most of a check's time); each report's ``wall_s`` is
+    that process's time. Raises UserError when a check cannot run at all (no environment, no report)."""
+    for run, _ in items:
+        if run.engine != "megatron_bridge":
+            raise UserError(Problem("CHECK", f"CHECK=bridge checks a Megatron Bridge plan and this run's engine is "
+                                             f"{run.engine}; drop CHECK or plan a megatron_bridge recipe"))
+    groups: dict[str, list[int]] = {}
+    for index, (run, _) in enumerate(items):
+        groups.setdefault(container_of(run).name, []).append(index)
+    group_targets = [_environment(items[indices[0]][0]) for indices in groups.values()]  # every one refused before any runs
+    # One process per container, side by side (each is a subprocess, mostly importing): a sweep over two releases
+    # takes about the time of one on 2 cores.
+    with ThreadPoolExecutor(max_workers=max(1, min(len(groups), os.cpu_count() or 1))) as pool:
+        done = [pool.submit(_run_check, target, [items[i] for i in indices])
+                for target, indices in zip(group_targets, groups.values())]
+        reports: list[dict[str, Any]] = [{} for _ in items]
+        for indices, future in zip(groups.values(), done):
+            for index, report in zip(indices, future.result()):
+                reports[index] = report
+    return reports
+
+
+def _run_check(target: Target, items: Sequence[tuple[RunConfig, Plan]]) -> list[dict[str, Any]]:
+    """The reports of one container's plans, from one run of plan_check.py in its Bridge environment."""
+    debug = any(run.debug for run, _ in items)
+    timeout = TIMEOUT_S + PER_PLAN_S * (len(items) - 1)
     with tempfile.TemporaryDirectory(prefix="optbench-check-") as folder:
-        atomic_write_json(Path(folder) / PLAN_FILE, plan.to_json())
-        out = Path(folder) / "report.json"
+        folders = []
+        for index, (_, plan) in enumerate(items):
+            folders.append(Path(folder) / str(index))
+            atomic_write_json(folders[-1] / PLAN_FILE, plan.to_json())
+        out = Path(folder) / "reports.json"
+        started = time.perf_counter()
         try:
-            done = subprocess.run([str(target.python), str(SCRIPT), folder, "--out", str(out)], capture_output=True,
-                                  text=True, timeout=TIMEOUT_S, env=target.environment(), check=False)
+            done = subprocess.run([str(target.python), str(SCRIPT), *map(str, folders), "--out", str(out)],
+                                  capture_output=True, text=True, timeout=timeout,
+                                  env=target.environment(), check=False)
         except subprocess.TimeoutExpired:
-            raise UserError(Problem("CHECK", f"the Bridge check of {target.name} did not finish in {TIMEOUT_S} s; "
+            raise UserError(Problem("CHECK", f"the Bridge check of {target.name} did not finish in {timeout} s; "
                                              "add debug=true to see where it stops")) from None
-        if run.debug:
+        if debug:
             sys.stderr.write(done.stderr)
         if done.returncode != 0 or not out.is_file():
             raise UserError(Problem("CHECK", _failure_line(done.stderr, target.name)))
-        report = json.loads(out.read_text())
+        reports = json.loads(out.read_text())
+    wall = round(time.perf_counter() - started, 1)
+    return [{**report, "wall_s": wall} for report in reports]
+
+
+def check_with_bridge(run: RunConfig, plan: Plan) -> dict[str, Any]:
+    """Run the plan through its container's real Bridge; print what it found; raise UserError if Bridge refuses."""
+    [report] = check_plans([(run, plan)])
     for line in report_lines(report):
         print(line)
     problem = refusal(report)
@@ -92,18 +131,26 @@ def _failure_line(stderr: str, container: str) -> str:
     return f"the Bridge check could not run in {container}'s environment ({last}); add debug=true for its output"
 
 
+def versions_text(report: dict[str, Any]) -> str:
+    """The container and the Bridge and Core a report was made with."""
+    return f"{report['container']} (Megatron Bridge {report['megatron_bridge']}, Core {report['megatron_core']})"
+
+
+def outcome_text(report: dict[str, Any]) -> str:
+    """What Bridge did with the plan, in one line."""
+    if report["build"] != "ok":
+        return f"did not build: {report['build']}"
+    landed = report["overrides"] - len(report["missing"])
+    update = report["runtime_config_update"]
+    return (f"{landed} of {report['overrides']} overrides read back; runtime_config_update "
+            + ("passed" if update == "ok" else f"refused: {update}")
+            + f" at world size {report['world_size']} on {report['gpu']}")
+
+
 def report_lines(report: dict[str, Any]) -> list[str]:
     """What the check found, as plan lines."""
-    versions = f"{report['container']} (Megatron Bridge {report['megatron_bridge']}, Core {report['megatron_core']})"
-    if report["build"] != "ok":
-        outcome = f"did not build: {report['build']}"
-    else:
-        landed = report["overrides"] - len(report["missing"])
-        update = report["runtime_config_update"]
-        outcome = (f"{landed} of {report['overrides']} overrides read back; runtime_config_update "
-                   + ("passed" if update == "ok" else f"refused: {update}")
-                   + f" at world size {report['world_size']} on {report['gpu']}")
-    lines = [f"  bridge check {versions} on this CPU ({report['seconds']} s; Transformer Engine and CUDA are stand-ins): {outcome}"]
+    lines = [f"  bridge check {versions_text(report)} on this CPU ({report['wall_s']} s; Transformer Engine and CUDA "
+             f"are stand-ins): {outcome_text(report)}"]
     lines += [f"              warned: {warning}" for warning in report["warnings"]]
     return lines
 

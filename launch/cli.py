@@ -9,8 +9,10 @@ Commands:
   search <recipe> [overrides] [--fix ep,mbs] [--hbm 0.9]  every valid layout at the recipe's GPU count,
                                projected and ranked (--fix: dimensions held at the recipe's values; --hbm: the
                                largest share of HBM a kept layout's memory estimate may take)
-  sweep <recipe> [overrides]   expand Hydra sweep overrides (parallel.ep=32,64), validate every point,
-                               plan the valid ones and render or submit them as one NeMo-Run experiment
+  sweep <recipe> [overrides] [--check bridge]  expand Hydra sweep overrides (parallel.ep=32,64), validate every
+                               point, plan the valid ones and render or submit them as one NeMo-Run experiment
+                               (--check bridge: each valid point's plan through its container's real Bridge first,
+                               one process per container; a point Bridge refuses is listed invalid)
 
 Overrides are Hydra's (``parallel.pp=8``, ``cluster=h100``, ``debug=true``). With ``--from-make``
 the recipe and overrides come from the environment the Makefile exports (see make_args).
@@ -82,9 +84,10 @@ def _option(args: argparse.Namespace, name: str, make_env: str) -> str:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from launch.bridge_check import wanted_check
     from launch.sweep import sweep
 
-    return sweep(args.recipe, args.overrides)
+    return sweep(args.recipe, args.overrides, check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -110,9 +113,9 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("recipe", nargs="?", help="recipe name (file under recipes/)")
         command.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. parallel.pp=8")
         command.set_defaults(func=func)
-        if name in ("plan", "pretrain"):
-            command.add_argument("--check", help="bridge: build the plan with its container's real Megatron Bridge and "
-                                 "Core on this CPU (make bridge-env) before going on (make: CHECK=bridge)")
+        if name in ("plan", "pretrain", "sweep"):
+            command.add_argument("--check", help="bridge: build the plan (each point's, for a sweep) with its container's "
+                                 "real Megatron Bridge and Core on this CPU (make bridge-env) before going on (make: CHECK=bridge)")
         if name == "search":
             command.add_argument("--fix", help="comma-separated dimensions held at the recipe's values "
                                  "(tp, pp, vpp, cp, ep, mbs; make: FIX=ep,mbs)")

@@ -216,8 +216,41 @@ def launch_slurm_points(recipe: str, points: list[SweepPoint], folder: Path, dry
         print(f"    {point.name}: {point.job_script}" + (f" (Slurm job {point.job_id})" if point.job_id else ""))
 
 
-def sweep(recipe: str, overrides: Sequence[str]) -> int:
+def check_points(points: list[SweepPoint]) -> None:
+    """``CHECK=bridge``: every valid point's plan through its container's real Bridge (one process per container);
+    a point Bridge refuses becomes invalid with Bridge's one line, so it is neither ranked nor launched."""
+    from launch.bridge_check import check_plans, outcome_text, refusal, versions_text
+
+    valid = [p for p in points if p.valid]
+    if not valid:
+        return
+    reports = check_plans([(p.run, p.plan) for p in valid])
+    width = max(len(p.name) for p in valid)
+    for versions in dict.fromkeys(versions_text(r) for r in reports):
+        group = [(p, r) for p, r in zip(valid, reports) if versions_text(r) == versions]
+        plans = f"{len(group)} plan{'s' if len(group) > 1 else ''}"
+        print(f"Bridge check: {versions} on this CPU, {plans} in {group[0][1]['wall_s']} s "
+              "(Transformer Engine and CUDA are stand-ins)")
+        for point, report in group:
+            problem = refusal(report)
+            print(f"  {'refused' if problem else 'passed':<8} {point.name:<{width}}  {outcome_text(report)}")
+            if problem:
+                point.problems = UserError(Problem("bridge", problem)).lines()
+                point.run, point.plan = None, None
+        # Most warnings are the preset's, the same at every point: each is printed once, with the points it names.
+        warned: dict[str, list[str]] = {}
+        for point, report in group:
+            for warning in report["warnings"]:
+                warned.setdefault(warning, []).append(point.name)
+        for warning, names in warned.items():
+            which = "" if len(group) == 1 else " (every point)" if len(names) == len(group) else f" ({', '.join(names)})"
+            print(f"  warned{which}: {warning}")
+
+
+def sweep(recipe: str, overrides: Sequence[str], check: bool = False) -> int:
     points = plan_sweep(recipe, overrides)
+    if check:
+        check_points(points)
     print_points(recipe, points)
     valid = [p for p in points if p.valid]
     print_ranking([(p.name, p.plan.layout, p.plan.projection) for p in valid])  # projected throughput, best first

@@ -22,7 +22,7 @@ from optbench.releases import versions
 
 OK = {"container": "nemo:26.08", "megatron_bridge": "0.6.0", "megatron_core": "0.19.0", "gpu": "gb300", "world_size": 8,
       "overrides": 134, "plan_matches_checkout": True, "build": "ok", "missing": [], "runtime_config_update": "ok",
-      "warnings": ["UserWarning: moe_hybridep_num_sms is deprecated."], "seconds": 7.5}
+      "warnings": ["UserWarning: moe_hybridep_num_sms is deprecated."], "seconds": 1.2, "wall_s": 7.5}
 
 
 def test_check_takes_bridge_or_nothing() -> None:
@@ -73,6 +73,33 @@ def test_a_missing_bridge_environment_is_one_line(tmp_path: Path, monkeypatch: p
                            "run `make bridge-env`")
 
 
+def test_a_sweep_point_bridge_refuses_is_listed_invalid_and_neither_ranked_nor_rendered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from launch import bridge_check, cli
+
+    sent = []
+
+    def fake_check(items):
+        sent.extend(plan.mbs for _, plan in items)
+        return [OK, {**OK, "runtime_config_update": "AssertionError: micro batch"}]
+
+    monkeypatch.setattr(bridge_check, "check_plans", fake_check)
+    results = marked_results(tmp_path / "results")
+    assert cli.main(["sweep", "qwen3_30b_a3b_muon", "train.mbs=4,8", "dryrun=true", "--check", "bridge",
+                     f"results_dir={results}"]) == 0
+    out = capsys.readouterr().out
+    assert sent == [4, 8]
+    assert "  passed   mbs4  134 of 134 overrides read back" in out and "  refused  mbs8  134 of 134" in out
+    assert "  warned (every point): UserWarning: moe_hybridep_num_sms is deprecated." in out
+    assert ("  invalid  mbs8  error: bridge: Megatron Bridge 0.6.0 (nemo:26.08) refuses this plan at world size 8: "
+            "AssertionError: micro batch") in out
+    folder = results / "plans" / "qwen3_30b_a3b_muon" / "sweep"
+    points = {p["name"]: p for p in json.loads((folder / "sweep.json").read_text())["points"]}
+    assert points["mbs4"]["valid"] and not points["mbs8"]["valid"]
+    assert points["mbs8"]["problems"][0].startswith("error: bridge: ")
+    assert (folder / "mbs4" / "sbatch.sh").is_file() and not (folder / "mbs8").exists()
+
+
 def _default_target() -> environments.Target:
     target = next(t for t in environments.targets() if t.name == versions.runnable()[0].name)
     if not target.installed:
@@ -92,23 +119,44 @@ def test_make_plan_check_bridge_runs_the_plan_through_the_default_containers_rea
 
 
 @pytest.mark.slow
-def test_the_real_bridge_refuses_a_plan_at_a_world_size_its_batch_does_not_divide(tmp_path: Path) -> None:
+def test_one_bridge_process_checks_several_plans_and_refuses_the_one_whose_batch_its_world_size_does_not_divide(
+        tmp_path: Path) -> None:
     target = _default_target()
     results = marked_results(tmp_path / "results")
     planned = subprocess.run([sys.executable, "-m", "launch", "plan", "qwen3_30b_a3b_muon", f"results_dir={results}"],
                              cwd=REPO, capture_output=True, text=True, timeout=120)
     assert planned.returncode == 0, planned.stderr
     plan = json.loads((results / "plans" / "qwen3_30b_a3b_muon" / "plan.json").read_text())
-    folder = tmp_path / "edited"
-    folder.mkdir()
-    (folder / "plan.json").write_text(json.dumps({**plan, "world_size": 12}))
-    done = subprocess.run([str(target.python), str(SCRIPT), str(folder), "--out", str(folder / "report.json")],
+    folders = [tmp_path / "edited", tmp_path / "as_planned"]  # the refused one first: it must not spoil the next
+    for folder, world_size in zip(folders, (12, plan["world_size"])):
+        folder.mkdir()
+        (folder / "plan.json").write_text(json.dumps({**plan, "world_size": world_size}))
+    out = tmp_path / "reports.json"
+    done = subprocess.run([str(target.python), str(SCRIPT), *map(str, folders), "--out", str(out)],
                           capture_output=True, text=True, timeout=900, env=target.environment())
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads((folder / "report.json").read_text())
-    assert report["build"] == "ok" and report["missing"] == []
-    assert report["runtime_config_update"].startswith("AssertionError")
-    assert "refuses this plan at world size 12: AssertionError" in refusal(report)
+    edited, as_planned = json.loads(out.read_text())
+    assert edited["build"] == "ok" and edited["missing"] == []
+    assert edited["runtime_config_update"].startswith("AssertionError")
+    assert "refuses this plan at world size 12: AssertionError" in refusal(edited)
+    assert as_planned["runtime_config_update"] == "ok" and refusal(as_planned) is None
+    # What Megatron warned about for the first plan it warns about again for the second (recorded per plan, not once):
+    # the refused update stopped before the rest of its warnings.
+    assert as_planned["world_size"] == plan["world_size"] and set(edited["warnings"]) < set(as_planned["warnings"])
+
+
+@pytest.mark.slow
+def test_make_sweep_check_bridge_checks_every_valid_point_in_one_bridge_process(tmp_path: Path) -> None:
+    target = _default_target()
+    done = run_make("sweep", "RECIPE=qwen3_30b_a3b_muon", "CHECK=bridge", "parallel.moe_token_dispatcher=alltoall",
+                    "train.mbs=4,8", "parallel.ep=8,64", "dryrun=true", f"results_dir={marked_results(tmp_path / 'results')}")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("Bridge check: "))
+    assert f"{target.name} (Megatron Bridge {target.bridge}, Core {target.core}) on this CPU, 2 plans in " in header
+    checked = [line.split()[:2] for line in lines if line.startswith(("  passed ", "  refused "))]
+    assert checked == [["passed", "mbs4-ep8"], ["passed", "mbs8-ep8"]]  # EP64 > 8 GPUs: refused by our checks, not sent
+    assert sum(line.startswith("  invalid  mbs") for line in lines) == 2
 
 
 def test_the_check_never_writes_over_an_existing_report_path(tmp_path: Path) -> None:

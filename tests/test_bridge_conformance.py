@@ -248,7 +248,7 @@ def test_moe_and_graph_rules_match_the_installed_bridge_and_core(target: Target)
     """The MoE and CUDA-graph rules make plan checks (bridge/moe_rules.py, graph_rules.py): the release-dependent ones are read from each Bridge tag's
     pinned Core by tools/bridge_versions.py, and the Core the container ships, installed here, asserts the same; the
     EP-communication-overlap ones are asserted by every release's Bridge."""
-    from optbench.bridge.graph_rules import FULL_ITERATION
+    from optbench.bridge.graph_rules import FULL_ITERATION, LOCAL_FULL_ITERATION_ONLY
     from optbench.bridge.moe_rules import ANY_BACKEND, DEEPEP, MOE_RECOMPUTE
     from optbench.releases import versions
 
@@ -265,6 +265,9 @@ def test_moe_and_graph_rules_match_the_installed_bridge_and_core(target: Target)
     assert versions.behaviour(container, MOE_RECOMPUTE) == (
         "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm" in config)
     assert versions.behaviour(container, FULL_ITERATION) == ('cuda_graph_impl == "full_iteration"' in config)
+    graphs = root / "megatron" / "bridge" / "utils" / "cuda_graph.py"
+    assert versions.behaviour(container, LOCAL_FULL_ITERATION_ONLY) == (
+        graphs.exists() and 'cuda_graph_impl="local" only for' in graphs.read_text())
     for asserted in ("full recompute is only supported with full iteration CUDA graph",
                      "moe recompute is not supported with moe_router CUDA graph"):
         assert asserted in config, (target.core, asserted)

@@ -95,6 +95,8 @@ INVALID = [
      "parallel.cuda_graph_scope", "moe and moe_router are not graphed together"),
     ("fp4-preset-with-fp8", Q, ["precision.bridge_mixed_precision=bf16_with_nvfp4_mixed"], "precision.bridge_mixed_precision",
      "Megatron Core refuses both at once"),
+    ("local-graphs-on-bridge-0.6", Q, ["parallel.cuda_graph_impl=local"], "parallel.cuda_graph_impl",
+     "takes the local CUDA-graph implementation only for full-iteration graphs"),
 ]
 
 
@@ -121,7 +123,9 @@ def test_messages_are_distinct() -> None:
     ["parallel.recompute_modules=[moe]", "parallel.ep_comm_overlap=false"],
     ["parallel.cuda_graph_scope=[attn]", "parallel.cuda_graph_impl=transformer_engine"],
     ["cluster.container=nemo:26.04.01", "parallel.cuda_graph_scope=[moe_router,moe_preprocess]"],
-], ids=["expert-bias-sigmoid", "moe-recompute-no-overlap", "scoped-te-graphs", "router-and-preprocess"])
+    ["parallel.cuda_graph_impl=local", "cluster.container=nemo:26.06"],
+], ids=["expert-bias-sigmoid", "moe-recompute-no-overlap", "scoped-te-graphs", "router-and-preprocess",
+        "local-graphs-before-bridge-0.6"])
 def test_the_fix_each_new_bridge_rule_names_passes_it(overrides: list[str]) -> None:
     """What the rules found by CHECK=bridge suggest is accepted (26.08's real Bridge took each: docs/cluster.md)."""
     assert problems_for(Q, overrides) == []

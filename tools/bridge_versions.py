@@ -80,11 +80,14 @@ MARKERS: dict[str, tuple[str, str, str]] = {
     "ep_overlap_refuses_moe_recompute": (
         "core", "megatron/core/transformer/transformer_config.py",
         r"disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm"),
+    "local_graphs_full_iteration_only": (
+        "bridge", "src/megatron/bridge/utils/cuda_graph.py", r'cuda_graph_impl="local" only for'),
 }
 """Behaviour that is not a field name (Muon's layer-wise optimizer; what Kimi K2's recipe function takes and reads;
 which emerging optimizers Core registers and whether Muon's scalar-optimizer choice reaches the param groups; which
 flex-dispatcher backends Core refuses on a single expert rank, whether it refuses recomputing the MoE layer under
-EP-communication overlap, and whether full_iteration is a CUDA-graph implementation):
+EP-communication overlap, whether full_iteration is a CUDA-graph implementation, and whether Bridge takes the
+local implementation only for full-iteration graphs):
 (repository, path, regex) whose presence says the release has it."""
 
 

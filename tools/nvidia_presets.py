@@ -272,10 +272,9 @@ def adapter_keys(model: str) -> set[str]:
 
 
 def effective(config: Any, world_size: int) -> dict[str, Any]:
-    from megatron.bridge.training.config import runtime_config_update
+    from optbench.bridge.cpu_check.runtime import update_at
 
-    os.environ["WORLD_SIZE"] = str(world_size)
-    runtime_config_update(config)
+    update_at(config, world_size)
     return flat_config(config)
 
 
@@ -300,8 +299,7 @@ def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path)
         family, recipe_name = FAMILIES[model]
         base = get_workload_base_config(family, recipe_name, gpu, PRECISIONS[precision].upper(), "pretrain", "v2")
         print(f"{key}: {base.num_gpus} GPUs", file=sys.stderr)
-        os.environ["OPTBENCH_FAKE_GPU"] = gpu
-        stand_ins.install()
+        stand_ins.install(gpu)
         with tempfile.TemporaryDirectory() as tmp:
             job = render_job(scripts, launcher_argv(model, gpu, precision, optimizer, base.num_gpus), Path(tmp))
         config, plugin_overrides = nvidia_config(job["script_args"])

@@ -20,7 +20,8 @@ SEARCH_FIX_ENV = "OPTBENCH_SEARCH_FIX"
 SEARCH_HBM_ENV = "OPTBENCH_SEARCH_HBM"
 """make search's HBM: the largest share of the GPU's memory a kept layout's estimate may take."""
 PLAN_CHECK_ENV = "OPTBENCH_CHECK"
-"""make plan's and pretrain's CHECK: bridge builds the plan with its container's real Megatron Bridge first."""
+"""make plan's, pretrain's and sweep's CHECK: bridge builds the plan (each point's) with its container's real Megatron
+Bridge first."""
 RESULTS_DIR_ENV = "OPTBENCH_RESULTS_DIR"
 """Where make table, compare and study write (default results/)."""
 

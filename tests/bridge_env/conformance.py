@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import os
 import sys
 import tempfile
 import time
@@ -41,6 +40,7 @@ sys.path.insert(0, str(ROOT / "tools"))  # nvidia_presets.flat_config: the same 
 
 from optbench.bridge.cpu_check import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
 from optbench.bridge.cpu_check.readback import comparable, lookup, read_back  # noqa: E402
+from optbench.bridge.cpu_check.runtime import update_at  # noqa: E402
 
 RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
            "deepseek_v3_adamw")
@@ -169,8 +169,6 @@ def hub_configs_read() -> Iterator[list[str]]:
 
 
 def check_case(recipe: str, intent: str, results: Path, container: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    from megatron.bridge.training.config import runtime_config_update
-
     from optbench.releases import presets
     from optbench.bridge.adapter import bridge_setup, override_items
     from optbench.bridge.entry import BridgeAPI, accepted_kwargs, build_config_container
@@ -180,8 +178,7 @@ def check_case(recipe: str, intent: str, results: Path, container: str, extra: t
     run = compose_run(recipe, [f"intent={intent}", f"results_dir={results}", f"run_id={recipe}-{intent}",
                                f"cluster.container={container}", *extra])
     run = validate(run).run
-    os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
-    stand_ins.install()
+    stand_ins.install(run.cluster.gpu)
     setup = bridge_setup(run)
     api = BridgeAPI()
     function = api.recipe_function(setup.recipe)
@@ -194,8 +191,7 @@ def check_case(recipe: str, intent: str, results: Path, container: str, extra: t
     report["recipe_call"] = {"planned": setup.recipe.kwargs, "accepted": accepted_kwargs(function, setup.recipe.kwargs),
                              "planned_hub": setup.recipe.hf_config, "read_hub": sorted(set(hub))}
     report["missing"] = read_back(config, override_items(run))
-    os.environ["WORLD_SIZE"] = str(run.parallel.num_gpus)
-    runtime_config_update(config)
+    update_at(config, run.parallel.num_gpus)
     report["optimizer"] = {key: comparable(lookup(config, key)) for key in OPTIMIZER_IDENTITY}
     report["runtime_config_update"] = "ok"
     report["preset_release"] = presets.release_of(run)
@@ -285,16 +281,13 @@ installed Core by tests/test_bridge_conformance.py instead."""
 
 def bridge_verdict(run: Any) -> str | None:
     """None when Bridge builds and updates the run's config (at its GPU count), else what refused it."""
-    from megatron.bridge.training.config import runtime_config_update
-
     from optbench.bridge.adapter import bridge_setup
     from optbench.bridge.entry import BridgeAPI, build_config_container
     from optbench.errors import UserError
 
     try:
         config = build_config_container(bridge_setup(run), BridgeAPI())
-        os.environ["WORLD_SIZE"] = str(run.parallel.num_gpus)
-        runtime_config_update(config)
+        update_at(config, run.parallel.num_gpus)
         return None
     except UserError as err:  # our adapter, not Bridge: no verdict
         return f"ours: {err.lines()[0]}"
@@ -316,8 +309,7 @@ def search_layout_cases(results: Path, container: str) -> list[dict[str, Any]]:
     cases = []
     for recipe in SEARCH_RECIPES:
         run = compose_run(recipe, [f"results_dir={results}", "run_id=search", f"cluster.container={container}"])
-        os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
-        stand_ins.install()
+        stand_ins.install(run.cluster.gpu)
         forced = dataclasses.replace(run, force=True)  # the search checks memory itself, as here
         candidates = list(points(run))
         kept: set[tuple[int, ...]] = set()
@@ -355,11 +347,10 @@ def search_layout_cases(results: Path, container: str) -> list[dict[str, Any]]:
 
 OVERRIDE_RECIPES = ("qwen3_30b_a3b_muon", "kimi_k2_muon")
 """Recipes every single-field override is tried on (Qwen3 on 8 GPUs, Kimi K2 on 256: MLA, layer-wise Muon)."""
-KNOWN_GAPS = {
-    "parallel.cuda_graph_impl=local": "Bridge 0.6 takes the local implementation only for full-iteration graphs "
-    "(bridge/utils/cuda_graph.py); 0.3-0.5 take it, so the rule needs a marker read from each tag's source, not written yet",
-}
-"""Single-field overrides our checks pass and the default container's Bridge refuses, each with why it is not refused yet."""
+KNOWN_GAPS: dict[str, str] = {}
+"""Single-field overrides our checks pass and the default container's Bridge refuses, each with why it is not refused
+yet. None now: the last, ``parallel.cuda_graph_impl=local`` on Bridge 0.6, is refused since its marker was read from
+the fetched tags (bridge/graph_rules.py)."""
 
 
 def single_field_overrides(run: Any) -> list[str]:
@@ -417,8 +408,7 @@ def typed_override_cases(results: Path, container: str) -> list[dict[str, Any]]:
                 case["we_refuse"] += 1
                 continue
             if run.cluster.gpu in gpu_catalog():  # cluster.gpu=b200 is tried too: Bridge checks the device
-                os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
-                stand_ins.install()
+                stand_ins.install(run.cluster.gpu)
             verdict = bridge_verdict(run)
             if verdict is not None and verdict.startswith("ours: "):  # the plan refuses it in one line (adapter)
                 case["we_refuse"] += 1
@@ -432,15 +422,12 @@ def typed_override_cases(results: Path, container: str) -> list[dict[str, Any]]:
 
 def negative_controls(results: Path, container: str) -> dict[str, Any]:
     """A misspelled key and an impossible pipeline layout must both fail inside Bridge."""
-    from megatron.bridge.training.config import runtime_config_update
-
     from optbench.bridge.adapter import bridge_setup
     from optbench.bridge.entry import BridgeAPI, build_config_container
     from optbench.compose.recipe import compose_run
 
     run = compose_run("kimi_k2_muon", [f"results_dir={results}", "run_id=negative", f"cluster.container={container}"])
-    os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
-    stand_ins.install()
+    stand_ins.install(run.cluster.gpu)
     setup = bridge_setup(run)
     out = {}
     for name, extra, update in (
@@ -451,8 +438,7 @@ def negative_controls(results: Path, container: str) -> dict[str, Any]:
             config = build_config_container(type(setup)(setup.recipe, setup.mixed_precision, (*setup.overrides, extra)),
                                             BridgeAPI())
             if update:
-                os.environ["WORLD_SIZE"] = str(run.parallel.num_gpus)
-                runtime_config_update(config)
+                update_at(config, run.parallel.num_gpus)
             out[name] = {"caught": False}
         except Exception as err:  # what Bridge raises is the point
             out[name] = {"caught": True, "error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}

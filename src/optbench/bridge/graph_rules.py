@@ -5,6 +5,10 @@ Core's ``TransformerConfig.__post_init__`` asserts, in the container (every rele
 * ``cuda_graph_impl`` is one it knows: ``full_iteration`` only from Core 0.18 (nemo:26.06; before it, whole
   iterations were a ``local`` graph scope our config does not offer). Read from each tag's source
   (``tools/bridge_versions.py`` marker ``cuda_graph_full_iteration_impl``);
+* (Bridge, from 0.6: nemo:26.08) the ``local`` implementation only for full-iteration graphs, which our config
+  writes as ``full_iteration``, so every ``local`` graph is refused there (``bridge/utils/cuda_graph.py``, marker
+  ``local_graphs_full_iteration_only``). Found by the single-field override sweep, listed as a gap until the tags
+  were fetched;
 * full recompute with CUDA graphs on only with full-iteration graphs ("full recompute is only supported with full
   iteration CUDA graph"): NVIDIA's presets graph attention and the router per layer up to 26.04.01;
 * recomputing the MoE layer is not graphed with Transformer Engine's ``moe_router`` scope ("moe recompute is not
@@ -29,6 +33,7 @@ from optbench.errors import Problem
 from optbench.releases.versions import Container, behaviour, first_with
 
 FULL_ITERATION = "cuda_graph_full_iteration_impl"
+LOCAL_FULL_ITERATION_ONLY = "local_graphs_full_iteration_only"
 
 
 def graph_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
@@ -40,6 +45,11 @@ def graph_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
         yield Problem("parallel.cuda_graph_impl", f"full_iteration is not a CUDA-graph implementation of Megatron Core "
                       f"{container.core} ({container.name}), only of 0.18 on{since}; use none, local or "
                       "transformer_engine", ("cluster.container",))
+    if impl == "local" and behaviour(container, LOCAL_FULL_ITERATION_ONLY):
+        # Our config has no local full-iteration graph (that is full_iteration), so Bridge refuses every local one.
+        yield Problem("parallel.cuda_graph_impl", f"Megatron Bridge {container.bridge} ({container.name}) takes the local "
+                      "CUDA-graph implementation only for full-iteration graphs; use full_iteration for whole "
+                      "iterations or transformer_engine for per-layer scopes", ("cluster.container",))
     if impl == "none":
         return
     if impl == "full_iteration" and p.cuda_graph_scope:

@@ -6,9 +6,10 @@ import without CUDA, an offline Hugging Face cache, and the check of a plan agai
 * :mod:`.stand_ins`: import-only Transformer Engine and friends, faked CUDA device properties;
 * :mod:`.hf_cache`: the model configs Bridge's recipe functions read, laid out as an offline hub cache;
 * :mod:`.readback`: reading an override back from the ConfigContainer Bridge built;
-* :mod:`.plan_check` (runs by path in a Bridge environment): a plan.json's Bridge setup built with that real
+* :mod:`.runtime`: Bridge's ``runtime_config_update`` at a world size (every check ends with it);
+* :mod:`.plan_check` (runs by path in a Bridge environment): each plan.json's Bridge setup built with that real
   Bridge, every override read back, Bridge's ``runtime_config_update`` at the plan's world size
-  (``make plan CHECK=bridge``; the tests' conformance report does the same for every recipe).
+  (``make plan/pretrain/sweep CHECK=bridge``; the tests' conformance report does the same for every recipe).
 
 Nothing here is imported by the job in the NeMo container, which has the real packages.
 """

@@ -1,8 +1,8 @@
 """A plan.json built with its container's real Megatron Bridge and Core on a CPU: ``make plan CHECK=bridge``.
 
-``python src/optbench/bridge/cpu_check/plan_check.py <folder with plan.json> --out <report.json>``, run with the
-interpreter and ``PYTHONPATH`` of the plan's container (:mod:`.environments`; the launcher picks them). It does
-what the job's entry point does with the plan, up to the point where a GPU would be needed:
+``python src/optbench/bridge/cpu_check/plan_check.py <folder with plan.json>... --out <report.json>``, run with the
+interpreter and ``PYTHONPATH`` of the plans' container (:mod:`.environments`; the launcher picks them). It does
+what the job's entry point does with each plan, up to the point where a GPU would be needed:
 
 1. the plan's Bridge setup (recipe function, mixed-precision preset, the recorded overrides) built into a
    ConfigContainer by :func:`optbench.bridge.entry.build_config_container` with the real ``BridgeAPI``;
@@ -11,7 +11,7 @@ what the job's entry point does with the plan, up to the point where a GPU would
    ``ConfigContainer.validate``, Megatron Core's ``TransformerConfig.__post_init__`` and its layout checks,
    on the GPU the plan is for (faked CUDA device properties, :mod:`.stand_ins`).
 
-It writes one JSON report and exits 0 whenever it could look (what Bridge refused is in the report); the
+It writes a JSON list of reports, one per folder, and exits 0 whenever it could look (what Bridge refused is in the report); the
 launcher turns a refusal into one line. Transformer Engine, the kernels and NCCL are stand-ins here, so what
 passes can still fail where only they decide (a kernel missing for a shape, memory, the network): this
 checks the configuration, not the run.
@@ -40,56 +40,59 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
 
 
-def check(folder: Path) -> dict[str, Any]:
-    """The report for the plan.json in ``folder`` (see the module's docstring)."""
+def check(folders: list[Path]) -> list[dict[str, Any]]:
+    """One report per plan.json in ``folders``, in order (see the module's docstring): Bridge and Core are imported
+    once, so the plans of a sweep cost one import between them. Every plan must be of the installed release."""
     from importlib.metadata import version
 
     from omegaconf import OmegaConf
 
-    from optbench.bridge.adapter import BridgeSetup, bridge_overrides
     from optbench.bridge.cpu_check import hf_cache
     from optbench.bridge.entry import BridgeAPI, check_release
     from optbench.config.serialize import to_run_config
     from optbench.plan_format import read_plan
+
+    plans = [read_plan(folder) for folder in folders]
+    runs = [to_run_config(OmegaConf.create(plan["config"])) for plan in plans]
+    api = BridgeAPI()
+    installed = {"megatron_bridge": api.installed_version(), "megatron_core": version("megatron-core")}
+    for run in runs:  # before anything is checked: a plan of another release is refused in one line
+        check_release(run, installed["megatron_bridge"])
+    os.environ.setdefault("RANK", "0")  # the one process checking is rank 0 (Core warns when it cannot tell)
+    with tempfile.TemporaryDirectory(prefix="optbench-hf-") as hub:
+        stand_ins.install(runs[0].cluster.gpu)
+        hf_cache.use(hub)  # before huggingface_hub is imported: it reads its cache folder and offline switch then
+        # Imported before warnings are recorded: what Bridge and Core say at import is about themselves, not the plan.
+        import megatron.bridge.training.config  # noqa: F401
+
+        return [_check_one(plan, run, api, installed) for plan, run in zip(plans, runs)]
+
+
+def _check_one(plan: dict[str, Any], run, api, installed: dict[str, str]) -> dict[str, Any]:
+    from optbench.bridge.adapter import BridgeSetup, bridge_overrides
     from optbench.releases.versions import container_of
 
     started = time.perf_counter()
-    plan = read_plan(folder)
-    run = to_run_config(OmegaConf.create(plan["config"]))
-    api = BridgeAPI()
-    installed = api.installed_version()
-    check_release(run, installed)
-    report: dict[str, Any] = {
-        "container": container_of(run).name,
-        "megatron_bridge": installed,
-        "megatron_core": version("megatron-core"),
-        "gpu": run.cluster.gpu,
-        "world_size": plan["world_size"],
-    }
+    report: dict[str, Any] = {"container": container_of(run).name, **installed, "gpu": run.cluster.gpu,
+                              "world_size": plan["world_size"]}
     setup = BridgeSetup.from_dict(plan["bridge"])
     report["overrides"] = len(setup.overrides)
     # The plan is the contract the job applies; its overrides must be what this checkout derives from its config.
     report["plan_matches_checkout"] = list(setup.overrides) == bridge_overrides(run)
-    os.environ["OPTBENCH_FAKE_GPU"] = run.cluster.gpu
-    os.environ.setdefault("RANK", "0")  # the one process checking is rank 0 (Core warns when it cannot tell)
-    stand_ins.install()
-    with tempfile.TemporaryDirectory(prefix="optbench-hf-") as hub:
-        hf_cache.use(hub)  # before huggingface_hub is imported: it reads its cache folder and offline switch then
-        # Imported before warnings are recorded: what Bridge and Core say at import is about themselves, not the plan.
-        from megatron.bridge.training.config import runtime_config_update
-
-        api.recipe_function(setup.recipe)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            report.update(_build_and_update(setup, api, run, plan["world_size"], runtime_config_update))
+    stand_ins.install(run.cluster.gpu)
+    api.recipe_function(setup.recipe)  # imported before warnings are recorded, as Bridge is
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report.update(_build_and_update(setup, api, run, plan["world_size"]))
     report["warnings"] = megatron_warnings(caught)
     report["seconds"] = round(time.perf_counter() - started, 1)
     return report
 
 
-def _build_and_update(setup, api, run, world_size: int, runtime_config_update) -> dict[str, Any]:
+def _build_and_update(setup, api, run, world_size: int) -> dict[str, Any]:
     from optbench.bridge.adapter import override_items
     from optbench.bridge.cpu_check.readback import read_back
+    from optbench.bridge.cpu_check.runtime import update_at
     from optbench.bridge.entry import build_config_container
 
     try:
@@ -97,9 +100,8 @@ def _build_and_update(setup, api, run, world_size: int, runtime_config_update) -
     except Exception as err:  # what Bridge raises is the finding
         return {"build": _first_line(err)}
     out: dict[str, Any] = {"build": "ok", "missing": read_back(config, override_items(run))}
-    os.environ["WORLD_SIZE"] = str(world_size)
     try:
-        runtime_config_update(config)
+        update_at(config, world_size)
         out["runtime_config_update"] = "ok"
     except Exception as err:
         out["runtime_config_update"] = _first_line(err)
@@ -122,13 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     from optbench.exits import exit_on_user_error
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", type=Path, help="the folder holding plan.json")
-    parser.add_argument("--out", type=Path, required=True, help="where the JSON report goes")
+    parser.add_argument("folders", type=Path, nargs="+", help="folders each holding a plan.json")
+    parser.add_argument("--out", type=Path, required=True, help="where the JSON list of reports goes (one per folder)")
     args = parser.parse_args(argv)
     with exit_on_user_error(debug=False):
         if args.out.exists() or args.out.is_symlink():  # the launcher names a new file in its own temporary folder
             raise UserError(Problem("--out", f"{args.out} exists; name a new file for the report"))
-        args.out.write_text(json.dumps(check(args.folder), indent=1, default=str) + "\n")
+        args.out.write_text(json.dumps(check(args.folders), indent=1, default=str) + "\n")
     return 0
 
 

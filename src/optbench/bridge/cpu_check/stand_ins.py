@@ -136,8 +136,11 @@ def _polyfill_typing() -> None:
         typing.override = typing_extensions.override
 
 
-def install() -> str:
-    """Install the stand-ins (idempotent); returns the GPU whose properties CUDA reports."""
+def install(gpu: str | None = None) -> str:
+    """Install the stand-ins (idempotent); CUDA reports ``gpu``'s properties from now on (None: the GPU named by
+    ``OPTBENCH_FAKE_GPU``, else gb300). Returns that GPU."""
+    if gpu is not None:
+        os.environ["OPTBENCH_FAKE_GPU"] = gpu  # Bridge's and Core's own subprocesses and later installs see it too
     _polyfill_typing()
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
