@@ -66,7 +66,7 @@ test-fast: ## The inner loop: every test not marked slow (under a minute on 2 co
 recipes: ## List the recipes
 	@$(LAUNCH) recipes
 
-plan pretrain sweep: export OPTBENCH_CHECK = $(call typed,CHECK)
+plan pretrain sweep search: export OPTBENCH_CHECK = $(call typed,CHECK)
 plan: ## Validate RECIPE with overrides and write results/plans/<recipe>/plan.json (CHECK=bridge: build it with its container's real Megatron Bridge on this CPU)
 	@$(LAUNCH) plan --from-make
 
@@ -99,7 +99,7 @@ table: ## Write results/throughput.{md,csv} + plots: published rows beside measu
 #   make search RECIPE=kimi_k2_muon [FIX=ep,mbs]
 search: export OPTBENCH_SEARCH_FIX = $(call typed,FIX)
 search: export OPTBENCH_SEARCH_HBM = $(call typed,HBM)
-search: ## Every valid layout of RECIPE's model at its GPU count, projected and ranked (top 10, Muon vs AdamW gap, your layout's rank; FIX=ep,mbs holds those at the recipe's values; HBM=0.9 keeps layouts estimated at most 90 % of HBM)
+search: ## Every valid layout of RECIPE's model at its GPU count, projected and ranked (top 10, Muon vs AdamW gap, your layout's rank; FIX=ep,mbs holds those at the recipe's values; HBM=0.9 keeps layouts estimated at most 90 % of HBM; CHECK=bridge sends the ten best through the real Megatron Bridge)
 	@$(LAUNCH) search --from-make
 
 #   make search-ranks [MODELS=qwen3_30b_a3b,kimi_k2]

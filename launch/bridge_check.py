@@ -48,7 +48,8 @@ def wanted_check(value: str) -> bool:
     return bool(value)
 
 
-def _environment(run: RunConfig) -> Target:
+def environment_for(run: RunConfig) -> Target:
+    """The Bridge environment of the run's container, built on this machine; a one-line refusal otherwise."""
     container = container_of(run)
     target = next((t for t in targets() if t.name == container.name), None)
     if target is None:
@@ -71,7 +72,7 @@ def check_plans(items: Sequence[tuple[RunConfig, Plan]]) -> list[dict[str, Any]]
     groups: dict[str, list[int]] = {}
     for index, (run, _) in enumerate(items):
         groups.setdefault(container_of(run).name, []).append(index)
-    group_targets = [_environment(items[indices[0]][0]) for indices in groups.values()]  # every one refused before any runs
+    group_targets = [environment_for(items[indices[0]][0]) for indices in groups.values()]  # every one refused before any runs
     # One process per container, side by side (each is a subprocess, mostly importing): a sweep over two releases
     # takes about the time of one on 2 cores.
     with ThreadPoolExecutor(max_workers=max(1, min(len(groups), os.cpu_count() or 1))) as pool:
@@ -152,6 +153,27 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     lines = [f"  bridge check {versions_text(report)} on this CPU ({report['wall_s']} s; Transformer Engine and CUDA "
              f"are stand-ins): {outcome_text(report)}"]
     lines += [f"              warned: {warning}" for warning in report["warnings"]]
+    return lines
+
+
+def checked_lines(names: Sequence[str], reports: Sequence[dict[str, Any]], noun: str) -> list[str]:
+    """Several plans' reports (a sweep's points, a search's best layouts, each named): per container a header, one
+    line per plan, and each Megatron warning once with the plans it names (most are the preset's, at every plan)."""
+    lines = []
+    width = max(len(name) for name in names)
+    for versions in dict.fromkeys(versions_text(r) for r in reports):
+        group = [(name, r) for name, r in zip(names, reports) if versions_text(r) == versions]
+        plans = f"{len(group)} plan{'s' if len(group) > 1 else ''}"
+        lines.append(f"Bridge check: {versions} on this CPU, {plans} in {group[0][1]['wall_s']} s "
+                     "(Transformer Engine and CUDA are stand-ins)")
+        lines += [f"  {'refused' if refusal(r) else 'passed':<8} {name:<{width}}  {outcome_text(r)}" for name, r in group]
+        warned: dict[str, list[str]] = {}
+        for name, report in group:
+            for warning in report["warnings"]:
+                warned.setdefault(warning, []).append(name)
+        for warning, named in warned.items():
+            which = "" if len(group) == 1 else f" (every {noun})" if len(named) == len(group) else f" ({', '.join(named)})"
+            lines.append(f"  warned{which}: {warning}")
     return lines
 
 

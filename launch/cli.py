@@ -6,9 +6,10 @@ Commands:
                                (--check bridge: then build it with its container's real Megatron Bridge and Core
                                on this CPU, as the job would, up to Bridge's runtime_config_update)
   pretrain <recipe> [overrides] [--check bridge]  the same, then launch (engine and executor from the config)
-  search <recipe> [overrides] [--fix ep,mbs] [--hbm 0.9]  every valid layout at the recipe's GPU count,
-                               projected and ranked (--fix: dimensions held at the recipe's values; --hbm: the
-                               largest share of HBM a kept layout's memory estimate may take)
+  search <recipe> [overrides] [--fix ep,mbs] [--hbm 0.9] [--check bridge]  every valid layout at the recipe's GPU
+                               count, projected and ranked (--fix: dimensions held at the recipe's values; --hbm: the
+                               largest share of HBM a kept layout's memory estimate may take; --check bridge: the ten
+                               best, each planned as make plan plans it, through the container's real Bridge)
   sweep <recipe> [overrides] [--check bridge]  expand Hydra sweep overrides (parallel.ep=32,64), validate every
                                point, plan the valid ones and render or submit them as one NeMo-Run experiment
                                (--check bridge: each valid point's plan through its container's real Bridge first,
@@ -72,7 +73,10 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     from launch.search import run_search
 
-    return run_search(args.recipe, args.overrides, _option(args, "fix", SEARCH_FIX_ENV), _option(args, "hbm", SEARCH_HBM_ENV))
+    from launch.bridge_check import wanted_check
+
+    return run_search(args.recipe, args.overrides, _option(args, "fix", SEARCH_FIX_ENV), _option(args, "hbm", SEARCH_HBM_ENV),
+                      check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)))
 
 
 def _option(args: argparse.Namespace, name: str, make_env: str) -> str:
@@ -113,9 +117,10 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("recipe", nargs="?", help="recipe name (file under recipes/)")
         command.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. parallel.pp=8")
         command.set_defaults(func=func)
-        if name in ("plan", "pretrain", "sweep"):
-            command.add_argument("--check", help="bridge: build the plan (each point's, for a sweep) with its container's "
-                                 "real Megatron Bridge and Core on this CPU (make bridge-env) before going on (make: CHECK=bridge)")
+        if name in ("plan", "pretrain", "sweep", "search"):
+            command.add_argument("--check", help="bridge: build the plan (each valid point's for a sweep, the ten best "
+                                 "layouts' for a search) with its container's real Megatron Bridge and Core on this CPU "
+                                 "(make bridge-env) before going on (make: CHECK=bridge)")
         if name == "search":
             command.add_argument("--fix", help="comma-separated dimensions held at the recipe's values "
                                  "(tp, pp, vpp, cp, ep, mbs; make: FIX=ep,mbs)")

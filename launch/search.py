@@ -1,6 +1,7 @@
-"""``make search RECIPE=<recipe> [overrides] [FIX=ep,mbs] [HBM=0.9]``: every valid layout of the recipe's model at
-its GPU count, ranked; ``FIX`` holds the named dimensions at the composed run's values, ``HBM`` drops the layouts
-whose memory estimate takes more than that share of the GPU's memory.
+"""``make search RECIPE=<recipe> [overrides] [FIX=ep,mbs] [HBM=0.9] [CHECK=bridge]``: every valid layout of the
+recipe's model at its GPU count, ranked; ``FIX`` holds the named dimensions at the composed run's values, ``HBM`` drops
+the layouts whose memory estimate takes more than that share of the GPU's memory, ``CHECK=bridge`` sends the ten best
+through the container's real Megatron Bridge (as ``make plan ... CHECK=bridge`` would each).
 
 Composes the recipe (and, for Muon, its AdamW twin) once, runs :func:`optbench.projection.search.search`,
 prints the ten best layouts (step time, model TFLOP/s per GPU, memory, Muon vs AdamW at the same layout),
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from optbench.compose.recipe import compose_run
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json
-from optbench.plan import claim_results, plan_path
+from optbench.plan import build_plan, claim_results, plan_path
 from optbench.projection.expected_error import expected_error_text
 from optbench.projection.search import (
     AT_ITS_EP,
@@ -30,6 +31,7 @@ from optbench.projection.search import (
     standing_of,
 )
 from optbench.projection.twin import adamw_twin
+from optbench.validate import validate
 
 
 def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | None, at_ep: Among | None) -> list[str]:
@@ -79,7 +81,32 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
     return lines
 
 
-def run_search(recipe: str, overrides: Sequence[str], fix: str = "", hbm: str = "") -> int:
+def check_best(recipe: str, overrides: Sequence[str], rows: list[dict]) -> None:
+    """``CHECK=bridge``: each of the best layouts planned as ``make plan`` plans it (the recipe, the user's overrides,
+    the row's), through its container's real Bridge in one process; each row records what Bridge said."""
+    from launch.bridge_check import check_plans, checked_lines, refusal
+
+    items, named = [], []
+    for row in rows:
+        typed = [*overrides, *row["overrides"]]
+        try:
+            resolved = validate(compose_run(recipe, typed))
+        except UserError as err:  # the recipe's own layout is kept whatever its memory estimate: make plan refuses it
+            row["bridge_check"] = f"not planned: {err.lines()[0].removeprefix('error: ')}"
+            print(f"  #{row['rank']} {row['layout']}: {row['bridge_check']}")
+            continue
+        items.append((resolved.run, build_plan(resolved, typed, side_by_side=False)))
+        named.append(row)
+    if not items:
+        return
+    reports = check_plans(items)
+    for line in checked_lines([f"#{row['rank']} {row['layout']}" for row in named], reports, "layout"):
+        print(f"  {line}")
+    for row, report in zip(named, reports):
+        row["bridge_check"] = refusal(report) or "passed"
+
+
+def run_search(recipe: str, overrides: Sequence[str], fix: str = "", hbm: str = "", check: bool = False) -> int:
     fixed, max_hbm = fixed_dimensions(fix), hbm_share(hbm)  # before composing: a typo costs nothing
     run = compose_run(recipe, overrides)
     if run.engine != "megatron_bridge" or run.cluster.gpu == "auto":
@@ -87,6 +114,10 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "", hbm: str = 
             "RECIPE", f"{recipe} runs on the local engine (it measures itself, nothing to project); "
             "search a cluster recipe, e.g. make search RECIPE=qwen3_30b_a3b_muon",
         ))
+    if check:  # before the search: a missing Bridge environment costs nothing
+        from launch.bridge_check import environment_for
+
+        environment_for(run)
     adamw = None
     if run.optimizer.matrix_optimizer:
         try:
@@ -100,6 +131,8 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "", hbm: str = 
     standing, at_ep = standing_of(result, own), rank_at_fixed(result, own, AT_ITS_EP)
     for line in search_lines(recipe, result, own, standing, at_ep):
         print(line)
+    if check:
+        check_best(recipe, overrides, result["top"])
     claim_results(run)
     path = plan_path(run).with_name("search.json")
     record = {k: v for k, v in result.items() if k not in ("ranked", "first_problems", "space", "own_problem")}

@@ -219,32 +219,19 @@ def launch_slurm_points(recipe: str, points: list[SweepPoint], folder: Path, dry
 def check_points(points: list[SweepPoint]) -> None:
     """``CHECK=bridge``: every valid point's plan through its container's real Bridge (one process per container);
     a point Bridge refuses becomes invalid with Bridge's one line, so it is neither ranked nor launched."""
-    from launch.bridge_check import check_plans, outcome_text, refusal, versions_text
+    from launch.bridge_check import check_plans, checked_lines, refusal
 
     valid = [p for p in points if p.valid]
     if not valid:
         return
     reports = check_plans([(p.run, p.plan) for p in valid])
-    width = max(len(p.name) for p in valid)
-    for versions in dict.fromkeys(versions_text(r) for r in reports):
-        group = [(p, r) for p, r in zip(valid, reports) if versions_text(r) == versions]
-        plans = f"{len(group)} plan{'s' if len(group) > 1 else ''}"
-        print(f"Bridge check: {versions} on this CPU, {plans} in {group[0][1]['wall_s']} s "
-              "(Transformer Engine and CUDA are stand-ins)")
-        for point, report in group:
-            problem = refusal(report)
-            print(f"  {'refused' if problem else 'passed':<8} {point.name:<{width}}  {outcome_text(report)}")
-            if problem:
-                point.problems = UserError(Problem("bridge", problem)).lines()
-                point.run, point.plan = None, None
-        # Most warnings are the preset's, the same at every point: each is printed once, with the points it names.
-        warned: dict[str, list[str]] = {}
-        for point, report in group:
-            for warning in report["warnings"]:
-                warned.setdefault(warning, []).append(point.name)
-        for warning, names in warned.items():
-            which = "" if len(group) == 1 else " (every point)" if len(names) == len(group) else f" ({', '.join(names)})"
-            print(f"  warned{which}: {warning}")
+    for line in checked_lines([p.name for p in valid], reports, "point"):
+        print(line)
+    for point, report in zip(valid, reports):
+        problem = refusal(report)
+        if problem:
+            point.problems = UserError(Problem("bridge", problem)).lines()
+            point.run, point.plan = None, None
 
 
 def sweep(recipe: str, overrides: Sequence[str], check: bool = False) -> int:

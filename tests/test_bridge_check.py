@@ -100,6 +100,30 @@ def test_a_sweep_point_bridge_refuses_is_listed_invalid_and_neither_ranked_nor_r
     assert (folder / "mbs4" / "sbatch.sh").is_file() and not (folder / "mbs8").exists()
 
 
+def test_make_search_check_bridge_plans_the_ten_best_as_make_plan_would_and_records_what_bridge_said(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from launch import bridge_check, cli
+
+    sent = []
+
+    def fake_check(items):
+        sent.extend((plan.layout.tp, plan.layout.ep, plan.mbs, run.parallel.sequence_parallel) for run, plan in items)
+        return [{**OK, "runtime_config_update": "AssertionError: no"} if i == 2 else OK for i in range(len(items))]
+
+    monkeypatch.setattr(bridge_check, "check_plans", fake_check)
+    results = marked_results(tmp_path / "results")
+    assert cli.main(["search", "qwen3_30b_a3b_muon", "--check", "bridge", f"results_dir={results}"]) == 0
+    out = capsys.readouterr().out
+    top = json.loads((results / "plans" / "qwen3_30b_a3b_muon" / "search.json").read_text())["top"]
+    # Each row's own layout was planned (TP > 1 with sequence parallelism, as Megatron needs for MoE).
+    assert sent == [(int(r["layout"].split()[0][2:]), int(r["layout"].split()[4][2:]), int(r["layout"].split()[5][3:]),
+                     r["layout"].split()[0] != "TP1") for r in top]
+    assert [r["bridge_check"] == "passed" for r in top] == [i != 2 for i in range(10)]
+    assert top[2]["bridge_check"].startswith("Megatron Bridge 0.6.0 (nemo:26.08) refuses this plan at world size 8")
+    assert "  Bridge check: nemo:26.08 (Megatron Bridge 0.6.0, Core 0.19.0) on this CPU, 10 plans in 7.5 s" in out
+    assert f"    refused  #{top[2]['rank']} {top[2]['layout']}" in out
+
+
 def _default_target() -> environments.Target:
     target = next(t for t in environments.targets() if t.name == versions.runnable()[0].name)
     if not target.installed:

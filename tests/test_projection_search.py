@@ -31,8 +31,10 @@ from optbench.projection.search import (
     search,
     standing_of,
 )
+from optbench.projection.project import project
 from optbench.projection.search_ranks import markdown, record, summary
 from optbench.resolve import resolve
+from optbench.validate import validate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -153,6 +155,12 @@ def test_make_search_ranks_every_valid_layout(tmp_path):
     assert saved["fixed"] == {} and "FIX=ep ranks the layouts at this EP only" in out.stdout
     assert "a smaller MBS can rank higher than it runs" in out.stdout
     assert "; among the 12 layouts of its EP 8, rank 1 (FIX=ep)" in out.stdout and saved["own_rank_at_its_ep"] == 1
+    # Each row's overrides are its make plan command: planned that way, the same layout and the same projection
+    # (TP > 1 rows included, which need sequence parallelism for MoE).
+    assert any(row["layout"].startswith("TP2") for row in saved["top"])
+    for row in saved["top"]:
+        planned = validate(compose_run("qwen3_30b_a3b_muon", row["overrides"]))
+        assert project(planned, with_what_ifs=False, with_twin=False)["tflops_per_gpu"] == row["tflops_per_gpu"], row
 
 
 def test_make_search_fix_holds_the_named_dimensions_and_refuses_an_unknown_one(tmp_path):

@@ -73,10 +73,12 @@ class Point:
         return f"TP{self.tp} PP{self.pp} VPP{self.vpp} CP{self.cp} EP{self.ep} MBS{self.mbs}"
 
     def overrides(self) -> list[str]:
-        """The same layout as ``make plan`` overrides."""
+        """The same layout as ``make plan`` overrides (sequence parallelism as :func:`at` sets it: Megatron requires
+        it for MoE with TP)."""
         vpp = "null" if self.vpp == 1 else str(self.vpp)
         return [f"parallel.tp={self.tp}", f"parallel.pp={self.pp}", f"parallel.vpp={vpp}", f"parallel.cp={self.cp}",
-                f"parallel.ep={self.ep}", "parallel.etp=1", f"train.mbs={self.mbs}"]
+                f"parallel.ep={self.ep}", "parallel.etp=1", f"parallel.sequence_parallel={str(self.tp > 1).lower()}",
+                f"train.mbs={self.mbs}"]
 
 
 def _powers(limit: int) -> list[int]:
