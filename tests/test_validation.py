@@ -97,6 +97,17 @@ INVALID = [
      "Megatron Core refuses both at once"),
     ("local-graphs-on-bridge-0.6", Q, ["parallel.cuda_graph_impl=local"], "parallel.cuda_graph_impl",
      "takes the local CUDA-graph implementation only for full-iteration graphs"),
+    # Found by the pairwise override sweep (conformance.py --pairs), then one field away on the AdamW recipe:
+    ("reuse-without-fp8-params", Q, ["precision.fp8_param_gather=false"],
+     "precision.reuse_grad_buf_for_mxfp8_param_ag", "reuses the gradient buffer for the parameter all-gather only"),
+    ("mxfp8-params-without-reuse", "qwen3_30b_a3b_muon", ["optimizer.muon.layer_wise=false", "precision.fp8_param_gather=true"],
+     "precision.reuse_grad_buf_for_mxfp8_param_ag", "requires the reuse with MXFP8 parameters"),
+    ("delayed-over-current-scaling-preset", Q, ["precision=fp8_cs", "precision.fp8_recipe=delayed"], "precision.fp8_recipe",
+     "keeps the first and last layers in BF16"),
+    ("deepep-under-rank-capacity-preset", Q, ["cluster=b300", "parallel.moe_flex_dispatcher_backend=deepep"],
+     "parallel.moe_flex_dispatcher_backend", "runs that cap only with hybridep or ncclep"),
+    ("mla-up-proj-without-mla", Q, ["parallel.recompute_granularity=selective", "parallel.recompute_modules=[mla_up_proj]"],
+     "parallel.recompute_modules", "has none (Megatron Core refuses it)"),
 ]
 
 
@@ -124,8 +135,16 @@ def test_messages_are_distinct() -> None:
     ["parallel.cuda_graph_scope=[attn]", "parallel.cuda_graph_impl=transformer_engine"],
     ["cluster.container=nemo:26.04.01", "parallel.cuda_graph_scope=[moe_router,moe_preprocess]"],
     ["parallel.cuda_graph_impl=local", "cluster.container=nemo:26.06"],
+    ["precision.fp8_param_gather=false", "precision.reuse_grad_buf_for_mxfp8_param_ag=false"],
+    ["cluster=b300", "parallel.moe_flex_dispatcher_backend=deepep", "cluster.container=nemo:26.04.01"],
 ], ids=["expert-bias-sigmoid", "moe-recompute-no-overlap", "scoped-te-graphs", "router-and-preprocess",
-        "local-graphs-before-bridge-0.6"])
+        "local-graphs-before-bridge-0.6", "no-fp8-params-no-reuse", "deepep-before-the-rank-capacity"])
 def test_the_fix_each_new_bridge_rule_names_passes_it(overrides: list[str]) -> None:
     """What the rules found by CHECK=bridge suggest is accepted (26.08's real Bridge took each: docs/cluster.md)."""
     assert problems_for(Q, overrides) == []
+
+
+def test_muon_without_its_layer_wise_optimizer_keeps_mxfp8_parameters_with_the_reuse_bridge_requires() -> None:
+    """What the FP8 parameter rules suggest is accepted (26.08's real Bridge took it: docs/cluster.md)."""
+    assert problems_for("qwen3_30b_a3b_muon", ["optimizer.muon.layer_wise=false", "precision.fp8_param_gather=true",
+                                               "precision.reuse_grad_buf_for_mxfp8_param_ag=true"]) == []

@@ -82,12 +82,16 @@ MARKERS: dict[str, tuple[str, str, str]] = {
         r"disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm"),
     "local_graphs_full_iteration_only": (
         "bridge", "src/megatron/bridge/utils/cuda_graph.py", r'cuda_graph_impl="local" only for'),
+    "rank_capacity_needs_hybridep": (
+        "core", "megatron/core/transformer/transformer_config.py",
+        r"moe_expert_rank_capacity_factor requires moe_flex_dispatcher_backend"),
 }
 """Behaviour that is not a field name (Muon's layer-wise optimizer; what Kimi K2's recipe function takes and reads;
 which emerging optimizers Core registers and whether Muon's scalar-optimizer choice reaches the param groups; which
 flex-dispatcher backends Core refuses on a single expert rank, whether it refuses recomputing the MoE layer under
-EP-communication overlap, whether full_iteration is a CUDA-graph implementation, and whether Bridge takes the
-local implementation only for full-iteration graphs):
+EP-communication overlap, whether full_iteration is a CUDA-graph implementation, whether Bridge takes the
+local implementation only for full-iteration graphs, and whether Core runs the per-rank expert capacity only with
+HybridEP or NCCL EP):
 (repository, path, regex) whose presence says the release has it."""
 
 

@@ -34,10 +34,11 @@ class Problem:
         return f"{self.field}: {self.message}" if self.field else self.message
 
     def typed_field(self, typed: Sequence[str]) -> str | None:
-        """The first typed key (``parallel.tp``, ``cluster``) that this problem involves, if any."""
+        """The typed key (``parallel.tp``, ``cluster``) that this problem involves, if any: its own field's when that
+        was typed, else the first related one's."""
         involved = [name for name in (self.field, *self.related) if name]
-        for key in typed:
-            for name in involved:
+        for name in involved:
+            for key in typed:
                 if key == name or key.startswith(name + ".") or name.startswith(key + "."):
                     return key
         return None

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable
 
 from optbench.bridge.adapter import executed_by_nvidia
 from optbench.bridge.emerging_fields import emerging_problems
-from optbench.bridge.graph_rules import graph_problems
+from optbench.bridge.graph_rules import graph_problems, recompute_problems
 from optbench.bridge.moe_rules import moe_problems
+from optbench.bridge.precision_rules import precision_problems
 from optbench.bridge.muon_fields import muon_problems
 from optbench.config.data_path import split_weights
 from optbench.config.domains import MAX_EXPERT_LAYERS, check_domains
@@ -300,6 +301,8 @@ def check_engine(run: RunConfig) -> Iterable[Problem]:
             container = container_of(run)
             yield from moe_problems(run, container)
             yield from graph_problems(run, container)
+            yield from recompute_problems(run)
+            yield from precision_problems(run, container)
         except UserError as err:
             yield from err.problems
         yield from _image_problems(run)

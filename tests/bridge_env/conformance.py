@@ -345,8 +345,9 @@ def search_layout_cases(results: Path, container: str) -> list[dict[str, Any]]:
     return cases
 
 
-OVERRIDE_RECIPES = ("qwen3_30b_a3b_muon", "kimi_k2_muon")
-"""Recipes every single-field override is tried on (Qwen3 on 8 GPUs, Kimi K2 on 256: MLA, layer-wise Muon)."""
+OVERRIDE_RECIPES = ("qwen3_30b_a3b_muon", "kimi_k2_muon", "qwen3_30b_a3b_adamw")
+"""Recipes every single-field override is tried on (Qwen3 on 8 GPUs, Kimi K2 on 256: MLA, layer-wise Muon; Qwen3 with
+AdamW: the baseline's distributed optimizer and FP8 parameter all-gather, which layer-wise Muon refuses)."""
 KNOWN_GAPS: dict[str, str] = {}
 """Single-field overrides our checks pass and the default container's Bridge refuses, each with why it is not refused
 yet. None now: the last, ``parallel.cuda_graph_impl=local`` on Bridge 0.6, is refused since its marker was read from
@@ -387,10 +388,13 @@ def single_field_overrides(run: Any) -> list[str]:
     return found
 
 
-def typed_override_cases(results: Path, container: str) -> list[dict[str, Any]]:
+def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: int = 0) -> list[dict[str, Any]]:
     """Every single-field override (:func:`single_field_overrides`) of each recipe that our checks pass (memory aside,
     force=true) must pass the real Bridge's recipe with our overrides and ``runtime_config_update``: the user's own
-    values, where the recipes above try NVIDIA's. What Bridge refuses is listed with its error."""
+    values, where the recipes above try NVIDIA's. What Bridge refuses is listed with its error. ``pairs``: instead,
+    that many pairs of them on two different fields per recipe, drawn with ``seed`` (the rules two fields make)."""
+    import random
+
     from optbench.compose.recipe import compose_run
     from optbench.errors import UserError
     from optbench.hardware import gpu_catalog
@@ -400,10 +404,16 @@ def typed_override_cases(results: Path, container: str) -> list[dict[str, Any]]:
     for recipe in OVERRIDE_RECIPES:
         common = [f"results_dir={results}", "run_id=overrides", f"cluster.container={container}", "force=true"]
         base = compose_run(recipe, common)
+        singles = single_field_overrides(base)
+        tried: list[list[str]] = [[o] for o in singles]
+        if pairs:
+            draw = random.Random(f"{seed}-{recipe}")
+            every = [[a, b] for i, a in enumerate(singles) for b in singles[i + 1:] if _key(a) != _key(b)]
+            tried = draw.sample(every, min(pairs, len(every)))
         case: dict[str, Any] = {"recipe": recipe, "checked": 0, "we_refuse": 0, "bridge_refused": [], "known_gaps": KNOWN_GAPS}
-        for override in single_field_overrides(base):
+        for typed in tried:
             try:
-                run = validate(compose_run(recipe, [*common, override])).run
+                run = validate(compose_run(recipe, [*common, *typed])).run
             except UserError:
                 case["we_refuse"] += 1
                 continue
@@ -415,9 +425,13 @@ def typed_override_cases(results: Path, container: str) -> list[dict[str, Any]]:
                 continue
             case["checked"] += 1
             if verdict is not None:
-                case["bridge_refused"].append({"override": override, "error": verdict})
+                case["bridge_refused"].append({"override": " ".join(typed), "error": verdict})
         cases.append(case)
     return cases
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0]
 
 
 def negative_controls(results: Path, container: str) -> dict[str, Any]:
@@ -452,6 +466,9 @@ def main() -> int:
     parser.add_argument("--container", default="nemo:26.02.01", help="the NeMo container whose Bridge and Core are installed")
     parser.add_argument("--overrides-only", action="store_true",
                         help="report only whether Bridge takes every single-field override our checks pass")
+    parser.add_argument("--pairs", type=int, default=0,
+                        help="with --overrides-only: that many random pairs of single-field overrides per recipe instead")
+    parser.add_argument("--seed", type=int, default=0, help="the seed the --pairs are drawn with")
     parser.add_argument("--search-only", action="store_true",
                         help="report only whether Bridge judges the make search layouts as our checks do")
     args = parser.parse_args()
@@ -474,7 +491,7 @@ def main() -> int:
         if args.search_only:
             report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container)
         elif args.overrides_only:
-            report["typed_overrides"] = typed_override_cases(Path(tmp) / "results", args.container)
+            report["typed_overrides"] = typed_override_cases(Path(tmp) / "results", args.container, args.pairs, args.seed)
         else:
             report["emerging"] = emerging_cases(Path(tmp) / "results", args.container)
             report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)

@@ -20,7 +20,10 @@ Core's ``TransformerConfig.__post_init__`` asserts, in the container (every rele
   only with ``moe_router``, the MoE scopes only in a MoE model, ``mlp`` only where some layer is dense, and ``moe``
   only for drop-and-pad MoE (a capacity factor with padding, which neither our config nor NVIDIA's presets set). Found
   by the single-field override sweep on 26.02-26.04.01 (tests/bridge_env/conformance.py), where Qwen3's preset
-  graphs attention and the router per layer.
+  graphs attention and the router per layer;
+* and, graphs or not (:func:`recompute_problems`), selective recompute of ``mla_up_proj`` only in a multi-latent
+  attention model ("mla_up_proj in recompute_modules is only supported with multi_latent_attention"): found by the
+  pairwise override sweep (``conformance.py --pairs``) on Qwen3.
 """
 
 from __future__ import annotations
@@ -66,6 +69,16 @@ def graph_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
             and "moe_router" in p.cuda_graph_scope):
         yield Problem("parallel.recompute_modules", "recomputing 'moe' is refused with the moe_router CUDA graph scope; "
                       f"drop 'moe', drop moe_router from parallel.cuda_graph_scope, {off}", ("parallel.cuda_graph_scope",))
+
+
+def recompute_problems(run: RunConfig) -> Iterable[Problem]:
+    """What Core asserts of the recomputed modules against the model, CUDA graphs or not."""
+    p = run.parallel
+    if p.recompute_granularity == "selective" and "mla_up_proj" in (p.recompute_modules or ()) \
+            and not run.model.multi_latent_attention:
+        yield Problem("parallel.recompute_modules", f"mla_up_proj recomputes the up-projections of multi-latent attention "
+                      f"and {run.model.name} has none (Megatron Core refuses it); drop it from parallel.recompute_modules",
+                      ("parallel.recompute_granularity",))
 
 
 def _scope_problems(run: RunConfig) -> Iterable[Problem]:

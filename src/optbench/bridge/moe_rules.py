@@ -18,6 +18,10 @@ built on the GPUs; ``make plan`` (and every point of ``make search`` and ``make 
 * **DeepEP's GPUs.** Bridge's ``validate_flex_dispatcher_backend`` (every release 0.3.0-0.6.2) takes the DeepEP
   backend on Ampere, Hopper, B200 and B300 only (by the device's compute capability and name): not on GB200 or GB300,
   where NVIDIA's presets use HybridEP.
+* **The per-rank expert capacity** (``model.moe_expert_rank_capacity_factor``, which NVIDIA's MXFP8 MoE presets set
+  from nemo:26.06 and our config passes through): Core from 0.18 runs it only with the HybridEP or NCCL EP backend
+  (marker ``rank_capacity_needs_hybridep``), so DeepEP (B200, B300) under such a preset is refused. Found by the
+  pairwise override sweep (``conformance.py --pairs``: DeepEP with ``cluster.gpu=b300`` on Qwen3, 26.08).
 * **Aux-loss-free expert bias** (``model.moe_router_enable_expert_bias``): Core's ``TransformerConfig`` (every release)
   takes it only with the sigmoid score function (0.18 on: or sqrtsoftplus, which our config does not offer).
 
@@ -33,11 +37,15 @@ from collections.abc import Iterable
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem
 from optbench.hardware import gpu_catalog
+from optbench.releases import presets
 from optbench.releases.versions import Container, behaviour, first_with
 
 ANY_BACKEND = "flex_dispatcher_needs_tp_ep"
 DEEPEP = "deepep_dispatcher_needs_tp_ep"
 MOE_RECOMPUTE = "ep_overlap_refuses_moe_recompute"
+RANK_CAPACITY = "rank_capacity_needs_hybridep"
+RANK_CAPACITY_FACTOR = "model.moe_expert_rank_capacity_factor"
+"""A setting of NVIDIA's MXFP8 MoE presets from nemo:26.06 that our config passes through as the preset has it."""
 
 
 def moe_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
@@ -46,6 +54,7 @@ def moe_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
         yield from _deepep_device_problems(run)
         yield from _dispatcher_problems(run, container)
         yield from _ep_overlap_problems(run, container)
+        yield from _rank_capacity_problems(run, container)
         m = run.model
         if m.moe_router_enable_expert_bias and m.moe_router_score_function != "sigmoid":
             yield Problem("model.moe_router_enable_expert_bias", "the aux-loss-free expert bias needs the sigmoid score "
@@ -88,6 +97,20 @@ def _dispatcher_problems(run: RunConfig, container: Container) -> Iterable[Probl
         f"asserts so when the model is built; {', '.join(fixes[:-1])}, or {fixes[-1]}",
         ("parallel.etp", "parallel.moe_token_dispatcher", "parallel.moe_flex_dispatcher_backend", "cluster.container"),
     )
+
+
+def _rank_capacity_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
+    """The preset's per-rank expert capacity needs HybridEP (or NCCL EP) in Core from 0.18."""
+    backend = run.parallel.moe_flex_dispatcher_backend
+    if backend is None or backend in ("hybridep", "ncclep") or not behaviour(container, RANK_CAPACITY):
+        return
+    preset = presets.find_preset(run)
+    factor = preset.settings.get(RANK_CAPACITY_FACTOR) if preset is not None else None
+    if factor is not None:
+        yield Problem("parallel.moe_flex_dispatcher_backend", f"{backend} with NVIDIA's preset {preset.key}, which caps "
+                      f"each expert rank's tokens ({RANK_CAPACITY_FACTOR}={factor}): Megatron Core {container.core} "
+                      f"({container.name}) runs that cap only with hybridep or ncclep; keep the preset's hybridep",
+                      ("cluster.container",))
 
 
 OFF = "or set parallel.ep_comm_overlap=false"
