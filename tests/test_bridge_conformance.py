@@ -262,7 +262,14 @@ def test_moe_graph_and_precision_rules_match_the_installed_bridge_and_core(targe
     tools/bridge_versions.py, and the Bridge and Core the container ships, installed here, assert the same; the
     every-release ones are asserted by every installed release."""
     from optbench.bridge.graph_rules import FULL_ITERATION, LOCAL_FULL_ITERATION_ONLY
-    from optbench.bridge.moe_rules import ANY_BACKEND, DEEPEP, MOE_RECOMPUTE, RANK_CAPACITY
+    from optbench.bridge.moe_rules import (
+        ANY_BACKEND,
+        DEEPEP,
+        MOE_RECOMPUTE,
+        OVERLAP_GRAPHS_TE_ONLY,
+        OVERLAP_MTP_NEEDS_PP,
+        RANK_CAPACITY,
+    )
     from optbench.bridge.precision_rules import FIRST_LAST_BF16_PRESETS
     from optbench.releases import versions
 
@@ -281,6 +288,11 @@ def test_moe_graph_and_precision_rules_match_the_installed_bridge_and_core(targe
     assert versions.behaviour(container, FULL_ITERATION) == ('cuda_graph_impl == "full_iteration"' in config)
     ddp = (core.parents[2] / "distributed" / "distributed_data_parallel_config.py").read_text()
     assert "Reuse grad buffer only when keeping params in MXFP8." in ddp, target.core
+    assert versions.behaviour(container, OVERLAP_MTP_NEEDS_PP) == (
+        "when enabling overlap_moe_expert_parallel_comm with MTP layer" in config)
+    assert versions.behaviour(container, OVERLAP_GRAPHS_TE_ONLY) == (
+        "and CudaGraphScope.moe not in self.cuda_graph_scope" in config)
+    assert "CUDA graph scope on moe and mlp is not" in config, target.core
     assert versions.behaviour(container, RANK_CAPACITY) == (
         "moe_expert_rank_capacity_factor requires moe_flex_dispatcher_backend" in config)
     assert "Delayed scaling does not support first / last layer in BF16." in config, target.core

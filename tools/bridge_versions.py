@@ -82,6 +82,12 @@ MARKERS: dict[str, tuple[str, str, str]] = {
         r"disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm"),
     "local_graphs_full_iteration_only": (
         "bridge", "src/megatron/bridge/utils/cuda_graph.py", r'cuda_graph_impl="local" only for'),
+    "ep_overlap_graphs_te_only": (
+        "core", "megatron/core/transformer/transformer_config.py",
+        r"and CudaGraphScope\.moe not in self\.cuda_graph_scope"),
+    "ep_overlap_mtp_needs_pp": (
+        "core", "megatron/core/transformer/transformer_config.py",
+        r"when enabling overlap_moe_expert_parallel_comm with MTP layer"),
     "rank_capacity_needs_hybridep": (
         "core", "megatron/core/transformer/transformer_config.py",
         r"moe_expert_rank_capacity_factor requires moe_flex_dispatcher_backend"),
@@ -90,8 +96,8 @@ MARKERS: dict[str, tuple[str, str, str]] = {
 which emerging optimizers Core registers and whether Muon's scalar-optimizer choice reaches the param groups; which
 flex-dispatcher backends Core refuses on a single expert rank, whether it refuses recomputing the MoE layer under
 EP-communication overlap, whether full_iteration is a CUDA-graph implementation, whether Bridge takes the
-local implementation only for full-iteration graphs, and whether Core runs the per-rank expert capacity only with
-HybridEP or NCCL EP):
+local implementation only for full-iteration graphs, whether Core runs the per-rank expert capacity only with
+HybridEP or NCCL EP, and what its EP-communication overlap asserts of CUDA graphs and MTP):
 (repository, path, regex) whose presence says the release has it."""
 
 

@@ -14,7 +14,12 @@ built on the GPUs; ``make plan`` (and every point of ``make search`` and ``make 
   Bridge's ``CommOverlapConfig`` (every release 0.3.0-0.6.2) asserts expert parallelism (EP > 1), the alltoall
   or flex dispatcher, an interleaved schedule when PP > 1 (VPP set), no full recompute (granularity, method,
   layer count), at most one MTP layer; Core's ``TransformerConfig`` also refuses ``moe`` among the recomputed
-  modules from 0.17 (marker ``ep_overlap_refuses_moe_recompute``), whatever the recompute granularity.
+  modules from 0.17 (marker ``ep_overlap_refuses_moe_recompute``), whatever the recompute granularity; per-layer
+  Transformer Engine graphs of ``moe`` or ``mlp`` (every release); and up to 0.17 (nemo:26.02-26.04.01) any graph
+  implementation but Transformer Engine's (marker ``ep_overlap_graphs_te_only``) and an MTP layer without pipeline
+  parallelism (marker ``ep_overlap_mtp_needs_pp``). The last three were found by the pairwise override sweep
+  (``parallel.cuda_graph_impl=local`` with ``parallel.ep_comm_overlap=true`` on Qwen3, 26.04.01) and reading that
+  assertion in each release.
 * **DeepEP's GPUs.** Bridge's ``validate_flex_dispatcher_backend`` (every release 0.3.0-0.6.2) takes the DeepEP
   backend on Ampere, Hopper, B200 and B300 only (by the device's compute capability and name): not on GB200 or GB300,
   where NVIDIA's presets use HybridEP.
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from optbench.bridge.sections import cuda_graph_impl
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem
 from optbench.hardware import gpu_catalog
@@ -44,6 +50,8 @@ ANY_BACKEND = "flex_dispatcher_needs_tp_ep"
 DEEPEP = "deepep_dispatcher_needs_tp_ep"
 MOE_RECOMPUTE = "ep_overlap_refuses_moe_recompute"
 RANK_CAPACITY = "rank_capacity_needs_hybridep"
+OVERLAP_GRAPHS_TE_ONLY = "ep_overlap_graphs_te_only"
+OVERLAP_MTP_NEEDS_PP = "ep_overlap_mtp_needs_pp"
 RANK_CAPACITY_FACTOR = "model.moe_expert_rank_capacity_factor"
 """A setting of NVIDIA's MXFP8 MoE presets from nemo:26.06 that our config passes through as the preset has it."""
 
@@ -140,3 +148,16 @@ def _ep_overlap_problems(run: RunConfig, container: Container) -> Iterable[Probl
     if m.mtp_num_layers > 1:
         yield Problem("model.mtp_num_layers", f"EP-communication overlap supports at most one MTP layer, got "
                       f"{m.mtp_num_layers}; {OFF}", related)
+    core = f"Megatron Core {container.core} ({container.name})"
+    if m.mtp_num_layers == 1 and p.pp == 1 and behaviour(container, OVERLAP_MTP_NEEDS_PP):
+        yield Problem("parallel.pp", f"EP-communication overlap with an MTP layer needs pipeline parallelism in {core}; "
+                      f"raise parallel.pp (with parallel.vpp), set model.mtp_num_layers=0, {OFF}",
+                      ("model.mtp_num_layers", "cluster.container", *related))
+    impl, scope = cuda_graph_impl(run), sorted(set(p.cuda_graph_scope or ()) & {"moe", "mlp"})
+    if impl == "transformer_engine" and scope:
+        yield Problem("parallel.cuda_graph_scope", f"EP-communication overlap refuses per-layer CUDA graphs of {scope}; "
+                      f"drop them from parallel.cuda_graph_scope, {OFF}", ("parallel.cuda_graph_impl", *related))
+    if impl not in ("none", "transformer_engine") and behaviour(container, OVERLAP_GRAPHS_TE_ONLY):
+        yield Problem("parallel.cuda_graph_impl", f"EP-communication overlap in {core} takes CUDA graphs only from "
+                      f"transformer_engine, got {impl}; use transformer_engine or none, {OFF}",
+                      ("cluster.container", *related))
