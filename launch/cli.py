@@ -71,9 +71,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from launch.search import run_search
-
     from launch.bridge_check import wanted_check
+    from launch.search import run_search
 
     return run_search(args.recipe, args.overrides, _option(args, "fix", SEARCH_FIX_ENV), _option(args, "hbm", SEARCH_HBM_ENV),
                       check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)))

@@ -249,14 +249,6 @@ def check_precision(run: RunConfig) -> Iterable[Problem]:
             ("engine", "recipe"),
         )
         return
-    if fp8 and "fp4" in run.precision.bridge_mixed_precision:
-        # Found by make plan CHECK=bridge: the FP4 preset's fp4 and our precision's fp8 both reach Core, which refuses.
-        yield Problem(
-            "precision.bridge_mixed_precision",
-            f"{run.precision.bridge_mixed_precision} turns on FP4 and precision={run.precision.name} FP8; Megatron Core "
-            "refuses both at once; drop the override (each precision= option sets its own preset)",
-            ("precision",),
-        )
     if run.precision.fp8_dot_product_attention and not fp8:
         yield Problem(
             "precision.fp8_dot_product_attention",

@@ -396,6 +396,7 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
     import random
 
     from optbench.compose.recipe import compose_run
+    from optbench.config.overrides import typed_key
     from optbench.errors import UserError
     from optbench.hardware import gpu_catalog
     from optbench.validate import validate
@@ -408,7 +409,7 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
         tried: list[list[str]] = [[o] for o in singles]
         if pairs:
             draw = random.Random(f"{seed}-{recipe}")
-            every = [[a, b] for i, a in enumerate(singles) for b in singles[i + 1:] if _key(a) != _key(b)]
+            every = [[a, b] for i, a in enumerate(singles) for b in singles[i + 1:] if typed_key(a) != typed_key(b)]
             tried = draw.sample(every, min(pairs, len(every)))
         case: dict[str, Any] = {"recipe": recipe, "checked": 0, "we_refuse": 0, "bridge_refused": [], "known_gaps": KNOWN_GAPS}
         for typed in tried:
@@ -428,10 +429,6 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
                 case["bridge_refused"].append({"override": " ".join(typed), "error": verdict})
         cases.append(case)
     return cases
-
-
-def _key(override: str) -> str:
-    return override.partition("=")[0]
 
 
 def negative_controls(results: Path, container: str) -> dict[str, Any]:
