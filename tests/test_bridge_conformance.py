@@ -52,16 +52,23 @@ its own worker (about 2 minutes; every release's, 1,099 kept layouts over five r
 docs/projection.md section 8)."""
 
 
+CI_PAIRS = 150
+"""Pairs of single-field overrides per recipe CI sends through the default container's Bridge (about 40 s); the
+sweeps that found the pair rules drew 1,500 per recipe and release by hand (docs/cluster.md)."""
+
+
 def report_of(target: Target, tmp_path_factory: pytest.TempPathFactory, only: str = "") -> dict:
     """The target's report, computed once per session: ``--dist loadgroup`` can still hand a group's tests to two
     workers, so the first one computes under a lock and the others read its file. ``only``: "search", the report of
-    every ``make search`` layout alone; "overrides", that of every single-field override."""
+    every ``make search`` layout alone; "overrides", that of every single-field override; "pairs", that of a fixed
+    sample of pairs of them (:data:`CI_PAIRS` per recipe, seed 0)."""
     key = f"{target.name}{'-' + only if only else ''}"
     if key not in _reports:
         if not target.installed:
             pytest.fail(f"the Bridge environment of {target.name} is missing: run `make setup` (or `make bridge-env`)")
         out = _session_folder(tmp_path_factory) / f"conformance-{key.replace(':', '_')}.json"
-        search = [f"--{only}-only"] if only else []
+        search = {"": [], "search": ["--search-only"], "overrides": ["--overrides-only"],
+                  "pairs": ["--overrides-only", "--pairs", str(CI_PAIRS), "--seed", "0"]}[only]
         with open(out.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not out.is_file():
@@ -237,6 +244,18 @@ def test_every_single_field_override_we_accept_the_default_containers_bridge_acc
         assert c["checked"] >= 70, c  # 79 to 104 on 26.08: AdamW has no Muon section
 
 
+@pytest.mark.xdist_group(f"bridge-pairs-{DEFAULT.name}")
+def test_a_fixed_sample_of_override_pairs_we_accept_the_default_containers_bridge_accepts(tmp_path_factory) -> None:
+    """Two of a user's values at once: a fixed sample of pairs of the single-field overrides above (conformance.py
+    --pairs, seed 0), each pair our checks pass built and updated by the default container's Bridge. Larger random
+    samples run by hand found the two-field rules of bridge/precision_rules.py, graph_rules.py and moe_rules.py; this
+    one keeps a later change from silently losing one of them."""
+    for c in report_of(DEFAULT, tmp_path_factory, only="pairs")["typed_overrides"]:
+        refused = {r["override"]: r["error"] for r in c["bridge_refused"]}
+        assert refused == {}, (c["recipe"], refused)
+        assert c["checked"] >= 50, c  # about half of the pairs pass our checks
+
+
 @per_target()
 def test_negative_controls_are_caught_by_bridge(target: Target, tmp_path_factory) -> None:
     controls = report_of(target, tmp_path_factory)["negative_controls"]
@@ -297,6 +316,10 @@ def test_moe_graph_and_precision_rules_match_the_installed_bridge_and_core(targe
         "moe_expert_rank_capacity_factor requires moe_flex_dispatcher_backend" in config)
     assert "Delayed scaling does not support first / last layer in BF16." in config, target.core
     assert "mla_up_proj in recompute_modules is only supported with" in config, target.core
+    assert "Delayed scaling does not support moe_act and layernorm recompute" in config, target.core
+    assert ("fp8_output_proj requires fp8_recipe='mxfp8'" in config) == versions.has_field(container, "model.fp8_output_proj")
+    optimizer = (core.parents[2] / "optimizer" / "optimizer_config.py").read_text()
+    assert "--use-precision-aware-optimizer only supported with distributed optimizer" in optimizer, target.core
     training = root / "megatron" / "bridge" / "training"
     assert first_last_bf16_presets(training / "mixed_precision.py") == set(FIRST_LAST_BF16_PRESETS), target.bridge
     assert any("reuse_grad_buf_for_mxfp8_param_ag must be set to True" in (training / name).read_text()

@@ -69,6 +69,7 @@ def test_every_declared_bridge_name_is_emitted_for_some_run(tmp_path) -> None:
                  "optimizer.muon.overlap_param_gather=true", "parallel.moe_token_dispatcher=flex",
                  "parallel.moe_flex_dispatcher_backend=deepep"),
         _emitted("qwen3_30b_a3b_soap", "cluster.container=nemo:26.08"),
+        _emitted("deepseek_v3_adamw", "cluster.container=nemo:26.08"),  # NVIDIA's MXFP8 preset: FP8 output projection
         _emitted("qwen3_30b_a3b_adaptive_muon", "cluster.container=nemo:26.08", "optimizer.scalar_optimizer=lion"),
         _emitted("qwen3_30b_a3b_adamw", "data=indexed", blend, "data.tokenizer=Qwen/Qwen3-30B-A3B",
                  "logger.wandb_entity=team", "intent=train", "train.eval_interval=50"),

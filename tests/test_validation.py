@@ -116,6 +116,13 @@ INVALID = [
      "parallel.cuda_graph_scope", "EP-communication overlap refuses per-layer CUDA graphs"),
     ("mla-up-proj-without-mla", Q, ["parallel.recompute_granularity=selective", "parallel.recompute_modules=[mla_up_proj]"],
      "parallel.recompute_modules", "has none (Megatron Core refuses it)"),
+    ("delayed-scaling-recomputes-moe-act", K, ["parallel.recompute_modules=[moe_act]", "precision.fp8_recipe=delayed"],
+     "parallel.recompute_modules", "moe_act recomputed under delayed FP8 scaling"),
+    # Found by the single-field sweep over DeepSeek-V3's recipes (26.08):
+    ("fp8-output-proj-under-tensorwise", "deepseek_v3_adamw", ["precision.fp8_recipe=tensorwise"], "precision.fp8_output_proj",
+     "the FP8 output projection runs only under MXFP8"),
+    ("precision-aware-adam-without-distributed-optimizer", "deepseek_v3_adamw", ["optimizer.use_distributed_optimizer=false"],
+     "optimizer.use_distributed_optimizer", "runs only with the distributed optimizer"),
 ]
 
 
@@ -150,6 +157,29 @@ def test_messages_are_distinct() -> None:
 def test_the_fix_each_new_bridge_rule_names_passes_it(overrides: list[str]) -> None:
     """What the rules found by CHECK=bridge suggest is accepted (26.08's real Bridge took each: docs/cluster.md)."""
     assert problems_for(Q, overrides) == []
+
+
+def test_moe_act_recomputed_under_current_scaling_passes_the_delayed_scaling_rule() -> None:
+    """Kimi K2 recomputes selectively: moe_act under tensorwise scaling is what the rule suggests, and 26.08's real
+    Bridge took it (make plan ... force=true CHECK=bridge, 2026-11-26); without force its memory estimate refuses it."""
+    fix = ["parallel.recompute_modules=[moe_act]", "precision.fp8_recipe=tensorwise", "force=true"]
+    assert problems_for(K, fix) == []
+    assert [p.field for p in problems_for(K, fix[:1] + ["precision.fp8_recipe=delayed", "force=true"])] == [
+        "parallel.recompute_modules"]
+
+
+@pytest.mark.parametrize("overrides", [
+    ["precision.fp8_output_proj=false", "precision.fp8_recipe=tensorwise"],
+    ["precision=fp8_cs"],
+], ids=["output-proj-off-tensorwise", "fp8-cs-group"])
+def test_deepseek_v3_adamw_takes_what_the_new_rules_suggest(overrides: list[str]) -> None:
+    """26.08's real Bridge took each (make plan ... CHECK=bridge, 2026-11-26)."""
+    assert problems_for("deepseek_v3_adamw", overrides) == []
+
+
+def test_adam_without_the_distributed_optimizer_passes_where_the_preset_keeps_fp32_moments() -> None:
+    """Qwen3's 26.08 preset turns the precision-aware optimizer off: 26.08's real Bridge took this (2026-11-26)."""
+    assert problems_for(Q, ["optimizer.use_distributed_optimizer=false", "force=true"]) == []
 
 
 def test_muon_without_its_layer_wise_optimizer_keeps_mxfp8_parameters_with_the_reuse_bridge_requires() -> None:

@@ -31,7 +31,7 @@ import time
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -345,9 +345,10 @@ def search_layout_cases(results: Path, container: str) -> list[dict[str, Any]]:
     return cases
 
 
-OVERRIDE_RECIPES = ("qwen3_30b_a3b_muon", "kimi_k2_muon", "qwen3_30b_a3b_adamw")
+OVERRIDE_RECIPES = ("qwen3_30b_a3b_muon", "kimi_k2_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_adamw")
 """Recipes every single-field override is tried on (Qwen3 on 8 GPUs, Kimi K2 on 256: MLA, layer-wise Muon; Qwen3 with
-AdamW: the baseline's distributed optimizer and FP8 parameter all-gather, which layer-wise Muon refuses)."""
+AdamW: the baseline's distributed optimizer and FP8 parameter all-gather, which layer-wise Muon refuses; DeepSeek-V3 with
+AdamW: MTP, dense first layers, Bridge's precision-aware Adam and, from 26.06, NVIDIA's FP8 output projection)."""
 KNOWN_GAPS: dict[str, str] = {}
 """Single-field overrides our checks pass and the default container's Bridge refuses, each with why it is not refused
 yet. None now: the last, ``parallel.cuda_graph_impl=local`` on Bridge 0.6, is refused since its marker was read from
@@ -388,7 +389,8 @@ def single_field_overrides(run: Any) -> list[str]:
     return found
 
 
-def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: int = 0,
+                         recipes: Sequence[str] = OVERRIDE_RECIPES) -> list[dict[str, Any]]:
     """Every single-field override (:func:`single_field_overrides`) of each recipe that our checks pass (memory aside,
     force=true) must pass the real Bridge's recipe with our overrides and ``runtime_config_update``: the user's own
     values, where the recipes above try NVIDIA's. What Bridge refuses is listed with its error. ``pairs``: instead,
@@ -402,7 +404,7 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
     from optbench.validate import validate
 
     cases = []
-    for recipe in OVERRIDE_RECIPES:
+    for recipe in recipes:
         common = [f"results_dir={results}", "run_id=overrides", f"cluster.container={container}", "force=true"]
         base = compose_run(recipe, common)
         singles = single_field_overrides(base)
@@ -466,6 +468,8 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=0,
                         help="with --overrides-only: that many random pairs of single-field overrides per recipe instead")
     parser.add_argument("--seed", type=int, default=0, help="the seed the --pairs are drawn with")
+    parser.add_argument("--override-recipes", nargs="*", default=list(OVERRIDE_RECIPES),
+                        help="with --overrides-only: the recipes whose overrides are tried")
     parser.add_argument("--search-only", action="store_true",
                         help="report only whether Bridge judges the make search layouts as our checks do")
     args = parser.parse_args()
@@ -488,7 +492,8 @@ def main() -> int:
         if args.search_only:
             report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container)
         elif args.overrides_only:
-            report["typed_overrides"] = typed_override_cases(Path(tmp) / "results", args.container, args.pairs, args.seed)
+            report["typed_overrides"] = typed_override_cases(Path(tmp) / "results", args.container, args.pairs, args.seed,
+                                                            args.override_recipes)
         else:
             report["emerging"] = emerging_cases(Path(tmp) / "results", args.container)
             report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)

@@ -7,7 +7,8 @@ Bytes per parameter held by a rank (its pipeline stages, TP/ETP shard and EP sli
   about 2 more bytes, term ``fp8_weight_copies``); with ``fp8_param_gather`` the weights themselves
   are those copies (2 bytes, no extra term).
 * gradients: the DDP buffer of every local parameter, 4 bytes with ``grad_reduce_in_fp32``, else 2.
-* optimizer state: AdamW keeps fp32 master weights, exp_avg and exp_avg_sq (12 bytes); with the
+* optimizer state: AdamW keeps fp32 master weights, exp_avg and exp_avg_sq (12 bytes; 8 where the run's
+  NVIDIA preset keeps the moments in BF16 with Megatron's precision-aware optimizer, Bridge's DeepSeek-V3 recipe); with the
   element-wise distributed optimizer they are sharded over DP x CP (dense) and expert-DP (experts).
   Muon keeps fp32 master weights and one momentum buffer (8 bytes) for its matrices and 12 bytes for
   its Adam-side parameters; AdaMuon adds its second moment, SOAP keeps 4 (3mn + 2m^2 + 2n^2) bytes per m x n
@@ -43,7 +44,9 @@ from optbench.accounting.params import EMBEDDING, OUTPUT, ROUTER, ParamSpec, pad
 from optbench.accounting.placement import Placement, pipeline_rank_of, place
 from optbench.config.layout import Layout, derive_layout
 from optbench.config.schema import RunConfig
+from optbench.errors import UserError
 from optbench.hardware import gpu_catalog
+from optbench.releases import presets
 
 GB = 1e9
 ALLOWANCE_FIXED_GB = 4.0
@@ -121,6 +124,28 @@ def _is_fp8_gemm_weight(spec: ParamSpec) -> bool:
     return len(spec.shape) == 2 and spec.kind not in (EMBEDDING, OUTPUT, ROUTER)
 
 
+DTYPE_BYTES = {"torch.float32": 4, "torch.bfloat16": 2, "torch.float16": 2, "torch.uint8": 1}
+"""Bytes per element of the optimizer-state dtypes Megatron's precision-aware optimizer takes (Bridge's names)."""
+
+
+def adam_moment_bytes(run: RunConfig) -> int:
+    """Bytes per element of each of AdamW's moments: the run's NVIDIA preset's ``exp_avg_dtype`` where it turns on
+    Megatron's precision-aware optimizer (Bridge's DeepSeek-V3 recipe: BF16), else fp32. The emerging optimizers turn
+    it off (optbench.bridge.sections) and the local engine keeps fp32."""
+    if run.engine != "megatron_bridge" or run.optimizer.matrix_optimizer or run.cluster.gpu == "auto":
+        return 4
+    try:
+        preset = presets.find_preset(run)
+    except UserError:
+        return 4  # an unknown container is reported by validation, in one line
+    aware = "optimizer.use_precision_aware_optimizer"
+    if preset is None or not (preset.knows(aware) and preset.nvidia_value(aware)):
+        return 4
+    moments = [preset.nvidia_value(f"optimizer.{name}") if preset.knows(f"optimizer.{name}") else "torch.float32"
+               for name in ("exp_avg_dtype", "exp_avg_sq_dtype")]
+    return max(DTYPE_BYTES.get(str(dtype), 4) for dtype in moments)
+
+
 def optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[DpGroupWork]) -> list[float]:
     """Optimizer-state bytes of every global rank (:mod:`optbench.accounting.optimizer_work`)."""
     opt = run.optimizer
@@ -129,10 +154,11 @@ def optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[Dp
     # added to every group's ranks item by item, in the same order as before, so the sums are unchanged.
     if not opt.matrix_optimizer:
         sharded = opt.use_distributed_optimizer
+        moment = adam_moment_bytes(run)
         totals: dict[tuple, float] = {}
         for group in groups:
             if group.shape_class not in totals:
-                totals[group.shape_class] = adam_state_bytes(sum(item.numel for item in group.items))
+                totals[group.shape_class] = adam_state_bytes(sum(item.numel for item in group.items), moment)
             total = totals[group.shape_class]
             for rank in group.ranks:
                 state[rank] += total / len(group.ranks) if sharded else total

@@ -2,7 +2,10 @@
 
 State, per element of a parameter (Megatron keeps an fp32 main copy of every bf16 parameter, 4 bytes):
 
-* AdamW: main copy, exp_avg, exp_avg_sq: 12;
+* AdamW: main copy, exp_avg, exp_avg_sq: 12; 8 under Megatron's precision-aware optimizer with BF16 moments, which
+  Bridge's DeepSeek-V3 recipe sets in every release (``optimizer.use_precision_aware_optimizer``,
+  ``exp_avg_dtype`` and ``exp_avg_sq_dtype`` ``torch.bfloat16``: read from the run's NVIDIA preset,
+  :func:`optbench.accounting.memory.adam_moment_bytes`);
 * Muon: main copy and momentum: 8 (its Adam side: 12);
 * AdaMuon (Emerging-Optimizers ``AdaptiveMuon``): Muon's plus the second moment, element-wise for ``adamuon``
   (12), one value per row or column for ``normuon`` (the longer side averaged: ``max(m, n)`` values);
@@ -74,6 +77,6 @@ def matrix_state_bytes(optimizer: OptimizerConfig, shape: tuple[int, ...]) -> fl
     return state
 
 
-def adam_state_bytes(numel: int) -> float:
-    """AdamW's state (main copy, both moments) of ``numel`` elements."""
-    return 3 * FP32 * numel
+def adam_state_bytes(numel: int, moment_bytes: int = FP32) -> float:
+    """AdamW's state (fp32 main copy, both moments of ``moment_bytes`` each) of ``numel`` elements."""
+    return (FP32 + 2 * moment_bytes) * numel

@@ -1,5 +1,5 @@
-"""What every release's Megatron Bridge and Core refuse of the FP8 settings, checked before launch (Bridge 0.3-0.6,
-Core 0.16-0.19):
+"""What every release's Megatron Bridge and Core refuse of the precision settings, checked before launch (Bridge
+0.3-0.6, Core 0.16-0.19):
 
 * Megatron Core's ``TransformerConfig``: FP4 and FP8 not both (a Bridge FP4 preset typed over an FP8 precision; found
   by ``make plan CHECK=bridge``);
@@ -11,22 +11,37 @@ Core 0.16-0.19):
   ConfigContainer's validation outside FSDP from 0.5, which our config does not run);
 * Megatron Core's ``TransformerConfig``: delayed scaling does not keep the first and last layers in BF16 ("Delayed
   scaling does not support first / last layer in BF16."), which Bridge's current-scaling mixed-precision presets turn
-  on (:data:`FIRST_LAST_BF16_PRESETS`), so ``precision.fp8_recipe=delayed`` over one of them is refused.
+  on (:data:`FIRST_LAST_BF16_PRESETS`), so ``precision.fp8_recipe=delayed`` over one of them is refused;
+* Megatron Core's ``TransformerConfig``: delayed scaling does not recompute ``moe_act`` or ``layernorm`` (selective
+  recompute under FP8: "Delayed scaling does not support moe_act and layernorm recompute for fp8.").
+* Megatron Core's ``TransformerConfig`` (0.18+): the FP8 output projection only under MXFP8 ("fp8_output_proj requires
+  fp8_recipe='mxfp8'"), which NVIDIA's DeepSeek-V3 MXFP8 presets turn on from nemo:26.06;
+* Megatron Core's ``OptimizerConfig``: the precision-aware optimizer (Adam's moments in BF16, which Bridge's DeepSeek-V3
+  recipe and some of NVIDIA's presets keep) only with the distributed optimizer.
 
-tests/test_bridge_conformance.py finds the last three's texts, and each preset's flag, in each installed release.
+tests/test_bridge_conformance.py finds the last four's texts, and each preset's flag, in each installed release.
 They were found by the pairwise override sweep (``tests/bridge_env/conformance.py --pairs``): the two reuse rules with
 Muon's layer-wise optimizer off (the layer-wise one refuses both FP8 parameter settings: validate.py), and each is one
 field away on every AdamW MXFP8 recipe, whose NVIDIA preset turns both on (``precision.fp8_param_gather=false`` or
-``precision.reuse_grad_buf_for_mxfp8_param_ag=false`` alone passed ``make plan``).
+``precision.reuse_grad_buf_for_mxfp8_param_ag=false`` alone passed ``make plan``); the recompute one by a later run of
+it (seed 23, Kimi K2 on nemo:26.08: ``parallel.recompute_modules=[moe_act] precision.fp8_recipe=delayed``); the last
+two by its first run over DeepSeek-V3's recipes (nemo:26.08, one field: ``precision.fp8_recipe=tensorwise``,
+``optimizer.use_distributed_optimizer=false``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from optbench.config.schema import RunConfig
+from optbench.config.schema import MATRIX_OPTIMIZERS, RunConfig
 from optbench.errors import Problem
+from optbench.releases import presets
 from optbench.releases.versions import Container
+
+DELAYED_NOT_RECOMPUTED = ("moe_act", "layernorm")
+"""Selectively recomputed modules Core refuses under delayed FP8 scaling (every release 0.16-0.19)."""
+
+PRECISION_AWARE = "optimizer.use_precision_aware_optimizer"
 
 FIRST_LAST_BF16_PRESETS = ("bf16_with_fp8_current_scaling_mixed", "fp16_with_fp8_current_scaling_mixed")
 """Bridge's mixed-precision presets (of those our config offers) that keep the first and last layers in BF16
@@ -55,3 +70,26 @@ def precision_problems(run: RunConfig, container: Container) -> Iterable[Problem
                       f"{p.bridge_mixed_precision}, which keeps the first and last layers in BF16: Megatron Core refuses "
                       "the pair; use tensorwise, or a delayed-scaling preset (bf16_with_fp8_delayed_scaling_mixed)",
                       ("precision.bridge_mixed_precision",))
+    refused = sorted(set(run.parallel.recompute_modules or ()) & set(DELAYED_NOT_RECOMPUTED))
+    if p.fp8 is not None and p.fp8_recipe == "delayed" and run.parallel.recompute_granularity == "selective" and refused:
+        yield Problem("parallel.recompute_modules", f"{', '.join(refused)} recomputed under delayed FP8 scaling: Megatron "
+                      f"Core refuses it; drop {' and '.join(refused)} from parallel.recompute_modules, or use another "
+                      "precision.fp8_recipe (tensorwise, mxfp8)", ("precision.fp8_recipe",))
+    if p.fp8_output_proj and (p.fp8 is None or p.fp8_recipe != "mxfp8"):
+        yield Problem("precision.fp8_output_proj", f"the FP8 output projection runs only under MXFP8 and this run's FP8 "
+                      f"recipe is {p.fp8_recipe if p.fp8 is not None else 'off'} (Megatron Core refuses it); set "
+                      "precision.fp8_output_proj=false, or precision.fp8_recipe=mxfp8", ("precision.fp8_recipe",
+                                                                                          "precision.fp8", "precision"))
+    yield from _precision_aware_problems(run)
+
+
+def _precision_aware_problems(run: RunConfig) -> Iterable[Problem]:
+    """Adam's BF16 moments (the recipe's or NVIDIA's precision-aware optimizer) need the distributed optimizer."""
+    o = run.optimizer
+    if o.use_distributed_optimizer or o.name in MATRIX_OPTIMIZERS:  # the emerging optimizers turn it off (sections.py)
+        return
+    preset = presets.find_preset(run)
+    if preset is not None and preset.knows(PRECISION_AWARE) and preset.nvidia_value(PRECISION_AWARE):
+        yield Problem("optimizer.use_distributed_optimizer", f"NVIDIA's preset {preset.key} keeps Adam's moments in "
+                      f"BF16 with Megatron's precision-aware optimizer ({PRECISION_AWARE}), which Megatron Core runs only "
+                      "with the distributed optimizer; keep optimizer.use_distributed_optimizer=true")

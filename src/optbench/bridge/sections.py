@@ -72,8 +72,8 @@ def _parallel(run: RunConfig) -> list[Item]:
     return items
 
 
-ONLY_WHEN_ON = ("parallel.ep_comm_overlap",)
-"""Switches emitted only when on (see _parallel). When a preset turns one on and the run turns it off, the preset's
+ONLY_WHEN_ON = ("parallel.ep_comm_overlap", "precision.fp8_output_proj")
+"""Switches emitted only when on (see _parallel, _precision: the FP8 output projection is a field of Core 0.18+ only). When a preset turns one on and the run turns it off, the preset's
 setting must not win: :func:`optbench.bridge.adapter._ours_under` writes the run's off in its place."""
 
 
@@ -115,6 +115,8 @@ def _precision(run: RunConfig) -> list[Item]:
         items += bridge_items(run, "precision.fp8_recipe")
     if run.precision.fp8 is not None:
         items += bridge_items(run, "precision.fp8_dot_product_attention")
+    if run.precision.fp8_output_proj:
+        items += bridge_items(run, "precision.fp8_output_proj")
     # fp8_param mirrors fp8_param_gather (MixedPrecisionConfig keeps them in sync; the schema sets both so that
     # order cannot matter). grad_reduce_in_fp32: the preset says True and setup() would copy it over
     # ddp.grad_reduce_in_fp32, so it must match ours.

@@ -272,6 +272,9 @@ class PrecisionConfig:
     )
     """Run the attention's score and value products (FlashAttention) in FP8 too (needs precision.fp8); NVIDIA's
     MXFP8 MoE presets set it from nemo:26.06."""
+    fp8_output_proj: bool = setting(False, Flag(), readers=BRIDGE, bridge="model.fp8_output_proj", preset="every")
+    """Keep the attention output projection's input in FP8 (needs precision.fp8_recipe=mxfp8; Megatron Core 0.18+,
+    nemo:26.06+); NVIDIA's DeepSeek-V3 MXFP8 presets set it from nemo:26.06."""
     bridge_mixed_precision: str = setting("bf16_mixed", Choice(BRIDGE_MIXED_PRECISION_PRESETS), readers=BRIDGE)
     """Name of the Megatron Bridge mixed-precision preset this maps to."""
     peak: str = setting("bf16", Choice(("bf16", "fp8")))
