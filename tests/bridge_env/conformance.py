@@ -390,11 +390,12 @@ def single_field_overrides(run: Any) -> list[str]:
 
 
 def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: int = 0,
-                         recipes: Sequence[str] = OVERRIDE_RECIPES) -> list[dict[str, Any]]:
+                         recipes: Sequence[str] = OVERRIDE_RECIPES, arity: int = 2) -> list[dict[str, Any]]:
     """Every single-field override (:func:`single_field_overrides`) of each recipe that our checks pass (memory aside,
     force=true) must pass the real Bridge's recipe with our overrides and ``runtime_config_update``: the user's own
     values, where the recipes above try NVIDIA's. What Bridge refuses is listed with its error. ``pairs``: instead,
-    that many pairs of them on two different fields per recipe, drawn with ``seed`` (the rules two fields make)."""
+    that many pairs of them on two different fields per recipe, drawn with ``seed`` (the rules two fields make); with
+    ``arity`` 3 or more, that many tuples of as many fields."""
     import random
 
     from optbench.compose.recipe import compose_run
@@ -409,10 +410,17 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
         base = compose_run(recipe, common)
         singles = single_field_overrides(base)
         tried: list[list[str]] = [[o] for o in singles]
-        if pairs:
+        if pairs and arity == 2:
             draw = random.Random(f"{seed}-{recipe}")
             every = [[a, b] for i, a in enumerate(singles) for b in singles[i + 1:] if typed_key(a) != typed_key(b)]
             tried = draw.sample(every, min(pairs, len(every)))
+        elif pairs:  # tuples of more fields: too many to list, so drawn one at a time (distinct fields, no repeats)
+            draw, drawn = random.Random(f"{seed}-{recipe}-{arity}"), set()
+            while len(drawn) < pairs:
+                pick = tuple(sorted(draw.sample(singles, arity)))
+                if len({typed_key(o) for o in pick}) == arity:
+                    drawn.add(pick)
+            tried = [list(pick) for pick in sorted(drawn)]
         case: dict[str, Any] = {"recipe": recipe, "checked": 0, "we_refuse": 0, "bridge_refused": [], "known_gaps": KNOWN_GAPS}
         for typed in tried:
             try:
@@ -468,6 +476,7 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=0,
                         help="with --overrides-only: that many random pairs of single-field overrides per recipe instead")
     parser.add_argument("--seed", type=int, default=0, help="the seed the --pairs are drawn with")
+    parser.add_argument("--arity", type=int, default=2, help="with --pairs: fields per drawn tuple (2: pairs)")
     parser.add_argument("--override-recipes", nargs="*", default=list(OVERRIDE_RECIPES),
                         help="with --overrides-only: the recipes whose overrides are tried")
     parser.add_argument("--search-only", action="store_true",
@@ -493,7 +502,7 @@ def main() -> int:
             report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container)
         elif args.overrides_only:
             report["typed_overrides"] = typed_override_cases(Path(tmp) / "results", args.container, args.pairs, args.seed,
-                                                            args.override_recipes)
+                                                            args.override_recipes, args.arity)
         else:
             report["emerging"] = emerging_cases(Path(tmp) / "results", args.container)
             report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)
