@@ -102,7 +102,7 @@ search: export OPTBENCH_SEARCH_HBM = $(call typed,HBM)
 search: ## Every valid layout of RECIPE's model at its GPU count, projected and ranked (top 10, Muon vs AdamW gap, your layout's rank; FIX=ep,mbs holds those at the recipe's values; HBM=0.9 keeps layouts estimated at most 90 % of HBM; CHECK=bridge sends the ten best through the real Megatron Bridge)
 	@$(LAUNCH) search --from-make
 
-#   make search-ranks [MODELS=qwen3_30b_a3b,kimi_k2]
+#   make search-ranks [MODELS=qwen3_30b_a3b,kimi_k2]   (MODELS: search those again, keep the other rows)
 search-ranks: export OPTBENCH_SEARCH_MODELS = $(call typed,MODELS)
 search-ranks: ## Where NVIDIA's own layout ranks in `make search`, for every published row: results/projection/search_ranks.md
 	@$(PY) -m optbench.projection.search_ranks

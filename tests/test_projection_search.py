@@ -244,6 +244,29 @@ def test_search_ranks_records_the_gap_to_the_best_and_counts_the_bands():
         in markdown(data)
 
 
+def test_search_ranks_of_some_models_keep_the_other_models_rows_in_published_order():
+    """MODELS= searches those models again and keeps the rest of the last table (it used to replace the table)."""
+    from optbench.projection.calibration import row_id
+    from optbench.projection.search_ranks import merged
+    from optbench.published import default_published_dir, load_published
+
+    rows = load_published(default_published_dir(REPO / "results"))
+    kimi = [row_id(r) for r in rows if r.model == "kimi_k2"][:2]
+    qwen = [row_id(r) for r in rows if r.model == "qwen3_30b_a3b"][:2]
+    nvidia, best = Point(1, 1, 1, 1, 8, 8), Point(1, 1, 1, 1, 1, 4)
+    result = {"valid": 2, "candidates": 2, "ranked": [Ranked(1, best, 800.0, 0.9), Ranked(2, nvidia, 760.0, 0.8)]}
+    first = record(kimi[0], nvidia, result, 1.0, "")
+    earlier = {**summary([first, record(qwen[0], nvidia, result, 1.0, ""), record(qwen[1], best, result, 1.0, "")]),
+               "layout_changes": [{"from_row": qwen[0]}, {"from_row": kimi[0]}]}
+    fresh = {**summary([record(kimi[0], best, result, 1.0, ""), record(kimi[1], best, result, 1.0, "")]),
+             "layout_changes": []}
+    data = merged(fresh, earlier, rows, {"kimi_k2"})
+    order = [row_id(r) for r in rows]
+    assert [r["row"] for r in data["rows"]] == sorted([*kimi, *qwen], key=order.index)
+    assert {r["row"]: r["rank"] for r in data["rows"]} == {kimi[0]: 1, kimi[1]: 1, qwen[0]: 2, qwen[1]: 1}
+    assert data["in_top"] == 4 and data["layout_changes"] == [{"from_row": qwen[0]}]
+
+
 def test_make_search_ranks_refuses_an_unknown_model_and_a_foreign_folder_in_one_line(tmp_path):
     """Neither a typo in MODELS (it would replace the table with an empty one) nor a folder optbench did not
     create gets a traceback, and nothing is written."""

@@ -4,12 +4,14 @@ No anchor knows the search: for each row of the validated domain (:mod:`optbench
 search runs at the row's configuration (its release's executed preset, GPU count and GPU) and the rank of the
 row's own layout is recorded (1 = best; points the model prices alike share a rank), with its projected
 throughput beside the best layout's: a rank says little where hundreds of layouts lie within a few per cent.
-Rows that share a configuration share one search. Writes ``results/projection/search_ranks.{md,json}``.
+Rows that share a configuration share one search. Writes ``results/projection/search_ranks.{md,json}``; with
+``MODELS=`` only those models' rows are searched again and the other rows are kept from the last run's table.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
@@ -156,6 +158,19 @@ def ranks(rows: list[PublishedRow], models: set[str] | None = None) -> dict[str,
     return {**summary(records), "layout_changes": layout_changes(searched)}
 
 
+def merged(fresh: dict[str, Any], earlier: dict[str, Any] | None, rows: list[PublishedRow], models: set[str]) -> dict[str, Any]:
+    """``fresh`` (the rows of ``models``, searched now) with the other models' rows and layout changes of the
+    ``earlier`` table (the last run's search_ranks.json), in published-row order, the summary counted over all:
+    ``make search-ranks MODELS=...`` refreshes those models and keeps the rest of the table."""
+    model_of = {row_id(row): row.model for row in rows}
+    kept = [r for r in (earlier or {}).get("rows", []) if model_of.get(r["row"]) not in models]
+    order = {row_id(row): index for index, row in enumerate(rows)}
+    records = sorted([*kept, *fresh["rows"]], key=lambda r: order.get(r["row"], len(order)))
+    changes = [c for c in (earlier or {}).get("layout_changes", []) if model_of.get(c["from_row"]) not in models]
+    changes = sorted([*changes, *fresh["layout_changes"]], key=lambda c: order.get(c["from_row"], len(order)))
+    return {**summary(records), "layout_changes": changes}
+
+
 def markdown(data: dict[str, Any]) -> str:
     rows = data["rows"]
     within = ", ".join(f"{n} within {band} %" for band, n in data["within_percent_of_best"].items())
@@ -250,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make search-ranks", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)")
     parser.add_argument("--models", default=os.environ.get("OPTBENCH_SEARCH_MODELS", ""),
-                        help="comma-separated models (default: every model)")
+                        help="comma-separated models (default: every model); the others' rows are kept from the last run")
     args = parser.parse_args(argv)
     with exit_on_user_error():  # a results folder we may not write into, a full disk: one line, exit 2
         models = {m for m in args.models.split(",") if m} or None
@@ -261,6 +276,14 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(Problem("MODELS", f"no published rows of {', '.join(unknown)}; models: {', '.join(known)}"))
         results = claim(args.results, "--results", "results")
         data = ranks(rows, models)
+        earlier = results / "projection" / "search_ranks.json"
+        if models and earlier.is_file():  # the other models' rows stay as the last run left them
+            try:
+                last = json.loads(earlier.read_text())
+            except (OSError, UnicodeDecodeError, ValueError) as err:
+                raise UserError(Problem("MODELS", f"cannot keep the other models' rows: {earlier} is unreadable "
+                                        f"({type(err).__name__}); run make search-ranks without MODELS")) from None
+            data = merged(data, last, rows, models)
         text = markdown(data)
         md = atomic_write_text(results / "projection" / "search_ranks.md", text)
         js = atomic_write_json(results / "projection" / "search_ranks.json", data)
