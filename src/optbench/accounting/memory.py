@@ -138,12 +138,9 @@ def adam_moment_bytes(run: RunConfig) -> int:
         preset = presets.find_preset(run)
     except UserError:
         return 4  # an unknown container is reported by validation, in one line
-    aware = "optimizer.use_precision_aware_optimizer"
-    if preset is None or not (preset.knows(aware) and preset.nvidia_value(aware)):
+    if preset is None or not preset.precision_aware_adam:
         return 4
-    moments = [preset.nvidia_value(f"optimizer.{name}") if preset.knows(f"optimizer.{name}") else "torch.float32"
-               for name in ("exp_avg_dtype", "exp_avg_sq_dtype")]
-    return max(DTYPE_BYTES.get(str(dtype), 4) for dtype in moments)
+    return max(DTYPE_BYTES.get(dtype, 4) for dtype in preset.adam_moment_dtypes())
 
 
 def optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[DpGroupWork]) -> list[float]:

@@ -41,8 +41,6 @@ from optbench.releases.versions import Container
 DELAYED_NOT_RECOMPUTED = ("moe_act", "layernorm")
 """Selectively recomputed modules Core refuses under delayed FP8 scaling (every release 0.16-0.19)."""
 
-PRECISION_AWARE = "optimizer.use_precision_aware_optimizer"
-
 FIRST_LAST_BF16_PRESETS = ("bf16_with_fp8_current_scaling_mixed", "fp16_with_fp8_current_scaling_mixed")
 """Bridge's mixed-precision presets (of those our config offers) that keep the first and last layers in BF16
 (``first_last_layers_bf16 = True``, every release 0.3-0.6)."""
@@ -84,12 +82,13 @@ def precision_problems(run: RunConfig, container: Container) -> Iterable[Problem
 
 
 def _precision_aware_problems(run: RunConfig) -> Iterable[Problem]:
-    """Adam's BF16 moments (the recipe's or NVIDIA's precision-aware optimizer) need the distributed optimizer."""
+    """Adam under the recipe's or NVIDIA's precision-aware optimizer needs the distributed optimizer."""
     o = run.optimizer
     if o.use_distributed_optimizer or o.name in MATRIX_OPTIMIZERS:  # the emerging optimizers turn it off (sections.py)
         return
     preset = presets.find_preset(run)
-    if preset is not None and preset.knows(PRECISION_AWARE) and preset.nvidia_value(PRECISION_AWARE):
-        yield Problem("optimizer.use_distributed_optimizer", f"NVIDIA's preset {preset.key} keeps Adam's moments in "
-                      f"BF16 with Megatron's precision-aware optimizer ({PRECISION_AWARE}), which Megatron Core runs only "
-                      "with the distributed optimizer; keep optimizer.use_distributed_optimizer=true")
+    if preset is not None and preset.precision_aware_adam:
+        yield Problem("optimizer.use_distributed_optimizer", f"NVIDIA's preset {preset.key} runs Adam with Megatron's "
+                      f"precision-aware optimizer ({presets.PRECISION_AWARE}; moments in "
+                      f"{'/'.join(sorted(set(preset.adam_moment_dtypes())))}), which Megatron Core runs only with the "
+                      "distributed optimizer; keep optimizer.use_distributed_optimizer=true")

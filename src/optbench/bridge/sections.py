@@ -73,8 +73,9 @@ def _parallel(run: RunConfig) -> list[Item]:
 
 
 ONLY_WHEN_ON = ("parallel.ep_comm_overlap", "precision.fp8_output_proj")
-"""Switches emitted only when on (see _parallel, _precision: the FP8 output projection is a field of Core 0.18+ only). When a preset turns one on and the run turns it off, the preset's
-setting must not win: :func:`optbench.bridge.adapter._ours_under` writes the run's off in its place."""
+"""Switches emitted only when on (see _parallel, _precision: the FP8 output projection is a field of Core 0.18+
+only). When a preset turns one on and the run turns it off, the preset's setting must not win:
+:func:`optbench.bridge.adapter._ours_under` writes the run's off in its place."""
 
 
 def switched_off(run: RunConfig) -> dict[str, bool]:

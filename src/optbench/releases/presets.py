@@ -129,6 +129,23 @@ class Preset:
     def knows(self, key: str) -> bool:
         return key in self.settings or key in self.recipe_values
 
+    @property
+    def precision_aware_adam(self) -> bool:
+        """Whether NVIDIA's case runs Adam with Megatron's precision-aware optimizer (Bridge's DeepSeek-V3 recipe does
+        in every release, with BF16 moments; some other cases with FP32 ones)."""
+        return self.knows(PRECISION_AWARE) and bool(self.nvidia_value(PRECISION_AWARE))
+
+    def adam_moment_dtypes(self) -> tuple[str, str]:
+        """Bridge's dtypes of Adam's two moments in this case (``torch.float32`` where it names none)."""
+        first, second = (str(self.nvidia_value(key)) if self.knows(key) else "torch.float32"
+                         for key in ("optimizer.exp_avg_dtype", "optimizer.exp_avg_sq_dtype"))
+        return first, second
+
+
+PRECISION_AWARE = "optimizer.use_precision_aware_optimizer"
+"""Megatron's switch for the precision-aware optimizer (Adam's state in the dtypes ``exp_avg_dtype`` and
+``exp_avg_sq_dtype`` name), which Megatron Core takes only with the distributed optimizer."""
+
 
 @lru_cache(maxsize=None)
 def load(release: str = RELEASE) -> dict[str, Any]:
