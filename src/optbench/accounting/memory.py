@@ -44,7 +44,6 @@ from optbench.accounting.params import EMBEDDING, OUTPUT, ROUTER, ParamSpec, pad
 from optbench.accounting.placement import Placement, pipeline_rank_of, place
 from optbench.config.layout import Layout, derive_layout
 from optbench.config.schema import RunConfig
-from optbench.errors import UserError
 from optbench.hardware import gpu_catalog
 from optbench.releases import presets
 
@@ -132,12 +131,7 @@ def adam_moment_bytes(run: RunConfig) -> int:
     """Bytes per element of each of AdamW's moments: the run's NVIDIA preset's ``exp_avg_dtype`` where it turns on
     Megatron's precision-aware optimizer (Bridge's DeepSeek-V3 recipe: BF16), else fp32. The emerging optimizers turn
     it off (optbench.bridge.sections) and the local engine keeps fp32."""
-    if run.engine != "megatron_bridge" or run.optimizer.matrix_optimizer or run.cluster.gpu == "auto":
-        return 4
-    try:
-        preset = presets.find_preset(run)
-    except UserError:
-        return 4  # an unknown container is reported by validation, in one line
+    preset = None if run.optimizer.matrix_optimizer else presets.preset_or_none(run)
     if preset is None or not preset.precision_aware_adam:
         return 4
     return max(DTYPE_BYTES.get(dtype, 4) for dtype in preset.adam_moment_dtypes())

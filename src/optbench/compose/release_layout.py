@@ -27,7 +27,6 @@ from optbench.config.field_table import preset_fields, value_at
 from optbench.compose.recipe_choice import restates_recipe_choice
 from optbench.config.overrides import CONFIG_GROUPS, typed_keys
 from optbench.config.schema import RunConfig
-from optbench.errors import UserError
 
 REPRODUCE_FIELDS = {bridge: ours for bridge, ours in preset_fields("reproduce").items() if bridge not in preset_fields("train")}
 """Library-recipe values taken from a later release for intent=reproduce only (the schema's preset='reproduce')."""
@@ -39,13 +38,7 @@ def _current(run: RunConfig, field: str) -> Any:
 
 def release_values(run: RunConfig) -> dict[str, Any]:
     """Our config fields the run's release's preset sets (empty without a preset and for non-Bridge runs)."""
-    if run.engine != "megatron_bridge" or run.cluster.gpu == "auto":
-        return {}
-    try:
-        release = presets.release_of(run)
-    except UserError:
-        return {}  # an unknown container is reported by validation, in one line
-    preset = presets.find_preset(run, release)
+    preset = presets.preset_or_none(run)  # an unknown container is reported by validation, in one line
     if preset is None:
         return {}
     nvidia = {**preset.recipe_values, **preset.settings}  # NVIDIA's value of every field our adapter sets

@@ -158,15 +158,15 @@ def ranks(rows: list[PublishedRow], models: set[str] | None = None) -> dict[str,
     return {**summary(records), "layout_changes": layout_changes(searched)}
 
 
-def merged(fresh: dict[str, Any], earlier: dict[str, Any] | None, rows: list[PublishedRow], models: set[str]) -> dict[str, Any]:
+def merged(fresh: dict[str, Any], earlier: dict[str, Any], rows: list[PublishedRow], models: set[str]) -> dict[str, Any]:
     """``fresh`` (the rows of ``models``, searched now) with the other models' rows and layout changes of the
     ``earlier`` table (the last run's search_ranks.json), in published-row order, the summary counted over all:
     ``make search-ranks MODELS=...`` refreshes those models and keeps the rest of the table."""
     model_of = {row_id(row): row.model for row in rows}
-    kept = [r for r in (earlier or {}).get("rows", []) if model_of.get(r["row"]) not in models]
+    kept = [r for r in earlier.get("rows", []) if model_of.get(r["row"]) not in models]
     order = {row_id(row): index for index, row in enumerate(rows)}
     records = sorted([*kept, *fresh["rows"]], key=lambda r: order.get(r["row"], len(order)))
-    changes = [c for c in (earlier or {}).get("layout_changes", []) if model_of.get(c["from_row"]) not in models]
+    changes = [c for c in earlier.get("layout_changes", []) if model_of.get(c["from_row"]) not in models]
     changes = sorted([*changes, *fresh["layout_changes"]], key=lambda c: order.get(c["from_row"], len(order)))
     return {**summary(records), "layout_changes": changes}
 
@@ -275,14 +275,15 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:  # else a typo would replace the committed table with an empty one
             raise UserError(Problem("MODELS", f"no published rows of {', '.join(unknown)}; models: {', '.join(known)}"))
         results = claim(args.results, "--results", "results")
-        data = ranks(rows, models)
-        earlier = results / "projection" / "search_ranks.json"
-        if models and earlier.is_file():  # the other models' rows stay as the last run left them
+        earlier, last = results / "projection" / "search_ranks.json", None
+        if models and earlier.is_file():  # the other models' rows stay as the last run left them; read before searching
             try:
                 last = json.loads(earlier.read_text())
             except (OSError, UnicodeDecodeError, ValueError) as err:
                 raise UserError(Problem("MODELS", f"cannot keep the other models' rows: {earlier} is unreadable "
                                         f"({type(err).__name__}); run make search-ranks without MODELS")) from None
+        data = ranks(rows, models)
+        if last is not None:
             data = merged(data, last, rows, models)
         text = markdown(data)
         md = atomic_write_text(results / "projection" / "search_ranks.md", text)

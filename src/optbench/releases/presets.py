@@ -222,6 +222,17 @@ def find_preset(run: RunConfig, release: Optional[str] = None) -> Optional[Prese
     )
 
 
+def preset_or_none(run: RunConfig) -> Optional[Preset]:
+    """NVIDIA's preset of a Bridge run, or None: a local run, a GPU left to ``auto``, no preset for the case, or a
+    container validation refuses in one line (never raises)."""
+    if run.engine != "megatron_bridge" or run.cluster.gpu == "auto":
+        return None
+    try:
+        return find_preset(run)
+    except UserError:
+        return None
+
+
 def require_preset(run: RunConfig) -> Optional[Preset]:
     """The preset of a Bridge run (None without one); ``reproduce`` without a preset is a one-line error."""
     if run.engine != "megatron_bridge":
