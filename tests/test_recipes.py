@@ -167,3 +167,26 @@ def test_sequence_parallelism_without_tensor_parallelism_is_refused_as_megatron_
     assert run.parallel.tp == 1
     problems = [p for p in collect_problems(run) if p.field == "parallel.sequence_parallel"]
     assert problems and "without tensor parallelism" in problems[0].message and "sequence_parallel=false" in problems[0].message
+
+
+@pytest.mark.parametrize("recipe", list_recipes())
+def test_the_plain_view_of_a_run_is_omegaconfs_structured_view_value_for_value(recipe: str) -> None:
+    """run_config_to_dict reads the dataclasses directly; plan.json and config.yaml must not change: the same keys,
+    values and value types (repr tells 1 from 1.0) as OmegaConf's structured view, including where OmegaConf
+    converts (an int in a float field) and where the fast path hands over to it (an int in a text field)."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from optbench.config.serialize import run_config_to_dict
+
+    run = compose_run(recipe)
+    variants = [
+        run,
+        dataclasses.replace(run, step_time_s=3, run_id=None),
+        dataclasses.replace(run, parallel=dataclasses.replace(run.parallel, pipeline_layout=None)),
+        dataclasses.replace(run, description=5),  # not a text value: OmegaConf's conversion makes it "5"
+    ]
+    for variant in variants:
+        expected = OmegaConf.to_container(OmegaConf.structured(variant), resolve=False)
+        assert repr(run_config_to_dict(variant)) == repr(expected)

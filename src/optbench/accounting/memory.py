@@ -34,11 +34,13 @@ are close to GiB, so the comparison keeps a few percent in hand for memory the d
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optbench.accounting.activations import forwards_in_flight, layer_bytes_per_token
-from optbench.accounting.ns_flops import DpGroupWork, OwnedItem, dp_group_work, pingpong_by_numel
+from optbench.accounting.ns_flops import DpGroupWork, OwnedItem, costs_by_owner, dp_group_work, pingpong_by_numel
 from optbench.accounting.optimizer_work import adam_state_bytes, matrix_state_bytes
 from optbench.accounting.params import EMBEDDING, OUTPUT, ROUTER, ParamSpec, padded_vocab_size
 from optbench.accounting.placement import Placement, pipeline_rank_of, place
@@ -160,19 +162,19 @@ def optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[Dp
         return matrix_state_bytes(opt, item.param.local_shape) if item.ns_flops > 0 else adam_state_bytes(item.numel)
 
     shared = opt.layer_wise and layout.dp * layout.cp > 1
-    counted: dict[tuple, tuple[list[float], list[int]]] = {}
+    counted: dict[tuple, float | int | list[list[float]]] = {}
     for group in groups:
         if group.shape_class not in counted:
-            owners = pingpong_by_numel(group.items, len(group.ranks)) if shared else []
-            counted[group.shape_class] = ([item_bytes(item) for item in group.items], owners)
-        per_item, owners = counted[group.shape_class]
-        if not shared:
-            total = sum(per_item)
+            owners = pingpong_by_numel(group.items, len(group.ranks)) if shared else None
+            counted[group.shape_class] = costs_by_owner([item_bytes(item) for item in group.items], owners)
+        by_owner = counted[group.shape_class]
+        if not isinstance(by_owner, list):
             for rank in group.ranks:
-                state[rank] += total
+                state[rank] += by_owner
             continue
-        for size, owner in zip(per_item, owners):
-            state[group.ranks[owner]] += size
+        # Added item by item in model order (reduce), as the state of one rank was always summed.
+        for rank, sizes in zip(group.ranks, by_owner):
+            state[rank] = functools.reduce(operator.add, sizes, state[rank])
     return state
 
 

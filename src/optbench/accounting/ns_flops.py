@@ -39,6 +39,8 @@ owner runs its Newton-Schulz. Without it (Bridge's ``muon``) every rank runs all
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -305,22 +307,30 @@ def recounted_rank_ns_flops(
                     for key in keys:
                         counts[key][shape] = local_param_ns_flops(item.param, run.model, run, *key)
             owners = owners_fn(group.items, len(group.ranks)) if shared else None
-            costs_by_key = {key: list(map(counts[key].__getitem__, shapes)) for key in keys}
-            dealt[group.shape_class] = (costs_by_key, owners)
-        costs_by_key, owners = dealt[group.shape_class]
-        owner_ranks = [group.ranks[owner] for owner in owners] if owners is not None else None
+            dealt[group.shape_class] = {
+                key: costs_by_owner(list(map(counts[key].__getitem__, shapes)), owners) for key in keys
+            }
+        by_key = dealt[group.shape_class]
         for key in keys:
-            # Summed item by item in model order, so every mode's sums are the same to the last bit.
-            costs = costs_by_key[key]
-            flops = out[key]
-            if owner_ranks is None:
-                total = sum(costs)
+            # Added item by item in model order (reduce), so every mode's sums are the same to the last bit.
+            flops, by_owner = out[key], by_key[key]
+            if not isinstance(by_owner, list):
                 for rank in group.ranks:
-                    flops[rank] += total
+                    flops[rank] += by_owner
             else:
-                for cost, rank in zip(costs, owner_ranks):
-                    flops[rank] += cost
+                for rank, costs in zip(group.ranks, by_owner):
+                    flops[rank] = functools.reduce(operator.add, costs, flops[rank])
     return out
+
+
+def costs_by_owner(costs: list[float], owners: list[int] | None) -> float | int | list[list[float]]:
+    """A group's costs, each owner's in model order; their sum when every rank of the group does every item."""
+    if owners is None:
+        return sum(costs)
+    by_owner: list[list[float]] = [[] for _ in range(max(owners, default=-1) + 1)]
+    for cost, owner in zip(costs, owners):
+        by_owner[owner].append(cost)
+    return by_owner
 
 
 def ns_flops_stats(flops: Sequence[float]) -> dict[str, float]:

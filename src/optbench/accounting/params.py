@@ -130,12 +130,22 @@ def _attention(model: ModelConfig | ModelShape, prefix: str, layer: int) -> list
     return specs
 
 
-def _gated_mlp(prefix: str, hidden: int, ffn: int, kind: str, layer: int, expert: int | None = None) -> list[ParamSpec]:
-    suffix = "" if expert is None else str(expert)
+def _gated_mlp(prefix: str, hidden: int, ffn: int, kind: str, layer: int) -> list[ParamSpec]:
     return [
-        ParamSpec(f"{prefix}.linear_fc1.weight{suffix}", (2 * ffn, hidden), kind, layer, COLUMN, expert),
-        ParamSpec(f"{prefix}.linear_fc2.weight{suffix}", (hidden, ffn), kind, layer, ROW, expert),
+        ParamSpec(f"{prefix}.linear_fc1.weight", (2 * ffn, hidden), kind, layer, COLUMN),
+        ParamSpec(f"{prefix}.linear_fc2.weight", (hidden, ffn), kind, layer, ROW),
     ]
+
+
+def _routed_experts(prefix: str, hidden: int, ffn: int, layer: int, experts: int) -> list[ParamSpec]:
+    """The gated MLP of every routed expert of a layer, its index appended to each name (Kimi K2: 46,080 expert
+    matrices, so built without the named tuple's argument handling, the shapes shared)."""
+    fc1, fc2, new = (2 * ffn, hidden), (hidden, ffn), tuple.__new__
+    specs = []
+    for e in range(experts):  # every field given, in ParamSpec's order
+        specs.append(new(ParamSpec, (f"{prefix}.linear_fc1.weight{e}", fc1, EXPERT, layer, COLUMN, e)))
+        specs.append(new(ParamSpec, (f"{prefix}.linear_fc2.weight{e}", fc2, EXPERT, layer, ROW, e)))
+    return specs
 
 
 def _ffn(model: ModelConfig | ModelShape, prefix: str, layer: int) -> list[ParamSpec]:
@@ -145,8 +155,7 @@ def _ffn(model: ModelConfig | ModelShape, prefix: str, layer: int) -> list[Param
         return specs + _gated_mlp(f"{prefix}.mlp", h, model.ffn_hidden_size, DENSE_MLP, layer)
     experts = model.num_moe_experts or 0
     specs.append(ParamSpec(f"{prefix}.mlp.router.weight", (experts, h), ROUTER, layer))
-    for e in range(experts):
-        specs += _gated_mlp(f"{prefix}.mlp.experts", h, model.moe_ffn_hidden_size or 0, EXPERT, layer, e)
+    specs += _routed_experts(f"{prefix}.mlp.experts", h, model.moe_ffn_hidden_size or 0, layer, experts)
     if model.moe_shared_expert_intermediate_size:
         specs += _gated_mlp(
             f"{prefix}.mlp.shared_experts", h, model.moe_shared_expert_intermediate_size, SHARED_EXPERT, layer
@@ -220,10 +229,14 @@ class ParamCounts:
 
 def parameter_counts(model: ModelConfig) -> ParamCounts:
     """Total and per-token active parameters (vocabulary padded as Megatron pads it at TP=1)."""
-    specs = model_parameters(model)
-    total = sum(p.numel for p in specs)
-    experts = sum(p.numel for p in specs if p.is_expert)
-    embedding = sum(p.numel for p in specs if p.kind in (EMBEDDING, OUTPUT))
+    total = experts = embedding = 0
+    for spec in model_parameters(model):
+        numel = math.prod(spec.shape)
+        total += numel
+        if spec.kind == EXPERT:
+            experts += numel
+        elif spec.kind in (EMBEDDING, OUTPUT):
+            embedding += numel
     active_experts = 0
     if model.num_moe_experts:
         active_experts = experts * model.moe_router_topk // model.num_moe_experts

@@ -8,6 +8,7 @@ Composition (:mod:`optbench.compose.recipe`) and reading a run's saved config.ya
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import typing
 from dataclasses import fields, is_dataclass
@@ -103,8 +104,51 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
 
 
 def run_config_to_dict(run: RunConfig) -> dict[str, Any]:
-    """Plain-dict view of a typed run config (for plan.json, config.yaml)."""
-    # A typed run is resolved already: a "${...}" left in a value is text the user escaped, not an interpolation.
-    container = OmegaConf.to_container(OmegaConf.structured(run), resolve=False)
-    assert isinstance(container, dict)
-    return container
+    """Plain-dict view of a typed run config (for plan.json, config.yaml).
+
+    What OmegaConf's structured view gives (a float field's int as a float), read straight off the dataclasses,
+    a sixth of its time; a value outside its field's type takes OmegaConf's own conversion instead.
+    """
+    try:
+        return _plain_dataclass(run)
+    except _NotPlain:
+        # A typed run is resolved already: a "${...}" left in a value is text the user escaped, not an interpolation.
+        container = OmegaConf.to_container(OmegaConf.structured(run), resolve=False)
+        assert isinstance(container, dict)
+        return container
+
+
+class _NotPlain(Exception):
+    """A value that is not of its field's type as written: OmegaConf converts it (or refuses it)."""
+
+
+@functools.cache
+def _field_types(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """(name, type, nullable) of each field of a schema dataclass, in order; the type with Optional removed."""
+    out = []
+    for name, hint in typing.get_type_hints(cls).items():
+        args = typing.get_args(hint)
+        nullable = typing.get_origin(hint) is typing.Union and type(None) in args
+        out.append((name, next(a for a in args if a is not type(None)) if nullable else hint, nullable))
+    return tuple(out)
+
+
+def _plain_dataclass(node: Any) -> dict[str, Any]:
+    return {name: _plain(getattr(node, name), kind, nullable) for name, kind, nullable in _field_types(type(node))}
+
+
+def _plain(value: Any, kind: Any, nullable: bool) -> Any:
+    if value is None and nullable:
+        return None
+    if is_dataclass(kind) and type(value) is kind:
+        return _plain_dataclass(value)
+    if kind is float and type(value) in (float, int):
+        return float(value)
+    if kind in (str, int, bool) and type(value) is kind:
+        return value
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is list and type(value) in (list, tuple):
+        return [_plain(item, args[0], False) for item in value]
+    if origin is dict and args[0] is str and type(value) is dict and all(type(key) is str for key in value):
+        return {key: _plain(item, args[1], False) for key, item in value.items()}
+    raise _NotPlain
