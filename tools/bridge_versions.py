@@ -88,6 +88,8 @@ MARKERS: dict[str, tuple[str, str, str]] = {
     "ep_overlap_mtp_needs_pp": (
         "core", "megatron/core/transformer/transformer_config.py",
         r"when enabling overlap_moe_expert_parallel_comm with MTP layer"),
+    "muon_refuses_dist_optimizer": (
+        "core", "megatron/core/optimizer", r"muon with dist optimizer is not supported"),
     "rank_capacity_needs_hybridep": (
         "core", "megatron/core/transformer/transformer_config.py",
         r"moe_expert_rank_capacity_factor requires moe_flex_dispatcher_backend"),
@@ -97,7 +99,8 @@ which emerging optimizers Core registers and whether Muon's scalar-optimizer cho
 flex-dispatcher backends Core refuses on a single expert rank, whether it refuses recomputing the MoE layer under
 EP-communication overlap, whether full_iteration is a CUDA-graph implementation, whether Bridge takes the
 local implementation only for full-iteration graphs, whether Core runs the per-rank expert capacity only with
-HybridEP or NCCL EP, and what its EP-communication overlap asserts of CUDA graphs and MTP):
+HybridEP or NCCL EP, what its EP-communication overlap asserts of CUDA graphs and MTP, and whether Muon
+refuses the element-wise distributed optimizer outright):
 (repository, path, regex) whose presence says the release has it."""
 
 

@@ -25,7 +25,7 @@ from optbench.config.layout import gpus_per_node
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
 from optbench.errors import Problem, UserError
 from optbench.hardware import gpu_catalog
-from optbench.releases.versions import container_of
+from optbench.releases.versions import behaviour, container_of
 from optbench.resolve import ResolvedRun, resolve
 from optbench.validate_layout import (
     PARALLEL_SIZES,
@@ -146,20 +146,38 @@ def check_world(run: RunConfig) -> Iterable[Problem]:
 
 
 
+MUON_REFUSES_DIST_OPTIMIZER = "muon_refuses_dist_optimizer"
+"""Core up to 0.17 raises on Muon with the distributed optimizer; from 0.18 it takes it through a size-balanced
+layer-wise layout (non-Muon parameters in the regular distributed optimizer) that the caller must build
+(tools/bridge_versions.py reads which, and whether Bridge builds it)."""
+BRIDGE_BUILDS_LAYER_WISE_LAYOUT = "bridge_builds_layer_wise_layout"
+
+
+def _distributed_optimizer_reason(run: RunConfig, label: str, section: str) -> str:
+    fix = f"set it false, optimizer.{section}.layer_wise=true shards {label}'s state by whole parameters"
+    if run.engine == "megatron_bridge":
+        container = container_of(run)
+        if not behaviour(container, MUON_REFUSES_DIST_OPTIMIZER):
+            why = ("which Megatron Bridge " + container.bridge + " does not build"
+                   if not behaviour(container, BRIDGE_BUILDS_LAYER_WISE_LAYOUT)
+                   else "whose optimizer memory and owners optbench does not model yet")
+            return (f"Megatron Core {container.core} ({container.name}) takes {label} with the element-wise distributed "
+                    f"optimizer only through its size-balanced layer-wise layout, {why}; {fix}")
+    return f"{label} refuses the element-wise distributed optimizer (Megatron: 'muon with dist optimizer is not supported'); {fix}"
+
+
 def _emerging_optimizer_problems(run: RunConfig) -> Iterable[Problem]:
     """What Megatron refuses for Muon, AdaMuon and SOAP alike (Core 0.16-0.17 muon.py, >= 0.18 the emerging path)."""
     o = run.optimizer
     label, section = OPTIMIZER_LABELS[o.name], "soap" if o.soap is not None else "muon"
     if o.use_distributed_optimizer:
-        yield Problem(
-            "optimizer.use_distributed_optimizer",
-            f"{label} refuses the element-wise distributed optimizer (Megatron: 'muon with dist optimizer is not "
-            f"supported'); set it false, optimizer.{section}.layer_wise=true shards {label}'s state by whole parameters",
-        )
+        yield Problem("optimizer.use_distributed_optimizer", _distributed_optimizer_reason(run, label, section))
     if o.overlap_param_gather:
+        own = " (the layer-wise optimizer's own is optimizer.muon.overlap_param_gather)" if o.muon is not None else ""
         yield Problem(
             "optimizer.overlap_param_gather",
-            f"{label} has no overlapped parameter all-gather (Bridge sets it false for Muon); set it false",
+            f"overlaps the element-wise distributed optimizer's parameter all-gather, which {label} does not use; "
+            f"set it false{own}",
         )
     if run.precision.params_dtype == "fp16" or run.precision.name == "fp16":
         yield Problem(

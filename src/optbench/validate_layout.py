@@ -50,9 +50,12 @@ def check_tensor_parallel(run: RunConfig) -> Iterable[Problem]:
             ("parallel.cp",),
         )
     if p.sequence_parallel and p.tp == 1 and run.engine == "megatron_bridge":
+        # Core's ModelParallelConfig raises; Bridge from 0.4 (nemo:26.04) switches it off in finalize() before Core
+        # sees it. Refused in every release: the plan would record sequence parallelism the job never runs.
         yield Problem(
             "parallel.sequence_parallel",
-            "Megatron refuses sequence parallelism without tensor parallelism (tp=1); set parallel.sequence_parallel=false",
+            "sequence parallelism needs tensor parallelism (tp=1): Megatron Core refuses it and Megatron Bridge from "
+            "0.4 turns it off silently; set parallel.sequence_parallel=false",
             ("parallel.tp",),
         )
     if m.num_moe_experts and p.tp > 1 and p.ep > 1 and not p.sequence_parallel:

@@ -390,12 +390,19 @@ def single_field_overrides(run: Any) -> list[str]:
 
 
 def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: int = 0,
-                         recipes: Sequence[str] = OVERRIDE_RECIPES, arity: int = 2) -> list[dict[str, Any]]:
+                         recipes: Sequence[str] = OVERRIDE_RECIPES, arity: int = 2,
+                         over_refusals: bool = False) -> list[dict[str, Any]]:
     """Every single-field override (:func:`single_field_overrides`) of each recipe that our checks pass (memory aside,
     force=true) must pass the real Bridge's recipe with our overrides and ``runtime_config_update``: the user's own
     values, where the recipes above try NVIDIA's. What Bridge refuses is listed with its error. ``pairs``: instead,
     that many pairs of them on two different fields per recipe, drawn with ``seed`` (the rules two fields make); with
-    ``arity`` 3 or more, that many tuples of as many fields."""
+    ``arity`` 3 or more, that many tuples of as many fields.
+
+    ``over_refusals``: the other direction too. Each override our validation refuses (after composing: a value
+    outside its field's domain never reaches Bridge's types) is sent to Bridge as composed, and what Bridge
+    accepts is listed under ``bridge_accepted_what_we_refuse`` with our one line, to be read against the product's
+    own rules (a layout Core refuses only when it builds the model, a setting our engine cannot honour): a
+    review aid, never a pass/fail, since some of our refusals are rules Bridge does not hold."""
     import random
 
     from optbench.compose.recipe import compose_run
@@ -422,11 +429,17 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
                     drawn.add(pick)
             tried = [list(pick) for pick in sorted(drawn)]
         case: dict[str, Any] = {"recipe": recipe, "checked": 0, "we_refuse": 0, "bridge_refused": [], "known_gaps": KNOWN_GAPS}
+        if over_refusals:
+            case["bridge_accepted_what_we_refuse"] = []
         for typed in tried:
+            composed = None
             try:
-                run = validate(compose_run(recipe, [*common, *typed])).run
-            except UserError:
+                composed = compose_run(recipe, [*common, *typed])
+                run = validate(composed).run
+            except UserError as err:
                 case["we_refuse"] += 1
+                if over_refusals and composed is not None and _bridge_accepts(composed):
+                    case["bridge_accepted_what_we_refuse"].append({"override": " ".join(typed), "ours": err.lines()[0]})
                 continue
             if run.cluster.gpu in gpu_catalog():  # cluster.gpu=b200 is tried too: Bridge checks the device
                 stand_ins.install(run.cluster.gpu)
@@ -439,6 +452,19 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
                 case["bridge_refused"].append({"override": " ".join(typed), "error": verdict})
         cases.append(case)
     return cases
+
+
+def _bridge_accepts(run: Any) -> bool:
+    """Whether Bridge builds and updates a run our validation refused (our adapter may refuse it too: not Bridge's
+    acceptance)."""
+    from optbench.hardware import gpu_catalog
+
+    if run.cluster.gpu in gpu_catalog():
+        stand_ins.install(run.cluster.gpu)
+    try:
+        return bridge_verdict(run) is None
+    except Exception:  # noqa: BLE001 - a run our checks refuse may break the adapter anywhere: not an acceptance
+        return False
 
 
 def negative_controls(results: Path, container: str) -> dict[str, Any]:
@@ -479,6 +505,8 @@ def main() -> int:
     parser.add_argument("--arity", type=int, default=2, help="with --pairs: fields per drawn tuple (2: pairs)")
     parser.add_argument("--override-recipes", nargs="*", default=list(OVERRIDE_RECIPES),
                         help="with --overrides-only: the recipes whose overrides are tried")
+    parser.add_argument("--over-refusals", action="store_true",
+                        help="with --overrides-only: also send what our checks refuse to Bridge and list what it accepts")
     parser.add_argument("--search-only", action="store_true",
                         help="report only whether Bridge judges the make search layouts as our checks do")
     args = parser.parse_args()
@@ -502,7 +530,7 @@ def main() -> int:
             report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container)
         elif args.overrides_only:
             report["typed_overrides"] = typed_override_cases(Path(tmp) / "results", args.container, args.pairs, args.seed,
-                                                            args.override_recipes, args.arity)
+                                                            args.override_recipes, args.arity, args.over_refusals)
         else:
             report["emerging"] = emerging_cases(Path(tmp) / "results", args.container)
             report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)
