@@ -130,7 +130,7 @@ def _optimizer_line(plan: Plan) -> str:
         text += (f"; {'layer-wise' if soap.layer_wise else 'replicated'}, shampoo beta {soap.shampoo_beta:g}, "
                  f"eigenbasis every {soap.precondition_frequency} step(s), KL-Shampoo {'on' if soap.use_kl_shampoo else 'off'}")
         split = [f"{k}{v}" for k, v in (("tp", plan.layout.tp), ("etp", plan.layout.etp)) if v > 1]
-        if split and plan.engine == "megatron_bridge":  # reproduce refuses this (validate.soap_problems)
+        if split and plan.engine == "megatron_bridge":  # reproduce refuses this (validate_optimizer.soap_problems)
             text += f"; warning: {'/'.join(split)} shards preconditioned alone, not SOAP on the full matrices"
     else:
         text += "; distributed optimizer" if o.use_distributed_optimizer else ""

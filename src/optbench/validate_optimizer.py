@@ -1,0 +1,125 @@
+"""Validation rules of the optimizer: which settings sections each optimizer reads, and what Megatron refuses (or
+drops silently) for the emerging optimizers, Muon, AdaMuon and SOAP, per release where releases differ.
+
+:mod:`optbench.validate` runs them with the other rules between fields; each problem names the field to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from optbench.bridge.emerging_fields import emerging_problems
+from optbench.bridge.muon_fields import muon_problems
+from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
+from optbench.errors import Problem
+from optbench.releases.versions import behaviour, container_of
+
+MUON_REFUSES_DIST_OPTIMIZER = "muon_refuses_dist_optimizer"
+"""Core up to 0.17 raises on Muon with the distributed optimizer; from 0.18 it takes it through a size-balanced
+layer-wise layout (non-Muon parameters in the regular distributed optimizer) that the caller must build
+(tools/bridge_versions.py reads which, and whether Bridge builds it)."""
+BRIDGE_BUILDS_LAYER_WISE_LAYOUT = "bridge_builds_layer_wise_layout"
+
+
+def _distributed_optimizer_reason(run: RunConfig, label: str, section: str) -> str:
+    fix = f"set it false, optimizer.{section}.layer_wise=true shards {label}'s state by whole parameters"
+    if run.engine == "megatron_bridge":
+        container = container_of(run)
+        if not behaviour(container, MUON_REFUSES_DIST_OPTIMIZER):
+            why = ("which Megatron Bridge " + container.bridge + " does not build"
+                   if not behaviour(container, BRIDGE_BUILDS_LAYER_WISE_LAYOUT)
+                   else "whose optimizer memory and owners optbench does not model yet")
+            return (f"Megatron Core {container.core} ({container.name}) takes {label} with the element-wise distributed "
+                    f"optimizer only through its size-balanced layer-wise layout, {why}; {fix}")
+    return f"{label} refuses the element-wise distributed optimizer (Megatron: 'muon with dist optimizer is not supported'); {fix}"
+
+
+def _emerging_optimizer_problems(run: RunConfig) -> Iterable[Problem]:
+    """What Megatron refuses for Muon, AdaMuon and SOAP alike (Core 0.16-0.17 muon.py, >= 0.18 the emerging path)."""
+    o = run.optimizer
+    label, section = OPTIMIZER_LABELS[o.name], "soap" if o.soap is not None else "muon"
+    if o.use_distributed_optimizer:
+        yield Problem("optimizer.use_distributed_optimizer", _distributed_optimizer_reason(run, label, section))
+    if o.overlap_param_gather:
+        own = " (the layer-wise optimizer's own is optimizer.muon.overlap_param_gather)" if o.muon is not None else ""
+        yield Problem(
+            "optimizer.overlap_param_gather",
+            f"overlaps the element-wise distributed optimizer's parameter all-gather, which {label} does not use; "
+            f"set it false{own}",
+        )
+    if run.precision.params_dtype == "fp16" or run.precision.name == "fp16":
+        yield Problem(
+            "precision", f"{label} does not support fp16 (Megatron: 'muon with fp16 is not supported', 'emerging "
+            "optimizer with fp16 is not supported'); use bf16", ("optimizer",)
+        )
+    layer_wise = (o.soap or o.muon).layer_wise
+    if layer_wise and run.precision.fp8_param_gather:
+        yield Problem(
+            "precision.fp8_param_gather",
+            f"incompatible with the layer-wise {label} optimizer; set precision.fp8_param_gather=false",
+            (f"optimizer.{section}.layer_wise", "precision"),
+        )
+    if layer_wise and run.precision.reuse_grad_buf_for_mxfp8_param_ag:
+        yield Problem(
+            "precision.reuse_grad_buf_for_mxfp8_param_ag",
+            f"incompatible with the layer-wise {label} optimizer; set it false",
+            (f"optimizer.{section}.layer_wise", "precision"),
+        )
+    if run.engine == "megatron_bridge":
+        yield from emerging_problems(run)
+
+
+def soap_problems(run: RunConfig) -> Iterable[Problem]:
+    """SOAP as Megatron runs it: not tensor-parallel aware, state Megatron's torch_dist checkpoints cannot hold."""
+    p = run.parallel
+    split = [f"{name}={size}" for name, size in (("parallel.tp", p.tp), ("parallel.etp", p.etp or p.tp)) if size > 1]
+    if split and run.intent == "reproduce" and run.engine == "megatron_bridge":
+        yield Problem(
+            "optimizer.name",
+            f"SOAP in Megatron preconditions each tensor-parallel shard alone ({', '.join(split)}): another optimizer "
+            "than SOAP on the full matrix; set parallel.tp=1 and parallel.etp=1, or intent=train to run it knowingly",
+            ("parallel.tp", "parallel.etp"),
+        )
+    if run.train.save_interval is not None and run.engine == "megatron_bridge":
+        yield Problem(
+            "train.save_interval",
+            "SOAP's Kronecker factors and eigenbases (m x m, n x n per matrix) are not parameter-shaped, and Megatron's "
+            "torch_dist checkpoint shards optimizer state like the parameters; set train.save_interval=null (no checkpoint)",
+        )
+
+
+SECTION_OF = {"muon": ("muon",), "adaptive_muon": ("muon", "adaptive_muon"), "soap": ("soap",), "adamw": ()}
+"""The settings sections each optimizer reads (the config group of the same name provides them)."""
+
+
+def check_optimizer(run: RunConfig) -> Iterable[Problem]:
+    o = run.optimizer
+    wanted = SECTION_OF.get(o.name, ())
+    for section in MATRIX_OPTIMIZERS:  # each has a settings section of its name
+        present = getattr(o, section) is not None
+        if section in wanted and not present:
+            yield Problem(f"optimizer.{section}", f"optimizer {o.name} needs its {section} settings; select the group "
+                          f"with optimizer={o.name}")
+            return
+        if present and section not in wanted:
+            article = "an" if OPTIMIZER_LABELS[o.name][0] in "AEIOU" else "a"
+            yield Problem(f"optimizer.{section}", f"{OPTIMIZER_LABELS[section]} settings "
+                          f"on {article} {OPTIMIZER_LABELS[o.name]} run; select optimizer={section} or drop them")
+    if o.scalar_optimizer != "adam" and not o.muon_family:
+        yield Problem("optimizer.scalar_optimizer", f"picks what Muon or AdaMuon does not take; {o.name} gives "
+                      "those parameters to Adam (Megatron routes them for the Muon family only): set it adam")
+    if o.name in MATRIX_OPTIMIZERS:
+        yield from _emerging_optimizer_problems(run)
+    if o.soap is not None:
+        yield from soap_problems(run)
+    if not o.muon_family:
+        return
+    if o.muon.qk_clip and not run.model.multi_latent_attention and run.model.qk_layernorm:
+        yield Problem(
+            "optimizer.muon.qk_clip",
+            f"QK-clip scales the query/key projections; {run.model.name} uses GQA with QK-norm, which normalises "
+            "them again, so no logit changes (Megatron would run it silently); set it false or model.qk_layernorm=false",
+            ("model",),
+        )
+    if run.engine == "megatron_bridge":
+        yield from muon_problems(run)
