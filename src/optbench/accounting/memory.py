@@ -34,13 +34,18 @@ are close to GiB, so the comparison keeps a few percent in hand for memory the d
 
 from __future__ import annotations
 
-import functools
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optbench.accounting.activations import forwards_in_flight, layer_bytes_per_token
-from optbench.accounting.ns_flops import DpGroupWork, OwnedItem, costs_by_owner, dp_group_work, pingpong_by_numel
+from optbench.accounting.ns_flops import (
+    DpGroupWork,
+    OwnedItem,
+    add_to_ranks,
+    costs_by_owner,
+    dp_group_work,
+    pingpong_by_numel,
+)
 from optbench.accounting.optimizer_work import adam_state_bytes, matrix_state_bytes
 from optbench.accounting.params import EMBEDDING, OUTPUT, ROUTER, ParamSpec, padded_vocab_size
 from optbench.accounting.placement import Placement, pipeline_rank_of, place
@@ -167,14 +172,7 @@ def optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[Dp
         if group.shape_class not in counted:
             owners = pingpong_by_numel(group.items, len(group.ranks)) if shared else None
             counted[group.shape_class] = costs_by_owner([item_bytes(item) for item in group.items], owners)
-        by_owner = counted[group.shape_class]
-        if not isinstance(by_owner, list):
-            for rank in group.ranks:
-                state[rank] += by_owner
-            continue
-        # Added item by item in model order (reduce), as the state of one rank was always summed.
-        for rank, sizes in zip(group.ranks, by_owner):
-            state[rank] = functools.reduce(operator.add, sizes, state[rank])
+        add_to_ranks(state, group.ranks, counted[group.shape_class])
     return state
 
 

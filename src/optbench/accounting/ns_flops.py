@@ -312,14 +312,7 @@ def recounted_rank_ns_flops(
             }
         by_key = dealt[group.shape_class]
         for key in keys:
-            # Added item by item in model order (reduce), so every mode's sums are the same to the last bit.
-            flops, by_owner = out[key], by_key[key]
-            if not isinstance(by_owner, list):
-                for rank in group.ranks:
-                    flops[rank] += by_owner
-            else:
-                for rank, costs in zip(group.ranks, by_owner):
-                    flops[rank] = functools.reduce(operator.add, costs, flops[rank])
+            add_to_ranks(out[key], group.ranks, by_key[key])
     return out
 
 
@@ -331,6 +324,17 @@ def costs_by_owner(costs: list[float], owners: list[int] | None) -> float | int 
     for cost, owner in zip(costs, owners):
         by_owner[owner].append(cost)
     return by_owner
+
+
+def add_to_ranks(values: list[float], ranks: Sequence[int], by_owner: float | int | list[list[float]]) -> None:
+    """Add a group's :func:`costs_by_owner` to its ranks' entries of ``values``: the sum to every rank, or each
+    owner's costs item by item in model order (reduce), so that every sum is the same to the last bit."""
+    if not isinstance(by_owner, list):
+        for rank in ranks:
+            values[rank] += by_owner
+        return
+    for rank, costs in zip(ranks, by_owner):
+        values[rank] = functools.reduce(operator.add, costs, values[rank])
 
 
 def ns_flops_stats(flops: Sequence[float]) -> dict[str, float]:
