@@ -101,3 +101,37 @@ def test_hydra_settings_and_dict_values_are_composed_in_full(tmp_path: Path) -> 
     assert calls == [["hydra.job.name=x", "model.x=2"]]
     assert reuse.split_overrides(tmp_path, ["model={x: 3}", "model=big", "model.x=1"]) == (
         ["model=big"], ["model={x: 3}", "model.x=1"])
+
+
+def test_each_config_file_is_read_once_until_the_files_change(tmp_path: Path, monkeypatch) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from optbench.compose.loaded_files import each_file_loaded_once
+
+    (tmp_path / "opt").mkdir()
+    (tmp_path / "main.yaml").write_text("defaults:\n  - opt: a\n  - _self_\nx: 1\n")
+    (tmp_path / "opt" / "a.yaml").write_text("lr: 1\n")
+    (tmp_path / "opt" / "b.yaml").write_text("lr: 2\n")
+    reads: list[str] = []
+    original = OmegaConf.load
+
+    def counted(file_):  # Hydra's file source parses each file it reads with OmegaConf.load
+        reads.append(Path(getattr(file_, "name", "")).with_suffix("").as_posix().removeprefix(f"{tmp_path}/"))
+        return original(file_)
+
+    monkeypatch.setattr(OmegaConf, "load", staticmethod(counted))
+
+    def composed(files_key: str, choice: str):
+        with each_file_loaded_once(files_key), initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):
+            return compose(config_name="main", overrides=[f"opt={choice}"])
+
+    first = composed("files 1", "a")
+    first.opt.lr = 9  # a composed config is the caller's: changing it changes no later composition
+    assert composed("files 1", "b").opt.lr == 2 and composed("files 1", "a").opt.lr == 1
+    assert (reads.count("main"), reads.count("opt/a"), reads.count("opt/b")) == (1, 1, 1)
+    (tmp_path / "opt" / "a.yaml").write_text("lr: 3\n")
+    assert composed("files 2", "a").opt.lr == 3  # the files' stat changed: read afresh
+    assert (reads.count("main"), reads.count("opt/a")) == (2, 2)
+    with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):  # outside the block: Hydra's own loads
+        compose(config_name="main", overrides=["opt=a"])
+    assert reads.count("opt/a") == 3

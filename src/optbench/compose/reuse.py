@@ -31,6 +31,7 @@ from typing import Callable, Sequence
 from omegaconf import DictConfig
 
 from optbench.compose import merge_cache
+from optbench.compose.loaded_files import each_file_loaded_once
 from optbench.compose.recipe_choice import restates_recipe_choice
 
 KEPT_COMPOSITIONS = 64
@@ -84,10 +85,12 @@ def compose_with_kept_groups(root: Path, recipe: str, overrides: Sequence[str],
     # cluster=, say): it is left out, so the anchor and the AdamW twin of a plan share one merge.
     groups = [g for g in split[0] if g[0] in "+~" or not restates_recipe_choice(recipe, g)]
     values = split[1]
-    key = (recipe, tuple(groups), str(root), config_files_stat(root))
+    files = config_files_stat(root)
+    key = (recipe, tuple(groups), str(root), files)
     merged = _kept.get(key) or merge_cache.load(root, key)
     if merged is None:
-        config = compose(groups)
+        with each_file_loaded_once((str(root), files)):
+            config = compose(groups)
         merged = pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
         merge_cache.store(root, key, merged, config)
     _kept[key] = merged
