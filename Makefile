@@ -52,6 +52,9 @@ setup: ## Create .venv (project + local, launch, test extras; CPU torch) and .ve
 	# Megatron Bridge's source only (its dependencies need CUDA): the adapter tests read its dataclasses.
 	$(PIP) install --no-deps megatron-bridge==0.3.1
 	$(MAKE) bridge-env
+	# Likewise pytest's rewritten modules (tests, and the plugins' packages it rewrites: Hypothesis, Hydra's): it
+	# reads them beside each file even where Python may not write, so no test worker rewrites ~200 modules at start.
+	-PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --collect-only -q -p no:cacheprovider > /dev/null
 
 bridge-env: ## Create the real Megatron Bridge + Core of every NeMo container on CPU stand-ins (.venv-bridge, .venv-bridge5, .bridge-releases/)
 	$(PYTHON) src/optbench/bridge/cpu_check/environments.py build

@@ -19,6 +19,22 @@ blog's jobs): they name that container, since the default is the newest proven o
 included, is checked against its own real Bridge in test_bridge_conformance."""
 
 
+SLOW_MODULE = "pytestmark = pytest.mark.slow"
+"""How a test module marks every test in it slow (the line starts with this)."""
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m "not slow"`` (`make test-fast`), a module marked slow as a whole is not imported at all: every
+    test in it would be deselected after collection anyway, and importing and rewriting the 19 such modules (with
+    Megatron Core, Hypothesis and their fixtures) was about 4 s of each worker's start."""
+    if config.getoption("markexpr", "") != "not slow" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return None
+    lines = collection_path.read_text(encoding="utf-8").splitlines()
+    return True if any(line.startswith(SLOW_MODULE) for line in lines) else None
+
+
 def published_subset(results: Path) -> Path:
     """``results/published/`` with NVIDIA's blog rows and the Kimi K2 rows only (8 of the rows), for `make table`
     tests that are not about the projection beside every published row: that projection composes each row's own

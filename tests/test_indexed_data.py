@@ -22,7 +22,12 @@ from optbench.metrics import read_metrics
 
 pytestmark = pytest.mark.slow  # builds datasets and trains on them; `make test-fast` skips it
 
-megatron_indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+
+@pytest.fixture(scope="module")
+def megatron_indexed():
+    """Megatron Core's reader, imported by the tests that read with it (its import takes seconds, and would
+    otherwise be paid by every collection, `make test-fast`'s included, though this module is slow)."""
+    return pytest.importorskip("megatron.core.datasets.indexed_dataset")
 
 
 def documents(count: int, vocab: int, seed: int = 0) -> list[np.ndarray]:
@@ -31,7 +36,7 @@ def documents(count: int, vocab: int, seed: int = 0) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("vocab", [512, 100_000])  # uint16 and int32 token files
-def test_our_files_read_back_with_megatron_cores_reader_and_theirs_with_ours(tmp_path, vocab):
+def test_our_files_read_back_with_megatron_cores_reader_and_theirs_with_ours(tmp_path, vocab, megatron_indexed):
     docs = documents(50, vocab)
     ours = tmp_path / "ours_text_document"
     assert write_indexed(ours, docs, vocab) == (50, sum(len(d) for d in docs))
@@ -100,7 +105,7 @@ def corpus(tmp_path_factory) -> dict:
     return prepare(parts_from_folder(source), root / "built", vocab_size=300)
 
 
-def test_the_corpus_tool_writes_parts_a_tokenizer_a_blend_and_a_manifest(corpus, tmp_path):
+def test_the_corpus_tool_writes_parts_a_tokenizer_a_blend_and_a_manifest(corpus, tmp_path, megatron_indexed):
     assert [p["name"] for p in corpus["parts"]] == ["input", "prose"]
     assert [p["documents"] for p in corpus["parts"]] == [30, 40] and corpus["tokens"] > 10_000
     assert corpus["tokenizer"]["vocab_size"] <= 300 and corpus["data_path"].startswith("[0.")
