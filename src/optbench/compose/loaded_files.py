@@ -10,7 +10,10 @@ of it (a loaded result is mutated while Hydra builds the defaults tree, so it is
 
 The results are keyed on the config path and the repository's sources; they are all dropped when the stat of a
 file under ``conf/`` or ``recipes/`` changes (:func:`optbench.compose.reuse.config_files_stat`, the key the kept
-merges use). A composition is the same config with or without them (tests/test_compose_reuse.py).
+merges use). Hydra's own configs and the config store are not files under those folders: they are fixed for a
+process (Hydra's are stored when it is imported, our schema once, :func:`optbench.compose.recipe._register_schema`),
+so nothing else can make a kept result stale. A composition is the same config with or without them
+(tests/test_compose_reuse.py).
 """
 
 from __future__ import annotations
