@@ -19,15 +19,17 @@ from optbench.plan import build_plan, claim_results, plan_path
 from optbench.projection.expected_error import expected_error_text
 from optbench.projection.search import (
     AT_ITS_EP,
-    Among,
     Point,
-    Standing,
     fixed_dimensions,
     hbm_share,
     nothing_valid,
     point_of_run,
-    rank_at_fixed,
     search,
+)
+from optbench.projection.search_standing import (
+    Among,
+    Standing,
+    rank_at_fixed,
     standing_of,
 )
 from optbench.projection.twin import adamw_twin

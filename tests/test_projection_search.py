@@ -13,6 +13,7 @@ from conftest import run_make
 from optbench.accounting.params import parameter_counts
 from optbench.compose.recipe import compose_run
 from optbench.errors import Problem, UserError
+from optbench.projection.project import project
 from optbench.projection.search import (
     DIMENSIONS,
     Point,
@@ -26,13 +27,14 @@ from optbench.projection.search import (
     parameter_floor_gb,
     point_of_run,
     points,
+    search,
+)
+from optbench.projection.search_ranks import markdown, record, summary
+from optbench.projection.search_standing import (
     rank_at_fixed,
     rank_with_headroom,
-    search,
     standing_of,
 )
-from optbench.projection.project import project
-from optbench.projection.search_ranks import markdown, record, summary
 from optbench.resolve import resolve
 from optbench.validate import validate
 

@@ -29,10 +29,12 @@ from optbench.projection.search import (
     AT_ITS_EP,
     Point,
     point_of_run,
+    search,
+)
+from optbench.projection.search_standing import (
     rank_at_fixed,
     rank_with_headroom,
     ranked_of,
-    search,
     standing_of,
 )
 from optbench.published import PublishedRow, default_published_dir, load_published
