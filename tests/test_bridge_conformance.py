@@ -58,8 +58,9 @@ sweeps that found the pair rules drew 1,500 per recipe and release by hand (docs
 
 
 def report_of(target: Target, tmp_path_factory: pytest.TempPathFactory, only: str = "") -> dict:
-    """The target's report, computed once per session: ``--dist loadgroup`` can still hand a group's tests to two
-    workers, so the first one computes under a lock and the others read its file. ``only``: "search", the report of
+    """The target's report, computed once per session: ``--dist loadgroup`` keeps a group's tests on one worker (it
+    silently spread them with pytest 9.2, hence the pin in pyproject.toml), and any other distribution can hand them
+    to two, so the first one computes under a lock and the others read its file. ``only``: "search", the report of
     every ``make search`` layout alone; "overrides", that of every single-field override; "pairs", that of a fixed
     sample of pairs of them (:data:`CI_PAIRS` per recipe, seed 0)."""
     key = f"{target.name}{'-' + only if only else ''}"
