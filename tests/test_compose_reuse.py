@@ -18,9 +18,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def in_full(monkeypatch, recipe: str, overrides: list[str]):
-    """compose_dictconfig with Hydra composing every run in full, nothing kept (errors translated the same way)."""
+    """compose_dictconfig with Hydra composing every run in full, nothing kept and nothing merged by our own
+    defaults merge (errors translated the same way)."""
     with monkeypatch.context() as patch:
-        patch.setattr(recipe_module, "compose_with_kept_groups", lambda root, name, typed, compose: compose(typed))
+        patch.setattr(recipe_module, "compose_with_kept_groups",
+                      lambda root, name, typed, compose, merge=None: compose(typed))
         return compose_dictconfig(recipe, overrides)
 
 

@@ -37,10 +37,11 @@ def test_composing_without_hydras_unused_groups_gives_hydras_full_composition(re
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from optbench.compose.recipe import compose_dictconfig
+    from optbench.compose.recipe import _register_schema, compose_dictconfig
 
     overrides = ["train.mbs=1"]
-    ours = compose_dictconfig(recipe, overrides)  # first: it puts the schema into Hydra's config store
+    ours = compose_dictconfig(recipe, overrides)
+    _register_schema()  # our merge reads the schema without Hydra's config store; Hydra's full one needs it there
     with initialize_config_dir(config_dir=str(REPO / "recipes"), version_base="1.3"):
         full = compose(
             config_name=recipe,

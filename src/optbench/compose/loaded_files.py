@@ -14,16 +14,23 @@ merges use). Hydra's own configs and the config store are not files under those 
 process (Hydra's are stored when it is imported, our schema once, :func:`optbench.compose.recipe._register_schema`),
 so nothing else can make a kept result stale. A composition is the same config with or without them
 (tests/test_compose_reuse.py).
+
+Our own merge of the groups (:mod:`optbench.compose.defaults_merge`, which Hydra's composition backs) reads the
+files through :func:`file_data` and keeps what it derives from them alone in :func:`kept_for_files`, under the
+same key.
 """
 
 from __future__ import annotations
 
+import functools
 import pickle
 from contextlib import contextmanager
-from typing import Hashable, Iterator
+from pathlib import Path
+from typing import Any, Hashable, Iterator
 
-_loaded: dict[tuple, bytes] = {}
-"""Each file's load result, pickled: (config path, sources) -> bytes."""
+_loaded: dict[tuple, Any] = {}
+"""Each file's load result, pickled: (config path, sources) -> bytes; ("file", path) -> a parsed file's bytes;
+and what :func:`kept_for_files`'s users keep."""
 _files_key: list[Hashable] = [None]
 """The config files' stat the kept results were read under."""
 
@@ -50,3 +57,49 @@ def each_file_loaded_once(files_key: Hashable) -> Iterator[None]:
         yield
     finally:
         ConfigRepository.load_config = original  # type: ignore[method-assign]
+
+
+def file_data(path: Path) -> tuple[str, Any]:
+    """The head of a config file (its first 512 characters, where Hydra reads the ``# @package`` header) and a
+    fresh copy of the plain data ``OmegaConf.load(path)`` builds its config from, the file read once per process
+    while its stat is unchanged: for :mod:`optbench.compose.defaults_merge`, inside :func:`each_file_loaded_once`
+    (whose key it shares). Parsed by libyaml where PyYAML has it (a sixth of the pure-Python parser's time) with
+    OmegaConf's own resolvers, constructors and duplicate-key check (tests/test_defaults_merge.py holds every
+    config file to the pure-Python parse)."""
+    import yaml
+
+    key = ("file", str(path))
+    kept = _loaded.get(key)
+    if kept is None:
+        text = Path(path).read_text(encoding="utf-8")
+        kept = _loaded[key] = (text[:512], pickle.dumps(yaml.load(text, Loader=_yaml_loader()),
+                                                        protocol=pickle.HIGHEST_PROTOCOL))
+    return kept[0], pickle.loads(kept[1])
+
+
+def kept_for_files() -> dict:
+    """A dict of the process's own, emptied with the loaded files whenever the config files change (inside
+    :func:`each_file_loaded_once`): for what is derived from those files alone."""
+    return _loaded
+
+
+@functools.cache
+def _yaml_loader() -> type:
+    """OmegaConf's YAML loader, on libyaml's parser when PyYAML was built with it."""
+    from omegaconf._utils import get_yaml_loader
+
+    omegaconf_loader = get_yaml_loader()
+    try:
+        from yaml._yaml import CParser
+    except ImportError:
+        return omegaconf_loader
+
+    class LibyamlOmegaConfLoader(CParser, omegaconf_loader):  # type: ignore[misc, valid-type]
+        def __init__(self, stream) -> None:
+            import yaml
+
+            CParser.__init__(self, stream)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+
+    return LibyamlOmegaConfLoader

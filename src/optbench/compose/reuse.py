@@ -9,6 +9,8 @@ recipe, ``make projection`` composes each recipe for every published row of its 
 a recipe hundreds of times. So the merged config of ``(recipe, group choices)`` is kept, and each composition
 applies its value overrides to a fresh copy with Hydra's own ``_apply_overrides_to_config``: the config Hydra would
 compose, the same errors for a bad value (tests/test_compose_reuse.py holds every recipe to Hydra composing it in full).
+The merge is our own where it covers the composition (``merge``: :mod:`optbench.compose.defaults_merge`, about a
+fifth of Hydra's time), else Hydra's (``compose``).
 
 An override is a group choice exactly when Hydra takes it for one: its key names a config group (a folder of
 ``conf/`` or ``recipes/``) and its value is not a dict (``hydra._internal.defaults_list.Overrides``). Overrides of
@@ -73,8 +75,10 @@ def split_overrides(root: Path, overrides: Sequence[str]) -> tuple[list[str], li
 
 
 def compose_with_kept_groups(root: Path, recipe: str, overrides: Sequence[str],
-                             compose: Callable[[Sequence[str]], DictConfig]) -> DictConfig:
-    """``compose(overrides)``'s config, its group choices merged once per process (``compose`` does the merging)."""
+                             compose: Callable[[Sequence[str]], DictConfig],
+                             merge: Callable[[Sequence[str]], DictConfig | None] | None = None) -> DictConfig:
+    """``compose(overrides)``'s config, its group choices merged once per process: by ``merge(groups)`` where it
+    gives the config ``compose(groups)`` would (None where it cannot), else by ``compose``."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -90,7 +94,9 @@ def compose_with_kept_groups(root: Path, recipe: str, overrides: Sequence[str],
     merged = _kept.get(key) or merge_cache.load(root, key)
     if merged is None:
         with each_file_loaded_once((str(root), files)):
-            config = compose(groups)
+            config = merge(groups) if merge is not None else None
+            if config is None:
+                config = compose(groups)
         merged = pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
         merge_cache.store(root, key, merged, config)
     _kept[key] = merged
