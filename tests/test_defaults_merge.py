@@ -146,12 +146,25 @@ BASE = {
     ({"conf/opt/b.yaml": "- 1\n"}, []),  # not a mapping
     ({"recipes/main.yaml": "# @package other\ndefaults:\n  - base\n  - _self_\n"}, []),  # the primary elsewhere
     ({"conf/base.yaml": "defaults:\n  - opt: a\n  - opt: b\n  - _self_\n"}, []),  # a group chosen twice
+    ({"conf/base.yaml": "defaults:\n  - opt: a\n  - optional local@opt: ${opt}\n  - _self_\n",
+      "conf/local/b.yaml": "# @package _global_\nx: 3\n"}, []),  # a header beside the entry's own @package
 ])
 def test_what_it_does_not_cover_goes_to_hydra(tmp_path: Path, change: dict, groups: list[str]) -> None:
     root = tree(tmp_path, {**BASE, **change})
     schema = ("run_schema", lambda: OmegaConf.create({"x": 0, "opt": {"lr": 0}}))
     with each_file_loaded_once(("files", str(tmp_path))), pytest.raises(defaults_merge.NotCovered):
         defaults_merge.merged(root, "main", groups, file_data, schema)
+
+
+def test_an_optional_file_at_another_package_is_merged_there_when_it_exists(tmp_path: Path) -> None:
+    base = "defaults:\n  - run_schema\n  - opt: a\n  - optional local@opt: ${opt}\n  - _self_\n"
+    root = tree(tmp_path, {**BASE, "conf/base.yaml": base})
+    schema = ("run_schema", lambda: OmegaConf.create({"x": 0, "opt": {"lr": 0, "extra": 0}}))
+    with each_file_loaded_once(("files", "no local file")):
+        assert defaults_merge.merged(root, "main", [], file_data, schema).opt.extra == 0
+    tree(tmp_path, {"conf/local/b.yaml": "extra: 7\n"})  # the recipe's choice of opt is b
+    with each_file_loaded_once(("files", "a local file")):
+        assert defaults_merge.merged(root, "main", [], file_data, schema).opt == {"lr": 2, "extra": 7}
 
 
 def test_a_small_tree_merges_in_hydras_order(tmp_path: Path) -> None:

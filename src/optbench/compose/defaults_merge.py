@@ -137,11 +137,11 @@ def merge_order(files: _Files, primary: str, choices: dict[str, str]) -> list[St
                     raise NotCovered(f"{child_group} chosen twice in the defaults list")
                 else:
                     value = chosen[child_group] = choices.get(child_group, overrides.get(child_group, value))
-                add(f"{child_group}/{value}", at or child_group, optional)
+                add(f"{child_group}/{value}", at or child_group, optional, at_package=bool(at))
             else:
                 raise NotCovered(f"defaults entry {entry!r} of {config_path}")
 
-    def add(config_path: str, package: str, optional: bool) -> None:
+    def add(config_path: str, package: str, optional: bool, at_package: bool = False) -> None:
         path = files.find(config_path)
         if path is None:
             if config_path == files.schema_name:
@@ -150,8 +150,8 @@ def merge_order(files: _Files, primary: str, choices: dict[str, str]) -> list[St
                 raise NotCovered(f"no config {config_path}")
             return
         header, content, entries = files.content(path, config_path)
-        if header not in (None, "_global_"):
-            raise NotCovered(f"package {header} in {config_path}")
+        if header not in (None, "_global_") or (at_package and header is not None):
+            raise NotCovered(f"package {header} in {config_path}")  # or a header beside an entry's own @package
         visit(config_path, "" if header == "_global_" else package, content, entries, config_path.rpartition("/")[0])
 
     visit(primary, "", primary_content, primary_entries, "")
