@@ -10,7 +10,7 @@ a recipe hundreds of times. So the merged config of ``(recipe, group choices)`` 
 applies its value overrides to a fresh copy with Hydra's own ``_apply_overrides_to_config``: the config Hydra would
 compose, the same errors for a bad value (tests/test_compose_reuse.py holds every recipe to Hydra composing it in full).
 The merge is our own where it covers the composition (``merge``: :mod:`optbench.compose.defaults_merge`, about a
-fifth of Hydra's time), else Hydra's (``compose``).
+quarter of Hydra's time), else Hydra's (``compose``).
 
 An override is a group choice exactly when Hydra takes it for one: its key names a config group (a folder of
 ``conf/`` or ``recipes/``) and its value is not a dict (``hydra._internal.defaults_list.Overrides``). Overrides of
