@@ -35,6 +35,17 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if any(line.startswith(SLOW_MODULE) for line in lines) else None
 
 
+def composed_by_hydra_in_full(recipe: str, overrides: list[str]):
+    """compose_dictconfig with Hydra composing the run in full: no merge kept and none by our own defaults merge
+    (errors translated the same way). With group choices alone, that is Hydra's merge of them."""
+    from optbench.compose import recipe as recipe_module
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(recipe_module, "compose_with_kept_groups",
+                      lambda root, name, typed, compose, merge=None: compose(typed))
+        return recipe_module.compose_dictconfig(recipe, overrides)
+
+
 def published_subset(results: Path) -> Path:
     """``results/published/`` with NVIDIA's blog rows and the Kimi K2 rows only (8 of the rows), for `make table`
     tests that are not about the projection beside every published row: that projection composes each row's own

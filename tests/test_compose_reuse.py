@@ -6,24 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import composed_by_hydra_in_full
 from omegaconf import OmegaConf
 
-from optbench.compose import recipe as recipe_module
 from optbench.compose import reuse
 from optbench.compose.recipe import compose_dictconfig, list_recipes
 from optbench.compose.recipe_choice import recipe_group_choice
 from optbench.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def in_full(monkeypatch, recipe: str, overrides: list[str]):
-    """compose_dictconfig with Hydra composing every run in full, nothing kept and nothing merged by our own
-    defaults merge (errors translated the same way)."""
-    with monkeypatch.context() as patch:
-        patch.setattr(recipe_module, "compose_with_kept_groups",
-                      lambda root, name, typed, compose, merge=None: compose(typed))
-        return compose_dictconfig(recipe, overrides)
 
 
 def override_lists(recipe: str) -> list[list[str]]:
@@ -44,9 +35,9 @@ FAST_RECIPES = ("kimi_k2_muon", "qwen3_30b_a3b_soap", "kimi_k2_tiny_muon")
 
 @pytest.mark.parametrize("recipe", [r if r in FAST_RECIPES else pytest.param(r, marks=pytest.mark.slow)
                                     for r in list_recipes()])
-def test_kept_groups_compose_what_hydra_composes(recipe: str, monkeypatch) -> None:
+def test_kept_groups_compose_what_hydra_composes(recipe: str) -> None:
     for overrides in override_lists(recipe):
-        full = OmegaConf.to_yaml(in_full(monkeypatch, recipe, overrides))
+        full = OmegaConf.to_yaml(composed_by_hydra_in_full(recipe, overrides))
         for _ in range(2):  # the second composition reads the kept merge
             ours = compose_dictconfig(recipe, overrides)
             assert OmegaConf.to_yaml(ours) == full, overrides
@@ -62,12 +53,12 @@ def test_kept_groups_compose_what_hydra_composes(recipe: str, monkeypatch) -> No
     ["train.mbs=1", "parallel.pp=[1,"],  # does not parse
     ["parallel.ep=32,64"],  # a sweep: Hydra composes it in full and refuses it
 ])
-def test_kept_groups_fail_as_hydra_fails(overrides: list[str], monkeypatch) -> None:
+def test_kept_groups_fail_as_hydra_fails(overrides: list[str]) -> None:
     compose_dictconfig("kimi_k2_muon", ["train.mbs=1"])  # the recipe's merge is kept
     with pytest.raises(UserError) as ours:
         compose_dictconfig("kimi_k2_muon", overrides)
     with pytest.raises(UserError) as full:
-        in_full(monkeypatch, "kimi_k2_muon", overrides)
+        composed_by_hydra_in_full("kimi_k2_muon", overrides)
     assert ours.value.lines() == full.value.lines()
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, composed_by_hydra_in_full
 from omegaconf import OmegaConf
 from omegaconf._utils import get_yaml_loader
 
@@ -18,7 +19,6 @@ from optbench.compose.loaded_files import each_file_loaded_once, file_data, kept
 from optbench.compose.recipe import list_recipes
 from optbench.compose.reuse import config_files_stat
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def state(obj) -> tuple:
@@ -43,20 +43,6 @@ def state(obj) -> tuple:
                   if name not in ("_parent", "_flags_cache")))
 
 
-def hydra_merge(recipe: str, groups: list[str]):
-    """What compose_dictconfig has Hydra merge for ``groups`` (its own composition, ``++recipe`` included)."""
-    merges = []
-
-    def keep(root, name, overrides, compose, merge=None):
-        merges.append(compose(overrides))
-        return merges[-1]
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(recipe_module, "compose_with_kept_groups", keep)
-        recipe_module.compose_dictconfig(recipe, groups)
-    return merges[0]
-
-
 def group_options() -> list[str]:
     return [f"{group.name}={option.stem}" for group in sorted((REPO / "conf").iterdir()) if group.is_dir()
             for option in sorted(group.glob("*.yaml"))]
@@ -79,7 +65,7 @@ def test_each_merge_is_hydras_node_for_node(recipe: str, choices: list[list[str]
     for groups in choices:
         with each_file_loaded_once(files):
             try:
-                expected = state(hydra_merge(recipe, groups))
+                expected = state(composed_by_hydra_in_full(recipe, groups))
             except Exception:  # noqa: BLE001 - Hydra refuses it (an option that does not fit the recipe's schema)
                 expected = None
             ours = merge(groups)
