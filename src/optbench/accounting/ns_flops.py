@@ -114,20 +114,22 @@ def megatron_partition_dim(spec: ParamSpec, ep: int, etp: int) -> int | None:
 
 
 @lru_cache(maxsize=4096)
-def rank_matrix_ns_flops(
+def rank_matrix_ns_work(
     local_shape: tuple[int, int], partition_dim: int | None, group_size: int, tp_mode: str, steps: int, syrk: bool
-) -> float:
-    """Newton-Schulz FLOPs one rank spends on one matrix whose local shard is ``local_shape``."""
+) -> tuple[int, float]:
+    """(Gram size, Newton-Schulz FLOPs) of one rank's orthogonalization of a matrix whose local shard is
+    ``local_shape``: the Gram matrix ``X X^T`` is what the iteration's GEMMs produce, and its size is what makes
+    them small or large."""
     if tp_mode not in MUON_TP_MODES:
         raise ValueError(f"unknown tp_mode {tp_mode!r}; choose one of {list(MUON_TP_MODES)}")
     rows, cols = local_shape
     if tp_mode == "blockwise" or partition_dim is None:
-        return ns_flops(rows, cols, steps, syrk)
+        return min(rows, cols), ns_flops(rows, cols, steps, syrk)
     if tp_mode == "duplicated":
         gathered = (rows * group_size, cols) if partition_dim == 0 else (rows, cols * group_size)
-        return ns_flops(*gathered, steps, syrk)
+        return min(gathered), ns_flops(*gathered, steps, syrk)
     gram, contraction = (cols, rows) if partition_dim == 0 else (rows, cols)
-    return steps * ns_gram_iteration_flops(gram, contraction, syrk)
+    return gram, steps * ns_gram_iteration_flops(gram, contraction, syrk)
 
 
 def local_param_ns_flops(
@@ -136,12 +138,21 @@ def local_param_ns_flops(
     """Matrix-optimizer FLOPs per step one holder of ``param`` spends on it: Newton-Schulz for Muon and AdaMuon,
     SOAP's products and QR on the local shard for SOAP (:mod:`optbench.accounting.optimizer_work`); 0 for
     Adam-side parameters."""
-    muon, soap, spec, p = run.optimizer.muon, run.optimizer.soap, param.spec, run.parallel
+    spec, soap = param.spec, run.optimizer.soap
     if not spec.is_muon or not run.optimizer.matrix_optimizer:
         return 0.0
     if soap is not None:  # not tensor-parallel aware: every shard is a matrix of its own, in every TP mode
         rows, cols = param.local_shape
         return soap_flops(rows, cols, soap.precondition_frequency, soap.use_kl_shampoo).total
+    return sum(flops for _, flops in local_param_ns_calls(param, model, run, tp_mode, syrk))
+
+
+def local_param_ns_calls(
+    param: LocalParam, model: ModelConfig, run: RunConfig, tp_mode: str, syrk: bool = False
+) -> tuple[tuple[int, float], ...]:
+    """(Gram size, FLOPs) of each Newton-Schulz call one holder of a Muon or AdaMuon ``param`` makes per step (a
+    split QKV makes three)."""
+    muon, spec, p = run.optimizer.muon, param.spec, run.parallel
     dim = megatron_partition_dim(spec, p.ep, p.etp)
     group = p.etp if spec.is_expert else p.tp
     rows, cols = param.local_shape
@@ -152,7 +163,7 @@ def local_param_ns_flops(
         blocks = [(q_rows, cols), (groups * kv, cols), (groups * kv, cols)]
     else:
         blocks = [(rows, cols)]
-    return sum(rank_matrix_ns_flops(b, dim, group, tp_mode, muon.ns_steps, syrk) for b in blocks)
+    return tuple(rank_matrix_ns_work(b, dim, group, tp_mode, muon.ns_steps, syrk) for b in blocks)
 
 
 class OwnedItem(NamedTuple):

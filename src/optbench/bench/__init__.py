@@ -11,10 +11,11 @@ from __future__ import annotations
 BENCHMARKS: dict[str, str] = {
     "optim": "optbench.bench.optim",
     "grouped_gemm": "optbench.bench.grouped_gemm",
+    "muon_matrices": "optbench.bench.muon_matrices",
     "emerging": "optbench.bench.emerging",
     "pretrain": "optbench.bench.pretrain",
     "callback": "optbench.bench.callback",
 }
 """Benchmark name -> module that implements it."""
-GPU_BENCHMARKS: tuple[str, ...] = ("grouped_gemm", "optim", "pretrain")
+GPU_BENCHMARKS: tuple[str, ...] = ("grouped_gemm", "muon_matrices", "optim", "pretrain")
 """Benchmarks with GPU sections: ``--gpu-only`` measures those sections alone (:mod:`optbench.bench.sections`)."""

@@ -22,9 +22,9 @@ import torch
 from optbench.accounting.ns_flops import ns_flops
 from optbench.accounting.optimizer_work import soap_flops
 from optbench.bench.cpu_peak import cpu_peak, measured_clock
-from optbench.bench.optim import PROXIES, _cpu_name, _shrunk
+from optbench.bench.optim import PROXIES, _shrunk
 from optbench.machine_load import LoadMeter
-from optbench.bench.sections import invocation
+from optbench.bench.sections import cpu_name, invocation
 from optbench.bench.optim_timing import _with_gradients, spread, time_interleaved, torch_muon_matrices
 from optbench.bench.upstream_optimizers import eager, load, megatron_adaptive_muon, overlay_with_emerging_optimizers
 from optbench.compose.recipe import compose_run
@@ -139,7 +139,7 @@ def run(out_dir: Path, quick: bool = False) -> list[Path]:
         "benchmark": NAME,
         **invocation(),
         "quick": quick, "torch": torch.__version__, "python": platform.python_version(),
-        "cpu_model": _cpu_name(), "logical_cpus": cores,
+        "cpu_model": cpu_name(), "logical_cpus": cores,
     }
     folder = overlay_with_emerging_optimizers()
     if folder is None:

@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 
-from optbench.io import atomic_write_json, atomic_write_text
 
 NAME = "grouped_gemm"
 DESCRIPTION = "MoE expert GEMMs per EP at equal work per GPU (bf16, FP8), against the step model's floor; GPU only"
@@ -210,15 +209,6 @@ def measure(device: str = "cuda", quick: bool = False, gpu: str | None = None) -
 def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path]:
     """Measure on the GPU (or keep the stored measurement on a machine without one) and write the results."""
     from optbench.bench.grouped_gemm_report import markdown
-    from optbench.bench.sections import invocation, kept_or_fresh, require_cuda, stored_result
+    from optbench.bench.sections import run_gpu_only_benchmark
 
-    stored = stored_result(out_dir, NAME)
-    if gpu_only:
-        require_cuda()
-    if torch.cuda.is_available():
-        fresh = measure(quick=quick)
-    else:
-        fresh = {"measured": False, **invocation(), "reason": f"no CUDA device in this run (torch {torch.__version__})"}
-    data = {"benchmark": NAME, **kept_or_fresh(fresh, stored)}
-    out_dir = Path(out_dir)
-    return [atomic_write_json(out_dir / f"{NAME}.json", data), atomic_write_text(out_dir / f"{NAME}.md", markdown(data))]
+    return run_gpu_only_benchmark(out_dir, NAME, lambda: measure(quick=quick), markdown, gpu_only)

@@ -64,14 +64,14 @@ def slowdown_points(data: dict[str, Any], precision: str = "bf16") -> list[tuple
             for (model, _, routed, _), row in rows.items() if base.get((model, routed))]
 
 
-def fit_slowdown(points: list[tuple[int, float]]) -> tuple[float, float]:
+def fit_slowdown(points: list[tuple[int, float]], m0_grid: range = range(20, 400, 5)) -> tuple[float, float]:
     """``(M0, p)`` of ``s(M) = 1 + (M0 / M) ** p`` minimizing the squared log error over ``points`` (a point
-    below 1 counts as 1: ``s`` is a slowdown), on a grid of 5 rows and 0.1 in ``p``."""
+    below 1 counts as 1: ``s`` is a slowdown), on ``m0_grid`` and a grid of 0.1 in ``p``."""
 
     def error(m0: float, p: float) -> float:
         return sum((math.log1p((m0 / rows) ** p) - math.log(max(ratio, 1.0))) ** 2 for rows, ratio in points)
 
-    return min(((m0, p10 / 10) for m0 in range(20, 400, 5) for p10 in range(3, 30)), key=lambda mp: error(*mp))
+    return min(((m0, p10 / 10) for m0 in m0_grid for p10 in range(3, 30)), key=lambda mp: error(*mp))
 
 
 def markdown(data: dict[str, Any]) -> str:

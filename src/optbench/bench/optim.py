@@ -24,6 +24,7 @@ from optbench.machine_load import LoadMeter
 from optbench.bench.cpu_peak import cpu_peak, measured_clock
 from optbench.bench.optim_imbalance import imbalance_section
 from optbench.bench.optim_timing import PRECISIONS, step_times
+from optbench.bench.sections import cpu_name
 from optbench.compose.recipe import compose_run
 from optbench.config.schema import ModelConfig
 from optbench.io import atomic_write_json, atomic_write_text
@@ -48,16 +49,6 @@ def _shrunk(model: ModelConfig) -> ModelConfig:
         moe_router_topk=2, moe_shared_expert_intermediate_size=32 if model.moe_shared_expert_intermediate_size else 0,
         vocab_size=256,
     )
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _proxy_times(device: str, quick: bool) -> dict:
@@ -172,7 +163,7 @@ def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         thread_counts = [1] if cores == 1 else [1, cores]
         cpu = {
-            "cpu_model": _cpu_name(),
+            "cpu_model": cpu_name(),
             "logical_cpus": cores,
             "auto_precision": resolve_matmul_precision("auto", "cpu"),
             "blocks": [_cpu_block(threads, quick) for threads in thread_counts],

@@ -91,3 +91,34 @@ def require_cuda() -> None:
     if not torch.cuda.is_available():
         raise UserError(Problem("--gpu-only", f"no CUDA device here (torch {torch.__version__}); run it on a GPU "
                                               "machine, or drop --gpu-only"))
+
+
+def cpu_name() -> str:
+    """This machine's CPU model as the kernel names it (the platform's words where /proc/cpuinfo is missing)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run_gpu_only_benchmark(out_dir: Path, name: str, measure, markdown, gpu_only: bool) -> list[Path]:
+    """A benchmark that has nothing but a GPU section: measured where a GPU is (``measure()``), else the stored
+    measurement kept with the reason; ``<name>.json`` and its rendering ``<name>.md`` written either way."""
+    import torch
+
+    from optbench.io import atomic_write_json, atomic_write_text
+
+    stored = stored_result(out_dir, name)
+    if gpu_only:
+        require_cuda()
+    if torch.cuda.is_available():
+        fresh = measure()
+    else:
+        fresh = {"measured": False, **invocation(), "reason": f"no CUDA device in this run (torch {torch.__version__})"}
+    data = {"benchmark": name, **kept_or_fresh(fresh, stored)}
+    out_dir = Path(out_dir)
+    return [atomic_write_json(out_dir / f"{name}.json", data), atomic_write_text(out_dir / f"{name}.md", markdown(data))]
+

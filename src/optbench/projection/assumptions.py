@@ -33,11 +33,27 @@ class Assumptions:
     """A-priori constants of the step-time model (see the module docstring and docs/projection.md)."""
 
     ns_gemm_efficiency: float = 0.70
-    """Fraction of the Newton-Schulz peak that NS GEMMs sustain. cuBLAS reaches 65-80 % of the dense
-    (boost-clock) bf16 peak on large GEMMs on Hopper and Blackwell; 0.70 is the middle. Not fitted."""
+    """Fraction of the Newton-Schulz peak that NS GEMMs on a large Gram matrix sustain. cuBLAS reaches 65-80 % of
+    the dense (boost-clock) bf16 peak on large GEMMs on Hopper and Blackwell; 0.70 is the middle. Not fitted (one
+    H200 measured 0.64-0.67 at a 7168 Gram size: results/bench/muon_matrices.md)."""
+    ns_small_gram_rows: float = 1040.0
+    """``g0`` of the small-Gram slowdown ``s(g) = 1 + (g0 / g) ** ns_small_gram_power`` (``g``: the Gram size, the
+    smaller side of the matrix a rank orthogonalizes): a Newton-Schulz call takes ``s(g)`` times its FLOP time at
+    ``ns_gemm_efficiency``, because ``X X^T`` and the Gram products have ``g x g`` outputs, too few tiles to fill the
+    GPU when ``g`` is small. Fitted (log least squares) to upstream Muon's per-matrix times on one NVIDIA H200 for
+    every GPU-bound matrix shape of the three cluster recipes (results/bench/muon_matrices.md, `make bench-gpu`),
+    never to a published row (13 points): 1.08 at 7168, 1.17 at 4096, 1.41 at 2048, 2.02 at 1024, 3.51 at 512. Applied to every
+    GPU as a fraction of its own peak (Blackwell's NS GEMMs were not measured) and to SYRK's kernels alike."""
+    ns_small_gram_power: float = 1.3
+    """``p`` of the small-Gram slowdown above (same fit)."""
+    ns_small_grams: bool = True
+    """Price the small-Gram slowdown; False prices every NS GEMM at ``ns_gemm_efficiency`` (the model before it)."""
     eager_op_overhead_s: float = 10e-6
     """Host time to issue one eager PyTorch op (Python, dispatcher, cudaLaunchKernel): published
-    estimates range 5-25 us per op; 10 us is the middle. Kernels shorter than this are launch-bound."""
+    estimates range 5-25 us per op; 10 us is the middle. Kernels shorter than this are launch-bound. Measured
+    13-24 us per op for upstream Muon on the x86 host of one H200 machine (results/bench/muon_matrices.md); a
+    GB300's host is a Grace CPU, which no session has measured, so the a-priori figure stays (docs/projection.md
+    section 3 gives what the measured one would change)."""
     muon_ops_per_param: int = 4
     """Eager ops per Muon parameter outside Newton-Schulz (weight decay, momentum, Nesterov, update)."""
     ns_ops_per_call: int = 7

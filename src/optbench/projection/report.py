@@ -16,6 +16,7 @@ the efficiency is always re-calibrated on AdamW only.
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,19 @@ SENSITIVITY = (
     ("eager_op_overhead=5 us", {"eager_op_overhead_s": 5e-6}),
     ("eager_op_overhead=20 us", {"eager_op_overhead_s": 20e-6}),
     ("eager_op_overhead=0 (no launch cost)", {"eager_op_overhead_s": 0.0}),
+    ("no small-Gram slowdown (every NS GEMM at ns_gemm_efficiency)", {"ns_small_grams": False}),
 )
+
+
+def measured_op_overheads() -> tuple[tuple[str, dict[str, float]], ...]:
+    """Sensitivity rows at the lowest and highest host time per eager op measured for the recipes' launch-bound
+    matrices (results/bench/muon_matrices.json; none where no GPU has measured it)."""
+    path = repo_root() / "results" / "bench" / "muon_matrices.json"
+    measured = json.loads(path.read_text()).get("per_op", {}).get("recipe_shapes_s") if path.is_file() else None
+    if not measured:
+        return ()
+    return tuple((f"eager_op_overhead={s * 1e6:.1f} us ({end} measured on an H200 machine's host)",
+                  {"eager_op_overhead_s": s}) for end, s in zip(("lowest", "highest"), measured))
 
 
 def _blog(p: dict[str, Any]) -> dict[str, Any] | None:
@@ -61,7 +74,7 @@ def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSU
             out["recipes"][recipe] = {"available": False, "reason": p["reason"]}
             continue
         rows = []
-        for label, change in SENSITIVITY:
+        for label, change in (*SENSITIVITY, *measured_op_overheads()):
             if change.get("ns_gemm_efficiency", 0.0) is None:
                 change = {"ns_gemm_efficiency": p["efficiency"]["value"]}
             q = project(run, [BLOG_CONTAINER], assumptions=replace(base, **change), with_what_ifs=False)

@@ -29,7 +29,7 @@ cheaply. Formulas (docs/projection.md has them with sources):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from optbench.accounting.ns_flops import OwnedItem, OwnersFn, pingpong_by_numel
+from optbench.accounting.ns_flops import OwnedItem, OwnersFn, local_param_ns_calls, pingpong_by_numel, recipe_tp_mode
 from optbench.accounting.optimizer_work import soap_flops
 from optbench.accounting.placement import pipeline_rank_of
 from optbench.config.schema import RunConfig
@@ -205,11 +205,6 @@ def _stage_comm(run: RunConfig, net: Interconnect, a: Assumptions, layers: list,
     return ep_s, tp_s, cp_s
 
 
-def _ns_calls(item: OwnedItem, run: RunConfig) -> int:
-    muon = run.optimizer.muon
-    return 3 if run.optimizer.muon_family and muon.split_qkv and item.name.endswith("linear_qkv.weight") else 1
-
-
 def _param_gather_bytes(run: RunConfig) -> float:
     return weight_bytes_per_element(run) if run.precision.fp8_param_gather else BF16_BYTES
 
@@ -233,33 +228,53 @@ def _item_costs(items: tuple, run: RunConfig, a: Assumptions, rate_ns: float, hb
     per_item = []
     matrix_cost = _soap_cost if run.optimizer.soap is not None else _muon_cost
     for item in items:
-        calls = _ns_calls(item, run) if item.ns_flops > 0 else 0
-        shape = (item.numel, item.ns_flops, calls, item.param.local_shape)
+        spec = item.param.spec
+        shape = (item.numel, item.ns_flops, item.param.local_shape, spec.kind, spec.partition_dim)
         if shape not in memo:
-            if calls == 0:
+            if item.ns_flops == 0:
                 memo[shape] = (0.0, item.numel * a.adam_bytes_per_element / hbm, 0.0)
             else:
-                gemm, elem, ops = matrix_cost(item, calls, run, a, rate_ns, hbm, syrk)
-                memo[shape] = (gemm, elem, max(0.0, ops * a.eager_op_overhead_s - gemm - elem))
+                gemm, elem, ops = matrix_cost(item, run, a, rate_ns, hbm, syrk)
+                memo[shape] = (gemm, elem, launch_excess_s(gemm, elem, ops, a))
         per_item.append(memo[shape])
     totals = tuple(sum(c[i] for c in per_item) for i in range(3))
     return _GroupCosts(tuple(per_item), totals, sum(item.numel for item in items))
 
 
-def _muon_cost(item: OwnedItem, calls: int, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float,
-               syrk: bool) -> tuple[float, float, int]:
-    """(NS GEMM s, element-wise s, eager ops) of a Muon or AdaMuon matrix."""
-    muon = run.optimizer.muon
+def launch_excess_s(gemm_s: float, elementwise_s: float, ops: int, a: Assumptions) -> float:
+    """Host time of a matrix's eager ops beyond its GPU work: the GPU waits for the launches only that long."""
+    return max(0.0, ops * a.eager_op_overhead_s - gemm_s - elementwise_s)
+
+
+def ns_gram_slowdown(gram: int, a: Assumptions) -> float:
+    """How many times its FLOP time at ``ns_gemm_efficiency`` a Newton-Schulz call on a ``gram``-sized Gram matrix
+    takes (``Assumptions.ns_small_gram_*``)."""
+    return 1.0 + (a.ns_small_gram_rows / gram) ** a.ns_small_gram_power if a.ns_small_grams else 1.0
+
+
+def muon_matrix_cost(numel: int, calls: tuple[tuple[int, float], ...], ns_steps: int, a: Assumptions,
+                     rate_ns: float, hbm: float, syrk: bool = False, adaptive: bool = False) -> tuple[float, float, int]:
+    """(NS GEMM s, element-wise s, eager ops) of one Muon (or AdaMuon) parameter of ``numel`` elements whose
+    orthogonalizations are ``calls``, each (Gram size, FLOPs)."""
     per_iteration = a.ns_ops_per_iteration_syrk if syrk else a.ns_ops_per_iteration
     bytes_per_element = a.muon_bytes_per_element
-    ops = a.muon_ops_per_param + calls * (a.ns_ops_per_call + muon.ns_steps * per_iteration)
-    if run.optimizer.adaptive_muon is not None:
+    ops = a.muon_ops_per_param + len(calls) * (a.ns_ops_per_call + ns_steps * per_iteration)
+    if adaptive:
         bytes_per_element += a.moment2_bytes_per_element
         ops += a.moment2_ops
-    return item.ns_flops / rate_ns, item.numel * bytes_per_element / hbm, ops
+    gemm = sum(flops * ns_gram_slowdown(gram, a) for gram, flops in calls) / rate_ns
+    return gemm, numel * bytes_per_element / hbm, ops
 
 
-def _soap_cost(item: OwnedItem, calls: int, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float,
+def _muon_cost(item: OwnedItem, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float,
+               syrk: bool) -> tuple[float, float, int]:
+    """(NS GEMM s, element-wise s, eager ops) of a Muon or AdaMuon matrix."""
+    calls = local_param_ns_calls(item.param, run.model, run, recipe_tp_mode(run), syrk)
+    return muon_matrix_cost(item.numel, calls, run.optimizer.muon.ns_steps, a, rate_ns, hbm, syrk,
+                            run.optimizer.adaptive_muon is not None)
+
+
+def _soap_cost(item: OwnedItem, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float,
                syrk: bool) -> tuple[float, float, int]:
     """(GEMM + QR s, element-wise s, eager ops) of a SOAP matrix: products at the TF32 rate, QR on CUDA cores."""
     soap = run.optimizer.soap
