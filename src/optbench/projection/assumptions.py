@@ -54,6 +54,12 @@ class Assumptions:
     13-24 us per op for upstream Muon on the x86 host of one H200 machine (results/bench/muon_matrices.md); a
     GB300's host is a Grace CPU, which no session has measured, so the a-priori figure stays (docs/projection.md
     section 3 gives what the measured one would change)."""
+    eager_op_overhead_measured_s: tuple[float, float] = (13.1e-6, 23.5e-6)
+    """The lowest and highest host time per eager op measured for upstream Muon on the recipes' launch-bound matrices
+    (one H200 machine, x86 host: results/bench/muon_matrices.md; a test holds these to it). Not used for the
+    projection itself: a plan whose Muon overhead is mostly launches prints what it would be at either end."""
+    launch_bound_share: float = 0.25
+    """Share of Muon's projected overhead in kernel launches from which a plan prints the measured-range line."""
     muon_ops_per_param: int = 4
     """Eager ops per Muon parameter outside Newton-Schulz (weight decay, momentum, Nesterov, update)."""
     ns_ops_per_call: int = 7

@@ -9,6 +9,7 @@ same efficiency, and with the published figures of its setup (never used to fit 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,24 @@ def _twin_section(
         "tflops_per_gpu_change": round(muon_tflops - section["tflops_per_gpu"], 2),
         "tflops_per_gpu_change_percent": round(100 * (muon_tflops / section["tflops_per_gpu"] - 1), 2),
     }
+    total = muon.total_s - adamw.total_s
+    if total > 0 and parts.get("kernel_launch", 0.0) >= a.launch_bound_share * total:
+        overhead["at_measured_op_overhead"] = _at_measured_op_overhead(resolved, net, a, calibration, section)
     return section, overhead
+
+
+def _at_measured_op_overhead(resolved: ResolvedRun, net, a: Assumptions, calibration: Calibration,
+                             twin: dict[str, Any]) -> dict[str, Any]:
+    """The run's change vs its twin at each end of the host time per eager op measured for upstream Muon: the
+    a-priori constant is what a launch-bound projection rests on."""
+    changes = []
+    for seconds in a.eager_op_overhead_measured_s:
+        at = replace(a, eager_op_overhead_s=seconds)
+        step = evaluate(build_inputs(resolved, net, at), calibration.efficiency, at.backward_share).total_s
+        tflops = step_throughput(resolved.run, step, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu
+        changes.append(round(100 * (tflops / twin["tflops_per_gpu"] - 1), 2))
+    return {"us_per_op": [round(s * 1e6, 1) for s in a.eager_op_overhead_measured_s],
+            "assumed_us_per_op": round(a.eager_op_overhead_s * 1e6, 1), "tflops_per_gpu_change_percent": changes}
 
 
 def project(
