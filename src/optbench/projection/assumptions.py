@@ -51,13 +51,14 @@ class Assumptions:
     eager_op_overhead_s: float = 10e-6
     """Host time to issue one eager PyTorch op (Python, dispatcher, cudaLaunchKernel): published
     estimates range 5-25 us per op; 10 us is the middle. Kernels shorter than this are launch-bound. Measured
-    13-24 us per op for upstream Muon on the x86 host of one H200 machine (results/bench/muon_matrices.md); a
-    GB300's host is a Grace CPU, which no session has measured, so the a-priori figure stays (docs/projection.md
-    section 3 gives what the measured one would change)."""
-    eager_op_overhead_measured_s: tuple[float, float] = (13.1e-6, 23.5e-6)
-    """The lowest and highest host time per eager op measured for upstream Muon on the recipes' launch-bound matrices
-    (one H200 machine, x86 host: results/bench/muon_matrices.md; a test holds these to it). Not used for the
-    projection itself: a plan whose Muon overhead is mostly launches prints what it would be at either end."""
+    13-32 us per op for upstream Muon on the x86 hosts of an H200 and an H100 machine (``eager_op_overhead_measured_s``);
+    a GB300's host is a Grace CPU, which no session has measured, so the a-priori figure stays (docs/projection.md
+    section 4 gives what the measured ones would change)."""
+    eager_op_overhead_measured_s: tuple[float, float] = (13.1e-6, 32.1e-6)
+    """The lowest and highest host time per eager op measured for upstream Muon on the recipes' launch-bound matrices,
+    over two machines with x86 hosts: one H200 (13.1-23.5 us, results/bench/muon_matrices.md) and one H100
+    (15.2-32.1 us, results/bench/h100/muon_matrices.md); a test holds these to them. Not used for the projection
+    itself: a plan whose Muon overhead is mostly launches prints what it would be at either end."""
     launch_bound_share: float = 0.25
     """Share of Muon's projected overhead in kernel launches from which a plan prints the measured-range line."""
     muon_ops_per_param: int = 4

@@ -16,7 +16,6 @@ the efficiency is always re-calibrated on AdamW only.
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,15 +48,11 @@ SENSITIVITY = (
 )
 
 
-def measured_op_overheads() -> tuple[tuple[str, dict[str, float]], ...]:
+def measured_op_overheads(base: Assumptions) -> tuple[tuple[str, dict[str, float]], ...]:
     """Sensitivity rows at the lowest and highest host time per eager op measured for the recipes' launch-bound
-    matrices (results/bench/muon_matrices.json; none where no GPU has measured it)."""
-    path = repo_root() / "results" / "bench" / "muon_matrices.json"
-    measured = json.loads(path.read_text()).get("per_op", {}).get("recipe_shapes_s") if path.is_file() else None
-    if not measured:
-        return ()
-    return tuple((f"eager_op_overhead={s * 1e6:.1f} us ({end} measured on an H200 machine's host)",
-                  {"eager_op_overhead_s": s}) for end, s in zip(("lowest", "highest"), measured))
+    matrices (``Assumptions.eager_op_overhead_measured_s``)."""
+    return tuple((f"eager_op_overhead={s * 1e6:.1f} us ({end} measured, H200 and H100 machines' hosts)",
+                  {"eager_op_overhead_s": s}) for end, s in zip(("lowest", "highest"), base.eager_op_overhead_measured_s))
 
 
 def _blog(p: dict[str, Any]) -> dict[str, Any] | None:
@@ -74,7 +69,7 @@ def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSU
             out["recipes"][recipe] = {"available": False, "reason": p["reason"]}
             continue
         rows = []
-        for label, change in (*SENSITIVITY, *measured_op_overheads()):
+        for label, change in (*SENSITIVITY, *measured_op_overheads(base)):
             if change.get("ns_gemm_efficiency", 0.0) is None:
                 change = {"ns_gemm_efficiency": p["efficiency"]["value"]}
             q = project(run, [BLOG_CONTAINER], assumptions=replace(base, **change), with_what_ifs=False)
