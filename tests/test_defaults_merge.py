@@ -60,7 +60,7 @@ def cases() -> list:
 
 @pytest.mark.parametrize("recipe, choices", cases())
 def test_each_merge_is_hydras_node_for_node(recipe: str, choices: list[list[str]]) -> None:
-    merge = recipe_module.defaults_merge_of(recipe)
+    merge = recipe_module.defaults_merge_of(recipe_module.repo_root(), recipe)
     files = (str(REPO), config_files_stat(REPO))
     for groups in choices:
         with each_file_loaded_once(files):
@@ -82,7 +82,7 @@ def test_merges_of_one_plan_share_what_precedes_the_optimizer_group() -> None:
         kept = kept_for_files()
         before = {key for key in kept if key[0] == "merge before the optimizer group"}
         for recipe, groups in (("kimi_k2_muon", []), ("kimi_k2_adamw", []), ("kimi_k2_muon", ["optimizer=soap"])):
-            assert recipe_module.defaults_merge_of(recipe)(groups) is not None
+            assert recipe_module.defaults_merge_of(recipe_module.repo_root(), recipe)(groups) is not None
         shared = {key for key in kept if key[0] == "merge before the optimizer group"} - before
     assert len(shared) <= 1  # one merge of the model, parallel, precision, ... files, for all three
     assert all(not any(path.startswith("optimizer/") for path, _ in key[1]) for key in shared)

@@ -106,19 +106,23 @@ def upstream_muon(params, emerging):
         coefficient_type="quintic", num_ns_steps=5, scale_mode="spectral", extra_scale_factor=1.0)
 
 
+def _per_matrix(timed: dict[str, Any], copies: int) -> dict[str, Any]:
+    """:func:`time_steps`'s figures for a step of ``copies`` matrices, per matrix."""
+    return {"seconds": timed["seconds"] / copies, "host_seconds": timed["host_seconds"] / copies,
+            "spread": [s / copies for s in timed["spread"]]}
+
+
 def measure_shape(shape: tuple[int, int], copies: int, device: str, emerging) -> dict[str, Any]:
     """Muon and fused AdamW steps of ``copies`` parameters of ``shape``: seconds per matrix of each."""
     out: dict[str, Any] = {"copies": copies}
     try:
         muon_params = _parameters(shape, copies, device)
-        timed = time_steps(upstream_muon(muon_params, emerging).step, device)
-        out["muon"] = {k: (v / copies if k != "spread" else [s / copies for s in v]) for k, v in timed.items()}
+        out["muon"] = _per_matrix(time_steps(upstream_muon(muon_params, emerging).step, device), copies)
         del muon_params
         adam_params = _parameters(shape, copies, device)
         fused = torch.device(device).type == "cuda"
         adam = torch.optim.AdamW(adam_params, lr=3e-4, weight_decay=0.033, fused=fused)
-        timed = time_steps(adam.step, device)
-        out["adamw"] = {k: (v / copies if k != "spread" else [s / copies for s in v]) for k, v in timed.items()}
+        out["adamw"] = _per_matrix(time_steps(adam.step, device), copies)
     except (RuntimeError, torch.OutOfMemoryError) as exc:
         out["error"] = str(exc).strip().splitlines()[0][:200]
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import pickle
 import re
+from pathlib import Path
 from typing import Callable, Sequence
 
 from omegaconf import DictConfig
@@ -149,7 +150,7 @@ def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig
         with initialize_config_dir(config_dir=str(root / "recipes"), version_base="1.3"):
             return compose(config_name=recipe, overrides=[search, *quiet, f"++recipe={recipe}", *typed_overrides])
 
-    native_merge = defaults_merge_of(recipe)
+    native_merge = defaults_merge_of(root, recipe)
 
     def attempt(typed_overrides: Sequence[str]) -> DictConfig:
         return compose_with_kept_groups(root, recipe, typed_overrides, hydra_compose, merge=native_merge)
@@ -165,7 +166,7 @@ def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig
         raise error from err
 
 
-def defaults_merge_of(recipe: str) -> Callable[[Sequence[str]], DictConfig | None]:
+def defaults_merge_of(root: Path, recipe: str) -> Callable[[Sequence[str]], DictConfig | None]:
     """What ``hydra_compose(groups)`` of :func:`compose_dictconfig` composes, merged by
     :mod:`optbench.compose.defaults_merge` (about a quarter of Hydra's time); None where that module does not
     cover the composition or the merge fails (Hydra then composes it and raises its own error)."""
@@ -177,7 +178,7 @@ def defaults_merge_of(recipe: str) -> Callable[[Sequence[str]], DictConfig | Non
 
     def merge(groups: Sequence[str]) -> DictConfig | None:
         try:
-            cfg = defaults_merge.merged(repo_root(), recipe, groups, file_data, (SCHEMA_NAME, _schema_node),
+            cfg = defaults_merge.merged(root, recipe, groups, file_data, (SCHEMA_NAME, _schema_node),
                                          kept_for_files())
             named = OverridesParser.create().parse_overrides([f"++recipe={recipe}"])
             ConfigLoaderImpl._apply_overrides_to_config(named, cfg)

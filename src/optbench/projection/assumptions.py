@@ -28,6 +28,10 @@ casts to bf16 (Emerging-Optimizers), high runs TF32 (half the bf16 rate on Hoppe
 datasheets, e.g. H100 495 vs 989 TFLOP/s), highest runs fp32 on CUDA cores (H100 67 vs 989: ~1/15)."""
 
 
+EAGER_OP_OVERHEAD_MEASURED_ON = "the x86 hosts of an H200 and an H100 machine"
+"""Where ``Assumptions.eager_op_overhead_measured_s`` was measured (results/bench/ and results/bench/h100/)."""
+
+
 @dataclass(frozen=True)
 class Assumptions:
     """A-priori constants of the step-time model (see the module docstring and docs/projection.md)."""

@@ -69,8 +69,8 @@ def projection_summary_lines(p: Mapping[str, Any], name: str) -> list[str]:
         if measured:
             (low, high), (at_low, at_high) = measured["us_per_op"], measured["tflops_per_gpu_change_percent"]
             lines.append(f"              launch-bound: at the {low:g}-{high:g} us per eager op measured for upstream Muon "
-                         f"(x86 hosts of an H200 and an H100 machine; assumed {measured['assumed_us_per_op']:g} us) it would be {at_low:+.2f} to "
-                         f"{at_high:+.2f} %")
+                         f"({measured['measured_on'].removeprefix('the ')}; assumed {measured['assumed_us_per_op']:g} us) "
+                         f"it would be {at_low:+.2f} to {at_high:+.2f} %")
     elif twin:
         lines.append(f"  vs AdamW    {twin['reason']}")
     if p.get("optimizers"):

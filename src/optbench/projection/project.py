@@ -16,7 +16,7 @@ from typing import Any
 from optbench.accounting.plan_fields import matching_published_rows
 from optbench.accounting.throughput import step_throughput
 from optbench.errors import UserError
-from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
+from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, EAGER_OP_OVERHEAD_MEASURED_ON, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Calibration, Holdout, calibrate
 from optbench.projection.expected_error import across_precision, expected_error
 from optbench.projection.interconnect import interconnect_for
@@ -115,7 +115,8 @@ def _at_measured_op_overhead(resolved: ResolvedRun, net, a: Assumptions, calibra
         tflops = step_throughput(resolved.run, step, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu
         changes.append(round(100 * (tflops / twin["tflops_per_gpu"] - 1), 2))
     return {"us_per_op": [round(s * 1e6, 1) for s in a.eager_op_overhead_measured_s],
-            "assumed_us_per_op": round(a.eager_op_overhead_s * 1e6, 1), "tflops_per_gpu_change_percent": changes}
+            "measured_on": EAGER_OP_OVERHEAD_MEASURED_ON, "assumed_us_per_op": round(a.eager_op_overhead_s * 1e6, 1),
+            "tflops_per_gpu_change_percent": changes}
 
 
 def project(

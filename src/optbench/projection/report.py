@@ -24,7 +24,7 @@ from optbench.compose.recipe import compose_run, repo_root
 from optbench.exits import exit_on_user_error
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
-from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
+from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, EAGER_OP_OVERHEAD_MEASURED_ON, Assumptions
 from optbench.projection.project import project
 from optbench.resolve import resolve
 
@@ -51,7 +51,7 @@ SENSITIVITY = (
 def measured_op_overheads(base: Assumptions) -> tuple[tuple[str, dict[str, float]], ...]:
     """Sensitivity rows at the lowest and highest host time per eager op measured for the recipes' launch-bound
     matrices (``Assumptions.eager_op_overhead_measured_s``)."""
-    return tuple((f"eager_op_overhead={s * 1e6:.1f} us ({end} measured, H200 and H100 machines' hosts)",
+    return tuple((f"eager_op_overhead={s * 1e6:.1f} us ({end} measured, {EAGER_OP_OVERHEAD_MEASURED_ON})",
                   {"eager_op_overhead_s": s}) for end, s in zip(("lowest", "highest"), base.eager_op_overhead_measured_s))
 
 
