@@ -73,6 +73,7 @@ def test_a_missing_bridge_environment_is_one_line(tmp_path: Path, monkeypatch: p
                            "run `make bridge-env`")
 
 
+@pytest.mark.slow  # a whole sweep / search through the CLI
 def test_a_sweep_point_bridge_refuses_is_listed_invalid_and_neither_ranked_nor_rendered(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     from launch import bridge_check, cli
@@ -100,6 +101,7 @@ def test_a_sweep_point_bridge_refuses_is_listed_invalid_and_neither_ranked_nor_r
     assert (folder / "mbs4" / "sbatch.sh").is_file() and not (folder / "mbs8").exists()
 
 
+@pytest.mark.slow  # a whole sweep / search through the CLI
 def test_make_search_check_bridge_plans_the_ten_best_as_make_plan_would_and_records_what_bridge_said(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     from launch import bridge_check, cli

@@ -268,7 +268,7 @@ def test_small_expert_gemms_by_hand():
 
 
 def test_rows_per_expert_and_their_slowdown():
-    from optbench.projection.work import expert_gemm_slowdown, rows_per_expert
+    from optbench.projection.stage_comm import expert_gemm_slowdown, rows_per_expert
 
     # Qwen3 30B-A3B (128 experts, top-8, seq 4096): NVIDIA's EP8 MBS8 runs 16384 rows per expert; EP1 MBS1 256;
     # TP2 with sequence parallelism splits the tokens (ETP1), expert TP2 gathers them again.

@@ -12,10 +12,11 @@ BENCHMARKS: dict[str, str] = {
     "optim": "optbench.bench.optim",
     "grouped_gemm": "optbench.bench.grouped_gemm",
     "muon_matrices": "optbench.bench.muon_matrices",
+    "all_to_all": "optbench.bench.all_to_all",
     "emerging": "optbench.bench.emerging",
     "pretrain": "optbench.bench.pretrain",
     "callback": "optbench.bench.callback",
 }
 """Benchmark name -> module that implements it."""
-GPU_BENCHMARKS: tuple[str, ...] = ("grouped_gemm", "muon_matrices", "optim", "pretrain")
+GPU_BENCHMARKS: tuple[str, ...] = ("grouped_gemm", "muon_matrices", "all_to_all", "optim", "pretrain")
 """Benchmarks with GPU sections: ``--gpu-only`` measures those sections alone (:mod:`optbench.bench.sections`)."""

@@ -40,6 +40,7 @@ from optbench.projection.gemm_weights import (
     BF16_BYTES, WeightTraffic, fp8_cast, gemm_numel_per_pipeline_rank, weight_bytes_per_element, weight_traffic,
 )
 from optbench.projection.interconnect import Interconnect
+from optbench.projection.stage_comm import expert_gemm_slowdown, microbatch_tokens, stage_comm
 from optbench.projection.stages import pipeline_rank_work
 from optbench.resolve import ResolvedRun
 
@@ -121,7 +122,7 @@ class StepInputs:
     """Per pipeline rank: routed-expert GEMM FLOPs per GPU per microbatch (empty: no slowdown priced)."""
     expert_gemm_slowdown: float = 1.0
     """How many times their FLOP time the routed-expert GEMMs take at this layout's rows per expert
-    (:func:`expert_gemm_slowdown`)."""
+    (:func:`optbench.projection.stage_comm.expert_gemm_slowdown`)."""
 
 
 def gemm_peak(run: RunConfig) -> tuple[float, str]:
@@ -142,67 +143,6 @@ def ns_peak(run: RunConfig) -> float:
 def qr_rate(run: RunConfig, a: Assumptions) -> float:
     """FLOP/s of SOAP's QR factorisations: fp32 on CUDA cores at ``qr_efficiency``."""
     return gpu_catalog()[run.cluster.gpu].peak("bf16") * 1e12 * NS_PEAK_FRACTION_OF_BF16["highest"] * a.qr_efficiency
-
-
-def _tokens(run: RunConfig, split_by_tp: bool) -> float:
-    """Tokens of one microbatch on one GPU (sequence parallelism splits them over TP)."""
-    p = run.parallel
-    tokens = run.train.mbs * run.train.seq_length / p.cp
-    return tokens / p.tp if split_by_tp and p.sequence_parallel and p.tp > 1 else tokens
-
-
-def rows_per_expert(run: RunConfig) -> float:
-    """Routed rows each local expert GEMM gets per GPU and microbatch, on average: the rank's MoE tokens (split
-    over TP by sequence parallelism, gathered again over expert TP) x top-k x EP / experts (0 without experts)."""
-    m = run.model
-    if not m.num_moe_experts:
-        return 0.0
-    return _tokens(run, split_by_tp=True) * run.parallel.etp * m.moe_router_topk * run.parallel.ep / m.num_moe_experts
-
-
-def expert_gemm_slowdown(run: RunConfig, a: Assumptions) -> float:
-    """``1 + (M0 / M) ** p`` at this layout's rows per expert (1 without experts or with the term off)."""
-    rows = rows_per_expert(run)
-    if not a.small_expert_gemms or rows <= 0:
-        return 1.0
-    return 1.0 + (a.small_expert_gemm_rows / rows) ** a.small_expert_gemm_power
-
-
-def _stage_comm(run: RunConfig, net: Interconnect, a: Assumptions, layers: list, world: int) -> tuple[list, list, list]:
-    """Per pipeline rank and microbatch: (MoE all-to-all, exposed TP, CP ring) seconds."""
-    p, m = run.parallel, run.model
-    pp = p.pp
-    dp = world // (p.tp * p.pp * p.cp)
-    ep_s, tp_s, cp_s = [0.0] * pp, [0.0] * pp, [0.0] * pp
-    if p.ep > 1 and m.num_moe_experts:
-        copy = _tokens(run, True) * m.hidden_size * a.dispatch_bytes_per_element
-        groups = comm.expert_parallel_groups(p.tp, p.cp, dp, pp, p.ep, p.etp)
-        per_pp = len(groups) // pp
-
-        def a2a_s(group: tuple[int, ...]) -> float:
-            if p.moe_token_dispatcher == "flex":
-                return comm.flex_all_to_all_s(copy, m.moe_router_topk, m.num_moe_experts, group, net)
-            return comm.all_to_all_s(copy * m.moe_router_topk, group, net)
-
-        for r in range(pp):
-            a2a = max(a2a_s(g) for g in groups[r * per_pp : (r + 1) * per_pp])
-            ep_s[r] = 4 * layers[r].moe_layers * a2a
-    if p.tp > 1 and not p.tp_comm_overlap:
-        activation = _tokens(run, False) * m.hidden_size * BF16_BYTES
-        group = comm.tensor_parallel_groups(p.tp, world)[0]
-        per_layer = 8 * comm.reduce_scatter_s(activation, group, net)
-        tp_s = [layers[r].layers * per_layer for r in range(pp)]
-    if p.cp > 1:
-        if m.multi_latent_attention:
-            kv_width = m.num_attention_heads * ((m.qk_head_dim or 0) + (m.qk_pos_emb_head_dim or 0) + (m.v_head_dim or 0))
-        else:
-            kv = m.kv_channels or m.hidden_size // m.num_attention_heads
-            kv_width = 2 * (m.num_query_groups or m.num_attention_heads) * kv
-        kv_bytes = _tokens(run, False) * kv_width / p.tp * BF16_BYTES
-        group = comm.context_parallel_groups(p.tp, p.cp, world)[0]
-        per_layer = 3 * (p.cp - 1) * comm.p2p_s(kv_bytes, group[0], group[1], net)
-        cp_s = [layers[r].layers * per_layer for r in range(pp)]
-    return ep_s, tp_s, cp_s
 
 
 def _param_gather_bytes(run: RunConfig) -> float:
@@ -296,8 +236,8 @@ def build_inputs(
     world, p, opt = layout.world_size, run.parallel, run.optimizer
     work = pipeline_rank_work(run, resolved.placement.stages)
     tokens_gpu = run.train.mbs * run.train.seq_length / (p.tp * p.cp)
-    ep_s, tp_s, cp_s = _stage_comm(run, net, a, work, world)
-    activation = _tokens(run, True) * run.model.hidden_size * BF16_BYTES
+    ep_s, tp_s, cp_s = stage_comm(run, net, a, work, world)
+    activation = microbatch_tokens(run, True) * run.model.hidden_size * BF16_BYTES
     p2p = comm.p2p_s(activation, 0, world // p.pp, net) if p.pp > 1 else 0.0
 
     groups = resolved.groups(syrk=syrk)
