@@ -408,7 +408,6 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
     from optbench.compose.recipe import compose_run
     from optbench.config.overrides import typed_key
     from optbench.errors import UserError
-    from optbench.hardware import gpu_catalog
     from optbench.validate import validate
 
     cases = []
@@ -441,9 +440,7 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
                 if over_refusals and composed is not None and _bridge_accepts(composed):
                     case["bridge_accepted_what_we_refuse"].append({"override": " ".join(typed), "ours": err.lines()[0]})
                 continue
-            if run.cluster.gpu in gpu_catalog():  # cluster.gpu=b200 is tried too: Bridge checks the device
-                stand_ins.install(run.cluster.gpu)
-            verdict = bridge_verdict(run)
+            verdict = _verdict_on_its_gpu(run)
             if verdict is not None and verdict.startswith("ours: "):  # the plan refuses it in one line (adapter)
                 case["we_refuse"] += 1
                 continue
@@ -454,15 +451,21 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
     return cases
 
 
-def _bridge_accepts(run: Any) -> bool:
-    """Whether Bridge builds and updates a run our validation refused (our adapter may refuse it too: not Bridge's
-    acceptance)."""
+def _verdict_on_its_gpu(run: Any) -> str | None:
+    """:func:`bridge_verdict` with the stand-ins faking the run's own GPU (a tried ``cluster.gpu=b200`` included:
+    Bridge checks the device; a GPU outside our catalog keeps the last one's)."""
     from optbench.hardware import gpu_catalog
 
     if run.cluster.gpu in gpu_catalog():
         stand_ins.install(run.cluster.gpu)
+    return bridge_verdict(run)
+
+
+def _bridge_accepts(run: Any) -> bool:
+    """Whether Bridge builds and updates a run our validation refused (our adapter may refuse it too: not Bridge's
+    acceptance)."""
     try:
-        return bridge_verdict(run) is None
+        return _verdict_on_its_gpu(run) is None
     except Exception:  # noqa: BLE001 - a run our checks refuse may break the adapter anywhere: not an acceptance
         return False
 
