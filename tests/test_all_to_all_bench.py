@@ -91,7 +91,7 @@ def test_a_collective_that_does_not_permute_is_caught():
 
     class Identity:
         """A 'collective' that hands each rank its own data back."""
-        ReduceOp = SimpleNamespace(MAX="max")
+        ReduceOp = SimpleNamespace(MAX="max", MIN="min")
 
         def all_to_all_single(self, received, sent):
             received.copy_(sent)

@@ -91,9 +91,11 @@ def _time_case(dist, torch, send_bytes: int, rank: int, world: int, device) -> d
         seconds.append(time.perf_counter() - began)
     slowest = torch.tensor(seconds, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    everywhere = torch.tensor([1.0 if arrived else 0.0], device=device)
+    dist.all_reduce(everywhere, op=dist.ReduceOp.MIN)  # every rank's data, not only rank 0's
     trials = slowest.cpu().tolist()
     return {"sent_bytes": 2 * chunk * world, "seconds": statistics.median(trials), "spread": [min(trials), max(trials)],
-            "arrived": arrived}
+            "arrived": bool(everywhere.item())}
 
 
 def _worker(rank: int, world: int, backend: str, port: int, cases: list[dict[str, Any]], budget: float, queue) -> None:
