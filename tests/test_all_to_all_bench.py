@@ -113,3 +113,15 @@ def test_ranks_that_fail_are_recorded_as_not_measured(monkeypatch):
     monkeypatch.setattr(all_to_all, "_run_ranks", failing)
     result = all_to_all.measure(quick=True, backend="gloo", device_count=2)
     assert result == {"measured": False, "reason": "the 2 ranks failed: NCCL error: unhandled system error"}
+
+
+def test_a_gpu_machine_that_cannot_measure_it_records_why_and_the_command(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    all_to_all.run(tmp_path)
+    data = json.loads((tmp_path / "all_to_all.json").read_text())
+    assert data["measured"] is False and data["command"].startswith("python")
+    assert data["reason"] == "an all-to-all needs 2 or more GPUs in one node; this one has 1"
+    assert (tmp_path / "all_to_all.md").read_text() == markdown(data)

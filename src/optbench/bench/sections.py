@@ -116,6 +116,8 @@ def run_gpu_only_benchmark(out_dir: Path, name: str, measure, markdown, gpu_only
         require_cuda()
     if torch.cuda.is_available():
         fresh = measure()
+        if not fresh.get("measured"):  # a GPU machine that cannot measure it (1 GPU for 2+) records the command too
+            fresh = {"measured": False, **invocation(), **fresh}
     else:
         fresh = {"measured": False, **invocation(), "reason": f"no CUDA device in this run (torch {torch.__version__})"}
     data = {"benchmark": name, **kept_or_fresh(fresh, stored)}
