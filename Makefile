@@ -83,10 +83,10 @@ sweep: ## Validate, plan and rank every point of a sweep (parallel.ep=32,64 para
 	@$(LAUNCH) sweep --from-make
 
 bench: ## Benchmarks into results/bench/: optimizer step times and imbalance, `make pretrain` wall time, callback cost
-	$(PY) -m optbench.bench
+	$(PY) -m optbench.bench --from-make
 
 bench-gpu: ## On a GPU machine: measure only the benchmarks' GPU sections, keep their CPU sections in results/bench/
-	$(PY) -m optbench.bench --gpu-only
+	$(PY) -m optbench.bench --gpu-only --from-make
 
 #   make data [INPUT=<folder of .txt/.jsonl>] [OUT=data/<name>] [TOKENIZER=<tokenizer.json or folder>] [VOCAB=512]
 data: export OPTBENCH_DATA_INPUT = $(call typed,INPUT)
@@ -111,11 +111,10 @@ search: ## Every valid layout of RECIPE's model at its GPU count, projected and 
 #   make search-ranks [MODELS=qwen3_30b_a3b,kimi_k2]   (MODELS: search those again, keep the other rows)
 search-ranks: export OPTBENCH_SEARCH_MODELS = $(call typed,MODELS)
 search-ranks: ## Where NVIDIA's own layout ranks in `make search`, for every published row: results/projection/search_ranks.md
-	@$(PY) -m optbench.projection.search_ranks
+	@$(PY) -m optbench.projection.search_ranks --from-make
 
 projection: ## The projection against every published row, in sample and out of sample (leave one row / release / GPU out): results/projection/validation.md
-	@$(PY) -m optbench.projection.consistency
-	@$(PY) -m optbench.projection.validation_report --update-docs
+	@$(PY) -m optbench.projection.validation_report --update-docs --from-make
 
 #   make study [SIZE=cpu|gpu] [hydra overrides for every run, e.g. train.iters=300]
 study: export OPTBENCH_STUDY_SIZE = $(call typed,SIZE)

@@ -53,13 +53,10 @@ def cmd_recipes(_: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from launch.bridge_check import check_with_bridge, wanted_check
+    from launch.bridge_check import wanted_check
     from launch.dispatch import compose_and_plan
 
-    check = wanted_check(_option(args, "check", PLAN_CHECK_ENV))
-    run, plan = compose_and_plan(args.recipe, args.overrides)
-    if check:
-        check_with_bridge(run, plan)
+    compose_and_plan(args.recipe, args.overrides, check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)))
     return 0
 
 

@@ -44,7 +44,7 @@ from optbench.plan import (
     plan_path,
     write_plan,
 )
-from optbench.replace import replacing
+from optbench.replace import Folder, replacing
 from optbench.runs import run_dir, save_resolved_config
 from optbench.validate import validate
 
@@ -69,10 +69,15 @@ def plan_run(recipe: str, overrides: Sequence[str]) -> tuple[RunConfig, Plan]:
     return resolved.run, build_plan(resolved, overrides)
 
 
-def compose_and_plan(recipe: str, overrides: Sequence[str]) -> tuple[RunConfig, Plan]:
-    """Compose, validate, plan; write and print the plan; return both."""
+def compose_and_plan(recipe: str, overrides: Sequence[str], check: bool = False) -> tuple[RunConfig, Plan]:
+    """Compose, validate, plan and print the plan; ``check``: through its container's real Bridge (CHECK=bridge);
+    then write it (a refused check writes nothing); return both."""
     run, plan = plan_run(recipe, overrides)
     print(format_summary(plan))
+    if check:
+        from launch.bridge_check import check_with_bridge
+
+        check_with_bridge(run, plan)
     print(f"  plan.json   {shown(write_plan(run, plan))}")
     return run, plan
 
@@ -178,9 +183,11 @@ def slurm_launch_section(job: JobSpec, dryrun: bool) -> dict[str, Any]:
     }
 
 
-JOB_FILES = ("plan.json", "config.yaml", "sbatch.sh", "nemo_run")
-"""What rendering a job writes into its folder (a dry run's plan folder, or the run folder; the sweep/
-folder beside them, Slurm's logs/ and a resumed run's metrics and checkpoints are not touched)."""
+JOB_FILES = ("plan.json", "config.yaml", "sbatch.sh")
+JOB_WORK = "nemo_run"
+"""What rendering a job writes into its folder: these files and NeMo-Run's experiment folder (a dry run's plan
+folder, or the run folder; the sweep/ folder beside them, Slurm's logs/ and a resumed run's metrics and
+checkpoints are not touched)."""
 
 
 def launch_slurm(run: RunConfig, plan: Plan) -> int:
@@ -189,7 +196,7 @@ def launch_slurm(run: RunConfig, plan: Plan) -> int:
 
     folder = job_folder(run)
     job = JobSpec(name=str(run.run_id), run=run, folder=folder)
-    with replacing([*(folder / name for name in JOB_FILES), plan_path(run)]):
+    with replacing(files=[*(folder / name for name in JOB_FILES), plan_path(run)], folders=[Folder(folder / JOB_WORK)]):
         launch = slurm_launch_section(job, run.dryrun)
         save_resolved_config(run, job.config_path)
         [rendered] = slurm.render([job], folder / "nemo_run", title=run.recipe, submit=not run.dryrun)

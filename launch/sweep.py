@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from launch.dispatch import (
+    JOB_FILES,
+    JOB_WORK,
     check_launch,
     launch_local_engine,
     print_notes,
@@ -39,8 +41,8 @@ from optbench.io import atomic_write_json
 from optbench.plan import build_plan, claim_results
 from optbench.plan_types import Plan
 from optbench.projection.ranking import print_ranking
-from optbench.redact import recorded_overrides
-from optbench.replace import replacing
+from optbench.redact import SecretProblem, is_secret_name, recorded_overrides
+from optbench.replace import Folder, replacing
 from optbench.runs import new_run_id, run_dir, save_resolved_config
 from optbench.validate import validate
 
@@ -106,6 +108,9 @@ def expand_overrides(overrides: Sequence[str]) -> tuple[list[str], list[list[str
             fixed.append(text)
             continue
         key = override.get_key_element()
+        if is_secret_name(key.lstrip("+~")):
+            raise UserError(Problem(key.lstrip("+~"), "is a secret and cannot be swept: its values would name the sweep's "
+                                                      "points, folders and job files; set one value and sweep other keys"))
         try:
             values = list(itertools.islice(override.sweep_string_iterator(), MAX_POINTS + 1))
         except HydraException as err:
@@ -152,6 +157,9 @@ def plan_sweep(recipe: str, overrides: Sequence[str]) -> list[SweepPoint]:
             point.run = resolved.run
             point.plan = build_plan(resolved, point.overrides, side_by_side=False)  # priced against its twin
         except UserError as err:
+            secret = next((p for p in err.problems if isinstance(p, SecretProblem)), None)
+            if secret is not None:  # the sweep is refused as a whole: its other points are no answer to what was typed
+                raise UserError(Problem(secret.field, f"in point {name}: {secret.message}; nothing was run")) from None
             point.run, point.plan = None, None
             point.problems = err.focused(typed_keys(point.swept)).lines()
         points.append(point)
@@ -180,6 +188,19 @@ def print_points(recipe: str, points: list[SweepPoint]) -> None:
 
 def sweep_folder(run: RunConfig) -> Path:
     return Path(run.results_dir) / "plans" / run.recipe / "sweep"
+
+
+def _sweep_entry(path: Path) -> bool:
+    """Whether ``path``, in a sweep folder, is one a sweep wrote: sweep.json, NeMo-Run's folder, a dry-run point's
+    job folder (its job files and Slurm's empty logs/ folder)."""
+    if path.is_symlink():
+        return False
+    if path.name in ("sweep.json", JOB_WORK) or re.fullmatch(r"\..+\.tmp", path.name):
+        return True
+    return path.is_dir() and all(
+        (p.name in JOB_FILES and p.is_file()) or (p.name == "logs" and p.is_dir() and not any(p.iterdir()))
+        for p in path.iterdir()
+    )
 
 
 def _point_jobs(points: list[SweepPoint], folder: Path, dryrun: bool) -> list[JobSpec]:
@@ -255,7 +276,7 @@ def sweep(recipe: str, overrides: Sequence[str], check: bool = False) -> int:
         print_notes([note for point in valid for note in check_launch(point.run)])
     # The previous sweep's folder is replaced only when this one is complete (put back if it fails or is killed).
     claim_results(first)
-    with replacing([folder]):
+    with replacing(folders=[Folder(folder, holds=_sweep_entry)]):
         if slurm:
             launch_slurm_points(recipe, valid, folder, dryrun)
         summary = {

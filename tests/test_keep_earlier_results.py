@@ -10,7 +10,7 @@ from test_launch_slurm import launch
 
 from launch import slurm
 from optbench.errors import UserError
-from optbench.replace import replacing
+from optbench.replace import Folder, replacing
 
 pytestmark = pytest.mark.slow  # launches and kills runs; `make test-fast` skips it
 
@@ -79,14 +79,14 @@ def test_replacing_keeps_or_replaces_as_a_whole(tmp_path: Path) -> None:
     (folder / "old.txt").write_text("old")
     file.write_text("old plan")
     with pytest.raises(KeyboardInterrupt):
-        with replacing([folder, file, tmp_path / "new"]):
+        with replacing(files=[file, tmp_path / "new"], folders=[Folder(folder)]):
             folder.mkdir()
             (folder / "half.txt").write_text("half")
             (tmp_path / "new").write_text("x")
             raise KeyboardInterrupt
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job", "plan.json"]
     assert (folder / "old.txt").read_text() == "old" and file.read_text() == "old plan"
-    with replacing([folder, file]):
+    with replacing(files=[file], folders=[Folder(folder)]):
         folder.mkdir()
         (folder / "new.txt").write_text("new")
         file.write_text("new plan")

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -66,7 +67,7 @@ def test_a_folder_is_new_empty_or_marked_and_never_a_place_that_holds_something_
 
 def test_a_path_holding_a_secret_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_API_KEY", "wk-outputs-0123456789")
-    assert "holds a secret" in output_problem(tmp_path / "wk-outputs-0123456789", "results")
+    assert "holds the value of $WANDB_API_KEY, a secret" in output_problem(tmp_path / "wk-outputs-0123456789", "results")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -78,17 +79,34 @@ def _tree(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _journal(folder: Path, pid: int, state: str, entries: list[dict]) -> None:
-    import socket
+KILLED_IN_BLOCK = """
+import os, signal, sys
+from pathlib import Path
+from optbench.replace import Folder, replacing
+out, moment = Path(sys.argv[1]), sys.argv[2]
+with replacing(folders=[Folder(out)]):
+    if moment != "before set-aside":
+        out.mkdir()
+        (out / "half.txt").write_text("the killed command's partial output")
+    if moment.startswith("committed"):
+        import optbench.replace as r
+        real = r.atomic_write_json
+        def then_die(path, data):
+            real(path, data)
+            if data.get("state") == "committed":
+                import shutil
+                shutil.rmtree(out); out.mkdir(); (out / "new.txt").write_text("complete new output")
+                os.kill(os.getpid(), signal.SIGKILL)
+        r.atomic_write_json = then_die
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+"""A process that replaces ``out`` and is killed at ``moment`` (its journal is real: this optbench wrote it here)."""
 
-    (folder / f"{JOURNAL_PREFIX}{pid}.json").write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "state": state,
-                                                                    "entries": entries}))
 
-
-def _dead_pid() -> int:
-    child = subprocess.Popen([PY, "-c", "pass"])
-    child.wait()
-    return child.pid
+def killed_in_block(out: Path, moment: str) -> None:
+    done = subprocess.run([PY, "-c", KILLED_IN_BLOCK, str(out), moment], env=_env(), capture_output=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
 
 
 @pytest.mark.parametrize("moment", ["before set-aside", "set aside, block half done", "committed, aside not yet removed"])
@@ -96,18 +114,8 @@ def test_a_kill_at_any_moment_of_a_replacement_is_repaired_by_the_next_command(t
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.txt").write_text("earlier output")
-    pid = _dead_pid()
-    aside = tmp_path / f".out{ASIDE_INFIX}{pid}"
-    entries = [{"path": str(out), "aside": str(aside), "existed": True}]
-    if moment != "before set-aside":
-        os.rename(out, aside)
-        out.mkdir()
-        (out / "half.txt").write_text("the killed command's partial output")
-    if moment.startswith("committed"):
-        shutil.rmtree(out)
-        out.mkdir()
-        (out / "new.txt").write_text("complete new output")
-    _journal(tmp_path, pid, "committed" if moment.startswith("committed") else "started", entries)
+    killed_in_block(out, moment)
+    assert [p for p in tmp_path.iterdir() if p.name.startswith(JOURNAL_PREFIX)]
     recover(tmp_path, [out])
     expected = {"new.txt": hashlib.sha1(b"complete new output").hexdigest()} if moment.startswith("committed") else {
         "old.txt": hashlib.sha1(b"earlier output").hexdigest()}
@@ -117,13 +125,19 @@ def test_a_kill_at_any_moment_of_a_replacement_is_repaired_by_the_next_command(t
 
 def test_a_journal_of_a_running_process_is_a_refusal_and_foreign_journals_are_left_alone(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    _journal(tmp_path, os.getppid(), "started", [{"path": str(out), "aside": str(tmp_path / f".out{ASIDE_INFIX}1"), "existed": True}])
+    token = "0" * 32
+    journal = tmp_path / f"{JOURNAL_PREFIX}{os.getppid()}-{token}.json"
+    journal.write_text(json.dumps({
+        "format": 2, "pid": os.getppid(), "token": token, "host": socket.gethostname(), "folder": os.path.realpath(tmp_path),
+        "folder_id": [tmp_path.stat().st_dev, tmp_path.stat().st_ino], "state": "started",
+        "entries": [{"name": "out", "kind": "folder", "existed": True}]}))
     with pytest.raises(UserError, match="being written by process"):
         recover(tmp_path, [out])
-    (tmp_path / f"{JOURNAL_PREFIX}{os.getppid()}.json").unlink()
+    journal.unlink()
     (tmp_path / f"{JOURNAL_PREFIX}77.json").write_text('{"pid": 77, "state": "started", "entries": [{"path": "/etc"}]}')
-    recover(tmp_path, [out])  # not a journal of ours: never acted on
+    notes = recover(tmp_path, [out])  # not a journal of ours: never acted on, said in one line
     assert (tmp_path / f"{JOURNAL_PREFIX}77.json").exists() and Path("/etc").is_dir()
+    assert len(notes) == 1 and "left alone" in notes[0]
 
 
 def _complete_corpus(out: Path) -> bool:

@@ -246,14 +246,14 @@ def test_a_contradicted_row_anchors_nothing_and_is_listed_outside_the_domain_wit
     assert validate_rows([b200])[0]["outside_domain"] == listed[row_id(b200)]
 
 
-def test_the_consistency_check_refuses_a_folder_it_did_not_create_and_leaves_its_files(tmp_path, capsys):
-    from optbench.projection import consistency
+def test_make_projection_refuses_a_folder_it_did_not_create_and_leaves_its_files(tmp_path, capsys):
+    from optbench.projection import validation_report
 
     (tmp_path / "published").mkdir()
     theirs = tmp_path / "published" / "inconsistent.csv"
     theirs.write_text("mine\n")
     with pytest.raises(SystemExit) as stopped:
-        consistency.main(["--results", str(tmp_path)])
+        validation_report.main(["--results", str(tmp_path)])
     assert stopped.value.code == 2
     assert theirs.read_text() == "mine\n"
     err = capsys.readouterr().err.strip().splitlines()

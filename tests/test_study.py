@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import math
 from pathlib import Path
 
@@ -77,7 +78,8 @@ def test_winners_come_from_tuning_seeds_and_numbers_from_held_out_ones(tmp_path)
 
     study = run_study(spec, launcher=launcher, progress=lambda _: None)
     assert {arm: w["lr"] for arm, w in study["winners"].items()} == best
-    held_out = [r for r in launched if r.endswith(("-s3", "-s4"))]
+    held_out = [r for r in launched if re.search(r"-s[34](-x[0-9a-f]{8})?$", r)]  # typed overrides name the runs apart
+    assert all(re.search(r"-x[0-9a-f]{8}$", r) for r in launched)
     grid_points = sum(len(spec.learning_rates[arm]) for arm in arms)
     assert len(launched) == grid_points * 2 + len(held_out) and len(held_out) == len(arms) * 2
     assert not any(w["at_grid_edge"] for w in study["winners"].values())  # every fake optimum is inside its grid

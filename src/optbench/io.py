@@ -52,6 +52,11 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[BinaryIO], 
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.filename is None:  # a failed write(): name the file, so that the one-line error names its field
+            raise OSError(err.errno, err.strerror, str(target)) from err
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

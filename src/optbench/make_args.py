@@ -59,6 +59,15 @@ def overrides_from_make(environ: Mapping[str, str] | None = None) -> list[str]:
     return [w for w in reversed(words) if not is_make_variable(w)]
 
 
+def refuse_overrides(target: str, options: str) -> None:
+    """``make <target>`` takes upper-case options only: a lower-case key=value word would be silently ignored."""
+    from optbench.errors import Problem, UserError
+
+    stray = overrides_from_make()
+    if stray:
+        raise UserError(Problem(target, f"make {target} takes no Hydra overrides (got {stray[0][:60]!r}); {options}"))
+
+
 def recipe_from_make(environ: Mapping[str, str] | None = None) -> str | None:
     environ = os.environ if environ is None else environ
     return environ.get(MAKE_RECIPE_ENV) or None

@@ -29,7 +29,7 @@ from pathlib import Path
 from optbench.checkout import repo_root
 from optbench.errors import Problem, UserError
 from optbench.io import NotOurFileError, atomic_write_text
-from optbench.redact import MIN_TEXT_SECRET, known_secrets
+from optbench.redact import secret_in_path
 
 MARKER_PREFIX = ".optbench-"
 KINDS = {
@@ -154,8 +154,10 @@ def output_problem(
     problem = _text_problem(str(path)) if isinstance(path, str) else None
     if problem is not None:
         return problem
-    if any(secret in str(path) for secret in known_secrets() if len(secret) >= MIN_TEXT_SECRET):
-        return "holds a secret (a credential or the Slurm account), which every printed line and file would then show"
+    source = secret_in_path(str(path))
+    if source is not None:
+        return (f"holds the value of {source}, a secret: every file and printed line hides it, so the path they name "
+                "would not exist; choose a path without it")
     folder = Path(path).expanduser()
     problem = _place_problem(folder, [Path(i) for i in inputs])
     if problem is not None:
@@ -189,6 +191,7 @@ def check_output(
     problem = output_problem(path, kind, inputs, earlier)
     if problem is not None:
         raise UserError(Problem(field, f"{problem}; nothing was written"))
+    remember(Path(path).expanduser(), field)
     return Path(path).expanduser()
 
 

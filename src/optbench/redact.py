@@ -31,6 +31,7 @@ import pickle
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from optbench.errors import Problem
@@ -50,6 +51,12 @@ _MARKER = "optbench-secret-marker-"
 
 _typed_secrets: set[str] = set()
 """Secret values this process has seen typed or composed (the account, secret-named overrides)."""
+
+
+@dataclass(frozen=True)
+class SecretProblem(Problem):
+    """A field that would carry a secret into what we write or print (:func:`secret_problems`): a sweep with such a
+    point is refused as a whole, never run without it."""
 
 
 def is_secret_name(name: str) -> bool:
@@ -157,15 +164,38 @@ def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return clean
 
 
+def _variants(value: str) -> set[str]:
+    """A secret as it may appear: as set, and stripped of the whitespace a shell or a line break adds around it."""
+    return {value, value.strip()} - {""}
+
+
 def secret_values(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
-    """Every concrete secret string we know of (longest first): the account, credential-like env values."""
+    """Every concrete secret string we know of (longest first): the account, credential-like env values, each also
+    stripped of surrounding whitespace (``HF_TOKEN=$'hf_x\\n'`` is printed as ``hf_x``)."""
+    return sorted({v for value, _ in secret_sources(config, environ) for v in _variants(value)}, key=len, reverse=True)
+
+
+def secret_sources(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """(value, where it comes from: ``$NAME``, ``cluster.account``, ``cluster.env.NAME``) of every secret we know of."""
     environ = os.environ if environ is None else environ
-    values = [value for name, value in environ.items() if is_secret_name(name) and value]
+    found = [(value, f"${name}") for name, value in environ.items() if is_secret_name(name) and value]
     cluster = (config or {}).get("cluster") or {}
     if cluster.get("account") and cluster["account"] != REDACTED:
-        values.append(str(cluster["account"]))
-    values += [str(v) for k, v in (cluster.get("env") or {}).items() if is_secret_name(k) and v and v != REDACTED]
-    return sorted(set(values), key=len, reverse=True)
+        found.append((str(cluster["account"]), "cluster.account"))
+    found += [(str(v), f"cluster.env.{k}") for k, v in (cluster.get("env") or {}).items()
+              if is_secret_name(k) and v and v != REDACTED]
+    return found
+
+
+def secret_in_path(path: str | os.PathLike[str]) -> str | None:
+    """Where the secret a path contains comes from (``$SBATCH_ACCOUNT``, ...), or None. Such a path is refused, not
+    rewritten: every file and printed line hides the secret, which would name a path that does not exist."""
+    text = os.fspath(path)
+    typed = [(value, "a secret typed on the command line") for value in sorted(_typed_secrets)]
+    for value, source in [*secret_sources(), *typed]:
+        if any(len(v) >= MIN_TEXT_SECRET and v in text for v in _variants(value)):
+            return source
+    return None
 
 
 def run_secrets(run: Any) -> list[str]:
@@ -213,10 +243,19 @@ def _marked_copy(cfg: Any) -> Any:
     return marked
 
 
+def secret_environment_names(environ: Mapping[str, str] | None = None) -> set[str]:
+    """Environment variables that hold a secret: credential-named ones, and any other whose value holds one of
+    theirs (``FZ_ALIAS=$WANDB_API_KEY``: ``${oc.env:FZ_ALIAS}`` would carry the key past a check of names alone)."""
+    environ = os.environ if environ is None else environ
+    named = {name for name in environ if is_secret_name(name)}
+    values = {v for name in named for v in _variants(environ[name]) if len(v) >= MIN_TEXT_SECRET}
+    return named | {name for name, value in environ.items() if any(v in value for v in values)}
+
+
 @contextlib.contextmanager
 def _marked_environment() -> Iterator[None]:
-    """Credential-named environment variables replaced by markers (``oc.env`` reads them at resolution)."""
-    saved = {name: value for name, value in os.environ.items() if is_secret_name(name)}
+    """Environment variables that hold a secret replaced by markers (``oc.env`` reads them at resolution)."""
+    saved = {name: os.environ[name] for name in secret_environment_names()}
     try:
         for name in saved:
             os.environ[name] = f"{_MARKER}{name}"
@@ -258,7 +297,8 @@ def secret_problems(cfg: Any, environ: Mapping[str, str] | None = None) -> list[
         with _marked_environment():
             marked = _marked_copy(cfg)
             reaching = {path for path in interpolated if _reaches_secret(marked, path)}
-    sources = {value: f"${name}" for name, value in environ.items() if is_secret_name(name) and len(value) >= MIN_TEXT_SECRET}
+    sources = {v: f"${name}" for name, value in environ.items() if is_secret_name(name)
+               for v in _variants(value) if len(v) >= MIN_TEXT_SECRET}
     account = (raw.get("cluster") or {}).get("account") if isinstance(raw, dict) else None
     if isinstance(account, str) and "${" not in account and len(account) >= MIN_TEXT_SECRET:
         sources[account] = "cluster.account"
@@ -271,7 +311,7 @@ def secret_problems(cfg: Any, environ: Mapping[str, str] | None = None) -> list[
         )
         if found:
             problems.append(
-                Problem(
+                SecretProblem(
                     path,
                     f"{found}; plans, configs, job files and logs never hold secrets: give a plain value (the "
                     "account reaches sbatch only through SBATCH_ACCOUNT, credentials through your exported environment)",

@@ -14,9 +14,9 @@ import os
 import re
 from pathlib import Path
 
-import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from optbench.compose.config_files import yaml_alias_used
 from optbench.config.serialize import run_config_to_dict, to_run_config
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
@@ -89,7 +89,7 @@ def load_config_yaml(source: Path, field: str = "config") -> DictConfig | ListCo
         raise UserError(f"{source} is not a config.yaml optbench wrote (not a file, or over {MAX_CONFIG_BYTES >> 20} MB)", field)
     try:
         text = source.read_text(encoding="utf-8")
-        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text)):
+        if yaml_alias_used(text):
             raise UserError(f"{source} uses YAML aliases, which optbench never writes; restore the file", field)
         return OmegaConf.load(source)
     except UserError:

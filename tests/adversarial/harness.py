@@ -11,7 +11,8 @@ command (corrupted checkpoints, read-only files). Placeholders in braces are pat
 Every case runs with its working directory in a fake checkout inside a **canary tree** (user files, a
 folder, a file, a symbolic link, a character device made with mknod, a FIFO, the input corpus, crafted
 logs) and with secrets in the environment. Checks: the exit code, no traceback, no secret printed or
-written, every canary as it was; for a refusal also the results folder and the scratch folder as they were.
+written, every canary as it was, nothing a setup put in the scratch folder gone; for a refusal also the
+results folder and the scratch folder as they were.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def expand(word: str, world: World, places: Places) -> list[str]:
         "device": world.canary / "dev" / "null", "fifo": world.canary / "dev" / "fifo", "link": world.canary / "link",
         "resultslike": world.canary / "results-like", "logs": world.canary / "logs", "results": places.results,
         "scratch": places.scratch, "corpus": places.corpus, "tokenizer": world.tokenizer, "repo": REPO,
-        "x300": "x" * 300, "x5000": "x" * 5000, "account": SECRETS["SBATCH_ACCOUNT"], "wandbkey": SECRETS["WANDB_API_KEY"],
+        "x300": "x" * 300, "x5000": "x" * 5000, "d5000": "9" * 5000, "account": SECRETS["SBATCH_ACCOUNT"], "wandbkey": SECRETS["WANDB_API_KEY"],
         "nl": "\n",
     }
     for name, value in values.items():
@@ -350,6 +351,8 @@ def execute(case: Case, world: World, tmp_path: Path, capsys: Any, monkeypatch: 
         assert secret not in out + err, f"secret printed: {shown}"
         assert secret not in written, f"secret written: {case.text}"
     assert snapshot(world.canary) == canary, f"a canary changed: {shown}"
+    lost = set(scratch) - set(snapshot(places.scratch))
+    assert not lost, f"what the scratch folder held before is gone ({sorted(lost)[:3]}): {shown}"
     if code == 2:
         assert snapshot(places.results) == results, f"a refusal changed results/: {shown}"
         assert snapshot(places.scratch) == scratch, f"a refusal changed the scratch folder: {shown}"

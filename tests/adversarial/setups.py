@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +84,43 @@ SETUPS = {
     "unmarked-results": lambda p: (p.results / ".optbench-results").unlink(),
     "user-file-in-results": lambda p: ((p.results / ".optbench-results").unlink(), write(p.results / "mine.txt", "x")),
     "stale-journal": lambda p: write(p.results / "plans" / "qwen3_30b_a3b_muon" / ".optbench-journal-999999.json", "{oops"),
+    "throughput-is-dir": lambda p: write(p.results / "throughput.md" / "mine.txt", "a file of the user's"),
+    "notes-in-corpus": lambda p: write(p.corpus / "NOTES.md", "my notes on this corpus"),
+    "strangers-journal": lambda p: (write(p.scratch / "victim" / "thesis.tex", "years of work"), write(
+        p.scratch / "shared" / ".optbench-journal-424242.json", json.dumps(
+            {"pid": 424242, "host": socket.gethostname(), "state": "started",
+             "entries": [{"path": str(p.scratch / "victim"), "aside": str(p.scratch / ".victim.previous-424242"),
+                          "existed": False}]}))),
+    "model-of-another": lambda p: _reseal(p, "model.pt", _narrowed_model),
+    "rank-not-a-rank-file": lambda p: _reseal(p, "rank0.pt", lambda path: torch_save({"not": "a rank file"}, path)),
 }
 """``@name`` words: how a case's results folder is changed before its command runs."""
+
+
+def torch_save(obj: Any, path: Path) -> None:
+    import torch
+
+    torch.save(obj, path)
+
+
+def _narrowed_model(path: Path) -> None:
+    """The checkpoint's model.pt as another model's: its output layer one row narrower."""
+    import torch
+
+    weights = torch.load(path, map_location="cpu", weights_only=True)
+    weights["lm_head.weight"] = weights["lm_head.weight"][:-1]
+    torch.save(weights, path)
+
+
+def _reseal(places: Places, name: str, change) -> None:
+    """Change one file of the saved checkpoint and record its new size and hash, as a save would have: the
+    checkpoint is complete by its manifest, and only loading it shows it does not fit."""
+    import hashlib
+
+    folder = _manifest(places).parent
+    change(folder / name)
+    data = (folder / name).read_bytes()
+    _edit_manifest(places, lambda d: d["files"].__setitem__(name, {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
 
 
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(

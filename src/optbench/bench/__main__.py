@@ -10,6 +10,9 @@ from optbench.bench import BENCHMARKS, GPU_BENCHMARKS
 from optbench.errors import Problem, UserError
 from optbench.exits import exit_on_user_error
 
+MAX_THREADS = 4096
+"""Most CPU threads a benchmark may ask torch for (more than any machine's cores; torch overflows far beyond)."""
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m optbench.bench", description=__doc__.split(":", 1)[1].strip())
@@ -21,12 +24,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="smaller models and fewer repetitions (smoke test)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, one per core)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--from-make", action="store_true", help="refuse the key=value words make passes (it takes none)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     with exit_on_user_error(args.debug):
+        if args.from_make:
+            from optbench.make_args import refuse_overrides
+
+            refuse_overrides("bench", "run `python -m optbench.bench --help` for its options")
         if args.only is not None and args.only not in BENCHMARKS:
             raise UserError(Problem("--only", f"unknown benchmark {args.only!r}; choose one of {', '.join(BENCHMARKS)}"))
         if args.gpu_only:
@@ -35,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
             from optbench.bench.sections import require_cuda
 
             require_cuda()  # before anything is printed or written
+        if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+            raise UserError(Problem("--threads", f"must be from 1 to {MAX_THREADS:,}, got {str(args.threads)[:24]}"))
         from optbench.outputs import claim
 
         if args.out is None:
@@ -44,8 +54,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             out = claim(args.out, "--out", "results")
         if args.threads is not None:
-            if args.threads < 1:
-                raise UserError(Problem("--threads", f"must be at least 1, got {args.threads}"))
             import torch
 
             torch.set_num_threads(args.threads)

@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from optbench.checkout import repo_root
 from optbench.compose import release_layout
+from optbench.compose.config_files import check_config_files
 from optbench.compose.pipeline import follow_stage_overrides
 from optbench.compose.reuse import compose_with_kept_groups
 from optbench.config import overrides as typed
@@ -136,6 +137,7 @@ def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig
         raise UserError(
             Problem("RECIPE", f"no recipe '{recipe}'{closest(recipe, recipes)}; available: {', '.join(recipes)}")
         )
+    check_config_files(root)
     search = f"hydra.searchpath=[file://{root / 'conf'}]"
     # compose() never configures logging, launches, sweeps, prints help or makes an output folder, and drops
     # the hydra node from what it returns: Hydra's configs for those would be loaded and merged for nothing

@@ -33,6 +33,9 @@ from optbench.redact import is_secret_name
 
 MAX_OVERRIDES = 200
 MAX_OVERRIDE_CHARS = 20_000
+MAX_DIGITS = 100
+"""Longest run of digits a value may hold: no field takes a larger number (Python refuses to read an integer of
+over 4,300 digits, so Hydra's grammar would stop with a traceback)."""
 """A typed pipeline layout of 1024 layers fits; anything longer is not a hand-typed override."""
 
 CONFIG_GROUPS = ("model", "parallel", "optimizer", "precision", "cluster", "train", "data", "logger")
@@ -127,6 +130,11 @@ def check_syntax(overrides: Sequence[str], sweeping: bool = False) -> Iterable[P
         if value != value.strip():
             yield Problem(key, "has a space at the start or end of its value, which Hydra would drop silently; remove it, or "
                                "quote the value inside the override (key='value ') to keep it")
+            continue
+        digits = max((len(run) for run in re.findall(r"\d+", value)), default=0)
+        if digits > MAX_DIGITS:
+            yield Problem(key, f"holds a number of {digits:,} digits; no field takes a number that large (at most "
+                               f"{MAX_DIGITS} digits)")
             continue
         try:
             [override] = parser.parse_overrides([text])

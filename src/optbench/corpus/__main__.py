@@ -32,24 +32,38 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, name, os.environ.get(f"OPTBENCH_DATA_{name.upper()}") or getattr(args, name))
     with exit_on_user_error():
         if args.from_make:
-            _refuse_overrides()
+            from optbench.make_args import refuse_overrides
+
+            refuse_overrides("data", "its options are INPUT=, OUT=, TOKENIZER= and VOCAB=")
         text = str(args.vocab).strip()
         if not (text.isascii() and text.isdigit() and len(text) <= 8):
             raise UserError(Problem("VOCAB", f"{text[:20]!r} is not a whole number of tokens"))
         args.vocab = int(text)
         from optbench.checkout import repo_root
         from optbench.corpus.prepare import is_earlier_corpus, parts_from_folder, prepare
-        from optbench.outputs import check_output
+        from optbench.outputs import check_output, output_problem
 
         if args.vocab < 258 or args.vocab > 1 << 20:
             raise UserError(Problem("VOCAB", f"must be from 258 to {1 << 20:,}, got {args.vocab}"))
         for field, value in (("INPUT", args.input), ("TOKENIZER", args.tokenizer)):
             if value is not None and (len(value) > 4096 or any(ord(c) < 32 for c in value)):
                 raise UserError(Problem(field, "must be a path on one line of at most 4,096 characters"))
+        from optbench.redact import secret_in_path
+
+        for field, value in (("INPUT", args.input), ("TOKENIZER", args.tokenizer)):
+            source = secret_in_path(value) if value else None
+            if source is not None:  # corpus.json records it, and hides every secret: the path would be rewritten
+                raise UserError(Problem(field, f"the path holds the value of {source}, a secret, which corpus.json and "
+                                               "the printed data.path would hide, naming a path that does not exist; "
+                                               "rename the folder or run without that variable set; nothing was written"))
         inputs = [p for p in (args.input, args.tokenizer) if p]
         if args.input and not Path(args.input).resolve().name:
             raise UserError(Problem("INPUT", f"{args.input} is the file system's root; give a folder of .txt or .jsonl files"))
         out = Path(args.out) if args.out else repo_root() / "data" / (Path(args.input).resolve().name if args.input else "pydocs")
+        from optbench.replace import recover_beside
+
+        if output_problem(str(out), "corpus", inputs, earlier=is_earlier_corpus) is not None:
+            recover_beside([out])  # a build killed while it made OUT left a journal: undo it, then judge OUT again
         check_output(str(out), "OUT", "corpus", inputs, earlier=is_earlier_corpus)
         if args.input:
             parts, name = parts_from_folder(args.input), Path(args.input).resolve().name
@@ -73,16 +87,6 @@ def main(argv: list[str] | None = None) -> int:
                f"data=indexed 'data.path={manifest['data_path']}' data.tokenizer={manifest['tokenizer']['path']}")
         )
     return 0
-
-
-def _refuse_overrides() -> None:
-    """``make data`` takes upper-case options only: a lower-case key=value word would be silently ignored."""
-    from optbench.make_args import overrides_from_make  # make targets run from the checkout, where launch/ lives
-
-    stray = overrides_from_make()
-    if stray:
-        raise UserError(Problem("data", f"make data takes no Hydra overrides (got {stray[0][:60]!r}); its options are "
-                                        "INPUT=, OUT=, TOKENIZER= and VOCAB="))
 
 
 if __name__ == "__main__":

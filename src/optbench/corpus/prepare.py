@@ -39,7 +39,7 @@ from optbench.corpus.tokenizer import (
 from optbench.errors import UserError
 from optbench.io import atomic_write_json
 from optbench.outputs import SYSTEM_TREES, check_output, claim
-from optbench.replace import replacing
+from optbench.replace import Folder, recover_beside, replacing
 
 SHUFFLE_SEED = 1234
 MANIFEST = "corpus.json"
@@ -113,6 +113,13 @@ def parts_from_folder(folder: str | Path) -> list[Part]:
 
 EARLIER_CORPUS_FILES = re.compile(r"tokenizer|corpus\.json|[^/]+_text_document\.(bin|idx)")
 """What a corpus folder written by an earlier optbench (before output markers) holds, and nothing else."""
+CORPUS_ENTRIES = re.compile(rf"{EARLIER_CORPUS_FILES.pattern}|\.optbench-corpus|\.[^/]+\.tmp")
+"""What ``make data`` writes in its folder (its marker, and the temporary files of a write it was killed in)."""
+
+
+def is_corpus_entry(path: Path) -> bool:
+    """Whether ``path``, in a corpus folder, is one ``make data`` wrote (the folder is replaced as a whole)."""
+    return bool(CORPUS_ENTRIES.fullmatch(path.name)) and (path.is_dir() == (path.name == "tokenizer")) and not path.is_symlink()
 
 
 def is_earlier_corpus(folder: Path) -> bool:
@@ -160,9 +167,10 @@ def prepare(
 
     ``out`` must be new, empty or an earlier corpus (checked again here: :func:`optbench.outputs.claim`)."""
     started = time.perf_counter()
+    recover_beside([out])
     out = check_output(out, "OUT", "corpus", earlier=is_earlier_corpus)
     parts, removed = _without_near_duplicates(parts)
-    with replacing([out]):
+    with replacing(folders=[Folder(out, holds=is_corpus_entry)]):
         claim(out, "OUT", "corpus")
         corpus: CorpusTokenizer = (
             load_tokenizer(tokenizer, "TOKENIZER") if tokenizer is not None

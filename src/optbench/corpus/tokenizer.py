@@ -10,6 +10,9 @@ Every document ends in the end-of-document token, as ``preprocess_data.py --appe
 
 from __future__ import annotations
 
+import os
+import re
+
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,5 +95,13 @@ def save_tokenizer(tokenizer: CorpusTokenizer, folder: Path) -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer.tokenizer, eos_token=EOD, bos_token=EOD, unk_token=EOD)
-    fast.save_pretrained(str(folder))
+    try:
+        fast.save_pretrained(str(folder))
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(err.filename or folder)) from err
+    except Exception as err:  # the tokenizers library (Rust) raises a bare Exception for a failed write: "... (os error 28)"
+        code = re.search(r"\(os error (\d+)\)", str(err))
+        if code is None:
+            raise
+        raise OSError(int(code[1]), os.strerror(int(code[1])), str(folder)) from err
     return folder

@@ -71,17 +71,26 @@ class CompareSpec:
         return {MUON: self.muon_recipe or f"{self.model}_muon", ADAMW: self.adamw_recipe or f"{self.model}_adamw"}
 
 
+MAX_SEEDS = 100
+MAX_SEED = 2**31 - 1
+MAX_ITERS = 1_000_000_000
+
+
+def _shown(text: str) -> str:
+    """A typed value quoted for a one-line error, cut to 40 characters."""
+    return repr(text[:40]) + ("..." if len(text) > 40 else "")
+
+
 def parse_seeds(text: str) -> tuple[int, ...]:
     """``3`` means seeds 1, 2, 3; ``7,11,13`` lists them."""
-    try:
-        if "," in text:
-            seeds = tuple(int(part) for part in text.split(",") if part.strip())
-        else:
-            seeds = tuple(range(1, int(text) + 1))
-    except ValueError:
-        raise UserError(f"{text!r} is neither a count (SEEDS=3) nor a list (SEEDS=1,2,3)", "SEEDS") from None
+    parts = [part.strip() for part in text.split(",") if part.strip()] if "," in text else [text.strip()]
+    if not all(part.isascii() and part.isdigit() and len(part) <= 10 for part in parts):
+        raise UserError(f"{_shown(text)} is neither a count (SEEDS=3) nor a list (SEEDS=1,2,3) of whole numbers", "SEEDS")
+    seeds = tuple(int(p) for p in parts) if "," in text else tuple(range(1, min(int(parts[0]), MAX_SEEDS + 1) + 1))
     if not seeds or len(set(seeds)) != len(seeds):
-        raise UserError(f"{text!r} gives no seeds or repeats one; use e.g. SEEDS=3 or SEEDS=1,2,3", "SEEDS")
+        raise UserError(f"{_shown(text)} gives no seeds or repeats one; use e.g. SEEDS=3 or SEEDS=1,2,3", "SEEDS")
+    if len(seeds) > MAX_SEEDS or max(seeds) > MAX_SEED:
+        raise UserError(f"{_shown(text)}: at most {MAX_SEEDS} seeds, each at most {MAX_SEED:,}", "SEEDS")
     return seeds
 
 
@@ -92,9 +101,9 @@ def parse_target(text: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        raise UserError(f"{text!r} is not a loss value; use e.g. TARGET=4.5 or TARGET=auto", "TARGET") from None
-    if not value > 0:
-        raise UserError(f"{text!r}: a target loss must be positive", "TARGET")
+        raise UserError(f"{_shown(text)} is not a loss value; use e.g. TARGET=4.5 or TARGET=auto", "TARGET") from None
+    if not 0 < value < float("inf"):
+        raise UserError(f"{_shown(text)}: a target loss must be a positive finite number of nats", "TARGET")
     return value
 
 
@@ -223,11 +232,12 @@ def spec_from_words(model: str, seeds: str, target: str, iters: str, window: str
                     muon_recipe: str = "", adamw_recipe: str = "", results_dir: str = "results",
                     reuse: str = "") -> CompareSpec:
     """A spec from the make variables (strings, as typed)."""
-    try:
-        window_steps = int(window)
-        iter_count = int(iters) if iters.strip() else None
-    except ValueError:
-        raise UserError(f"WINDOW={window!r} ITERS={iters!r}: both must be whole numbers", "ITERS") from None
+    for field, text in (("WINDOW", window), ("ITERS", iters)):
+        text = text.strip()
+        if text and not (text.isascii() and text.isdigit() and int(text[:12]) <= MAX_ITERS and len(text) <= 10):
+            raise UserError(f"{_shown(text)} is not a whole number of steps from 1 to {MAX_ITERS:,}", field)
+    window_steps = int(window)
+    iter_count = int(iters) if iters.strip() else None
     if window_steps < 1:
         raise UserError("must be at least 1 step", "WINDOW")
     return CompareSpec(

@@ -8,12 +8,23 @@ from collections.abc import Callable
 
 from optbench.optim.newton_schulz import resolve_matmul_precision
 from optbench.experiments import study_stats as stats
-from optbench.experiments.study_plan import ARMS, SIZES, StudyRun, StudySpec, check, compose, read_run, train, tuning_runs
+from optbench.experiments.study_plan import (
+    ARMS,
+    SIZES,
+    StudySpec,
+    check,
+    check_finished,
+    compose,
+    read_run,
+    train,
+    tuning_runs,
+)
 
 
 def run_study(spec: StudySpec, launcher: Callable | None = None, progress: Callable[[str], None] = print) -> dict:
     """Train (or reuse) every run, choose each arm's learning rate on the tuning seeds, measure on held-out ones."""
     check(spec)
+    check_finished(spec)
     validation = None
     if launcher is None:
         from optbench.corpus.pydocs import ensure_pydocs
@@ -28,7 +39,7 @@ def run_study(spec: StudySpec, launcher: Callable | None = None, progress: Calla
         tuning[run.arm].setdefault(run.lr, []).append(read_run(train(spec, run, launcher, progress)))
     winners = stats.choose_winners(tuning)
     held_out = {
-        arm: [read_run(train(spec, StudyRun(arm, winner["lr"], seed, "held_out", spec.size), launcher, progress))
+        arm: [read_run(train(spec, spec.run(arm, winner["lr"], seed, "held_out"), launcher, progress))
               for seed in spec.held_out_seeds]
         for arm, winner in winners.items()
     }

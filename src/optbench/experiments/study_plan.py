@@ -27,12 +27,14 @@ per step, 600 steps) and ``gpu`` (a larger proxy and batch for one GPU; not run 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from optbench.compose.recipe import compose_run
+from optbench.config.overrides import typed_key, typed_keys
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.metrics import read_metrics
@@ -89,6 +91,13 @@ TUNING_SEEDS = (1, 2, 3)
 HELD_OUT_SEEDS = (4, 5, 6)
 
 
+SET_PER_RUN = ("optimizer.lr", "optimizer.min_lr", "train.seed", "data.seed", "run_id", "results_dir")
+"""Keys the study sets for each run (its grid, its seeds, its ids): a typed value would train every run at it under
+names that say otherwise, so it is refused (as is every key an arm sets, :data:`ARMS`)."""
+NOT_NAMED = ("debug",)
+"""Typed keys that change nothing a run measures, left out of its id."""
+
+
 @dataclass(frozen=True)
 class StudyRun:
     """One run of the study."""
@@ -99,10 +108,12 @@ class StudyRun:
     phase: str
     """tuning or held_out."""
     size: str
+    variant: str = ""
+    """A short digest of the typed overrides ("" without any): runs of other settings never share an id."""
 
     @property
     def run_id(self) -> str:
-        return f"study{PROTOCOL}-{self.size}-{self.arm}-lr{self.lr:g}-s{self.seed}"
+        return f"study{PROTOCOL}-{self.size}-{self.arm}-lr{self.lr:g}-s{self.seed}" + (f"-x{self.variant}" if self.variant else "")
 
     def overrides(self, results_dir: str, extra: tuple[str, ...] = ()) -> list[str]:
         recipe_overrides = ARMS[self.arm][1]
@@ -122,6 +133,15 @@ class StudySpec:
     held_out_seeds: tuple[int, ...] = HELD_OUT_SEEDS
     learning_rates: dict = field(default_factory=lambda: dict(LEARNING_RATES))
 
+    @property
+    def variant(self) -> str:
+        """What names this study's runs apart from those of the plain study (:attr:`StudyRun.variant`)."""
+        named = [o for o in self.overrides if typed_key(o) not in NOT_NAMED]
+        return hashlib.sha256("\n".join(named).encode()).hexdigest()[:8] if named else ""
+
+    def run(self, arm: str, lr: float, seed: int, phase: str) -> StudyRun:
+        return StudyRun(arm, lr, seed, phase, self.size, self.variant)
+
 
 def compose(spec: StudySpec, run: StudyRun) -> RunConfig:
     config = compose_run(ARMS[run.arm][0], run.overrides(spec.results_dir, spec.overrides))
@@ -130,18 +150,38 @@ def compose(spec: StudySpec, run: StudyRun) -> RunConfig:
 
 
 def tuning_runs(spec: StudySpec) -> list[StudyRun]:
-    return [StudyRun(arm, lr, seed, "tuning", spec.size) for arm in spec.arms for lr in spec.learning_rates[arm]
+    return [spec.run(arm, lr, seed, "tuning") for arm in spec.arms for lr in spec.learning_rates[arm]
             for seed in spec.tuning_seeds]
+
+
+def candidate_runs(spec: StudySpec) -> list[StudyRun]:
+    """Every run the study may train: the tuning runs, and each grid point on the held-out seeds (its winner's)."""
+    return [*tuning_runs(spec), *(spec.run(arm, lr, seed, "held_out") for arm in spec.arms
+                                  for lr in spec.learning_rates[arm] for seed in spec.held_out_seeds)]
 
 
 def check(spec: StudySpec) -> None:
     """Compose every run of the study before any trains (a bad override fails in one line, at once)."""
     if spec.size not in SIZES:
-        raise UserError(Problem("SIZE", f"'{spec.size}' is not one of {', '.join(SIZES)}"))
+        raise UserError(Problem("SIZE", f"{spec.size[:40]!r} is not one of {', '.join(SIZES)}"))
     if set(spec.tuning_seeds) & set(spec.held_out_seeds):
         raise UserError(Problem("SEEDS", "tuning and held-out seeds must differ (the winner is chosen on the former)"))
     if "adamw" not in spec.arms:
         raise UserError(Problem("ARMS", "every arm is measured against adamw: keep it"))
+    arm_keys = {typed_key(o): arm for arm in spec.arms for o in ARMS[arm][1]}
+    for key in typed_keys(spec.overrides):
+        if key == "results_dir":
+            raise UserError(Problem(key, "the study keeps its runs and tables in one folder: set it with "
+                                         "OPTBENCH_RESULTS_DIR=<folder> (default results/), not per run"))
+        if key == "run_id":
+            raise UserError(Problem(key, "make study makes many runs, each with its own id (study<protocol>-<size>-<arm>-"
+                                         "lr<rate>-s<seed>); drop run_id="))
+        if key in SET_PER_RUN:
+            raise UserError(Problem(key, "is set by the study for each run (its learning-rate grid and seeds); a typed "
+                                         "value would train every run at it under names that say otherwise; drop it"))
+        if key in arm_keys:
+            raise UserError(Problem(key, f"is what the {arm_keys[key]} arm sets; a typed value would change the arm under "
+                                         "its name; drop it"))
     for run in tuning_runs(spec):
         if run.seed != spec.tuning_seeds[0]:
             continue  # a seed changes train.seed and data.seed only: one per (arm, lr) says whether it composes
@@ -172,10 +212,30 @@ def train(spec: StudySpec, run: StudyRun, launcher: Callable[[RunConfig], Path],
     return launcher(config)
 
 
+def check_finished(spec: StudySpec) -> None:
+    """Read every finished run the study would reuse, so that one it cannot read is refused before any run trains."""
+    for run in candidate_runs(spec):
+        folder = finished(spec, run)
+        if folder is not None:
+            read_run(folder)
+
+
 def read_run(folder: Path) -> dict:
-    """What the analysis needs from a run: its validation curve, training losses, step times and summary."""
+    """What the analysis needs from a run: its validation curve, training losses, step times and summary; a run it
+    cannot read (another shape, corrupt, not a run of this study) is a one-line refusal naming it."""
+    try:
+        return _read_run(folder)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+        reason = " ".join(str(err).split())[:120] or type(err).__name__
+        raise UserError(Problem("results_dir", f"{folder} is not a finished run this study can read ({reason}); move the "
+                                               "folder away and the study trains it again")) from None
+
+
+def _read_run(folder: Path) -> dict:
     records = read_metrics(folder / "metrics.jsonl")
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    if not isinstance(summary, dict):
+        raise ValueError(f"summary.json holds a {type(summary).__name__}, not a run summary")
     return {
         "run_id": folder.name,
         "tokens_per_step": summary.get("tokens_per_step"),

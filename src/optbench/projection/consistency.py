@@ -21,19 +21,13 @@ to this check.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
-from pathlib import Path
 
-from optbench.checkout import repo_root
-from optbench.exits import exit_on_user_error
-from optbench.io import atomic_write_text
-from optbench.outputs import check_output, claim
 from optbench.projection.calibration import Holdout, row_id
 from optbench.projection.published_rows import projection_error
 from optbench.projection.row_config import row_config
-from optbench.published import INCONSISTENT_CSV, PublishedRow, default_published_dir, load_published
+from optbench.published import PublishedRow
 
 MISS = 50.0
 """|error| in percent beyond which another release's projection contradicts a row."""
@@ -85,22 +79,3 @@ def csv_text(flagged: dict[str, str]) -> str:
     for row in sorted(flagged):
         writer.writerow([row, flagged[row]])
     return buffer.getvalue()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m optbench.projection.consistency", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)")
-    args = parser.parse_args(argv)
-    with exit_on_user_error():
-        check_output(args.results, "--results", "results")  # a folder that is not ours: refused before the work
-        directory = default_published_dir(args.results)
-        flagged = inconsistent_rows(load_published(directory))
-        claim(args.results, "--results", "results")
-        path = Path(directory) / INCONSISTENT_CSV
-        atomic_write_text(path, csv_text(flagged))
-        print(f"wrote {path}: {len(flagged)} row(s) their own setup contradicts")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

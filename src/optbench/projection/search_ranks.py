@@ -15,12 +15,14 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from optbench.checkout import repo_root
 from optbench.errors import Problem, UserError
 from optbench.exits import exit_on_user_error
 from optbench.io import atomic_write_json, atomic_write_text
+from optbench.make_args import refuse_overrides
 from optbench.outputs import claim
 from optbench.projection.calibration import row_id
 from optbench.projection.release_drift import consecutive_releases
@@ -38,7 +40,10 @@ from optbench.projection.search_standing import (
     standing_of,
 )
 from optbench.published import PublishedRow, default_published_dir, load_published
+from optbench.replace import replacing
 
+MAX_TABLE_BYTES = 16 << 20
+"""The committed table is about 100 KB: a larger search_ranks.json was not written by this command."""
 TOP = 5
 """The issue's bar: NVIDIA's layout in our top 5."""
 
@@ -151,6 +156,7 @@ def ranks(rows: list[PublishedRow], models: set[str] | None = None) -> dict[str,
             continue
         key = config.overrides + (config.recipe,)
         if key not in searches:
+            print(f"  searching the layouts of {row_id(row)} ({len(searches) + 1} of the searches)", flush=True)
             start = time.perf_counter()
             searches[key] = (search(resolved.run, top=0), time.perf_counter() - start)
         result, seconds = searches[key]
@@ -158,6 +164,31 @@ def ranks(rows: list[PublishedRow], models: set[str] | None = None) -> dict[str,
         records.append(record(row_id(row), own, result, seconds, config.command))
         searched.append((row, own, result))
     return {**summary(records), "layout_changes": layout_changes(searched)}
+
+
+def earlier_table(path: Path, rows: list[PublishedRow], models: set[str]) -> dict[str, Any]:
+    """The last run's table, whose other models' rows ``MODELS=`` keeps: refused in one line, before any search, when
+    it is not one this command wrote (unreadable, another shape, or without those models' rows)."""
+    def refused(why: str) -> UserError:
+        return UserError(Problem("MODELS", f"cannot keep the other models' rows: {path} {why}; run make search-ranks "
+                                           "without MODELS (it searches every row)"))
+
+    try:
+        if path.stat().st_size > MAX_TABLE_BYTES:
+            raise refused(f"is over {MAX_TABLE_BYTES >> 20} MB")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise refused(f"is unreadable ({type(err).__name__})") from None
+    table_rows = data.get("rows") if isinstance(data, dict) else None
+    changes = data.get("layout_changes") if isinstance(data, dict) else None
+    if not (isinstance(table_rows, list) and isinstance(changes, list)
+            and all(isinstance(r, dict) and isinstance(r.get("row"), str) for r in table_rows)
+            and all(isinstance(c, dict) and isinstance(c.get("from_row"), str) for c in changes)):
+        raise refused("does not have the shape this command writes (rows and layout_changes)")
+    others = {row.model for row in rows} - models
+    if others and not any(r["row"] in {row_id(row) for row in rows if row.model in others} for r in table_rows):
+        raise refused(f"holds no row of {', '.join(sorted(others))}")
+    return data
 
 
 def merged(fresh: dict[str, Any], earlier: dict[str, Any], rows: list[PublishedRow], models: set[str]) -> dict[str, Any]:
@@ -268,8 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)")
     parser.add_argument("--models", default=os.environ.get("OPTBENCH_SEARCH_MODELS", ""),
                         help="comma-separated models (default: every model); the others' rows are kept from the last run")
+    parser.add_argument("--from-make", action="store_true", help="refuse the key=value words make passes (it takes none)")
     args = parser.parse_args(argv)
     with exit_on_user_error():  # a results folder we may not write into, a full disk: one line, exit 2
+        if args.from_make:
+            refuse_overrides("search-ranks", "its option is MODELS=<model,...>")
         models = {m for m in args.models.split(",") if m} or None
         rows = load_published(default_published_dir(repo_root() / "results"))
         known = sorted({row.model for row in rows})
@@ -279,17 +313,15 @@ def main(argv: list[str] | None = None) -> int:
         results = claim(args.results, "--results", "results")
         earlier, last = results / "projection" / "search_ranks.json", None
         if models and earlier.is_file():  # the other models' rows stay as the last run left them; read before searching
-            try:
-                last = json.loads(earlier.read_text())
-            except (OSError, UnicodeDecodeError, ValueError) as err:
-                raise UserError(Problem("MODELS", f"cannot keep the other models' rows: {earlier} is unreadable "
-                                        f"({type(err).__name__}); run make search-ranks without MODELS")) from None
+            last = earlier_table(earlier, rows, models)
         data = ranks(rows, models)
         if last is not None:
             data = merged(data, last, rows, models)
         text = markdown(data)
-        md = atomic_write_text(results / "projection" / "search_ranks.md", text)
-        js = atomic_write_json(results / "projection" / "search_ranks.json", data)
+        md, js = results / "projection" / "search_ranks.md", results / "projection" / "search_ranks.json"
+        with replacing(files=[md, js]):  # the table and its data together, or neither
+            atomic_write_text(md, text)
+            atomic_write_json(js, data)
         print(text)
         for path in (md, js):
             print(f"wrote {path}")

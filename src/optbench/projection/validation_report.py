@@ -12,13 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from optbench.checkout import repo_root
+from optbench.errors import Problem, UserError
 from optbench.exits import exit_on_user_error
 from optbench.io import atomic_write_json, atomic_write_text
-from optbench.outputs import claim
+from optbench.make_args import refuse_overrides
+from optbench.outputs import check_output, claim, remember
+from optbench.projection.consistency import csv_text, inconsistent_rows
 from optbench.projection.expected_error import SCHEME_LABELS, VALIDATION
 from optbench.projection.release_drift import drift_lines
 from optbench.projection.validation import SCHEMES, WITHIN, report
-from optbench.published import default_published_dir, load_published
+from optbench.published import INCONSISTENT_CSV, default_published_dir, load_published
+from optbench.replace import replacing
 
 
 def _cell(result: dict[str, Any]) -> str:
@@ -54,18 +58,31 @@ BEGIN, END = "<!-- make projection: begin -->", "<!-- make projection: end -->"
 DOCS = ("README.md", "docs/projection.md")
 
 
-def update_docs(data: dict[str, Any]) -> list[Path]:
-    """Rewrite the generated block of each document that has one; returns the documents written."""
-    block = "\n".join([BEGIN, "", *summary_table(data, worst=False), "", END])
-    written = []
+def read_docs() -> dict[Path, str]:
+    """Each document's text (the ones with a generated block), read before anything is computed or written."""
+    texts = {}
     for name in DOCS:
         path = repo_root() / name
-        text = path.read_text(encoding="utf-8")
-        if BEGIN in text and END in text:
-            head, rest = text.split(BEGIN, 1)
-            atomic_write_text(path, head + block + rest.split(END, 1)[1])
-            written.append(path)
-    return written
+        try:
+            texts[path] = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise UserError(Problem(name, "is missing from the checkout; restore it (git checkout -- "
+                                          f"{name}) or run without --update-docs; nothing was written")) from None
+        except UnicodeDecodeError as err:
+            raise UserError(Problem(name, f"is not UTF-8 text (byte {err.start:,}); restore it (git checkout -- {name}) "
+                                          "or run without --update-docs; nothing was written")) from None
+        except OSError as err:
+            raise UserError(Problem(name, f"cannot be read ({err.strerror}); nothing was written")) from None
+    for path, name in zip(texts, DOCS):
+        remember(path, name)  # a refusal to replace it names the document
+    return {path: text for path, text in texts.items() if BEGIN in text and END in text}
+
+
+def with_block(text: str, data: dict[str, Any]) -> str:
+    """``text`` with its generated block rewritten from ``data``."""
+    block = "\n".join([BEGIN, "", *summary_table(data, worst=False), "", END])
+    head, rest = text.split(BEGIN, 1)
+    return head + block + rest.split(END, 1)[1]
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -121,15 +138,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make projection", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)")
     parser.add_argument("--update-docs", action="store_true", help=f"rewrite the summary block of {' and '.join(DOCS)}")
+    parser.add_argument("--from-make", action="store_true", help="refuse the key=value words make passes (it takes none)")
     args = parser.parse_args(argv)
-    with exit_on_user_error():  # a results folder we may not write into, a full disk: one line, exit 2
-        results = claim(args.results, "--results", "results")
-        data = report(load_published(default_published_dir(repo_root() / "results")))
-        text = markdown(data)
-        md = atomic_write_text(results / "projection" / "validation.md", text)
-        js = atomic_write_json(results / VALIDATION, data)
+    with exit_on_user_error():  # every refusal before the first write; the outputs are replaced all together
+        if args.from_make:
+            refuse_overrides("projection", "it reads results/published/ and takes no options")
+        results = check_output(args.results, "--results", "results")
+        docs = read_docs() if args.update_docs else {}
+        published = default_published_dir(results)
+        flagged = csv_text(inconsistent_rows(load_published(published)))
+        md, js = results / "projection" / "validation.md", results / VALIDATION
+        with replacing(files=[published / INCONSISTENT_CSV, md, js, *docs]):
+            claim(results, "--results", "results")
+            atomic_write_text(published / INCONSISTENT_CSV, flagged)  # the calibration below reads it
+            data = report(load_published(default_published_dir(repo_root() / "results")))
+            text = markdown(data)
+            atomic_write_text(md, text)
+            atomic_write_json(js, data)
+            for path, old in docs.items():
+                atomic_write_text(path, with_block(old, data))
         print(text)
-        for path in (md, js, *(update_docs(data) if args.update_docs else ())):
+        for path in (published / INCONSISTENT_CSV, md, js, *docs):
             print(f"wrote {path}")
         return 0
 

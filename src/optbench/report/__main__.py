@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from optbench.errors import UserError
 from optbench.exits import run_in_results_dir
-from optbench.make_args import RESULTS_DIR_ENV, add_results_options, options_from_env, overrides_from_make
+from optbench.make_args import RESULTS_DIR_ENV, add_results_options, options_from_env, refuse_overrides
 
 TABLE_ENV = {"warmup": "OPTBENCH_TABLE_WARMUP", "logs": "OPTBENCH_TABLE_LOGS", "results_dir": RESULTS_DIR_ENV}
 
@@ -25,8 +25,7 @@ def cmd_table(args: argparse.Namespace) -> int:
 
     if args.from_make:
         options_from_env(args, TABLE_ENV)
-        if overrides_from_make():
-            raise UserError("make table takes no Hydra overrides; use WARMUP=<steps> and LOGS=<files>", "table")
+        refuse_overrides("table", "use WARMUP=<steps> and LOGS=<files>")
     text = str(args.warmup).strip()
     if not (text.isascii() and text.isdigit() and len(text) <= 10):
         raise UserError(f"{text[:20]!r} is not a whole number of steps from 0 to 1,000,000,000", "WARMUP")

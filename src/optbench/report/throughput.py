@@ -77,7 +77,7 @@ def write_throughput(
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     relative = [str(p.relative_to(results)) for p in plots]
     markdown, csv_path = results / "throughput.md", results / "throughput.csv"
-    with replacing([markdown, csv_path, *plots]):
+    with replacing(files=[markdown, csv_path, *plots]):
         for path, draw in drawn:
             draw(path)
         atomic_write_text(markdown, render_markdown(table, sources, stamp, relative, skipped, planned))

@@ -254,9 +254,47 @@ def has_checkpoint(root: Path) -> bool:
     return (root / LATEST).exists() or bool(_step_dirs(root))
 
 
-def _offer(root: Path, world: int, bad: str, fingerprint: dict[str, Any] | None = None) -> UserError:
-    """One line naming the bad checkpoint and the last complete one to resume from."""
-    complete = complete_steps(root, world, fingerprint)
+RANK_FIELDS = frozenset({"step", "samples", "world", "optimizer", "rng"})
+"""What every rank file holds (:func:`save_checkpoint`)."""
+
+
+def fit_problem(run: RunConfig, folder: Path, world: int) -> str | None:
+    """Why the complete checkpoint in ``folder`` cannot be loaded into this run (None when it can): model.pt's
+    tensors by name and shape against the run's model (built on the meta device, no memory), every rank file's
+    fields and step. Loads the files (the local engine's proxies are small): the launcher calls it before it
+    writes anything, so that a checkpoint of another model, or a rank file that is not one, is refused then."""
+    from optbench.engine.local.model import build_model
+
+    step = int(folder.name.removeprefix("step_"))
+    try:
+        with torch.device("meta"):
+            expected = {k: tuple(v.shape) for k, v in build_model(run.model, run.train.seed, "meta").state_dict().items()}
+        saved = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
+        if not isinstance(saved, dict):
+            return "model.pt holds no model weights"
+        shapes = {k: tuple(v.shape) for k, v in saved.items() if isinstance(v, torch.Tensor)}
+        differ = sorted(k for k in expected.keys() | shapes.keys() if expected.get(k) != shapes.get(k))
+        if differ:
+            name = differ[0]
+            return (f"model.pt holds another model ({name}: {list(shapes[name]) if name in shapes else 'absent'} there, "
+                    f"{list(expected[name]) if name in expected else 'absent'} in this run's)")
+        for rank in range(world):
+            payload = torch.load(folder / f"rank{rank}.pt", map_location="cpu", weights_only=False)
+            if not isinstance(payload, dict) or not RANK_FIELDS <= payload.keys() or payload["step"] != step \
+                    or not isinstance(payload["optimizer"], dict):
+                return f"rank{rank}.pt is not a rank file of step {step} (its fields or step differ from what a save writes)"
+    except Exception as err:  # noqa: BLE001 - any unpickling failure of a file is the file's problem, said in one line
+        return f"its files cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:120]})"
+    return None
+
+
+def _offer(root: Path, world: int, bad: str, fingerprint: dict[str, Any] | None = None, run: RunConfig | None = None,
+           refused: Path | None = None) -> UserError:
+    """One line naming the bad checkpoint and the last complete one to resume from (never ``refused``; with ``run``,
+    the newest one that also fits it)."""
+    complete = [step for step in complete_steps(root, world, fingerprint) if root / _step_name(step) != refused]
+    if run is not None:
+        complete = next(([s] for s in reversed(complete) if fit_problem(run, root / _step_name(s), world) is None), [])
     fix = (
         f"the last complete checkpoint is step {complete[-1]}: add train.resume_step={complete[-1]} to continue from it"
         if complete
@@ -265,10 +303,11 @@ def _offer(root: Path, world: int, bad: str, fingerprint: dict[str, Any] | None 
     return UserError(f"{bad}; {fix}", "resume")
 
 
-def choose_checkpoint(run: RunConfig, world: int) -> Path | None:
+def choose_checkpoint(run: RunConfig, world: int, check_fit: bool = True) -> Path | None:
     """The complete checkpoint to resume from: train.resume_step, else ``latest``; None if the run saved none.
 
-    Reads only manifests and hashes (no model): the launcher calls it before it writes anything."""
+    Checks manifests, hashes and the fit of the files to the run's model: the launcher calls it before it writes
+    anything."""
     root = checkpoint_dir(run)
     mine = run_fingerprint(run)
     if root.exists() and not root.is_dir():
@@ -285,15 +324,15 @@ def choose_checkpoint(run: RunConfig, world: int) -> Path | None:
             raise _offer(root, world, f"checkpoint pointer {pointer_problem}", mine)
         if folder is None or not folder.is_dir():
             raise _offer(root, world, f"{root / LATEST} names a step folder that does not exist", mine)
-    problem = checkpoint_problem(folder, world, mine)
+    problem = checkpoint_problem(folder, world, mine) or (fit_problem(run, folder, world) if check_fit else None)
     if problem is not None:
-        raise _offer(root, world, f"checkpoint {folder} is not usable: {problem}", mine)
+        raise _offer(root, world, f"checkpoint {folder} is not usable: {problem}", mine, run, refused=folder)
     return folder
 
 
 def load_checkpoint(run: RunConfig, model: nn.Module, optimizer: Any, rank: int, world: int) -> Resumed | None:
     """Restore model, optimizer and RNG states from the chosen checkpoint; None when the run saved none yet."""
-    folder = choose_checkpoint(run, world)
+    folder = choose_checkpoint(run, world, check_fit=False)  # the launcher checked the fit; this loads the files
     if folder is None:
         return None
     try:
@@ -304,4 +343,5 @@ def load_checkpoint(run: RunConfig, model: nn.Module, optimizer: Any, rank: int,
         return Resumed(step=int(mine["step"]), samples=int(mine["samples"]))
     except Exception as err:  # a checkpoint written for another model or optimizer setup
         reason = " ".join(str(err).split())[:200]
-        raise _offer(checkpoint_dir(run), world, f"checkpoint {folder} does not fit this run ({reason})", run_fingerprint(run)) from err
+        raise _offer(checkpoint_dir(run), world, f"checkpoint {folder} does not fit this run ({reason})", run_fingerprint(run),
+                     refused=folder) from err

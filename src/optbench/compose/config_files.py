@@ -1,0 +1,65 @@
+"""Bounds on the YAML a composition reads: every file under conf/ (conf/local/ included) and recipes/.
+
+Hydra loads a config file whole and OmegaConf expands every YAML alias into a copy: nine lines of anchors and
+aliases (a "billion laughs") become 9^9 nodes and hang a plan for minutes. The files are scanned as YAML events
+(no node is built) before Hydra reads them, and one with an alias or over :data:`MAX_CONFIG_FILE_BYTES` is refused
+in one line naming it. The scan is kept per file version (size and modification time), so a plan's five
+compositions scan once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from optbench.errors import Problem, UserError
+
+MAX_CONFIG_FILE_BYTES = 1 << 20
+"""A config file is a few KB: anything larger is refused before YAML reads it."""
+CONFIG_FOLDERS = ("conf", "recipes")
+
+_scanned: dict[tuple[str, int, int], str | None] = {}
+"""(path, size, mtime_ns) -> why the file is refused (None: it is not)."""
+
+
+def yaml_alias_used(text: str) -> bool:
+    """Whether YAML ``text`` uses an alias (``*name``), found from its events without building a node."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=loader))
+
+
+def _problem(path: Path, size: int) -> str | None:
+    if size > MAX_CONFIG_FILE_BYTES:
+        return f"is {size:,} bytes; a config file is at most {MAX_CONFIG_FILE_BYTES >> 20} MB"
+    try:
+        text = path.read_text(encoding="utf-8")
+        if yaml_alias_used(text):
+            return ("uses YAML aliases (&name / *name), which optbench refuses: a few lines of them expand to billions "
+                    "of values; write the values out")
+    except UnicodeDecodeError:
+        return "is not UTF-8 text"
+    except Exception:  # noqa: BLE001 - a YAML syntax error: Hydra reports it with the line, when it reads the file
+        return None
+    return None
+
+
+def check_config_files(root: Path) -> None:
+    """Refuse (one line naming the file) a YAML file under ``root``'s conf/ or recipes/ that could hang composition."""
+    for folder in CONFIG_FOLDERS:
+        for top, dirs, files in os.walk(root / folder):
+            dirs.sort()
+            for name in sorted(files):
+                if not name.endswith((".yaml", ".yml")):
+                    continue
+                path = Path(top) / name
+                try:
+                    info = path.stat()
+                except OSError:
+                    continue
+                key = (str(path), info.st_size, info.st_mtime_ns)
+                if key not in _scanned:
+                    _scanned[key] = _problem(path, info.st_size)
+                if _scanned[key] is not None:
+                    raise UserError(Problem(str(path.relative_to(root)), f"{_scanned[key]}; nothing was composed"))
