@@ -16,6 +16,7 @@ CONTAINER_PYTHON ?= python
 PIP := $(PY) -m pip
 
 export OPTBENCH_MAKE_OVERRIDES := $(MAKEOVERRIDES)
+export OPTBENCH_MAKE_GOALS := $(MAKECMDGOALS)
 export OPTBENCH_RECIPE := $(RECIPE)
 # Make exports command-line variables whose names are shell names (the run's top-level fields), and to
 # export one it expands it: a value such as description='$${description}' would stop make ("Recursive

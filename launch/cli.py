@@ -27,7 +27,14 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from optbench.make_args import PLAN_CHECK_ENV, SEARCH_FIX_ENV, SEARCH_HBM_ENV, overrides_from_make, recipe_from_make
+from optbench.make_args import (
+    PLAN_CHECK_ENV,
+    SEARCH_FIX_ENV,
+    SEARCH_HBM_ENV,
+    check_make_variables,
+    overrides_from_make,
+    recipe_from_make,
+)
 from optbench.compose.recipe import list_recipes
 from optbench.config.overrides import check_repeated, typed_keys
 from optbench.errors import EXIT_USER_ERROR, UserError
@@ -151,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault(COMMAND_ENV, typed_command(args.command, args.recipe, args.overrides, args.from_make))
     overrides = getattr(args, "overrides", [])
     with exit_on_user_error(debug=wants_debug(overrides), typed=typed_keys(overrides)):
+        if getattr(args, "from_make", False):
+            check_make_variables()
         remember_typed_secrets(overrides)
         repeated = list(check_repeated(overrides))
         if repeated:

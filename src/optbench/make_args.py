@@ -59,10 +59,61 @@ def overrides_from_make(environ: Mapping[str, str] | None = None) -> list[str]:
     return [w for w in reversed(words) if not is_make_variable(w)]
 
 
+MAKE_GOALS_ENV = "OPTBENCH_MAKE_GOALS"
+"""The targets typed after ``make`` (the Makefile exports ``$(MAKECMDGOALS)``)."""
+MAKE_VARIABLES = {
+    "plan": ("RECIPE", "CHECK"),
+    "pretrain": ("RECIPE", "CHECK"),
+    "sweep": ("RECIPE", "CHECK"),
+    "search": ("RECIPE", "CHECK", "FIX", "HBM"),
+    "data": ("INPUT", "OUT", "TOKENIZER", "VOCAB"),
+    "table": ("WARMUP", "LOGS"),
+    "search-ranks": ("MODELS",),
+    "study": ("SIZE",),
+    "compare": ("MODEL", "SEEDS", "TARGET", "ITERS", "WINDOW", "MUON_RECIPE", "ADAMW_RECIPE", "REUSE"),
+    "bench": (),
+    "bench-gpu": (),
+    "projection": (),
+}
+"""The upper-case variables each target reads (the Makefile's ``typed`` options and RECIPE)."""
+MAKE_OWN = ("PYTHON", "PY", "CONTAINER_PYTHON")
+"""Variables that configure make itself (which interpreter runs the target), accepted by every target."""
+NVIDIA_NAMES = {"TP": "parallel.tp", "PP": "parallel.pp", "VP": "parallel.vpp", "VPP": "parallel.vpp",
+                "CP": "parallel.cp", "EP": "parallel.ep", "ETP": "parallel.etp", "MBS": "train.mbs", "GBS": "train.gbs"}
+"""NVIDIA's performance scripts' layout variables and the Hydra key that sets each here."""
+
+
+def check_make_variables(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse, in one line, an upper-case ``NAME=value`` typed after ``make <target>`` that the target does not read:
+    make would take it as its own variable and the run would silently ignore it (``EP=32``, ``RECIPIE=...``)."""
+    import difflib
+
+    from optbench.errors import Problem, UserError
+
+    environ = os.environ if environ is None else environ
+    goals = [g for g in environ.get(MAKE_GOALS_ENV, "").split() if g in MAKE_VARIABLES]
+    if not goals:
+        return
+    known = {*MAKE_OWN, *(name for goal in goals for name in MAKE_VARIABLES[goal])}
+    for word in reversed(split_make_words(environ.get(MAKE_OVERRIDES_ENV, ""))):
+        name = word.split("=", 1)[0]
+        if not is_make_variable(word) or name in known:
+            continue
+        if name in NVIDIA_NAMES:
+            fix = f"this project's key is {NVIDIA_NAMES[name]} (type {NVIDIA_NAMES[name]}={word.split('=', 1)[1][:20]})"
+        else:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            options = ", ".join(f"{n}=" for n in MAKE_VARIABLES[goals[0]]) or "none"
+            fix = (f"did you mean {close[0]}? " if close else "") + f"make {goals[0]} reads {options}; settings of the run " \
+                  "are lower-case Hydra keys (make help)"
+        raise UserError(Problem(name, f"is not a variable of make {goals[0]}, so make would ignore it; {fix}; nothing was run"))
+
+
 def refuse_overrides(target: str, options: str) -> None:
     """``make <target>`` takes upper-case options only: a lower-case key=value word would be silently ignored."""
     from optbench.errors import Problem, UserError
 
+    check_make_variables()
     stray = overrides_from_make()
     if stray:
         raise UserError(Problem(target, f"make {target} takes no Hydra overrides (got {stray[0][:60]!r}); {options}"))

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 
 from optbench.exits import run_in_results_dir
-from optbench.make_args import add_results_options, options_from_env, overrides_from_make
+from optbench.make_args import add_results_options, check_make_variables, options_from_env, overrides_from_make
 
 COMPARE_ENV = {
     "model": "OPTBENCH_COMPARE_MODEL",
@@ -41,6 +41,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     overrides = list(args.overrides)
     if args.from_make:
+        check_make_variables()
         options_from_env(args, COMPARE_ENV)
         overrides = overrides_from_make()
     spec = spec_from_words(args.model, args.seeds, args.target, args.iters, args.window, overrides,
@@ -65,6 +66,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
     overrides = list(args.overrides)
     if args.from_make:
+        check_make_variables()
         options_from_env(args, STUDY_ENV)
         overrides = overrides_from_make()
     spec = StudySpec(size=args.size, results_dir=args.results_dir, overrides=tuple(overrides))
