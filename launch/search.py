@@ -35,6 +35,9 @@ from optbench.projection.search_standing import (
 from optbench.projection.twin import adamw_twin
 from optbench.validate import validate
 
+HBM_WARNING = 0.9
+"""Layouts whose memory estimate is above this share of the GPU's HBM are marked (the estimate is +-20 %)."""
+
 
 def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | None, at_ep: Among | None) -> list[str]:
     """The printed report of a search (``at_ep``: the recipe's layout among the layouts of its EP)."""
@@ -44,13 +47,24 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
     lines = [
         f"Layout search: {recipe}: {result['candidates']} layouts{f' at {fixed} (FIX)' if fixed else ''},"
         f" {result['valid']} valid and projected{within}, in {result['seconds']:.0f} s (docs/projection.md section 8)",
-        f"  {'#':>3}  {'layout':<34} {'step s':>7} {'model TFLOP/s':>13} {'memory GB':>9}  Muon vs AdamW",
+        f"  {'#':>3}  {'layout':<34} {'step s':>7} {'model TFLOP/s':>14} {'memory GB':>9} {'of HBM':>7}  Muon vs AdamW",
     ]
     for row in result["top"]:
         gap = f"{row['muon_vs_adamw_percent']:+.2f} %" if "muon_vs_adamw_percent" in row else "-"
+        tie = "~" if row.get("within_expected_error_of_best") else " "
+        hbm = f"{row['hbm_percent']:>5.0f} %" if row.get("hbm_percent") is not None else "      -"
+        mark = "!" if (row.get("hbm_percent") or 0) > 100 * HBM_WARNING else " "
         lines.append(
-            f"  {row['rank']:>3}  {row['layout']:<34} {row['step_time_s']:>7.2f} {row['tflops_per_gpu']:>13.1f}"
-            f" {row['memory_gb']:>9.1f}  {gap}"
+            f"  {row['rank']:>3}  {row['layout']:<34} {row['step_time_s']:>7.2f} {row['tflops_per_gpu']:>13.1f}{tie}"
+            f" {row['memory_gb']:>9.1f} {hbm}{mark} {gap}"
+        )
+    expected = result.get("expected_error") or {}
+    if "median_abs_error_percent" in expected:
+        lines.append(
+            f"  ~ ties      {result['within_expected_error_of_best']} layouts project within the expected error (median"
+            f" {expected['median_abs_error_percent']:.1f} %, {expected['scheme']}) of the best: the model does not"
+            " resolve their order" + (f"; ! above {100 * HBM_WARNING:g} % of HBM by an estimate of +-20 %: may not fit"
+                                      if any((r.get('hbm_percent') or 0) > 100 * HBM_WARNING for r in result['top']) else "")
         )
     where = "not a valid point of the search"
     if result.get("own_problem") is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 
 import pytest
@@ -166,16 +168,19 @@ def test_pure_data_parallel_exposed_communication():
     )
     params = parameter_counts(run.model).total
     step = evaluate(inputs, 0.5)
-    assert step.parts["dp_grad_reduce_exposed"] == pytest.approx(7 / 8 * params * 4 / NVLINK, rel=1e-9)
-    assert step.parts["param_gather_exposed"] == pytest.approx(7 / 8 * params * 2 / NVLINK, rel=1e-9)
+    # NCCL's ring latency per collective (8.4 us + 7 steps of 3.4 us over NVLink), one per 40M-element bucket.
+    latency = (8.4 + 7 * 3.4) * 1e-6 * math.ceil(params / 40e6)
+    assert step.parts["dp_grad_reduce_exposed"] == pytest.approx(7 / 8 * params * 4 / NVLINK + latency, rel=1e-9)
+    assert step.parts["param_gather_exposed"] == pytest.approx(7 / 8 * params * 2 / NVLINK + latency, rel=1e-9)
     assert step.parts["optimizer"] == pytest.approx(params / 8 * ADAM_BYTES / HBM, rel=1e-9)
     assert step.parts["compute"] == pytest.approx(model_flops_per_step(run) / 8 / (0.5 * GB300_BF16), rel=1e-9)
     # With Megatron's overlap only the last reduce-scatter bucket and the first all-gather bucket
     # (max(40M, 1M x 8) elements) stay exposed.
     _, overlapped = _inputs("parallel.num_gpus=8", "parallel.ep=1", "optimizer.grad_reduce_in_fp32=true")
     step = evaluate(overlapped, 0.5)
-    assert step.parts["dp_grad_reduce_exposed"] == pytest.approx(7 / 8 * 40e6 * 4 / NVLINK, rel=1e-9)
-    assert step.parts["param_gather_exposed"] == pytest.approx(7 / 8 * 40e6 * 2 / NVLINK, rel=1e-9)
+    one = (8.4 + 7 * 3.4) * 1e-6
+    assert step.parts["dp_grad_reduce_exposed"] == pytest.approx(7 / 8 * 40e6 * 4 / NVLINK + one, rel=1e-9)
+    assert step.parts["param_gather_exposed"] == pytest.approx(7 / 8 * 40e6 * 2 / NVLINK + one, rel=1e-9)
 
 
 def test_bubble_only_pipeline_fraction():
@@ -217,12 +222,17 @@ def test_stage_flops_add_up_to_the_model():
 def test_collective_formulas_by_hand():
     net = interconnect_for("gb300")
     inside = tuple(range(8))
-    assert comm.all_reduce_s(1e9, inside, net) == pytest.approx(2 * 7 / 8 * 1e9 / NVLINK)
-    assert comm.reduce_scatter_s(1e9, inside, net) == pytest.approx(7 / 8 * 1e9 / NVLINK)
+    # NCCL's ring / Simple latency (src/graph/tuning.cc): 8.4 us + 3.4 us per NVLink step + 9.6 us per network step.
+    assert comm.all_reduce_s(1e9, inside, net) == pytest.approx(2 * 7 / 8 * 1e9 / NVLINK + (8.4 + 14 * 3.4) * 1e-6)
+    assert comm.reduce_scatter_s(1e9, inside, net) == pytest.approx(7 / 8 * 1e9 / NVLINK + (8.4 + 7 * 3.4) * 1e-6)
     # 128 ranks over two 64-GPU blocks: hierarchical, the cross-block step on 1/64 of the data over the NICs.
     across = tuple(range(128))
     network = 100e9 * 0.85
-    assert comm.all_reduce_s(1e9, across, net) == pytest.approx(2 * 63 / 64 * 1e9 / NVLINK + 2 * 1 / 2 * 1e9 / 64 / network)
+    latency = (8.4 + (2 * 127 - 2) * 3.4 + 2 * 9.6) * 1e-6
+    assert comm.all_reduce_s(1e9, across, net) == pytest.approx(
+        2 * 63 / 64 * 1e9 / NVLINK + 2 * 1 / 2 * 1e9 / 64 / network + latency)
+    # A small collective over many ranks is latency-bound, and a larger group pays more of it.
+    assert comm.reduce_scatter_s(1e3, tuple(range(512)), net) > 4 * comm.reduce_scatter_s(1e3, tuple(range(64)), net)
     # All-to-all inside a block: 7/8 of the data leaves the rank over NVLink.
     assert comm.all_to_all_s(1e9, inside, net) == pytest.approx(7 / 8 * 1e9 / NVLINK)
     assert comm.all_reduce_s(1e9, (3,), net) == 0.0

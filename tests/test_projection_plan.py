@@ -114,15 +114,16 @@ def test_sweep_points_ranked_by_projected_throughput(tmp_path: Path) -> None:
     crossing = {**valid[1][2], "expected_error": {"measured": False, "reason": "crosses precision"}}
     noted = ranking_lines([valid[0], (valid[1][0], valid[1][1], crossing)])
     assert any(line.startswith(f"  note: {valid[1][0]} carries the efficiency across precision") for line in noted)
-    moved = {**valid[1][2], "expected_error": {"rows": 52, "median_abs_error_percent": 11.7, "scheme": "leave one GPU out"}}
+    moved = {**valid[1][2], "expected_error": {"rows": 52, "median_abs_error_percent": 8.0, "scheme": "leave one setup out"}}
     noted = ranking_lines([valid[0], (valid[1][0], valid[1][1], moved)])
     note = next(line for line in noted if line.startswith("  note:"))
-    assert note.startswith(f"  note: {valid[1][0]} carries the efficiency from another GPU (expected error median 11.7 %")
-    unmeasured = {**valid[1][2], "expected_error": {"measured": False, "scheme": "leave one GPU out", "reason": "none"}}
+    assert note.startswith(f"  note: {valid[1][0]} carries the efficiency from the carried table (expected error median "
+                           "8.0 % over 52 rows, leave one setup out")
+    unmeasured = {**valid[1][2], "expected_error": {"measured": False, "scheme": "leave one model out", "reason": "none"}}
     noted = ranking_lines([valid[0], (valid[1][0], valid[1][1], unmeasured)])
     assert [line for line in noted if "note:" in line] == [
-        f"  note: {valid[1][0]} carries the efficiency from another GPU (expected error not measured; docs/projection.md"
-        " section 6): its place beside the others is a first guess"]
+        f"  note: {valid[1][0]} carries the efficiency from the carried table (expected error not measured;"
+        " docs/projection.md section 7): its place beside the others is a first guess"]
 
 
 def test_interconnect_rows_cover_the_gpu_catalog_and_agree_with_cluster_presets() -> None:

@@ -12,7 +12,7 @@ import pytest
 from launch.dispatch import plan_run
 from optbench.projection.calibration import Holdout, ranked_anchors, row_id, solve_on
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
-from optbench.projection.expected_error import expected_error, expected_error_text
+from optbench.projection.expected_error import error_case, expected_error, expected_error_text
 from optbench.projection.published_rows import projection_error
 from optbench.projection.row_config import row_config, row_run
 from optbench.projection.validation import report, summary
@@ -98,7 +98,8 @@ def test_a_row_the_model_cannot_reach_says_so():
 
 def test_summary_counts_only_the_validated_domain():
     def record(error, outside=None, optimizer="adamw"):
-        result = {"error_percent": error, "anchor": f"a{error}"}
+        result = {"error_percent": error, "anchor": f"a{error}", "parameters": 2,
+                  "copy": {"error_percent": 2 * error, "copied_from": "another row"}}
         return {"row": str(error), "optimizer": optimizer, "outside_domain": outside, "in_sample": result}
 
     records = [record(1.0), record(-4.0), record(12.0), record(50.0, outside="25.11"), record(2.0, optimizer="muon")]
@@ -107,49 +108,70 @@ def test_summary_counts_only_the_validated_domain():
     assert (s["within_3_percent"], s["within_5_percent"], s["within_10_percent"]) == (0.5, 0.75, 0.75)
     assert s["worst"][0] == {"row": "12.0", "error_percent": 12.0}
     assert summary(records, "in_sample", "muon")["rows"] == 1
+    # The copy baseline over the same rows, under the same keys (other tools read them).
+    copy = s["copy_baseline"]
+    assert copy["rows"] == 4 and copy["median_abs_error_percent"] == 6.0 and copy["fitted_parameters"] == 0
+    assert {"median_abs_error_percent", "within_5_percent", "within_10_percent", "fitted_parameters"} <= s.keys()
 
 
 def test_expected_error_is_read_from_the_validation(tmp_path):
-    assert expected_error(tmp_path) is None
+    assert expected_error("setup", tmp_path) is None
     assert "unknown" in expected_error_text(None)
     (tmp_path / "projection").mkdir()
     summary_all = {"rows": 10, "median_abs_error_percent": 2.5, "within_5_percent": 0.8, "within_10_percent": 0.9}
     (tmp_path / "projection" / "validation.json").write_text(
         json.dumps({"summary": {"leave_one_release_out": {"all": summary_all}}})
     )
-    text = expected_error_text(expected_error(tmp_path))
+    text = expected_error_text(expected_error("release", tmp_path))
     assert "median 2.5 %" in text and "90 %" in text and "10 published rows" in text
 
 
-def test_expected_error_across_gpu_is_the_leave_one_gpu_out_figure(tmp_path):
+def test_each_case_reads_the_scheme_that_measured_it(tmp_path):
     (tmp_path / "projection").mkdir()
-    same = {"rows": 10, "median_abs_error_percent": 1.0, "within_5_percent": 0.9, "within_10_percent": 0.95}
-    moved = {"rows": 8, "median_abs_error_percent": 14.0, "within_5_percent": 0.1, "within_10_percent": 0.25}
+    figures = {scheme: {"all": {"rows": n, "median_abs_error_percent": float(n), "within_5_percent": 0.5,
+                                "within_10_percent": 0.25}}
+               for n, scheme in enumerate(("leave_one_row_out", "leave_one_release_out", "leave_one_layout_out",
+                                           "leave_one_setup_out", "leave_one_model_out"), start=1)}
+    drift = {"summary": {"preset_unchanged": {"steps": 11, "median_abs_change_percent": 0.62, "max_abs_change_percent": 1.8}}}
     path = tmp_path / "projection" / "validation.json"
-    path.write_text(json.dumps({"summary": {"leave_one_release_out": {"all": same}, "leave_one_gpu_out": {"all": moved}}}))
-    assert "median 1.0 %" in expected_error_text(expected_error(tmp_path))
-    text = expected_error_text(expected_error(tmp_path, across_gpu=True))
-    assert "median 14.0 %" in text and "25 %" in text and "leave one GPU out, 8 published rows" in text
-    path.write_text(json.dumps({"summary": {"leave_one_release_out": {"all": same}, "leave_one_gpu_out": {"all": {"rows": 0}}}}))
-    assert expected_error_text(expected_error(tmp_path, across_gpu=True)).startswith("expected error not measured: ")
+    path.write_text(json.dumps({"summary": figures, "release_drift": drift}))
+    named = {case: expected_error(case, tmp_path)["scheme"] for case in ("row", "release", "layout", "setup", "model")}
+    assert named == {"row": "leave one row out", "release": "leave one release out", "layout": "leave one layout out",
+                     "setup": "leave one setup out", "model": "leave one model out"}
+    assert expected_error_text(expected_error("setup", tmp_path)).startswith("expected error: median 4.0 %, 25 % of rows")
+    assert "at most 1.8 % (release drift" in expected_error_text(expected_error("drift", tmp_path))
+    # How a projection relates to its anchor decides the case.
+    assert error_case(True, True, True, True, True) == "row"
+    assert error_case(True, True, True, True, False, same_preset=True) == "drift"
+    assert error_case(True, True, True, True, False) == "release"
+    assert error_case(True, True, True, False, True) == "layout"
+    assert error_case(True, True, False, True, True) == "setup"  # another GPU count
+    assert error_case(False, True, False, False, False) == "setup"  # a GPU the model has no row on
+    assert error_case(False, False, False, False, False) == "model"
+    path.write_text(json.dumps({"summary": {**figures, "leave_one_setup_out": {"all": {"rows": 0}}}}))
+    assert expected_error_text(expected_error("setup", tmp_path)).startswith("expected error not measured: ")
 
 
-def test_leave_one_gpu_out_anchors_every_row_on_another_gpu():
+def test_leave_one_gpu_out_carries_every_row_from_the_table_of_the_other_gpus():
     row = _row("26.04", "qwen3_30b_a3b", "gb300")
     held = projection_error(row, Holdout(gpus=frozenset({"gb300"})))
-    assert " gb300 " not in held["anchor"] and not held["anchor_itself"]
+    assert held["anchor"].startswith("the carried table") and not held["anchor_itself"]
     assert " gb300 " in projection_error(row)["anchor"]
 
 
-def test_a_plan_whose_efficiency_comes_from_another_gpu_prints_the_leave_one_gpu_out_error():
-    """Kimi K2 is published on GB300 only: on B200 its efficiency is carried over, and the plan must not print
-    the same-GPU figure (median about 1 %) for it."""
+def test_a_plan_states_the_error_of_its_own_case():
+    """Kimi K2 is published on GB300 only: on B200 its efficiency comes from the carried table and the plan prints
+    the leave-one-setup-out figure; at 512 GPUs (a count nobody published) too; the recipe itself at the blog's
+    release is its anchor's own configuration (leave one row out)."""
     _, moved = plan_run("kimi_k2_muon", ["cluster=b200"])
-    _, own = plan_run("kimi_k2_muon", [])
-    assert moved.projection["efficiency"]["status"] == "transferred from gb300"
-    assert moved.projection["expected_error"] == expected_error(across_gpu=True)
-    assert own.projection["expected_error"] == expected_error()
-    assert moved.projection["expected_error"]["scheme"] == "leave one GPU out"
+    _, wider = plan_run("kimi_k2_muon", ["parallel.num_gpus=512", "train.gbs=8192"])
+    _, own = plan_run("kimi_k2_muon", ["cluster.container=nemo:26.02"])
+    _, layout = plan_run("qwen3_30b_a3b_muon", ["parallel.ep=4"])
+    assert moved.projection["efficiency"]["status"] == "carried: gpu fitted, model fitted, release fitted"
+    assert moved.projection["expected_error"] == expected_error("setup") and wider.projection["expected_error"] == expected_error("setup")
+    assert moved.projection["expected_error"]["scheme"] == "leave one setup out"
+    assert own.projection["expected_error"] == expected_error("row")
+    assert layout.projection["expected_error"] == expected_error("layout")
 
 
 def test_an_efficiency_carried_across_precision_goes_through_the_published_pairs_and_claims_no_expected_error():
@@ -167,7 +189,7 @@ def test_an_efficiency_carried_across_precision_goes_through_the_published_pairs
     assert crossed["value"] == pytest.approx(own["value"] * 2 * ratio["value"], rel=1e-3)  # GB300: FP8 peak = 2 x BF16
     assert crossed["calibrated_on"] == own["calibrated_on"]
     assert expected_error_text(bf16.projection["expected_error"]).startswith("expected error not measured: ")
-    assert mxfp8.projection["expected_error"] == expected_error()
+    assert mxfp8.projection["expected_error"]["scheme"] in ("leave one row out", "release drift of an unchanged preset")
 
 
 def test_the_precision_ratio_leaves_out_held_out_pairs_and_without_one_carries_the_fraction_of_peak():

@@ -152,7 +152,13 @@ def test_make_search_ranks_every_valid_layout(tmp_path):
     assert all("muon_vs_adamw_percent" in row for row in saved["top"])
     # Every point shares one calibrated efficiency: the search says which, and the error its figures carry.
     assert saved["efficiency"]["status"] == "calibrated"
-    assert saved["expected_error"]["scheme"] == "leave one release out"
+    # The layouts it ranks are ones nobody published: the figure of leaving one layout out, and its ties marked.
+    assert saved["expected_error"]["scheme"] == "leave one layout out"
+    band = saved["expected_error"]["median_abs_error_percent"]
+    best = saved["top"][0]["tflops_per_gpu"]
+    assert all(row["within_expected_error_of_best"] == (100 * (1 - row["tflops_per_gpu"] / best) <= band) for row in saved["top"])
+    assert f"layouts project within the expected error (median {band:.1f} %, leave one layout out)" in out.stdout
+    assert all(0 < row["hbm_percent"] < 200 for row in saved["top"])
     assert f"  efficiency  {saved['efficiency']['value']:.3f} of gb300_fp8, calibrated on " in out.stdout
     assert saved["fixed"] == {} and "FIX=ep ranks the layouts at this EP only" in out.stdout
     assert "a smaller MBS can rank higher than it runs" in out.stdout

@@ -185,3 +185,8 @@ def load_inconsistent(directory: str | Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     return {row["row"].strip(): (row.get("reason") or "").strip() for _, row in _read_rows(path, ("row", "reason"))}
+
+
+def row_id(row: PublishedRow) -> str:
+    """A published row's name, unique in published.csv: '<source> <release> <model> <gpu> x<n> <precision> <optimizer>'."""
+    return f"{row.label} {row.model} {row.gpu} x{row.num_gpus} {row.precision} {row.optimizer} {row.model_tflops_per_gpu:g}"

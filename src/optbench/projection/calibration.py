@@ -40,18 +40,14 @@ from optbench.compose.recipe import repo_root
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 from optbench.projection.assumptions import Assumptions
+from optbench.projection.carried import committed_table, fitted_without, setup_of
 from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, precision_ratio
 from optbench.projection.row_solve import solve_at
 from optbench.projection.work import gemm_peak
 from optbench.projection.release_drift import same_configuration
-from optbench.projection.row_config import release_order, row_config, row_run
-from optbench.published import PublishedRow, default_published_dir, load_inconsistent, load_published
+from optbench.projection.row_config import layout_key, release_order, row_config, row_run
+from optbench.published import PublishedRow, default_published_dir, load_inconsistent, load_published, row_id
 from optbench.resolve import ResolvedRun
-
-
-def row_id(row: PublishedRow) -> str:
-    """A published row's name, unique in published.csv: '<source> <release> <model> <gpu> x<n> <precision> <optimizer>'."""
-    return f"{row.label} {row.model} {row.gpu} x{row.num_gpus} {row.precision} {row.optimizer} {row.model_tflops_per_gpu:g}"
 
 
 @dataclass(frozen=True)
@@ -63,10 +59,21 @@ class Holdout:
     releases: frozenset[str] = frozenset()
     """Releases whose every row is held out."""
     gpus: frozenset[str] = frozenset()
-    """GPUs whose every row is held out (the anchor then comes from another GPU, as for a GPU nobody published)."""
+    """GPUs whose every row is held out (the efficiency then comes from the carried table, as for a GPU nobody
+    published)."""
+    setups: frozenset[tuple] = frozenset()
+    """Setups (model, GPU, GPU count, precision: :func:`optbench.projection.carried.setup_of`) held out whole."""
+    models: frozenset[str] = frozenset()
+    """Models whose every row is held out."""
+    layouts: frozenset[tuple] = frozenset()
+    """(model, GPU, layout: :func:`optbench.projection.row_config.layout_key`) held out: every row of that layout."""
 
     def keeps(self, row: PublishedRow) -> bool:
-        return row_id(row) not in self.rows and row.release not in self.releases and row.gpu not in self.gpus
+        return (
+            row_id(row) not in self.rows and row.release not in self.releases and row.gpu not in self.gpus
+            and setup_of(row) not in self.setups and row.model not in self.models
+            and (not self.layouts or (row.model, row.gpu, layout_key(row)) not in self.layouts)
+        )
 
 
 NO_HOLDOUT = Holdout()
@@ -98,6 +105,13 @@ class Calibration:
     """The anchor's GEMM peak when the efficiency was carried to another precision's (:mod:`precision_ratio`)."""
     precision_ratio: PrecisionRatio | None = None
     """The BF16/FP8 rate ratio it was carried at (None: carried as the same fraction of peak, unmeasured)."""
+    carried: tuple[tuple[str, str], ...] = ()
+    """From the carried table (:mod:`optbench.projection.carried`): how its GPU, model and release terms were found;
+    empty when solved on an anchor row of the run's own model and GPU."""
+    mxfp8_expert_rows: float | None = None
+    """``M0`` of MXFP8 grouped GEMMs the efficiency belongs to (the table's): the projection evaluates at it."""
+    same_preset: bool = False
+    """The anchor row's release ran NVIDIA's very preset of its setup that the run's release runs (drift only)."""
 
     def across_precision(self, run_peak: str) -> bool:
         """Whether the efficiency serves GEMMs at another precision than its anchor's (``run_peak``: e.g. gb300_bf16)."""
@@ -107,6 +121,11 @@ class Calibration:
         """Whether the efficiency was solved on another GPU than ``run_gpu`` (transferred)."""
         return run_gpu != self.anchor_gpu
 
+    @property
+    def is_carried(self) -> bool:
+        """Whether the efficiency comes from the carried table rather than an anchor row of the run's model and GPU."""
+        return bool(self.carried)
+
     def as_dict(self, run_gpu: str, run_peak: str | None = None) -> dict:
         if self.crossed_from:  # the anchor's peak names its GPU as well
             moves = [f"from {self.crossed_from} at BF16/FP8 rate ratio {self.precision_ratio.value:.3f}"]
@@ -115,11 +134,17 @@ class Calibration:
             if run_peak is not None and self.across_precision(run_peak):
                 moves.append(f"to {run_peak}")
         crossed = {"precision_ratio": self.precision_ratio.as_dict()} if self.precision_ratio else {}
+        if self.carried:
+            status = "carried: " + ", ".join(f"{kind} {how}" for kind, how in self.carried)
+            moves = [m for m in moves if not m.startswith("from ") or self.crossed_from]
+            status += f"; {' '.join(moves)}" if moves else ""
+        else:
+            status = f"transferred {' '.join(moves)}" if moves else "calibrated"
         return {
             "value": round(self.efficiency, 6),
             "of_peak": self.peak_key,
             **crossed,
-            "status": f"transferred {' '.join(moves)}" if moves else "calibrated",
+            "status": status,
             "calibrated_on": self.anchor,
             "anchor_row": self.anchor_row,
             "anchor_step_time_s": round(self.anchor_step_time_s, 4),
@@ -214,12 +239,32 @@ def solve_on(row: PublishedRow, assumptions: Assumptions) -> Calibration | str:
 def _calibrate(
     model: str, gpu: str, precision: str, release: str | None, published: str, assumptions: Assumptions, holdout: Holdout
 ) -> Calibration | None:
+    """Solved on the best anchor row of the model on its own GPU; without one, from the carried table."""
     rows = load_published(published)
     for row in ranked_anchors(model, gpu, release, rows, holdout, precision, load_inconsistent(published)):
+        if row.gpu != gpu:
+            break  # the model has no usable row on this GPU: the table carries what every other setup measured
         solved = _solved(row, assumptions)
         if not isinstance(solved, str):
-            return solved
-    return None
+            return replace(solved, same_preset=release is not None and same_configuration(row, release))
+    return _carried(model, gpu, release, published, holdout)
+
+
+def _carried(model: str, gpu: str, release: str | None, published: str, holdout: Holdout) -> Calibration | None:
+    """The efficiency of the carried table (:mod:`optbench.projection.carried`): the committed one for a plan, one
+    refitted without the held-out rows for a validation scheme."""
+    committed = holdout == NO_HOLDOUT and Path(published) == default_published_dir(repo_root() / "results")
+    table = (committed_table() if committed else None) or fitted_without(published, holdout)
+    if table is None or release is None:
+        return None
+    efficiency, how = table.efficiency(model, gpu, release)
+    return Calibration(
+        efficiency=efficiency, peak_key=f"{gpu}_fp8",
+        anchor=f"the carried table ({len(table.rows)} AdamW rows, {table.parameter_count} parameters; "
+               "results/projection/calibration.json)",
+        anchor_step_time_s=0.0, anchor_recipe="", anchor_overrides=(), anchor_gpu=gpu,
+        carried=tuple(how.items()), mxfp8_expert_rows=table.mxfp8_expert_rows,
+    )
 
 
 @lru_cache(maxsize=256)

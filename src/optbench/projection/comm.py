@@ -17,7 +17,13 @@ Communication Operations in MPICH", 2005; the bus-bandwidth convention of NVIDIA
   ``max(V * local/n / nvlink, V * remote/n / network)``;
 * point-to-point: ``B / bw`` of the link between the two ranks.
 
-Not modelled: latency terms, NVLS / SHARP in-network reductions, fabric oversubscription.
+Every ring collective also pays NCCL's own latency model for its ring / Simple protocol (``src/graph/tuning.cc`` of
+NVIDIA/nccl: ``baseLat`` 8.4 us, then per ring step 3.4 us over NVLink and 9.6 us over the network;
+``passes x (n - 1)`` steps of which ``passes x (k - 1)`` cross domains): a collective over a group of ``n`` ranks
+costs at least ``8.4 + 3.4 x intra steps + 9.6 x inter steps`` us, which is what grows as a data-parallel group
+grows (:data:`RING_BASE_S`, :data:`RING_NVLINK_STEP_S`, :data:`RING_NETWORK_STEP_S`).
+
+Not modelled: NVLS / SHARP in-network reductions, tree algorithms, fabric oversubscription.
 """
 
 from __future__ import annotations
@@ -27,6 +33,25 @@ import math
 from collections.abc import Sequence
 
 from optbench.projection.interconnect import Interconnect
+
+
+RING_BASE_S = 8.4e-6
+"""NCCL's base latency of a ring collective, Simple protocol (``baseLat``, src/graph/tuning.cc)."""
+RING_NVLINK_STEP_S = 3.4e-6
+"""NCCL's per-step latency of a ring over NVLink, Simple protocol (``hwLat[NVLINK][RING][SIMPLE]``)."""
+RING_NETWORK_STEP_S = 9.6e-6
+"""NCCL's per-step latency of a ring step across the network, Simple protocol (``hwLat[NET][RING][SIMPLE]``)."""
+
+
+def ring_latency_s(ranks: Sequence[int], net: Interconnect, passes: float) -> float:
+    """The latency part of one ring collective over ``ranks`` (``passes``: 1 reduce-scatter or all-gather, 2
+    all-reduce), as NCCL's tuning model prices it."""
+    n = len(ranks)
+    if n <= 1:
+        return 0.0
+    _, k = _levels(ranks, net)
+    steps, inter = passes * (n - 1), passes * (k - 1)
+    return RING_BASE_S + (steps - inter) * RING_NVLINK_STEP_S + inter * RING_NETWORK_STEP_S
 
 
 def group_bandwidth(ranks: Sequence[int], net: Interconnect) -> float:
@@ -50,7 +75,7 @@ def _ring_s(nbytes: float, ranks: Sequence[int], net: Interconnect, passes: floa
     g, k = _levels(ranks, net)
     inside = passes * (g - 1) / g * nbytes / net.nvlink_effective
     across = passes * (k - 1) / k * nbytes / g / net.network_effective
-    return inside + across
+    return inside + across + ring_latency_s(ranks, net, passes)
 
 
 def all_reduce_s(nbytes: float, ranks: Sequence[int], net: Interconnect) -> float:

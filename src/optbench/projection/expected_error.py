@@ -12,26 +12,59 @@ VALIDATION = Path("projection") / "validation.json"
 """Where ``make projection`` writes its validation, under a results folder."""
 
 SCHEME_LABELS = {
-    "in_sample": "in sample",
-    "leave_one_row_out": "leave one row out",
-    "leave_one_release_out": "leave one release out",
+    "leave_one_setup_out": "leave one setup out",
+    "leave_one_model_out": "leave one model out",
     "leave_one_gpu_out": "leave one GPU out",
+    "leave_one_layout_out": "leave one layout out",
+    "leave_one_release_out": "leave one release out",
+    "leave_one_row_out": "leave one row out",
+    "in_sample": "in sample",
 }
-"""The validation's schemes (:mod:`optbench.projection.validation`), in order, with the name a reader sees."""
+"""The validation's schemes (:mod:`optbench.projection.validation`), hardest first, with the name a reader sees."""
 
-GPU_SCHEME = SCHEME_LABELS["leave_one_gpu_out"]
-"""The scheme a plan's expected error names when its efficiency was carried from another GPU."""
+CASE_SCHEMES = {
+    "row": "leave_one_row_out",
+    "release": "leave_one_release_out",
+    "layout": "leave_one_layout_out",
+    "setup": "leave_one_setup_out",
+    "model": "leave_one_model_out",
+}
+"""How far a projection is from what calibrated it -> the scheme that measured such a distance:
+``row``: the run is its anchor row's own configuration; ``release``: the same layout at another release whose
+preset changed; ``layout``: its model, GPU and GPU count have a row at another layout; ``setup``: another GPU count, or a GPU its model has no row on (the carried table); ``model``: a
+model without any row. ``drift`` (an identical executed preset at another release) reads the release drift."""
+CARRIED_SCHEMES = {SCHEME_LABELS[CASE_SCHEMES[case]] for case in ("setup", "model")}
+"""What a plan's expected error names when its efficiency came from the carried table."""
 
 
-def expected_error(results_dir: str | Path | None = None, across_gpu: bool = False) -> dict[str, Any] | None:
-    """The out-of-sample summary over every validated row that fits the plan's calibration, or None before any
-    ``make projection``: leave one release out for an efficiency solved on the run's own GPU, leave one GPU out for
-    one transferred from another GPU (``across_gpu``; a same-GPU figure would promise what a transfer never showed)."""
-    scheme = "leave_one_gpu_out" if across_gpu else "leave_one_release_out"
-    name = SCHEME_LABELS[scheme]
+def error_case(same_model_gpu: bool, model_has_rows: bool, same_count: bool, same_layout: bool, same_release: bool,
+               same_preset: bool = False) -> str:
+    """The case of a projection (:data:`CASE_SCHEMES`, or ``drift``) from how it relates to its anchor."""
+    if not model_has_rows:
+        return "model"
+    if not same_model_gpu or not same_count:
+        return "setup"
+    if not same_layout:
+        return "layout"
+    if same_release:
+        return "row"
+    return "drift" if same_preset else "release"
+
+
+def expected_error(case: str, results_dir: str | Path | None = None) -> dict[str, Any] | None:
+    """The out-of-sample figure of the scheme that matches ``case`` (see :data:`CASE_SCHEMES`), or None before any
+    ``make projection``."""
     path = Path(results_dir or repo_root() / "results") / VALIDATION
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))["summary"][scheme]["all"]
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if case == "drift":
+            drift = data["release_drift"]["summary"]["preset_unchanged"]
+            return {"scheme": "release drift of an unchanged preset", "rows": drift["steps"],
+                    "median_abs_error_percent": drift["median_abs_change_percent"],
+                    "max_abs_error_percent": drift["max_abs_change_percent"], "source": f"results/{VALIDATION}"}
+        scheme = CASE_SCHEMES[case]
+        name = SCHEME_LABELS[scheme]
+        summary = data["summary"][scheme]["all"]
         if not summary.get("rows"):
             return {"measured": False, "scheme": name, "reason": f"no published row is validated by {name} yet"}
         keys = ("rows", "median_abs_error_percent", "within_5_percent", "within_10_percent")
@@ -51,11 +84,16 @@ def across_precision(pairs: int) -> dict[str, Any]:
 
 
 def expected_error_text(expected: dict[str, Any] | None) -> str:
-    """One line: median |error|, share within 10 %, over how many rows and by which scheme."""
+    """One line: median |error|, share within 10 % (or the largest, for the release drift), over how many rows and by
+    which scheme."""
     if not expected:
         return "expected error unknown (run make projection)"
     if expected.get("measured") is False:
         return f"expected error not measured: {expected['reason']}"
+    if "max_abs_error_percent" in expected:
+        return (f"expected error: median {expected['median_abs_error_percent']:.1f} %, at most "
+                f"{expected['max_abs_error_percent']:.1f} % ({expected['scheme']}, {expected['rows']} release steps; "
+                "make projection)")
     return (
         f"expected error: median {expected['median_abs_error_percent']:.1f} %, {100 * expected['within_10_percent']:.0f} %"
         f" of rows within 10 % ({expected['scheme']}, {expected['rows']} published rows; make projection)"

@@ -18,8 +18,9 @@ from optbench.accounting.throughput import step_throughput
 from optbench.errors import UserError
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, EAGER_OP_OVERHEAD_MEASURED_ON, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Calibration, Holdout, calibrate
-from optbench.projection.expected_error import across_precision, expected_error
+from optbench.projection.expected_error import across_precision, error_case, expected_error
 from optbench.projection.interconnect import interconnect_for
+from optbench.projection.row_config import run_layout_key
 from optbench.projection.siblings import side_by_side
 from optbench.projection.step_model import StepBreakdown, evaluate
 from optbench.projection.twin import adamw_twin, decompose, twin_recipe
@@ -119,6 +120,16 @@ def _at_measured_op_overhead(resolved: ResolvedRun, net, a: Assumptions, calibra
             "tflops_per_gpu_change_percent": changes}
 
 
+def _error_case(resolved: ResolvedRun, calibration: Calibration) -> str:
+    """How far the run is from what calibrated it (:func:`optbench.projection.expected_error.error_case`)."""
+    run, anchor = resolved.run, calibration.anchor_run
+    if calibration.is_carried or anchor is None:
+        return error_case(False, dict(calibration.carried).get("model") == "fitted", False, False, False)
+    return error_case(True, True, anchor.run.parallel.num_gpus == run.parallel.num_gpus,
+                      run_layout_key(anchor) == run_layout_key(resolved), anchor.run.cluster.container == run.cluster.container,
+                      calibration.same_preset)
+
+
 def project(
     resolved: ResolvedRun,
     overrides: Sequence[str] = (),
@@ -144,6 +155,8 @@ def project(
             f"not calibrated: no published AdamW figure of model {run.model.name!r} that a recipe reproduces"
             " (results/published/published.csv); the model has no efficiency to project with"
         )
+    if calibration.mxfp8_expert_rows is not None:  # evaluate at the M0 the carried table's efficiencies belong to
+        assumptions = replace(assumptions, small_expert_gemm_rows_mxfp8=calibration.mxfp8_expert_rows)
     eff = calibration.efficiency
     inputs = build_inputs(resolved, net, assumptions)
     breakdown = evaluate(inputs, eff, assumptions.backward_share)
@@ -162,7 +175,7 @@ def project(
         "assumptions": assumptions.as_dict(),
         "expected_error": (across_precision(len(calibration.precision_ratio.pairs) if calibration.precision_ratio else 0)
                            if calibration.across_precision(inputs.gemm_peak_key)
-                           else expected_error(across_gpu=calibration.across_gpu(run.cluster.gpu))),
+                           else expected_error(_error_case(resolved, calibration))),
         "compared_with_published": _compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
     }
     if run.optimizer.matrix_optimizer and with_twin:

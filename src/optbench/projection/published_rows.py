@@ -11,13 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from optbench.errors import UserError
+from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Holdout, row_id
 from optbench.projection.project import project
 from optbench.projection.row_config import row_config, row_run
 from optbench.published import PublishedRow
 
 
-def projection_error(row: PublishedRow, holdout: Holdout = NO_HOLDOUT) -> dict[str, Any]:
+def projection_error(row: PublishedRow, holdout: Holdout = NO_HOLDOUT, assumptions: Assumptions = DEFAULT_ASSUMPTIONS
+                     ) -> dict[str, Any]:
     """{'tflops', 'error_percent', 'anchor', 'anchor_itself', 'command', 'in_domain'} or {'reason'} for one
     published row (model-only FLOPs both sides)."""
     if not row.model_tflops_per_gpu:
@@ -26,7 +28,7 @@ def projection_error(row: PublishedRow, holdout: Holdout = NO_HOLDOUT) -> dict[s
     if isinstance(config, str) or isinstance(resolved, str):
         return {"reason": str(config if isinstance(config, str) else resolved)}
     try:
-        section = project(resolved, config.overrides, with_what_ifs=False, holdout=holdout, with_twin=False)
+        section = project(resolved, config.overrides, assumptions, with_what_ifs=False, holdout=holdout, with_twin=False)
     except UserError as err:
         return {"reason": err.lines()[0].removeprefix("error: ")}
     if not section.get("available"):

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from optbench.config.layout import Layout
-from optbench.projection.expected_error import GPU_SCHEME
+from optbench.projection.expected_error import CARRIED_SCHEMES
 
 Point = tuple[str, Layout, Mapping[str, Any]]
 """A planned point: its name, its layout and its plan's projection section."""
@@ -44,16 +44,16 @@ def ranking_lines(points: Sequence[Point]) -> list[str]:
                 f" {p['tflops_per_gpu']:>8.1f} {p['tflops_per_gpu_with_ns']:>8.1f}  {100 * mfu:.1f} % of {key}"
             )
     expected = [(name, p.get("expected_error") or {}) for name, _, p in ranked]
-    crossing = [name for name, e in expected if e.get("measured") is False and e.get("scheme") != GPU_SCHEME]
+    crossing = [name for name, e in expected if e.get("measured") is False and e.get("scheme") not in CARRIED_SCHEMES]
     if crossing:
         lines.append(_first_guess(crossing, "across precision (expected error not measured, docs/projection.md section 6)"))
-    moved = [(name, e) for name, e in expected if e.get("scheme") == GPU_SCHEME and name not in crossing]
+    moved = [(name, e) for name, e in expected if e.get("scheme") in CARRIED_SCHEMES and name not in crossing]
     if moved:
         error = moved[0][1]
-        how = (f"median {error['median_abs_error_percent']:.1f} % over {error['rows']} rows, {GPU_SCHEME}"
+        how = (f"median {error['median_abs_error_percent']:.1f} % over {error['rows']} rows, {error['scheme']}"
                if "median_abs_error_percent" in error else "not measured")
         lines.append(_first_guess([name for name, _ in moved],
-                                  f"from another GPU (expected error {how}; docs/projection.md section 6)"))
+                                  f"from the carried table (expected error {how}; docs/projection.md section 7)"))
     for name, p in missing:
         reason = p.get("reason", "no projection in the plan")
         lines.append(f"   -  {name}: not ranked ({reason})")

@@ -145,3 +145,16 @@ def _row(
     except UserError as err:
         reason = err.lines()[0].removeprefix("error: ")
         return reason, reason
+
+
+def layout_key(row: PublishedRow) -> tuple | None:
+    """The layout a row was measured at (its executed configuration: TP, PP, VPP, CP, EP, ETP, MBS, GBS), or None
+    when it has none we compose."""
+    resolved = row_run(row)
+    return None if isinstance(resolved, str) else run_layout_key(resolved)
+
+
+def run_layout_key(resolved: ResolvedRun) -> tuple:
+    """A resolved run's layout as :func:`layout_key` compares them."""
+    lay, train = resolved.layout, resolved.run.train
+    return lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.etp, train.mbs, train.gbs

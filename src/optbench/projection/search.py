@@ -32,6 +32,8 @@ from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.hardware import gpu_catalog
+from optbench.projection.expected_error import CARRIED_SCHEMES, expected_error
+from optbench.releases.hydra_values import format_override
 from optbench.projection.project import project
 from optbench.resolve import ResolvedRun, resolve
 from optbench.validate import validate
@@ -168,6 +170,13 @@ def parameter_floor_gb(run: RunConfig, point: Point, counts: ParamCounts) -> flo
     return PARAM_AND_GRAD_BYTES * per_gpu / 1e9
 
 
+def plan_overrides(point: Point, run: RunConfig) -> list[str]:
+    """The ``make plan`` overrides of a searched point: its layout, and the pipeline layout :func:`at` balanced for it
+    (``parallel.pp`` typed alone composes another, Megatron's even split)."""
+    layout = run.parallel.pipeline_layout
+    return [*point.overrides(), *([format_override("parallel.pipeline_layout", layout)] if layout else [])]
+
+
 def at(run: RunConfig, point: Point) -> RunConfig:
     """``run`` with the point's layout: its own pipeline layout at its own stage count (as compose keeps it),
     else one balanced for the point's (PP, VPP)."""
@@ -263,7 +272,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         row = {
             "rank": rank,
             "layout": s.point.label,
-            "overrides": s.point.overrides(),
+            "overrides": plan_overrides(s.point, s.resolved.run),
             "step_time_s": s.projection["step_time_s"],
             "tflops_per_gpu": s.projection["tflops_per_gpu"],
             "memory_gb": round(s.resolved.memory.total_gb, 1),
@@ -276,6 +285,12 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
             except UserError:
                 pass
         rows.append(row)
+    expected = search_expected_error(scored[0].projection["expected_error"]) if scored else None
+    band = (expected or {}).get("median_abs_error_percent")
+    best = scored[0].projection["tflops_per_gpu"] if scored else 0.0
+    for row in rows:
+        row["hbm_percent"] = round(100 * row["memory_gb"] / spec.hbm_gb, 1) if spec is not None else None
+        row["within_expected_error_of_best"] = band is not None and 100 * (1 - row["tflops_per_gpu"] / best) <= band
     own_values = dataclasses.asdict(own)
     return {
         "fixed": {name: own_values[name] for name in DIMENSIONS if name in fixed},
@@ -289,12 +304,23 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         "top": rows,
         # Every point is projected at the same calibrated efficiency: the absolute figures share its expected error.
         "efficiency": scored[0].projection["efficiency"] if scored else None,
-        "expected_error": scored[0].projection["expected_error"] if scored else None,
+        "expected_error": expected,
+        "within_expected_error_of_best": sum(1 for s in scored if band is not None
+                                             and 100 * (1 - s.projection["tflops_per_gpu"] / best) <= band),
         "ranked": [Ranked(rank, s.point, s.projection["tflops_per_gpu"],
                           s.resolved.memory.total_gb / spec.hbm_gb if spec is not None else None)
                    for rank, s in zip(ranks, scored)],
         "seconds": round(time.perf_counter() - start, 1),
     }
+
+
+def search_expected_error(of_best: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The expected error of a search's projections: the layouts it ranks are, but for the recipe's own, layouts
+    nobody published, so the figure of leaving one layout out (the carried table's figure where the efficiency
+    comes from it, or the precision note where it crosses precision)."""
+    if not of_best or of_best.get("measured") is False or of_best.get("scheme") in CARRIED_SCHEMES:
+        return of_best
+    return expected_error("layout") or of_best
 
 
 def nothing_valid(run: RunConfig, result: dict[str, Any]) -> Problem:

@@ -36,11 +36,13 @@ def rows_per_expert(run: RunConfig) -> float:
 
 
 def expert_gemm_slowdown(run: RunConfig, a: Assumptions) -> float:
-    """``1 + (M0 / M) ** p`` at this layout's rows per expert (1 without experts or with the term off)."""
+    """``1 + (M0 / M) ** p`` at this layout's rows per expert (1 without experts or with the term off); ``M0`` of
+    MXFP8 grouped GEMMs under an MXFP8 recipe, of the H200's BF16 measurement otherwise."""
     rows = rows_per_expert(run)
     if not a.small_expert_gemms or rows <= 0:
         return 1.0
-    return 1.0 + (a.small_expert_gemm_rows / rows) ** a.small_expert_gemm_power
+    m0 = a.small_expert_gemm_rows_mxfp8 if run.precision.fp8_recipe == "mxfp8" else a.small_expert_gemm_rows
+    return 1.0 + (m0 / rows) ** a.small_expert_gemm_power
 
 
 def stage_comm(run: RunConfig, net: Interconnect, a: Assumptions, layers: list, world: int) -> tuple[list, list, list]:

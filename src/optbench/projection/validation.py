@@ -1,21 +1,26 @@
-"""How far the projection is from every published row, in sample and out of sample (``make projection``).
+"""How far the projection is from every published row, under seven schemes, each beside copying (``make projection``).
 
 Each row is projected at its own configuration (:mod:`optbench.projection.row_config`, the path ``make plan``
-takes) four times, with the calibration allowed to use:
+takes), with the calibration allowed to use only the rows the scheme keeps, and the carried table and its MXFP8
+``M0`` refitted on those rows alone (:mod:`optbench.projection.carried`: nested, the held-out rows never fit
+anything):
 
-* ``in_sample``: every AdamW row (an AdamW row is then usually its own anchor: error ~0 by construction);
-* ``leave_one_row_out``: every AdamW row but this one;
-* ``leave_one_release_out``: no row of this row's release (what a user planning on a new container gets);
-* ``leave_one_gpu_out``: no row of this row's GPU, so the efficiency is carried from another GPU's anchor (what
-  a user planning on a GPU nobody published for this model gets; ``make plan`` prints this figure when its
-  calibration is transferred from another GPU).
+* ``leave_one_setup_out``: no row of the row's model x GPU x GPU count x precision (every release held out at
+  once): what a user planning a setup nobody published gets. Each model x GPU here has one GPU count, so the
+  efficiency comes from the carried table of the other setups.
+* ``leave_one_model_out``: no row of the row's model (a model the user brings).
+* ``leave_one_gpu_out``: no row of the row's GPU, any model.
+* ``leave_one_layout_out``: rows of the same model and GPU whose layout differs from the row's (TP, PP, VPP, CP,
+  EP, ETP, MBS, GBS); a row without such a sibling is not projected in this scheme.
+* ``leave_one_release_out``: no row of the row's release (a new container).
+* ``leave_one_row_out``: every row but this one (mostly its own setup at another release: NVIDIA's drift).
+* ``in_sample``: every AdamW row.
 
-The model fits one number per projection, the GEMM efficiency of its model solved on one anchor row; the
-rest are a-priori constants (docs/projection.md). Muon rows are never used for fitting, so their
-figures differ only through the AdamW anchor. The summary counts the rows of the validated domain: a release
-whose NVIDIA preset we executed, a model-only figure, and a row the model can describe and its own setup's other
-releases do not contradict (:mod:`optbench.projection.consistency`). The others are listed with the reason, never
-fitted and never hidden.
+Beside each scheme, the copy baseline (:mod:`optbench.projection.copy_baseline`) predicts the row with the nearest
+published row the scheme keeps, with no model at all. Muon rows are never fitted. The summary counts the rows of
+the validated domain: a release whose NVIDIA preset we executed, a model-only figure, and a row the model can
+describe and its own setup's other releases do not contradict (:mod:`optbench.projection.consistency`). The
+others are listed with the reason, never fitted and never hidden.
 """
 
 from __future__ import annotations
@@ -23,12 +28,16 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from dataclasses import replace
+
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import Holdout, row_id, solve_on
+from optbench.projection.carried import fitted_without, setup_of
+from optbench.projection.copy_baseline import copied
 from optbench.projection.expected_error import SCHEME_LABELS
 from optbench.projection.published_rows import projection_error
 from optbench.projection.release_drift import release_drift
-from optbench.projection.row_config import release_order, row_config
+from optbench.projection.row_config import layout_key, release_order, row_config
 from optbench.checkout import repo_root
 from optbench.published import PublishedRow, default_published_dir, load_inconsistent
 
@@ -37,14 +46,36 @@ WITHIN = (3.0, 5.0, 10.0)
 """|error| thresholds the summary counts (percent)."""
 
 
-def _holdout(scheme: str, row: PublishedRow) -> Holdout:
-    if scheme == "leave_one_row_out":
-        return Holdout(rows=frozenset({row_id(row)}))
-    if scheme == "leave_one_release_out":
-        return Holdout(releases=frozenset({row.release}))
-    if scheme == "leave_one_gpu_out":
-        return Holdout(gpus=frozenset({row.gpu}))
-    return Holdout()
+def holdout_for(scheme: str, row: PublishedRow) -> Holdout:
+    """The rows ``scheme`` holds out when it projects ``row``."""
+    own = frozenset({row_id(row)})
+    return {
+        "in_sample": Holdout(),
+        "leave_one_row_out": Holdout(rows=own),
+        "leave_one_release_out": Holdout(releases=frozenset({row.release})),
+        "leave_one_setup_out": Holdout(setups=frozenset({setup_of(row)})),
+        "leave_one_gpu_out": Holdout(gpus=frozenset({row.gpu})),
+        "leave_one_model_out": Holdout(models=frozenset({row.model})),
+        "leave_one_layout_out": Holdout(rows=own, layouts=frozenset({(row.model, row.gpu, layout_key(row))})),
+    }[scheme]
+
+
+def _projected(scheme: str, row: PublishedRow, rows: list[PublishedRow], published: str) -> dict[str, Any]:
+    """The row projected under ``scheme``, with its copy baseline and the parameters the projection used."""
+    holdout = holdout_for(scheme, row)
+    if scheme == "leave_one_layout_out" and not any(
+        r.model == row.model and r.gpu == row.gpu and r.optimizer == "adamw" and holdout.keeps(r) for r in rows
+    ):
+        return {"reason": "no AdamW row of this model and GPU at another layout"}
+    table = fitted_without(published, holdout)
+    assumptions = DEFAULT_ASSUMPTIONS if table is None else replace(
+        DEFAULT_ASSUMPTIONS, small_expert_gemm_rows_mxfp8=table.mxfp8_expert_rows)
+    result = projection_error(row, holdout, assumptions)
+    if "error_percent" in result:
+        carried = result["anchor"].startswith("the carried table")
+        result["parameters"] = (table.parameter_count if carried else 2) if table else 1
+    result["copy"] = copied(row, rows, holdout.keeps)
+    return result
 
 
 def _outside(row: PublishedRow, in_sample: dict[str, Any], inconsistent: dict[str, str]) -> str | None:
@@ -65,8 +96,9 @@ def _outside(row: PublishedRow, in_sample: dict[str, Any], inconsistent: dict[st
 def validate_rows(rows: list[PublishedRow], inconsistent: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """One record per published row: its configuration, and per scheme the projection and error (or why none).
     ``inconsistent``: rows their own setup contradicts (default: the committed list the calibration reads)."""
+    directory = default_published_dir(repo_root() / "results")
     if inconsistent is None:
-        inconsistent = load_inconsistent(default_published_dir(repo_root() / "results"))
+        inconsistent = load_inconsistent(directory)
     out = []
     for row in rows:
         config = row_config(row)
@@ -83,30 +115,39 @@ def validate_rows(rows: list[PublishedRow], inconsistent: dict[str, str] | None 
             "typed_from_row": [] if isinstance(config, str) else list(config.typed),
         }
         for scheme in SCHEMES:
-            record[scheme] = projection_error(row, _holdout(scheme, row))
+            record[scheme] = _projected(scheme, row, rows, str(directory))
         record["outside_domain"] = _outside(row, record["in_sample"], inconsistent)
         out.append(record)
     return out
 
 
-def summary(records: list[dict[str, Any]], scheme: str, optimizer: str | None = None) -> dict[str, Any]:
-    """Median |error|, share within each threshold and the worst rows of ``scheme`` over the validated domain."""
-    chosen = [
-        r for r in records
-        if r["outside_domain"] is None and "error_percent" in r[scheme] and optimizer in (None, r["optimizer"])
-    ]
-    errors = [abs(r[scheme]["error_percent"]) for r in chosen]
-    if not errors:
-        return {"rows": 0}
-    worst = sorted(chosen, key=lambda r: -abs(r[scheme]["error_percent"]))[:3]
-    anchors = {r[scheme]["anchor"] for r in chosen}
+def _scores(errors: list[float]) -> dict[str, Any]:
     return {
         "rows": len(errors),
         "median_abs_error_percent": round(statistics.median(errors), 2),
         **{f"within_{t:g}_percent": round(sum(e <= t for e in errors) / len(errors), 3) for t in WITHIN},
+    }
+
+
+def summary(records: list[dict[str, Any]], scheme: str, optimizer: str | None = None) -> dict[str, Any]:
+    """Median |error|, share within each threshold and the worst rows of ``scheme`` over the validated domain, and
+    the copy baseline's scores over the same rows (``copy_baseline``)."""
+    chosen = [
+        r for r in records
+        if r["outside_domain"] is None and "error_percent" in r[scheme] and optimizer in (None, r["optimizer"])
+    ]
+    if not chosen:
+        return {"rows": 0}
+    worst = sorted(chosen, key=lambda r: -abs(r[scheme]["error_percent"]))[:3]
+    copies = [abs(r[scheme]["copy"]["error_percent"]) for r in chosen if "error_percent" in r[scheme]["copy"]]
+    return {
+        **_scores([abs(r[scheme]["error_percent"]) for r in chosen]),
         "worst": [{"row": r["row"], "error_percent": r[scheme]["error_percent"]} for r in worst],
-        "fitted_parameters": len(anchors),
-        "fitted_parameters_note": "one GEMM efficiency per distinct anchor row used (each projection uses one)",
+        "fitted_parameters": max(r[scheme]["parameters"] for r in chosen),
+        "fitted_parameters_note": "the most fitted numbers one projection uses: an anchor row's efficiency and the "
+                                  "MXFP8 M0 (2), or the carried table's GPU, model and release terms and M0",
+        "distinct_anchors": len({r[scheme]["anchor"] for r in chosen}),
+        "copy_baseline": {**_scores(copies), "fitted_parameters": 0} if copies else {"rows": 0},
     }
 
 

@@ -28,6 +28,8 @@ cheaply. Formulas (docs/projection.md has them with sources):
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from optbench.accounting.ns_flops import OwnedItem, OwnersFn, local_param_ns_calls, pingpong_by_numel, recipe_tp_mode
 from optbench.accounting.optimizer_work import soap_flops
@@ -260,13 +262,14 @@ def build_inputs(
             costs_of[group.shape_class] = _item_costs(group.items, run, a, rate_ns, hbm, syrk)
         costs = costs_of[group.shape_class]
         volume = costs.volume
+        more = math.ceil(volume / bucket) - 1  # each further bucket is one more collective: one more latency
         if distopt:
-            reduce = comm.reduce_scatter_s(volume * grad_bytes, ranks, net)
+            reduce = comm.reduce_scatter_s(volume * grad_bytes, ranks, net) + more * comm.ring_latency_s(ranks, net, 1)
             last = comm.reduce_scatter_s(min(bucket, volume) * grad_bytes, ranks, net)
-            gather = comm.all_gather_s(volume * _param_gather_bytes(run), ranks, net)
+            gather = comm.all_gather_s(volume * _param_gather_bytes(run), ranks, net) + more * comm.ring_latency_s(ranks, net, 1)
             first = comm.all_gather_s(min(bucket, volume) * _param_gather_bytes(run), ranks, net)
         else:
-            reduce = comm.all_reduce_s(volume * grad_bytes, ranks, net)
+            reduce = comm.all_reduce_s(volume * grad_bytes, ranks, net) + more * comm.ring_latency_s(ranks, net, 2)
             last = comm.all_reduce_s(min(bucket, volume) * grad_bytes, ranks, net)
             gather = first = 0.0
         for rank in ranks:

@@ -1,0 +1,207 @@
+"""The calibration carried across setups: one efficiency table fitted on every published AdamW row.
+
+A **setup** is one model x GPU x GPU count x precision. Where the run's model has a published AdamW row on its
+GPU, the calibration solves the efficiency on that row (:mod:`optbench.projection.calibration`). Elsewhere (another
+GPU, a model without rows) the efficiency comes from this table, fitted once by ``make projection``:
+
+    log eff(row) = gpu[row.gpu] + model[row.model] + release[row.release] + residual
+
+over the per-row efficiencies each AdamW row of the validated domain solves to (the step model at the row's
+executed configuration reproduces the row's figure), by least squares. The GPU term carries what a GPU's kernels
+reach of its own peak, the model term what a model's shapes reach (deepseek_v3's is 0: the baseline), the release
+term what a container's software adds whatever the model and GPU (25.11-26.08). One more parameter is fitted with
+them: ``M0`` of the MXFP8 small-expert-GEMM slowdown (``Assumptions.small_expert_gemm_rows_mxfp8``), chosen on a
+grid as the value whose table leaves the smallest squared residual. The slowdown is the one term of the step model
+that tells a layout with few rows per expert (DeepSeek-V3 at EP8 on 8-GPU nodes: 1,024 rows) from one with many
+(EP32-64 on NVL72: 4,096-8,192); without it the GPU and model terms cannot agree across setups.
+
+An unknown GPU takes the mean of the known GPUs of its architecture (data/gpus.csv), else of all; an unknown model
+the mean of the model terms (the baseline's 0 included); a release outside the table the nearest earlier one (else
+the earliest). ``make projection`` writes the table to ``results/projection/calibration.json``; plans read it and
+compose nothing to calibrate. The validation refits it without the rows each scheme holds out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from optbench.accounting.plan_fields import PRECISION_ALIASES
+from optbench.checkout import repo_root
+from optbench.hardware import gpu_catalog
+from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
+from optbench.projection.row_config import release_order, row_config, row_run
+from optbench.projection.row_solve import solve_at
+from optbench.published import PublishedRow, default_published_dir, load_inconsistent, load_published, row_id
+
+CALIBRATION = Path("projection") / "calibration.json"
+"""Where ``make projection`` writes the table, under a results folder."""
+MXFP8_EXPERT_ROWS_GRID = tuple(round(120.0 * (4000.0 / 120.0) ** (i / 24), 1) for i in range(25))
+"""The values of ``M0`` (MXFP8 grouped GEMMs) the fit tries: 25 steps of 15 % from the H200's BF16 120 to 4,000 rows."""
+
+
+def precision_class(row: PublishedRow) -> str:
+    """A row's precision as the run's option names it (``fp8`` and ``fp8_cs`` are one recipe)."""
+    return PRECISION_ALIASES.get(row.precision, row.precision)
+
+
+def setup_of(row: PublishedRow) -> tuple[str, str, int, str]:
+    """A row's setup: model, GPU, GPU count, precision (the sources of one setup are one setup)."""
+    return row.model, row.gpu, row.num_gpus, precision_class(row)
+
+
+@dataclass(frozen=True)
+class CarriedTable:
+    """Fitted log-efficiency terms (natural log of the fraction of the GPU's GEMM peak)."""
+
+    gpu: tuple[tuple[str, float], ...]
+    model: tuple[tuple[str, float], ...]
+    release: tuple[tuple[str, float], ...]
+    mxfp8_expert_rows: float
+    """``M0`` of the MXFP8 small-expert-GEMM slowdown the efficiencies were solved at."""
+    rows: tuple[str, ...]
+    """The rows fitted on (:func:`optbench.projection.calibration.row_id`)."""
+    rms_residual: float
+    """Root mean square of the fit's log residual."""
+
+    @property
+    def parameter_count(self) -> int:
+        """GPU, model (the baseline's is fixed at 0), release (likewise) terms and M0."""
+        return len(self.gpu) + max(0, len(self.model) - 1) + max(0, len(self.release) - 1) + 1
+
+    def term(self, kind: str, key: str) -> tuple[float, str]:
+        """(log term, how it was found) for ``key`` of ``kind`` (gpu, model, release)."""
+        table = dict(getattr(self, kind))
+        if key in table:
+            return table[key], "fitted"
+        if kind == "gpu":
+            catalog = gpu_catalog()
+            arch = catalog[key].arch if key in catalog else None
+            same = [v for g, v in table.items() if g in catalog and catalog[g].arch == arch]
+            if same:
+                return statistics.fmean(same), f"mean of the {arch} GPUs"
+            return statistics.fmean(table.values()), "mean of every GPU"
+        if kind == "model":
+            return statistics.fmean(table.values()), "mean of every model"
+        known = sorted(table, key=release_order)
+        earlier = [r for r in known if release_order(r) <= release_order(key)]
+        nearest = earlier[-1] if earlier else known[0]
+        return table[nearest], f"as release {nearest}"
+
+    def efficiency(self, model: str, gpu: str, release: str) -> tuple[float, dict[str, str]]:
+        """The efficiency of ``model`` on ``gpu`` at ``release``, and how each term was found."""
+        found = {kind: self.term(kind, key) for kind, key in (("gpu", gpu), ("model", model), ("release", release))}
+        return math.exp(sum(value for value, _ in found.values())), {kind: how for kind, (_, how) in found.items()}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "form": "log eff = gpu + model + release (deepseek_v3 and the earliest release are 0)",
+            "gpu": {k: round(math.exp(v), 5) for k, v in self.gpu},
+            "model": {k: round(math.exp(v), 5) for k, v in self.model},
+            "release": {k: round(math.exp(v), 5) for k, v in self.release},
+            "small_expert_gemm_rows_mxfp8": self.mxfp8_expert_rows,
+            "parameter_count": self.parameter_count,
+            "rms_log_residual": round(self.rms_residual, 5),
+            "rows": list(self.rows),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CarriedTable":
+        def logs(name: str) -> tuple[tuple[str, float], ...]:
+            return tuple((k, math.log(float(v))) for k, v in data[name].items())
+
+        return cls(logs("gpu"), logs("model"), logs("release"), float(data["small_expert_gemm_rows_mxfp8"]),
+                   tuple(data["rows"]), float(data["rms_log_residual"]))
+
+
+def fit_rows(rows: Sequence[PublishedRow], inconsistent: Sequence[str] = ()) -> list[PublishedRow]:
+    """The rows a table may be fitted on: AdamW, a model-only figure, a release whose preset we executed, not
+    contradicted by its own setup."""
+    kept = []
+    for row in rows:
+        if row.optimizer != "adamw" or not row.model_tflops_per_gpu or row_id(row) in inconsistent:
+            continue
+        config = row_config(row)
+        if not isinstance(config, str) and config.in_domain and not isinstance(row_run(row), str):
+            kept.append(row)
+    return kept
+
+
+@lru_cache(maxsize=4096)
+def solved_efficiency(row: PublishedRow, mxfp8_expert_rows: float) -> float | None:
+    """The efficiency ``row`` solves to at its executed configuration with MXFP8 ``M0`` = ``mxfp8_expert_rows``."""
+    solved = solve_at(row_run(row), row, replace(DEFAULT_ASSUMPTIONS, small_expert_gemm_rows_mxfp8=mxfp8_expert_rows))
+    return None if isinstance(solved, str) else solved[0]
+
+
+def _least_squares(rows: Sequence[PublishedRow], effs: Sequence[float]) -> tuple[dict[tuple[str, str], float], float]:
+    import numpy as np
+
+    columns = [("gpu", g) for g in sorted({r.gpu for r in rows})]
+    columns += [("model", m) for m in sorted({r.model for r in rows})[1:]]
+    columns += [("release", x) for x in sorted({r.release for r in rows}, key=release_order)[1:]]
+    index = {c: i for i, c in enumerate(columns)}
+    design = np.zeros((len(rows), len(columns)))
+    for i, row in enumerate(rows):
+        for column in (("gpu", row.gpu), ("model", row.model), ("release", row.release)):
+            if column in index:
+                design[i, index[column]] = 1.0
+    target = np.log(np.array(effs))
+    coef, *_ = np.linalg.lstsq(design, target, rcond=None)
+    residual = target - design @ coef
+    return dict(zip(columns, (float(c) for c in coef))), float(np.sqrt(np.mean(residual ** 2)))
+
+
+def fit_table(rows: Sequence[PublishedRow], grid: Sequence[float] = MXFP8_EXPERT_ROWS_GRID) -> CarriedTable | None:
+    """The table fitted on ``rows`` (see :func:`fit_rows`), ``M0`` chosen on ``grid``; None without rows."""
+    best: CarriedTable | None = None
+    for m0 in grid:
+        solved = [(row, solved_efficiency(row, m0)) for row in rows]
+        solved = [(row, e) for row, e in solved if e]
+        if not solved:
+            continue
+        terms, rms = _least_squares([r for r, _ in solved], [e for _, e in solved])
+        table = CarriedTable(
+            gpu=tuple((k, v) for (kind, k), v in terms.items() if kind == "gpu"),
+            model=((min(r.model for r, _ in solved), 0.0),) + tuple((k, v) for (kind, k), v in terms.items() if kind == "model"),
+            release=((min((r.release for r, _ in solved), key=release_order), 0.0),)
+            + tuple((k, v) for (kind, k), v in terms.items() if kind == "release"),
+            mxfp8_expert_rows=m0, rows=tuple(row_id(r) for r, _ in solved), rms_residual=rms,
+        )
+        if best is None or table.rms_residual < best.rms_residual - 1e-12:
+            best = table
+    return best
+
+
+@lru_cache(maxsize=256)
+def fitted_without(published: str, holdout: Any) -> CarriedTable | None:
+    """The table refitted on the rows ``holdout`` (a :class:`~optbench.projection.calibration.Holdout`) keeps: a
+    validation scheme's training rows."""
+    rows = load_published(published)
+    return fit_table([r for r in fit_rows(rows, tuple(load_inconsistent(published))) if holdout.keeps(r)])
+
+
+def committed_table(results_dir: str | Path | None = None) -> CarriedTable | None:
+    """The table ``make projection`` wrote (None before the first one, or one this version cannot read)."""
+    path = Path(results_dir or repo_root() / "results") / CALIBRATION
+    try:
+        return CarriedTable.from_dict(json.loads(path.read_text(encoding="utf-8"))["table"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def table_document(table: CarriedTable) -> dict[str, Any]:
+    """What ``make projection`` writes to results/projection/calibration.json."""
+    return {
+        "about": "the calibration carried across setups (optbench.projection.carried; docs/projection.md section 7): "
+                 "what make plan uses for a GPU its model has no published AdamW row on, or a model without rows",
+        "command": "make projection",
+        "table": table.as_dict(),
+        "published": str(default_published_dir("results") / "published.csv"),
+    }

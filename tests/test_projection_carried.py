@@ -1,0 +1,132 @@
+"""The carried calibration table, the validation's schemes and copy baseline, and the step model's physics where a
+cluster's knobs must cost something (issue 60)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import REPO
+
+from launch.dispatch import plan_run
+from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
+from optbench.projection.carried import CarriedTable, committed_table, fit_rows, fit_table
+from optbench.projection.copy_baseline import nearest
+from optbench.projection.expected_error import SCHEME_LABELS
+from optbench.published import load_inconsistent, load_published, row_id
+
+PUBLISHED = REPO / "results" / "published"
+ROWS = load_published(PUBLISHED)
+
+
+def _row(release: str, model: str, gpu: str, optimizer: str = "adamw"):
+    return next(r for r in ROWS if (r.release, r.model, r.gpu, r.optimizer) == (release, model, gpu, optimizer))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The carried table
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # about 40 s: every AdamW row solved at 25 values of M0
+def test_the_committed_table_is_what_make_projection_fits_and_the_step_model_uses_its_m0():
+    fitted = fit_table(fit_rows(ROWS, tuple(load_inconsistent(PUBLISHED))))
+    committed = committed_table()
+    assert committed is not None and fitted.as_dict() == committed.as_dict()
+    assert DEFAULT_ASSUMPTIONS.small_expert_gemm_rows_mxfp8 == committed.mxfp8_expert_rows
+
+
+def test_the_committed_table_is_fitted_on_adamw_rows_only_and_counts_its_parameters():
+    table = committed_table()
+    assert table is not None and table.rows
+    assert all(" adamw " in row for row in table.rows)  # never a Muon row
+    assert table.parameter_count == len(table.gpu) + len(table.model) - 1 + len(table.release) - 1 + 1 == 14
+    data = json.loads((REPO / "results" / "projection" / "calibration.json").read_text())
+    assert data["table"]["parameter_count"] == table.parameter_count and data["command"] == "make projection"
+
+
+def test_unknown_terms_fall_back_by_architecture_model_mean_and_nearest_earlier_release():
+    table = CarriedTable(
+        gpu=(("b200", math.log(0.2)), ("gb200", math.log(0.3)), ("h100", math.log(0.1))),
+        model=(("deepseek_v3", 0.0), ("qwen3_30b_a3b", math.log(0.5))),
+        release=(("26.02", 0.0), ("26.06", math.log(1.1))),
+        mxfp8_expert_rows=928.0, rows=("r",), rms_residual=0.0,
+    )
+    eff, how = table.efficiency("qwen3_30b_a3b", "b200", "26.06")
+    assert eff == pytest.approx(0.2 * 0.5 * 1.1) and set(how.values()) == {"fitted"}
+    eff, how = table.efficiency("kimi_k2", "h200", "26.08")  # hopper: h100's term; model: mean; release: 26.06's
+    assert how == {"gpu": "mean of the hopper GPUs", "model": "mean of every model", "release": "as release 26.06"}
+    assert eff == pytest.approx(0.1 * math.sqrt(0.5) * 1.1)
+    _, how = table.efficiency("deepseek_v3", "b200", "25.11")  # before every release of the table: the earliest
+    assert how["release"] == "as release 26.02"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The validation: seven schemes, each beside copying
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_validation_json_holds_every_scheme_with_the_keys_other_tools_read():
+    data = json.loads((REPO / "results" / "projection" / "validation.json").read_text())
+    assert data["schemes"] == list(SCHEME_LABELS)
+    for name in ("leave_one_setup_out", "leave_one_gpu_out", "leave_one_model_out", "leave_one_layout_out",
+                 "leave_one_row_out", "leave_one_release_out"):
+        summary = data["summary"][name]["all"]
+        for keys in (summary, summary["copy_baseline"]):
+            assert {"median_abs_error_percent", "within_5_percent", "within_10_percent", "fitted_parameters"} <= keys.keys()
+        # The model is set beside copying in every scheme; where it does not beat it, the README must say so.
+        assert summary["median_abs_error_percent"] < summary["copy_baseline"]["median_abs_error_percent"], name
+
+
+def test_leave_one_setup_out_never_anchors_on_the_setup_it_holds_out():
+    data = json.loads((REPO / "results" / "projection" / "validation.json").read_text())
+    for record in data["rows"]:
+        result = record["leave_one_setup_out"]
+        if "error_percent" in result and record["outside_domain"] is None:
+            assert result["anchor"].startswith("the carried table"), record["row"]
+            assert f" {record['model']} {record['gpu']} " not in result["copy"].get("copied_from", "")
+
+
+def test_the_copy_baseline_copies_the_nearest_kept_row():
+    row = _row("26.04", "deepseek_v3", "gb200")
+    kept = nearest(row, ROWS, lambda r: r.gpu != "gb200")
+    # The same model and precision on the GPU of the same system shape (NVL72), at the nearest release.
+    assert (kept.model, kept.gpu, kept.precision, kept.release) == ("deepseek_v3", "gb300", "mxfp8", "26.04")
+    assert row_id(nearest(row, ROWS, lambda r: True)) != row_id(row)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Knobs that must cost something (docs/projection.md sections 1 and 6)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _projection(recipe: str, *overrides: str) -> dict:
+    return plan_run(recipe, [*overrides, "force=true"])[1].projection
+
+
+def test_weak_scaling_to_2048_gpus_costs_throughput_through_named_data_parallel_terms():
+    base = _projection("kimi_k2_adamw")
+    wide = _projection("kimi_k2_adamw", "parallel.num_gpus=2048", "train.gbs=32768")
+    assert wide["tflops_per_gpu"] < base["tflops_per_gpu"]
+    for term in ("dp_grad_reduce_exposed", "param_gather_exposed"):
+        assert wide["breakdown_s"][term] > 10 * base["breakdown_s"][term]
+
+
+def test_data_parallel_collectives_grow_as_the_group_leaves_its_nvlink_domain():
+    inside = _projection("qwen3_30b_a3b_adamw", "parallel.num_gpus=64", "train.gbs=4096")  # DP 64: one 64-GPU block
+    across = _projection("qwen3_30b_a3b_adamw", "parallel.num_gpus=256", "train.gbs=16384")  # DP 256: four blocks
+    exposed = lambda p: p["breakdown_s"]["dp_grad_reduce_exposed"] + p["breakdown_s"]["param_gather_exposed"]  # noqa: E731
+    assert exposed(across) > 3 * exposed(inside)
+
+
+def test_a_smaller_microbatch_is_not_faster_per_token():
+    tflops = [_projection("qwen3_30b_a3b_adamw", f"train.mbs={mbs}")["tflops_per_gpu"] for mbs in (1, 2, 4, 8)]
+    assert tflops == sorted(tflops)
+
+
+def test_tensor_parallelism_without_comm_overlap_is_not_free():
+    one = _projection("qwen3_30b_a3b_adamw", "parallel.tp_comm_overlap=false")
+    four = _projection("qwen3_30b_a3b_adamw", "parallel.tp=4", "parallel.sequence_parallel=true",
+                       "parallel.tp_comm_overlap=false")
+    assert four["breakdown_s"]["tensor_parallel"] > 0 and four["step_time_s"] > one["step_time_s"]
