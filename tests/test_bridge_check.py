@@ -134,6 +134,7 @@ def _default_target() -> environments.Target:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900 + 120)  # CHECK=bridge's own limit (launch.bridge_check.TIMEOUT_S), plus planning
 def test_make_plan_check_bridge_runs_the_plan_through_the_default_containers_real_bridge(tmp_path: Path) -> None:
     target = _default_target()
     done = run_make("plan", "RECIPE=qwen3_30b_a3b_muon", "CHECK=bridge", "parallel.moe_token_dispatcher=alltoall",
@@ -145,6 +146,7 @@ def test_make_plan_check_bridge_runs_the_plan_through_the_default_containers_rea
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900 + 120)  # the check's own limit, plus planning: one setting holds both on a busy machine
 def test_one_bridge_process_checks_several_plans_and_refuses_the_one_whose_batch_its_world_size_does_not_divide(
         tmp_path: Path) -> None:
     target = _default_target()

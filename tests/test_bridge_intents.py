@@ -135,3 +135,38 @@ def test_job_environment_is_nvidias_for_every_preset(key: str) -> None:
     env = job_env(dataclasses.replace(run, parallel=parallel))
     assert preset is not None
     assert {name: env.get(name) for name in entry["job"]["env"]} == entry["job"]["env"]
+
+
+@pytest.mark.slow  # every cluster recipe x intent x container: about 100 plans
+def test_every_printed_claim_follows_from_the_overrides_the_plan_emits() -> None:
+    """What the plan says (\"NaN checks\", \"no departure\", executed as NVIDIA ran it) is derived from the final
+    overrides, never from the preset's intent (issue 58: 26.06.01+ turn the loss NaN check off under CUDA graphs;
+    Bridge 0.6's launcher trains dist_muon for Kimi K2's documented Adam case)."""
+    from optbench.plan import intent_line
+    from optbench.releases.versions import containers
+
+    checked = 0
+    for recipe in CLUSTER_RECIPES:
+        for container in containers():
+            for intent in ("reproduce", "train"):
+                try:
+                    run = validate(compose_run(recipe, [f"cluster.container={container}", f"intent={intent}", "force=true"])).run
+                    setup = bridge_setup(run)
+                except Exception:  # noqa: BLE001 - a container that refuses the recipe says so elsewhere
+                    continue
+                preset, final = setup.preset, dict(override_items(run))
+                if preset is None:
+                    continue
+                line = intent_line(setup, run.optimizer.name)
+                loss = final.get("rerun_state_machine.check_for_nan_in_loss", True)
+                if intent == "train":
+                    assert preset["train_changes"]["rerun_state_machine.check_for_nan_in_loss"] == loss, (recipe, container)
+                    assert ("the loss NaN check stays off" in line) == (not loss), (recipe, container, line)
+                    assert preset["train_changes"]["ddp.check_for_nan_in_grad"] == final["ddp.check_for_nan_in_grad"]
+                else:
+                    launcher = [d for d in preset["departures"] if d["field"] == "optimizer (NVIDIA's launcher)"]
+                    assert ("NVIDIA's launcher trains" in line) == bool(launcher), (recipe, container, line)
+                    if preset["as_executed"]:
+                        assert not preset["departures"] and "no departure" in line and not launcher
+                checked += 1
+    assert checked >= 60

@@ -44,3 +44,30 @@ def test_make_refuses_an_unknown_upper_case_word_in_one_line(words: list[str], t
     lines = [line for line in done.stderr.splitlines() if not line.startswith("make: ***")]
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {words[-1].split('=')[0]}: ")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow  # runs make
+def test_make_keeps_the_last_of_a_repeated_key_and_the_cli_refuses_the_repeat(tmp_path) -> None:
+    """Issue 58's residue, decided: make drops the first of two assignments of one variable before any recipe runs
+    (MAKEOVERRIDES, MAKEFLAGS and the command-variables list all hold the last only), so make plan cannot see the
+    repeat; the README says so, and python -m launch, which gets both, refuses it."""
+    results = tmp_path / "r"
+    done = subprocess.run(["make", "--no-print-directory", f"PY={sys.executable}", "plan", "RECIPE=kimi_k2_tiny_muon",
+                           "train.iters=5", "train.iters=6", f"results_dir={results}"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    assert json.loads((results / "plans" / "kimi_k2_tiny_muon" / "plan.json").read_text())["config"]["train"]["iters"] == 6
+    direct = subprocess.run([sys.executable, "-m", "launch", "plan", "kimi_k2_tiny_muon", "train.iters=5", "train.iters=6",
+                             f"results_dir={tmp_path / 'direct'}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert direct.returncode == 2 and direct.stderr.startswith("error: train.iters: is typed more than once")
+
+
+def test_unicode_in_an_unquoted_value_is_refused_in_our_words() -> None:
+    from optbench.config.overrides import check_syntax
+
+    [problem] = list(check_syntax(["description=héllo"]))
+    assert problem.field == "description" and "quote the value" in problem.message
+    assert "Lexer" not in problem.message
+    assert list(check_syntax(["description='héllo wörld'"])) == []

@@ -122,6 +122,7 @@ def test_muon_prediction_moves_with_the_adamw_anchor(tmp_path):
     assert moved["tflops_per_gpu"] < baseline["tflops_per_gpu"] - 100
 
 
+@pytest.mark.slow  # about 25 s: the carried table is fitted on this folder's rows (25 values of M0)
 def test_a_model_without_rows_is_carried_at_the_mean_model_term(tmp_path):
     def drop_kimi_adamw(row):
         if row["optimizer"] == "adamw" and row["model"] == "kimi_k2":

@@ -88,6 +88,7 @@ def test_leave_one_setup_out_never_anchors_on_the_setup_it_holds_out():
             assert f" {record['model']} {record['gpu']} " not in result["copy"].get("copied_from", "")
 
 
+@pytest.mark.slow  # about 6 s: every published row's executed layout composed
 def test_the_copy_baseline_copies_the_nearest_kept_row():
     row = _row("26.04", "deepseek_v3", "gb200")
     kept = nearest(row, ROWS, lambda r: r.gpu != "gb200")

@@ -152,6 +152,7 @@ def test_each_case_reads_the_scheme_that_measured_it(tmp_path):
     assert expected_error_text(expected_error("setup", tmp_path)).startswith("expected error not measured: ")
 
 
+@pytest.mark.slow  # about 12 s: the carried table refitted without GB300's rows
 def test_leave_one_gpu_out_carries_every_row_from_the_table_of_the_other_gpus():
     row = _row("26.04", "qwen3_30b_a3b", "gb300")
     held = projection_error(row, Holdout(gpus=frozenset({"gb300"})))

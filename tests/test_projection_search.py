@@ -138,6 +138,7 @@ def test_points_priced_alike_share_a_rank():
 
 
 @pytest.mark.slow  # about a minute: every layout of Qwen3 30B-A3B on 8 GB300, and the command
+@pytest.mark.timeout(600 + 120)  # the search subprocess's own limit, plus replanning its rows
 def test_make_search_ranks_every_valid_layout(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "launch", "search", "qwen3_30b_a3b_muon", f"results_dir={tmp_path / 'results'}"],

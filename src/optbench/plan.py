@@ -211,6 +211,10 @@ def format_summary(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+LAUNCHER_FIELD = "optimizer (NVIDIA's launcher)"
+"""The departure preset_summary names where NVIDIA's launcher trains another optimizer than its case's."""
+
+
 def intent_line(bridge: BridgeSetup, optimizer: str = "muon") -> str:
     """What the Bridge run reproduces or changes, in one line."""
     intent, preset = bridge.intent, bridge.preset
@@ -221,10 +225,18 @@ def intent_line(bridge: BridgeSetup, optimizer: str = "muon") -> str:
         label = OPTIMIZER_LABELS[optimizer]
         source += f" - no {label} preset for this model: Adam's, with our {label} settings"
     if intent == "train":
-        return f"train: {source} with real routing, NaN checks and evaluation"
-    departures = [d["field"] for d in preset.get("departures", [])]
+        changes = preset.get("train_changes") or {}
+        checks = ("NaN checks" if changes.get("rerun_state_machine.check_for_nan_in_loss", True)
+                  else "the gradient NaN check (the loss NaN check stays off: full-iteration CUDA graphs require it)")
+        return f"train: {source} with real routing, {checks} and evaluation"
+    departures = [d["field"] for d in preset.get("departures", []) if d["field"] != LAUNCHER_FIELD]
     respelled = [d["field"] for d in preset.get("respelled", [])]
     line = f"reproduce: {source}; " + (f"departs in {', '.join(departures)}" if departures else "no departure")
+    launcher = next((d for d in preset.get("departures", []) if d["field"] == LAUNCHER_FIELD), None)
+    if launcher is not None:
+        line += (f"; NVIDIA's launcher trains {launcher['nvidia']} for this {launcher['ours']} case (its run_script.py "
+                 f"ignores --optimizer_type), so no NVIDIA run is this configuration: this is NVIDIA's own "
+                 f"{launcher['ours']} path")
     if respelled:
         line += f" ({', '.join(respelled)}: NVIDIA's dist_muon as Megatron Core >= 0.18 spells it)"
     return line

@@ -196,8 +196,24 @@ def bridge_overrides(run: RunConfig) -> list[str]:
     return [format_override(key, value) for key, value in override_items(run)]
 
 
-def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[Item]) -> Optional[dict[str, Any]]:
-    """plan.json's account of the preset: its key and provenance, and the fields where ``ours`` departs from it."""
+def train_changes(items: list[Item]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(what ``intent=train`` changes, with the value each key finally has among ``items``; the ones another setting
+    overrode, with the setting and Bridge's reason): a plan never claims a check the overrides turn off."""
+    final = dict(items)
+    effective = {key: final.get(key, wanted) for key, wanted in presets.TRAIN_SETTINGS.items()}
+    overruled = []
+    for (key, value), (needed, forced) in COUPLED.items():
+        if final.get(key) == value and needed in presets.TRAIN_SETTINGS and forced != presets.TRAIN_SETTINGS[needed]:
+            overruled.append({"field": needed, "wanted": presets.TRAIN_SETTINGS[needed], "effective": forced,
+                              "because": f"{key}={value}", "reason": "Megatron Bridge refuses a loss NaN check under a "
+                              "full-iteration CUDA graph (ConfigContainer.validate); the gradient NaN check stays on"})
+    return effective, overruled
+
+
+def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[Item],
+                   items: list[Item] | None = None) -> Optional[dict[str, Any]]:
+    """plan.json's account of the preset: its key and provenance, the fields where ``ours`` departs from it, and for
+    ``intent=train`` what it changes as the final overrides (``items``) have it."""
     if preset is None:
         return None
     departures = presets.departures(ours, preset)
@@ -211,6 +227,10 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
     respelled = [d for d in departures if presets.is_respelling(d["field"], preset.adapted_from_adam)]
     departures = [d for d in departures if d not in respelled]
     muon_own = [preset.adapted_from_adam and presets.is_muon_field(d["field"]) for d in departures]
+    if preset.launcher_optimizer:  # NVIDIA's launcher trains another optimizer for this case: a departure to name
+        departures.append({"field": "optimizer (NVIDIA's launcher)", "ours": preset.key.rsplit("/", 1)[1],
+                           "nvidia": preset.launcher_optimizer, "reason": preset.note})
+        muon_own.append(False)
     # Exactly what NVIDIA executed: its preset of this release, at its GPU count, with nothing of ours in it.
     as_executed = (run.intent == "reproduce" and not departures and not preset.adapted_from_adam
                    and run.parallel.num_gpus == preset.num_gpus)
@@ -226,8 +246,13 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
         "muon_fields": [d for d, muon in zip(departures, muon_own) if muon],
         "respelled": respelled,
         "as_executed": as_executed,
-        "train_changes": dict(presets.TRAIN_SETTINGS) if run.intent == "train" else {},
+        **_train_fields(run, items if items is not None else _coupled(preset_items(run, ours, preset) + ours)),
     }
+
+
+def _train_fields(run: RunConfig, items: list[Item]) -> dict[str, Any]:
+    effective, overruled = train_changes(items) if run.intent == "train" else ({}, [])
+    return {"train_changes": effective, "train_changes_overruled": overruled}
 
 
 def executed_by_nvidia(run: RunConfig) -> Optional[str]:
@@ -251,5 +276,5 @@ def bridge_setup(run: RunConfig) -> BridgeSetup:
         mixed_precision=run.precision.bridge_mixed_precision,
         overrides=tuple(format_override(key, value) for key, value in items),
         intent=run.intent,
-        preset=preset_summary(run, preset, ours),
+        preset=preset_summary(run, preset, ours, items),
     )

@@ -142,6 +142,10 @@ def check_syntax(overrides: Sequence[str], sweeping: bool = False) -> Iterable[P
             if is_secret_name(key):  # Hydra's message quotes the whole override, the secret value included
                 yield Problem(key, "cannot be read by Hydra's override grammar; quote the value (key='value')")
                 continue
+            if "LexerNoViableAlt" in str(err) and not value.isascii():
+                yield Problem(key or "overrides", "holds characters Hydra's unquoted values cannot take (letters outside "
+                                                  f"ASCII); quote the value inside the override: {key}='...'")
+                continue
             reason = " ".join(str(err).split())[:160]
             yield Problem(key or "overrides", f"cannot read '{text[:60]}': {reason}; quote values with spaces or commas")
             continue

@@ -121,6 +121,9 @@ class Preset:
     """Where in that release: file and constant or function (read statically), or NVIDIA's executed launcher."""
     note: str = ""
     """What NVIDIA's launcher of that release does differently from its documentation (Bridge 0.6's Kimi K2 Adam)."""
+    launcher_optimizer: str = ""
+    """The optimizer NVIDIA's launcher actually trains when it is not the case's ("dist_muon" for Bridge 0.6's Kimi K2
+    Adam): the settings are NVIDIA's own path for the case's optimizer, which its launcher never ran."""
 
     def nvidia_value(self, key: str) -> Any:
         """NVIDIA's value of a field (KeyError when the preset does not know it)."""
@@ -218,7 +221,7 @@ def find_preset(run: RunConfig, release: Optional[str] = None) -> Optional[Prese
     return Preset(
         key, entry["settings"], entry.get("recipe_values", {}), entry.get("job", {}), entry["num_gpus"], adapted,
         release=release, source=entry.get("source", "NVIDIA's launcher, executed (tools/nvidia_presets.py)"),
-        note=entry.get("note", ""),
+        note=entry.get("note", ""), launcher_optimizer=entry.get("launcher_optimizer", ""),
     )
 
 
