@@ -2,7 +2,8 @@
 
 :func:`replacing` checks every target first (a file where a file goes, a folder holding only what the
 command writes where a folder goes), then writes a journal beside them
-(``.optbench-journal-<pid>-<token>.json``) before it sets anything aside (``.<name>.previous-<token>``).
+(``.optbench-journal-<pid>-<token>.json``) before it sets anything aside (``.<name>.previous-<token>``: a folder
+moved, a file copied).
 The block's own failure restores the earlier outputs at once; a process killed at any instant leaves a
 journal that the next :func:`replacing` (or :func:`recover`) of the same folder reads: before the
 commit it restores the earlier outputs (removing what the killed block had written), after it it only
@@ -126,10 +127,7 @@ def _restore(folder: Path, token: str, entries: list[dict[str, Any]]) -> None:
             if aside.exists() or aside.is_symlink():
                 if entry["kind"] == "folder" and _kind_matches(path, "folder"):
                     remove_path(path)
-                if _kind_matches(path, "file") and os.path.samefile(aside, path):
-                    aside.unlink()  # the file was never rewritten: its link is it (a rename onto it would do nothing)
-                else:
-                    os.replace(aside, path)
+                os.replace(aside, path)
         elif _kind_matches(path, entry["kind"]):
             remove_path(path)  # what the interrupted block created where nothing was
 
@@ -227,14 +225,12 @@ def _check_target(path: Path, folder: Folder | None) -> None:
 
 
 def _set_aside(path: Path, aside: Path, kind: str) -> None:
-    """Keep the earlier output as ``aside``: a folder is moved; a file is linked, so that it stays in place, readable,
-    until the block writes its new content (copied where the file system has no links)."""
+    """Keep the earlier output as ``aside``: a folder is moved; a file is copied, so that it stays in place, readable,
+    until the block writes its new content (a copy, not a link: a block that rewrote the file in place would change
+    a link's content too)."""
     if kind == "folder":
         os.rename(path, aside)
-        return
-    try:
-        os.link(path, aside)
-    except OSError:
+    else:
         shutil.copy2(path, aside)
 
 
