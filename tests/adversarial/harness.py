@@ -264,8 +264,10 @@ def run_in_process(case: Case, words: list[str]) -> int:
 def run_make(words: list[str]) -> tuple[int, str, str]:
     import subprocess
 
+    from conftest import make_environment
+
     done = subprocess.run(["make", "--no-print-directory", f"PY={sys.executable}", *words], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=make_environment())
     return done.returncode, done.stdout, done.stderr
 
 
