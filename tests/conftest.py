@@ -88,14 +88,11 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> 
     )
 
 
-MAKE_INHERITED = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
-"""What a make the suite itself runs under (``make test PYTEST_ADDOPTS=...``) hands down to every make a test starts:
-its own command-line variables, which the test's make would then read as typed (an unknown one is refused)."""
-
-
 def make_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This environment without what an enclosing make hands down, plus ``extra``."""
-    return {**{k: v for k, v in os.environ.items() if k not in MAKE_INHERITED}, **(extra or {})}
+    """This environment without what an enclosing make hands down (``make test PYTEST_ADDOPTS=...``), plus ``extra``."""
+    from optbench.make_args import environment_for_make
+
+    return environment_for_make(extra)
 
 
 def run_make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -83,6 +83,16 @@ NVIDIA_NAMES = {"TP": "parallel.tp", "PP": "parallel.pp", "VP": "parallel.vpp", 
 """NVIDIA's performance scripts' layout variables and the Hydra key that sets each here."""
 
 
+MAKE_INHERITED = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+"""What an enclosing make hands down to every make started under it (``make bench``'s runs, ``make test
+PYTEST_ADDOPTS=...``'s tests): its own command-line variables, which the inner make would read as typed by the user."""
+
+
+def environment_for_make(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without what an enclosing make hands down, plus ``extra``: for starting a make."""
+    return {**{k: v for k, v in os.environ.items() if k not in MAKE_INHERITED}, **(extra or {})}
+
+
 def check_make_variables(environ: Mapping[str, str] | None = None) -> None:
     """Refuse, in one line, an upper-case ``NAME=value`` typed after ``make <target>`` that the target does not read:
     make would take it as its own variable and the run would silently ignore it (``EP=32``, ``RECIPIE=...``)."""

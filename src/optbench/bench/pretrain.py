@@ -29,6 +29,7 @@ from typing import Any
 from optbench.compose.recipe import compose_run, repo_root
 from optbench.bench.sections import invocation, section_notes
 from optbench.io import atomic_write_json, atomic_write_text
+from optbench.make_args import environment_for_make
 
 NAME = "pretrain"
 DESCRIPTION = "default `make pretrain` wall time on this CPU (target < 2 min on 2 cores); largest GPU proxy when a GPU exists"
@@ -83,7 +84,8 @@ def timed_pretrain(
     placement = [f"results_dir={results}", f"run_id={run_id}"]  # keeps bench runs out of results/runs
     make = _make_command(recipe, overrides)
     argv = [make[0], "--no-print-directory", f"PY={sys.executable}", *make[1:], *placement]
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "GOMP_SPINCOUNT")}
+    # Not what an enclosing make hands down either (make bench's own command-line variables).
+    env = {k: v for k, v in environment_for_make().items() if k not in ("OMP_NUM_THREADS", "GOMP_SPINCOUNT")}
     env.update(env_extra or {})
     start = time.perf_counter()
     # Its own process group: on a timeout make, the launcher and the training process are stopped together.
