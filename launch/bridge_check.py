@@ -73,6 +73,8 @@ def check_plans(items: Sequence[tuple[RunConfig, Plan]]) -> list[dict[str, Any]]
     for index, (run, _) in enumerate(items):
         groups.setdefault(container_of(run).name, []).append(index)
     group_targets = [environment_for(items[indices[0]][0]) for indices in groups.values()]  # every one refused before any runs
+    print(f"  checking {len(items)} plan(s) with the real Megatron Bridge and Core of {', '.join(groups)} on this CPU "
+          f"(importing them takes most of the 20-60 s)", flush=True)
     # One process per container, side by side (each is a subprocess, mostly importing): a sweep over two releases
     # takes about the time of one on 2 cores.
     with ThreadPoolExecutor(max_workers=max(1, min(len(groups), os.cpu_count() or 1))) as pool:

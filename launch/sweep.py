@@ -143,7 +143,10 @@ def plan_sweep(recipe: str, overrides: Sequence[str]) -> list[SweepPoint]:
     points: list[SweepPoint] = []
     used: set[str] = set()
     sweep_id: Optional[str] = None
-    for swept in combos:
+    for number, swept in enumerate(combos, 1):
+        # A point takes about a second to compose, validate and price: say where the sweep is, in ten lines at most.
+        if len(combos) > 1 and (number == 1 or number % -(-len(combos) // 10) == 0):
+            print(f"  planning point {number} of {len(combos)}", flush=True)
         name = point_name(swept)
         if name in used:
             name = f"{name}-{len(points)}"

@@ -140,8 +140,12 @@ def test_make_plan_check_bridge_runs_the_plan_through_the_default_containers_rea
     done = run_make("plan", "RECIPE=qwen3_30b_a3b_muon", "CHECK=bridge", "parallel.moe_token_dispatcher=alltoall",
                     f"results_dir={marked_results(tmp_path / 'results')}")
     assert done.returncode == 0, done.stderr
-    [line] = [line for line in done.stdout.splitlines() if line.startswith("  bridge check ")]
+    lines = done.stdout.splitlines()
+    [line] = [line for line in lines if line.startswith("  bridge check ")]
     assert f"{target.name} (Megatron Bridge {target.bridge}, Core {target.core})" in line
+    # Said before the 20-60 s import, not only after it:
+    assert lines.index(f"  checking 1 plan(s) with the real Megatron Bridge and Core of {target.name} on this CPU "
+                       "(importing them takes most of the 20-60 s)") < lines.index(line)
     assert "runtime_config_update passed at world size 8 on gb300" in line
 
 

@@ -59,6 +59,8 @@ def test_sweep_dry_run_renders_every_valid_point_in_one_experiment(monkeypatch, 
                             "dryrun=true", f"results_dir={tmp_path}")
     assert code == 0, err
     assert "4 points, 2 valid" in out
+    progress = [line for line in out.splitlines() if "planning point" in line]  # a long sweep says where it is
+    assert progress == [f"  planning point {n} of 4" for n in (1, 2, 3, 4)]
     assert "invalid  mbs4-ep16  error: parallel.ep: ep*etp = 16*1 must divide" in out
     folder = tmp_path / "plans" / "qwen3_30b_a3b_muon" / "sweep"
     summary = json.loads((folder / "sweep.json").read_text())

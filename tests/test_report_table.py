@@ -202,6 +202,9 @@ def test_make_table_end_to_end(measured):
     done = run_make("table", "WARMUP=2", env={"OPTBENCH_RESULTS_DIR": str(measured)})
     assert done.returncode == 0, done.stderr
     assert "3 measured run(s)" in done.stdout
+    lines = done.stdout.splitlines()  # a progress line before each step that can take seconds, the summary last
+    assert lines[0].startswith("reading the measured runs under ") and lines[1].startswith("read 3 run(s) beside ")
+    assert any(line.startswith("drawing 1/") for line in lines) and lines[-1].startswith("wrote ")
     assert "after the first 2 of every segment" in (measured / "throughput.md").read_text()
     bad = run_make("table", "WARMUP=x", env={"OPTBENCH_RESULTS_DIR": str(measured)})
     assert bad.returncode == 2 and bad.stderr.splitlines()[0].startswith("error: WARMUP: 'x' is not a whole number of steps")

@@ -33,7 +33,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     if warmup > 1_000_000_000:
         raise UserError(f"must be at most 1,000,000,000 steps, got {warmup:,}", "WARMUP")
     started = time.perf_counter()
-    out = write_throughput(args.results_dir, warmup, args.logs)
+    out = write_throughput(args.results_dir, warmup, args.logs, say=lambda line: print(line, flush=True))
     measured = len(out.table.runs)
     for folder, reason in out.skipped:
         print(f"skipped {folder}: {' '.join(reason.split())}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,8 +50,10 @@ def write_throughput(
     extra_logs: Sequence[str | Path] = (),
     published_dir: str | Path | None = None,
     now: _dt.datetime | None = None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> TableOutputs:
-    """Write ``<results_dir>/throughput.md``, ``throughput.csv`` and ``plots/*.png``."""
+    """Write ``<results_dir>/throughput.md``, ``throughput.csv`` and ``plots/*.png``; ``say`` gets a progress line
+    before each step that can take seconds (reading the runs, projecting the plans, drawing each plot)."""
     if warmup < 0:
         raise UserError("must be 0 or more (steps skipped at the start of every run segment)", "WARMUP")
     results = claim(results_dir, "results_dir", "results")
@@ -59,8 +61,10 @@ def write_throughput(
     published = load_published(published_dir)
     sources = load_sources(published_dir)
     check_sources(published, sources)
+    say(f"reading the measured runs under {results / 'runs'}{' and ' + str(len(extra_logs)) + ' log(s)' if extra_logs else ''}")
     collection = collect_runs(results, extra_logs)
     table = build_table(published, collection.runs, warmup)
+    say(f"read {len(collection.runs)} run(s) beside {len(published)} published row(s); projecting the stored plans")
     planned, unread_plans = planned_rows(results)
     skipped = [*collection.skipped, *unread_plans]
 
@@ -78,7 +82,8 @@ def write_throughput(
     relative = [str(p.relative_to(results)) for p in plots]
     markdown, csv_path = results / "throughput.md", results / "throughput.csv"
     with replacing(files=[markdown, csv_path, *plots]):
-        for path, draw in drawn:
+        for number, (path, draw) in enumerate(drawn, 1):
+            say(f"drawing {number}/{len(drawn)}: {path.relative_to(results)}")
             draw(path)
         atomic_write_text(markdown, render_markdown(table, sources, stamp, relative, skipped, planned))
         atomic_write_text(csv_path, render_csv(table))
