@@ -29,6 +29,14 @@ def test_intervals_and_ratios():
     assert ratio.mean == pytest.approx(0.5) and ratio.low == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize("df, printed", [(1, 12.706), (2, 4.303), (3, 3.182), (7, 2.365), (10, 2.228), (11, 2.201),
+                                         (20, 2.086), (29, 2.045), (30, 2.042), (60, 2.000), (120, 1.980)])
+def test_the_t_quantile_is_exact_beyond_ten_degrees_of_freedom(df, printed):
+    """Against a printed t table (3 decimals; NIST/SEMATECH e-Handbook 1.3.6.7.2): 11-30 seeds no longer get 1.96."""
+    assert round(stats.t_quantile_975(df), 3) == printed
+    assert 1.959963 < stats.t_quantile_975(100_000) < 1.96  # the normal quantile's 1.959964 in the limit
+
+
 def test_curves_interpolate_between_validation_passes():
     curve = [(100.0, 5.0), (200.0, 4.0), (300.0, 3.0)]
     assert stats.loss_at(curve, 150.0) == pytest.approx(4.5)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,13 +19,20 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # optbench.io for the tools' atomic writes
 
-MIRRORS = Path("/work/.mirror")
+MIRRORS_ENV = "OPTBENCH_MIRRORS"
+"""The folder of git mirrors: <folder>/<owner>+<name>/repo is the git directory of a clone of github.com/<owner>/<name>
+(``git clone --mirror https://github.com/NVIDIA-NeMo/Megatron-Bridge <folder>/NVIDIA-NeMo+Megatron-Bridge/repo``)."""
 BRIDGE_REPO = "NVIDIA-NeMo/Megatron-Bridge"
 CORE_REPO = "NVIDIA/Megatron-LM"
 
 
 def mirror(repo: str) -> Path:
-    return MIRRORS / repo.replace("/", "+") / "repo"
+    folder = os.environ.get(MIRRORS_ENV)
+    if not folder:
+        print(f"error: {MIRRORS_ENV}: not set; point it at a folder holding <owner>+<name>/repo git mirrors of "
+              f"{BRIDGE_REPO} and {CORE_REPO} (tools/bridge_sources.py says how to make them)", file=sys.stderr)
+        sys.exit(2)
+    return Path(folder) / repo.replace("/", "+") / "repo"
 
 
 def git(repo: str, *args: str) -> str:

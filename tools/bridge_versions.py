@@ -13,7 +13,7 @@ NVIDIA/Megatron-LM:
 
 Writes ``src/optbench/data/bridge/containers.json`` and ``src/optbench/data/bridge/fields-<bridge>.json``::
 
-    python tools/bridge_versions.py            # mirrors under /work/.mirror (the `fetch` tool's layout)
+    OPTBENCH_MIRRORS=<folder> python tools/bridge_versions.py   # git mirrors: tools/bridge_sources.py MIRRORS_ENV
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ the tests cannot install it: this tool takes its source from a git mirror of NVI
 `fetch` tool's layout), runs the cases of tests/emerging_reference.py against it and writes
 tests/fixtures/emerging_optimizers/eo-0.2.0.json with the commit it ran::
 
-    python tools/emerging_reference.py [--mirror /work/.mirror/NVIDIA-NeMo+Emerging-Optimizers/repo] [--tag v0.2.0]
+    git clone --bare https://github.com/NVIDIA-NeMo/Emerging-Optimizers eo.git
+    python tools/emerging_reference.py --mirror eo.git [--tag v0.2.0]
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ sys.path.insert(0, str(ROOT / "src"))
 import emerging_reference as reference  # noqa: E402
 from optbench.io import atomic_write_text  # noqa: E402
 
-MIRROR = Path("/work/.mirror/NVIDIA-NeMo+Emerging-Optimizers/repo")
 OUT = ROOT / "tests" / "fixtures" / "emerging_optimizers"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mirror", type=Path, default=MIRROR)
+    parser.add_argument("--mirror", type=Path, required=True,
+                        help="the git directory of a clone of NVIDIA-NeMo/Emerging-Optimizers (a bare clone will do)")
     parser.add_argument("--tag", default="v0.2.0")
     args = parser.parse_args()
     git = ["git", f"--git-dir={args.mirror}"]

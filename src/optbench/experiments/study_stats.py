@@ -15,8 +15,38 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-"""Student t quantiles (0.975) by degrees of freedom (1.96 beyond 10)."""
+
+
+def t_two_sided_probability(t: float, df: int) -> float:
+    """P(|T| < t) for Student's t with ``df`` degrees of freedom, in closed form (Abramowitz & Stegun 26.7.3-4: a
+    finite series in theta = atan(t / sqrt(df)) for whole degrees of freedom)."""
+    theta = math.atan(t / math.sqrt(df))
+    cos2 = math.cos(theta) ** 2
+    if df % 2:  # odd: 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...)), df - 3 powers
+        term, series = 1.0, 1.0 if df > 1 else 0.0
+        for k in range(1, (df - 1) // 2):
+            term *= cos2 * (2 * k) / (2 * k + 1)
+            series += term
+        return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * series)
+    term, series = 1.0, 1.0  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...), up to cos^(df - 2)
+    for k in range(1, df // 2):
+        term *= cos2 * (2 * k - 1) / (2 * k)
+        series += term
+    return math.sin(theta) * series
+
+
+def t_quantile_975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` whole degrees of freedom (the half-width factor of a 95 %
+    interval): the exact probability above, inverted by bisection to the last bit."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
+    low, high = 0.0, 1e3  # t(1) = 12.706: every quantile lies below
+    while high - low > 1e-12 * high:
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_two_sided_probability(middle, df) < 0.95 else (low, middle)
+    return (low + high) / 2
+
+
 TARGET_FRACTIONS = (0.25, 0.5, 0.75, 0.9)
 """Targets: the validation loss every winner reached on average by these fractions of the horizon (tuning seeds)."""
 BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
@@ -42,7 +72,7 @@ def interval(values: Sequence[float]) -> Interval | None:
     mean = statistics.fmean(sample)
     if len(sample) == 1:
         return Interval(mean, mean, mean, 1)
-    half = T_975.get(len(sample) - 1, 1.96) * statistics.stdev(sample) / math.sqrt(len(sample))
+    half = t_quantile_975(len(sample) - 1) * statistics.stdev(sample) / math.sqrt(len(sample))
     return Interval(mean, mean - half, mean + half, len(sample))
 
 
