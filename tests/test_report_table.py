@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import struct
 import shutil
 import statistics
 from pathlib import Path
@@ -141,6 +142,23 @@ def test_plots_written(measured):
     assert {"throughput_kimi_k2.png", "loss_kimi_k2.png", "throughput_qwen3_30b_a3b.png"} <= names
     assert all(p.stat().st_size > 5000 and p.read_bytes().startswith(PNG) for p in out.plots)
     assert "![plots/throughput_kimi_k2.png](plots/throughput_kimi_k2.png)" in out.markdown.read_text()
+
+
+def test_plots_stay_readable_with_every_published_row(measured):
+    """Every published release of a family is one more row, never more width (Qwen3's plot was 6,038 px wide), and
+    the local engine's runs (GFLOP/s on a CPU) never share an axis with the cluster's rows (TFLOP/s on a GB300)."""
+    from optbench.report.plots import _groups
+
+    out = write_throughput(measured, published_dir=REPO / "results" / "published")  # every committed row
+    for path in out.plots:
+        width, height = struct.unpack(">II", path.read_bytes()[16:24])  # the PNG header's IHDR
+        assert width <= 2400, (path.name, width, height)
+    for family in {row.family for row in out.table.rows}:
+        groups = _groups(out.table, family)
+        assert all(not g["local"] for g in groups if g["published"])
+        local = [g for g in groups if g["local"]]
+        assert all(g["measured"] and not g["published"] for g in local)
+    assert any(g["local"] for g in _groups(out.table, "kimi_k2")) and len(_groups(out.table, "qwen3_30b_a3b")) > 20
 
 
 def test_most_recent_run_wins_and_others_are_listed(measured):

@@ -30,8 +30,15 @@ def _save(figure, path: Path) -> Path:
     return atomic_write_bytes(path, buffer.getvalue())
 
 
+ROW_INCHES = 0.42
+"""Height of one configuration's row: the plots grow downwards with the rows, never sideways."""
+WIDTH_INCHES = 12.0
+"""Figure width: 12 in at 110 dpi is about 1,300 px (the bound is 2,400), however many configurations a family has."""
+
+
 def _groups(table: Table, family: str) -> list[dict]:
-    """Configurations of one family: published ones per (source, release), measured ones per key."""
+    """Configurations of one family: published ones per (source, release), measured ones per key; each says whether
+    it ran on a cluster (published, or measured by Megatron Bridge) or on this project's local engine."""
     groups: dict[tuple, dict] = {}
     for row in table.rows:
         if row.family != family:
@@ -39,93 +46,97 @@ def _groups(table: Table, family: str) -> list[dict]:
         if row.published is not None:
             pub = row.published
             key = ("published", row.model, row.gpu, row.precision, pub.source, pub.release)
-            group = groups.setdefault(key, {"label": f"{row.model}\n{row.gpu} {row.precision}\n{SHORT.get(pub.source, pub.source)}\n{pub.release}",
-                                            "published": {}, "measured": {}})
+            group = groups.setdefault(key, {"label": f"{row.model} {row.gpu} {row.precision}, "
+                                                     f"{SHORT.get(pub.source, pub.source)} {pub.release}",
+                                            "published": {}, "measured": {}, "local": False})
             group["published"][row.optimizer] = pub
         if row.throughput is not None and row.throughput.tflops_per_gpu is not None:
-            key = ("measured", row.model, row.gpu, row.precision)
-            group = groups.setdefault(key, {"label": f"{row.model}\n{row.gpu} {row.precision}\nmeasured",
-                                            "published": {}, "measured": {}})
+            local = row.run is not None and row.run.engine == "local"
+            key = ("measured", row.model, row.gpu, row.precision, local)
+            group = groups.setdefault(key, {"label": f"{row.model} {row.gpu} {row.precision}, measured",
+                                            "published": {}, "measured": {}, "local": local})
             group["measured"][row.optimizer] = row.throughput
     return list(groups.values())
 
 
-def _bar(axis, x: float, throughput, optimizer: str) -> None:
-    model = throughput.tflops_per_gpu
-    error = [[model.median - model.q1], [model.q3 - model.median]]
-    axis.bar(x, model.median, width=0.35, color=COLORS[optimizer], yerr=error, capsize=3)
-    with_ns = throughput.tflops_per_gpu_with_ns
-    if optimizer == MUON and with_ns is not None and with_ns.median > model.median:
-        axis.bar(x, with_ns.median - model.median, bottom=model.median, width=0.35, color=COLORS[MUON],
-                 alpha=0.45, hatch="//")
+def _figures(group: dict, optimizer: str) -> tuple[float, float | None, bool] | None:
+    """(model TFLOP/s, with Newton-Schulz or None, published) of one optimizer in a group; None if absent."""
+    if optimizer in group["measured"]:
+        throughput = group["measured"][optimizer]
+        with_ns = throughput.tflops_per_gpu_with_ns
+        return throughput.tflops_per_gpu.median, with_ns.median if with_ns else None, False
+    pub = group["published"].get(optimizer)
+    if pub is None:
+        return None
+    if pub.flops_counted == "model+newton_schulz" and pub.model_tflops_per_gpu is not None:
+        return pub.model_tflops_per_gpu, pub.tflops_per_gpu, True
+    return pub.tflops_per_gpu, None, True
+
+
+def _throughput_panel(axis, groups: list[dict], unit: str, scale: float) -> None:
+    """Horizontal bars, a pair per configuration (AdamW above Muon): solid = model FLOPs, hatched = Newton-Schulz."""
+    for index, group in enumerate(groups):
+        for offset, optimizer in ((-0.2, ADAMW), (0.2, MUON)):
+            figures = _figures(group, optimizer)
+            if figures is None:
+                continue
+            model, with_ns, published = figures
+            edge = "black" if published else "none"
+            axis.barh(index + offset, model * scale, height=0.38, color=COLORS[optimizer], edgecolor=edge)
+            if with_ns is not None and with_ns > model:
+                axis.barh(index + offset, (with_ns - model) * scale, left=model * scale, height=0.38,
+                          color=COLORS[optimizer], alpha=0.45, hatch="//", edgecolor=edge)
+    axis.set_yticks(range(len(groups)), [g["label"] for g in groups], fontsize=7)
+    axis.set_ylim(len(groups) - 0.5, -0.5)
+    axis.set_xlabel(unit)
+    axis.grid(axis="x", alpha=0.3)
+
+
+def _ratio_panel(axis, groups: list[dict]) -> None:
+    """Muon / AdamW of each configuration that has both (model FLOPs; hatched: with Newton-Schulz), 1.0 marked."""
+    shown = []
+    for index, group in enumerate(groups):
+        adamw, muon = _figures(group, ADAMW), _figures(group, MUON)
+        if adamw is None or muon is None:
+            continue
+        base = adamw[0]
+        axis.barh(index, muon[0] / base, height=0.5, color=COLORS[MUON])
+        shown.append(muon[0] / base)
+        if muon[1] is not None:
+            axis.plot(muon[1] / base, index, marker="|", color="black", markersize=12, markeredgewidth=2)
+            shown.append(muon[1] / base)
+    axis.axvline(1.0, color="grey", linewidth=0.8)
+    axis.set_ylim(len(groups) - 0.5, -0.5)
+    axis.set_yticks(range(len(groups)), [""] * len(groups))
+    axis.set_xlabel("Muon / AdamW (bar: model FLOPs, |: with NS)")
+    axis.grid(axis="x", alpha=0.3)
+    if shown:
+        axis.set_xlim(0 if min(shown) < 0.8 else 0.8, max(1.2, max(shown) + 0.05))
+    else:
+        axis.text(0.5, 0.5, "no configuration\nwith both optimizers", ha="center", va="center", transform=axis.transAxes)
 
 
 def plot_throughput(table: Table, family: str, path: str | Path) -> Path:
-    """TFLOP/s per GPU (log scale) and Muon/AdamW per configuration of one family."""
+    """TFLOP/s per GPU and Muon/AdamW per configuration of one family: the cluster's rows (published, and measured by
+    Megatron Bridge) and the local engine's runs on axes of their own, each linear (a laptop's GFLOP/s beside a
+    GB300's 1,000 TFLOP/s would need a log axis nobody reads at a glance); one row per configuration."""
     groups = _groups(table, family)
-    figure, (left, right) = plt.subplots(1, 2, figsize=(max(8, 1.5 * len(groups) + 4), 4.8),
-                                         gridspec_kw={"width_ratios": [2, 1]})
-    ratio_labels, ratio_measured, ratio_published, values = [], [], [], []
-    for index, group in enumerate(groups):
-        for offset, optimizer in ((-0.2, ADAMW), (0.2, MUON)):
-            if optimizer in group["measured"]:
-                _bar(left, index + offset, group["measured"][optimizer], optimizer)
-                values.append(group["measured"][optimizer].tflops_per_gpu.median)
-            pub = group["published"].get(optimizer)
-            if pub is not None:
-                left.plot(index + offset, pub.tflops_per_gpu, marker="D", markerfacecolor=COLORS[optimizer],
-                          markeredgecolor="black", markersize=8, linestyle="")
-                values.append(pub.tflops_per_gpu)
-                if pub.flops_counted == "model+newton_schulz" and pub.model_tflops_per_gpu is not None:
-                    left.plot(index + offset, pub.model_tflops_per_gpu, marker="_", color="black", markersize=16,
-                              markeredgewidth=2, linestyle="")
-        measured, published = group["measured"], group["published"]
-        if MUON in measured and ADAMW in measured:
-            base = measured[ADAMW].tflops_per_gpu.median
-            with_ns = measured[MUON].tflops_per_gpu_with_ns
-            ratio_labels.append(group["label"])
-            ratio_measured.append((measured[MUON].tflops_per_gpu.median / base, with_ns.median / base if with_ns else None))
-            ratio_published.append(None)
-        if MUON in published and ADAMW in published:
-            base = published[ADAMW].tflops_per_gpu
-            ratio_labels.append(group["label"])
-            ratio_measured.append(None)
-            ratio_published.append(((published[MUON].model_tflops_per_gpu or 0) / base, published[MUON].tflops_per_gpu / base))
-    # Measured CPU proxies (GFLOP/s) and published GB300 figures (~1000 TFLOP/s) share an axis only on a log scale.
-    wide = bool(values) and max(values) / min(values) > 20
-    if wide:
-        left.set_yscale("log")
-        left.set_ylim(min(values) / 4, max(values) * 2)  # bars start at the axis bottom: leave them some height
-    left.set_xticks(range(len(groups)), [g["label"] for g in groups], fontsize=7)
-    left.set_xlim(-0.6, len(groups) - 0.4)
-    left.set_ylabel("TFLOP/s per GPU" + (" (log scale)" if wide else ""))
-    left.set_title(f"{family}: bars measured (hatched: Newton-Schulz), diamonds published\n"
-                   "(bar = model FLOPs; dash = published model-only part)", fontsize=9)
+    sections = [(f"{family} on clusters: published (black edge) and measured by Megatron Bridge",
+                 [g for g in groups if not g["local"]], "TFLOP/s per GPU", 1.0),
+                (f"{family}'s small stand-ins measured by the local engine (its own axis)",
+                 [g for g in groups if g["local"]], "GFLOP/s per device", 1e3)]
+    sections = [section for section in sections if section[1]]
+    heights = [max(2.0, ROW_INCHES * len(section[1]) + 1.0) for section in sections]
+    figure, axes = plt.subplots(len(sections), 2, figsize=(WIDTH_INCHES, sum(heights)), squeeze=False,
+                                gridspec_kw={"width_ratios": [2, 1], "height_ratios": heights})
+    for (title, members, unit, scale), (values, ratios) in zip(sections, axes):
+        _throughput_panel(values, members, unit, scale)
+        values.set_title(title, fontsize=9)
+        _ratio_panel(ratios, members)
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[o]) for o in (ADAMW, MUON)]
-    handles += [plt.Line2D([], [], marker="D", color="grey", markeredgecolor="black", linestyle=""),
-                plt.Line2D([], [], marker="_", color="black", markersize=14, markeredgewidth=2, linestyle="")]
-    left.legend(handles, [f"{ADAMW} measured", f"{MUON} measured", "published", "published model-only"],
-                fontsize=7, loc="best")
-    for index, (measured, published) in enumerate(zip(ratio_measured, ratio_published)):
-        if measured is not None:
-            right.bar(index - 0.15, measured[0], width=0.3, color=COLORS[MUON], label="measured, model" if index == 0 else None)
-            if measured[1] is not None:
-                right.bar(index + 0.15, measured[1], width=0.3, color=COLORS[MUON], alpha=0.45, hatch="//",
-                          label="measured, with NS")
-        if published is not None:
-            right.plot(index - 0.15, published[0], marker="_", color="black", markersize=16, markeredgewidth=2, linestyle="")
-            right.plot(index + 0.15, published[1], marker="D", color="black", linestyle="")
-    right.axhline(1.0, color="grey", linewidth=0.8)
-    right.set_xticks(range(len(ratio_labels)), ratio_labels, fontsize=7)
-    right.set_xlim(-0.6, max(len(ratio_labels), 1) - 0.4)
-    right.set_ylabel("Muon / AdamW TFLOP/s")
-    right.set_title("Muon / AdamW (left: model FLOPs, right: with NS)", fontsize=9)
-    if not ratio_labels:
-        right.text(0.5, 0.5, "no configuration\nwith both optimizers", ha="center", va="center", transform=right.transAxes)
-    else:
-        values = [v for pair in ratio_measured + ratio_published if pair for v in pair if v]
-        right.set_ylim(0 if min(values) < 0.8 else 0.8, max(1.2, max(values) + 0.05))
-    figure.tight_layout()
+    handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="black", hatch="//"))
+    figure.legend(handles, [ADAMW, MUON, "Newton-Schulz FLOPs (Muon)"], fontsize=8, ncol=3, loc="upper center")
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.4 / sum(heights)))  # the legend's line above the panels
     return _save(figure, Path(path))
 
 
