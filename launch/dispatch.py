@@ -29,8 +29,10 @@ from launch.jobs import (
     job_env,
     job_mounts,
     require_slurm,
+    segment_size,
     slurm_resources,
 )
+from launch.preflight import cluster_notes
 from optbench.compose.recipe import compose_run
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
@@ -42,6 +44,7 @@ from optbench.plan import (
     format_launch_lines,
     format_summary,
     plan_path,
+    replaced_plan_note,
     write_plan,
 )
 from optbench.replace import Folder, replacing
@@ -78,7 +81,7 @@ def compose_and_plan(recipe: str, overrides: Sequence[str], check: bool = False)
         from launch.bridge_check import check_with_bridge
 
         check_with_bridge(run, plan)
-    print(f"  plan.json   {shown(write_plan(run, plan))}")
+    print(_written_plan_line(run, plan))
     return run, plan
 
 
@@ -98,12 +101,17 @@ def check_launch(run: RunConfig) -> tuple[str, ...]:
             raise UserError(
                 Problem("run_id", f"{run.run_id} was already submitted ({shown(folder)}); pick a new run_id or add resume=true")
             )
-        job_env(run)
-        job_mounts(run)
+        env, mounts = job_env(run), job_mounts(run)
         slurm_resources(run)
         check_path("results_dir", JobSpec(str(run.run_id), run, folder).log_dir)
+        notes += cluster_notes(run, env, mounts, segment_size(run))
     elif run.engine == "local":
         if not run.dryrun:
+            missing = [name for name in LOCAL_ENGINE_NEEDS if not _importable(name)]
+            if missing:
+                raise UserError(Problem("engine", f"the local engine needs {' and '.join(missing)}, which this "
+                                        "environment lacks (make setup-submit installs planning and submission only); "
+                                        "run `make setup`, or plan and submit a cluster recipe (RECIPE=kimi_k2_muon)"))
             from optbench.engine.local import check_local_launch
 
             check_local_launch(run)
@@ -112,6 +120,17 @@ def check_launch(run: RunConfig) -> tuple[str, ...]:
         if problem is not None:
             raise UserError(problem)
     return notes
+
+
+LOCAL_ENGINE_NEEDS = ("torch", "transformers")
+"""What the local engine imports that ``make setup-submit``'s environment (the ``launch`` extra alone) does not hold."""
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def print_notes(notes: Sequence[str]) -> None:
@@ -144,10 +163,16 @@ def pretrain(recipe: str, overrides: Sequence[str], check: bool = False) -> int:
     claim_results(run)
     if run.cluster.executor == "slurm":
         return launch_slurm(run, plan)
-    print(f"  plan.json   {shown(write_plan(run, plan))}")
+    print(_written_plan_line(run, plan))
     if run.engine == "local":
         return launch_local_engine(run, checked=True)
     return launch_bridge_local(run, plan)
+
+
+def _written_plan_line(run: RunConfig, plan: Plan) -> str:
+    """Write plan.json; its printed line, saying which earlier plan of the recipe it replaced."""
+    note = replaced_plan_note(run, plan)
+    return f"  plan.json   {shown(write_plan(run, plan))}{note}"
 
 
 def _record_launch(run: RunConfig, plan: Plan, launch: dict[str, Any], *copies: Path) -> None:
@@ -196,6 +221,7 @@ def launch_slurm(run: RunConfig, plan: Plan) -> int:
 
     folder = job_folder(run)
     job = JobSpec(name=str(run.run_id), run=run, folder=folder)
+    replaced = replaced_plan_note(run, plan)
     with replacing(files=[*(folder / name for name in JOB_FILES), plan_path(run)], folders=[Folder(folder / JOB_WORK)]):
         launch = slurm_launch_section(job, run.dryrun)
         save_resolved_config(run, job.config_path)
@@ -206,7 +232,7 @@ def launch_slurm(run: RunConfig, plan: Plan) -> int:
             launch["job_ids"] = [rendered.job_id]
             launch["summary"] += f" as Slurm job {rendered.job_id}"
         _record_launch(run, plan, launch, *(() if run.dryrun else (folder / "plan.json",)))
-    print(f"  plan.json   {shown(plan_path(run))}")
+    print(f"  plan.json   {shown(plan_path(run))}{replaced}")
     return 0
 
 

@@ -54,3 +54,19 @@ def test_a_plan_of_another_shape_is_refused_by_the_reader() -> None:
     del written["layout"]
     with pytest.raises(KeyError):
         Plan.from_json(written)
+
+
+def test_a_plan_of_other_overrides_says_which_plan_it_replaces(tmp_path, capsys):
+    """Each recipe keeps its latest plan (results/plans/<recipe>/plan.json, what make table reads): the printed line
+    says when a plan of other overrides goes, and a re-plan of the same overrides says nothing."""
+    from conftest import marked_results
+    from launch.cli import main
+
+    results = marked_results(tmp_path / "results")
+    lines = []
+    for overrides in ([], ["train.iters=5"], ["train.iters=5"], ["parallel.ep=32", "description=x y"]):
+        assert main(["plan", "kimi_k2_muon", f"results_dir={results}", *overrides]) == 0
+        lines.append(next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  plan.json ")))
+    assert lines[0].endswith("plan.json") and lines[2].endswith("plan.json")
+    assert lines[1].endswith("(replaces the plan of kimi_k2_muon with no overrides: a recipe keeps its latest plan)")
+    assert lines[3].endswith("(replaces the plan of kimi_k2_muon with train.iters=5: a recipe keeps its latest plan)")

@@ -8,6 +8,8 @@ launcher adds its own with :meth:`Plan.with_launch`, so that a plan and a run ca
 
 from __future__ import annotations
 
+import json
+
 import re
 from pathlib import Path
 from typing import Sequence
@@ -95,6 +97,27 @@ def _layout_was_balanced(run: RunConfig, overrides: Sequence[str]) -> bool:
 def claim_results(run: RunConfig) -> Path:
     """The run's results folder, created and marked as optbench's (refused if it is not ours: optbench.outputs)."""
     return claim(run.results_dir, "results_dir", "results")
+
+
+def replaced_plan_note(run: RunConfig, plan: Plan) -> str:
+    """What writing ``plan`` replaces, for the printed plan.json line: each recipe keeps its latest plan only
+    (results/plans/<recipe>/plan.json, which make table reads), so a plan of other overrides is said to go; "" when
+    there is none or it had the same overrides (a re-plan)."""
+    import shlex
+
+    try:
+        earlier = json.loads(plan_path(run).read_text())["overrides"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    if not isinstance(earlier, list) or not all(isinstance(o, str) for o in earlier):
+        return ""
+    # results_dir is where the plan is, not what it plans.
+    earlier, now = ([o for o in typed if not o.startswith("results_dir=")] for typed in (earlier, plan.overrides))
+    if earlier == now:
+        return ""
+    typed = shlex.join(earlier)
+    typed = typed if len(typed) <= 100 else typed[:97] + "..."
+    return f" (replaces the plan of {run.recipe} with {typed or 'no overrides'}: a recipe keeps its latest plan)"
 
 
 def write_plan(run: RunConfig, plan: Plan) -> Path:

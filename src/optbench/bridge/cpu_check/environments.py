@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import venv
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,26 +120,46 @@ def _pip(python: Path, *args: str) -> None:
 
 
 def build(python: str = sys.executable) -> None:
-    """Create both base environments and every overlay (each step is skipped when already done)."""
-    for name, (folder, requirements) in BASES.items():
+    """Create both base environments and every overlay (each step is skipped when already done), one progress line
+    per environment. A cold build unpacks two CPU torch builds and seven releases: the two bases are built side by
+    side, then the overlays two at a time (pip is one process per install, and these machines have 2+ cores)."""
+    overlays = [t for t in targets() if t.overlay is not None]
+    steps = len(BASES) + len(overlays)
+    said = iter(range(1, steps + 1))
+
+    def say(what: str) -> None:
+        print(f"bridge-env [{next(said)}/{steps}] {what}", flush=True)
+
+    def base(name: str) -> None:
+        folder, requirements = BASES[name]
+        say(f"{folder.name}: base environment ({requirements.name})")
         interpreter = folder / "bin" / "python"
         if not interpreter.exists():
             venv.create(folder, with_pip=True)
         _pip(interpreter, "install", "--quiet", "--upgrade", "pip")
         _pip(interpreter, "install", "--quiet", "-r", str(requirements))
-    for bridge, core in IN_BASE.items():
-        _pip(BASES["tf4"][0] / "bin" / "python", "install", "--quiet", "--no-deps", f"megatron-core=={core}",
-             f"megatron-bridge=={bridge}")
-    for target in targets():
-        done = target.overlay / COMPLETE if target.overlay else None
+        for bridge, core in IN_BASE.items() if name == "tf4" else ():
+            _pip(interpreter, "install", "--quiet", "--no-deps", f"megatron-core=={core}", f"megatron-bridge=={bridge}")
+
+    def overlay(target: Target) -> None:
+        done = target.overlay / COMPLETE
         wanted = " ".join(target.packages()) + "\n"
-        if done is None or (done.is_file() and done.read_text() == wanted):
-            continue
+        built = done.is_file() and done.read_text() == wanted
+        say(f"{target.overlay.relative_to(ROOT)}: Megatron Bridge {target.bridge}, Core {target.core} "
+            f"({'built already' if built else target.name})")
+        if built:
+            return
         if done.is_file():  # an overlay this tool built for other pins: rebuilt, never mixed
             shutil.rmtree(target.overlay)
         _pip(target.python, "install", "--quiet", "--no-deps", "--ignore-requires-python", "--upgrade", "--target",
              str(target.overlay), *target.packages())
         done.write_text(wanted)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for future in [pool.submit(base, name) for name in BASES]:
+            future.result()  # a failed install stops the build with pip's own error above
+        for future in [pool.submit(overlay, target) for target in overlays]:
+            future.result()
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,79 @@
+"""The cluster prerequisites a first run would trip over, said as one note each before a job is rendered or
+submitted (launch/preflight.py; docs/cluster.md section 1)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from launch.jobs import job_env, job_mounts, segment_size
+from launch.preflight import cluster_notes
+from optbench.compose.recipe import compose_run
+
+
+def notes(recipe: str, *overrides: str) -> tuple[str, ...]:
+    run = compose_run(recipe, list(overrides))
+    return cluster_notes(run, job_env(run), job_mounts(run), segment_size(run))
+
+
+@pytest.fixture
+def login_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A login node with enroot's login for nvcr.io, and an srun (pyxis) and sbatch (Slurm 23.11+) that know the
+    options the job uses: every note then comes from the one thing a test takes away."""
+    (tmp_path / "enroot").mkdir()
+    (tmp_path / "enroot" / ".credentials").write_text("machine nvcr.io login $oauthtoken password SECRET-NGC-KEY\n")
+    monkeypatch.setenv("ENROOT_CONFIG_PATH", str(tmp_path / "enroot"))
+    (tmp_path / "bin").mkdir()
+    for program, options in (("srun", "--container-image=NAME"), ("sbatch", "--segment=N")):
+        path = tmp_path / "bin" / program
+        path.write_text(f"#!/bin/sh\necho 'Usage: {program} [OPTIONS]'\necho '  {options}'\n")
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    return tmp_path
+
+
+MOUNTED = ("+cluster.env.HF_HOME=/lustre/hf_cache", "cluster.container_mounts=[/lustre/hf_cache:/lustre/hf_cache]")
+
+
+def test_a_prepared_cluster_gets_no_note(login_node):
+    assert notes("kimi_k2_muon", *MOUNTED) == ()
+
+
+def test_a_hub_config_without_a_mounted_cache_is_said(login_node):
+    [note] = notes("kimi_k2_muon")
+    assert note.startswith("note: hub config: Bridge reads moonshotai/Kimi-K2-Instruct's config.json") and "HF_HOME" in note
+    [note] = notes("qwen3_30b_a3b_muon", "+cluster.env.HF_HOME=/lustre/hf_cache")
+    assert "cluster.env.HF_HOME=/lustre/hf_cache is inside no container mount" in note
+    # Kimi K2's recipe reads no hub config before Bridge 0.4 (nemo:26.02): nothing to say there.
+    assert notes("kimi_k2_muon", "cluster.container=nemo:26.02") == ()
+
+
+def test_no_enroot_login_for_nvcr_is_said_and_the_credentials_never_printed(login_node):
+    credentials = login_node / "enroot" / ".credentials"
+    credentials.write_text("machine gitlab.example.com login me password SECRET-NGC-KEY\n")
+    [note] = notes("kimi_k2_muon", *MOUNTED)
+    assert note.startswith(f"note: enroot: no login for nvcr.io in {credentials}") and "SECRET" not in note
+    credentials.unlink()
+    assert len(notes("kimi_k2_muon", *MOUNTED)) == 1
+
+
+def test_an_srun_without_pyxis_and_an_sbatch_without_segment_are_said(login_node):
+    for program in ("srun", "sbatch"):
+        (login_node / "bin" / program).write_text("#!/bin/sh\necho 'Usage: a Slurm without it'\n")
+    said = notes("kimi_k2_muon", *MOUNTED)
+    assert [n.split(":")[1].strip() for n in said] == ["pyxis", "slurm"]
+    assert "--segment=16" in said[1]
+    run = compose_run("kimi_k2_muon", list(MOUNTED))  # a job that asks for no segment: nothing to say about it
+    assert [n.split(":")[1].strip() for n in cluster_notes(run, job_env(run), job_mounts(run), None)] == ["pyxis"]
+
+
+def test_a_dry_run_prints_the_notes(login_node, capsys):
+    from launch.cli import main
+    from conftest import marked_results
+
+    results = marked_results(login_node / "results")
+    assert main(["pretrain", "kimi_k2_muon", "dryrun=true", f"results_dir={results}"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("note: hub config: ") == 1 and "note: enroot" not in err

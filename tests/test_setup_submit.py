@@ -1,0 +1,59 @@
+"""make setup-submit: a login node plans, searches and submits without torch, the local engine or the Bridge
+environments; the local engine then says in one line what it lacks."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, marked_results
+
+WITHOUT_LOCAL_EXTRA = """
+import importlib.abc, runpy, sys
+BLOCKED = {"torch", "transformers", "matplotlib", "wandb"}  # pyproject's local extra: not in make setup-submit's .venv
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Block())
+sys.path.insert(0, "")
+sys.argv = ["launch", *sys.argv[1:]]
+runpy.run_module("launch", run_name="__main__")
+"""
+
+
+def _recipe_lines(target: str) -> list[str]:
+    text = (REPO / "Makefile").read_text()
+    body = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", text, re.MULTILINE)
+    assert body, target
+    return [line.strip() for line in body.group(1).splitlines()]
+
+
+def test_setup_submit_installs_the_launch_extra_alone():
+    installs = [line for line in _recipe_lines("setup-submit") if " install " in line]
+    assert installs == ["$(PIP) install --upgrade pip", '$(PIP) install -e ".[launch]"']
+
+
+@pytest.mark.slow
+def test_plan_search_and_a_slurm_dry_run_need_no_torch_and_the_local_engine_says_what_it_lacks(tmp_path: Path):
+    results = marked_results(tmp_path / "results")
+    script = tmp_path / "without_local_extra.py"
+    script.write_text(WITHOUT_LOCAL_EXTRA)
+
+    def launch(*words: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(script), *words, f"results_dir={results}"], cwd=REPO,
+                              capture_output=True, text=True, timeout=240)
+
+    for words in (["plan", "kimi_k2_muon"], ["search", "qwen3_30b_a3b_muon"], ["pretrain", "kimi_k2_muon", "dryrun=true"]):
+        done = launch(*words)
+        assert done.returncode == 0, (words, done.stderr[-2000:])
+    assert (results / "plans" / "kimi_k2_muon" / "sbatch.sh").is_file()
+    local = launch("pretrain", "kimi_k2_tiny_muon")
+    assert local.returncode == 2 and local.stderr.splitlines() == [
+        "error: engine: the local engine needs torch and transformers, which this environment lacks (make setup-submit "
+        "installs planning and submission only); run `make setup`, or plan and submit a cluster recipe "
+        "(RECIPE=kimi_k2_muon)"]
