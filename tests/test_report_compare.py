@@ -30,6 +30,21 @@ def _run(optimizer: str, losses: list[float], step_time: float, tokens_per_step:
     return MeasuredRun(run_id or f"{optimizer}", "local engine", "-", "tiny", "tiny", "cpu", "fp32", optimizer, steps=steps)
 
 
+def test_unlike_runs_give_no_ratio_and_a_shared_machine_is_flagged():
+    adamw = _run("adamw", [6, 5, 4, 3, 2], step_time=1.0)
+    muon = _run("muon", [6, 4, 3, 2, 1], step_time=1.5)
+    adamw.extra = {"data": {"kind": "indexed", "description": "pydocs"}, "machine_load": {"others_cpu_share": 0.84}}
+    muon.extra = {"data": {"kind": "synthetic", "description": "Markov chain"}}
+    result = analyse("tiny", [(1, adamw), (1, muon)], target=3.0, window=1)
+    assert result.tokens_ratio is None and result.seconds_ratio is None and result.paired_seconds_ratio is None
+    assert result.unlike.startswith("not comparable: data differs (muon: synthetic Markov chain; adamw: indexed pydocs)")
+    assert verdict(result).startswith("No verdict: the two optimizers' runs are not comparable: data differs")
+    assert result.load == "shared machine: other processes held 84% of the CPU during the adamw run"
+    muon.extra = {"data": adamw.extra["data"]}
+    result = analyse("tiny", [(1, adamw), (1, muon)], target=3.0, window=1)
+    assert result.unlike == "" and result.seconds_ratio == pytest.approx(1.125) and result.load
+
+
 def test_smoothing_is_a_trailing_mean():
     assert smoothed([4.0, 2.0, 6.0, 0.0], 2) == [4.0, 3.0, 4.0, 3.0]
     assert smoothed([5.0, 1.0], 1) == [5.0, 1.0]

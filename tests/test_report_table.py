@@ -248,3 +248,33 @@ def test_the_table_puts_each_plans_matrix_optimizers_side_by_side(results_dir):
         assert f"{siblings[name]['tflops_per_gpu_change_percent']:+.2f} % ({siblings[name]['optimizer_state_gb']:.1f} GB state)" in line
     assert f"| {plan.projection['adamw_twin']['tflops_per_gpu']:.1f} |" in line
     assert any(path.endswith("broken/plan.json") and "JSONDecodeError" in why for path, why in out.skipped)
+
+
+def _edit_summary(results: Path, run_id: str, **changes) -> None:
+    path = results / "runs" / run_id / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def test_unlike_runs_are_not_paired_and_the_table_says_why(measured):
+    """The first default `make pretrain` (synthetic data) beside an AdamW run on real text read "Muon/AdamW 0.058":
+    now no ratio, and the field that differs."""
+    _edit_summary(measured, MUON_RUN, data={"kind": "synthetic", "description": "Markov chain"})
+    _edit_summary(measured, ADAMW_RUN, data={"kind": "indexed", "description": "Megatron indexed data, pydocs"})
+    out = write_throughput(measured)
+    [muon] = [r for r in out.table.rows if (r.model, r.optimizer) == ("kimi_k2_tiny", "muon")]
+    assert muon.measured_ratio == (None, None) and muon.ratio_note.startswith("not comparable: data differs (muon: synthetic")
+    assert "measured (not comparable: data differs" in out.markdown.read_text()
+    [csv_row] = [r for r in _rows(out.csv) if (r["model"], r["optimizer"]) == ("kimi_k2_tiny", "muon")]
+    assert csv_row["measured_muon_adamw_ratio_model"] == "" and csv_row["measured_ratio_note"] == muon.ratio_note
+
+
+def test_comparable_runs_are_paired_and_a_shared_machine_is_flagged(measured):
+    out = write_throughput(measured)
+    [muon] = [r for r in out.table.rows if (r.model, r.optimizer) == ("kimi_k2_tiny", "muon")]
+    assert muon.measured_ratio[0] is not None and muon.ratio_note == ""
+    _edit_summary(measured, MUON_RUN, machine_load={"others_cpu_share": 0.83})
+    out = write_throughput(measured)
+    [muon] = [r for r in out.table.rows if (r.model, r.optimizer) == ("kimi_k2_tiny", "muon")]
+    assert muon.measured_ratio[0] is not None
+    assert muon.ratio_note == "shared machine: other processes held 83% of the CPU during the muon run"
+    assert "measured (shared machine: other processes held 83% of the CPU during the muon run)" in out.markdown.read_text()

@@ -39,3 +39,8 @@ class LoadMeter:
             "load_average_1min": {"before": self.load_before, "after": os.getloadavg()[0]},
             "others_cpu_share": max(0.0, others / capacity) if capacity > 0 else None,
         }
+
+
+QUIET_SHARE = 0.05
+"""Runs and benchmarks during which other processes took more than this share of the machine are flagged: their
+seconds are not this CPU's figure (tokens and losses are unaffected)."""

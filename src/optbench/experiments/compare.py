@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from optbench.report.comparable import load_flag, others_share, why_not_comparable
 from optbench.report.runs import MeasuredRun, loss_curve, training_seconds
 from optbench.report.stats import Spread, spread
 
@@ -101,6 +102,12 @@ class CompareResult:
     """Per-seed Muon/AdamW time-to-target."""
     loss_floor: float | None = None
     """Entropy floor of the synthetic stream (nats per token) when the runs report it."""
+    unlike: str = ""
+    """Why a seed's Muon and AdamW runs may not be compared (data, tokens per step, machine differ); the ratios are
+    then left out. "" when every pair may be."""
+    load: str = ""
+    """How busy the machine was with other processes during the busiest run of each optimizer, when more than
+    a quiet share: the seconds are then not this CPU's figure."""
     context: dict = field(default_factory=dict)
     """Recipes, iterations, overrides, commands and timings of the comparison."""
 
@@ -186,6 +193,17 @@ def analyse(
     target = target if target is not None else auto_target([run for _, run in runs], window)
     results = [seed_result(run, seed, target, window) for seed, run in runs]
     summaries = {o: _summary(o, results) for o in (ADAMW, MUON)}
+    by_seed: dict[int, dict[str, MeasuredRun]] = {}
+    for seed, run in runs:
+        by_seed.setdefault(seed, {})[run.optimizer] = run
+    unlike = next((note for pair in by_seed.values() if len(pair) == 2
+                   for note in [why_not_comparable(pair[MUON], pair[ADAMW])] if note), "")
+    busiest = [max((run for _, run in runs if run.optimizer == name), key=lambda r: others_share(r) or 0.0, default=None)
+               for name in (ADAMW, MUON)]
+    load = load_flag(*(run for run in busiest if run is not None)) or ""
+    # Unlike runs (a reused run on other data, say) give no ratio at all: the table says why instead.
+    ratio = (lambda a, b: None) if unlike else _ratio
+    paired = (lambda results, attribute: None) if unlike else _paired
     return CompareResult(
         model=model,
         target=target,
@@ -193,18 +211,22 @@ def analyse(
         window=window,
         seeds=results,
         summaries=summaries,
-        tokens_ratio=_ratio(summaries[MUON].tokens, summaries[ADAMW].tokens),
-        seconds_ratio=_ratio(summaries[MUON].seconds, summaries[ADAMW].seconds),
-        step_time_ratio=_ratio(summaries[MUON].step_time_s, summaries[ADAMW].step_time_s),
-        paired_tokens_ratio=_paired(results, "tokens"),
-        paired_seconds_ratio=_paired(results, "seconds"),
+        tokens_ratio=ratio(summaries[MUON].tokens, summaries[ADAMW].tokens),
+        seconds_ratio=ratio(summaries[MUON].seconds, summaries[ADAMW].seconds),
+        step_time_ratio=ratio(summaries[MUON].step_time_s, summaries[ADAMW].step_time_s),
+        paired_tokens_ratio=paired(results, "tokens"),
+        paired_seconds_ratio=paired(results, "seconds"),
         loss_floor=loss_floor,
+        unlike=unlike,
+        load=load,
     )
 
 
 def verdict(result: CompareResult) -> str:
     """One sentence: does Muon reach the target sooner in training time, and how sure is it."""
     muon, adamw = result.summaries[MUON], result.summaries[ADAMW]
+    if result.unlike:
+        return f"No verdict: the two optimizers' runs are {result.unlike}."
     if muon.reached == 0 and adamw.reached == 0:
         return "Neither optimizer reached the target: lower the target or raise the iterations."
     if muon.reached == 0:

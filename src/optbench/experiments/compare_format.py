@@ -30,11 +30,15 @@ def render_compare_markdown(result: CompareResult, plot: str | None = None) -> s
     ctx = result.context
     muon, adamw = result.summaries[MUON], result.summaries[ADAMW]
     floor = f"; the stream's loss floor is {result.loss_floor:.3f} nats/token" if result.loss_floor is not None else ""
+    flags = [f"**{note[0].upper() + note[1:]}.**" for note in (result.unlike, result.load) if note]
+    if result.load:
+        flags[-1] += " The seconds columns are not this CPU's quiet figure; tokens and losses are unaffected."
     out = [
         f"# Time to target: Muon vs AdamW on {result.model}",
         "",
         verdict(result),
         "",
+        *(line for flag in flags for line in (flag, "")),
         "A quick check, not a tuned comparison: both optimizers run at their recipes' learning rates (one value for "
         "both), on few seeds, and the time ratio is a CPU's, where Newton-Schulz outweighs the model's own FLOPs. "
         "`make study` (results/study.md) tunes each optimizer's learning rate and measures on held-out seeds.",

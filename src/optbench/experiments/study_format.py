@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
+from optbench.machine_load import QUIET_SHARE
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.outputs import claim
 
@@ -12,9 +13,7 @@ LABELS = {"adamw": "AdamW", "muon_spectral": "Muon, spectral scale", "muon_moonl
           "adaptive_muon": "AdaMuon", "soap": "SOAP"}
 COLORS = {"adamw": "tab:blue", "muon_spectral": "tab:red", "muon_moonlight": "tab:orange", "adaptive_muon": "tab:purple",
           "soap": "tab:green"}
-QUIET = 0.05
-"""Runs during which other processes took more than this share of the machine are flagged: their seconds are not
-this CPU's figure (tokens and losses are unaffected)."""
+QUIET = QUIET_SHARE
 
 
 def _label(arm: str) -> str:

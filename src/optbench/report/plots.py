@@ -56,6 +56,8 @@ def _groups(table: Table, family: str) -> list[dict]:
             group = groups.setdefault(key, {"label": f"{row.model} {row.gpu} {row.precision}, measured",
                                             "published": {}, "measured": {}, "local": local})
             group["measured"][row.optimizer] = row.throughput
+            if row.optimizer == MUON:
+                group["ratio_note"] = row.ratio_note
     return list(groups.values())
 
 
@@ -98,6 +100,9 @@ def _ratio_panel(axis, groups: list[dict]) -> None:
     for index, group in enumerate(groups):
         adamw, muon = _figures(group, ADAMW), _figures(group, MUON)
         if adamw is None or muon is None:
+            continue
+        if group.get("ratio_note", "").startswith("not comparable"):  # unlike runs: no ratio, and why
+            axis.text(0.02, index, group["ratio_note"][:60], va="center", fontsize=6, transform=axis.get_yaxis_transform())
             continue
         base = adamw[0]
         axis.barh(index, muon[0] / base, height=0.5, color=COLORS[MUON])

@@ -13,7 +13,8 @@ Rules (docs/results.md explains them for users):
   a published figure that counts Newton-Schulz FLOPs is compared with the measured "with NS"
   figure, one that counts model FLOPs only with the measured model-only figure.
 * Muon/AdamW ratios pair rows of the same (model, GPU, precision): measured with measured, and
-  published with published of the same source and release.
+  published with published of the same source and release. Two measured runs are paired only when their data,
+  tokens per step and machine match too (:mod:`optbench.report.comparable`); otherwise the row says which differs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from optbench.published import PublishedRow
+from optbench.report.comparable import load_flag, why_not_comparable
 from optbench.report.runs import MeasuredRun, RunThroughput, run_throughput
 
 MUON, ADAMW = "muon", "adamw"
@@ -56,7 +58,10 @@ class TableRow:
     published_ratio: tuple[float | None, float | None] = (None, None)
     """Published Muon/AdamW of the same source and release: (model-only, headline)."""
     measured_ratio: tuple[float | None, float | None] = (None, None)
-    """Measured Muon/AdamW: (model-only, with Newton-Schulz)."""
+    """Measured Muon/AdamW: (model-only, with Newton-Schulz); (None, None) when the two runs are not comparable."""
+    ratio_note: str = ""
+    """Why the measured runs of this configuration are not set side by side, or how their seconds are flagged
+    (:mod:`optbench.report.comparable`); "" when nothing needs saying."""
 
     @property
     def num_gpus(self) -> int | None:
@@ -153,7 +158,12 @@ def build_table(published: list[PublishedRow], runs: list[MeasuredRun], warmup: 
             row.throughput = throughput.get(key)
         _delta(row)
         pair = (row.model, row.gpu, row.precision)
-        row.measured_ratio = _measured_ratio(throughput.get((*pair, MUON)), throughput.get((*pair, ADAMW)))
+        muon_run, adamw_run = (chosen.get((*pair, name), (None, []))[0] for name in (MUON, ADAMW))
+        if muon_run is not None and adamw_run is not None:
+            refusal = why_not_comparable(muon_run, adamw_run)
+            row.ratio_note = refusal or load_flag(muon_run, adamw_run) or ""
+            if refusal is None:
+                row.measured_ratio = _measured_ratio(throughput.get((*pair, MUON)), throughput.get((*pair, ADAMW)))
         if row.published is not None:
             twins = {
                 p.optimizer: p

@@ -163,13 +163,14 @@ def _ratio_lines(table: Table) -> list[list[str]]:
                 seen.add(key)
                 lines.append([row.model, row.gpu, row.precision, f"published ({key[3]} {key[4]})",
                               _ratio_text(row.published_ratio[0]), _ratio_text(row.published_ratio[1])])
-        if row.run is not None and row.measured_ratio != (None, None):
+        if row.run is not None and (row.measured_ratio != (None, None) or row.ratio_note):
             key = (row.model, row.gpu, row.precision, "measured")
             if key not in seen:
                 seen.add(key)
-                lines.append([row.model, row.gpu, row.precision, "measured",
-                              _ratio_text(row.measured_ratio[0]) or NOT_MEASURED,
-                              _ratio_text(row.measured_ratio[1]) or NOT_MEASURED])
+                figures = "measured" + (f" ({row.ratio_note})" if row.ratio_note else "")
+                empty = "-" if row.measured_ratio == (None, None) else NOT_MEASURED
+                lines.append([row.model, row.gpu, row.precision, figures,
+                              _ratio_text(row.measured_ratio[0]) or empty, _ratio_text(row.measured_ratio[1]) or empty])
     return lines
 
 
@@ -291,7 +292,7 @@ CSV_FIELDS = [
     "steps_used", "steps_total", "warmup_steps_skipped",
     "delta_to_published", "delta_basis",
     "published_muon_adamw_ratio_model", "published_muon_adamw_ratio_headline",
-    "measured_muon_adamw_ratio_model", "measured_muon_adamw_ratio_with_ns",
+    "measured_muon_adamw_ratio_model", "measured_muon_adamw_ratio_with_ns", "measured_ratio_note",
     "run_id", "run_kind", "run_intent", "other_run_ids", "command", "date", "git_commit", "versions", "run_path",
 ]
 
@@ -329,6 +330,7 @@ def csv_record(row: TableRow, warmup: int) -> dict[str, object]:
         delta_to_published="" if row.delta is None else row.delta, delta_basis=row.delta_basis,
         published_muon_adamw_ratio_model=row.published_ratio[0] or "", published_muon_adamw_ratio_headline=row.published_ratio[1] or "",
         measured_muon_adamw_ratio_model=row.measured_ratio[0] or "", measured_muon_adamw_ratio_with_ns=row.measured_ratio[1] or "",
+        measured_ratio_note=row.ratio_note,
     )
     return record
 
