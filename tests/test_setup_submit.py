@@ -57,3 +57,38 @@ def test_plan_search_and_a_slurm_dry_run_need_no_torch_and_the_local_engine_says
         "error: engine: the local engine needs torch and transformers, which this environment lacks (make setup-submit "
         "installs planning and submission only); run `make setup`, or plan and submit a cluster recipe "
         "(RECIPE=kimi_k2_muon)"]
+
+
+def test_bridge_env_says_each_environment_and_builds_two_at_a_time(tmp_path, monkeypatch, capsys):
+    """make setup's longest step prints one line per environment, and runs two installs side by side."""
+    import threading
+    import time
+
+    from optbench.bridge.cpu_check import environments
+
+    running, most = [], [0]
+    lock = threading.Lock()
+
+    def pip(python, *args):
+        with lock:
+            running.append(args)
+            most[0] = max(most[0], len(running))
+        time.sleep(0.05)
+        with lock:
+            running.remove(args)
+
+    monkeypatch.setattr(environments, "_pip", pip)
+    monkeypatch.setattr(environments.venv, "create", lambda folder, with_pip: None)
+    monkeypatch.setattr(environments, "BASES", {k: (tmp_path / f"base-{k}", req) for k, (_, req) in environments.BASES.items()})
+    monkeypatch.setattr(environments, "OVERLAYS", tmp_path / "overlays")
+    monkeypatch.setattr(environments, "ROOT", tmp_path)
+    for target in environments.targets():
+        if target.overlay is not None:
+            (tmp_path / "overlays" / target.bridge).mkdir(parents=True)
+    environments.build()
+    lines = capsys.readouterr().out.splitlines()
+    overlays = [t for t in environments.targets() if t.overlay is not None]
+    assert len(lines) == 2 + len(overlays) and all(re.match(rf"bridge-env \[\d+/{len(lines)}\] ", line) for line in lines)
+    assert sorted(int(re.search(r"\[(\d+)/", line).group(1)) for line in lines) == list(range(1, len(lines) + 1))
+    assert most[0] == 2
+    assert all((tmp_path / "overlays" / t.bridge / environments.COMPLETE).is_file() for t in overlays)
