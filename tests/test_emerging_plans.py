@@ -161,3 +161,36 @@ def test_readmes_support_table_is_what_plan_accepts():
                                     ("qwen3_30b_a3b_muon", ["optimizer.scalar_optimizer=lion"], lion)):
             problems = collect_problems(compose_run(recipe, [RESULTS, f"cluster.container={container}", *extra]))
             assert (cell == "yes") == (problems == []), (container, recipe, cell, problems)
+
+
+@pytest.mark.parametrize("container", ["nemo:26.06", "nemo:26.08"])
+@pytest.mark.parametrize("method", ["adamuon", "normuon"])
+def test_a_scale_adamuon_divides_out_again_is_refused(container, method):
+    """Emerging-Optimizers 0.2.0 applies Muon's scale before the second moment, which divides it out: a typed
+    extra_scale_factor would change nothing (the local engine's AdaMuon, the same semantics, shows it below)."""
+    run = compose_run("qwen3_30b_a3b_adaptive_muon", [f"cluster.container={container}", "optimizer.muon.extra_scale_factor=0.2",
+                                                      f"optimizer.adaptive_muon.moment2_method={method}"])
+    [problem] = [p for p in collect_problems(run) if p.field == "optimizer.muon.extra_scale_factor"]
+    assert problem.message.startswith(f"changes nothing for AdaMuon with Emerging-Optimizers 0.2.0 ({container})")
+    assert not [p for p in collect_problems(compose_run("qwen3_30b_a3b_adaptive_muon", [f"cluster.container={container}"]))
+                if p.field == "optimizer.muon.extra_scale_factor"]
+
+
+@pytest.mark.parametrize("method", ["adamuon", "normuon"])
+def test_adamuon_before_emerging_optimizers_0_3_is_scale_free(method):
+    """The reason above, on the local engine's AdaMuon: the same gradients with scale 1 and 0.2 give the same update
+    up to eps (and differ once the scale applies after the second moment, as 0.3.0 does)."""
+    import torch
+
+    from optbench.optim.adaptive_muon import AdaptiveMuon
+
+    def step(extra: float, after: bool) -> torch.Tensor:
+        torch.manual_seed(0)
+        weight = torch.nn.Parameter(torch.randn(24, 16))
+        weight.grad = torch.randn(24, 16)
+        before = weight.detach().clone()
+        AdaptiveMuon([weight], lr=0.1, moment2_method=method, extra_scale_factor=extra, scale_after_moment2=after).step()
+        return weight.detach() - before
+
+    assert torch.allclose(step(1.0, False), step(0.2, False), rtol=1e-3, atol=1e-6)  # eps and fp32 rounding
+    assert not torch.allclose(step(1.0, True), step(0.2, True), rtol=1e-2)

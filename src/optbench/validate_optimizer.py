@@ -12,6 +12,7 @@ from optbench.bridge.emerging_fields import emerging_problems
 from optbench.bridge.muon_fields import muon_problems
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
 from optbench.errors import Problem
+from optbench.releases import versions
 from optbench.releases.versions import behaviour, container_of
 
 MUON_REFUSES_DIST_OPTIMIZER = "muon_refuses_dist_optimizer"
@@ -88,6 +89,25 @@ def soap_problems(run: RunConfig) -> Iterable[Problem]:
         )
 
 
+SCALE_AFTER_MOMENT2_FROM = (0, 3)
+"""Emerging-Optimizers from which AdaMuon applies Muon's scale again after its second moment (``scale_after_moment2``;
+before, the scale cancels in O / sqrt(V))."""
+
+
+def _scales_after_moment2(container: versions.Container) -> bool:
+    return tuple(int(x) for x in versions.emerging_optimizers(container).split(".")[:2]) >= SCALE_AFTER_MOMENT2_FROM
+
+
+def adamuon_scales_after_moment2(run: RunConfig) -> bool:
+    """Whether the run's container (the local engine follows its Emerging-Optimizers too) scales AdaMuon's update."""
+    return _scales_after_moment2(container_of(run))
+
+
+def first_scaling_container() -> str:
+    first = versions.first_with(_scales_after_moment2)
+    return f"cluster.container={first.name}" if first else "none of the containers we know ships one yet"
+
+
 SECTION_OF = {"muon": ("muon",), "adaptive_muon": ("muon", "adaptive_muon"), "soap": ("soap",), "adamw": ()}
 """The settings sections each optimizer reads (the config group of the same name provides them)."""
 
@@ -120,6 +140,15 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
             f"QK-clip scales the query/key projections; {run.model.name} uses GQA with QK-norm, which normalises "
             "them again, so no logit changes (Megatron would run it silently); set it false or model.qk_layernorm=false",
             ("model",),
+        )
+    if o.adaptive_muon is not None and o.muon.extra_scale_factor != 1.0 and not adamuon_scales_after_moment2(run):
+        yield Problem(
+            "optimizer.muon.extra_scale_factor",
+            f"changes nothing for AdaMuon with Emerging-Optimizers {versions.emerging_optimizers(container_of(run))} "
+            f"({container_of(run).name}): the scale multiplies the orthogonalized update, which the second moment divides "
+            f"out again ({o.adaptive_muon.moment2_method}, up to eps); set it 1.0, or a container whose "
+            "Emerging-Optimizers (0.3+) scales after the second moment: " + first_scaling_container(),
+            ("optimizer.name", "cluster.container"),
         )
     if run.engine == "megatron_bridge":
         yield from muon_problems(run)

@@ -20,6 +20,8 @@ OPTIMIZER_LABELS = {"adamw": "AdamW", "muon": "Muon", "adaptive_muon": "AdaMuon"
 """How plans, tables and messages name each optimizer."""
 MATRIX_FLOPS_LABELS = {"muon": "NS", "adaptive_muon": "NS", "soap": "SOAP"}
 """Short name of a matrix optimizer's own FLOPs in throughput lines (Newton-Schulz; SOAP's products and QR)."""
+MATRIX_FLOPS_WORDS = {"muon": "Newton-Schulz", "adaptive_muon": "Newton-Schulz", "soap": "SOAP's matrix products and QR"}
+"""The same in words, for sentences ("... with Newton-Schulz"): SOAP runs no Newton-Schulz."""
 SCALAR_OPTIMIZERS = ("adam", "lion")
 MOMENT2_METHODS = ("adamuon", "normuon")
 MUON_COEFFICIENTS = ("quintic", "simple")

@@ -33,6 +33,7 @@ from optbench.accounting.throughput import step_throughput
 from optbench.accounting.params import parameter_counts, padded_vocab_size
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
+from optbench.config.schema_optimizer import MATRIX_FLOPS_WORDS
 from optbench.engine.local.checkpoint import checkpoint_dir, has_checkpoint, load_checkpoint, save_checkpoint
 from optbench.engine.local.data import build_stream, microbatch_indices
 from optbench.engine.local.expert_load import ExpertLoadTracker
@@ -303,11 +304,14 @@ class Trainer:
         return summary
 
     def _outro(self, summary: dict[str, Any], writer: MetricsWriter) -> None:
+        # AdamW has no matrix work of its own: one figure; SOAP runs no Newton-Schulz: its own words.
+        matrix = self.run.optimizer.name if self.run.optimizer.matrix_optimizer else None
         lines = [
             f"loss {summary['initial_loss']:.4f} (step 1) -> {summary['final_loss']:.4f} (step {summary['steps']})"
             + (f"; floor {summary['loss_floor']:.3f}" if summary.get("loss_floor") is not None else ""),
             f"throughput {summary['tokens_per_s']:,.0f} tokens/s, {flops_text(summary['tflops_per_gpu'])} per process"
-            f" ({flops_text(summary['tflops_per_gpu_with_ns'])} with Newton-Schulz), "
+            + (f" ({flops_text(summary['tflops_per_gpu_with_ns'])} with {MATRIX_FLOPS_WORDS[matrix]})" if matrix else "")
+            + ", "
             + (f"MFU {summary['mfu'][summary['peak']['key']]:.1%} of the {summary['peak']['label']}" if summary["peak"] else ""),
             f"results   {self.run_dir}",
             f"  metrics {writer.metrics_path}",
