@@ -194,3 +194,12 @@ def test_adamuon_before_emerging_optimizers_0_3_is_scale_free(method):
 
     assert torch.allclose(step(1.0, False), step(0.2, False), rtol=1e-3, atol=1e-6)  # eps and fp32 rounding
     assert not torch.allclose(step(1.0, True), step(0.2, True), rtol=1e-2)
+
+
+def test_normuon_checkpoints_are_refused_with_the_reason_and_adamuons_taken():
+    """NorMuon's reduced second moment cannot pass Core's torch_dist shape assert; AdaMuon's is parameter-shaped."""
+    typed = [RESULTS, "train.save_interval=100", "cluster.container=nemo:26.08"]
+    problems = collect_problems(compose_run("qwen3_30b_a3b_adaptive_muon",
+                                            [*typed, "optimizer.adaptive_muon.moment2_method=normuon"]))
+    assert [p.field for p in problems] == ["train.save_interval"] and "make_sharded_optimizer_tensor" in problems[0].message
+    assert collect_problems(compose_run("qwen3_30b_a3b_adaptive_muon", typed)) == []

@@ -141,6 +141,16 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
             "them again, so no logit changes (Megatron would run it silently); set it false or model.qk_layernorm=false",
             ("model",),
         )
+    normuon = o.adaptive_muon is not None and o.adaptive_muon.moment2_method == "normuon"
+    if normuon and run.train.save_interval is not None and run.engine == "megatron_bridge":
+        yield Problem(
+            "train.save_interval",
+            "NorMuon's second moment is one row or column per matrix (Emerging-Optimizers' moment2_buffer, [m, 1] or "
+            "[1, n]), and Megatron Core's torch_dist checkpoint asserts every optimizer state tensor has its parameter's "
+            "shape (dist_checkpointing/optimizer.py, make_sharded_optimizer_tensor): the first save would stop the run; "
+            "set train.save_interval=null, or optimizer.adaptive_muon.moment2_method=adamuon (parameter-shaped)",
+            ("optimizer.adaptive_muon.moment2_method",),
+        )
     if o.adaptive_muon is not None and o.muon.extra_scale_factor != 1.0 and not adamuon_scales_after_moment2(run):
         yield Problem(
             "optimizer.muon.extra_scale_factor",
