@@ -22,7 +22,10 @@ from optbench.bench.upstream_optimizers import (  # noqa: F401  (load and the ov
     overlay_with_emerging_optimizers,
 )
 
-SHAPES = ((6, 10), (12, 7), (8, 8))
+SHAPES = ((6, 10), (12, 7), (8, 8), (7, 130))
+"""Small matrices of either orientation and a square one, and a wide one whose right factor is 130 x 130 of rank 7:
+its null space is where Emerging-Optimizers 0.2.0's shifted eigh and 0.3.0's plain one part (LAPACK's
+divide-and-conquer, from about 30 x 30)."""
 STEPS = 6
 CASES: dict[str, dict[str, Any]] = {
     "soap_kl": {"optimizer": "soap", "use_kl_shampoo": True, "precondition_frequency": 1},
@@ -90,7 +93,8 @@ def ours(emerging_optimizers_version: str):
         lr = LR[case["optimizer"]]
         if case["optimizer"] == "soap":
             return SOAP(params, lr=lr, betas=(0.9, 0.95), shampoo_beta=0.95, eps=1e-8, weight_decay=WEIGHT_DECAY,
-                        use_kl_shampoo=case["use_kl_shampoo"], precondition_frequency=case["precondition_frequency"])
+                        use_kl_shampoo=case["use_kl_shampoo"], precondition_frequency=case["precondition_frequency"],
+                        stabilized_eigh=not later)
         if case["optimizer"] == "lion":
             return Lion(params, lr=lr, betas=(0.95, 0.98), weight_decay=WEIGHT_DECAY)
         return AdaptiveMuon(params, lr=lr, momentum=0.95, weight_decay=WEIGHT_DECAY, nesterov=True,

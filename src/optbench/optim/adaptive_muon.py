@@ -63,6 +63,8 @@ class AdaptiveMuon(Muon):
                 update = orthogonal / (moment2.sqrt() + self.eps)
             else:
                 rows, cols = orthogonal.shape[-2:]
+                if rows > cols:  # upstream's Newton-Schulz hands a tall matrix back as a transposed view, and the
+                    orthogonal = orthogonal.mT.contiguous().mT  # reductions below sum in its memory order
                 moment2.lerp_(orthogonal.square().mean(dim=-1 if rows >= cols else -2, keepdim=True), 1 - self.beta2)
                 update = orthogonal * moment2.clamp_min(self.eps).rsqrt_()
                 if self.scale_after_moment2:

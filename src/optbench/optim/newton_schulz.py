@@ -163,6 +163,9 @@ def newton_schulz(
         x, target = x.mT, target.mT
     chunk = cpu_chunk_matrices(x, precision)
     with matmul_precision(precision):
+        if x.size(0) == 1:  # one matrix: 2-D GEMMs as upstream's per-matrix call (baddbmm may round otherwise)
+            _iterate(x[0], target[0], schedule, precision, eps, tp_group, syrk, scale)
+            return result
         for part, into in zip(x.split(chunk), target.split(chunk)):
             _iterate(part, into, schedule, precision, eps, tp_group, syrk, scale)
     return result
@@ -218,6 +221,8 @@ def _normalized(x: torch.Tensor, eps: float, tp_group: dist.ProcessGroup | None,
         squares = norm.square()
         dist.all_reduce(squares, group=tp_group)
         norm = squares.sqrt()
+    if x.ndim == 2:  # one matrix, as upstream: the quotient keeps x's strides (a transposed view stays one)
+        return torch.div(x, norm.clamp_min(eps)).to(dtype)
     out = torch.empty(x.shape, dtype=dtype, device=x.device)
     return torch.div(x, norm.clamp_min(eps), out=out)
 

@@ -48,18 +48,24 @@ def approximate_eigenvalues(factor: torch.Tensor, basis: torch.Tensor) -> torch.
     return (basis.T @ factor * basis.T).sum(dim=1)
 
 
-def eigenbasis(factor: torch.Tensor) -> torch.Tensor:
-    """Eigenvectors of a symmetric factor, eigenvalues descending (upstream ``eigh_with_fallback``)."""
+def eigenbasis(factor: torch.Tensor, stabilized: bool = True) -> torch.Tensor:
+    """Eigenvectors of a symmetric factor, eigenvalues descending (upstream ``eigh_with_fallback``).
+
+    ``stabilized``: Emerging-Optimizers 0.2.0 takes a diagonal factor as its own eigenbasis and adds EIGH_EPS I
+    before ``eigh``; 0.3.0 calls ``eigh`` on the factor as it is. The eigenvalues are the same to fp32, but a
+    rank-deficient factor (R of a 7 x 130 gradient has rank 7) has a null space whose basis ``eigh`` picks freely,
+    and from about 30 x 30 LAPACK's divide-and-conquer picks another one for the shifted matrix: the two releases
+    then train differently from the first step."""
     eye = torch.eye(factor.shape[0], dtype=factor.dtype, device=factor.device)
-    if not (factor - torch.diag(torch.diagonal(factor))).any():  # diagonal: its own eigenbasis, sorted as upstream
+    if stabilized and not (factor - torch.diag(torch.diagonal(factor))).any():  # its own eigenbasis, sorted as upstream
         values, order = torch.diagonal(factor).sort()
         _, descending = values.sort(descending=True)
         return eye[:, order][:, descending]
-    stabilized = torch.addmm(factor, eye, eye, alpha=EIGH_EPS)
+    stabilized_factor = torch.addmm(factor, eye, eye, alpha=EIGH_EPS) if stabilized else factor
     try:
-        _, vectors = torch.linalg.eigh(stabilized)
+        _, vectors = torch.linalg.eigh(stabilized_factor)
     except (torch.linalg.LinAlgError, RuntimeError):
-        _, vectors = torch.linalg.eigh(stabilized.double())
+        _, vectors = torch.linalg.eigh(stabilized_factor.double())
         vectors = vectors.to(factor.dtype)
     return torch.flip(vectors, [-1])
 
@@ -75,6 +81,8 @@ class SOAP(torch.optim.Optimizer):
         use_kl_shampoo: KL-Shampoo's factor update (soap_use_kl_shampoo).
         power_iter_steps: power iterations before each QR.
         fp32_matmul_prec, qr_fp32_matmul_prec: precision of the products and of the eigenbasis update.
+        stabilized_eigh: the first step's eigendecomposition as Emerging-Optimizers 0.2.0 makes it (shifted by
+            EIGH_EPS I, diagonal factors taken as they are; :func:`eigenbasis`); False: as 0.3.0 (plain eigh).
     """
 
     def __init__(
@@ -92,6 +100,7 @@ class SOAP(torch.optim.Optimizer):
         power_iter_steps: int = 1,
         fp32_matmul_prec: str = "high",
         qr_fp32_matmul_prec: str = "high",
+        stabilized_eigh: bool = True,
     ) -> None:
         if precondition_frequency < 1 or power_iter_steps < 1:
             raise ValueError("precondition_frequency and power_iter_steps must be >= 1")
@@ -101,6 +110,7 @@ class SOAP(torch.optim.Optimizer):
         self.power_iter_steps = power_iter_steps
         self.fp32_matmul_prec = fp32_matmul_prec
         self.qr_fp32_matmul_prec = qr_fp32_matmul_prec
+        self.stabilized_eigh = stabilized_eigh
         defaults = dict(lr=lr, betas=tuple(betas), shampoo_beta=shampoo_beta, eps=eps, weight_decay=weight_decay)
         super().__init__(params, defaults)
         for group in self.param_groups:
@@ -149,7 +159,7 @@ class SOAP(torch.optim.Optimizer):
         factors = [state["L"], state["R"]]
         exp_avg = project(state["exp_avg"], [state["Q_L"], state["Q_R"]], into=False)
         if state["step"] == 0:  # upstream always starts from an eigendecomposition
-            bases = [eigenbasis(factor) for factor in factors]
+            bases = [eigenbasis(factor, self.stabilized_eigh) for factor in factors]
         else:
             bases, exp_avg_sq = [], state["exp_avg_sq"]
             for side, (factor, basis) in enumerate(zip(factors, [state["Q_L"], state["Q_R"]])):

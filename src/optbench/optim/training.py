@@ -310,6 +310,7 @@ def _build_soap(routes: Sequence[ParamRoute], cfg: OptimizerConfig, later: bool)
         weight_decay=cfg.weight_decay,
         precondition_frequency=1 if later else soap.precondition_frequency,  # 0.3.0 refreshes every step
         use_kl_shampoo=soap.use_kl_shampoo,
+        stabilized_eigh=not later,  # 0.3.0's first eigendecomposition is a plain eigh
     )
 
 
