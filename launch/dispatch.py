@@ -101,10 +101,10 @@ def check_launch(run: RunConfig) -> tuple[str, ...]:
             raise UserError(
                 Problem("run_id", f"{run.run_id} was already submitted ({shown(folder)}); pick a new run_id or add resume=true")
             )
-        env, mounts = job_env(run), job_mounts(run)
+        job_env(run)
+        job_mounts(run)
         slurm_resources(run)
         check_path("results_dir", JobSpec(str(run.run_id), run, folder).log_dir)
-        notes += cluster_notes(run, env, mounts, segment_size(run))
     elif run.engine == "local":
         if not run.dryrun:
             missing = [name for name in LOCAL_ENGINE_NEEDS if not _importable(name)]
@@ -131,6 +131,14 @@ def _importable(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+def print_preflight(runs: Sequence[RunConfig]) -> None:
+    """What the cluster may lack for these Slurm jobs (launch/preflight.py), once each, with the plan on stdout:
+    advice beside the plan, never mixed into a refusal's one line on stderr."""
+    found = (note for run in runs for note in cluster_notes(run, job_env(run), job_mounts(run), segment_size(run)))
+    for note in dict.fromkeys(found):
+        print(f"  {note}")
 
 
 def print_notes(notes: Sequence[str]) -> None:
@@ -221,6 +229,7 @@ def launch_slurm(run: RunConfig, plan: Plan) -> int:
 
     folder = job_folder(run)
     job = JobSpec(name=str(run.run_id), run=run, folder=folder)
+    print_preflight([run])
     replaced = replaced_plan_note(run, plan)
     with replacing(files=[*(folder / name for name in JOB_FILES), plan_path(run)], folders=[Folder(folder / JOB_WORK)]):
         launch = slurm_launch_section(job, run.dryrun)

@@ -29,6 +29,7 @@ from launch.dispatch import (
     check_launch,
     launch_local_engine,
     print_notes,
+    print_preflight,
     shown,
     slurm_launch_section,
 )
@@ -277,6 +278,7 @@ def sweep(recipe: str, overrides: Sequence[str], check: bool = False) -> int:
     slurm = first.cluster.executor == "slurm"
     if slurm:
         print_notes([note for point in valid for note in check_launch(point.run)])
+        print_preflight([point.run for point in valid])
     # The previous sweep's folder is replaced only when this one is complete (put back if it fails or is killed).
     claim_results(first)
     with replacing(folders=[Folder(folder, holds=_sweep_entry)]):

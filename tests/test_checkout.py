@@ -21,6 +21,7 @@ def other_checkout(tmp_path: Path) -> Path:
     """A second checkout's configs (its own recipes/ and conf/) whose source is not on this interpreter's path."""
     for folder in ("recipes", "conf"):
         shutil.copytree(SOURCE / folder, tmp_path / folder)
+    (tmp_path / "src" / "optbench").mkdir(parents=True)  # its source, which this interpreter does not import
     return tmp_path
 
 
@@ -29,6 +30,9 @@ def test_the_working_directory_wins_over_the_imported_source(other_checkout, mon
     monkeypatch.chdir(other_checkout)
     assert repo_root() == other_checkout.resolve()
     monkeypatch.chdir(other_checkout / "recipes")  # not a checkout: the imported source tree
+    assert repo_root() == SOURCE
+    (other_checkout / "src" / "optbench").rmdir()  # a project of the user's with a recipes/ and conf/ of its own
+    monkeypatch.chdir(other_checkout)
     assert repo_root() == SOURCE
 
 
