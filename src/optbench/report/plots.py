@@ -89,7 +89,7 @@ def _throughput_panel(axis, groups: list[dict], unit: str, scale: float) -> None
                 axis.barh(index + offset, (with_ns - model) * scale, left=model * scale, height=0.38,
                           color=COLORS[optimizer], alpha=0.45, hatch="//", edgecolor=edge)
     axis.set_yticks(range(len(groups)), [g["label"] for g in groups], fontsize=7)
-    axis.set_ylim(len(groups) - 0.5, -0.5)
+    axis.set_ylim(max(len(groups), 1) - 0.5, -0.5)
     axis.set_xlabel(unit)
     axis.grid(axis="x", alpha=0.3)
 
@@ -111,7 +111,7 @@ def _ratio_panel(axis, groups: list[dict]) -> None:
             axis.plot(muon[1] / base, index, marker="|", color="black", markersize=12, markeredgewidth=2)
             shown.append(muon[1] / base)
     axis.axvline(1.0, color="grey", linewidth=0.8)
-    axis.set_ylim(len(groups) - 0.5, -0.5)
+    axis.set_ylim(max(len(groups), 1) - 0.5, -0.5)
     axis.set_yticks(range(len(groups)), [""] * len(groups))
     axis.set_xlabel("Muon / AdamW (bar: model FLOPs, |: with NS)")
     axis.grid(axis="x", alpha=0.3)
@@ -130,7 +130,7 @@ def plot_throughput(table: Table, family: str, path: str | Path) -> Path:
                  [g for g in groups if not g["local"]], "TFLOP/s per GPU", 1.0),
                 (f"{family}'s small stand-ins measured by the local engine (its own axis)",
                  [g for g in groups if g["local"]], "GFLOP/s per device", 1e3)]
-    sections = [section for section in sections if section[1]]
+    sections = [section for section in sections if section[1]] or sections[:1]  # nothing with a figure: one empty panel
     heights = [max(2.0, ROW_INCHES * len(section[1]) + 1.0) for section in sections]
     figure, axes = plt.subplots(len(sections), 2, figsize=(WIDTH_INCHES, sum(heights)), squeeze=False,
                                 gridspec_kw={"width_ratios": [2, 1], "height_ratios": heights})
