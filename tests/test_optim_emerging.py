@@ -44,7 +44,8 @@ def upstream_0_3():
 @pytest.mark.parametrize("name", [n for n, c in reference.CASES.items() if c.get("precondition_frequency", 1) == 1])
 def test_matches_emerging_optimizers_0_3_0(name, upstream_0_3):
     case = reference.CASES[name]
-    assert _close(reference.run(reference.ours("0.3.0"), case), reference.run(upstream_0_3, case)) <= 0
+    shapes = reference.LIVE_SHAPES
+    assert _close(reference.run(reference.ours("0.3.0"), case, shapes), reference.run(upstream_0_3, case, shapes)) <= 0
 
 
 @pytest.mark.parametrize("name", list(reference.CASES))
