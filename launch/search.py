@@ -33,6 +33,7 @@ from optbench.projection.search_standing import (
     standing_of,
 )
 from optbench.projection.twin import adamw_twin
+from optbench.tables import console_table
 from optbench.validate import validate
 
 HBM_WARNING = 0.9
@@ -47,17 +48,17 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
     lines = [
         f"Layout search: {recipe}: {result['candidates']} layouts{f' at {fixed} (FIX)' if fixed else ''},"
         f" {result['valid']} valid and projected{within}, in {result['seconds']:.0f} s (docs/projection.md section 8)",
-        f"  {'#':>3}  {'layout':<34} {'step s':>7} {'model TFLOP/s':>14} {'memory GB':>9} {'of HBM':>7}  Muon vs AdamW",
     ]
+    cells = []
     for row in result["top"]:
-        gap = f"{row['muon_vs_adamw_percent']:+.2f} %" if "muon_vs_adamw_percent" in row else "-"
-        tie = "~" if row.get("within_expected_error_of_best") else " "
-        hbm = f"{row['hbm_percent']:>5.0f} %" if row.get("hbm_percent") is not None else "      -"
-        mark = "!" if (row.get("hbm_percent") or 0) > 100 * HBM_WARNING else " "
-        lines.append(
-            f"  {row['rank']:>3}  {row['layout']:<34} {row['step_time_s']:>7.2f} {row['tflops_per_gpu']:>13.1f}{tie}"
-            f" {row['memory_gb']:>9.1f} {hbm}{mark} {gap}"
-        )
+        marks = " ".join(m for m, on in (("~", row.get("within_expected_error_of_best")),
+                                          ("!", (row.get("hbm_percent") or 0) > 100 * HBM_WARNING)) if on)
+        hbm = f"{row['hbm_percent']:.0f} %" if row.get("hbm_percent") is not None else "-"
+        cells.append([row["rank"], row["layout"], f"{row['step_time_s']:.2f}", f"{row['tflops_per_gpu']:.1f}",
+                      f"{row['memory_gb']:.1f}", hbm, marks,
+                      f"{row['muon_vs_adamw_percent']:+.2f} %" if "muon_vs_adamw_percent" in row else "-"])
+    lines += console_table(["#", "layout", "step s", "model TFLOP/s", "memory GB", "of HBM", "", "Muon vs AdamW"], cells,
+                           ("right", "left", "right", "right", "right", "right", "left", "right"))
     expected = result.get("expected_error") or {}
     if "median_abs_error_percent" in expected:
         lines.append(

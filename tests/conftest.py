@@ -106,3 +106,11 @@ def run_make(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
         text=True,
         timeout=120,
     )
+
+
+def squeezed(text: str) -> str:
+    """``text`` with the padding tabulate puts around table cells squeezed to one space (``| a   | b |`` -> ``| a | b |``),
+    so a test can look for a row's cells as written."""
+    import re
+
+    return "\n".join(re.sub(r" {2,}", " ", line) if line.startswith("|") else line for line in text.splitlines())

@@ -6,6 +6,7 @@ import statistics
 from typing import Any
 
 from optbench.bench.sections import section_notes
+from optbench.tables import markdown_table
 
 HOW = ("`make bench-gpu` on a node with 2 or more GPUs (an 8-GPU HGX node is EP8 over NVLink, as NVIDIA's Qwen3 "
        "30B-A3B and DeepSeek-V3 B200/B300 layouts run it)")
@@ -15,16 +16,16 @@ def _size(nbytes: float) -> str:
     return f"{nbytes / 2**20:,.1f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:,.1f} KiB"
 
 
-def _row(case: dict[str, Any]) -> str:
+def _row(case: dict[str, Any]) -> list[str]:
     if "skipped" in case:
-        return f"| {case['case']} | {_size(case['send_bytes'])} | skipped: {case['skipped']} | | | | |"
+        return [case["case"], _size(case["send_bytes"]), f"skipped: {case['skipped']}"]
     low, high = case["spread"]
     measured = f"{case['seconds'] * 1e3:.3f} ({low * 1e3:.3f}-{high * 1e3:.3f})"
     arrived = "" if case["arrived"] else " **data did not arrive as sent**"
     if "model_s" not in case:
-        return f"| {case['case']} | {_size(case['sent_bytes'])} | {measured}{arrived} | | | | |"
-    return (f"| {case['case']} | {_size(case['sent_bytes'])} | {measured}{arrived} | {case['model_s'] * 1e3:.3f} | "
-            f"{case['measured_over_model']:.2f} | {case['achieved_gb_s']:.0f} | {case['nvlink_efficiency_measured']:.2f} |")
+        return [case["case"], _size(case["sent_bytes"]), f"{measured}{arrived}"]
+    return [case["case"], _size(case["sent_bytes"]), f"{measured}{arrived}", f"{case['model_s'] * 1e3:.3f}",
+            f"{case['measured_over_model']:.2f}", f"{case['achieved_gb_s']:.0f}", f"{case['nvlink_efficiency_measured']:.2f}"]
 
 
 def summary(data: dict[str, Any]) -> dict[str, float] | None:
@@ -55,8 +56,8 @@ def markdown(data: dict[str, Any]) -> str:
             f"{data['assumed_nvlink_efficiency']:.2f} (data/interconnect.csv). *Achieved*: bytes leaving each rank "
             "(all but its own share) per second; *efficiency*: that over the datasheet rate, the measured counterpart "
             "of nvlink_efficiency.", ""]
-    lines += ["| case | sent per rank | measured ms | model ms | measured / model | achieved GB/s | efficiency |",
-              "|---|---|---|---|---|---|---|", *[_row(c) for c in data["cases"]], ""]
+    lines += [*markdown_table(["case", "sent per rank", "measured ms", "model ms", "measured / model", "achieved GB/s", "efficiency"],
+                     [_row(c) for c in data["cases"]]), ""]
     overall = summary(data)
     if overall:
         lines += [f"Over the recipes' {overall['cases']} cases the all-to-all took **{overall['median']:.2f}x** the "

@@ -24,6 +24,7 @@ from optbench.accounting.optimizer_work import soap_flops
 from optbench.bench.cpu_peak import cpu_peak, measured_clock
 from optbench.bench.optim import PROXIES, _shrunk
 from optbench.machine_load import LoadMeter
+from optbench.tables import markdown_table
 from optbench.bench.sections import cpu_name, invocation
 from optbench.bench.optim_timing import _with_gradients, spread, time_interleaved, torch_muon_matrices
 from optbench.bench.upstream_optimizers import eager, load, megatron_adaptive_muon, overlay_with_emerging_optimizers
@@ -115,16 +116,16 @@ def _markdown(data: dict) -> str:
     ]
     if not data["measured"]:
         return "\n".join(lines + [f"Not measured: {data['reason']}", ""])
-    lines += ["| threads | proxy | optimizer | ours s (median) | upstream s (median) | upstream / ours | "
-              "bound s (products at fp32 peak) | ours / bound |", "|---|---|---|---|---|---|---|---|"]
+    cells = []
     for block in data["blocks"]:
         for proxy, m in block["models"].items():
             for o in OPTIMIZERS:
                 ours, theirs = m["step_s"][f"{o}_ours"]["median"], m["step_s"][f"{o}_upstream"]["median"]
                 bound = m.get("bound_s", {}).get(o)
-                lines.append(f"| {block['threads']} | {proxy} | {o} | {ours:.4f} | {theirs:.4f} | "
-                             f"{m['speedup_vs_upstream'][o]:.2f}x | {'' if bound is None else f'{bound:.4f}'} | "
-                             f"{'' if bound is None else f'{ours / bound:.1f}'} |")
+                cells.append([block["threads"], proxy, o, f"{ours:.4f}", f"{theirs:.4f}", f"{m['speedup_vs_upstream'][o]:.2f}x",
+                              "" if bound is None else f"{bound:.4f}", "" if bound is None else f"{ours / bound:.1f}"])
+    lines += markdown_table(["threads", "proxy", "optimizer", "ours s (median)", "upstream s (median)", "upstream / ours",
+                    "bound s (products at fp32 peak)", "ours / bound"], cells)
     lines += ["", "Peaks: " + "; ".join(f"{b['threads']} thread(s): {b['peak']['gflops']:.0f} GFLOP/s fp32 "
                                         f"({b['peak']['isa']}, {b['peak']['clock_ghz']:.2f} GHz)" for b in data["blocks"] if b["peak"]),
               "Load: the share of the other cores' time other processes took during each block is in emerging.json.", ""]

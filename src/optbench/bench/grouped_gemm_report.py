@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 from optbench.bench.sections import section_notes
+from optbench.tables import markdown_table
 
 
 def totals(cases: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
@@ -103,21 +104,21 @@ def markdown(data: dict[str, Any]) -> str:
     relative = relative_to_largest_ep(rows)
     for model in dict.fromkeys(k[0] for k in rows):
         for precision in dict.fromkeys(k[1] for k in rows if k[0] == model):
-            lines += [f"## {model}, {precision}", "",
-                      "| T x top-k | EP | experts per GPU | rows per expert | TFLOP/s fwd / dgrad / wgrad | total ms "
-                      "| % of peak | x floor | vs largest EP |",
-                      "|---|---|---|---|---|---|---|---|---|"]
+            cells = []
             for key, row in rows.items():
                 if key[:2] != (model, precision):
                     continue
-                head = f"| {key[2]:,} | {key[3]} | {row['groups']} | {row['rows']:,} |"
+                head = [f"{key[2]:,}", key[3], row["groups"], f"{row['rows']:,}"]
                 passes = " / ".join(f"{row['tflops_per_pass'][p]:,.0f}" if p in row["tflops_per_pass"] else "-"
                                     for p in ("forward", "dgrad", "wgrad"))
                 if "problem" in row:
-                    lines.append(f"{head} {passes} | not measured: {row['problem']} | | | |")
+                    cells.append([*head, passes, f"not measured: {row['problem']}"])
                     continue
                 share = row["flops"] / row["seconds"] / (data["peak_tflops"][precision] * 1e12)
-                lines.append(f"{head} {passes} | {row['seconds'] * 1e3:.2f} | {share:.0%} | "
-                             f"{row['seconds'] / row['floor_s']:.2f} | {relative[key]:.2f}x |")
+                cells.append([*head, passes, f"{row['seconds'] * 1e3:.2f}", f"{share:.0%}",
+                              f"{row['seconds'] / row['floor_s']:.2f}", f"{relative[key]:.2f}x"])
+            lines += [f"## {model}, {precision}", "",
+                      *markdown_table(["T x top-k", "EP", "experts per GPU", "rows per expert", "TFLOP/s fwd / dgrad / wgrad",
+                              "total ms", "% of peak", "x floor", "vs largest EP"], cells)]
             lines.append("")
     return "\n".join(lines)

@@ -7,22 +7,23 @@ from typing import Any
 from optbench.bench.grouped_gemm_report import fit_slowdown
 from optbench.bench.muon_matrices_price import GRAM_GRID, HOST_BOUND, gram_slowdown_points
 from optbench.bench.sections import section_notes
+from optbench.tables import markdown_table
 
 
 def _users(users: dict[str, int]) -> str:
     return ", ".join(f"{u} x{n:,}" for u, n in users.items()) or "(launch-bound probe)"
 
 
-def _row(case: dict[str, Any]) -> str:
+def _row(case: dict[str, Any]) -> list[str]:
     shape = " x ".join(f"{d:,}" for d in case["shape"])
     if "error" in case:
-        return f"| {shape} | {_users(case['users'])} | {case['copies']} | {case['error']} | | | | | |"
+        return [shape, _users(case["users"]), case["copies"], case["error"]]
     muon, adamw, price = case["muon"], case["adamw"], case["price"]
     model = f"{price['ns_gemm_s'] * 1e3:.3f} / {price['elementwise_s'] * 1e3:.3f} / {price['launch_s'] * 1e3:.3f}"
-    return (f"| {shape} | {_users(case['users'])} | {case['copies']} | {muon['seconds'] * 1e3:.3f} "
-            f"({muon['host_seconds'] * 1e3:.3f}) | {case['ns_tflops']:.0f} | {model} | "
-            f"{muon['seconds'] / price['muon_s']:.2f} | {adamw['seconds'] * 1e6:.1f} / {price['adamw_s'] * 1e6:.1f} | "
-            f"{adamw['seconds'] / price['adamw_s']:.2f} |")
+    return [shape, _users(case["users"]), case["copies"],
+            f"{muon['seconds'] * 1e3:.3f} ({muon['host_seconds'] * 1e3:.3f})", f"{case['ns_tflops']:.0f}", model,
+            f"{muon['seconds'] / price['muon_s']:.2f}", f"{adamw['seconds'] * 1e6:.1f} / {price['adamw_s'] * 1e6:.1f}",
+            f"{adamw['seconds'] / price['adamw_s']:.2f}"]
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -43,10 +44,9 @@ def markdown(data: dict[str, Any]) -> str:
         f"{data['hbm_effective_tb_s']:.2f} TB/s effective HBM, Newton-Schulz slowed by `s(g)` below: NS GEMMs / element-wise "
         f"({a['muon_bytes_per_element']:.0f} B per element) / launches beyond both ({a['eager_op_overhead_s'] * 1e6:.0f}"
         f" us per eager op); AdamW at {a['adam_bytes_per_element']:.0f} B per element.", "",
-        "| matrix | in (model:kind x matrices) | copies | Muon ms (host issue ms) | NS TFLOP/s | model ms: NS / "
-        "element-wise / launch | measured / model | AdamW us: measured / model | measured / model |",
-        "|---|---|---|---|---|---|---|---|---|",
-        *[_row(c) for c in data["cases"]], "",
+        *markdown_table(["matrix", "in (model:kind x matrices)", "copies", "Muon ms (host issue ms)", "NS TFLOP/s",
+                "model ms: NS / element-wise / launch", "measured / model", "AdamW us: measured / model",
+                "measured / model"], [_row(c) for c in data["cases"]]), "",
     ]
     per_op, launch = data.get("per_op"), data["launch"]
     if per_op:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from optbench.bench.optim_timing import PRECISIONS
 from optbench.bench.sections import section_notes
+from optbench.tables import markdown_table
 
 VARIANTS = (("ours_{p}", "ours"), ("ours_{p}_syrk", "ours + SYRK"), ("torch_{p}", "torch.optim.Muon"))
 
@@ -53,10 +54,7 @@ def _gpu_block(gpu: dict) -> list[str]:
 
 
 def _table(models: dict) -> list[str]:
-    lines = [
-        "| proxy | precision | variant | step ms, median (IQR) | executed GFLOP | bound ms | x bound | speedup vs torch |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    cells = []
     for proxy, m in models.items():
         for p in PRECISIONS:
             for pattern, label in VARIANTS:
@@ -65,16 +63,13 @@ def _table(models: dict) -> list[str]:
                 bound = m.get("bound_s", {}).get(name)
                 ratio = f"{m['ratio_to_bound'][name]:.2f}x" if bound else "-"
                 speed = {"ours": m["speedup_vs_torch"][p], "ours + SYRK": m["speedup_vs_torch_syrk"][p]}.get(label)
-                lines.append(
-                    f"| {proxy} | {p} | {label} | {_cell(m['step_s'][name])} | {flops:.1f} | "
-                    f"{_ms(bound) if bound else '-'} | {ratio} | {f'{speed:.2f}x' if speed is not None else '-'} |"
-                )
-        lines.append(
-            f"| {proxy} | default | full optimizer step, Muon (auto) / AdamW | "
-            f"{_cell(m['step_s']['training_step_muon'])} / {_cell(m['step_s']['training_step_adamw'])} | | | | "
-            f"Muon/AdamW {m['muon_vs_adamw_training_step']:.1f}x |"
-        )
-    return lines
+                cells.append([proxy, p, label, _cell(m["step_s"][name]), f"{flops:.1f}", _ms(bound) if bound else "-",
+                              ratio, f"{speed:.2f}x" if speed is not None else "-"])
+        cells.append([proxy, "default", "full optimizer step, Muon (auto) / AdamW",
+                      f"{_cell(m['step_s']['training_step_muon'])} / {_cell(m['step_s']['training_step_adamw'])}",
+                      "", "", "", f"Muon/AdamW {m['muon_vs_adamw_training_step']:.1f}x"])
+    return markdown_table(["proxy", "precision", "variant", "step ms, median (IQR)", "executed GFLOP", "bound ms", "x bound",
+                  "speedup vs torch"], cells)
 
 
 def markdown(data: dict) -> str:
@@ -107,16 +102,15 @@ def markdown(data: dict) -> str:
         "",
         "## Layer-wise load imbalance (NS FLOPs per step, max / mean over ranks; from shapes)",
         "",
-        "| model | layout | ping-pong | cost-aware | lower bound | dealt part only: ping-pong / cost-aware / bound |",
-        "|---|---|---|---|---|---|",
     ]
+    cells = []
     for model, v in data["imbalance"].items():
         lay, dealt = v["layout"], v["dealt_part_only"]
-        lines.append(
-            f"| {model} | {lay['gpus']} GPUs TP{lay['tp']} PP{lay['pp']} EP{lay['ep']} DP{lay['dp']} EDP{lay['edp']} "
-            f"| {v['pingpong']:.4f} | {v['cost_aware']:.4f} | {v['lower_bound']:.4f} "
-            f"| {dealt['pingpong']:.3f} / {dealt['cost_aware']:.3f} / {dealt['lower_bound']:.3f} |"
-        )
+        cells.append([model, f"{lay['gpus']} GPUs TP{lay['tp']} PP{lay['pp']} EP{lay['ep']} DP{lay['dp']} EDP{lay['edp']}",
+                      f"{v['pingpong']:.4f}", f"{v['cost_aware']:.4f}", f"{v['lower_bound']:.4f}",
+                      f"{dealt['pingpong']:.3f} / {dealt['cost_aware']:.3f} / {dealt['lower_bound']:.3f}"])
+    lines += markdown_table(["model", "layout", "ping-pong", "cost-aware", "lower bound",
+                    "dealt part only: ping-pong / cost-aware / bound"], cells)
     lines += ["", "## Targets", ""]
     lines += [f"- {'met' if met else 'MISSED'}: {target}" for target, met in data["targets"].items()]
     return "\n".join(lines) + "\n"

@@ -30,6 +30,7 @@ from optbench.compose.recipe import compose_run, repo_root
 from optbench.bench.sections import invocation, section_notes
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.make_args import environment_for_make
+from optbench.tables import markdown_table
 
 NAME = "pretrain"
 DESCRIPTION = "default `make pretrain` wall time on this CPU (target < 2 min on 2 cores); largest GPU proxy when a GPU exists"
@@ -261,24 +262,20 @@ def _flops(tflops: float | None) -> str:
 
 
 def _run_rows(runs: dict[str, dict[str, Any]]) -> list[str]:
-    rows = [
-        "| run | command | wall (whole command) | training | loss start -> end (floor) | tokens/s | model / with NS per proc | MFU | optimizer share |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    cells = []
     for name, r in runs.items():
         if "error" in r:
             why = f"exit {r['exit_code']}" if r["exit_code"] is not None else r["error"][0]
-            rows.append(f"| {name} | `{r['command']}` | {r['wall_s']:.1f} s | FAILED ({why}) | | | | | |")
+            cells.append([name, f"`{r['command']}`", f"{r['wall_s']:.1f} s", f"FAILED ({why})"])
             continue
         mfu = ", ".join(f"{v:.1%} of {k}" for k, v in (r["mfu"] or {}).items())
         floor = f" ({r['loss_floor']:.2f})" if r.get("loss_floor") is not None else ""
-        rows.append(
-            f"| {name} | `{r['command']}` | {r['wall_s']:.1f} s | {r['training_wall_s']:.1f} s, {r['steps']} steps "
-            f"| {r['initial_loss']:.3f} -> {r['final_loss']:.3f}{floor} | {r['tokens_per_s']:,.0f} "
-            f"| {_flops(r['tflops_per_gpu'])} / {_flops(r['tflops_per_gpu_with_ns'])} | {mfu} "
-            f"| {r['optimizer_share']:.0%} |"
-        )
-    return rows
+        cells.append([name, f"`{r['command']}`", f"{r['wall_s']:.1f} s", f"{r['training_wall_s']:.1f} s, {r['steps']} steps",
+                      f"{r['initial_loss']:.3f} -> {r['final_loss']:.3f}{floor}", f"{r['tokens_per_s']:,.0f}",
+                      f"{_flops(r['tflops_per_gpu'])} / {_flops(r['tflops_per_gpu_with_ns'])}", mfu,
+                      f"{r['optimizer_share']:.0%}"])
+    return markdown_table(["run", "command", "wall (whole command)", "training", "loss start -> end (floor)", "tokens/s",
+                  "model / with NS per proc", "MFU", "optimizer share"], cells)
 
 
 def _loaded_lines(cpu: dict[str, Any]) -> list[str]:

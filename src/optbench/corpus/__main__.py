@@ -74,10 +74,12 @@ def main(argv: list[str] | None = None) -> int:
             parts, name, about = pydocs_parts(), NAME, ABOUT
         print(f"corpus {name}: {sum(len(p.documents) for p in parts):,} documents in {len(parts)} part(s) -> {out}", flush=True)
         manifest = prepare(parts, out, tokenizer=args.tokenizer, vocab_size=args.vocab, about=about)
-        for part in manifest["parts"]:
-            print(f"  {part['name']:<12} {part['documents']:>7,} documents {part['tokens']:>11,} tokens  {part['prefix']}")
+        from optbench.tables import console_table
+
         removed = manifest["near_duplicates"]["removed"]
-        print(f"  near copies  {sum(removed.values()):>7,} documents dropped ({manifest['near_duplicates']['rule']})")
+        rows = [[p["name"], f"{p['documents']:,}", f"{p['tokens']:,}", p["prefix"]] for p in manifest["parts"]]
+        rows.append(["near copies", f"{sum(removed.values()):,} dropped", "-", manifest["near_duplicates"]["rule"]])
+        print("\n".join(console_table(["part", "documents", "tokens", "files"], rows, ("left", "right", "right", "left"))))
         print(
             f"  tokenizer    {manifest['tokenizer']['vocab_size']:,} tokens ({manifest['tokenizer']['source']}) "
             f"{manifest['tokenizer']['path']}\n"

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from optbench.io import atomic_write_text, dumps_strict
+from optbench.tables import markdown_table
 from optbench.outputs import claim
 from optbench.experiments.compare import ADAMW, MUON, CompareResult, verdict
 from optbench.report.plots import plot_loss
@@ -53,27 +54,24 @@ def render_compare_markdown(result: CompareResult, plot: str | None = None) -> s
         "optimizer and Newton-Schulz; start-up excluded). A run that never reaches the target is reported as not reached, "
         "never extrapolated. Medians [min-max] over the seeds that reached. Method: docs/results.md.",
         "",
-        "| optimizer | reached | tokens to target | seconds to target | seconds per step | Newton-Schulz share of step |",
-        "|---|---|---|---|---|---|",
     ]
-    for summary in (adamw, muon):
-        out.append(
-            f"| {summary.optimizer} | {summary.reached}/{summary.runs} | {_range(summary.tokens, 4)} | {_range(summary.seconds)} | "
-            f"{_range(summary.step_time_s)} | {_range(summary.ns_share.scaled(100), 3, ' %') if summary.ns_share else '-'} |"
-        )
+    cells = [[summary.optimizer, f"{summary.reached}/{summary.runs}", _range(summary.tokens, 4), _range(summary.seconds),
+              _range(summary.step_time_s), _range(summary.ns_share.scaled(100), 3, " %") if summary.ns_share else "-"]
+             for summary in (adamw, muon)]
     paired_tokens = result.paired_tokens_ratio
     paired_seconds = result.paired_seconds_ratio
-    out.append(
-        f"| Muon/AdamW | | {_ratio(result.tokens_ratio)} (per seed {_range(paired_tokens) if paired_tokens else '-'}) | "
-        f"{_ratio(result.seconds_ratio)} (per seed {_range(paired_seconds) if paired_seconds else '-'}) | {_ratio(result.step_time_ratio)} | |"
-    )
-    out += ["", "## Runs", "", "| run | optimizer | seed | steps | final loss (smoothed) | step reached | tokens | seconds |", "|---|---|---|---|---|---|---|---|"]
+    cells.append(["Muon/AdamW", "", f"{_ratio(result.tokens_ratio)} (per seed {_range(paired_tokens) if paired_tokens else '-'})",
+                  f"{_ratio(result.seconds_ratio)} (per seed {_range(paired_seconds) if paired_seconds else '-'})",
+                  _ratio(result.step_time_ratio), ""])
+    out += markdown_table(["optimizer", "reached", "tokens to target", "seconds to target", "seconds per step",
+                  "Newton-Schulz share of step"], cells)
+    runs = []
     for r in sorted(result.seeds, key=lambda r: (r.seed, r.optimizer)):
         final = f"{r.final_loss:.4f}" if r.final_loss is not None else "-"
-        if r.reached:
-            out.append(f"| {r.run_id} | {r.optimizer} | {r.seed} | {r.steps} | {final} | {r.step} | {r.tokens:,.0f} | {r.seconds:.2f} |")
-        else:
-            out.append(f"| {r.run_id} | {r.optimizer} | {r.seed} | {r.steps} | {final} | {NOT_REACHED} | - | - |")
+        reached = [r.step, f"{r.tokens:,.0f}", f"{r.seconds:.2f}"] if r.reached else [NOT_REACHED, "-", "-"]
+        runs.append([r.run_id, r.optimizer, r.seed, r.steps, final, *reached])
+    out += ["", "## Runs", "",
+            *markdown_table(["run", "optimizer", "seed", "steps", "final loss (smoothed)", "step reached", "tokens", "seconds"], runs)]
     if ctx.get("reused"):
         out += ["", f"Analysed again from the runs of `{ctx['reused']}` (no training in this invocation)."]
     commands = ctx.get("commands") or {}

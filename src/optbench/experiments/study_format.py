@@ -7,6 +7,7 @@ from pathlib import Path
 
 from optbench.machine_load import QUIET_SHARE
 from optbench.io import atomic_write_json, atomic_write_text
+from optbench.tables import markdown_table
 from optbench.outputs import claim
 
 LABELS = {"adamw": "AdamW", "muon_spectral": "Muon, spectral scale", "muon_moonlight": "Muon, Moonlight 0.2 scale",
@@ -100,41 +101,38 @@ def _header(study: dict, command: str, stamp: str) -> list[str]:
 
 
 def markdown(study: dict, command: str, stamp: str) -> str:
+    sweep = [[_label(arm), f"{float(lr):g}", _iv(point), "**chosen**" if float(lr) == winner["lr"] else ""]
+             for arm, winner in study["winners"].items() for lr, point in winner["grid"].items()]
     lines = [*_header(study, command, stamp), "",
              "## Learning-rate sweep (final validation loss, tuning seeds)", "",
-             "| arm | lr | final val loss, mean [95 % CI] | |", "|---|---|---|---|"]
-    for arm, winner in study["winners"].items():
-        for lr, point in winner["grid"].items():
-            lines.append(f"| {_label(arm)} | {float(lr):g} | {_iv(point)} | {'**chosen**' if float(lr) == winner['lr'] else ''} |")
+             *markdown_table(["arm", "lr", "final val loss, mean [95 % CI]", ""], sweep)]
     edge = [_label(arm) for arm, winner in study["winners"].items() if winner.get("at_grid_edge")]
     if edge:
         lines += ["", f"Chosen at the edge of its grid (the optimum may lie beyond it): {', '.join(edge)}."]
     budgets = next(iter(study["held_out"].values()))["budgets"]
     lines += ["", "## Held-out seeds: validation loss at fixed token budgets", "",
-              "| arm (lr) | " + " | ".join(f"{float(b):.0%} of the tokens" for b in budgets) + " |",
-              "|---|" + "---|" * len(budgets)]
-    for arm, h in study["held_out"].items():
-        lines.append(f"| {_label(arm)} ({study['winners'][arm]['lr']:g}) | " + " | ".join(_iv(h["budgets"][b]) for b in budgets) + " |")
+              *markdown_table(["arm (lr)", *(f"{float(b):.0%} of the tokens" for b in budgets)],
+                     [[f"{_label(arm)} ({study['winners'][arm]['lr']:g})", *(_iv(h["budgets"][b]) for b in budgets)]
+                      for arm, h in study["held_out"].items()])]
     lines += ["", "## End of training: final validation loss minus AdamW's (held-out seeds, paired)", "",
-              "| arm | difference [95 % CI] | verdict |", "|---|---|---|"]
-    for arm, versus in study["vs_adamw"].items():
-        lines.append(f"| {_label(arm)} | {_iv(versus['final_val_difference'])} | {_difference_verdict(versus['final_val_difference'])} |")
-    lines += ["", f"## Held-out seeds: tokens and training seconds to target ({study['target_rule']})", "",
-              "| arm | target | reached | tokens (k), mean [95 % CI] | training s, mean [95 % CI] | step s | NS share of step |",
-              "|---|---|---|---|---|---|---|"]
+              *markdown_table(["arm", "difference [95 % CI]", "verdict"],
+                     [[_label(arm), _iv(versus["final_val_difference"]), _difference_verdict(versus["final_val_difference"])]
+                      for arm, versus in study["vs_adamw"].items()])]
+    reached = []
     for arm, h in study["held_out"].items():
         shared = " *shared*" if (h.get("others_cpu_share_max") or 0.0) > QUIET else ""
         for target, t in h["targets"].items():
-            lines.append(
-                f"| {_label(arm)} | {float(target):.3f} | {t['reached']}/{h['seeds']} | {_iv(t['tokens'], 1, 1e-3)} "
-                f"| {_iv(t['seconds'], 1)}{shared} | {_iv(h['step_time_s'], 3)} | {_iv(h['ns_share_of_step'], 2)} |")
+            reached.append([_label(arm), f"{float(target):.3f}", f"{t['reached']}/{h['seeds']}", _iv(t["tokens"], 1, 1e-3),
+                            f"{_iv(t['seconds'], 1)}{shared}", _iv(h["step_time_s"], 3), _iv(h["ns_share_of_step"], 2)])
+    lines += ["", f"## Held-out seeds: tokens and training seconds to target ({study['target_rule']})", "",
+              *markdown_table(["arm", "target", "reached", "tokens (k), mean [95 % CI]", "training s, mean [95 % CI]", "step s",
+                      "NS share of step"], reached)]
+    ratios = [[_label(arm), f"{float(target):.3f}", f"{r['pairs']}/{len(study['held_out_seeds'])}", _iv(r["tokens"], 3),
+               _verdict(r["tokens"], r["missed"]), _iv(r["seconds"], 2)]
+              for arm, versus in study["vs_adamw"].items() for target, r in versus["targets"].items()]
     lines += ["", "## Each arm / AdamW (held-out seeds, paired by seed)", "",
-              "| arm | target | pairs | tokens ratio [95 % CI] | token efficiency | seconds ratio [95 % CI] (this CPU) |",
-              "|---|---|---|---|---|---|"]
-    for arm, versus in study["vs_adamw"].items():
-        for target, r in versus["targets"].items():
-            lines.append(f"| {_label(arm)} | {float(target):.3f} | {r['pairs']}/{len(study['held_out_seeds'])} "
-                         f"| {_iv(r['tokens'], 3)} | {_verdict(r['tokens'], r['missed'])} | {_iv(r['seconds'], 2)} |")
+              *markdown_table(["arm", "target", "pairs", "tokens ratio [95 % CI]", "token efficiency",
+                      "seconds ratio [95 % CI] (this CPU)"], ratios)]
     lines += ["", "A pair counts only when both sides reached the target; a seed where one side did not is named "
               "(\"incomplete\"), never dropped silently.",
               "", "**Wall clock.** " + gpu_outlook(), "", "![held-out validation loss](plots/study_val_loss.png)", ""]

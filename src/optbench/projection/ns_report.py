@@ -17,6 +17,7 @@ from optbench.accounting.placement import LocalParam, place
 from optbench.accounting.throughput import step_time_for_tflops
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
+from optbench.tables import markdown_table
 
 Cost = Callable[[LocalParam], float]
 
@@ -76,9 +77,9 @@ def main() -> int:
             f"\n{row.label} {row.model} {row.num_gpus}x{row.gpu}: published {row.model_tflops_per_gpu:g} model +"
             f" {row.ns_tflops_per_gpu:g} NS TFLOP/s/GPU; implied step {step:.2f} s (recipe {run.recipe})\n"
         )
-        print("| convention | NS TFLOP/s/GPU | ours / published |\n|---|---|---|")
-        for name, tflops, ratio in blog_comparison(run, row.model_tflops_per_gpu or 0, row.ns_tflops_per_gpu or 1):
-            print(f"| {name} | {tflops:.1f} | {ratio:.2f} |")
+        compared = blog_comparison(run, row.model_tflops_per_gpu or 0, row.ns_tflops_per_gpu or 1)
+        print("\n".join(markdown_table(["convention", "NS TFLOP/s/GPU", "ours / published"],
+                              [[name, f"{tflops:.1f}", f"{ratio:.2f}"] for name, tflops, ratio in compared])))
     return 0
 
 

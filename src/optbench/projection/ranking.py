@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from optbench.config.layout import Layout
+from optbench.tables import console_table
 from optbench.projection.expected_error import CARRIED_SCHEMES
 
 Point = tuple[str, Layout, Mapping[str, Any]]
@@ -33,16 +34,13 @@ def ranking_lines(points: Sequence[Point]) -> list[str]:
         return []
     lines = ["Projected throughput (model-only TFLOP/s/GPU, best first; docs/projection.md):"]
     if ranked:
-        width = max(len(name) for name, _, _ in ranked)
-        lines.append(
-            f"  {'#':>2}  {'point':<{width}}  {'layout':<34} {'step s':>7} {'model':>8} {'with NS':>8}  MFU"
-        )
+        cells = []
         for index, (name, lay, p) in enumerate(ranked, start=1):
             key, mfu = next(iter(p["mfu"].items()), ("-", 0.0))
-            lines.append(
-                f"  {index:>2}  {name:<{width}}  {_layout(lay):<34} {p['step_time_s']:>7.2f}"
-                f" {p['tflops_per_gpu']:>8.1f} {p['tflops_per_gpu_with_ns']:>8.1f}  {100 * mfu:.1f} % of {key}"
-            )
+            cells.append([index, name, _layout(lay), f"{p['step_time_s']:.2f}", f"{p['tflops_per_gpu']:.1f}",
+                          f"{p['tflops_per_gpu_with_ns']:.1f}", f"{100 * mfu:.1f} % of {key}"])
+        lines += console_table(["#", "point", "layout", "step s", "model", "with NS", "MFU"], cells,
+                               ("right", "left", "left", "right", "right", "right", "left"))
     expected = [(name, p.get("expected_error") or {}) for name, _, p in ranked]
     crossing = [name for name, e in expected if e.get("measured") is False and e.get("scheme") not in CARRIED_SCHEMES]
     if crossing:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
 from optbench.projection.row_config import release_order
+from optbench.tables import markdown_table
 from optbench.published import PublishedRow
 from optbench.releases.presets import case_key, executed_configuration
 
@@ -82,12 +83,11 @@ def release_drift(rows: list[PublishedRow]) -> dict[str, Any]:
 
 def drift_lines(drift: dict[str, Any]) -> list[str]:
     """The drift summary as markdown table lines."""
-    lines = [
-        "| NVIDIA's executed preset between consecutive releases | steps | median abs. change | largest abs. change |",
-        "|---|---|---|---|",
-    ]
+    cells = []
     for name, label in (("preset_unchanged", "unchanged"), ("preset_changed", "changed")):
         s = drift["summary"][name]
         if s["steps"]:
-            lines.append(f"| {label} | {s['steps']} | {s['median_abs_change_percent']:.1f} % | {s['max_abs_change_percent']:.1f} % |")
+            cells.append([label, s["steps"], f"{s['median_abs_change_percent']:.1f} %", f"{s['max_abs_change_percent']:.1f} %"])
+    lines = markdown_table(["NVIDIA's executed preset between consecutive releases", "steps", "median abs. change",
+                   "largest abs. change"], cells)
     return lines

@@ -23,6 +23,7 @@ from typing import Any
 from optbench.compose.recipe import compose_run, repo_root
 from optbench.exits import exit_on_user_error
 from optbench.io import atomic_write_json, atomic_write_text
+from optbench.tables import markdown_table
 from optbench.outputs import claim
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, EAGER_OP_OVERHEAD_MEASURED_ON, Assumptions
 from optbench.projection.project import project
@@ -97,59 +98,36 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "### Prediction at the published layouts (GB300, MXFP8)",
         "",
-        "| recipe | calibrated on (AdamW) | GEMM efficiency | AdamW twin TFLOP/s | Muon projected (model-only) | published Muon (model-only) | error |",
-        "|---|---|---|---|---|---|---|",
     ]
+    cells = []
     for recipe, v in ok.items():
         p, blog = v["projection"], v["blog"]
         published = f"{blog['published_model_tflops_per_gpu']:g} ({blog['published']})" if blog else "none"
-        error = f"{blog['error_percent']:+.2f} %" if blog else "-"
-        lines.append(
-            f"| {recipe} | {p['efficiency']['calibrated_on']} | {p['efficiency']['value']:.3f} of {p['efficiency']['of_peak']}"
-            f" | {p['adamw_twin']['tflops_per_gpu']:.1f} | {p['tflops_per_gpu']:.1f} (+ {p['ns_tflops_per_gpu']:.1f} NS)"
-            f" | {published} | {error} |"
-        )
-    lines += [
-        "",
-        "### Where Muon's overhead comes from (ms per step, Muon minus its AdamW twin)",
-        "",
-        "| recipe | step AdamW / Muon (s) | " + " | ".join(PARTS) + " | total |",
-        "|---|---|" + "---|" * (len(PARTS) + 1),
-    ]
-    for recipe, v in ok.items():
-        p = v["projection"]
-        o = p["muon_overhead"]
-        cells = " | ".join(_ms(o["parts_s"][k]) for k in PARTS)
-        lines.append(
-            f"| {recipe} | {p['adamw_twin']['step_time_s']:.3f} / {p['step_time_s']:.3f} | {cells} | {_ms(o['total_s'])} |"
-        )
-    lines += [
-        "",
-        "### What each technique would win (model-only TFLOP/s per GPU, % over today's Muon)",
-        "",
-        "| recipe | " + " | ".join(WHAT_IFS) + " |",
-        "|---|" + "---|" * len(WHAT_IFS),
-    ]
-    for recipe, v in ok.items():
-        w = v["projection"]["what_if"]
-        lines.append(
-            f"| {recipe} | " + " | ".join(f"{w[k]['tflops_per_gpu']:.1f} ({w[k]['win_percent']:+.2f} %)" for k in WHAT_IFS) + " |"
-        )
-    lines += [
-        "",
-        "### Sensitivity to the a-priori constants (AdamW re-calibrated each time; no Muon fitting)",
-        "",
-        "| setting | " + " | ".join(f"{r} TFLOP/s (error)" for r in ok) + " |",
-        "|---|" + "---|" * len(ok),
-    ]
+        cells.append([recipe, p["efficiency"]["calibrated_on"], f"{p['efficiency']['value']:.3f} of {p['efficiency']['of_peak']}",
+                      f"{p['adamw_twin']['tflops_per_gpu']:.1f}", f"{p['tflops_per_gpu']:.1f} (+ {p['ns_tflops_per_gpu']:.1f} NS)",
+                      published, f"{blog['error_percent']:+.2f} %" if blog else "-"])
+    lines += markdown_table(["recipe", "calibrated on (AdamW)", "GEMM efficiency", "AdamW twin TFLOP/s", "Muon projected (model-only)",
+                    "published Muon (model-only)", "error"], cells)
+    overhead = [[recipe, f"{v['projection']['adamw_twin']['step_time_s']:.3f} / {v['projection']['step_time_s']:.3f}",
+                 *(_ms(v["projection"]["muon_overhead"]["parts_s"][k]) for k in PARTS),
+                 _ms(v["projection"]["muon_overhead"]["total_s"])] for recipe, v in ok.items()]
+    lines += ["", "### Where Muon's overhead comes from (ms per step, Muon minus its AdamW twin)", "",
+              *markdown_table(["recipe", "step AdamW / Muon (s)", *PARTS, "total"], overhead)]
+    wins = [[recipe, *(f"{w[k]['tflops_per_gpu']:.1f} ({w[k]['win_percent']:+.2f} %)" for k in WHAT_IFS)]
+            for recipe, w in ((recipe, v["projection"]["what_if"]) for recipe, v in ok.items())]
+    lines += ["", "### What each technique would win (model-only TFLOP/s per GPU, % over today's Muon)", "",
+              *markdown_table(["recipe", *WHAT_IFS], wins)]
     settings = [row["setting"] for row in next(iter(ok.values()))["sensitivity"]] if ok else []
+    sensitivity = []
     for index, setting in enumerate(settings):
         cells = []
         for v in ok.values():
             row = v["sensitivity"][index]
             error = f"{row['error_percent']:+.2f} %" if row["error_percent"] is not None else "-"
             cells.append(f"{row['tflops_per_gpu']:.1f} ({error})")
-        lines.append(f"| {setting} | " + " | ".join(cells) + " |")
+        sensitivity.append([setting, *cells])
+    lines += ["", "### Sensitivity to the a-priori constants (AdamW re-calibrated each time; no Muon fitting)", "",
+              *markdown_table(["setting", *(f"{r} TFLOP/s (error)" for r in ok)], sensitivity)]
     return "\n".join(lines) + "\n"
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from optbench.checkout import repo_root
 from optbench.errors import Problem, UserError
 from optbench.exits import exit_on_user_error
+from optbench.tables import markdown_table
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.make_args import refuse_overrides
 from optbench.outputs import claim
@@ -226,21 +227,18 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         *_headroom_lines(data),
         *_change_lines(data.get("layout_changes", [])),
-        "| row | NVIDIA's layout | rank | valid layouts | rank at its EP | its TFLOP/s/GPU | its memory (of HBM) |"
-        " our best | best's TFLOP/s/GPU | gap | search s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    cells = []
     for r in rows:
         if r["rank"] is None:
-            lines.append(f"| {r['row']} | {r['layout']} | not valid | {r['valid_points']} | - | - | - | - | - | - |"
-                         f" {r['seconds']} |")
+            cells.append([r["row"], r["layout"], "not valid", r["valid_points"], *["-"] * 6, r["seconds"]])
             continue
         share = "-" if r["memory_share"] is None else f"{100 * r['memory_share']:.0f} %"
-        lines.append(
-            f"| {r['row']} | {r['layout']} | {r['rank']} | {r['valid_points']} |"
-            f" {r['rank_at_its_ep']} of {r['layouts_at_its_ep']} | {r['tflops_per_gpu']:.1f} | {share} |"
-            f" {r['best_layout']} | {r['best_tflops_per_gpu']:.1f} | {r['gap_to_best_percent']:+.2f} % | {r['seconds']} |"
-        )
+        cells.append([r["row"], r["layout"], r["rank"], r["valid_points"], f"{r['rank_at_its_ep']} of {r['layouts_at_its_ep']}",
+                      f"{r['tflops_per_gpu']:.1f}", share, r["best_layout"], f"{r['best_tflops_per_gpu']:.1f}",
+                      f"{r['gap_to_best_percent']:+.2f} %", r["seconds"]])
+    lines += markdown_table(["row", "NVIDIA's layout", "rank", "valid layouts", "rank at its EP", "its TFLOP/s/GPU",
+                    "its memory (of HBM)", "our best", "best's TFLOP/s/GPU", "gap", "search s"], cells)
     return "\n".join(lines) + "\n"
 
 
@@ -281,16 +279,12 @@ def _change_lines(changes: list[dict[str, Any]]) -> list[str]:
         " \"outside the search\": a value the search does not try there, such as a VPP other than 1, 2, 4 and the"
         " preset's).",
         "",
-        "| from row | to | NVIDIA's layout: from | to | published change | search at the earlier release: rank from ->"
-        " to, projected change | at the later release |",
-        "|---|---|---|---|---|---|---|",
     ]
-    for c in changes:
-        lines.append(
-            f"| {c['from_row']} | {c['to_row'].split()[1]} | {c['from_layout']} | {c['to_layout']} |"
-            f" {c['published_change_percent']:+.1f} % | {judged(c['at_earlier_release'])} |"
-            f" {judged(c['at_later_release'])} |"
-        )
+    lines += markdown_table(["from row", "to", "NVIDIA's layout: from", "to", "published change",
+                    "search at the earlier release: rank from -> to, projected change", "at the later release"],
+                   [[c["from_row"], c["to_row"].split()[1], c["from_layout"], c["to_layout"],
+                     f"{c['published_change_percent']:+.1f} %", judged(c["at_earlier_release"]), judged(c["at_later_release"])]
+                    for c in changes])
     return [*lines, ""]
 
 

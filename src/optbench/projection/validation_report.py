@@ -22,6 +22,7 @@ from optbench.projection.expected_error import SCHEME_LABELS, VALIDATION
 from optbench.projection.release_drift import drift_lines
 from optbench.projection.validation import SCHEMES, WITHIN, report
 from optbench.projection.carried import CALIBRATION, fit_rows, fit_table, table_document
+from optbench.tables import markdown_table
 from optbench.published import INCONSISTENT_CSV, default_published_dir, load_inconsistent, load_published
 from optbench.replace import replacing
 
@@ -35,27 +36,21 @@ def _cell(result: dict[str, Any]) -> str:
 
 def summary_table(data: dict[str, Any], worst: bool = True, labels: tuple[str, ...] = ("all", "adamw", "muon")) -> list[str]:
     """The summary per scheme and optimizer beside the copy baseline's, as markdown table lines."""
-    lines = [
-        "| scheme | rows | fitted parameters | median abs. error | "
-        + " | ".join(f"within {t:g} %" for t in WITHIN)
-        + " | copying the nearest kept row: median | within 5 % | within 10 % |"
-        + (" worst rows |" if worst else ""),
-        "|---|---|---|---|" + "---|" * len(WITHIN) + "---|---|---|" + ("---|" if worst else ""),
-    ]
+    cells = []
     for scheme in SCHEMES:
         for label, s in data["summary"][scheme].items():
             if not s.get("rows") or label not in labels:
                 continue
             copy = s.get("copy_baseline") or {}
-            copied = (f"{copy['median_abs_error_percent']:.1f} % | {100 * copy['within_5_percent']:.0f} % | "
-                      f"{100 * copy['within_10_percent']:.0f} %" if copy.get("rows") else "- | - | -")
+            copied = ([f"{copy['median_abs_error_percent']:.1f} %", f"{100 * copy['within_5_percent']:.0f} %",
+                       f"{100 * copy['within_10_percent']:.0f} %"] if copy.get("rows") else ["-", "-", "-"])
             named = "; ".join(f"{w['row']} ({w['error_percent']:+.1f} %)" for w in s["worst"])
-            lines.append(
-                f"| {SCHEME_LABELS[scheme]} ({label}) | {s['rows']} | {s['fitted_parameters']} | "
-                f"{s['median_abs_error_percent']:.1f} % | "
-                + " | ".join(f"{100 * s[f'within_{t:g}_percent']:.0f} %" for t in WITHIN)
-                + f" | {copied} |" + (f" {named} |" if worst else "")
-            )
+            cells.append([f"{SCHEME_LABELS[scheme]} ({label})", s["rows"], s["fitted_parameters"],
+                          f"{s['median_abs_error_percent']:.1f} %",
+                          *(f"{100 * s[f'within_{t:g}_percent']:.0f} %" for t in WITHIN), *copied, *([named] if worst else [])])
+    lines = markdown_table(["scheme", "rows", "fitted parameters", "median abs. error", *(f"within {t:g} %" for t in WITHIN),
+                   "copying the nearest kept row: median", "within 5 %", "within 10 %", *(["worst rows"] if worst else [])],
+                  cells)
     return lines
 
 
@@ -130,15 +125,11 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "## Every row",
         "",
-        "| row | published | " + " | ".join(SCHEME_LABELS[scheme] for scheme in SCHEMES) + " | outside the domain | typed from the row |",
-        "|---|---|" + "---|" * len(SCHEMES) + "---|---|",
     ]
-    for r in data["rows"]:
-        lines.append(
-            f"| {r['row']} | {r['published_model_tflops_per_gpu'] or '-'} | "
-            + " | ".join(_cell(r[scheme]) for scheme in SCHEMES)
-            + f" | {r['outside_domain'] or ''} | {' '.join(r['typed_from_row']) or ''} |"
-        )
+    lines += markdown_table(["row", "published", *(SCHEME_LABELS[scheme] for scheme in SCHEMES), "outside the domain",
+                    "typed from the row"],
+                   [[r["row"], r["published_model_tflops_per_gpu"] or "-", *(_cell(r[scheme]) for scheme in SCHEMES),
+                     r["outside_domain"] or "", " ".join(r["typed_from_row"]) or ""] for r in data["rows"]])
     lines += ["", "Each row's command: `validation.json` (`rows[].command`)."]
     return "\n".join(lines) + "\n"
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS
 from optbench.checkout import repo_root
+from optbench.tables import markdown_table
 from optbench.published import PublishedRow, Source, default_published_dir, load_inconsistent
 from optbench.report.planned import PlannedRow
 from optbench.report.runs import PeakInfo, RunThroughput, run_throughput
@@ -142,15 +143,6 @@ MAIN_HEADER = [
 ]
 
 
-def _markdown_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
-    def clean(cell: str) -> str:
-        return str(cell).replace("|", "\\|").replace("\n", " ")
-
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(clean(c) for c in line) + " |" for line in lines]
-    return out
-
-
 def _ratio_lines(table: Table) -> list[list[str]]:
     """One line per (model, GPU, precision[, source]) that has both optimizers."""
     lines, seen = [], set()
@@ -224,7 +216,7 @@ def _planned_section(rows: Sequence[PlannedRow]) -> list[str]:
         return [*out, "No plan yet: `make plan RECIPE=qwen3_30b_a3b_muon` (or any Muon, AdaMuon or SOAP recipe) adds one."]
     header = ["plan", "container", "GPUs", "AdamW twin TFLOP/s/GPU", *(OPTIMIZER_LABELS[n] for n in MATRIX_OPTIMIZERS)]
     cells = [[f"`{r.command}`", r.container, r.gpus, f"{r.adamw_tflops:.1f}", *r.cells.values()] for r in rows]
-    return [*out, *_markdown_table(header, cells)]
+    return [*out, *markdown_table(header, cells)]
 
 
 def render_markdown(
@@ -249,7 +241,7 @@ def render_markdown(
     ]
     for family in dict.fromkeys(r.family for r in table.rows):
         out += ["", f"## {family}", ""]
-        out += _markdown_table(MAIN_HEADER, [_row_cells(r) for r in table.rows if r.family == family])
+        out += markdown_table(MAIN_HEADER, [_row_cells(r) for r in table.rows if r.family == family])
     out += ["", "## Our projection at every published row", "",
             "Model-only TFLOP/s/GPU projected at the row's configuration (its release's executed NVIDIA preset and the "
             "row's stated values; the `make plan` command of each row is in results/projection/validation.json and prints "
@@ -257,19 +249,19 @@ def render_markdown(
             "'anchor' marks a row the projection was solved on: in sample, 0 by construction. The out-of-sample errors "
             "(leave one row out, leave one release out) are in results/projection/validation.md (`make projection`). "
             "Rules: docs/projection.md.", ""]
-    out += _markdown_table(["model", "release", "GPU", "precision", "optimizer", "published", "projected", "error", "calibrated on"],
+    out += markdown_table(["model", "release", "GPU", "precision", "optimizer", "published", "projected", "error", "calibrated on"],
                            _projection_lines(table))
     ratios = _ratio_lines(table)
     out += ["", "## Muon / AdamW per model", ""]
     if ratios:
-        out += _markdown_table(
+        out += markdown_table(
             ["model", "GPU", "precision", "figures", "Muon/AdamW (model FLOPs)", "Muon/AdamW (with NS)"], ratios
         )
     else:
         out.append("No configuration has both optimizers.")
     out += _planned_section(planned)
     out += ["", "## Runs", ""]
-    out += _markdown_table(
+    out += markdown_table(
         ["run", "kind", "recipe", "date", "command", "git", "versions", "steps used/total", "notes"], _run_lines(table)
     ) if table.runs else ["No measured runs."]
     if skipped:
