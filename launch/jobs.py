@@ -159,8 +159,7 @@ def segment_size(run: RunConfig) -> Optional[int]:
 
 
 def _bridge_line(run: RunConfig) -> tuple[int, int]:
-    major, minor = container_of(run).bridge.split(".")[:2]
-    return int(major), int(minor)
+    return container_of(run).bridge_minor
 
 
 def numa_rule(run: RunConfig) -> Optional[str]:

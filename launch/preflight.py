@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from functools import lru_cache
 from pathlib import Path
 
 from optbench.config.schema import RunConfig
@@ -71,8 +72,12 @@ def _enroot_credentials_note(image: str | None) -> str | None:
 def _help_text(program: str) -> str | None:
     """``<program> --help`` where it is on PATH (None when it is not, or does not answer in 10 s)."""
     path = shutil.which(program)
-    if path is None:
-        return None
+    return None if path is None else _help_of(path)
+
+
+@lru_cache(maxsize=8)
+def _help_of(path: str) -> str | None:
+    """``<path> --help``, asked once per command: a sweep's points share the login node's srun and sbatch."""
     try:
         done = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):

@@ -77,3 +77,15 @@ def test_a_dry_run_prints_the_notes_with_the_plan(login_node, capsys):
     assert main(["pretrain", "kimi_k2_muon", "dryrun=true", f"results_dir={results}"]) == 0
     out, err = capsys.readouterr()  # with the plan on stdout: a refusal's one line on stderr stays one line
     assert out.count("  note: hub config: ") == 1 and "note: enroot" not in out and "note: hub" not in err
+
+
+def test_a_sweep_asks_srun_and_sbatch_once(login_node, capsys):
+    from launch.dispatch import print_preflight
+
+    asked = login_node / "asked"
+    for program in ("srun", "sbatch"):
+        path = login_node / "bin" / program
+        path.write_text(f"#!/bin/sh\necho {program} >> {asked}\necho 'Usage: a Slurm without it'\n")
+    print_preflight([compose_run("kimi_k2_muon", [*MOUNTED, f"train.gbs={gbs}"]) for gbs in (4096, 8192, 16384)])
+    assert sorted(asked.read_text().split()) == ["sbatch", "srun"]
+    assert capsys.readouterr().out.count("note: pyxis") == 1

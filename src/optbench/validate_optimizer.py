@@ -95,7 +95,7 @@ before, the scale cancels in O / sqrt(V))."""
 
 
 def _scales_after_moment2(container: versions.Container) -> bool:
-    return tuple(int(x) for x in versions.emerging_optimizers(container).split(".")[:2]) >= SCALE_AFTER_MOMENT2_FROM
+    return versions.emerging_optimizers_line(container) >= SCALE_AFTER_MOMENT2_FROM
 
 
 def adamuon_scales_after_moment2(run: RunConfig) -> bool:

@@ -30,10 +30,6 @@ LION_MIN_EMERGING_OPTIMIZERS = (0, 2)
 """Megatron Core asserts ``emerging_optimizers >= 0.2`` before it builds Lion."""
 
 
-def _eo_version(container: versions.Container) -> tuple[int, ...]:
-    return tuple(int(part) for part in versions.emerging_optimizers(container).split(".")[:2])
-
-
 def has_optimizer(container: versions.Container, name: str) -> bool:
     """Whether the container's Megatron Core builds ``name`` (adam and muon: every container we run)."""
     marker = OPTIMIZER_MARKER.get(name)
@@ -43,7 +39,7 @@ def has_optimizer(container: versions.Container, name: str) -> bool:
 def runs_lion_for_scalars(container: versions.Container) -> bool:
     """Whether ``muon_scalar_optimizer=lion`` trains Lion in this container (routed, and its Lion importable)."""
     return versions.behaviour(container, "muon_scalar_optimizer_routed") and \
-        _eo_version(container) >= LION_MIN_EMERGING_OPTIMIZERS
+        versions.emerging_optimizers_line(container) >= LION_MIN_EMERGING_OPTIMIZERS
 
 
 def optimizer_name_items(run: RunConfig, container: versions.Container) -> list[Item]:
@@ -96,7 +92,7 @@ def emerging_problems(run: RunConfig) -> Iterable[Problem]:
             why = "has no muon_scalar_optimizer (Adam takes what Muon does not)"
         elif versions.behaviour(container, "muon_scalar_optimizer_routed"):
             why = ("routes muon_scalar_optimizer to Lion, which its Emerging-Optimizers "
-                   f"{'.'.join(map(str, _eo_version(container)))} lacks (Megatron asserts >= 0.2)")
+                   f"{'.'.join(map(str, versions.emerging_optimizers_line(container)))} lacks (Megatron asserts >= 0.2)")
         else:
             why = "reads muon_scalar_optimizer but never passes it on: Adam would run"
         yield Problem(

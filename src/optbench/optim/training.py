@@ -26,6 +26,7 @@ from optbench.errors import Problem, UserError
 from optbench.optim.adaptive_muon import AdaptiveMuon
 from optbench.optim.layer_wise import LayerWiseSharding
 from optbench.optim.lion import Lion
+from optbench.releases.versions import release_line
 from optbench.optim.muon import Muon
 from optbench.optim.soap import SOAP
 from optbench.optim.newton_schulz import coefficient_schedule, resolve_matmul_precision
@@ -243,7 +244,7 @@ def build_optimizer(
     mine = [r for r in routes if sharding is None or sharding.owns(r.param)]
     muon_routes = [r for r in mine if r.optimizer == MUON]
     adam_routes = [r for r in mine if r.optimizer != MUON]
-    later = tuple(int(x) for x in emerging_optimizers.split(".")[:2]) >= (0, 3)
+    later = release_line(emerging_optimizers) >= (0, 3)
     if not muon_routes:
         muon = None
     elif cfg.soap is not None:

@@ -43,8 +43,11 @@ class Container:
 
     @property
     def core_minor(self) -> tuple[int, int]:
-        major, minor = self.core.split(".")[:2]
-        return int(major), int(minor)
+        return release_line(self.core)
+
+    @property
+    def bridge_minor(self) -> tuple[int, int]:
+        return release_line(self.bridge)
 
     def label(self) -> str:
         return f"{self.name} (Megatron Bridge {self.bridge}, Megatron Core {self.core})"
@@ -118,6 +121,17 @@ def behaviour(container: Container, name: str) -> bool:
 def emerging_optimizers(container: Container) -> str:
     """The Emerging-Optimizers release the container ships (its Bridge's uv.lock pin; tools/bridge_versions.py)."""
     return fields(container.bridge)["provenance"]["emerging_optimizers"]["version"]
+
+
+def release_line(version: str) -> tuple[int, int]:
+    """(major, minor) of a release such as ``0.17.0rc0`` or ``0.3.1``: what every version rule compares."""
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def emerging_optimizers_line(container: Container) -> tuple[int, int]:
+    """(major, minor) of the container's Emerging-Optimizers release."""
+    return release_line(emerging_optimizers(container))
 
 
 def first_with(predicate) -> Optional[Container]:
