@@ -136,15 +136,16 @@ def test_a_run_past_its_time_is_stopped_with_its_process_group(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["optim", "pretrain", "grouped_gemm", "callback", "emerging", "muon_matrices",
-                                  "all_to_all", "h100/grouped_gemm", "h100/muon_matrices"])
+                                  "all_to_all", "dense_gemm", "h100/grouped_gemm", "h100/muon_matrices"])
 def test_each_committed_bench_page_is_the_rendering_of_its_json(name):
     """results/bench/<name>.md is what the current code renders from <name>.json: no hand edit, and no renderer
     change left unapplied to the committed pages (a GPU section measured elsewhere included)."""
-    from optbench.bench import all_to_all_report, callback, emerging, muon_matrices_report, optim_report, pretrain
+    from optbench.bench import all_to_all_report, callback, dense_gemm_report, emerging, muon_matrices_report, optim_report, pretrain
     from optbench.compose.recipe import repo_root
 
     render = {"optim": optim_report.markdown, "pretrain": pretrain.markdown, "grouped_gemm": markdown,
               "callback": callback.markdown, "emerging": emerging._markdown,
-              "muon_matrices": muon_matrices_report.markdown, "all_to_all": all_to_all_report.markdown}[name.rsplit("/", 1)[-1]]
+              "muon_matrices": muon_matrices_report.markdown, "all_to_all": all_to_all_report.markdown,
+              "dense_gemm": dense_gemm_report.markdown}[name.rsplit("/", 1)[-1]]
     folder = repo_root() / "results" / "bench"
     assert render(json.loads((folder / f"{name}.json").read_text())) == (folder / f"{name}.md").read_text()

@@ -15,7 +15,7 @@ from optbench.projection import comm
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.stages import pipeline_rank_work
-from optbench.projection.gemm_weights import WeightTraffic
+from optbench.projection.gemm_weights import WeightTraffic, dense_gemm_calls
 from optbench.projection.step_model import evaluate, solve_efficiency
 from optbench.projection.work import RankOptimizer, StepInputs, build_inputs
 from optbench.accounting.placement import place
@@ -155,7 +155,9 @@ def test_single_gpu_is_gemms_plus_adamw_update():
     slow = sum(inputs.stage_expert_flops_mb) * inputs.microbatches / (0.5 * GB300_BF16) * (inputs.expert_gemm_slowdown - 1)
     assert inputs.expert_gemm_slowdown == pytest.approx(1 + (120 / 2048) ** 1.4) and slow > 0
     assert step.parts["small_expert_gemms"] == pytest.approx(slow, rel=1e-9)
-    assert step.total_s == pytest.approx(expected_compute + expected_optimizer + slow, rel=1e-9)
+    calls = sum(dense_gemm_calls(run, resolve(run).placement)) * DEFAULT_ASSUMPTIONS.dense_gemm_fixed_s
+    assert step.parts["dense_gemm_fixed"] == pytest.approx(inputs.microbatches * calls, rel=1e-9)
+    assert step.total_s == pytest.approx(expected_compute + expected_optimizer + slow + step.parts["dense_gemm_fixed"], rel=1e-9)
     for part in ("pipeline_bubble", "moe_all_to_all", "dp_grad_reduce_exposed", "param_gather_exposed", "fp8_weight_cast"):
         assert step.parts[part] == 0.0
 
@@ -191,7 +193,7 @@ def test_bubble_only_pipeline_fraction():
     m, pp, vpp = 32, 4, 2
     assert inputs.microbatches == m
     # EP1 MBS1: the expert GEMMs are weight-bound and small (256 rows per expert)
-    busy = step.parts["compute"] + step.parts["gemm_weight_bound"] + step.parts["small_expert_gemms"]
+    busy = step.parts["compute"] + step.parts["gemm_weight_bound"] + step.parts["small_expert_gemms"] + step.parts["dense_gemm_fixed"]
     assert step.parts["gemm_weight_bound"] > 0
     assert step.parts["pipeline_bubble"] / busy == pytest.approx((pp - 1) / (vpp * m), rel=1e-12)
     slowest = max(inputs.stage_flops_mb)
@@ -313,3 +315,36 @@ def test_the_small_expert_constants_are_the_fit_of_the_committed_measurement():
     assert len(points) >= 30
     a = DEFAULT_ASSUMPTIONS
     assert fit_slowdown(points) == (a.small_expert_gemm_rows, a.small_expert_gemm_power)
+
+
+def test_dense_gemm_calls_pay_their_fixed_cost_per_microbatch_by_hand():
+    plain = evaluate(synthetic(), 0.5)
+    fixed = evaluate(synthetic(stage_dense_gemm_fixed_s=(1e-3,) * 4), 0.5)
+    assert fixed.parts["dense_gemm_fixed"] == pytest.approx(8 * 1e-3)
+    # the slowest stage's microbatch grows by 1 ms, in the pipeline bubble too: (pp - 1) / vpp more microbatches
+    assert fixed.total_s - plain.total_s == pytest.approx((8 + 3) * 1e-3)
+
+
+def test_dense_gemm_calls_count_three_per_eager_weight_and_none_a_cuda_graph_replays():
+    run = compose_run("qwen3_30b_a3b_adamw", [*QWEN_BF16, "parallel.cuda_graph_scope=[]"])
+    layers = run.model.num_layers
+    # per layer: qkv, attention output, router; plus the output head (the embedding is a lookup)
+    assert dense_gemm_calls(run, resolve(run).placement) == [3 * (3 * layers + 1)]
+    attn = compose_run("qwen3_30b_a3b_adamw", [*QWEN_BF16, "parallel.cuda_graph_scope=[attn,moe_router]"])
+    assert dense_gemm_calls(attn, resolve(attn).placement) == [3 * 1]
+    whole = compose_run("qwen3_30b_a3b_adamw", [*QWEN_BF16, "parallel.cuda_graph_impl=full_iteration"])
+    assert dense_gemm_calls(whole, resolve(whole).placement) == [0]
+
+
+def test_the_dense_gemm_fixed_cost_is_the_fit_of_the_committed_measurement():
+    """Assumptions.dense_gemm_fixed_s is what results/bench/dense_gemm.json fits to (to 0.1 us)."""
+    import json
+
+    from optbench.bench.dense_gemm_report import fit_fixed_cost
+    from optbench.compose.recipe import repo_root
+
+    data = json.loads((repo_root() / "results" / "bench" / "dense_gemm.json").read_text())
+    assert data["measured"] and len(data["gemms"]) >= 300
+    rate, fixed = fit_fixed_cost(data)
+    assert round(fixed * 1e6, 1) == pytest.approx(DEFAULT_ASSUMPTIONS.dense_gemm_fixed_s * 1e6)
+    assert 0.5 * 989e12 < rate < 989e12  # the H200's bf16 dense peak bounds the fitted rate

@@ -11,6 +11,7 @@ from __future__ import annotations
 BENCHMARKS: dict[str, str] = {
     "optim": "optbench.bench.optim",
     "grouped_gemm": "optbench.bench.grouped_gemm",
+    "dense_gemm": "optbench.bench.dense_gemm",
     "muon_matrices": "optbench.bench.muon_matrices",
     "all_to_all": "optbench.bench.all_to_all",
     "emerging": "optbench.bench.emerging",
@@ -18,5 +19,5 @@ BENCHMARKS: dict[str, str] = {
     "callback": "optbench.bench.callback",
 }
 """Benchmark name -> module that implements it."""
-GPU_BENCHMARKS: tuple[str, ...] = ("grouped_gemm", "muon_matrices", "all_to_all", "optim", "pretrain")
+GPU_BENCHMARKS: tuple[str, ...] = ("grouped_gemm", "dense_gemm", "muon_matrices", "all_to_all", "optim", "pretrain")
 """Benchmarks with GPU sections: ``--gpu-only`` measures those sections alone (:mod:`optbench.bench.sections`)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optbench.accounting.params import ROUTER
+from optbench.accounting.params import ATTENTION, DENSE_MLP, EMBEDDING, EXPERT, QKV, ROUTER, SHARED_EXPERT
 from optbench.accounting.placement import Placement, pipeline_rank_of
 from optbench.config.schema import RunConfig
 from optbench.projection.assumptions import Assumptions
@@ -55,6 +55,29 @@ def gemm_numel_per_pipeline_rank(placement: Placement) -> list[tuple[int, list[i
 
     # Every EP rank of a pipeline rank holds as many experts of each layer, shaped alike (DpGroupWork.shape_class).
     return [(gemm(h.dense), [gemm(h.experts[0])] * len(h.experts) or [0]) for h in placement.ranks]
+
+
+GEMM_CALLS_PER_WEIGHT = 3
+"""A GEMM weight's calls per microbatch: forward, data gradient, weight gradient."""
+GRAPHED_KINDS = {"attn": (QKV, ATTENTION), "mlp": (DENSE_MLP,), "moe": (ROUTER, SHARED_EXPERT), "moe_router": (ROUTER,)}
+"""Per Transformer Engine CUDA graph scope (``parallel.cuda_graph_scope``), the GEMM weights whose calls it captures."""
+
+
+def eager_gemm_weight(run: RunConfig):
+    """Whether a dense GEMM weight's calls are launched one by one in ``run``: every 2-D weight but the embedding (a
+    lookup) and the routed experts (grouped GEMMs, priced as measured by the small-expert term), unless a CUDA graph
+    replays them (``full_iteration`` captures the whole step; a per-layer scope its modules' GEMMs)."""
+    p = run.parallel
+    if p.cuda_graph_impl == "full_iteration":
+        return lambda spec: False
+    graphed = {kind for scope in (p.cuda_graph_scope or ()) for kind in GRAPHED_KINDS.get(scope, ())}
+    return lambda spec: len(spec.shape) == 2 and spec.kind not in (EMBEDDING, EXPERT) and spec.kind not in graphed
+
+
+def dense_gemm_calls(run: RunConfig, placement: Placement) -> list[int]:
+    """Per pipeline rank: dense GEMM calls launched one by one per microbatch, three per eager weight."""
+    eager = eager_gemm_weight(run)
+    return [GEMM_CALLS_PER_WEIGHT * sum(1 for x in h.dense if eager(x.spec)) for h in placement.ranks]
 
 
 def weight_traffic(

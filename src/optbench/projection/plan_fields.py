@@ -13,6 +13,7 @@ SHORT_NAMES = {
     "gemm_weight_bound": "weight-bound GEMMs",
     "bf16_attention": "BF16 attention",
     "small_expert_gemms": "small expert GEMMs",
+    "dense_gemm_fixed": "GEMM calls",
     "pipeline_bubble": "bubble",
     "moe_all_to_all": "MoE all-to-all",
     "tensor_parallel": "TP",

@@ -3,12 +3,14 @@
 With ``R = eff * peak`` (the one calibrated factor, :mod:`optbench.projection.calibration`) and for
 pipeline rank ``r``, per microbatch
 
-    t_r = F_r / R + (s(M) - 1) E_r / R + W_r + B_r + a2a_r + tp_r + max(0, cp_r - A_r / R)
+    t_r = F_r / R + (s(M) - 1) E_r / R + n_r t0 + W_r + B_r + a2a_r + tp_r + max(0, cp_r - A_r / R)
 
 (``F_r`` its GEMM FLOPs per GPU, ``E_r`` their routed-expert part, ``A_r`` their attention part that a
 context-parallel ring overlaps with). ``s(M) = 1 + (M0 / M) ** p`` is how much longer expert GEMMs with ``M``
 routed rows per expert take per FLOP (measured on an H200, results/bench/grouped_gemm.md; breakdown
-``small_expert_gemms``). ``W_r`` is what weight traffic adds where it binds (the roofline): for each GEMM class (routed
+``small_expert_gemms``). ``n_r t0`` is what the rank's ``n_r`` dense GEMM calls per microbatch (forward, data and
+weight gradient of each dense weight) cost beyond their FLOPs, ``t0`` per call as measured on an H200
+(results/bench/dense_gemm.md; breakdown ``dense_gemm_fixed``). ``W_r`` is what weight traffic adds where it binds (the roofline): for each GEMM class (routed
 experts; everything else) the forward and the data gradient read the weights, the weight gradient reads
 and writes the main gradient, and each pass takes at least ``bytes / HBM``; the pass's own kernel time is
 its FLOPs at ``max(R, gemm_kernel_efficiency x peak)``, so ``W_r`` is the sum of ``max(0, bytes / HBM - kernel)``.
@@ -48,6 +50,7 @@ BREAKDOWN_TERMS = (
     "gemm_weight_bound",
     "bf16_attention",
     "small_expert_gemms",
+    "dense_gemm_fixed",
     "pipeline_bubble",
     "moe_all_to_all",
     "tensor_parallel",
@@ -133,6 +136,8 @@ class _StageTime(NamedTuple):
     """What the attention core adds running in BF16 under FP8 GEMMs."""
     small_experts: float
     """What the routed-expert GEMMs add at few rows per expert (``expert_gemm_slowdown``)."""
+    dense_fixed: float
+    """What the dense GEMM calls cost beyond their FLOPs (``dense_gemm_fixed_s`` each)."""
     cp_exposed: float
     """Context-parallel ring time the attention does not hide."""
     ep_exposed: float
@@ -142,8 +147,8 @@ class _StageTime(NamedTuple):
 
     @property
     def gemm(self) -> float:
-        """GEMM time: FLOPs, weight-bound excess, BF16 attention and small expert GEMMs."""
-        return self.flops + self.weight_bound + self.bf16_attention + self.small_experts
+        """GEMM time: FLOPs, weight-bound excess, BF16 attention, small expert GEMMs and the dense GEMMs' fixed cost."""
+        return self.flops + self.weight_bound + self.bf16_attention + self.small_experts + self.dense_fixed
 
 
 def _pipeline_hops(inputs: StepInputs) -> int:
@@ -167,9 +172,10 @@ def _stage_time(inputs: StepInputs, r: int, rate: float, backward_share: float) 
     small_experts = 0.0
     if inputs.stage_expert_flops_mb:
         small_experts = inputs.stage_expert_flops_mb[r] / rate * (inputs.expert_gemm_slowdown - 1)
-    gemm = flops + bound + bf16_attention + small_experts
+    dense_fixed = inputs.stage_dense_gemm_fixed_s[r] if inputs.stage_dense_gemm_fixed_s else 0.0
+    gemm = flops + bound + bf16_attention + small_experts + dense_fixed
     ep = max(0.0, inputs.stage_ep_s[r] - gemm) if inputs.ep_overlap else inputs.stage_ep_s[r]
-    return _StageTime(flops, bound, bf16_attention, small_experts, cp_exposed, ep,
+    return _StageTime(flops, bound, bf16_attention, small_experts, dense_fixed, cp_exposed, ep,
                       gemm + ep + inputs.stage_tp_s[r] + cp_exposed)
 
 
@@ -197,6 +203,7 @@ def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 
         "gemm_weight_bound": m * stage.weight_bound,
         "bf16_attention": m * stage.bf16_attention,
         "small_expert_gemms": m * stage.small_experts,
+        "dense_gemm_fixed": m * stage.dense_fixed,
         "pipeline_bubble": (inputs.pp - 1) / inputs.vpp * stage.total,
         "moe_all_to_all": m * stage.ep_exposed,
         "tensor_parallel": m * inputs.stage_tp_s[slow],

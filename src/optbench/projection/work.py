@@ -39,7 +39,8 @@ from optbench.hardware import gpu_catalog
 from optbench.projection import comm
 from optbench.projection.assumptions import NS_PEAK_FRACTION_OF_BF16, Assumptions
 from optbench.projection.gemm_weights import (
-    BF16_BYTES, WeightTraffic, fp8_cast, gemm_numel_per_pipeline_rank, weight_bytes_per_element, weight_traffic,
+    BF16_BYTES, WeightTraffic, dense_gemm_calls, fp8_cast, gemm_numel_per_pipeline_rank, weight_bytes_per_element,
+    weight_traffic,
 )
 from optbench.projection.interconnect import Interconnect
 from optbench.projection.stage_comm import expert_gemm_slowdown, microbatch_tokens, stage_comm
@@ -125,6 +126,9 @@ class StepInputs:
     expert_gemm_slowdown: float = 1.0
     """How many times their FLOP time the routed-expert GEMMs take at this layout's rows per expert
     (:func:`optbench.projection.stage_comm.expert_gemm_slowdown`)."""
+    stage_dense_gemm_fixed_s: tuple[float, ...] = ()
+    """Per pipeline rank: its dense GEMM calls per microbatch times ``Assumptions.dense_gemm_fixed_s`` (empty: none
+    priced)."""
 
 
 def gemm_peak(run: RunConfig) -> tuple[float, str]:
@@ -352,4 +356,5 @@ def build_inputs(
         bf16_attention_slowdown=a.fp8_attention_speedup,
         stage_expert_flops_mb=tuple(w.expert_flops_per_token * tokens_gpu for w in work),
         expert_gemm_slowdown=expert_gemm_slowdown(run, a),
+        stage_dense_gemm_fixed_s=tuple(calls * a.dense_gemm_fixed_s for calls in dense_gemm_calls(run, resolved.placement)),
     )
