@@ -1,0 +1,46 @@
+"""tools/gpu_wheels.py: the wheels carried to a lent GPU machine are the project's own pins (issue 55 item 3)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from importlib.metadata import version
+
+import pytest
+
+from conftest import REPO
+from optbench.errors import UserError
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("gpu_wheels", REPO / "tools" / "gpu_wheels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_carried_wheel_is_an_exact_pin_of_what_the_project_runs():
+    tool = _tool()
+    wanted = tool.wanted()
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", spec) for spec in wanted), wanted
+    pins = dict(spec.split("==") for spec in wanted)
+    for name in tool.FROM_PYPROJECT:  # what make setup installed for the tests
+        assert pins[name] == version(name)
+    from optbench.bridge.cpu_check.environments import EMERGING_OPTIMIZERS, NEXT
+
+    assert (pins["megatron-core"], pins["megatron-bridge"], pins["emerging-optimizers"]) == (
+        NEXT["core"], NEXT["bridge"], EMERGING_OPTIMIZERS)
+    assert len(pins) == len(wanted)  # no package twice
+
+
+def test_a_folder_the_tool_did_not_make_is_refused_and_left_alone(tmp_path):
+    tool = _tool()
+    mine = tmp_path / "wheels"
+    mine.mkdir()
+    (mine / "keep.whl").write_text("a user's file")
+    with pytest.raises(UserError, match="did not make it"):
+        tool._folder(mine)
+    assert [p.name for p in mine.iterdir()] == ["keep.whl"]
+    made = tool._folder(tmp_path / "new")
+    (made / "old.whl").write_text("from an earlier run")
+    assert not (tool._folder(made) / "old.whl").exists()  # its own folder: the old wheels go
