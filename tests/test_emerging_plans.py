@@ -145,12 +145,12 @@ def test_side_by_side_names_why_a_sibling_has_no_number():
     assert kimi["adaptive_muon"]["available"] and kimi["adaptive_muon"]["recipe"] == "kimi_k2_muon optimizer=adaptive_muon"
 
 
-def test_readmes_support_table_is_what_plan_accepts():
-    """Every container row of README's SOAP/AdaMuon/Lion table against the refusals validation gives."""
+def test_the_support_table_is_what_plan_accepts():
+    """Every container row of docs/optimizer.md's SOAP/AdaMuon/Lion table against the refusals validation gives."""
     from conftest import REPO
     from optbench.releases import versions
 
-    text = (REPO / "README.md").read_text().split("## SOAP, AdaMuon and Lion", 1)[1].split("\n## ", 1)[0]
+    text = (REPO / "docs" / "optimizer.md").read_text().split("## SOAP, AdaMuon and Lion per container", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| nemo:")]
     assert [r[0] for r in rows] == [c.name for c in reversed(versions.runnable())]
     for container, components, adamw, muon, adaptive, soap, lion in rows:
