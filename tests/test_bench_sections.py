@@ -45,7 +45,7 @@ def test_gpu_only_names_the_benchmarks_that_have_a_gpu_section(capsys):
         main(["--only", "emerging", "--gpu-only"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip() == (
-        "error: --gpu-only: 'emerging' has no GPU section; choose one of grouped_gemm, muon_matrices, all_to_all, optim, pretrain")
+        "error: --gpu-only: 'emerging' has no GPU section; choose one of grouped_gemm, dense_gemm, muon_matrices, all_to_all, optim, pretrain")
 
 
 def test_rows_per_expert_keep_the_work_per_gpu_whatever_the_ep():
