@@ -348,3 +348,12 @@ def test_the_dense_gemm_fixed_cost_is_the_fit_of_the_committed_measurement():
     rate, fixed = fit_fixed_cost(data)
     assert round(fixed * 1e6, 1) == pytest.approx(DEFAULT_ASSUMPTIONS.dense_gemm_fixed_s * 1e6)
     assert 0.5 * 989e12 < rate < 989e12  # the H200's bf16 dense peak bounds the fitted rate
+
+
+def test_overlapped_tensor_parallel_collectives_expose_only_what_their_gemms_cannot_hide_by_hand():
+    # 1 TFLOP per microbatch at 0.5 x 1 PFLOP/s = 2 ms of GEMMs; 3 ms of TP collectives, 1 TFLOP of it TP-split GEMMs
+    tp = dict(stage_tp_s=(3e-3,) * 4, stage_tp_gemm_flops_mb=(1e12,) * 4)
+    hidden = evaluate(synthetic(**tp, tp_overlap=True), 0.5)
+    assert hidden.parts["tensor_parallel"] == pytest.approx(8 * (3e-3 - 2e-3))
+    assert evaluate(synthetic(**tp, tp_overlap=False), 0.5).parts["tensor_parallel"] == pytest.approx(8 * 3e-3)
+    assert evaluate(synthetic(**tp, tp_overlap=True), 0.25).parts["tensor_parallel"] == 0.0  # 4 ms of GEMMs hide it

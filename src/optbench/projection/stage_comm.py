@@ -46,7 +46,7 @@ def expert_gemm_slowdown(run: RunConfig, a: Assumptions) -> float:
 
 
 def stage_comm(run: RunConfig, net: Interconnect, a: Assumptions, layers: list, world: int) -> tuple[list, list, list]:
-    """Per pipeline rank and microbatch: (MoE all-to-all, exposed TP, CP ring) seconds."""
+    """Per pipeline rank and microbatch: (MoE all-to-all, TP collectives, CP ring) seconds, before any overlap."""
     p, m = run.parallel, run.model
     pp = p.pp
     dp = world // (p.tp * p.pp * p.cp)
@@ -64,7 +64,7 @@ def stage_comm(run: RunConfig, net: Interconnect, a: Assumptions, layers: list, 
         for r in range(pp):
             a2a = max(a2a_s(g) for g in groups[r * per_pp : (r + 1) * per_pp])
             ep_s[r] = 4 * layers[r].moe_layers * a2a
-    if p.tp > 1 and not p.tp_comm_overlap:
+    if p.tp > 1:  # with tp_comm_overlap the step model hides what the TP-split GEMMs can cover
         activation = microbatch_tokens(run, False) * m.hidden_size * BF16_BYTES
         group = comm.tensor_parallel_groups(p.tp, world)[0]
         per_layer = 8 * comm.reduce_scatter_s(activation, group, net)

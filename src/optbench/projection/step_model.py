@@ -10,7 +10,10 @@ context-parallel ring overlaps with). ``s(M) = 1 + (M0 / M) ** p`` is how much l
 routed rows per expert take per FLOP (measured on an H200, results/bench/grouped_gemm.md; breakdown
 ``small_expert_gemms``). ``n_r t0`` is what the rank's ``n_r`` dense GEMM calls per microbatch (forward, data and
 weight gradient of each dense weight) cost beyond their FLOPs, ``t0`` per call as measured on an H200
-(results/bench/dense_gemm.md; breakdown ``dense_gemm_fixed``). ``W_r`` is what weight traffic adds where it binds (the roofline): for each GEMM class (routed
+(results/bench/dense_gemm.md; breakdown ``dense_gemm_fixed``). ``tp_r`` is the tensor-parallel collectives' time, all
+of it without ``tp_comm_overlap``; with it (Transformer Engine's userbuffers pipeline each all-gather and
+reduce-scatter with the GEMM it feeds) only ``max(0, tp_r - T_r / R)``, ``T_r`` the FLOPs of the GEMMs TP splits
+(breakdown ``tensor_parallel``). ``W_r`` is what weight traffic adds where it binds (the roofline): for each GEMM class (routed
 experts; everything else) the forward and the data gradient read the weights, the weight gradient reads
 and writes the main gradient, and each pass takes at least ``bytes / HBM``; the pass's own kernel time is
 its FLOPs at ``max(R, gemm_kernel_efficiency x peak)``, so ``W_r`` is the sum of ``max(0, bytes / HBM - kernel)``.
@@ -142,6 +145,8 @@ class _StageTime(NamedTuple):
     """Context-parallel ring time the attention does not hide."""
     ep_exposed: float
     """MoE all-to-all time not hidden (all of it without EP overlap)."""
+    tp_exposed: float
+    """TP collectives' time not hidden (all of it without TP overlap; beyond the TP-split GEMMs' time with it)."""
     total: float
     """The microbatch: the parts above plus exposed TP."""
 
@@ -173,10 +178,13 @@ def _stage_time(inputs: StepInputs, r: int, rate: float, backward_share: float) 
     if inputs.stage_expert_flops_mb:
         small_experts = inputs.stage_expert_flops_mb[r] / rate * (inputs.expert_gemm_slowdown - 1)
     dense_fixed = inputs.stage_dense_gemm_fixed_s[r] if inputs.stage_dense_gemm_fixed_s else 0.0
+    tp = inputs.stage_tp_s[r]
+    if inputs.tp_overlap and inputs.stage_tp_gemm_flops_mb:
+        tp = max(0.0, tp - inputs.stage_tp_gemm_flops_mb[r] / rate)
     gemm = flops + bound + bf16_attention + small_experts + dense_fixed
     ep = max(0.0, inputs.stage_ep_s[r] - gemm) if inputs.ep_overlap else inputs.stage_ep_s[r]
-    return _StageTime(flops, bound, bf16_attention, small_experts, dense_fixed, cp_exposed, ep,
-                      gemm + ep + inputs.stage_tp_s[r] + cp_exposed)
+    return _StageTime(flops, bound, bf16_attention, small_experts, dense_fixed, cp_exposed, ep, tp,
+                      gemm + ep + tp + cp_exposed)
 
 
 def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 / 3.0) -> StepBreakdown:
@@ -206,7 +214,7 @@ def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 
         "dense_gemm_fixed": m * stage.dense_fixed,
         "pipeline_bubble": (inputs.pp - 1) / inputs.vpp * stage.total,
         "moe_all_to_all": m * stage.ep_exposed,
-        "tensor_parallel": m * inputs.stage_tp_s[slow],
+        "tensor_parallel": m * stage.tp_exposed,
         "context_parallel": m * stage.cp_exposed,
         "pipeline_p2p": _pipeline_hops(inputs) * inputs.p2p_s,
         "dp_grad_reduce_exposed": max(exposed_grad(r) for r in range(inputs.world)),

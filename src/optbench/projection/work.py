@@ -11,9 +11,9 @@ cheaply. Formulas (docs/projection.md has them with sources):
   once per destination rank and, across the network, once per destination NVLink domain:
   :func:`optbench.projection.comm.flex_all_to_all_s`); with ``ep_comm_overlap`` the
   step model hides them behind another microbatch's GEMMs (:mod:`optbench.projection.step_model`);
-* tensor parallelism (when ``tp > 1`` and ``tp_comm_overlap`` is off): 8 all-gathers /
-  reduce-scatters of ``tokens * hidden * 2`` bytes per layer and microbatch (4 forward, 4 backward);
-  with ``tp_comm_overlap`` they are taken as hidden;
+* tensor parallelism (``tp > 1``): 8 all-gathers / reduce-scatters of ``tokens * hidden * 2`` bytes per layer
+  and microbatch (4 forward, 4 backward); with ``tp_comm_overlap`` the step model exposes only what the TP-split
+  GEMMs they feed cannot cover;
 * context parallelism: a ring passes K and V ``cp - 1`` times forward and twice that backward;
 * pipeline: one ``tokens * hidden * 2``-byte activation per hop;
 * data parallelism (dense params over DP x CP, experts over expert-DP): AdamW's distributed
@@ -87,7 +87,7 @@ class StepInputs:
     ep_overlap: bool
     """The all-to-all overlapped with another microbatch's computation (``parallel.ep_comm_overlap``)."""
     stage_tp_s: tuple[float, ...]
-    """Per pipeline rank: exposed tensor-parallel seconds per microbatch."""
+    """Per pipeline rank: tensor-parallel collectives' seconds per microbatch (all exposed without ``tp_overlap``)."""
     stage_cp_s: tuple[float, ...]
     """Per pipeline rank: context-parallel ring seconds per microbatch (before overlap with attention)."""
     p2p_s: float
@@ -126,6 +126,12 @@ class StepInputs:
     expert_gemm_slowdown: float = 1.0
     """How many times their FLOP time the routed-expert GEMMs take at this layout's rows per expert
     (:func:`optbench.projection.stage_comm.expert_gemm_slowdown`)."""
+    tp_overlap: bool = False
+    """TP collectives overlapped with the GEMMs they feed (``parallel.tp_comm_overlap``, Transformer Engine's
+    userbuffers): only what exceeds those GEMMs' time is exposed."""
+    stage_tp_gemm_flops_mb: tuple[float, ...] = ()
+    """Per pipeline rank: FLOPs per GPU per microbatch of the GEMMs tensor parallelism splits (every GEMM but the
+    routed experts' and the attention core), which the overlapped TP collectives hide behind."""
     stage_dense_gemm_fixed_s: tuple[float, ...] = ()
     """Per pipeline rank: its dense GEMM calls per microbatch times ``Assumptions.dense_gemm_fixed_s`` (empty: none
     priced)."""
@@ -357,4 +363,7 @@ def build_inputs(
         stage_expert_flops_mb=tuple(w.expert_flops_per_token * tokens_gpu for w in work),
         expert_gemm_slowdown=expert_gemm_slowdown(run, a),
         stage_dense_gemm_fixed_s=tuple(calls * a.dense_gemm_fixed_s for calls in dense_gemm_calls(run, resolved.placement)),
+        tp_overlap=p.tp_comm_overlap,
+        stage_tp_gemm_flops_mb=tuple((w.flops_per_token - w.expert_flops_per_token - w.attention_core_flops_per_token)
+                                     * tokens_gpu for w in work),
     )
