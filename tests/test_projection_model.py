@@ -357,3 +357,15 @@ def test_overlapped_tensor_parallel_collectives_expose_only_what_their_gemms_can
     assert hidden.parts["tensor_parallel"] == pytest.approx(8 * (3e-3 - 2e-3))
     assert evaluate(synthetic(**tp, tp_overlap=False), 0.5).parts["tensor_parallel"] == pytest.approx(8 * 3e-3)
     assert evaluate(synthetic(**tp, tp_overlap=True), 0.25).parts["tensor_parallel"] == 0.0  # 4 ms of GEMMs hide it
+
+
+def test_the_dense_gemm_bench_times_the_inventorys_weights_split_as_tp_splits_them():
+    from optbench.accounting.params import padded_vocab_size
+    from optbench.bench.dense_gemm import gemm_shapes
+
+    qwen = compose_run("qwen3_30b_a3b_muon", []).model
+    assert gemm_shapes(qwen) == [("self_attention.linear_qkv", 2048, (32 + 2 * 4) * 128, "col"),
+                                 ("self_attention.linear_proj", 32 * 128, 2048, "row"),
+                                 ("output_layer", 2048, padded_vocab_size(qwen), "col")]
+    kimi = dict((name, split) for name, _, _, split in gemm_shapes(compose_run("kimi_k2_muon", []).model))
+    assert kimi["self_attention.linear_kv_down_proj"] == "none"  # MLA's down-projections are replicated over TP

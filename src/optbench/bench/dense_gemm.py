@@ -3,7 +3,7 @@
 Why: the step model prices a rank's GEMMs at one calibrated rate, but a GEMM made thin by tensor parallelism or
 short by a small microbatch runs further below the peak. Each dense GEMM of the recipes (attention projections,
 the dense and shared-expert MLPs, the output head) is timed at TP 1/2/4/8 (a column-parallel GEMM splits its
-output, a row-parallel one its input) for 1,024 to 32,768 tokens per GEMM: ``x @ w`` in bf16, TF32 off, the
+output, a row-parallel one its input, a replicated one neither) for 1,024 to 32,768 tokens per GEMM: ``x @ w`` in bf16, TF32 off, the
 median of :data:`TRIALS` CUDA-event timings after :data:`WARMUP` calls. The fit of ``time = FLOPs / R + t0`` over
 every case (:func:`optbench.bench.dense_gemm_report.fit_fixed_cost`) gives the step model's per-GEMM fixed cost
 ``Assumptions.dense_gemm_fixed_s`` (docs/projection.md section 1). Causal ``scaled_dot_product_attention`` at
@@ -13,7 +13,8 @@ model does not use it yet.
 
 from __future__ import annotations
 
-import statistics
+import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,26 +28,24 @@ TOKENS = (1024, 2048, 4096, 8192, 16384, 32768)
 ATTENTION_MBS = (1, 2, 4, 8)
 SEQUENCE = 4096
 TRIALS, WARMUP = 10, 3
+"""One call per CUDA-event timing, as the committed H200 measurement was taken: a call's launch gap is in it."""
+LAYER_PREFIX = re.compile(r"^(decoder\.layers\.\d+|mtp\.layers\.\d+\.transformer_layer)\.")
+"""What makes one layer's weight name another's."""
 
 
 def gemm_shapes(model: Any) -> list[tuple[str, int, int, str]]:
-    """(GEMM, K, N, split) of a model's dense GEMMs: ``col`` divides N by TP, ``row`` divides K."""
-    h, heads = model.hidden_size, model.num_attention_heads
-    if model.multi_latent_attention:
-        qk = model.qk_head_dim + model.qk_pos_emb_head_dim
-        shapes = [("q_down", h, model.q_lora_rank, "col"), ("kv_down", h, model.kv_lora_rank + model.qk_pos_emb_head_dim, "col"),
-                  ("q_up", model.q_lora_rank, heads * qk, "col"),
-                  ("kv_up", model.kv_lora_rank, heads * (model.qk_head_dim + model.v_head_dim), "col"),
-                  ("attn_out", heads * model.v_head_dim, h, "row")]
-    else:
-        kv = model.kv_channels or h // heads
-        shapes = [("qkv", h, (heads + 2 * (model.num_query_groups or heads)) * kv, "col"), ("attn_out", heads * kv, h, "row")]
-    if model.first_k_dense_layers or not model.num_moe_experts:
-        shapes += [("dense_fc1", h, 2 * model.ffn_hidden_size, "col"), ("dense_fc2", model.ffn_hidden_size, h, "row")]
-    if model.moe_shared_expert_intermediate_size:
-        s = model.moe_shared_expert_intermediate_size
-        shapes += [("shared_fc1", h, 2 * s, "col"), ("shared_fc2", s, h, "row")]
-    return [*shapes, ("output", h, model.vocab_size, "col")]
+    """(GEMM, K, N, split) of a model's dense GEMMs, from its parameter inventory (one of each distinct layer weight:
+    attention projections, dense and shared-expert MLPs; the output head): ``col`` divides N by TP, ``row`` K, and
+    ``none`` (a weight TP replicates, as MLA's down-projections) divides neither."""
+    from optbench.accounting.params import ATTENTION, COLUMN, DENSE_MLP, OUTPUT, QKV, ROW, SHARED_EXPERT, model_parameters
+
+    split = {COLUMN: "col", ROW: "row", None: "none"}
+    found: dict[str, tuple[str, int, int, str]] = {}
+    for spec in model_parameters(model):
+        if len(spec.shape) == 2 and spec.kind in (QKV, ATTENTION, DENSE_MLP, SHARED_EXPERT, OUTPUT):
+            name = LAYER_PREFIX.sub("", spec.name).removesuffix(".weight")
+            found.setdefault(name, (name, spec.shape[1], spec.shape[0], split[spec.partition_dim]))
+    return list(found.values())
 
 
 def attention_shapes(model: Any) -> tuple[str, int, int, int]:
@@ -57,29 +56,12 @@ def attention_shapes(model: Any) -> tuple[str, int, int, int]:
     return f"GQA (kv {model.num_query_groups})", model.num_attention_heads, kv, kv
 
 
-def _median_ms(fn, *args, **kwargs) -> float:
-    """Median CUDA-event milliseconds of ``fn(*args, **kwargs)``."""
-    import torch
-
-    for _ in range(WARMUP):
-        fn(*args, **kwargs)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(TRIALS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*args, **kwargs)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def measure(quick: bool = False) -> dict[str, Any]:
     """Every model's dense GEMMs x TP x tokens, and its attention core x TP x MBS, timed on the GPU."""
     import torch
     import torch.nn.functional as F
 
+    from optbench.bench.grouped_gemm import time_call
     from optbench.bench.sections import provenance
     from optbench.compose.recipe import compose_run
 
@@ -89,11 +71,11 @@ def measure(quick: bool = False) -> dict[str, Any]:
         model = compose_run(recipe, []).model
         for gemm, K, N, split in gemm_shapes(model):
             for tp in (1, 8) if quick else TPS:
-                k, n = (K, N // tp) if split == "col" else (K // tp, N)
+                k, n = {"col": (K, N // tp), "row": (K // tp, N), "none": (K, N)}[split]
                 for m in (1024,) if quick else TOKENS:
                     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
                     w = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-                    ms = _median_ms(torch.matmul, x, w)
+                    ms = 1e3 * time_call(partial(torch.matmul, x, w), "cuda", TRIALS, 1, WARMUP)
                     gemms.append({"model": model_name, "gemm": gemm, "split": split, "tp": tp, "m": m, "k": k, "n": n,
                                   "ms": round(ms, 4), "tflops": round(2 * m * k * n / ms / 1e9, 1)})
                     del x, w
@@ -102,7 +84,8 @@ def measure(quick: bool = False) -> dict[str, Any]:
             for mbs in (1,) if quick else ATTENTION_MBS:
                 q = torch.randn(mbs, heads // tp, SEQUENCE, dqk, device="cuda", dtype=torch.bfloat16)
                 k_, v = torch.randn_like(q), torch.randn(mbs, heads // tp, SEQUENCE, dv, device="cuda", dtype=torch.bfloat16)
-                ms = _median_ms(F.scaled_dot_product_attention, q, k_, v, is_causal=True)
+                ms = 1e3 * time_call(partial(F.scaled_dot_product_attention, q, k_, v, is_causal=True), "cuda", TRIALS, 1,
+                                     WARMUP)
                 flops = 2 * mbs * (heads // tp) * SEQUENCE * SEQUENCE * (dqk + dv) / 2
                 attention.append({"model": model_name, "attention": label, "tp": tp, "mbs": mbs, "seq": SEQUENCE,
                                   "heads": heads // tp, "d_qk": dqk, "d_v": dv, "ms": round(ms, 4),

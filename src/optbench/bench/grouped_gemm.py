@@ -110,27 +110,27 @@ def _fp8_calls(groups: int, rows: int, k: int, n: int, device) -> dict[str, Any]
             "wgrad": call(dyt, xt.t(), sdyt.repeat(groups), sxt.repeat(groups))}
 
 
-def time_call(call, device) -> float:
-    """Median seconds of one call: :data:`TRIALS` timings of :data:`REPEATS` calls after a warm-up (CUDA events
+def time_call(call, device, trials: int = TRIALS, repeats: int = REPEATS, warmup: int = WARMUP) -> float:
+    """Median seconds of one call: ``trials`` timings of ``repeats`` calls after ``warmup`` calls (CUDA events
     on a GPU; the wall clock on a CPU, where only the tests run it)."""
-    for _ in range(WARMUP):
+    for _ in range(warmup):
         call()
     on_gpu = torch.device(device).type == "cuda"
     times = []
-    for _ in range(TRIALS):
+    for _ in range(trials):
         if not on_gpu:
             began = time.perf_counter()
-            for _ in range(REPEATS):
+            for _ in range(repeats):
                 call()
-            times.append((time.perf_counter() - began) / REPEATS)
+            times.append((time.perf_counter() - began) / repeats)
             continue
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(REPEATS):
+        for _ in range(repeats):
             call()
         end.record()
         torch.cuda.synchronize(device)
-        times.append(start.elapsed_time(end) / 1e3 / REPEATS)
+        times.append(start.elapsed_time(end) / 1e3 / repeats)
     return statistics.median(times)
 
 
