@@ -24,7 +24,7 @@ def test_every_carried_wheel_is_an_exact_pin_of_what_the_project_runs():
     wanted = tool.wanted()
     assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", spec) for spec in wanted), wanted
     pins = dict(spec.split("==") for spec in wanted)
-    for name in tool.FROM_PYPROJECT:  # what make setup installed for the tests
+    for name in tool.PROJECT_PACKAGES:  # what make setup installed for the tests
         assert pins[name] == version(name)
     from optbench.bridge.cpu_check.environments import EMERGING_OPTIMIZERS, NEXT
 

@@ -38,7 +38,7 @@ PYTHON, PLATFORMS = "3.12", ("manylinux_2_28_x86_64", "manylinux2014_x86_64", "a
 CARRY_LIMIT = 64 * 2**20
 """What one call to the lent machine carries (its README)."""
 MARKER = ".optbench-gpu-wheels"
-FROM_PYPROJECT = ("hydra-core", "omegaconf", "tabulate", "transformers")
+PROJECT_PACKAGES = ("hydra-core", "omegaconf", "tabulate", "transformers")
 ANTLR = "antlr4-python3-runtime==4.9.3"
 """omegaconf 2.3 requires antlr4-python3-runtime 4.9.*; PyPI has it as an sdist only."""
 EXTRA = ("absl-py==2.5.1", "rich==15.0.0", "markdown-it-py==4.3.0", "mdurl==0.1.2")
@@ -46,10 +46,10 @@ EXTRA = ("absl-py==2.5.1", "rich==15.0.0", "markdown-it-py==4.3.0", "mdurl==0.1.
 
 
 def project_pins() -> list[str]:
-    """The versions of :data:`FROM_PYPROJECT` installed where this tool runs (``make setup``'s .venv: what the tests
+    """The versions of :data:`PROJECT_PACKAGES` installed where this tool runs (``make setup``'s .venv: what the tests
     run, within pyproject.toml's pins)."""
     found = []
-    for name in FROM_PYPROJECT:
+    for name in PROJECT_PACKAGES:
         try:
             found.append(f"{name}=={version(name)}")
         except PackageNotFoundError:
@@ -77,9 +77,12 @@ def download(out: Path) -> list[Path]:
     """Fetch every wheel (for Python 3.12 on x86-64 Linux) and build antlr's; the wheels in ``out``."""
     pip = [sys.executable, "-m", "pip"]
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    subprocess.run([*pip, "download", "--quiet", "--no-deps", "--ignore-requires-python", "--only-binary=:all:",
-                    "--python-version", PYTHON, "--implementation", "cp", *platforms, "-d", str(out), *wanted()], check=True)
-    subprocess.run([*pip, "wheel", "--quiet", "--no-deps", "-w", str(out), ANTLR], check=True)
+    for step in ([*pip, "download", "--quiet", "--no-deps", "--ignore-requires-python", "--only-binary=:all:",
+                  "--python-version", PYTHON, "--implementation", "cp", *platforms, "-d", str(out), *wanted()],
+                 [*pip, "wheel", "--quiet", "--no-deps", "-w", str(out), ANTLR]):
+        if subprocess.run(step, check=False).returncode:
+            raise UserError(Problem("pip", f"`pip {step[3]}` failed (its message is above); {out} holds only part of the "
+                                           "wheels: do not carry it, run this tool again once the index answers"))
     return sorted(out.glob("*.whl"))
 
 
