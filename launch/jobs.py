@@ -158,10 +158,6 @@ def segment_size(run: RunConfig) -> Optional[int]:
     return nodes if nodes <= trays else max(d for d in range(1, trays + 1) if nodes % d == 0)
 
 
-def _bridge_line(run: RunConfig) -> tuple[int, int]:
-    return container_of(run).bridge_minor
-
-
 def numa_rule(run: RunConfig) -> Optional[str]:
     """NVIDIA's per-task NUMA binding rule of Bridge 0.3 (executors.py): 2 GPUs per NUMA node on GB200/GB300, 4
     elsewhere, and on B300 two pinned cores per task (-C); from 0.4 the -C pinning depends on the model (setup_experiment)."""
@@ -170,7 +166,7 @@ def numa_rule(run: RunConfig) -> Optional[str]:
         return None
     divisor = 2 if gpu in ("gb200", "gb300") else 4
     command = f"numactl --cpunodebind=$((SLURM_LOCALID/{divisor})) --membind=$((SLURM_LOCALID/{divisor}))"
-    if gpu == "b300" and _bridge_line(run) < (0, 4):
+    if gpu == "b300" and container_of(run).bridge_minor < (0, 4):
         command += " -C $((SLURM_LOCALID * 16)),$((SLURM_LOCALID * 16 + 1))"
     return command
 
