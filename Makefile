@@ -28,7 +28,7 @@ LAUNCH := $(PY) -m launch
 # unrelated MODEL or TARGET in your shell's environment is ignored.
 typed = $(if $(filter command line,$(origin $(1))),$($(1)))
 
-TARGETS := help setup setup-submit bridge-env setup-container test test-fast recipes plan pretrain sweep bench bench-gpu table projection search search-ranks compare study data clean
+TARGETS := help setup setup-submit bridge-env setup-container test test-fast recipes plan pretrain sweep bench bench-gpu gpu-smoke table projection search search-ranks compare study data clean
 .PHONY: $(TARGETS)
 
 # A word without '=' after a target is another goal to make, which would run after the first target had
@@ -97,6 +97,10 @@ bench: ## Benchmarks into results/bench/: optimizer step times and imbalance, `m
 
 bench-gpu: ## On a GPU machine: measure only the benchmarks' GPU sections, keep their CPU sections in results/bench/
 	$(PY) -m optbench.bench --gpu-only --from-make
+
+# make gpu-smoke [SMOKE="--steps 30 --optimizers muon,adamw"]; the wheels and the command: docs/gpu.md
+gpu-smoke: ## On a GPU: the real Megatron Bridge + Core train the Qwen3 proxy (Muon, AdamW, SOAP, AdaMuon) -> results/bench/megatron_one_gpu.json
+	$(PY) -m optbench.bridge.one_gpu $(SMOKE)
 
 #   make data [INPUT=<folder of .txt/.jsonl>] [OUT=data/<name>] [TOKENIZER=<tokenizer.json or folder>] [VOCAB=512]
 data: export OPTBENCH_DATA_INPUT = $(call typed,INPUT)

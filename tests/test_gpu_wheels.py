@@ -26,11 +26,15 @@ def test_every_carried_wheel_is_an_exact_pin_of_what_the_project_runs():
     pins = dict(spec.split("==") for spec in wanted)
     for name in tool.PROJECT_PACKAGES:  # what make setup installed for the tests
         assert pins[name] == version(name)
-    from optbench.bridge.cpu_check.environments import EMERGING_OPTIMIZERS, NEXT
+    from optbench.bridge.cpu_check.environments import EMERGING_OPTIMIZERS, TRANSFORMERS
+    from optbench.releases import versions
 
+    newest = versions.runnable()[0]  # make gpu-smoke plans for it, and the job refuses any other Bridge
     assert (pins["megatron-core"], pins["megatron-bridge"], pins["emerging-optimizers"]) == (
-        NEXT["core"], NEXT["bridge"], EMERGING_OPTIMIZERS)
+        tool.newest_container().core, newest.bridge, EMERGING_OPTIMIZERS)
     assert len(pins) == len(wanted)  # no package twice
+    overlay = dict(spec.split("==") for spec in tool.bridge_overlay())
+    assert overlay["transformers"] == TRANSFORMERS[".".join(newest.bridge.split(".")[:2])]
 
 
 def test_a_folder_the_tool_did_not_make_is_refused_and_left_alone(tmp_path):

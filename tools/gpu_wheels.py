@@ -7,14 +7,18 @@ project keeps it, so the carried set cannot drift from what the tests run:
 * the project's environment (pyproject.toml's pins as ``make setup`` installs them): hydra-core, omegaconf, tabulate,
   and the local engine's transformers;
 * omegaconf 2.3's own pin of antlr4-python3-runtime (an sdist only, so it is built into a wheel here);
-* the newest Megatron Bridge and Core the CPU check runs (``environments.NEXT``) and its Emerging-Optimizers, with
-  absl-py, which Emerging-Optimizers imports: Megatron Core's model, optimizer and training step need nothing else
-  beyond the machine's torch (tried on this CPU, Python 3.11, with only torch, numpy and packaging installed);
-* rich and its two dependencies, which Megatron Bridge's training imports before it reaches Transformer Engine.
+* the Megatron Bridge and Core of the newest container in NVIDIA's version data (nemo:26.08: Bridge 0.6.0, Core
+  0.19.0; ``make gpu-smoke`` plans for that container, and the job refuses any other Bridge) and the
+  Emerging-Optimizers the CPU check installs with them, with absl-py, which Emerging-Optimizers imports;
+* rich and its two dependencies, which Megatron Bridge's training imports before it reaches Transformer Engine;
+* in ``bridge/``: the transformers that Bridge line pins (0.6: 5.12.1, below the project's 5.23) and the tokenizers
+  it accepts, installed apart
+  and put on ``PYTHONPATH`` for the smoke only, as the CPU check's overlays do.
 
     .venv/bin/python tools/gpu_wheels.py [--out .gpu-wheels]
     # on the lent machine, with the folder carried:
-    python3 -m pip install --no-index --no-deps --find-links .gpu-wheels .gpu-wheels/*.whl
+    python3 -m pip install --no-index --no-deps .gpu-wheels/*.whl
+    python3 -m pip install --no-index --no-deps --target /tmp/bridge-site .gpu-wheels/bridge/*.whl
 
 The folder is refused when it exists and this tool did not make it; its files are replaced only there. The total
 must stay under what one call may carry (:data:`CARRY_LIMIT`).
@@ -30,19 +34,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from optbench.bridge.cpu_check.environments import EMERGING_OPTIMIZERS, NEXT  # noqa: E402
+from optbench.bridge.cpu_check.environments import EMERGING_OPTIMIZERS, NEXT, TRANSFORMERS, targets  # noqa: E402
 from optbench.errors import Problem, UserError  # noqa: E402
 from optbench.exits import exit_on_user_error  # noqa: E402
 
 PYTHON, PLATFORMS = "3.12", ("manylinux_2_28_x86_64", "manylinux2014_x86_64", "any")
+BRIDGE_REQUIREMENTS = ROOT / "src" / "optbench" / "bridge" / "cpu_check" / "requirements-tf5.txt"
 CARRY_LIMIT = 64 * 2**20
 """What one call to the lent machine carries (its README)."""
 MARKER = ".optbench-gpu-wheels"
 PROJECT_PACKAGES = ("hydra-core", "omegaconf", "tabulate", "transformers")
 ANTLR = "antlr4-python3-runtime==4.9.3"
 """omegaconf 2.3 requires antlr4-python3-runtime 4.9.*; PyPI has it as an sdist only."""
-EXTRA = ("absl-py==2.5.1", "rich==15.0.0", "markdown-it-py==4.3.0", "mdurl==0.1.2")
-"""Imported by Emerging-Optimizers (absl) and by Megatron Bridge's training (rich); versions as tried on this CPU."""
+EXTRA = ("absl-py==2.5.1", "rich==15.0.0", "markdown-it-py==4.3.0", "mdurl==0.1.2", "datasets==5.2.0", "dill==0.4.1",
+         "multiprocess==0.70.19", "diffusers==0.42.1", "importlib-metadata==10.2.0", "webdataset==1.0.2",
+         "braceexpand==0.1.7")
+"""Imported by Emerging-Optimizers (absl), by Megatron Bridge's training (rich) and by its recipes (datasets, diffusers,
+webdataset, with their dependencies the lent machine lacks); versions as the CPU check's Bridge environment has them."""
 
 
 def project_pins() -> list[str]:
@@ -57,10 +65,24 @@ def project_pins() -> list[str]:
     return found
 
 
+def newest_container():
+    """The newest container's release (``environments.targets`` lists the runnable containers, then NEXT)."""
+    return next(t for t in reversed(targets()) if t.name != NEXT["name"])
+
+
 def wanted() -> list[str]:
-    """Every requirement the lent machine gets, exact versions."""
-    return [*project_pins(), f"megatron-core=={NEXT['core']}", f"megatron-bridge=={NEXT['bridge']}",
+    """Every requirement the lent machine gets into its own site-packages, exact versions."""
+    release = newest_container()
+    return [*project_pins(), f"megatron-core=={release.core}", f"megatron-bridge=={release.bridge}",
             f"emerging-optimizers=={EMERGING_OPTIMIZERS}", *EXTRA]
+
+
+def bridge_overlay() -> list[str]:
+    """What goes into ``bridge/``: the transformers the newest container's Bridge line pins, and the tokenizers the
+    CPU check's Bridge environment pins with it (transformers 5.12 refuses the lent machine's tokenizers 0.23.2)."""
+    release = newest_container()
+    tokenizers = next(line.strip() for line in BRIDGE_REQUIREMENTS.read_text().splitlines() if line.startswith("tokenizers=="))
+    return [f"transformers=={TRANSFORMERS['.'.join(release.bridge.split('.')[:2])]}", tokenizers]
 
 
 def _folder(path: Path) -> Path:
@@ -68,22 +90,24 @@ def _folder(path: Path) -> Path:
         raise UserError(Problem("--out", f"{path} exists and tools/gpu_wheels.py did not make it; give a new folder"))
     path.mkdir(parents=True, exist_ok=True)
     (path / MARKER).write_text("made by tools/gpu_wheels.py; its wheels are replaced on the next run\n")
-    for old in path.glob("*.whl"):
+    for old in [*path.glob("*.whl"), *path.glob("bridge/*.whl")]:
         old.unlink()
+    (path / "bridge").mkdir(exist_ok=True)
     return path
 
 
 def download(out: Path) -> list[Path]:
-    """Fetch every wheel (for Python 3.12 on x86-64 Linux) and build antlr's; the wheels in ``out``."""
+    """Fetch every wheel (for Python 3.12 on x86-64 Linux) and build antlr's; the wheels in ``out`` and ``out/bridge``."""
     pip = [sys.executable, "-m", "pip"]
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    for step in ([*pip, "download", "--quiet", "--no-deps", "--ignore-requires-python", "--only-binary=:all:",
-                  "--python-version", PYTHON, "--implementation", "cp", *platforms, "-d", str(out), *wanted()],
+    download = [*pip, "download", "--quiet", "--no-deps", "--ignore-requires-python", "--only-binary=:all:",
+                "--python-version", PYTHON, "--implementation", "cp", *platforms, "-d"]
+    for step in ([*download, str(out), *wanted()], [*download, str(out / "bridge"), *bridge_overlay()],
                  [*pip, "wheel", "--quiet", "--no-deps", "-w", str(out), ANTLR]):
         if subprocess.run(step, check=False).returncode:
             raise UserError(Problem("pip", f"`pip {step[3]}` failed (its message is above); {out} holds only part of the "
                                            "wheels: do not carry it, run this tool again once the index answers"))
-    return sorted(out.glob("*.whl"))
+    return sorted([*out.glob("*.whl"), *out.glob("bridge/*.whl")])
 
 
 def main() -> int:
@@ -94,7 +118,7 @@ def main() -> int:
         wheels = download(_folder(args.out))
         total = sum(w.stat().st_size for w in wheels)
         for wheel in wheels:
-            print(f"  {wheel.stat().st_size / 2**20:7.2f} MiB  {wheel.name}")
+            print(f"  {wheel.stat().st_size / 2**20:7.2f} MiB  {wheel.relative_to(args.out)}")
         print(f"{len(wheels)} wheels, {total / 2**20:.1f} MiB of the {CARRY_LIMIT // 2**20} MiB one call carries -> {args.out}")
         if total > CARRY_LIMIT:
             raise UserError(Problem("--out", f"the wheels take {total / 2**20:.1f} MiB, over the {CARRY_LIMIT // 2**20} MiB "

@@ -193,7 +193,7 @@ def _image_problems(run: RunConfig) -> Iterable[Problem]:
 def check_engine(run: RunConfig) -> Iterable[Problem]:
     p = run.parallel
     if run.engine == "megatron_bridge":
-        from optbench.bridge.adapter import BRIDGE_MODELS
+        from optbench.bridge.adapter import BRIDGE_MODELS, bridge_model
 
         try:
             container = container_of(run)
@@ -205,11 +205,11 @@ def check_engine(run: RunConfig) -> Iterable[Problem]:
             yield from err.problems
         yield from _image_problems(run)
 
-        if run.model.name not in BRIDGE_MODELS:
+        if bridge_model(run) is None:
             yield Problem(
                 "model",
-                f"no Megatron Bridge recipe for model '{run.model.name}' ({', '.join(BRIDGE_MODELS)} have one); "
-                "use engine=local for the small proxies",
+                f"no Megatron Bridge recipe for model '{run.model.name}' or the model it is a proxy of "
+                f"({', '.join(BRIDGE_MODELS)} have one); use engine=local",
                 ("engine",),
             )
     if run.engine == "local":

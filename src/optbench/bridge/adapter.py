@@ -98,7 +98,16 @@ BRIDGE_MODELS = tuple(model_registry())
 def bridge_recipe(run: RunConfig) -> BridgeRecipe:
     """The Bridge recipe function for the run's model (and, for Kimi K2, its optimizer) in the run's container."""
     optimizer_type = "muon" if run.optimizer.muon_family else "adam"
-    return bridge_recipe_for(run.model.name, optimizer_type, versions.container_of(run))
+    return bridge_recipe_for(bridge_model(run) or run.model.name, optimizer_type, versions.container_of(run))
+
+
+def bridge_model(run: RunConfig) -> Optional[str]:
+    """The model whose Bridge recipe function the run starts from: its own, else (a small proxy such as
+    qwen3_moe_tiny) the one it stands for, whose shape our ``model.*`` overrides then replace; None when neither has one."""
+    for name in (run.model.name, run.model.proxy_of):
+        if name in model_registry():
+            return name
+    return None
 
 
 def bridge_recipe_for(name: str, optimizer_type: str, container: versions.Container) -> BridgeRecipe:
@@ -118,7 +127,7 @@ def bridge_recipe_for(name: str, optimizer_type: str, container: versions.Contai
         Problem(
             "model",
             f"no Megatron Bridge recipe for model '{name}' ({', '.join(BRIDGE_MODELS)} have one); "
-            "use engine=local for the small proxies",
+            "use engine=local, or a proxy of a model that has one",
         )
     )
 

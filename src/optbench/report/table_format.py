@@ -15,6 +15,8 @@ from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS
 from optbench.checkout import repo_root
 from optbench.tables import markdown_table
 from optbench.published import PublishedRow, Source, default_published_dir, load_inconsistent
+from optbench.report.beside_plan import BesidePlan
+from optbench.report.beside_plan import section as beside_plan_section
 from optbench.report.planned import PlannedRow
 from optbench.report.runs import PeakInfo, RunThroughput, run_throughput
 from optbench.report.stats import format_number, format_spread
@@ -226,6 +228,7 @@ def render_markdown(
     plots: Sequence[str] = (),
     skipped: Sequence[tuple[str, str]] = (),
     planned: Sequence[PlannedRow] = (),
+    beside: Sequence[BesidePlan] = (),
 ) -> str:
     """results/throughput.md."""
     out = [
@@ -260,6 +263,7 @@ def render_markdown(
     else:
         out.append("No configuration has both optimizers.")
     out += _planned_section(planned)
+    out += beside_plan_section(beside)
     out += ["", "## Runs", ""]
     out += markdown_table(
         ["run", "kind", "recipe", "date", "command", "git", "versions", "steps used/total", "notes"], _run_lines(table)

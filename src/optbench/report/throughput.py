@@ -21,6 +21,7 @@ from optbench.published import (
     load_sources,
 )
 from optbench.report.table import Table, build_table
+from optbench.report.beside_plan import beside_plan
 from optbench.report.planned import planned_rows
 from optbench.report.table_format import render_csv, render_markdown
 
@@ -85,6 +86,7 @@ def write_throughput(
         for number, (path, draw) in enumerate(drawn, 1):
             say(f"drawing {number}/{len(drawn)}: {path.relative_to(results)}")
             draw(path)
-        atomic_write_text(markdown, render_markdown(table, sources, stamp, relative, skipped, planned))
+        beside = beside_plan(collection.runs, warmup)
+        atomic_write_text(markdown, render_markdown(table, sources, stamp, relative, skipped, planned, beside))
         atomic_write_text(csv_path, render_csv(table))
     return TableOutputs(markdown, csv_path, plots, table, skipped)

@@ -136,15 +136,23 @@ def _polyfill_typing() -> None:
         typing.override = typing_extensions.override
 
 
+REAL_CUDA = "OPTBENCH_REAL_CUDA"
+"""Set to 1 on a GPU machine without Transformer Engine (``make gpu-smoke``): the import stand-ins only, the
+device's own CUDA untouched."""
+
+
 def install(gpu: str | None = None) -> str:
     """Install the stand-ins (idempotent); CUDA reports ``gpu``'s properties from now on (None: the GPU named by
-    ``OPTBENCH_FAKE_GPU``, else gb300). Returns that GPU."""
+    ``OPTBENCH_FAKE_GPU``, else gb300), unless ``OPTBENCH_REAL_CUDA=1``. Returns that GPU."""
     if gpu is not None:
         os.environ["OPTBENCH_FAKE_GPU"] = gpu  # Bridge's and Core's own subprocesses and later installs see it too
     _polyfill_typing()
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
     import torch
+
+    if os.environ.get(REAL_CUDA) == "1":
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
     gpu = os.environ.get("OPTBENCH_FAKE_GPU", "gb300")
     name, major, minor, memory, sms = _gpu_properties(gpu)

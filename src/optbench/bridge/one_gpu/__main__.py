@@ -1,0 +1,126 @@
+"""``make gpu-smoke``: the real Megatron Bridge and Core train our recipe on one GPU (issue 55).
+
+    python -m optbench.bridge.one_gpu [--optimizers muon,adamw,soap,adaptive_muon] [--loops core,bridge]
+                                      [--steps 30] [--timeout 150] [--out results/bench/megatron_one_gpu.json]
+
+For each optimizer and loop it prepares a job folder through the cluster path (:mod:`.arms`), trains it in a worker
+process (:mod:`.worker`, its output in the folder's ``worker-<loop>.log``), and writes every arm's report, its
+metrics (our callback's records and summary) and the plan's projection of the same setup on this GPU into one JSON
+file (added to the invocations it holds), rendered by :mod:`.page` into the markdown page beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from optbench.bridge.one_gpu import page
+from optbench.bridge.one_gpu.arms import RECIPES, Arm, cluster_of, prepare
+from optbench.checkout import repo_root
+from optbench.errors import Problem, UserError
+from optbench.exits import exit_on_user_error
+from optbench.io import atomic_write_json
+
+WORKER = Path(__file__).resolve().with_name("worker.py")
+PACKAGES = ("torch", "megatron-core", "megatron-bridge", "emerging-optimizers", "transformer-engine", "transformers")
+LOG_TAIL = 40
+
+
+def _version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def run_arm(arm: Arm, timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Train one prepared arm in a worker process; its report with the run's metrics and log tail."""
+    report_path, log_path = arm.folder / f"smoke-{arm.loop}.json", arm.folder / f"worker-{arm.loop}.log"
+    command = [sys.executable, str(WORKER), str(arm.folder), "--loop", arm.loop, "--report", str(report_path)]
+    started = time.perf_counter()
+    with log_path.open("w") as log:
+        try:
+            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, env=env).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    report: dict[str, Any] = (json.loads(report_path.read_text()) if report_path.is_file()
+                              else {"status": "error", "error": f"no report: the worker {'timed out after %ss' % timeout if code is None else 'exited %s' % code}"})
+    report.pop("traceback", None) if report.get("status") == "ok" else None
+    plan = json.loads((arm.folder / "plan.json").read_text())
+    summary = arm.folder / "summary.json"
+    metrics = arm.folder / "metrics.jsonl"
+    lines = log_path.read_text(errors="replace").splitlines()
+    return {
+        **report,
+        "optimizer": arm.optimizer, "loop": arm.loop, "run_id": arm.run_id, "wall_s": round(time.perf_counter() - started, 1),
+        "summary": json.loads(summary.read_text()) if summary.is_file() else None,
+        "records": [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else [],
+        "projection": plan.get("projection"),
+        "plan": {key: plan.get(key) for key in ("recipe", "overrides", "gpu", "precision", "layout", "gbs", "mbs",
+                                                 "seq_length", "num_microbatches", "tokens_per_step", "model",
+                                                 "model_flops_per_step", "ns_flops_per_step_per_gpu", "memory_per_gpu_gb")},
+        "bridge_recipe": plan.get("bridge", {}).get("recipe"),
+        "log_tail": lines[-LOG_TAIL:],
+    }
+
+
+def _earlier_smokes(out: Path) -> list[dict[str, Any]]:
+    """The invocations a results file already holds (a later one adds to them, as a second lease finishes arms the
+    first could not); a file that is not one is refused."""
+    if not out.exists():
+        return []
+    try:
+        return list(json.loads(out.read_text())["smokes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError(Problem("--out", f"{out} exists and is not a gpu-smoke result; name another file")) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m optbench.bridge.one_gpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--optimizers", default=",".join(RECIPES))
+    parser.add_argument("--loops", default="core,bridge", help="core: Megatron Core's step as Bridge builds it; "
+                        "bridge: Bridge's own pretrain()")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--timeout", type=float, default=150.0, help="seconds per arm")
+    parser.add_argument("--out", type=Path, default=repo_root() / "results" / "bench" / "megatron_one_gpu.json")
+    args = parser.parse_args(argv)
+    with exit_on_user_error():
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(Problem("gpu", "no CUDA device here; run make gpu-smoke on a GPU machine (docs/gpu.md)"))
+        device = torch.cuda.get_device_name()
+        cluster = cluster_of(device)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        head = {
+            "command": "python -m optbench.bridge.one_gpu " + shlex.join(argv if argv is not None else sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": device, "gpu": cluster,
+            "python": platform.python_version(), "versions": {name: _version(name) for name in PACKAGES},
+            "steps": args.steps,
+        }
+        earlier = _earlier_smokes(args.out)
+        arms: list[dict[str, Any]] = []
+        # Loop by loop: every optimizer through Core's step first, then Bridge's pretrain(); the file is rewritten
+        # after each arm, so an interrupted smoke keeps what it measured.
+        for loop in [loop for loop in args.loops.split(",") if loop]:
+            for optimizer in [o for o in args.optimizers.split(",") if o]:
+                arm = prepare(optimizer, loop, cluster, args.steps, stamp)
+                print(f"gpu-smoke: {optimizer} ({loop} loop) -> {arm.folder}", flush=True)
+                arms.append(run_arm(arm, args.timeout))
+                step = (arms[-1]["summary"] or {}).get("step_time_s")
+                print(f"  {arms[-1]['status']}: {arms[-1].get('error') or f'step {step} s'} ({arms[-1]['wall_s']} s)", flush=True)
+                atomic_write_json(args.out, {"smokes": [*earlier, {**head, "arms": arms}]})
+        print(f"gpu-smoke: {len(arms)} arms -> {args.out}; {page.write(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

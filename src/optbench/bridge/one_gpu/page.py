@@ -1,0 +1,135 @@
+"""results/bench/megatron_one_gpu.md from its JSON: what the real Megatron did on a lent GPU, beside the projection.
+
+    python -m optbench.bridge.one_gpu.page [results/bench/megatron_one_gpu.json]
+
+Every number is read from the file :mod:`optbench.bridge.one_gpu` wrote on the GPU (our callback's summary of each
+run, and the projection its plan.json made of the same setup on that GPU); nothing is measured here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+from optbench.tables import markdown_table
+
+
+def _arms(data: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    for smoke in data["smokes"]:
+        for arm in smoke["arms"]:
+            yield smoke, arm
+
+
+def finished(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Optimizer -> the last finished Core-loop arm (one with our callback's summary)."""
+    return {arm["optimizer"]: arm for _, arm in _arms(data) if arm["loop"] == "core" and arm.get("summary")}
+
+
+def _pct(value: float) -> str:
+    return f"{value:+.0%}"
+
+
+def _run_rows(done: dict[str, dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for name, arm in done.items():
+        s, p = arm["summary"], arm["projection"] or {}
+        optimizer_projected = (p.get("breakdown_s") or {}).get("optimizer")
+        rows.append([
+            name, f"{len(arm['records'])}", f"{s['initial_loss']:.3f} -> {s['final_loss']:.3f}",
+            f"{s['step_time_s']:.3f}", f"{p.get('step_time_s', float('nan')):.3f}",
+            f"{s['step_time_s'] / p['step_time_s']:.1f}x" if p.get("step_time_s") else "-",
+            f"{s['optimizer_time_s']:.3f}", f"{optimizer_projected:.3f}" if optimizer_projected is not None else "-",
+            f"{s['optimizer_share']:.0%}", f"{optimizer_projected / p['step_time_s']:.0%}" if optimizer_projected else "-",
+            f"{s['tflops_per_gpu']:.1f}", f"{p.get('tflops_per_gpu', float('nan')):.1f}",
+            f"{s['mfu'][s['peak']['key']]:.1%} of {s['peak']['key']}", f"{s['peak_memory_gb']:.1f}",
+        ])
+    return rows
+
+
+def _gap_lines(done: dict[str, dict[str, Any]]) -> list[str]:
+    if not {"muon", "adamw"} <= set(done):
+        return ["Muon vs AdamW: not both measured."]
+    muon, adamw = done["muon"], done["adamw"]
+    measured = adamw["summary"]["step_time_s"] / muon["summary"]["step_time_s"] - 1
+    projected = adamw["projection"]["step_time_s"] / muon["projection"]["step_time_s"] - 1
+    return [f"Muon vs AdamW, model TFLOP/s per GPU (step time ratio): measured {_pct(measured)}, projected "
+            f"{_pct(projected)}."]
+
+
+def markdown(data: dict[str, Any]) -> str:
+    smokes = data["smokes"]
+    first = smokes[0]
+    done = finished(data)
+    lines = [
+        "# The real Megatron on one GPU (`make gpu-smoke`)", "",
+        f"{first['device']}, Python {first['python']}, "
+        + ", ".join(f"{k} {v}" for k, v in first["versions"].items() if v) + ", no Transformer Engine. "
+        + (data.get("about", "") + ". " if data.get("about") else ""),
+        "",
+        "Invocations: " + "; ".join(f"`{s['command']}` ({s['date']})" for s in smokes) + ".", "",
+        "## Finished runs: Megatron Core's step as Bridge builds it, our callback's summary beside the projection", "",
+        "Setup: " + _setup(done), "",
+        *markdown_table(["optimizer", "steps", "loss first -> last", "step s", "projected s", "measured / projected",
+                        "optimizer s", "projected", "optimizer share", "projected", "model TFLOP/s/GPU", "projected",
+                        "MFU", "peak GB"], _run_rows(done)),
+        "", *_gap_lines(done), "",
+        "Measured cells: the median over the steps after the warm-up our callback skips (summary.json's statistic); "
+        "the projection is the plan's own (`make plan` of the same overrides on this GPU).", "",
+        "## Every arm", "",
+        *markdown_table(["optimizer", "loop", "status", "what stopped it", "seconds"],
+                       [[a["optimizer"], a["loop"], a["status"], _stopped(a), f"{a['wall_s']}"] for _, a in _arms(data)]),
+        "", "## What the smoke changed in the recipe (no Transformer Engine on the machine)", "",
+        *markdown_table(["field", "recipe", "smoke", "why"], [[c["field"], str(c["recipe"]), str(c["smoke"]), c["why"]]
+                                                             for c in _changes(data)]),
+        "", "## Our callback's records (the Muon run, every fifth step)", "", "```",
+        *[json.dumps({k: r[k] for k in ("step", "loss", "step_time_s", "optimizer_time_s", "tflops_per_gpu", "mfu")})
+          for r in (done.get("muon") or {}).get("records", [])[::5]],
+        "```", "",
+    ]
+    return "\n".join(lines)
+
+
+def _setup(done: dict[str, dict[str, Any]]) -> str:
+    if not done:
+        return "no run finished."
+    plan = next(iter(done.values()))["plan"]
+    model = plan["model"]
+    layout = " ".join(f"{k.upper()}{v}" for k, v in plan["layout"].items())
+    return (f"{model['name']} scaled by the smoke ({model['total_params'] / 1e6:.0f} M parameters, "
+            f"{model['active_params'] / 1e6:.0f} M active), {layout}, GBS {plan['gbs']} = MBS {plan['mbs']} x {plan['num_microbatches']} micro-batches, "
+            f"sequence {plan['seq_length']}, {plan['precision']}, on {plan['gpu']}.")
+
+
+def _stopped(arm: dict[str, Any]) -> str:
+    """The error, and where it is only an exit code, the first ERROR line Megatron logged before it."""
+    error = arm.get("error") or "-"
+    if error.startswith("SystemExit"):
+        logged = next((line for line in arm.get("log_tail", []) if line.startswith("ERROR:")), None)
+        error = f"{error} after {logged}" if logged else error
+    return error[:200]
+
+
+def _changes(data: dict[str, Any]) -> list[dict[str, Any]]:
+    for _, arm in _arms(data):
+        if arm.get("changes"):
+            return arm["changes"]
+    return []
+
+
+def write(path: Path) -> str:
+    """Render ``path`` (the JSON) into the .md beside it; what was written."""
+    from optbench.io import atomic_write_text
+
+    atomic_write_text(path.with_suffix(".md"), markdown(json.loads(path.read_text())))
+    return f"wrote {path.with_suffix('.md')}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    print(write(Path((argv if argv is not None else sys.argv[1:] or ["results/bench/megatron_one_gpu.json"])[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""make gpu-smoke (issue 55): what of it needs no GPU, on the CPU.
+
+* the arms compose, validate and plan through the cluster path (their job folders as the launcher writes them);
+* the worker builds each arm's ConfigContainer with the newest container's real Bridge and Core, with the
+  no-Transformer-Engine changes, through ``runtime_config_update``, with Megatron Core seeing no Transformer Engine,
+  and stops only where the GPU is needed;
+* the committed result page is the rendering of its JSON, and make table reads the committed runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import REPO
+from optbench.bridge.one_gpu import arms, no_te, page
+from optbench.errors import UserError
+
+
+def test_the_gpu_torch_names_maps_to_our_cluster_and_an_unknown_one_is_one_line():
+    assert arms.cluster_of("NVIDIA H200") == "h200"
+    assert arms.cluster_of("NVIDIA H100 80GB HBM3") == "h100"
+    with pytest.raises(UserError, match="no cluster config"):
+        arms.cluster_of("NVIDIA GeForce RTX 4090")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    results = tmp_path_factory.mktemp("smoke") / "results"
+    extra = [f"results_dir={results}"]
+    return {o: arms.prepare(o, "core", "h200", 4, "test", extra).folder for o in ("muon", "adamw")}
+
+
+def test_each_arm_is_planned_as_a_cluster_job_of_the_newest_container(folders):
+    for optimizer, folder in folders.items():
+        plan = json.loads((folder / "plan.json").read_text())
+        assert (folder / "config.yaml").is_file()
+        assert plan["engine"] == "megatron_bridge" and plan["gpu"] == "h200" and plan["world_size"] == 1
+        assert plan["bridge"]["recipe"]["function"].startswith("qwen3_30b_a3b")  # the proxy starts from its model's recipe
+        overrides = plan["bridge"]["overrides"]
+        assert "model.num_moe_experts=32" in overrides and "model.hidden_size=1024" in overrides
+        assert f"optimizer.optimizer={'adam' if optimizer == 'adamw' else 'muon'}" in overrides
+        assert plan["projection"]["available"] and plan["projection"]["step_time_s"] > 0
+
+
+def test_every_field_the_smoke_changes_is_a_field_of_the_newest_bridge():
+    from optbench.releases import versions
+
+    newest = versions.runnable()[0]
+    for dotted, _, why in no_te.FIELDS:
+        assert versions.has_field(newest, dotted), dotted
+        assert why
+
+
+def _bridge_target():
+    from optbench.bridge.cpu_check.environments import NEXT, targets
+
+    return next(t for t in reversed(targets()) if t.name != NEXT["name"])
+
+
+@pytest.mark.slow
+def test_the_worker_builds_the_real_config_and_stops_only_at_the_gpu(folders, tmp_path):
+    target = _bridge_target()
+    if not target.installed:
+        pytest.skip(f"make bridge-env has not built Bridge {target.bridge}")
+    report = tmp_path / "report.json"
+    env = {**target.environment(), "OPTBENCH_REAL_CUDA": "0", "OPTBENCH_FAKE_GPU": "h200"}
+    subprocess.run([str(target.python), str(REPO / "src/optbench/bridge/one_gpu/worker.py"), str(folders["adamw"]),
+                    "--loop", "core", "--report", str(report)], env=env, check=True, timeout=600, capture_output=True)
+    found = json.loads(report.read_text())
+    assert found["reached"] == ["config container", "runtime_config_update"], found.get("error")
+    assert found["core_sees_transformer_engine"] is False and found["core_import_failures"] == []
+    assert {c["field"] for c in found["changes"]} >= {"model.transformer_layer_spec", "model.moe_grouped_gemm"}
+    assert found["status"] == "error" and "cuda" in found["error"].lower()  # the first thing that needs the GPU
+
+
+def test_the_committed_page_is_the_rendering_of_its_json():
+    folder = REPO / "results" / "bench"
+    data = json.loads((folder / "megatron_one_gpu.json").read_text())
+    assert page.markdown(data) == (folder / "megatron_one_gpu.md").read_text()
+    done = page.finished(data)
+    assert {"muon", "adamw"} <= set(done)
+    for arm in done.values():
+        assert arm["summary"]["final_loss"] < arm["summary"]["initial_loss"]
+        assert arm["summary"]["peak"]["key"] == "h200_bf16" and arm["records"][0]["tflops_per_gpu"] > 0
+
+
+def test_make_table_sets_the_committed_smoke_runs_beside_their_plans_projection():
+    from optbench.report.beside_plan import beside_plan, section
+    from optbench.report.collect import read_metrics_run
+
+    runs = [read_metrics_run(folder) for folder in sorted((REPO / "results" / "runs").glob("gpu-smoke-*-core-*"))]
+    assert {run.optimizer for run in runs} >= {"muon", "adamw"}
+    assert all(run.gpu == "h200" and run.steps for run in runs)
+    rows = {row.optimizer: row for row in beside_plan(runs, warmup=3)}
+    assert rows["muon"].setup == rows["adamw"].setup  # the gap pairs the two runs of one setup
+    for row in rows.values():
+        assert row.step_s > row.projected_step_s > 0 and row.optimizer_s > 0 and row.projected_optimizer_s > 0
+    text = "\n".join(section(list(rows.values())))
+    assert "Muon vs AdamW on the same setup" in text and "-51%" in text
