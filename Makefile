@@ -98,7 +98,7 @@ bench: ## Benchmarks into results/bench/: optimizer step times and imbalance, `m
 bench-gpu: ## On a GPU machine: measure only the benchmarks' GPU sections, keep their CPU sections in results/bench/
 	$(PY) -m optbench.bench --gpu-only --from-make
 
-# make gpu-smoke [SMOKE="--steps 30 --optimizers muon,adamw"]; the wheels and the command: docs/gpu.md
+# make gpu-smoke [SMOKE="--steps 20 --optimizers muon,adamw --loops core,bridge"]; the wheels and the command: docs/gpu.md
 gpu-smoke: ## On a GPU: the real Megatron Bridge + Core train the Qwen3 proxy (Muon, AdamW, SOAP, AdaMuon) -> results/bench/megatron_one_gpu.json
 	$(PY) -m optbench.bridge.one_gpu $(SMOKE)
 

@@ -1,7 +1,7 @@
 """``make gpu-smoke``: the real Megatron Bridge and Core train our recipe on one GPU (issue 55).
 
-    python -m optbench.bridge.one_gpu [--optimizers muon,adamw,soap,adaptive_muon] [--loops core,bridge]
-                                      [--steps 30] [--timeout 150] [--out results/bench/megatron_one_gpu.json]
+    python -m optbench.bridge.one_gpu [--optimizers muon,adamw,soap,adaptive_muon] [--loops core[,bridge]]
+                                      [--steps 20] [--timeout 200] [--out results/bench/megatron_one_gpu.json]
 
 For each optimizer and loop it prepares a job folder through the cluster path (:mod:`.arms`), trains it in a worker
 process (:mod:`.worker`, its output in the folder's ``worker-<loop>.log``), and writes every arm's report, its
@@ -86,10 +86,11 @@ def _earlier_smokes(out: Path) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m optbench.bridge.one_gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--optimizers", default=",".join(RECIPES))
-    parser.add_argument("--loops", default="core,bridge", help="core: Megatron Core's step as Bridge builds it; "
-                        "bridge: Bridge's own pretrain()")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--timeout", type=float, default=150.0, help="seconds per arm")
+    parser.add_argument("--loops", default="core", help="core: Megatron Core's step as Bridge builds it; bridge: "
+                        "Bridge's own pretrain() (needs a Makefile in megatron/core/datasets: docs/gpu.md)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--timeout", type=float, default=200.0, help="seconds per arm (on an H200: Muon about 115 s "
+                        "for 20 steps, AdamW about 70 s; SOAP needs more)")
     parser.add_argument("--out", type=Path, default=repo_root() / "results" / "bench" / "megatron_one_gpu.json")
     args = parser.parse_args(argv)
     with exit_on_user_error():
