@@ -85,6 +85,20 @@ def test_the_committed_page_is_the_rendering_of_its_json():
     for arm in done.values():
         assert arm["summary"]["final_loss"] < arm["summary"]["initial_loss"]
         assert arm["summary"]["peak"]["key"] == "h200_bf16" and arm["records"][0]["tflops_per_gpu"] > 0
+    # "no Transformer Engine" is said from the versions recorded on the GPU, not written in
+    assert data["smokes"][0]["versions"]["transformer-engine"] is None and ", no Transformer Engine." in page.markdown(data)
+    data["smokes"][0]["versions"]["transformer-engine"] = "2.12.0"
+    assert "no Transformer Engine." not in page.markdown(data)
+
+
+def test_the_page_never_replaces_a_file_it_did_not_write(tmp_path):
+    (tmp_path / "smoke.json").write_text((REPO / "results" / "bench" / "megatron_one_gpu.json").read_text())
+    (tmp_path / "smoke.md").write_text("a user's notes")
+    with pytest.raises(UserError, match="not a gpu-smoke page"):
+        page.write(tmp_path / "smoke.json")
+    assert (tmp_path / "smoke.md").read_text() == "a user's notes"
+    (tmp_path / "smoke.md").unlink()
+    assert "wrote" in page.write(tmp_path / "smoke.json") and page.write(tmp_path / "smoke.json")  # its own page again
 
 
 def test_make_table_sets_the_committed_smoke_runs_beside_their_plans_projection():

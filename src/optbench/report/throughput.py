@@ -67,6 +67,7 @@ def write_throughput(
     table = build_table(published, collection.runs, warmup)
     say(f"read {len(collection.runs)} run(s) beside {len(published)} published row(s); projecting the stored plans")
     planned, unread_plans = planned_rows(results)
+    beside = beside_plan(collection.runs, warmup)
     skipped = [*collection.skipped, *unread_plans]
 
     plots_dir = results / "plots"
@@ -86,7 +87,6 @@ def write_throughput(
         for number, (path, draw) in enumerate(drawn, 1):
             say(f"drawing {number}/{len(drawn)}: {path.relative_to(results)}")
             draw(path)
-        beside = beside_plan(collection.runs, warmup)
         atomic_write_text(markdown, render_markdown(table, sources, stamp, relative, skipped, planned, beside))
         atomic_write_text(csv_path, render_csv(table))
     return TableOutputs(markdown, csv_path, plots, table, skipped)

@@ -13,3 +13,14 @@ import without CUDA, an offline Hugging Face cache, and the check of a plan agai
 
 Nothing here is imported by the job in the NeMo container, which has the real packages.
 """
+
+
+def polyfill_typing() -> None:
+    """typing.override is Python 3.12's; Emerging-Optimizers 0.3 (Core 0.19) imports it. The Bridge environments here
+    run Python 3.11: it is filled from typing_extensions before anything imports Megatron."""
+    import typing
+
+    if not hasattr(typing, "override"):
+        import typing_extensions
+
+        typing.override = typing_extensions.override

@@ -26,6 +26,8 @@ import types
 from pathlib import Path
 from types import SimpleNamespace
 
+from optbench.bridge.cpu_check import polyfill_typing
+
 STUBBED = (
     "transformer_engine", "transformer_engine_torch", "apex", "flashattn_hopper", "mamba_ssm",
     "causal_conv1d", "fla", "nvidia_resiliency_ext", "deep_ep", "nv_grouped_gemm", "modelopt",
@@ -126,16 +128,6 @@ class FusedAdam:
 REAL = {name for name in ("emerging_optimizers",) if _installed(name)}
 
 
-def _polyfill_typing() -> None:
-    """typing.override is Python 3.12's; emerging-optimizers 0.3 (Core 0.19) imports it. Python 3.11 here."""
-    import typing
-
-    if not hasattr(typing, "override"):
-        import typing_extensions
-
-        typing.override = typing_extensions.override
-
-
 REAL_CUDA = "OPTBENCH_REAL_CUDA"
 """Set to 1 on a GPU machine without Transformer Engine (``make gpu-smoke``): the import stand-ins only, the
 device's own CUDA untouched."""
@@ -146,7 +138,7 @@ def install(gpu: str | None = None) -> str:
     ``OPTBENCH_FAKE_GPU``, else gb300), unless ``OPTBENCH_REAL_CUDA=1``. Returns that GPU."""
     if gpu is not None:
         os.environ["OPTBENCH_FAKE_GPU"] = gpu  # Bridge's and Core's own subprocesses and later installs see it too
-    _polyfill_typing()
+    polyfill_typing()
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
     import torch

@@ -7,7 +7,6 @@ config.yaml and the plan.json whose Bridge overrides the job applies. Pure Pytho
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -27,16 +26,18 @@ SCALE = (
 """The tiny proxy scaled to keep one H100/H200 busy for a fraction of a second per step (a 2k-token sequence, 8
 micro-batches of 4), small enough for 4 optimizers x 30 steps in about a minute. The vocabulary stays the synthetic
 stream's 512 tokens, so the loss can fall."""
-GPUS = Path(__file__).resolve().parents[2] / "data" / "gpus.csv"
 
 
 def cluster_of(device_name: str) -> str:
-    """Our cluster config for the GPU torch names (the registry's device_name), e.g. 'NVIDIA H200' -> h200."""
-    rows = list(csv.DictReader(GPUS.read_text().splitlines()))
-    for row in sorted(rows, key=lambda r: -len(r["device_name"])):
-        if row["device_name"] and row["device_name"].lower() in device_name.lower():
-            if (GPUS.parents[2].parent / "conf" / "cluster" / f"{row['gpu']}.yaml").is_file():
-                return row["gpu"]
+    """Our cluster config for the GPU torch names (the registry's device_name and cluster preset), e.g. 'NVIDIA H200'
+    -> h200."""
+    from optbench.checkout import repo_root
+    from optbench.hardware import gpu_catalog
+
+    for spec in sorted(gpu_catalog().values(), key=lambda s: -len(s.device_name)):
+        if spec.device_name and spec.device_name.lower() in device_name.lower():
+            if (repo_root() / "conf" / "cluster" / f"{spec.cluster_preset}.yaml").is_file():
+                return spec.cluster_preset
     raise UserError(Problem("gpu", f"no cluster config for the GPU '{device_name}'; the smoke runs on H100 or H200"))
 
 
@@ -71,7 +72,9 @@ def prepare(optimizer: str, loop: str, cluster: str, steps: int, stamp: str, ext
     run, plan = resolved.run, build_plan(resolved, typed)
     claim_results(run)
     folder = run_dir(run)
-    folder.mkdir(parents=True, exist_ok=False)
+    if folder.exists():  # two arms of one name in one second (an optimizer named twice): never write into it
+        raise UserError(Problem("optimizers", f"{folder} exists; name each optimizer once"))
+    folder.mkdir(parents=True)
     save_resolved_config(run, folder / "config.yaml")
     atomic_write_json(folder / "plan.json", plan.to_json())
     return Arm(optimizer, loop, folder, run_id)

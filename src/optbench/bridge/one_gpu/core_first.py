@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from optbench.bridge.cpu_check import polyfill_typing
+
 CORE_MODULES = (
     "megatron.core.extensions.transformer_engine",
     "megatron.core.tensor_parallel",
@@ -33,16 +35,6 @@ CORE_MODULES = (
     "megatron.core.pipeline_parallel",
 )
 """Every Core module on the smoke's path that decides at import whether Transformer Engine is there."""
-
-
-def polyfill_typing() -> None:
-    """typing.override is Python 3.12's; emerging-optimizers 0.3 imports it (this CPU's Python is 3.11)."""
-    import typing
-
-    if not hasattr(typing, "override"):
-        import typing_extensions
-
-        typing.override = typing_extensions.override
 
 
 def import_core() -> list[str]:

@@ -21,16 +21,22 @@ from typing import Any, Iterator
 import torch
 
 
-def init_single_process() -> None:
-    """torch.distributed with one NCCL rank on this GPU (what torchrun would set up for one process)."""
-    if torch.distributed.is_initialized():
-        return
+def single_process_env() -> None:
+    """The environment torchrun gives one process (rank 0 of 1, a free local port), where it is not set: Bridge's
+    ``pretrain()`` and :func:`init_single_process` both read it."""
     with socket.socket() as probe:  # a free port: two smokes on one machine must not collide
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
                        ("MASTER_PORT", str(port))):
         os.environ.setdefault(key, value)
+
+
+def init_single_process() -> None:
+    """torch.distributed with one NCCL rank on this GPU (what torchrun would set up for one process)."""
+    if torch.distributed.is_initialized():
+        return
+    single_process_env()
     torch.cuda.set_device(0)
     torch.distributed.init_process_group("nccl", rank=0, world_size=1)
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
+from optbench.errors import Problem, UserError
 from optbench.tables import markdown_table
 
 
@@ -63,9 +64,10 @@ def markdown(data: dict[str, Any]) -> str:
     first = smokes[0]
     done = finished(data)
     lines = [
-        "# The real Megatron on one GPU (`make gpu-smoke`)", "",
+        TITLE, "",
         f"{first['device']}, Python {first['python']}, "
-        + ", ".join(f"{k} {v}" for k, v in first["versions"].items() if v) + ", no Transformer Engine. "
+        + ", ".join(f"{k} {v}" for k, v in first["versions"].items() if v)
+        + ("" if first["versions"].get("transformer-engine") else ", no Transformer Engine") + ". "
         + (data.get("about", "") + ". " if data.get("about") else ""),
         "",
         "Invocations: " + "; ".join(f"`{s['command']}` ({s['date']})" for s in smokes) + ".", "",
@@ -80,7 +82,7 @@ def markdown(data: dict[str, Any]) -> str:
         "## Every arm", "",
         *markdown_table(["optimizer", "loop", "status", "what stopped it", "seconds"],
                        [[a["optimizer"], a["loop"], a["status"], _stopped(a), f"{a['wall_s']}"] for _, a in _arms(data)]),
-        "", "## What the smoke changed in the recipe (no Transformer Engine on the machine)", "",
+        "", "## What the smoke changes in the recipe to run without Transformer Engine", "",
         *markdown_table(["field", "recipe", "smoke", "why"], [[c["field"], str(c["recipe"]), str(c["smoke"]), c["why"]]
                                                              for c in _changes(data)]),
         "", "## Our callback's records (the Muon run, every fifth step)", "", "```",
@@ -118,16 +120,35 @@ def _changes(data: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
+TITLE = "# The real Megatron on one GPU (`make gpu-smoke`)"
+
+
+def check_page(path: Path) -> None:
+    """The .md beside ``path`` may be replaced only when it is a page of this kind (or absent)."""
+    page = path.with_suffix(".md")
+    if page.exists() and not (page.is_file() and page.read_text(errors="replace").startswith(TITLE)):
+        raise UserError(Problem("--out", f"{page} exists and is not a gpu-smoke page; name another --out"))
+
+
 def write(path: Path) -> str:
     """Render ``path`` (the JSON) into the .md beside it; what was written."""
     from optbench.io import atomic_write_text
 
-    atomic_write_text(path.with_suffix(".md"), markdown(json.loads(path.read_text())))
+    check_page(path)
+    try:
+        data = json.loads(path.read_text())
+        data["smokes"][0]["arms"]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        raise UserError(Problem("json", f"{path} is not a gpu-smoke result (make gpu-smoke writes one)")) from None
+    atomic_write_text(path.with_suffix(".md"), markdown(data))
     return f"wrote {path.with_suffix('.md')}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    print(write(Path((argv if argv is not None else sys.argv[1:] or ["results/bench/megatron_one_gpu.json"])[0])))
+    from optbench.exits import exit_on_user_error
+
+    with exit_on_user_error():
+        print(write(Path((argv if argv is not None else sys.argv[1:] or ["results/bench/megatron_one_gpu.json"])[0])))
     return 0
 
 

@@ -84,10 +84,9 @@ def run_core(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]:
 
 def run_bridge(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]:
     from optbench.bridge.entry import run_bridge as job
+    from optbench.bridge.one_gpu.core_loop import single_process_env
 
-    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", "29517")
+    single_process_env()
     job(config_path, api=api)
     return {"changes": api.changes}
 
