@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,9 +37,12 @@ def _tree(root: Path) -> dict[str, str]:
 
 
 def _corpus(out: Path) -> dict[str, str]:
-    """A corpus's files, and its manifest without the seconds the build took."""
-    files = {name: digest for name, digest in _tree(out).items() if name != "corpus.json"}
-    return {**files, "corpus.json": json.loads((out / "corpus.json").read_text())["parts"]}
+    """A corpus's files, its manifest without the seconds the build took, and its marker without the minute it was
+    made (a rebuild that crosses a minute writes a new stamp: the same corpus, not a different one)."""
+    stamped = ("corpus.json", ".optbench-corpus")
+    files = {name: digest for name, digest in _tree(out).items() if name not in stamped}
+    marker = re.sub(r" on \d{4}-\d\d-\d\d \d\d:\d\d UTC;", " on <stamp>;", (out / ".optbench-corpus").read_text())
+    return {**files, "corpus.json": json.loads((out / "corpus.json").read_text())["parts"], ".optbench-corpus": marker}
 
 
 def _corpus_input(folder: Path) -> Path:
