@@ -91,6 +91,23 @@ def test_the_committed_page_is_the_rendering_of_its_json():
     assert "no Transformer Engine." not in page.markdown(data)
 
 
+def test_a_variant_arm_and_bridges_own_pretrain_are_listed_apart_never_in_place_of_the_plain_arms():
+    data = json.loads((REPO / "results" / "bench" / "megatron_one_gpu.json").read_text())
+    data["smokes"] = data["smokes"][:2]  # the first lease's: Core-loop arms only, no variant
+    plain = page.finished(data)
+    variant = {**plain["adamw"], "extra": ["ddp.grad_reduce_in_fp32=true"], "summary": {**plain["adamw"]["summary"], "step_time_s": 9.0}}
+    bridge = [{**plain[name], "loop": "bridge"} for name in ("muon", "adamw")]
+    data["smokes"].append({**data["smokes"][-1], "arms": [variant, *bridge]})
+    done = page.finished(data)
+    assert done["adamw"] is plain["adamw"] and done["adamw (ddp.grad_reduce_in_fp32=true)"]["summary"]["step_time_s"] == 9.0
+    text = page.markdown(data)
+    assert "| adamw (ddp.grad_reduce_in_fp32=true) |" in text and "9.000" in text
+    assert text.count("Muon vs AdamW, model TFLOP/s per GPU") == 2  # the Core loop's pair, and Bridge's pretrain()'s
+    assert "## Finished runs: Bridge's own pretrain()" in text
+    data["smokes"].pop()
+    assert "## Finished runs: Bridge's own pretrain()" not in page.markdown(data)
+
+
 def test_the_page_never_replaces_a_file_it_did_not_write(tmp_path):
     (tmp_path / "smoke.json").write_text((REPO / "results" / "bench" / "megatron_one_gpu.json").read_text())
     (tmp_path / "smoke.md").write_text("a user's notes")
@@ -113,4 +130,19 @@ def test_make_table_sets_the_committed_smoke_runs_beside_their_plans_projection(
     for row in rows.values():
         assert row.step_s > row.projected_step_s > 0 and row.optimizer_s > 0 and row.projected_optimizer_s > 0
     text = "\n".join(section(list(rows.values())))
-    assert "Muon vs AdamW on the same setup" in text and "-51%" in text
+    gap = rows["adamw"].step_s / rows["muon"].step_s - 1  # the newest pair: one lease's two runs
+    assert "Muon vs AdamW on the same setup" in text and f"| {gap:+.0%} " in text
+
+
+def test_the_stand_in_model_optimizer_answers_no_distillation_as_the_real_one_does():
+    """Bridge's pretrain() hands this answer to Core's no-pipeline schedule, which asserts it is None (the one-GPU
+    run of 2026-11-28 stopped there while the stand-in answered with a class)."""
+    import sys
+
+    code = ("from optbench.bridge.cpu_check import stand_ins\n"
+            "from modelopt.torch.distill.plugins.megatron import get_tensor_shapes_adjust_fn_for_distillation as f\n"
+            "import modelopt.torch.distill as other\n"
+            "assert f([object()], seq_length=8, micro_batch_size=1) is None\n"
+            "assert other.anything is not None\n")  # every other name stays the generic stand-in
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=REPO,
+                   env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin", "OPTBENCH_FAKE_GPU": "h200"})

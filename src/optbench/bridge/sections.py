@@ -183,13 +183,15 @@ def _schedule(run: RunConfig) -> list[Item]:
 
 
 def _evaluation(run: RunConfig) -> list[Item]:
-    """train.eval_*: as configured; unset, intent=train evaluates with Bridge's defaults, reproduce keeps the preset's 0."""
+    """train.eval_*: as configured; unset, intent=train evaluates with Bridge's defaults, reproduce keeps the preset's 0.
+    Bridge >= 0.4 reads them from ``validation`` only (its ``train.eval_*`` are deprecated and never read)."""
     items = []
+    has_field = partial(versions.has_field, versions.container_of(run))
     for key in ("train.eval_interval", "train.eval_iters"):
-        name = bridge_name(key)
+        name = bridge_name(key, has_field)
         value = value_at(run, key)[1]
         if value is None and run.intent == "train":
-            value = presets.TRAIN_EVAL_DEFAULTS.get(name)
+            value = presets.TRAIN_EVAL_DEFAULTS.get(key)
         if value is not None:
             items.append((name, value))
     return items

@@ -126,14 +126,15 @@ class Assumptions:
     Muon row), and held to results/projection/calibration.json by a test. The H200's FP8 grouped GEMMs (torch's
     kernel, results/bench/grouped_gemm.md) also fall off sooner than its BF16 ones (2.6x at 1,024 rows for
     Qwen3's shapes, 1.1-1.2x at 512-1,024 for DeepSeek-V3's); re-measure on a Blackwell GPU when one is lent."""
-    dense_gemm_fixed_s: float = 21.1e-6
+    dense_gemm_fixed_s: float = 17.9e-6
     """What one dense GEMM call costs beyond its FLOPs at the calibrated rate (launch, the tile wave's tail), paid per
     call: forward, data and weight gradient of every dense GEMM weight a pipeline rank holds (attention projections,
     dense and shared-expert MLPs, router, output head), every microbatch. It is why a GEMM made thin by TP or short
     by a small MBS runs further below the peak, and why more microbatches (a smaller MBS, or TP shrinking DP at a
-    fixed batch) cost more per token. ``t0`` of the least-squares fit ``time = FLOPs / R + t0`` over the 360 dense
-    bf16 GEMMs measured on one NVIDIA H200 at the recipes' shapes, TP 1-8 and 1,024-32,768 tokens
-    (results/bench/dense_gemm.md; median error 5 %); never fitted to a published row. Taken for every GPU: a
+    fixed batch) cost more per token. ``t0`` of the least-squares fit ``time = FLOPs / R + t0`` over the 552 dense
+    bf16 GEMMs our bench measured on one NVIDIA H200 at the recipes' shapes, TP 1-8 and 1,024-32,768 tokens
+    (results/bench/dense_gemm.md, 2026-11-28; median error 6 %; the 360 of ../shared/reference/h200 of 2026-11-27, one
+    GEMM name in three fewer, fitted 21.1 us); never fitted to a published row. Taken for every GPU: a
     Blackwell's was not measured. 0 turns the term off (docs/projection.md section 1)."""
     small_expert_gemms: bool = True
     """Price the small-expert-GEMM slowdown; False prices expert GEMMs at the calibrated rate whatever their rows

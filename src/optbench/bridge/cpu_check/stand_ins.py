@@ -115,6 +115,8 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module):
         if module.__name__ == "transformer_engine.pytorch.optimizers":
             module.FusedAdam = FusedAdam
+        if module.__name__ == "modelopt.torch.distill.plugins.megatron":
+            module.get_tensor_shapes_adjust_fn_for_distillation = no_distillation_shapes
 
 
 class FusedAdam:
@@ -123,6 +125,14 @@ class FusedAdam:
     def __init__(self, params, lr=1e-3, master_weight_dtype=None, exp_avg_dtype=None, exp_avg_sq_dtype=None,
                  use_decoupled_grad=False, **kwargs):
         raise RuntimeError("stand-in: Transformer Engine's FusedAdam does not run on a CPU")
+
+
+def no_distillation_shapes(model, **kwargs):
+    """What Model-Optimizer's ``get_tensor_shapes_adjust_fn_for_distillation`` answers for a model that is not a
+    ``DistillationModel`` (or runs without a pipeline): None. Bridge's ``train_step`` passes the answer to Core's
+    schedule, and Core's no-pipeline schedule asserts it is None; the generic stand-in (a class) failed that assert
+    in Bridge's ``pretrain()`` on one GPU."""
+    return None
 
 
 REAL = {name for name in ("emerging_optimizers",) if _installed(name)}

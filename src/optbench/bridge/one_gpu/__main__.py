@@ -1,7 +1,8 @@
 """``make gpu-smoke``: the real Megatron Bridge and Core train our recipe on one GPU (issue 55).
 
     python -m optbench.bridge.one_gpu [--optimizers muon,adamw,soap,adaptive_muon] [--loops core[,bridge]]
-                                      [--steps 20] [--timeout 200] [--out results/bench/megatron_one_gpu.json]
+                                      [--steps 20] [--timeout 200] [--set KEY=VALUE ...]
+                                      [--out results/bench/megatron_one_gpu.json]
 
 For each optimizer and loop it prepares a job folder through the cluster path (:mod:`.arms`), trains it in a worker
 process (:mod:`.worker`, its output in the folder's ``worker-<loop>.log``), and writes every arm's report, its
@@ -90,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=200.0, help="seconds per arm (on an H200: Muon 113.5 s for "
                         "20 steps, 76.6 s of them in the steps; AdamW 92.0 s for 30, 62.2 s in the steps; SOAP needs more)")
+    parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override added to every arm of this invocation, after the smoke's own (a variant "
+                        "arm: the page lists it apart, labelled with its overrides)")
     parser.add_argument("--out", type=Path, default=repo_root() / "results" / "bench" / "megatron_one_gpu.json")
     args = parser.parse_args(argv)
     with exit_on_user_error():
@@ -113,9 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         # after each arm, so an interrupted smoke keeps what it measured.
         for loop in [loop for loop in args.loops.split(",") if loop]:
             for optimizer in [o for o in args.optimizers.split(",") if o]:
-                arm = prepare(optimizer, loop, cluster, args.steps, stamp)
-                print(f"gpu-smoke: {optimizer} ({loop} loop) -> {arm.folder}", flush=True)
-                arms.append(run_arm(arm, args.timeout))
+                arm = prepare(optimizer, loop, cluster, args.steps, stamp, args.extra)
+                print(f"gpu-smoke: {page.label(optimizer, args.extra)} ({loop} loop) -> {arm.folder}", flush=True)
+                arms.append({**run_arm(arm, args.timeout), "extra": args.extra})
                 step = (arms[-1]["summary"] or {}).get("step_time_s")
                 print(f"  {arms[-1]['status']}: {arms[-1].get('error') or f'step {step} s'} ({arms[-1]['wall_s']} s)", flush=True)
                 atomic_write_json(args.out, {"smokes": [*earlier, {**head, "arms": arms}]})

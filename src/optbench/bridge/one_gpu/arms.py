@@ -21,7 +21,7 @@ routing and its aux loss), each optimizer as its recipe configures it (SOAP and 
 SCALE = (
     "model.num_layers=8", "model.hidden_size=1024", "model.num_attention_heads=16", "model.num_query_groups=4",
     "model.kv_channels=64", "model.ffn_hidden_size=3072", "model.num_moe_experts=32", "model.moe_ffn_hidden_size=512",
-    "train.seq_length=2048", "train.mbs=4", "train.gbs=32", "train.warmup_iters=3",
+    "train.seq_length=2048", "train.mbs=4", "train.gbs=32", "train.warmup_iters=3", "train.eval_iters=0",
 )
 """The tiny proxy scaled to keep one H100/H200 busy for a fraction of a second per step (a 2k-token sequence, 8
 micro-batches of 4), small enough for 4 optimizers x 30 steps in about a minute. The vocabulary stays the synthetic

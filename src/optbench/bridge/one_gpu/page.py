@@ -23,9 +23,15 @@ def _arms(data: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]
             yield smoke, arm
 
 
-def finished(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Optimizer -> the last finished Core-loop arm (one with our callback's summary)."""
-    return {arm["optimizer"]: arm for _, arm in _arms(data) if arm["loop"] == "core" and arm.get("summary")}
+def label(optimizer: str, extra: list[str] | tuple[str, ...] = ()) -> str:
+    """An arm's name on the page: its optimizer, and the overrides a variant invocation added (``--set``)."""
+    return f"{optimizer} ({' '.join(extra)})" if extra else optimizer
+
+
+def finished(data: dict[str, Any], loop: str = "core") -> dict[str, dict[str, Any]]:
+    """Label -> the last finished arm of ``loop`` (one with our callback's summary)."""
+    return {label(arm["optimizer"], arm.get("extra", ())): arm for _, arm in _arms(data)
+            if arm["loop"] == loop and arm.get("summary")}
 
 
 def _pct(value: float) -> str:
@@ -38,7 +44,7 @@ def _run_rows(done: dict[str, dict[str, Any]]) -> list[list[str]]:
         s, p = arm["summary"], arm["projection"] or {}
         optimizer_projected = (p.get("breakdown_s") or {}).get("optimizer")
         rows.append([
-            name, f"{len(arm['records'])}", f"{s['initial_loss']:.3f} -> {s['final_loss']:.3f}",
+            name, _started(arm), f"{len(arm['records'])}", f"{s['initial_loss']:.3f} -> {s['final_loss']:.3f}",
             f"{s['step_time_s']:.3f}", f"{p.get('step_time_s', float('nan')):.3f}",
             f"{s['step_time_s'] / p['step_time_s']:.1f}x" if p.get("step_time_s") else "-",
             f"{s['optimizer_time_s']:.3f}", f"{optimizer_projected:.3f}" if optimizer_projected is not None else "-",
@@ -73,15 +79,18 @@ def markdown(data: dict[str, Any]) -> str:
         "Invocations: " + "; ".join(f"`{s['command']}` ({s['date']})" for s in smokes) + ".", "",
         "## Finished runs: Megatron Core's step as Bridge builds it, our callback's summary beside the projection", "",
         "Setup: " + _setup(done), "",
-        *markdown_table(["optimizer", "steps", "loss first -> last", "step s", "projected s", "measured / projected",
-                        "optimizer s", "projected", "optimizer share", "projected", "model TFLOP/s/GPU", "projected",
-                        "MFU", "peak GB"], _run_rows(done)),
+        *_finished_table(done),
         "", *_gap_lines(done), "",
         "Measured cells: the median over the steps after the warm-up our callback skips (summary.json's statistic); "
-        "the projection is the plan's own (`make plan` of the same overrides on this GPU).", "",
+        "the projection is the plan's own (`make plan` of the same overrides on this GPU). An optimizer followed by "
+        "overrides is a variant arm (`--set`), run to see which setting moves the step. Each lease is another "
+        "machine of the same GPU model: compare step times of arms started in one lease (minutes apart), not across "
+        "leases." + _repeats(data), "",
+        *_bridge_section(data),
         "## Every arm", "",
         *markdown_table(["optimizer", "loop", "status", "what stopped it", "seconds"],
-                       [[a["optimizer"], a["loop"], a["status"], _stopped(a), f"{a['wall_s']}"] for _, a in _arms(data)]),
+                       [[label(a["optimizer"], a.get("extra", ())), a["loop"], a["status"], _stopped(a), f"{a['wall_s']}"]
+                        for _, a in _arms(data)]),
         "", "## What the smoke changes in the recipe to run without Transformer Engine", "",
         *markdown_table(["field", "recipe", "smoke", "why"], [[c["field"], str(c["recipe"]), str(c["smoke"]), c["why"]]
                                                              for c in _changes(data)]),
@@ -91,6 +100,39 @@ def markdown(data: dict[str, Any]) -> str:
         "```", "",
     ]
     return "\n".join(lines)
+
+
+def _repeats(data: dict[str, Any]) -> str:
+    """The same plain Core-loop arm measured in more than one invocation: how far its step time moved."""
+    seen: dict[str, list[str]] = {}
+    for _, arm in _arms(data):
+        if arm["loop"] == "core" and arm.get("summary") and not arm.get("extra"):
+            seen.setdefault(arm["optimizer"], []).append(f"{arm['summary']['step_time_s']:.3f} s ({_started(arm)})")
+    repeated = [f"{name} {', '.join(times)}" for name, times in seen.items() if len(times) > 1]
+    return f" The same arm in several invocations: {'; '.join(repeated)}." if repeated else ""
+
+
+def _started(arm: dict[str, Any]) -> str:
+    """When the arm's invocation started (its run id's stamp, UTC): invocations of one lease share a machine."""
+    day, clock = arm["run_id"].rsplit("-", 2)[-2:]
+    return f"{day[6:8]}.{day[4:6]}. {clock[:2]}:{clock[2:4]}"
+
+
+def _finished_table(done: dict[str, dict[str, Any]]) -> list[str]:
+    return markdown_table(["optimizer", "started (UTC)", "steps", "loss first -> last", "step s", "projected s", "measured / projected",
+                           "optimizer s", "projected", "optimizer share", "projected", "model TFLOP/s/GPU", "projected",
+                           "MFU", "peak GB"], _run_rows(done))
+
+
+def _bridge_section(data: dict[str, Any]) -> list[str]:
+    """Runs of Bridge's own ``pretrain()`` (the cluster job's call), where any finished: on Bridge's mock data, so
+    their loss is not the Core loop's learnable stream."""
+    done = finished(data, "bridge")
+    if not done:
+        return []
+    return ["## Finished runs: Bridge's own pretrain(), as the cluster job calls it", "",
+            "Setup: " + _setup(done) + " Data: Bridge's mock dataset, not the Core loop's stream: losses do not "
+            "compare across the two tables.", "", *_finished_table(done), "", *_gap_lines(done), ""]
 
 
 def _setup(done: dict[str, dict[str, Any]]) -> str:
@@ -107,6 +149,8 @@ def _setup(done: dict[str, dict[str, Any]]) -> str:
 def _stopped(arm: dict[str, Any]) -> str:
     """The error, and where it is only an exit code, the first ERROR line Megatron logged before it."""
     error = arm.get("error") or "-"
+    if arm.get("records") and arm["status"] != "ok":  # stopped after training, e.g. in Bridge's final evaluation
+        error = f"{error}, after {len(arm['records'])} steps were recorded"
     if error.startswith("SystemExit"):
         logged = next((line for line in arm.get("log_tail", []) if line.startswith("ERROR:")), None)
         error = f"{error} after {logged}" if logged else error
