@@ -51,10 +51,8 @@ SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "rerun_state_machine": (("megatron.bridge.training.config", "RerunStateMachineConfig"),),
     "mixed_precision": (("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),),
     "comm_overlap": (("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),),
-    "validation": (("megatron.training.config", "ValidationConfig"),),
 }
-"""ConfigContainer section -> the Bridge classes whose fields (with their Megatron Core bases) it has; a section the
-release's ConfigContainer lacks (``validation`` before Bridge 0.4, whose train.eval_* it replaced) is left out.
+"""ConfigContainer section -> the Bridge classes whose fields (with their Megatron Core bases) it has.
 ``model`` depends on the architecture: GPT (Qwen3) or multi-latent attention (DeepSeek-V3, Kimi K2)."""
 
 MARKERS: dict[str, tuple[str, str, str]] = {
@@ -168,16 +166,14 @@ def fields_record(bridge_version: str) -> dict[str, Any]:
     resolver = Resolver(bridge, core)
     sections: dict[str, list[str]] = {}
     defaults: dict[str, Any] = {}
-    container = resolver.fields("megatron.bridge.training.config", "ConfigContainer")
     for section, classes in SECTIONS.items():
-        if not section.startswith("model") and section not in container:
-            continue
         names: dict[str, Any] = {}
         for module, cls in classes:
             names.update(resolver.fields(module, cls))
         sections[section] = sorted(names)
         if section == "optimizer":
             defaults = {k: literal(v) for k, v in sorted(names.items()) if k.startswith("muon_") or "layer_wise" in k}
+    container = resolver.fields("megatron.bridge.training.config", "ConfigContainer")
     return {
         "provenance": {
             "bridge": {"repo": BRIDGE_REPO, "tag": f"v{bridge_version}", "commit": bridge.commit},

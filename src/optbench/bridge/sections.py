@@ -183,15 +183,13 @@ def _schedule(run: RunConfig) -> list[Item]:
 
 
 def _evaluation(run: RunConfig) -> list[Item]:
-    """train.eval_*: as configured; unset, intent=train evaluates with Bridge's defaults, reproduce keeps the preset's 0.
-    Bridge >= 0.4 reads them from ``validation`` only (its ``train.eval_*`` are deprecated and never read)."""
+    """train.eval_*: as configured; unset, intent=train evaluates with Bridge's defaults, reproduce keeps the preset's 0."""
     items = []
-    has_field = partial(versions.has_field, versions.container_of(run))
     for key in ("train.eval_interval", "train.eval_iters"):
-        name = bridge_name(key, has_field)
+        name = bridge_name(key)
         value = value_at(run, key)[1]
         if value is None and run.intent == "train":
-            value = presets.TRAIN_EVAL_DEFAULTS.get(key)
+            value = presets.TRAIN_EVAL_DEFAULTS.get(name)
         if value is not None:
             items.append((name, value))
     return items

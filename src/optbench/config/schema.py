@@ -203,12 +203,10 @@ class TrainConfig:
     """Asynchronous checkpoint save (Bridge only)."""
     checkpoint_dir: Optional[str] = setting(None, Folder("checkpoints"))
     """Where checkpoints go (null: results/checkpoints/<run_id>)."""
-    eval_interval: Optional[int] = setting(None, STEPS, bridge="validation.eval_interval",
-                                          renamed_from="train.eval_interval")
+    eval_interval: Optional[int] = setting(None, STEPS, bridge="train.eval_interval")
     """Steps between validation passes (null: the engine's default; local engine: a tenth of the run,
     and always at the last step, when the data has a validation split)."""
-    eval_iters: Optional[int] = setting(None, Integer(0, 1_000_000), bridge="validation.eval_iters",
-                                        renamed_from="train.eval_iters")
+    eval_iters: Optional[int] = setting(None, Integer(0, 1_000_000), bridge="train.eval_iters")
     """Global batches per validation pass (null: the engine's default; local engine: 4; 0: no validation)."""
     resume_step: Optional[int] = setting(None, STEPS, readers=LOCAL)
     """With resume=true: the checkpoint step to continue from (null: the one ``latest`` points to); the

@@ -101,8 +101,7 @@ TRAIN_SETTINGS: dict[str, Any] = {
 }
 """What ``train`` changes in a preset: real routing and NaN checks (evaluation: train.eval_interval/eval_iters)."""
 TRAIN_EVAL_DEFAULTS = {"train.eval_iters": 32}
-"""Our key -> what ``train`` sets when the config leaves it unset: Bridge's recipe default (at the recipe's
-eval_interval), written to the Bridge name the container reads (validation.eval_iters from Bridge 0.4)."""
+"""``train`` evaluates even when the config leaves eval unset: Bridge's recipe default (at the recipe's eval_interval)."""
 
 
 @dataclass(frozen=True)

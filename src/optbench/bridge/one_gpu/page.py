@@ -119,8 +119,8 @@ def _started(arm: dict[str, Any]) -> str:
 
 
 def _finished_table(done: dict[str, dict[str, Any]]) -> list[str]:
-    return markdown_table(["optimizer", "started (UTC)", "steps", "loss first -> last", "step s", "projected s", "measured / projected",
-                           "optimizer s", "projected", "optimizer share", "projected", "model TFLOP/s/GPU", "projected",
+    return markdown_table(["optimizer", "started (UTC)", "steps", "loss first -> last", "step s", "projected s",
+                           "measured / projected", "optimizer s", "projected", "optimizer share", "projected", "model TFLOP/s/GPU", "projected",
                            "MFU", "peak GB"], _run_rows(done))
 
 
