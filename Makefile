@@ -83,7 +83,8 @@ recipes: ## List the recipes
 	@$(LAUNCH) recipes
 
 plan pretrain sweep search: export OPTBENCH_CHECK = $(call typed,CHECK)
-plan: ## Validate RECIPE with overrides and write results/plans/<recipe>/plan.json (CHECK=bridge: build it with its container's real Megatron Bridge on this CPU)
+plan pretrain: export OPTBENCH_PLAN_COMPARE = $(call typed,COMPARE)
+plan: ## Validate RECIPE with overrides and write results/plans/<recipe>/plan.json (CHECK=bridge: build it with its container's real Megatron Bridge on this CPU; COMPARE=soap,adaptive_muon: those optimizers projected beside a Muon run's AdamW twin)
 	@$(LAUNCH) plan --from-make
 
 pretrain: ## Validate, plan and launch RECIPE (default: the tiny Muon recipe on this machine; CHECK=bridge as for plan, before launching)

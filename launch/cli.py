@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 from optbench.make_args import (
     PLAN_CHECK_ENV,
+    PLAN_COMPARE_ENV,
     SEARCH_FIX_ENV,
     SEARCH_HBM_ENV,
     check_make_variables,
@@ -62,16 +63,20 @@ def cmd_recipes(_: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from launch.bridge_check import wanted_check
     from launch.dispatch import compose_and_plan
+    from optbench.plan import compared_optimizers
 
-    compose_and_plan(args.recipe, args.overrides, check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)))
+    compose_and_plan(args.recipe, args.overrides, check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)),
+                     compare=compared_optimizers(_option(args, "compare", PLAN_COMPARE_ENV)))
     return 0
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
     from launch.bridge_check import wanted_check
     from launch.dispatch import pretrain
+    from optbench.plan import compared_optimizers
 
-    return pretrain(args.recipe, args.overrides, check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)))
+    return pretrain(args.recipe, args.overrides, check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)),
+                    compare=compared_optimizers(_option(args, "compare", PLAN_COMPARE_ENV)))
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -124,6 +129,10 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--check", help="bridge: build the plan (each valid point's for a sweep, the ten best "
                                  "layouts' for a search) with its container's real Megatron Bridge and Core on this CPU "
                                  "(make bridge-env) before going on (make: CHECK=bridge)")
+        if name in ("plan", "pretrain"):
+            command.add_argument("--compare", help="comma-separated matrix optimizers (muon, adaptive_muon, soap) to "
+                                 "project beside a matrix-optimizer run's AdamW twin, each as its recipe configures it "
+                                 "(make: COMPARE=soap,adaptive_muon; default none)")
         if name == "search":
             command.add_argument("--fix", help="comma-separated dimensions held at the recipe's values "
                                  "(tp, pp, vpp, cp, ep, mbs; make: FIX=ep,mbs)")

@@ -65,17 +65,19 @@ def plan_folder(run: RunConfig) -> Path:
     return plan_path(run).parent
 
 
-def plan_run(recipe: str, overrides: Sequence[str]) -> tuple[RunConfig, Plan]:
+def plan_run(recipe: str, overrides: Sequence[str], compare: Sequence[str] = ()) -> tuple[RunConfig, Plan]:
     """Compose, validate (which resolves the run once) and plan, writing nothing; returns the resolved
-    run's config (a Bridge job's with its absolute results_dir and run id) and the plan."""
+    run's config (a Bridge job's with its absolute results_dir and run id) and the plan (``compare``: COMPARE)."""
     resolved = validate(compose_run(recipe, overrides))
-    return resolved.run, build_plan(resolved, overrides)
+    return resolved.run, build_plan(resolved, overrides, compare=compare)
 
 
-def compose_and_plan(recipe: str, overrides: Sequence[str], check: bool = False) -> tuple[RunConfig, Plan]:
+def compose_and_plan(recipe: str, overrides: Sequence[str], check: bool = False,
+                     compare: Sequence[str] = ()) -> tuple[RunConfig, Plan]:
     """Compose, validate, plan and print the plan; ``check``: through its container's real Bridge (CHECK=bridge);
-    then write it (a refused check writes nothing); return both."""
-    run, plan = plan_run(recipe, overrides)
+    ``compare``: the matrix optimizers projected beside the AdamW twin (COMPARE); then write it (a refused check
+    writes nothing); return both."""
+    run, plan = plan_run(recipe, overrides, compare)
     print(format_summary(plan))
     if check:
         from launch.bridge_check import check_with_bridge
@@ -158,9 +160,9 @@ def warn_missing_data(run: RunConfig, plan: Plan) -> None:
         )
 
 
-def pretrain(recipe: str, overrides: Sequence[str], check: bool = False) -> int:
+def pretrain(recipe: str, overrides: Sequence[str], check: bool = False, compare: Sequence[str] = ()) -> int:
     """Plan and launch; ``check``: the plan goes through its container's real Bridge first (CHECK=bridge)."""
-    run, plan = plan_run(recipe, overrides)
+    run, plan = plan_run(recipe, overrides, compare)
     print(format_summary(plan))
     warn_missing_data(run, plan)
     print_notes(check_launch(run))

@@ -112,7 +112,7 @@ def check_best(recipe: str, overrides: Sequence[str], rows: list[dict]) -> None:
             row["bridge_check"] = f"not planned: {err.lines()[0].removeprefix('error: ')}"
             print(f"  #{row['rank']} {row['layout']}: {row['bridge_check']}")
             continue
-        items.append((resolved.run, build_plan(resolved, typed, side_by_side=False)))
+        items.append((resolved.run, build_plan(resolved, typed)))
         named.append(row)
     if not items:
         return

@@ -159,7 +159,7 @@ def plan_sweep(recipe: str, overrides: Sequence[str]) -> list[SweepPoint]:
             # Every point is its own run: <run_id or sweep id>-<point>.
             resolved = validate(composed, run_id=f"{composed.run_id or sweep_id}-{name}")
             point.run = resolved.run
-            point.plan = build_plan(resolved, point.overrides, side_by_side=False)  # priced against its twin
+            point.plan = build_plan(resolved, point.overrides)  # priced against its twin
         except UserError as err:
             secret = next((p for p in err.problems if isinstance(p, SecretProblem)), None)
             if secret is not None:  # the sweep is refused as a whole: its other points are no answer to what was typed

@@ -50,7 +50,7 @@ def test_nvidias_own_configuration_is_not_refused_for_memory_but_a_departure_fro
     resolved = validate(compose_run("deepseek_v3_adamw", typed))
     assert not resolved.memory.fits and resolved.memory.total_gb > 190
     assert executed_by_nvidia(resolved.run).startswith("deepseek_v3/gb200/mxfp8/adam, nemo:26.04 (Megatron Bridge 0.4.0")
-    summary = format_summary(build_plan(resolved, typed, side_by_side=False))
+    summary = format_summary(build_plan(resolved, typed))
     assert "DOES NOT FIT" in summary and "not refused: NVIDIA ran this very configuration (deepseek_v3/gb200" in summary
     for departure in (["train.mbs=2"], ["parallel.num_gpus=512"], ["intent=train"]):
         (problem,) = collect_problems(compose_run("deepseek_v3_adamw", [*typed, *departure]))

@@ -13,6 +13,7 @@ from optbench.resolve import resolve
 from optbench.validate import collect_problems, validate
 
 RESULTS = "results_dir=/nonexistent/optbench-results"
+ALL_MATRIX = ("muon", "adaptive_muon", "soap")
 NEW_CORE = ("nemo:26.06", "nemo:26.06.01", "nemo:26.08")
 OLD_CORE = ("nemo:26.02", "nemo:26.02.01", "nemo:26.04", "nemo:26.04.01")
 
@@ -114,7 +115,7 @@ def test_plan_prices_soap_and_adaptive_muon_against_their_adamw_twin():
 
     plans = {}
     for recipe in ("qwen3_30b_a3b_muon", "qwen3_30b_a3b_adaptive_muon", "qwen3_30b_a3b_soap"):
-        plans[recipe] = build_plan(validate(compose_run(recipe, [RESULTS])), [])
+        plans[recipe] = build_plan(validate(compose_run(recipe, [RESULTS])), [], compare=ALL_MATRIX)
     muon, adaptive, soap = (plans[r].projection for r in plans)
     step = {name: sum(p["optimizer_mean_s"].values()) for name, p in (("muon", muon), ("adaptive", adaptive), ("soap", soap))}
     assert step["adaptive"] > step["muon"] and step["soap"] > step["adaptive"]
@@ -134,13 +135,60 @@ def test_plan_prices_soap_and_adaptive_muon_against_their_adamw_twin():
     assert "  optimizers  model TFLOP/s/GPU vs the AdamW twin" in text and "AdaMuon -" in text
 
 
+def _count_compositions(monkeypatch) -> list[str]:
+    """Every composition from here on, by recipe: each module that imported compose_run gets a counting one."""
+    import sys
+
+    from optbench.compose import recipe as recipes
+
+    composed, real = [], recipes.compose_run
+
+    def counting(recipe, *args, **kwargs):
+        composed.append(recipe)
+        return real(recipe, *args, **kwargs)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "compose_run", None) is real:
+            monkeypatch.setattr(module, "compose_run", counting)
+    return composed
+
+
+@pytest.mark.parametrize("recipe", ["kimi_k2_muon", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_soap"])
+def test_a_matrix_optimizer_plan_composes_the_run_and_its_adamw_twin_only(monkeypatch, recipe):
+    """The calibration reads results/projection/anchors.json (no anchor composed); the side by side is opt-in
+    (COMPARE), one more composition per optimizer named."""
+    from optbench.plan import build_plan
+
+    composed = _count_compositions(monkeypatch)
+    resolved = validate(compose_run(recipe, []))
+    plain = build_plan(resolved, []).projection
+    assert composed == [recipe, recipe.rsplit("_", 1)[0].removesuffix("_adaptive") + "_adamw"]
+    assert "optimizers" not in plain and plain["adamw_twin"]["tflops_per_gpu"] > 0
+    assert plain["efficiency"]["status"] == "calibrated"
+    composed.clear()
+    others = tuple(name for name in ALL_MATRIX if name != resolved.run.optimizer.name)
+    both = build_plan(resolved, [], compare=others).projection
+    assert len(composed) == 1 + len(others)  # the twin again, and one per optimizer named
+    assert [s["optimizer"] for s in both["optimizers"]] == list(ALL_MATRIX)
+    assert both["tflops_per_gpu"] == plain["tflops_per_gpu"]
+
+
+@pytest.mark.parametrize("compare, says", [
+    ("lion", "COMPARE: 'lion' is not a matrix optimizer"),
+    ("soap", "COMPARE: projects matrix optimizers beside a matrix-optimizer run's AdamW twin; qwen3_30b_a3b_adamw trains adamw"),
+])
+def test_a_bad_compare_is_one_line(compare, says):
+    result = run_cli("plan", "qwen3_30b_a3b_adamw", RESULTS, "--compare", compare)
+    assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr
+
+
 def test_side_by_side_names_why_a_sibling_has_no_number():
     from optbench.plan import build_plan
 
     typed = [RESULTS, "cluster.container=nemo:26.02"]
-    old = {s["optimizer"]: s for s in build_plan(validate(compose_run("qwen3_30b_a3b_muon", typed)), typed).projection["optimizers"]}
+    old = {s["optimizer"]: s for s in build_plan(validate(compose_run("qwen3_30b_a3b_muon", typed)), typed, compare=ALL_MATRIX).projection["optimizers"]}
     assert old["muon"]["available"] and not old["soap"]["available"] and "soap arrives with nemo:26.06" in old["soap"]["reason"]
-    kimi = {s["optimizer"]: s for s in build_plan(validate(compose_run("kimi_k2_muon", [RESULTS])), []).projection["optimizers"]}
+    kimi = {s["optimizer"]: s for s in build_plan(validate(compose_run("kimi_k2_muon", [RESULTS])), [], compare=("soap", "adaptive_muon")).projection["optimizers"]}
     assert not kimi["soap"]["available"] and "largest term: optimizer_state" in kimi["soap"]["reason"]
     assert kimi["adaptive_muon"]["available"] and kimi["adaptive_muon"]["recipe"] == "kimi_k2_muon optimizer=adaptive_muon"
 

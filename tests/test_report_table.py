@@ -236,7 +236,7 @@ def test_the_table_puts_each_plans_matrix_optimizers_side_by_side(results_dir):
     _published(results_dir)
     assert "No plan yet" in write_throughput(results_dir).markdown.read_text()
     typed = [f"results_dir={results_dir}"]
-    plan = build_plan(validate(compose_run("qwen3_30b_a3b_muon", typed)), [])
+    plan = build_plan(validate(compose_run("qwen3_30b_a3b_muon", typed)), [], compare=("adaptive_muon", "soap"))
     (results_dir / "plans" / "qwen3_30b_a3b_muon").mkdir(parents=True)
     (results_dir / "plans" / "qwen3_30b_a3b_muon" / "plan.json").write_text(json.dumps(plan.to_json()))
     (results_dir / "plans" / "broken").mkdir()

@@ -22,6 +22,8 @@ SEARCH_HBM_ENV = "OPTBENCH_SEARCH_HBM"
 PLAN_CHECK_ENV = "OPTBENCH_CHECK"
 """make plan's, pretrain's and sweep's CHECK: bridge builds the plan (each point's) with its container's real Megatron
 Bridge first."""
+PLAN_COMPARE_ENV = "OPTBENCH_PLAN_COMPARE"
+"""make plan's and pretrain's COMPARE: the matrix optimizers to project beside a matrix-optimizer run's AdamW twin."""
 RESULTS_DIR_ENV = "OPTBENCH_RESULTS_DIR"
 """Where make table, compare and study write (default results/)."""
 
@@ -62,8 +64,8 @@ def overrides_from_make(environ: Mapping[str, str] | None = None) -> list[str]:
 MAKE_GOALS_ENV = "OPTBENCH_MAKE_GOALS"
 """The targets typed after ``make`` (the Makefile exports ``$(MAKECMDGOALS)``)."""
 MAKE_VARIABLES = {
-    "plan": ("RECIPE", "CHECK"),
-    "pretrain": ("RECIPE", "CHECK"),
+    "plan": ("RECIPE", "CHECK", "COMPARE"),
+    "pretrain": ("RECIPE", "CHECK", "COMPARE"),
     "sweep": ("RECIPE", "CHECK"),
     "search": ("RECIPE", "CHECK", "FIX", "HBM"),
     "data": ("INPUT", "OUT", "TOKENIZER", "VOCAB"),

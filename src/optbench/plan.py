@@ -19,7 +19,7 @@ from optbench.accounting.plan_fields import accounting_fields, accounting_summar
 from optbench.bridge.adapter import BridgeSetup, bridge_setup
 from optbench.compose.pipeline import balanced_layout_for, layout_follows_overrides
 from optbench.config.data_path import prefix_status
-from optbench.config.schema import OPTIMIZER_LABELS, RunConfig
+from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
 from optbench.config.serialize import run_config_to_dict
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_text, dumps_strict
@@ -46,10 +46,23 @@ def gpu_label(run: RunConfig) -> str:
     return run.cluster.gpu
 
 
-def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = (), side_by_side: bool = True) -> Plan:
-    """Every number a user needs to check a run before launching it (``side_by_side=False``: without the other
-    matrix optimizers' projections, which a sweep's points leave out)."""
+def compared_optimizers(text: str) -> tuple[str, ...]:
+    """COMPARE (``soap,adaptive_muon``) as optimizer names; a name that is not a matrix optimizer is a one-line error."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in MATRIX_OPTIMIZERS]
+    if unknown:
+        raise UserError(Problem("COMPARE", f"{unknown[0][:40]!r} is not a matrix optimizer; name any of "
+                                           f"{', '.join(MATRIX_OPTIMIZERS)}, comma-separated"))
+    return tuple(dict.fromkeys(names))
+
+
+def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = (), compare: Sequence[str] = ()) -> Plan:
+    """Every number a user needs to check a run before launching it (``compare``: the other matrix optimizers
+    projected beside a matrix-optimizer run's AdamW twin, COMPARE; each is one more composition)."""
     run, layout = resolved.run, resolved.layout
+    if compare and not run.optimizer.matrix_optimizer:
+        raise UserError(Problem("COMPARE", f"projects matrix optimizers beside a matrix-optimizer run's AdamW twin; "
+                                           f"{run.recipe} trains {run.optimizer.name}: plan a Muon recipe with it"))
     counts = parameter_counts(run.model)
     return Plan(
         recipe=run.recipe,
@@ -73,7 +86,7 @@ def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = (), side_by_sid
         # FLOPs per token/step, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied TFLOP/s.
         accounting=accounting_fields(run, layout, resolved.ns_stats, resolved.ns_flops_total, resolved.memory),
         # Projected step time, TFLOP/s and MFU; for Muon its AdamW twin and the overhead's causes.
-        projection=project(resolved, overrides, with_siblings=side_by_side),
+        projection=project(resolved, overrides, siblings=tuple(compare)),
         config=redact_config(run_config_to_dict(run)),
         # The Bridge recipe function and the overrides the in-container entry point applies.
         bridge=bridge_setup(run) if run.engine == "megatron_bridge" else None,

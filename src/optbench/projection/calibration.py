@@ -39,13 +39,14 @@ from optbench.accounting.plan_fields import PRECISION_ALIASES
 from optbench.compose.recipe import repo_root
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
-from optbench.projection.assumptions import Assumptions
+from optbench.projection.anchors import committed_anchors, committed_unsolved
+from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.carried import committed_table, fitted_without, setup_of
 from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, precision_ratio
 from optbench.projection.row_solve import solve_at
 from optbench.projection.work import gemm_peak
 from optbench.projection.release_drift import same_configuration
-from optbench.projection.row_config import layout_key, release_order, row_config, row_run
+from optbench.projection.row_config import layout_key, release_order, row_config, row_run, run_layout_key
 from optbench.published import PublishedRow, default_published_dir, load_inconsistent, load_published, row_id
 from optbench.resolve import ResolvedRun
 
@@ -100,7 +101,14 @@ class Calibration:
     anchor_row: str = ""
     """The anchor's :func:`row_id`."""
     anchor_run: ResolvedRun | None = field(default=None, compare=False, repr=False)
-    """The anchor configuration, resolved (a Muon run's AdamW twin is often this very configuration)."""
+    """The anchor configuration, resolved when it was solved here (a Muon run's AdamW twin is often this very
+    configuration); None when it was read from results/projection/anchors.json (:mod:`optbench.projection.anchors`)."""
+    anchor_num_gpus: int = 0
+    """The anchor configuration's GPU count."""
+    anchor_layout: tuple = ()
+    """Its layout (:func:`optbench.projection.row_config.run_layout_key`)."""
+    anchor_container: str = ""
+    """Its container (``nemo:<release>``)."""
     crossed_from: str = ""
     """The anchor's GEMM peak when the efficiency was carried to another precision's (:mod:`precision_ratio`)."""
     precision_ratio: PrecisionRatio | None = None
@@ -232,6 +240,9 @@ def solve_on(row: PublishedRow, assumptions: Assumptions) -> Calibration | str:
         anchor_gpu=row.gpu,
         anchor_row=row_id(row),
         anchor_run=anchor_run,
+        anchor_num_gpus=anchor_run.run.parallel.num_gpus,
+        anchor_layout=run_layout_key(anchor_run),
+        anchor_container=anchor_run.run.cluster.container,
     )
 
 
@@ -241,10 +252,14 @@ def _calibrate(
 ) -> Calibration | None:
     """Solved on the best anchor row of the model on its own GPU; without one, from the carried table."""
     rows = load_published(published)
+    committed = holdout == NO_HOLDOUT and assumptions == DEFAULT_ASSUMPTIONS and Path(published) == default_published_dir(
+        repo_root() / "results")
+    stored, unsolved = (committed_anchors(), committed_unsolved()) if committed else ({}, {})
     for row in ranked_anchors(model, gpu, release, rows, holdout, precision, load_inconsistent(published)):
         if row.gpu != gpu:
             break  # the model has no usable row on this GPU: the table carries what every other setup measured
-        solved = _solved(row, assumptions)
+        fields = stored.get(row_id(row))
+        solved = Calibration(**fields) if fields else unsolved.get(row_id(row)) or _solved(row, assumptions)
         if not isinstance(solved, str):
             return replace(solved, same_preset=release is not None and same_configuration(row, release))
     return _carried(model, gpu, release, published, holdout)

@@ -122,11 +122,11 @@ def _at_measured_op_overhead(resolved: ResolvedRun, net, a: Assumptions, calibra
 
 def _error_case(resolved: ResolvedRun, calibration: Calibration) -> str:
     """How far the run is from what calibrated it (:func:`optbench.projection.expected_error.error_case`)."""
-    run, anchor = resolved.run, calibration.anchor_run
-    if calibration.is_carried or anchor is None:
+    run = resolved.run
+    if calibration.is_carried or not calibration.anchor_num_gpus:
         return error_case(False, dict(calibration.carried).get("model") == "fitted", False, False, False)
-    return error_case(True, True, anchor.run.parallel.num_gpus == run.parallel.num_gpus,
-                      run_layout_key(anchor) == run_layout_key(resolved), anchor.run.cluster.container == run.cluster.container,
+    return error_case(True, True, calibration.anchor_num_gpus == run.parallel.num_gpus,
+                      calibration.anchor_layout == run_layout_key(resolved), calibration.anchor_container == run.cluster.container,
                       calibration.same_preset)
 
 
@@ -138,11 +138,12 @@ def project(
     with_what_ifs: bool = True,
     holdout: Holdout = NO_HOLDOUT,
     with_twin: bool = True,
-    with_siblings: bool = True,
+    siblings: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The projection section for a resolved run (``overrides`` as typed: the AdamW twin reuses them;
     ``holdout``: published rows the calibration may not use; ``with_twin=False``: no AdamW twin, which a
-    layout search projects itself at the same layout; ``with_siblings=False``: not the other matrix optimizers)."""
+    layout search projects itself at the same layout; ``siblings``: the other matrix optimizers to project beside
+    the twin, each one more composition)."""
     run = resolved.run
     if run.engine == "local":
         return unavailable("engine=local runs small proxies on this machine and measures itself; no projection needed")
@@ -182,10 +183,11 @@ def project(
         section["adamw_twin"], section["muon_overhead"] = _twin_section(
             resolved, overrides, net, assumptions, calibration, breakdown
         )
-        if section["muon_overhead"] and with_siblings:
+        if section["muon_overhead"] and siblings:
             own = {"step_time_s": section["step_time_s"], "tflops_per_gpu": section["tflops_per_gpu"],
                    "tflops_per_gpu_change_percent": section["muon_overhead"]["tflops_per_gpu_change_percent"]}
-            section["optimizers"] = side_by_side(resolved, overrides, net, assumptions, calibration, own, section["adamw_twin"])
+            section["optimizers"] = side_by_side(resolved, overrides, net, assumptions, calibration, own,
+                                                 section["adamw_twin"], siblings)
         if with_what_ifs and run.optimizer.muon_family:  # the what-ifs are Muon's (SYRK, NS-cost balancing)
             section["what_if"] = what_ifs(resolved, net, assumptions, eff, inputs, breakdown.total_s)
     return section

@@ -1,6 +1,7 @@
 """Muon, AdaMuon and SOAP side by side: each one's projected overhead over the same AdamW twin.
 
-A user choosing between the matrix optimizers wants them at one layout, against one AdamW baseline. A
+A user choosing between the matrix optimizers wants them at one layout, against one AdamW baseline; the plan projects
+the ones the user names (``make plan ... COMPARE=soap,adaptive_muon``), each one more composition. A
 sibling is the run with another matrix optimizer, as that optimizer's recipe configures it: the
 model's ``<model>_<optimizer>`` recipe when there is one (so SOAP gets its own micro batch), else the
 run's recipe with ``optimizer=<name>``; the user's non-optimizer overrides are kept. Each sibling is
@@ -49,10 +50,13 @@ def _sibling(resolved: ResolvedRun, name: str, overrides: Sequence[str], net, a:
 
 
 def side_by_side(resolved: ResolvedRun, overrides: Sequence[str], net, a: Assumptions, calibration: Calibration,
-                 own: dict[str, Any], twin: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every matrix optimizer's projection beside the AdamW twin (``own``: the run's own numbers, reused)."""
+                 own: dict[str, Any], twin: dict[str, Any], names: Sequence[str]) -> list[dict[str, Any]]:
+    """The run and each matrix optimizer of ``names`` projected beside the AdamW twin (``own``: the run's own
+    numbers, reused), in :data:`MATRIX_OPTIMIZERS`' order."""
     out = []
     for name in MATRIX_OPTIMIZERS:
+        if name != resolved.run.optimizer.name and name not in names:
+            continue
         if name == resolved.run.optimizer.name:
             memory = resolved.memory
             out.append({"optimizer": name, "recipe": "this run", "available": True, **own,

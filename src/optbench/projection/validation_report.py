@@ -21,9 +21,12 @@ from optbench.projection.consistency import csv_text, inconsistent_rows
 from optbench.projection.expected_error import SCHEME_LABELS, VALIDATION
 from optbench.projection.release_drift import drift_lines
 from optbench.projection.validation import SCHEMES, WITHIN, report
+from optbench.projection.anchors import ANCHORS, anchors_document
+from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
+from optbench.projection.calibration import solve_on
 from optbench.projection.carried import CALIBRATION, fit_rows, fit_table, table_document
 from optbench.tables import markdown_table
-from optbench.published import INCONSISTENT_CSV, default_published_dir, load_inconsistent, load_published
+from optbench.published import INCONSISTENT_CSV, default_published_dir, load_inconsistent, load_published, row_id
 from optbench.replace import replacing
 
 
@@ -150,13 +153,16 @@ def main(argv: list[str] | None = None) -> int:
         published = default_published_dir(results)
         flagged = csv_text(inconsistent_rows(load_published(published)))
         md, js, table = results / "projection" / "validation.md", results / VALIDATION, results / CALIBRATION
-        with replacing(files=[published / INCONSISTENT_CSV, table, md, js, *docs]):
+        anchors = results / ANCHORS
+        with replacing(files=[published / INCONSISTENT_CSV, table, anchors, md, js, *docs]):
             claim(results, "--results", "results")
             atomic_write_text(published / INCONSISTENT_CSV, flagged)  # the calibration below reads it
             rows = load_published(default_published_dir(repo_root() / "results"))
             fitted = fit_table(fit_rows(rows, tuple(load_inconsistent(published))))
             if fitted is not None:  # plans and the in-sample scheme read it
                 atomic_write_json(table, table_document(fitted))
+            atomic_write_json(anchors, anchors_document(  # plans read every AdamW row solved here
+                {row_id(r): solve_on(r, DEFAULT_ASSUMPTIONS) for r in rows if r.optimizer == "adamw"}))
             data = report(rows)
             text = markdown(data)
             atomic_write_text(md, text)
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             for path, old in docs.items():
                 atomic_write_text(path, with_block(old, data))
         print(text)
-        for path in (published / INCONSISTENT_CSV, table, md, js, *docs):
+        for path in (published / INCONSISTENT_CSV, table, anchors, md, js, *docs):
             print(f"wrote {path}")
         return 0
 

@@ -1,0 +1,42 @@
+"""results/projection/anchors.json is what solving each published AdamW row live gives (make projection wrote it)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optbench.checkout import repo_root
+from optbench.projection.anchors import ANCHORS, FIELDS, anchor_record, committed_anchors, committed_unsolved
+from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
+from optbench.projection.calibration import solve_on
+from optbench.published import default_published_dir, load_published, row_id
+
+
+def test_every_committed_anchor_is_what_live_solving_gives():
+    rows = [r for r in load_published(default_published_dir(repo_root() / "results")) if r.optimizer == "adamw"]
+    stored, unsolved = committed_anchors(), committed_unsolved()
+    assert len(stored) >= 50 and set(stored) | set(unsolved) == {row_id(r) for r in rows}
+    for row in rows:
+        live = solve_on(row, DEFAULT_ASSUMPTIONS)
+        if isinstance(live, str):
+            assert unsolved[row_id(row)] == live
+            continue
+        kept = stored[row_id(row)]
+        assert kept["efficiency"] == pytest.approx(live.efficiency, rel=1e-12), row_id(row)
+        fresh = json.loads(json.dumps(anchor_record(live)))
+        assert {k: v for k, v in fresh.items() if k != "efficiency"} == {
+            k: list(v) if isinstance(v, tuple) else v for k, v in kept.items() if k != "efficiency"}
+
+
+def test_a_stale_or_foreign_file_is_never_read(tmp_path):
+    """Solved at other assumptions (a constant changed since make projection) or of another shape: plans solve live."""
+    document = json.loads((repo_root() / "results" / ANCHORS).read_text(encoding="utf-8"))
+    stale = {**document, "assumptions": {**document["assumptions"], "dense_gemm_fixed_s": 1.0}}
+    for name, text in (("stale", json.dumps(stale)), ("foreign", "[1, 2]"), ("current", json.dumps(document))):
+        (tmp_path / name / "projection").mkdir(parents=True)
+        (tmp_path / name / ANCHORS).write_text(text, encoding="utf-8")
+    for name in ("stale", "foreign"):
+        assert committed_anchors(str(tmp_path / name)) == {} and committed_unsolved(str(tmp_path / name)) == {}
+    assert committed_anchors(str(tmp_path / "current")) == committed_anchors()
+    assert set(next(iter(document["anchors"].values()))) == set(FIELDS)
