@@ -21,7 +21,7 @@ export OPTBENCH_RECIPE := $(RECIPE)
 # Make exports command-line variables whose names are shell names (the run's top-level fields), and to
 # export one it expands it: a value such as description='$${description}' would stop make ("Recursive
 # variable"). They reach Python through OPTBENCH_MAKE_OVERRIDES only. (tests check this list)
-unexport recipe description engine intent run_id results_dir debug dryrun force resume step_time_s
+unexport recipe description compare_with engine intent run_id results_dir debug dryrun force resume step_time_s
 LAUNCH := $(PY) -m launch
 
 # Report options are upper-case variables read only when typed on the make command line, so that an

@@ -103,7 +103,7 @@ NOT_WRITTEN_INTO_BRIDGE = {
         "precision.bridge_mixed_precision"),
     "planning and the job around Bridge (world size, folders, run id, flags of the command)": (
         "parallel.num_gpus", "train.checkpoint_dir", "data.kind", "run_id", "results_dir", "debug", "dryrun",
-        "force", "resume", "step_time_s", "precision.peak"),
+        "force", "resume", "step_time_s", "precision.peak", "compare_with"),
     "refused on Megatron Bridge unless left at the default (validation names the engine that has it)": (
         "optimizer.muon.assignment", "optimizer.muon.syrk"),
 }

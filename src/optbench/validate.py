@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from optbench.bridge.adapter import executed_by_nvidia
+from optbench.checkout import repo_root
 from optbench.bridge.graph_rules import graph_problems, recompute_problems
 from optbench.bridge.moe_rules import moe_problems
 from optbench.bridge.precision_rules import precision_problems
@@ -50,6 +51,9 @@ def check_fields(run: RunConfig) -> Iterable[Problem]:
     if run.intent == "reproduce" and run.engine != "megatron_bridge":
         yield Problem("intent", "reproduce applies NVIDIA's Megatron Bridge presets; the local engine trains (intent=train)",
                       ("engine",))
+    if run.compare_with is not None and not (repo_root() / "recipes" / f"{run.compare_with}.yaml").is_file():
+        yield Problem("compare_with", f"{run.compare_with!r} is not a recipe (a file under recipes/); `make recipes` lists "
+                                      "them, or compare_with=null compares with this recipe under optimizer=adamw")
     if o.min_lr > o.lr:
         yield Problem("optimizer.min_lr", f"must not exceed optimizer.lr={o.lr:g}, got {o.min_lr:g}", ("optimizer.lr",))
     if o.muon is not None and o.muon.coefficients == "quintic" and o.muon.ns_steps % 5:

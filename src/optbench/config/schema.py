@@ -274,6 +274,10 @@ class RunConfig:
     """Recipe name (file under recipes/)."""
     description: str = setting("", Text())
     """What the recipe reproduces."""
+    compare_with: Optional[str] = setting(None, IDENTIFIER)
+    """The AdamW recipe a matrix-optimizer run is compared with: its plan's AdamW twin is that recipe with the run's
+    overrides but the ``optimizer.*`` ones (a recipe names its comparison; nothing is guessed from names). null: the
+    run's own recipe with ``optimizer=adamw``."""
     engine: str = setting("local", Choice(ENGINES))
     """local (HF transformers proxies, CPU or one GPU) or megatron_bridge (NeMo container on a cluster)."""
     intent: str = setting("train", Choice(INTENTS))

@@ -1,9 +1,9 @@
 """A Muon run's AdamW twin and where the difference between the two steps comes from.
 
-The twin is the same run with AdamW as the recipes configure it: the model's ``<model>_adamw``
-recipe when the run's recipe is ``<model>_muon`` (so the twin also gets AdamW's distributed
-optimizer, its gradient precision and FP8 parameter gather), else the same recipe with
-``optimizer=adamw``; the user's overrides are kept except the ``optimizer.*`` ones.
+The twin is the same run with AdamW as the recipes configure it: the recipe the run's ``compare_with`` names
+(``kimi_k2_muon`` names ``kimi_k2_adamw``, so the twin also gets AdamW's distributed optimizer, its gradient
+precision and FP8 parameter gather), else the run's own recipe with ``optimizer=adamw``; the user's overrides
+are kept except the ``optimizer.*`` ones.
 
 The Muon-minus-AdamW step difference is split into
 
@@ -48,8 +48,12 @@ def recipe_with_optimizer(run: RunConfig, name: str, overrides: Sequence[str]) -
 
 
 def twin_recipe(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    """(recipe, overrides) of the AdamW twin of a Muon, AdaMuon or SOAP run (``<model>_<optimizer>`` -> ``<model>_adamw``)."""
-    return recipe_with_optimizer(run, "adamw", overrides)
+    """(recipe, overrides) of the AdamW twin of a Muon, AdaMuon or SOAP run: the recipe its ``compare_with`` names,
+    else its own with ``optimizer=adamw``."""
+    kept = tuple(o for o in overrides if not is_optimizer_override(o) and o.partition("=")[0].lstrip("+~") != "compare_with")
+    if run.compare_with:
+        return run.compare_with, kept
+    return run.recipe, (*kept, "optimizer=adamw")
 
 
 def adamw_twin(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...], RunConfig]:
@@ -58,6 +62,9 @@ def adamw_twin(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str
     twin = compose_run(recipe, list(kept))
     if twin.optimizer.name != "adamw":
         raise UserError(f"the twin {recipe} {' '.join(kept)} does not use AdamW", "optimizer")
+    if twin.model.name != run.model.name:
+        raise UserError(f"{recipe} trains {twin.model.name}, not this run's {run.model.name}: name an AdamW recipe of "
+                        "the same model", "compare_with")
     return recipe, kept, twin
 
 
