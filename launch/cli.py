@@ -37,7 +37,7 @@ from optbench.make_args import (
     recipe_from_make,
 )
 from optbench.compose.recipe import list_recipes
-from optbench.config.overrides import check_repeated, typed_keys
+from optbench.config.overrides import check_repeated, split_override, typed_keys
 from optbench.errors import EXIT_USER_ERROR, UserError
 from optbench.exits import exit_on_user_error
 from optbench.metrics.summary import COMMAND_ENV
@@ -47,11 +47,7 @@ from optbench.redact import recorded_overrides, remember_typed_secrets
 
 def wants_debug(overrides: Sequence[str]) -> bool:
     """debug=true must be known before composing, so that composition errors keep their traceback."""
-    for override in overrides:
-        key, _, value = override.lstrip("+").partition("=")
-        if key == "debug" and value.strip().lower() == "true":
-            return True
-    return False
+    return any(split_override(o)[0] == "debug" and split_override(o)[1].strip().lower() == "true" for o in overrides)
 
 
 def cmd_recipes(_: argparse.Namespace) -> int:

@@ -35,7 +35,7 @@ from launch.dispatch import (
 )
 from launch.jobs import JobSpec
 from optbench.compose.recipe import check_typed_overrides, compose_run
-from optbench.config.overrides import typed_keys
+from optbench.config.overrides import split_override, typed_keys
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
 from optbench.io import atomic_write_json
@@ -131,8 +131,8 @@ def point_name(swept: Sequence[str]) -> str:
     """ep32-pp4 from parallel.ep=32 parallel.pp=4 (letters, digits, '.', '_', '-' only)."""
     parts = []
     for text in swept:
-        key, _, value = text.lstrip("+~").partition("=")
-        short = key.split(".")[-1].split("@")[0]
+        key, value = split_override(text)
+        short = key.split(".")[-1]
         joined = f"{short}{value}" if re.fullmatch(r"[0-9.]+", value) else f"{short}-{value}"
         parts.append(re.sub(r"[^A-Za-z0-9._-]+", "_", joined))
     return "-".join(parts)

@@ -15,13 +15,14 @@ from typing import Sequence
 
 from optbench.accounting.flops import flop_terms
 from optbench.config.layout import vpp_size
+from optbench.config.overrides import typed_keys
 from optbench.config.schema import RunConfig
 
 STAGE_KEYS = ("parallel.pp", "parallel.vpp")
 
 
 def _override_keys(overrides: Sequence[str]) -> set[str]:
-    return {override.partition("=")[0].lstrip("+~") for override in overrides}
+    return set(typed_keys(overrides))
 
 
 def layout_follows_overrides(overrides: Sequence[str]) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from optbench.checkout import repo_root
-from optbench.config.overrides import CONFIG_GROUPS
+from optbench.config.overrides import CONFIG_GROUPS, split_override
 
 
 def recipe_group_choice(recipe: str, group: str) -> str | None:
@@ -40,6 +40,5 @@ def _parsed_defaults(path: str, size: int, mtime_ns: int) -> tuple:
 
 def restates_recipe_choice(recipe: str, override: str) -> bool:
     """Whether ``override`` picks the very option of a group the recipe already picks."""
-    key, equals, option = override.partition("=")
-    key = key.lstrip("+")
-    return bool(equals) and key in CONFIG_GROUPS and recipe_group_choice(recipe, key) == option
+    key, option = split_override(override)
+    return "=" in override and not override.startswith("~") and key in CONFIG_GROUPS and recipe_group_choice(recipe, key) == option

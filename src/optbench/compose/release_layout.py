@@ -67,7 +67,7 @@ def layout_overrides(run: RunConfig, user_overrides: Sequence[str]) -> list[str]
     # A sweep over precision=bf16,mxfp8 compares against the recipe's own MXFP8 run, FP8 attention and all.
     user_overrides = [o for o in user_overrides if not restates_recipe_choice(run.recipe, o)]
     typed = set(typed_keys(user_overrides))
-    groups = {o.split("=", 1)[0].lstrip("+") for o in user_overrides if o.split("=", 1)[0].lstrip("+") in CONFIG_GROUPS}
+    groups = typed & set(CONFIG_GROUPS)
     supplied = preset_fields(run.intent)
     kept = {supplied.get(key) for key in presets.departure_reasons(run.recipe)}
     out = []

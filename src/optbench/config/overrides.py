@@ -72,6 +72,13 @@ def typed_key(override: str) -> str:
     return key if KEY.fullmatch(key) else ""
 
 
+def split_override(override: str) -> tuple[str, str]:
+    """(:func:`typed_key`, the text after the first '=': '' when there is none) of a typed override: the one place an
+    override's text is taken apart (the secret redaction keeps the raw key on purpose: a key this refuses must still
+    hide its value)."""
+    return typed_key(override), override.split("=", 1)[1] if "=" in override else ""
+
+
 def typed_keys(overrides: Sequence[str]) -> list[str]:
     return [typed_key(o) for o in overrides if typed_key(o)]
 

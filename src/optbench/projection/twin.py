@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from optbench.compose.recipe import compose_run, list_recipes
+from optbench.config.overrides import typed_key
 from optbench.config.schema import RunConfig
 from optbench.errors import UserError
 from optbench.projection.step_model import StepBreakdown
@@ -30,7 +31,7 @@ DECOMPOSITION = ("newton_schulz_compute", "kernel_launch", "elementwise_update",
 
 
 def is_optimizer_override(override: str) -> bool:
-    key = override.lstrip("+~").partition("=")[0]
+    key = typed_key(override)
     return key == "optimizer" or key.startswith("optimizer.")
 
 
@@ -50,7 +51,7 @@ def recipe_with_optimizer(run: RunConfig, name: str, overrides: Sequence[str]) -
 def twin_recipe(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...]]:
     """(recipe, overrides) of the AdamW twin of a Muon, AdaMuon or SOAP run: the recipe its ``compare_with`` names,
     else its own with ``optimizer=adamw``."""
-    kept = tuple(o for o in overrides if not is_optimizer_override(o) and o.partition("=")[0].lstrip("+~") != "compare_with")
+    kept = tuple(o for o in overrides if not is_optimizer_override(o) and typed_key(o) != "compare_with")
     if run.compare_with:
         return run.compare_with, kept
     return run.recipe, (*kept, "optimizer=adamw")
