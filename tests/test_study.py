@@ -13,7 +13,7 @@ from optbench.config.schema import RunConfig
 from optbench.experiments import study_stats as stats
 from optbench.experiments.study import run_study
 from optbench.experiments.study_format import write_study
-from optbench.experiments.study_plan import StudySpec
+from optbench.experiments.study_plan import CURVES, StudySpec
 from conftest import marked_results
 from optbench.runs import run_dir, save_resolved_config
 
@@ -108,6 +108,13 @@ def test_winners_come_from_tuning_seeds_and_numbers_from_held_out_ones(tmp_path)
     assert written["targets"] == study["targets"]
     assert stats.rederive_targets(written) == pytest.approx(study["targets"], rel=1e-12)  # from the committed curves alone
     assert set(written["tuning_curves"]) == set(arms) and "SOAP" in text and "End of training" in text
+
+    # What git keeps of a run (summary, config, curves; not metrics.jsonl) analyses to the same study.
+    for folder in (tmp_path / "results" / "runs").iterdir():
+        assert (folder / CURVES).is_file()
+        (folder / "metrics.jsonl").unlink()
+    from_git = run_study(spec, launcher=lambda run: pytest.fail("a committed run was trained again"), progress=lambda _: None)
+    assert from_git == study
 
 
 def test_a_seed_that_misses_the_target_is_named_not_dropped():

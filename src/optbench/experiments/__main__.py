@@ -72,7 +72,12 @@ def cmd_study(args: argparse.Namespace) -> int:
     spec = StudySpec(size=args.size, results_dir=args.results_dir, overrides=tuple(overrides))
     study = run_study(spec)
     command = shlex.join(["make", "study", *([f"SIZE={args.size}"] if args.size != "cpu" else []), *overrides])
-    for path in write_study(study, args.results_dir, command):
+    from pathlib import Path
+
+    from optbench.checkout import repo_root
+
+    own = Path(args.results_dir).resolve() == (repo_root() / "results").resolve()  # only the repository's study
+    for path in write_study(study, args.results_dir, command, docs=repo_root() / "docs" / "results.md" if own else None):
         print(f"wrote {path}")
     return 0
 

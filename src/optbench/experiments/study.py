@@ -3,10 +3,8 @@ write results/study.{json,md} and results/plots/study_*.png (:mod:`optbench.expe
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Callable
 
-from optbench.optim.newton_schulz import resolve_matmul_precision
 from optbench.experiments import study_stats as stats
 from optbench.experiments.study_plan import (
     ARMS,
@@ -21,11 +19,21 @@ from optbench.experiments.study_plan import (
 )
 
 
-def run_study(spec: StudySpec, launcher: Callable | None = None, progress: Callable[[str], None] = print) -> dict:
-    """Train (or reuse) every run, choose each arm's learning rate on the tuning seeds, measure on held-out ones."""
+def ns_precision(runs: list[dict]) -> str | None:
+    """What ``fp32_matmul_prec=auto`` meant in the runs that ran Newton-Schulz, as they recorded it (it depends on the
+    machine's bf16 support, so a reanalysis elsewhere must not recompute it): one value, "mixed: ..." when they
+    differ, None when none recorded it (runs before 2026-11-28)."""
+    seen = sorted({r["ns_precision"] for r in runs if r["ns_precision"]})
+    return None if not seen else seen[0] if len(seen) == 1 else "mixed: " + ", ".join(seen)
+
+
+def run_study(spec: StudySpec, launcher: Callable | None = None, progress: Callable[[str], None] = print,
+              validation: dict | None = None) -> dict:
+    """Train (or reuse) every run, choose each arm's learning rate on the tuning seeds, measure on held-out ones.
+    Everything returned comes from the runs (and the validation set's statistics): reanalysing the same runs gives
+    the same study, whatever the machine and the hour."""
     check(spec)
     check_finished(spec)
-    validation = None
     if launcher is None:
         from optbench.corpus.pydocs import ensure_pydocs
         from optbench.engine.local import launch_local
@@ -44,6 +52,7 @@ def run_study(spec: StudySpec, launcher: Callable | None = None, progress: Calla
         for arm, winner in winners.items()
     }
     first = next(iter(held_out.values()))[0]
+    every = [r for by_lr in tuning.values() for v in by_lr.values() for r in v] + [r for v in held_out.values() for r in v]
     horizon = first["val"][-1][0] * first["tokens_per_step"]
     targets = stats.targets_from(tuning, winners, horizon)
     metrics = {arm: stats.held_out_metrics(runs, targets, horizon) for arm, runs in held_out.items()}
@@ -66,13 +75,13 @@ def run_study(spec: StudySpec, launcher: Callable | None = None, progress: Calla
         "vs_adamw": ratios,
         "validation": validation,
         "machine": {"device": first["device"], "precision": first["precision"],
-                    "ns_precision": resolve_matmul_precision("auto", "cpu" if "cpu" in str(first["device"]) else "cuda"),
-                    "threads_per_process": first["threads_per_process"], "python": platform.python_version()},
+                    "ns_precision": ns_precision([r for v in held_out.values() for r in v]),
+                    "threads_per_process": first["threads_per_process"], "python": first["python"]},
         "tokens_per_step": first["tokens_per_step"],
         "curves": {arm: {r["run_id"]: r["val"] for r in runs} for arm, runs in held_out.items()},
         "tuning_curves": {arm: {f"{lr:g}": {r["run_id"]: r["val"] for r in runs} for lr, runs in by_lr.items()}
                           for arm, by_lr in tuning.items()},
-        "runs": sum(len(v) for by_lr in tuning.values() for v in by_lr.values()) + sum(len(v) for v in held_out.values()),
-        "seconds": round(sum(r["wall_s"] or 0.0 for by_lr in tuning.values() for v in by_lr.values() for r in v)
-                         + sum(r["wall_s"] or 0.0 for v in held_out.values() for r in v), 1),
+        "runs": len(every),
+        "seconds": round(sum(r["wall_s"] or 0.0 for r in every), 1),
+        "last_run_finished": max((r["finished"] for r in every if r["finished"]), default=None),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
+from optbench.experiments import study_stats as stats
 from optbench.machine_load import QUIET_SHARE
 from optbench.io import atomic_write_json, atomic_write_text
 from optbench.tables import markdown_table
@@ -68,6 +69,15 @@ def gpu_outlook() -> str:
     )
 
 
+SHARED = "*shared*"
+"""What a seconds cell says when its runs shared the machine: no figure."""
+
+
+def _shared(held_out: dict) -> bool:
+    """Whether other processes took more than :data:`QUIET` of the machine during one of an arm's held-out runs."""
+    return (held_out.get("others_cpu_share_max") or 0.0) > QUIET
+
+
 def _header(study: dict, command: str, stamp: str) -> list[str]:
     m, v = study["machine"], study.get("validation")
     loads = [h.get("others_cpu_share_max") for h in study["held_out"].values()]
@@ -75,7 +85,9 @@ def _header(study: dict, command: str, stamp: str) -> list[str]:
     lines = [
         "# Muon, AdaMuon and SOAP vs AdamW, learning rates tuned, on real text",
         "",
-        f"Command: `{command}`, {stamp}; {study['runs']} runs, {study['seconds'] / 60:.0f} min of training wall clock in all.",
+        f"Command: `{command}`; last run finished {stamp}; {study['runs']} runs, {study['seconds'] / 60:.0f} min of "
+        "training wall clock in all. Every run's summary and curves are committed (`results/runs/study*/`): "
+        "`make study` with no new runs rebuilds this page byte for byte.",
         f"Data: pydocs (CPython's documentation, 512-token BPE, near-duplicate documents removed before the split). "
         f"Size `{study['size']}`: `{' '.join([*study['size_overrides'], *study['extra_overrides']])}`; "
         f"{study['horizon_tokens']:,.0f} training tokens per run.",
@@ -88,10 +100,14 @@ def _header(study: dict, command: str, stamp: str) -> list[str]:
             f"({100 * v['seen_in_training']['share']:.1f} %) have {v['seen_in_training']['rule']}.")
     lines += [
         f"Machine: {m['device']}; model computed in {m['precision']}; Newton-Schulz products (Muon, AdaMuon) "
-        f"`fp32_matmul_prec=auto` -> `{m['ns_precision']}` ({'bf16' if m['ns_precision'] == 'medium' else 'fp32'}); "
-        f"SOAP's products fp32; Python {m['python']}. AdamW is torch.optim.AdamW (fp32)."
+        + (f"`fp32_matmul_prec=auto` -> `{m['ns_precision']}` ({'bf16' if m['ns_precision'] == 'medium' else 'fp32'}); "
+           if m["ns_precision"] else "`fp32_matmul_prec=auto`, resolved as the runs' CPU allowed and not recorded by "
+           "these runs (docs/results.md); ")
+        + f"SOAP's products fp32; Python {m['python']}. AdamW is torch.optim.AdamW (fp32)."
         + (f" Other processes took at most {100 * busiest:.0f} % of the machine during a held-out run"
-           + (" (seconds flagged *shared* below)." if busiest > QUIET else ".") if busiest is not None else ""),
+           + (f"; seconds of an arm whose held-out runs shared the machine (more than {100 * QUIET:.0f} %) are not "
+              "reported (*shared*): only quiet-machine seconds are." if busiest > QUIET else ".")
+           if busiest is not None else ""),
         f"Seeds: learning rate chosen on {study['tuning_seeds']}, everything below measured on held-out "
         f"{study['held_out_seeds']}. Intervals: 95 % Student t over seeds; ratios: geometric mean of per-seed "
         "ratios (same seed = same initialisation and data order). Every tuning curve is in study.json "
@@ -120,15 +136,18 @@ def markdown(study: dict, command: str, stamp: str) -> str:
                       for arm, versus in study["vs_adamw"].items()])]
     reached = []
     for arm, h in study["held_out"].items():
-        shared = " *shared*" if (h.get("others_cpu_share_max") or 0.0) > QUIET else ""
+        quiet = not _shared(h)
         for target, t in h["targets"].items():
             reached.append([_label(arm), f"{float(target):.3f}", f"{t['reached']}/{h['seeds']}", _iv(t["tokens"], 1, 1e-3),
-                            f"{_iv(t['seconds'], 1)}{shared}", _iv(h["step_time_s"], 3), _iv(h["ns_share_of_step"], 2)])
+                            _iv(t["seconds"], 1) if quiet else SHARED, _iv(h["step_time_s"], 3) if quiet else SHARED,
+                            _iv(h["ns_share_of_step"], 2)])
     lines += ["", f"## Held-out seeds: tokens and training seconds to target ({study['target_rule']})", "",
               *markdown_table(["arm", "target", "reached", "tokens (k), mean [95 % CI]", "training s, mean [95 % CI]", "step s",
                       "NS share of step"], reached)]
+    adamw_shared = _shared(study["held_out"]["adamw"])
     ratios = [[_label(arm), f"{float(target):.3f}", f"{r['pairs']}/{len(study['held_out_seeds'])}", _iv(r["tokens"], 3),
-               _verdict(r["tokens"], r["missed"]), _iv(r["seconds"], 2)]
+               _verdict(r["tokens"], r["missed"]),
+               SHARED if adamw_shared or _shared(study["held_out"][arm]) else _iv(r["seconds"], 2)]
               for arm, versus in study["vs_adamw"].items() for target, r in versus["targets"].items()]
     lines += ["", "## Each arm / AdamW (held-out seeds, paired by seed)", "",
               *markdown_table(["arm", "target", "pairs", "tokens ratio [95 % CI]", "token efficiency",
@@ -170,11 +189,69 @@ def plot(study: dict, path: Path) -> Path:
     return path
 
 
-def write_study(study: dict, results_dir: str | Path, command: str, now: _dt.datetime | None = None) -> list[Path]:
+def run_stamp(study: dict) -> str:
+    """When the study's last run finished (UTC): the page's date is its data's, not the hour it was rebuilt."""
+    finished = study.get("last_run_finished")
+    if not finished:
+        return "unknown"
+    return _dt.datetime.fromisoformat(finished).astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+HEADLINE_BEGIN, HEADLINE_END = "<!-- make study: begin -->", "<!-- make study: end -->"
+"""docs/results.md's block that ``make study`` rewrites: the headline, every target in it."""
+
+
+def headline(study: dict) -> str:
+    """The study's result at every target, not only the best: each arm's final loss against AdamW's and its tokens
+    to each target as a ratio to AdamW's (held-out seeds, paired), as docs/results.md shows it."""
+    targets = study["targets"]
+    rows = []
+    for arm, h in study["held_out"].items():
+        versus = study["vs_adamw"].get(arm)
+        cells = [f"{_label(arm)} ({study['winners'][arm]['lr']:g})", _iv(h["budgets"][max(h["budgets"], key=float)])]
+        if versus is None:
+            rows.append([*cells, "(the baseline)", *("1" for _ in targets)])
+            continue
+        difference = versus["final_val_difference"]
+        cells.append(f"{_iv(difference)}: {_difference_verdict(difference).split(' (')[0]}")
+        for target in targets:
+            r = versus["targets"][f"{target:.4f}"]
+            cells.append(f"{_iv(r['tokens'])}: {_verdict(r['tokens'], r['missed']).split(' (')[0]}")
+        rows.append(cells)
+    winners = "; ".join(f"{_label(arm)} {w['lr']:g}" + (" (at its grid's edge)" if w.get("at_grid_edge") else "")
+                        for arm, w in study["winners"].items())
+    header = ["arm (lr)", "final val loss", "minus AdamW's",
+              *(f"tokens / AdamW's to {t:.3f} ({f:.0%})" for t, f in zip(targets, stats.TARGET_FRACTIONS))]
+    return "\n".join([
+        HEADLINE_BEGIN, "",
+        f"Generated by `make study` from results/study.json: {study['runs']} runs, {study['seconds'] / 60:.0f} min of "
+        f"training wall clock, the last finished {run_stamp(study)}. Learning rates chosen on tuning seeds "
+        f"{study['tuning_seeds']}: {winners}. Measured on held-out seeds {study['held_out_seeds']}, 95 % t intervals, "
+        "ratios paired by seed; each target is the validation loss every arm's winner reached on average (tuning "
+        "seeds) by that share of the horizon.", "",
+        *markdown_table(header, rows), "", HEADLINE_END])
+
+
+def with_headline(text: str, study: dict) -> str:
+    """``text`` (docs/results.md) with its generated block rewritten; unchanged without the block's markers."""
+    if HEADLINE_BEGIN not in text or HEADLINE_END not in text:
+        return text
+    head, rest = text.split(HEADLINE_BEGIN, 1)
+    return head + headline(study) + rest.split(HEADLINE_END, 1)[1]
+
+
+def write_study(study: dict, results_dir: str | Path, command: str, docs: Path | None = None) -> list[Path]:
+    """results/study.{json,md}, the plot, and ``docs`` (docs/results.md) with its headline block rewritten."""
     results = claim(results_dir, "results_dir", "results")
-    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
-    return [
+    stamp = run_stamp(study)
+    written = [
         atomic_write_json(results / "study.json", {**study, "command": command, "created": stamp}),
         atomic_write_text(results / "study.md", markdown(study, command, stamp)),
         plot(study, results / "plots" / "study_val_loss.png"),
     ]
+    if docs is not None and docs.is_file():
+        old = docs.read_text(encoding="utf-8")
+        new = with_headline(old, study)
+        if new != old:
+            written.append(atomic_write_text(docs, new))
+    return written

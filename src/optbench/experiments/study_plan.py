@@ -37,6 +37,7 @@ from optbench.compose.recipe import compose_run
 from optbench.config.overrides import typed_key, typed_keys
 from optbench.config.schema import RunConfig
 from optbench.errors import Problem, UserError
+from optbench.io import atomic_write_json
 from optbench.metrics import read_metrics
 from optbench.validate import validate
 
@@ -54,7 +55,7 @@ LEARNING_RATES = {
     "muon_spectral": (3e-4, 1e-3, 3e-3),
     "muon_moonlight": (1e-3, 3e-3, 1e-2),
     "adaptive_muon": (3e-4, 1e-3, 3e-3),
-    "soap": (3e-4, 1e-3, 3e-3),
+    "soap": (3e-4, 1e-3, 3e-3, 1e-2),
 }
 """Each arm's grid, a factor ~3 apart around its expected optimum (spectral updates are ~5x larger per lr).
 AdamW's reaches down to 3e-4: with 1e-3 to 1e-2 alone, its best rate was the grid's lowest. AdaMuon's
@@ -94,6 +95,10 @@ HELD_OUT_SEEDS = (4, 5, 6)
 SET_PER_RUN = ("optimizer.lr", "optimizer.min_lr", "train.seed", "data.seed", "run_id", "results_dir")
 """Keys the study sets for each run (its grid, its seeds, its ids): a typed value would train every run at it under
 names that say otherwise, so it is refused (as is every key an arm sets, :data:`ARMS`)."""
+CURVES = "study_curves.json"
+"""What the study reads of a finished run besides its summary (validation curve, per-step training loss, step and
+Newton-Schulz seconds), written beside the run's metrics.jsonl the first time the study reads it. It and the summary
+are committed, the full metrics are not: ``make study`` rebuilds study.md from git alone."""
 NOT_NAMED = ("debug",)
 """Typed keys that change nothing a run measures, left out of its id."""
 
@@ -231,21 +236,46 @@ def read_run(folder: Path) -> dict:
                                                "folder away and the study trains it again")) from None
 
 
-def _read_run(folder: Path) -> dict:
+def _curves(folder: Path) -> dict:
+    """The run's :data:`CURVES`: read when written, else taken from its metrics.jsonl and written (best effort)."""
+    path = folder / CURVES
+    if path.is_file():
+        curves = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(curves, dict):
+            raise ValueError(f"{CURVES} holds a {type(curves).__name__}, not the run's curves")
+        return curves
     records = read_metrics(folder / "metrics.jsonl")
-    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-    if not isinstance(summary, dict):
-        raise ValueError(f"summary.json holds a {type(summary).__name__}, not a run summary")
-    return {
-        "run_id": folder.name,
-        "tokens_per_step": summary.get("tokens_per_step"),
-        "val": [(r["step"], r["val_loss"]) for r in records if r.get("val_loss") is not None],
+    curves = {
+        "val": [[r["step"], r["val_loss"]] for r in records if r.get("val_loss") is not None],
         "train_loss": [r["loss"] for r in records],
         "step_time_s": [r["step_time_s"] for r in records],
         "ns_time_s": [r.get("ns_time_s") for r in records],
+    }
+    try:
+        atomic_write_json(path, curves)
+    except OSError:
+        pass  # a read-only copy of the runs still analyses; it only keeps reading metrics.jsonl
+    return curves
+
+
+def _read_run(folder: Path) -> dict:
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    if not isinstance(summary, dict):
+        raise ValueError(f"summary.json holds a {type(summary).__name__}, not a run summary")
+    curves = _curves(folder)
+    return {
+        "run_id": folder.name,
+        "tokens_per_step": summary.get("tokens_per_step"),
+        "val": [(step, loss) for step, loss in curves["val"]],
+        "train_loss": curves["train_loss"],
+        "step_time_s": curves["step_time_s"],
+        "ns_time_s": curves["ns_time_s"],
         "wall_s": summary.get("wall_s"),
         "device": summary.get("device"),
         "precision": summary.get("precision"),
         "threads_per_process": summary.get("threads_per_process"),
         "others_cpu_share": (summary.get("machine_load") or {}).get("others_cpu_share"),
+        "finished": summary.get("finished"),
+        "python": (summary.get("versions") or {}).get("python"),
+        "ns_precision": summary.get("ns_matmul_precision"),
     }

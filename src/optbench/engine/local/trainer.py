@@ -48,6 +48,7 @@ from optbench.metrics import MetricsWriter, Progress, loss_summary, provenance, 
 from optbench.metrics.progress import flops_text
 from optbench.metrics.summary import software_versions, utc_now
 from optbench.optim import build_optimizer
+from optbench.optim.newton_schulz import resolve_matmul_precision
 
 
 DEFAULT_EVAL_ITERS = 4
@@ -297,6 +298,9 @@ class Trainer:
                 resumed_from_step=self.start_step if run.resume else None,
             ),
             "versions": software_versions("torch", "transformers", "wandb", "numpy"),
+            # What "auto" meant on this machine (its CPU's bf16 support): a reanalysis elsewhere must not guess it.
+            "ns_matmul_precision": resolve_matmul_precision(run.optimizer.muon.fp32_matmul_prec, rt.device)
+            if run.optimizer.muon is not None else None,
             "machine_load": machine_load,
             "started": started,
             "finished": utc_now(),

@@ -1,0 +1,44 @@
+"""results/study.md rebuilds byte for byte from what git holds: each study run's summary and curves."""
+
+from __future__ import annotations
+
+import json
+
+from optbench.checkout import repo_root
+from optbench.experiments.study import run_study
+from optbench.experiments.study_format import headline, markdown, run_stamp
+from optbench.experiments.study_plan import CURVES, StudySpec, candidate_runs
+
+
+def _refuse(config) -> None:
+    raise AssertionError(f"the committed study lacks the finished run {config.run_id}: it would train")
+
+
+def test_the_committed_study_page_rebuilds_from_the_committed_runs():
+    """No run trains (every one the study needs is committed) and the page comes out as committed. The validation
+    set's statistics come from study.json: ``make study`` recomputes them from the corpus, which a test does not
+    build."""
+    results = repo_root() / "results"
+    committed = json.loads((results / "study.json").read_text(encoding="utf-8"))
+    study = run_study(StudySpec(results_dir=str(results)), launcher=_refuse, progress=lambda _line: None,
+                      validation=committed["validation"])
+    page = markdown(study, committed["command"], run_stamp(study))
+    assert page == (results / "study.md").read_text(encoding="utf-8")
+    # docs/results.md's headline is the same runs' every target, as make study wrote it
+    assert headline(study) in (repo_root() / "docs" / "results.md").read_text(encoding="utf-8")
+
+
+def test_every_committed_study_run_is_tracked_whole():
+    """Each run the page cites has its summary, config and curves in git, and none of its full metrics."""
+    import subprocess
+
+    root = repo_root()
+    tracked = set(subprocess.run(["git", "ls-files", "results/runs"], cwd=root, capture_output=True, text=True,
+                                 check=True).stdout.split())
+    cited = [run.run_id for run in candidate_runs(StudySpec())
+             if (root / "results" / "runs" / run.run_id / "summary.json").is_file()]
+    assert len(cited) >= 60
+    for run_id in cited:
+        for name in ("summary.json", "config.yaml", CURVES):
+            assert f"results/runs/{run_id}/{name}" in tracked, f"{run_id}/{name} is not committed"
+        assert f"results/runs/{run_id}/metrics.jsonl" not in tracked
