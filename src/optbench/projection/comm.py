@@ -105,7 +105,7 @@ def all_to_all_s(send_bytes: float, ranks: Sequence[int], net: Interconnect) -> 
         local = count - 1
         remote = n - 1 - local
         nvlink = send_bytes * local / n / net.nvlink_effective
-        network = send_bytes * remote / n / net.all_to_all_network_effective
+        network = send_bytes * remote / n / net.network_effective
         worst = max(worst, nvlink, network)
     return worst
 
@@ -133,7 +133,7 @@ def flex_all_to_all_s(copy_bytes: float, topk: int, experts: int, ranks: Sequenc
     worst = 0.0
     for block, count in members.items():
         nvlink = copy_bytes * (count - 1) * hit(1) / net.nvlink_effective
-        network = copy_bytes * sum(hit(c) for other, c in members.items() if other != block) / net.all_to_all_network_effective
+        network = copy_bytes * sum(hit(c) for other, c in members.items() if other != block) / net.network_effective
         worst = max(worst, nvlink, network)
     return worst
 

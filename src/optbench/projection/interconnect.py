@@ -6,9 +6,7 @@ NVL72 racks). Every figure carries its source and a confidence; the achievable f
 
 * NVLink: ring collectives reach about 80 % of the per-direction link bandwidth (8x H100 nccl-tests
   ring all-reduce bus bandwidth is commonly 360-390 GB/s of 450; NVLS can exceed it, not modelled);
-* network: about 85 % of the NIC line rate (NDR 400 Gb/s = 50 GB/s gives 42-46 GB/s bus bandwidth); the MoE
-  all-to-all's network part at the rate NCCL's maintainers give for one NIC where they give one
-  (``optbench/data/all_to_all.csv``: 48 of 50 GB/s for ConnectX-7 NDR), else at the same 85 %;
+* network: about 85 % of the NIC line rate (NDR 400 Gb/s = 50 GB/s gives 42-46 GB/s bus bandwidth);
 * HBM: 75 % of the datasheet bandwidth for element-wise optimizer kernels (the same assumption as
   :class:`optbench.optim.assignment.CostModel`).
 
@@ -57,9 +55,6 @@ class Interconnect:
     """Sources of the NVLink, network and HBM figures."""
     confidence: str
     """datasheet, vendor page or third-party."""
-    all_to_all_network_efficiency: float = 0.0
-    """Fraction of the NIC line rate an all-to-all's network part achieves where NCCL's maintainers published it
-    for this NIC (data/all_to_all.csv); 0: not published, ``network_efficiency`` is used."""
 
     @property
     def nvlink_effective(self) -> float:
@@ -70,12 +65,6 @@ class Interconnect:
     def network_effective(self) -> float:
         """Achievable network bytes/s per GPU per direction."""
         return self.network_bytes_per_s * self.network_efficiency
-
-    @property
-    def all_to_all_network_effective(self) -> float:
-        """Achievable network bytes/s per GPU per direction of an all-to-all (the published rate, else the
-        collectives' assumed fraction)."""
-        return self.network_bytes_per_s * (self.all_to_all_network_efficiency or self.network_efficiency)
 
     @property
     def hbm_effective(self) -> float:
@@ -99,7 +88,6 @@ class Interconnect:
                 "nvlink": self.nvlink_efficiency,
                 "network": self.network_efficiency,
                 "hbm": self.hbm_efficiency,
-                **({"all_to_all_network": self.all_to_all_network_efficiency} if self.all_to_all_network_efficiency else {}),
             },
             "nic": self.nic,
             "sources": list(self.sources),
@@ -108,18 +96,9 @@ class Interconnect:
 
 
 @lru_cache(maxsize=1)
-def all_to_all_rates() -> dict[str, float]:
-    """NIC -> the fraction of its line rate an all-to-all reaches, from data/all_to_all.csv (published figures)."""
-    text = resources.files("optbench.data").joinpath("all_to_all.csv").read_text()
-    return {row["nic"]: float(row["all_to_all_gb_s_per_gpu"]) / float(row["line_gb_s_per_gpu"])
-            for row in csv.DictReader(text.splitlines())}
-
-
-@lru_cache(maxsize=1)
 def interconnect_catalog() -> dict[str, Interconnect]:
     """Every row of data/interconnect.csv, by GPU."""
     text = resources.files("optbench.data").joinpath("interconnect.csv").read_text()
-    rates = all_to_all_rates()
     catalog = {}
     for row in csv.DictReader(text.splitlines()):
         catalog[row["gpu"]] = Interconnect(
@@ -136,7 +115,6 @@ def interconnect_catalog() -> dict[str, Interconnect]:
             nic=row["nic"],
             sources=(row["source_nvlink"], row["source_network"], row["source_hbm"]),
             confidence=row["confidence"],
-            all_to_all_network_efficiency=rates.get(row["nic"], 0.0),
         )
     return catalog
 
