@@ -42,3 +42,19 @@ def test_every_committed_study_run_is_tracked_whole():
         for name in ("summary.json", "config.yaml", CURVES):
             assert f"results/runs/{run_id}/{name}" in tracked, f"{run_id}/{name} is not committed"
         assert f"results/runs/{run_id}/metrics.jsonl" not in tracked
+
+
+def test_a_study_refuses_a_corpus_its_runs_did_not_train_on():
+    """pydocs is built from the running Python's stdlib: another Python's corpus would validate other text."""
+    import pytest
+
+    from optbench.errors import UserError
+
+    results = repo_root() / "results"
+    committed = json.loads((results / "study.json").read_text(encoding="utf-8"))
+    assert committed["validation"]["corpus"].startswith("Megatron indexed data")
+    other = {**committed["validation"], "corpus": "Megatron indexed data, 2 prefix(es), 590 documents, 1,020,000 tokens"}
+    with pytest.raises(UserError) as refused:
+        run_study(StudySpec(results_dir=str(results)), launcher=_refuse, progress=lambda _line: None, validation=other)
+    line = refused.value.lines()[0]
+    assert line.startswith("error: data: the corpus here (") and "Python 3." in line and "trained on" in line

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from optbench.errors import Problem, UserError
 from optbench.experiments import study_stats as stats
 from optbench.experiments.study_plan import (
     ARMS,
@@ -25,6 +26,18 @@ def ns_precision(runs: list[dict]) -> str | None:
     differ, None when none recorded it (runs before 2026-11-28)."""
     seen = sorted({r["ns_precision"] for r in runs if r["ns_precision"]})
     return None if not seen else seen[0] if len(seen) == 1 else "mixed: " + ", ".join(seen)
+
+
+def check_corpus(runs: list[dict], validation: dict | None) -> None:
+    """Refuse a study whose validation set comes from another corpus than its runs trained on: pydocs is built from
+    the running Python's own stdlib, so another Python builds another corpus (a run records its corpus in its
+    summary's ``data.description``)."""
+    here = (validation or {}).get("corpus")
+    other = next((r for r in runs if here and r["corpus"] and r["corpus"] != here), None)
+    if other is not None:
+        raise UserError(Problem("data", f"the corpus here ({here}) is not the one {other['run_id']} trained on "
+                                        f"({other['corpus']}): pydocs is built from this Python's stdlib, the runs' was "
+                                        f"Python {other['python']}; analyse them with that Python, or move them away"))
 
 
 def run_study(spec: StudySpec, launcher: Callable | None = None, progress: Callable[[str], None] = print,
@@ -53,6 +66,7 @@ def run_study(spec: StudySpec, launcher: Callable | None = None, progress: Calla
     }
     first = next(iter(held_out.values()))[0]
     every = [r for by_lr in tuning.values() for v in by_lr.values() for r in v] + [r for v in held_out.values() for r in v]
+    check_corpus(every, validation)
     horizon = first["val"][-1][0] * first["tokens_per_step"]
     targets = stats.targets_from(tuning, winners, horizon)
     metrics = {arm: stats.held_out_metrics(runs, targets, horizon) for arm, runs in held_out.items()}

@@ -69,6 +69,7 @@ def validation_set(config: RunConfig) -> dict:
     for index in range(sequences):
         seen += bool(_contained(_window_hashes(stream.valid.sample(index)), seen_in_training).mean() >= SEEN_SHARE)
     return {
+        "corpus": stream.text,
         "sequences": sequences,
         "tokens_predicted": sequences * train.seq_length,
         "split": data.split,

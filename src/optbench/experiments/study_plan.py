@@ -278,4 +278,5 @@ def _read_run(folder: Path) -> dict:
         "finished": summary.get("finished"),
         "python": (summary.get("versions") or {}).get("python"),
         "ns_precision": summary.get("ns_matmul_precision"),
+        "corpus": (summary.get("data") or {}).get("description"),
     }
