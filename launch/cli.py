@@ -47,7 +47,7 @@ from optbench.redact import recorded_overrides, remember_typed_secrets
 
 def wants_debug(overrides: Sequence[str]) -> bool:
     """debug=true must be known before composing, so that composition errors keep their traceback."""
-    return any(split_override(o)[0] == "debug" and split_override(o)[1].strip().lower() == "true" for o in overrides)
+    return any(key == "debug" and value.strip().lower() == "true" for key, value in map(split_override, overrides))
 
 
 def cmd_recipes(_: argparse.Namespace) -> int:

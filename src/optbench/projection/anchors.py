@@ -13,7 +13,6 @@ holds the file to live solving.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,6 @@ def anchors_document(solved: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@lru_cache(maxsize=4)
 def _document(results_dir: str | None) -> dict[str, Any]:
     """anchors.json when it was solved at today's default assumptions, else {} (a stale file is never used)."""
     path = Path(results_dir or repo_root() / "results") / ANCHORS

@@ -246,14 +246,19 @@ def solve_on(row: PublishedRow, assumptions: Assumptions) -> Calibration | str:
     )
 
 
+def _plans_from_committed(published: str, holdout: Holdout) -> bool:
+    """Whether a calibration may read what ``make projection`` committed (the carried table, the solved anchors): a
+    plan's, on the repository's published rows with nothing held out; a validation scheme refits without its rows."""
+    return holdout == NO_HOLDOUT and Path(published) == default_published_dir(repo_root() / "results")
+
+
 @lru_cache(maxsize=512)
 def _calibrate(
     model: str, gpu: str, precision: str, release: str | None, published: str, assumptions: Assumptions, holdout: Holdout
 ) -> Calibration | None:
     """Solved on the best anchor row of the model on its own GPU; without one, from the carried table."""
     rows = load_published(published)
-    committed = holdout == NO_HOLDOUT and assumptions == DEFAULT_ASSUMPTIONS and Path(published) == default_published_dir(
-        repo_root() / "results")
+    committed = _plans_from_committed(published, holdout) and assumptions == DEFAULT_ASSUMPTIONS
     stored, unsolved = (committed_anchors(), committed_unsolved()) if committed else ({}, {})
     for row in ranked_anchors(model, gpu, release, rows, holdout, precision, load_inconsistent(published)):
         if row.gpu != gpu:
@@ -268,8 +273,7 @@ def _calibrate(
 def _carried(model: str, gpu: str, release: str | None, published: str, holdout: Holdout) -> Calibration | None:
     """The efficiency of the carried table (:mod:`optbench.projection.carried`): the committed one for a plan, one
     refitted without the held-out rows for a validation scheme."""
-    committed = holdout == NO_HOLDOUT and Path(published) == default_published_dir(repo_root() / "results")
-    table = (committed_table() if committed else None) or fitted_without(published, holdout)
+    table = (committed_table() if _plans_from_committed(published, holdout) else None) or fitted_without(published, holdout)
     if table is None or release is None:
         return None
     efficiency, how = table.efficiency(model, gpu, release)
