@@ -153,4 +153,3 @@ clean: ## Remove run outputs (new runs, plans, wandb, checkpoints) and caches; k
 	rm -rf results/plans results/sweeps results/wandb results/checkpoints .pytest_cache
 	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then git clean -fdxq -- results/runs; else rm -rf results/runs; fi
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
-	$(PY) -c 'from optbench.compose.merge_cache import clear; from optbench.checkout import repo_root; clear(repo_root())' 2>/dev/null || true

@@ -10,9 +10,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# Every test composes from Hydra or from its own process's kept merges, never from merges an earlier run left on
-# disk (tests/test_merge_cache.py turns the disk cache on where it is the subject); subprocesses inherit this.
-os.environ["OPTBENCH_COMPOSE_CACHE"] = "off"
 ON_0_3_1 = "cluster.container=nemo:26.02.01"
 """For tests that describe Bridge 0.3.1 / Core 0.16.1 (the main venv's Core, NVIDIA's executed 0.3.1 presets, the
 blog's jobs): they name that container, since the default is the newest proven one. Every container, the default
@@ -33,17 +30,6 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
     lines = collection_path.read_text(encoding="utf-8").splitlines()
     return True if any(line.startswith(SLOW_MODULE) for line in lines) else None
-
-
-def composed_by_hydra_in_full(recipe: str, overrides: list[str]):
-    """compose_dictconfig with Hydra composing the run in full: no merge kept and none by our own defaults merge
-    (errors translated the same way). With group choices alone, that is Hydra's merge of them."""
-    from optbench.compose import recipe as recipe_module
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(recipe_module, "compose_with_kept_groups",
-                      lambda root, name, typed, compose, merge=None: compose(typed))
-        return recipe_module.compose_dictconfig(recipe, overrides)
 
 
 def published_subset(results: Path) -> Path:

@@ -76,3 +76,16 @@ def test_no_import_cycles():
     graph = grimp.build_graph("optbench", "launch")
     edges = {module: set(graph.find_modules_directly_imported_by(module)) for module in graph.modules}
     assert strongly_connected(edges) == []
+
+
+PRIVATE_MACHINERY = ("hydra._internal", "omegaconf._utils", "_set_flag", "_get_node", "pickle")
+"""What composing through Hydra's and OmegaConf's public API leaves out: their private modules and node methods,
+and pickled configs (a cache a maintainer would carry across upgrades of either)."""
+
+
+def test_composition_uses_hydras_public_api_only():
+    found = [f"{path.relative_to(REPO)}:{number}: {word}"
+             for folder in ("src", "launch") for path in sorted((REPO / folder).rglob("*.py"))
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             for word in PRIVATE_MACHINERY if word in line]
+    assert found == []

@@ -41,13 +41,36 @@ def test_composing_without_hydras_unused_groups_gives_hydras_full_composition(re
 
     overrides = ["train.mbs=1"]
     ours = compose_dictconfig(recipe, overrides)
-    _register_schema()  # our merge reads the schema without Hydra's config store; Hydra's full one needs it there
+    _register_schema()
     with initialize_config_dir(config_dir=str(REPO / "recipes"), version_base="1.3"):
         full = compose(
             config_name=recipe,
             overrides=[f"hydra.searchpath=[file://{REPO / 'conf'}]", f"++recipe={recipe}", *overrides],
         )
     assert OmegaConf.to_yaml(ours) == OmegaConf.to_yaml(full)
+
+
+RELEASE_CASES = [
+    ("kimi_k2_muon", []),  # the default container's preset: Kimi K2's layout and batch from a later Bridge
+    ("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.06"]),
+    ("deepseek_v3_adamw", ["cluster.container=nemo:26.08", "train.gbs=4096"]),
+    ("qwen3_30b_a3b_muon", ["intent=reproduce", "parallel.tp=1"]),
+]
+
+
+@pytest.mark.parametrize(("recipe", "overrides"), RELEASE_CASES)
+def test_a_releases_layout_is_the_run_hydra_composes_with_its_overrides_typed_first(recipe, overrides) -> None:
+    """compose_run sets the release's values on the composed config (OmegaConf.update, as Hydra applies a value
+    override) instead of composing again: the run must be the one Hydra composes with them typed before the user's."""
+    from optbench.compose.recipe import compose_dictconfig
+    from optbench.compose.release_layout import layout_overrides
+    from optbench.config.serialize import to_run_config
+
+    run = compose_run(recipe, overrides)
+    first = to_run_config(compose_dictconfig(recipe, overrides))
+    release = layout_overrides(first, overrides)
+    assert release, "a case without a release layout tests nothing"
+    assert run == to_run_config(compose_dictconfig(recipe, [*release, *overrides]))
 
 
 def test_recipe_file_is_short_and_says_what_it_reproduces() -> None:

@@ -10,19 +10,16 @@ one line names the field.
 from __future__ import annotations
 
 import functools
-import pickle
 import re
-from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from optbench.checkout import repo_root
 from optbench.compose import release_layout
 from optbench.compose.config_files import check_config_files
 from optbench.compose.pipeline import follow_stage_overrides
-from optbench.compose.reuse import compose_with_kept_groups
 from optbench.config import overrides as typed
 from optbench.config.domains import check_domains
 from optbench.config.schema import RunConfig
@@ -128,7 +125,11 @@ def _register_schema() -> None:
 
 
 def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig:
-    """Hydra composition of recipes/<recipe>.yaml with conf/ groups and the overrides, typed by the schema."""
+    """Hydra composition of recipes/<recipe>.yaml with conf/ groups and the overrides, typed by the schema.
+
+    Composed by :func:`hydra.compose` alone, once per call: no merge of our own, no cache, nothing of Hydra's
+    internals, so a Hydra or OmegaConf upgrade composes what Hydra composes (about 0.25 s warm on 2 cores)."""
+    from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
     root = repo_root()
@@ -141,21 +142,13 @@ def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig
     search = f"hydra.searchpath=[file://{root / 'conf'}]"
     # compose() never configures logging, launches, sweeps, prints help or makes an output folder, and drops
     # the hydra node from what it returns: Hydra's configs for those would be loaded and merged for nothing
-    # (the six groups removed here were 13 % of a composition, 0.093 -> 0.081 s warm, the logging ones an eighth
-    # before; the composed run is the same: tests/test_recipes.py).
+    # (about an eighth of a composition; the composed run is the same: tests/test_recipes.py).
     quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none", *(f"~hydra/{group}" for group in _UNUSED_HYDRA)]
 
-    def hydra_compose(typed_overrides: Sequence[str]) -> DictConfig:
-        from hydra import compose, initialize_config_dir
-
-        _register_schema()  # only when Hydra merges: a kept merge is typed already
+    def attempt(typed_overrides: Sequence[str]) -> DictConfig:
+        _register_schema()
         with initialize_config_dir(config_dir=str(root / "recipes"), version_base="1.3"):
             return compose(config_name=recipe, overrides=[search, *quiet, f"++recipe={recipe}", *typed_overrides])
-
-    native_merge = defaults_merge_of(root, recipe)
-
-    def attempt(typed_overrides: Sequence[str]) -> DictConfig:
-        return compose_with_kept_groups(root, recipe, typed_overrides, hydra_compose, merge=native_merge)
 
     failures = (HydraException, OmegaConfBaseException, ValueError, AssertionError)
     try:
@@ -166,46 +159,6 @@ def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig
             culprit = _first_failing(overrides, attempt, failures)
             error = UserError(Problem(typed.typed_key(culprit) or "overrides", error.problems[0].message))
         raise error from err
-
-
-def defaults_merge_of(root: Path, recipe: str) -> Callable[[Sequence[str]], DictConfig | None]:
-    """What ``hydra_compose(groups)`` of :func:`compose_dictconfig` composes, merged by
-    :mod:`optbench.compose.defaults_merge` (about a quarter of Hydra's time); None where that module does not
-    cover the composition or the merge fails (Hydra then composes it and raises its own error)."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from optbench.compose import defaults_merge
-    from optbench.compose.loaded_files import file_data, kept_for_files
-
-    def merge(groups: Sequence[str]) -> DictConfig | None:
-        try:
-            cfg = defaults_merge.merged(root, recipe, groups, file_data, (SCHEMA_NAME, _schema_node),
-                                         kept_for_files())
-            named = OverridesParser.create().parse_overrides([f"++recipe={recipe}"])
-            ConfigLoaderImpl._apply_overrides_to_config(named, cfg)
-        except Exception:  # noqa: BLE001 - Hydra composes it again and raises its own error, as without this path
-            return None
-        return cfg
-
-    return merge
-
-
-def _schema_node() -> DictConfig:
-    """The schema as Hydra's config store hands it to a composition: a fresh copy of ``OmegaConf.structured`` of
-    it (what the store keeps), from pickled bytes (a sixth of the store's deep copy)."""
-    return pickle.loads(_structured_schema())
-
-
-@functools.cache
-def _structured_schema() -> bytes:
-    from omegaconf import OmegaConf
-
-    # Its nodes are built here, so they need not be deep-copied into their parents (a third of the time): the
-    # flag is cleared again, and the node is the one OmegaConf.structured(RunConfig) gives (tests/test_defaults_merge).
-    node = OmegaConf.structured(RunConfig, flags={"no_deepcopy_set_nodes": True})
-    node._set_flag("no_deepcopy_set_nodes", None)
-    return pickle.dumps(node, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _first_failing(overrides: Sequence[str], attempt, failures: tuple) -> str:
@@ -240,28 +193,16 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
     run = _checked(cfg, overrides)
     # A later container's preset may hold another layout than the recipe's (Bridge 0.3.1) one: NVIDIA's values
     # go in as if typed before the user's overrides (the user's win; the plan lists them as departures).
-    release = release_layout.layout_overrides(run, overrides)
+    release = release_layout.layout_values(run, overrides)
     if release:
-        _apply_before_user(cfg, release)
-        # The release's values are NVIDIA's numbers and names, never an account or a credential: the secret
-        # check of the first pass still holds.
-        run = _checked(cfg, [*release, *overrides], secrets_checked=True)
+        # Set as Hydra sets a value override (OmegaConf.update, merging): the config composing the release's
+        # overrides before the user's gives, since none of them names a field, or a group, the user typed. They
+        # are NVIDIA's numbers and names, never an account or a credential: the first secret check still holds.
+        for field, value in release.items():
+            OmegaConf.update(cfg, field, value, merge=True)
+        run = _checked(cfg, [*release_layout.layout_overrides(run, overrides), *overrides], secrets_checked=True)
     follow_stage_overrides(run, overrides)
     return run
-
-
-def _apply_before_user(cfg: DictConfig, release: Sequence[str]) -> None:
-    """Apply the release's value overrides to a composed config as Hydra applies value overrides.
-
-    :func:`release_layout.layout_overrides` never names a field the user typed, nor one of a group the user
-    gave another option (Hydra applies a group choice before every value override, so one that restates the
-    recipe's is no obstacle), so applying them after the user's overrides gives the config that composing
-    ``[*release, *user]`` gives, without composing the recipe a second time.
-    """
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(list(release)), cfg)
 
 
 def _checked(cfg: DictConfig, overrides: Sequence[str], secrets_checked: bool = False) -> RunConfig:

@@ -61,16 +61,16 @@ def release_values(run: RunConfig) -> dict[str, Any]:
     return values
 
 
-def layout_overrides(run: RunConfig, user_overrides: Sequence[str]) -> list[str]:
-    """Hydra overrides that give ``run`` its release's layout, less what the user set (field or whole group; a
-    group typed as the recipe picks it is no choice: :mod:`optbench.compose.recipe_choice`)."""
+def layout_values(run: RunConfig, user_overrides: Sequence[str]) -> dict[str, Any]:
+    """The fields (and values) that give ``run`` its release's layout, less what the user set (field or whole
+    group; a group typed as the recipe picks it is no choice: :mod:`optbench.compose.recipe_choice`)."""
     # A sweep over precision=bf16,mxfp8 compares against the recipe's own MXFP8 run, FP8 attention and all.
     user_overrides = [o for o in user_overrides if not restates_recipe_choice(run.recipe, o)]
     typed = set(typed_keys(user_overrides))
     groups = typed & set(CONFIG_GROUPS)
     supplied = preset_fields(run.intent)
     kept = {supplied.get(key) for key in presets.departure_reasons(run.recipe)}
-    out = []
+    out = {}
     # The preset's sequence parallelism goes with its TP: on a TP the user set to 1, Megatron refuses it.
     follows_tp = "parallel.tp" in typed and run.parallel.tp == 1
     for field, value in release_values(run).items():
@@ -79,5 +79,10 @@ def layout_overrides(run: RunConfig, user_overrides: Sequence[str]) -> list[str]
         if field == "parallel.sequence_parallel" and follows_tp:
             continue
         if _current(run, field) != value:
-            out.append(format_override(field, value))
+            out[field] = value
     return out
+
+
+def layout_overrides(run: RunConfig, user_overrides: Sequence[str]) -> list[str]:
+    """:func:`layout_values` as Hydra overrides, typed before the user's own."""
+    return [format_override(field, value) for field, value in layout_values(run, user_overrides).items()]

@@ -82,8 +82,8 @@ def _unknown_keys(node: Any, path: str = "") -> list[str]:
         full = f"{path}.{key}" if path else str(key)
         if known is not None and key not in known:
             found.append(full)
-        else:
-            found += _unknown_keys(node._get_node(key), full)
+        elif not OmegaConf.is_interpolation(node, key):  # an interpolated value is checked where it points
+            found += _unknown_keys(node[key], full)
     return found
 
 
