@@ -24,10 +24,10 @@ from typing import Any
 
 from optbench.bridge.cpu_check.environments import Target, targets
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_json
-from optbench.plan_format import PLAN_FILE
-from optbench.plan_types import Plan
+from optbench.common.errors import Problem, UserError
+from optbench.common.io import atomic_write_json
+from optbench.runs.plan_file import PLAN_FILE
+from optbench.plan.types import Plan
 from optbench.releases.versions import container_of
 
 CHECKS = ("bridge",)

@@ -27,7 +27,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from optbench.make_args import (
+from optbench.common.make_args import (
     PLAN_CHECK_ENV,
     PLAN_COMPARE_ENV,
     SEARCH_FIX_ENV,
@@ -38,10 +38,10 @@ from optbench.make_args import (
 )
 from optbench.compose.recipe import list_recipes
 from optbench.config.overrides import check_repeated, split_override, typed_keys
-from optbench.errors import EXIT_USER_ERROR, UserError
-from optbench.exits import exit_on_user_error
+from optbench.common.errors import EXIT_USER_ERROR, UserError
+from optbench.common.exits import exit_on_user_error
 from optbench.metrics.summary import COMMAND_ENV
-from optbench.redact import recorded_overrides, remember_typed_secrets
+from optbench.common.redact import recorded_overrides, remember_typed_secrets
 
 
 

@@ -35,9 +35,9 @@ from launch.jobs import (
 from launch.preflight import cluster_notes
 from optbench.compose.recipe import compose_run
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_json
-from optbench.plan_types import Plan
+from optbench.common.errors import Problem, UserError
+from optbench.common.io import atomic_write_json
+from optbench.plan.types import Plan
 from optbench.plan import (
     build_plan,
     claim_results,
@@ -47,7 +47,7 @@ from optbench.plan import (
     replaced_plan_note,
     write_plan,
 )
-from optbench.replace import Folder, replacing
+from optbench.common.replace import Folder, replacing
 from optbench.runs import run_dir, save_resolved_config
 from optbench.validate import validate
 
@@ -292,7 +292,7 @@ def launch_bridge_local(run: RunConfig, plan: Plan) -> int:
         "config": str(config_path),
     }
     save_resolved_config(run, config_path)
-    # The job applies the plan beside its config.yaml (optbench.plan_format); a dry run's folder is the plan's own.
+    # The job applies the plan beside its config.yaml (optbench.runs.plan_file); a dry run's folder is the plan's own.
     _record_launch(run, plan, launch, *(() if run.dryrun else (folder / "plan.json",)))
     print(f"  command     {' '.join(command)}")
     if run.dryrun:

@@ -19,12 +19,12 @@ from typing import Optional
 
 from optbench.releases.presets import find_preset
 from optbench.releases.versions import container_of
-from optbench.checkout import repo_root
+from optbench.common.checkout import repo_root
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 from optbench.metrics.wandb_run import JOB_TYPE, wandb_group, wandb_tags
-from optbench.redact import is_secret_name
+from optbench.common.redact import is_secret_name
 
 ENTRY_SCRIPT = Path("src") / "optbench" / "bridge" / "entry.py"
 """The in-container entry point, run by path so that the container needs no install of optbench."""

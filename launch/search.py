@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from optbench.compose.recipe import compose_run
-from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_json
+from optbench.common.errors import Problem, UserError
+from optbench.common.io import atomic_write_json
 from optbench.plan import build_plan, claim_results, plan_path
 from optbench.projection.expected_error import expected_error_text
 from optbench.projection.search import (
@@ -33,7 +33,7 @@ from optbench.projection.search_standing import (
     standing_of,
 )
 from optbench.projection.twin import adamw_twin
-from optbench.tables import console_table
+from optbench.common.tables import console_table
 from optbench.validate import validate
 
 HBM_WARNING = 0.9

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Optional
 
 from launch.jobs import JobSpec, check_path, job_command, job_env, job_mounts, numa_binding, segment_size, slurm_resources
-from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_bytes, atomic_write_text
-from optbench.redact import REDACTED, redact_text, run_secrets
+from optbench.common.errors import Problem, UserError
+from optbench.common.io import atomic_write_bytes, atomic_write_text
+from optbench.common.redact import REDACTED, redact_text, run_secrets
 
 TASK_TEMPLATE = """
 set -euo pipefail

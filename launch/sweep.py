@@ -37,13 +37,13 @@ from launch.jobs import JobSpec
 from optbench.compose.recipe import check_typed_overrides, compose_run
 from optbench.config.overrides import split_override, typed_keys
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_json
+from optbench.common.errors import Problem, UserError
+from optbench.common.io import atomic_write_json
 from optbench.plan import build_plan, claim_results
-from optbench.plan_types import Plan
+from optbench.plan.types import Plan
 from optbench.projection.ranking import print_ranking
-from optbench.redact import SecretProblem, is_secret_name, recorded_overrides
-from optbench.replace import Folder, replacing
+from optbench.common.redact import SecretProblem, is_secret_name, recorded_overrides
+from optbench.common.replace import Folder, replacing
 from optbench.runs import new_run_id, run_dir, save_resolved_config
 from optbench.validate import validate
 

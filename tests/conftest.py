@@ -61,7 +61,7 @@ def results_dir(tmp_path: Path) -> Path:
 
 def marked_results(path: Path) -> Path:
     """A results folder as optbench makes one (created, with its marker), for tests that fill it by hand."""
-    from optbench.outputs import claim
+    from optbench.common.outputs import claim
 
     return claim(path, "results_dir", "results")
 
@@ -76,7 +76,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> 
 
 def make_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment without what an enclosing make hands down (``make test PYTEST_ADDOPTS=...``), plus ``extra``."""
-    from optbench.make_args import environment_for_make
+    from optbench.common.make_args import environment_for_make
 
     return environment_for_make(extra)
 

@@ -14,7 +14,7 @@ from optbench.compose.recipe import compose_run
 from optbench.config.layout import derive_layout
 from optbench.plan import build_plan, format_summary
 from optbench.projection.row_config import row_run
-from optbench.published import load_published
+from optbench.catalog.published import load_published
 from optbench.validate import above, collect_problems, validate
 
 REPO = Path(__file__).resolve().parents[1]

@@ -33,7 +33,7 @@ from optbench.bridge.adapter import bridge_overrides, bridge_recipe, bridge_setu
 from optbench.releases.hydra_values import hydra_value
 from optbench.compose.recipe import compose_run, list_group_options, list_recipes
 from optbench.config.schema import RunConfig
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.resolve import resolve
 
 RESULTS = "/nonexistent/optbench-results"

@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, marked_results, run_make
 from launch.bridge_check import SCRIPT, refusal, report_lines, wanted_check
 from optbench.bridge.cpu_check import environments
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.releases import versions
 
 OK = {"container": "nemo:26.08", "megatron_bridge": "0.6.0", "megatron_core": "0.19.0", "gpu": "gb300", "world_size": 8,

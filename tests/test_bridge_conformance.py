@@ -324,7 +324,7 @@ def test_moe_graph_and_precision_rules_match_the_installed_bridge_and_core(targe
     assert "mla_up_proj in recompute_modules is only supported with" in config, target.core
     assert "Delayed scaling does not support moe_act and layernorm recompute" in config, target.core
     assert ("fp8_output_proj requires fp8_recipe='mxfp8'" in config) == versions.has_field(container, "model.fp8_output_proj")
-    from optbench.validate_optimizer import MUON_REFUSES_DIST_OPTIMIZER
+    from optbench.validate.optimizer import MUON_REFUSES_DIST_OPTIMIZER
 
     optimizers = " ".join(path.read_text() for path in (core.parents[2] / "optimizer").glob("*.py"))
     assert versions.behaviour(container, MUON_REFUSES_DIST_OPTIMIZER) == (

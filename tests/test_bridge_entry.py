@@ -21,7 +21,7 @@ from test_bridge_source import bridge_override_module, stand_in_container
 from optbench.bridge.adapter import bridge_setup
 from optbench.bridge.entry import build_config_container, run_bridge
 from optbench.compose.recipe import compose_run
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.plan import build_plan
 from optbench.resolve import resolve
 from optbench.runs import save_resolved_config

@@ -13,7 +13,7 @@ import pytest
 from optbench.releases import presets, versions
 from optbench.bridge.adapter import bridge_setup, override_items
 from optbench.compose.recipe import compose_run
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.resolve import resolve
 
 pytestmark = pytest.mark.slow  # checks every container's Bridge fields; `make test-fast` skips it

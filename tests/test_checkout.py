@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from optbench.checkout import repo_root
+from optbench.common.checkout import repo_root
 
 SOURCE = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_cli, run_make
-from optbench.make_args import overrides_from_make, split_make_words
-from optbench.exits import exit_on_user_error
+from optbench.common.make_args import overrides_from_make, split_make_words
+from optbench.common.exits import exit_on_user_error
 
 pytestmark = pytest.mark.slow  # runs the launcher in subprocesses; `make test-fast` skips it
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import run_cli
 from optbench.compose.recipe import compose_run
 from optbench.config.domains import DOMAINS, MAX_EXPERT_LAYERS, Folder, leaf_fields
-from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_json, dumps_strict
+from optbench.common.errors import Problem, UserError
+from optbench.common.io import atomic_write_json, dumps_strict
 from optbench.metrics.jsonl import JsonlAppender
 from optbench.validate import collect_problems
 

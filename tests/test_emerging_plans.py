@@ -8,7 +8,7 @@ from conftest import run_cli
 from optbench.accounting.optimizer_work import matrix_state_bytes, soap_flops
 from optbench.bridge.adapter import override_items
 from optbench.compose.recipe import compose_run
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.resolve import resolve
 from optbench.validate import collect_problems, validate
 

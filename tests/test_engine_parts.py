@@ -24,7 +24,7 @@ from optbench.engine.local.data import (
 from optbench.engine.local.model import build_model, hf_config
 from optbench.engine.local.runtime import cpu_matmul_probe
 from optbench.engine.local.schedule import learning_rate
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 
 
 @pytest.mark.parametrize("recipe", ["kimi_k2_tiny_muon", "qwen3_moe_tiny_muon", "deepseek_v3_tiny_muon"])

@@ -18,7 +18,7 @@ import torch
 from optbench.compose.recipe import compose_run
 from optbench.engine.local import launch_local
 from optbench.engine.local.checkpoint import LATEST, checkpoint_dir
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.metrics import STEP_FIELDS, SUMMARY_FIELDS, offline_run_dirs, read_metrics, read_offline_run
 from optbench.runs import load_resolved_config, run_dir, save_resolved_config
 

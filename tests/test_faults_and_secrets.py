@@ -17,7 +17,7 @@ from optbench.compose.recipe import compose_run
 from optbench.config.schema import RunConfig
 from optbench.engine.local import launch_local
 from optbench.engine.local.checkpoint import LATEST, MANIFEST, checkpoint_dir, complete_steps
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.metrics import read_metrics
 from optbench.report.throughput import write_throughput
 from optbench.runs import lock_run_dir, unlock_run_dir

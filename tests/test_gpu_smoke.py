@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO
 from optbench.bridge.one_gpu import arms, no_te, page
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 
 
 def test_the_gpu_torch_names_maps_to_our_cluster_and_an_unknown_one_is_one_line():

@@ -9,7 +9,7 @@ from importlib.metadata import version
 import pytest
 
 from conftest import REPO
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 
 
 def _tool():

@@ -17,7 +17,7 @@ from optbench.corpus.indexed import read_index, write_indexed
 from optbench.corpus.prepare import Part, parts_from_folder, prepare
 from optbench.engine.local import launch_local
 from optbench.engine.local.indexed_data import build_indexed_stream
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.metrics import read_metrics
 
 pytestmark = pytest.mark.slow  # builds datasets and trains on them; `make test-fast` skips it

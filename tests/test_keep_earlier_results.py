@@ -9,8 +9,8 @@ import pytest
 from test_launch_slurm import launch
 
 from launch import slurm
-from optbench.errors import UserError
-from optbench.replace import Folder, replacing
+from optbench.common.errors import UserError
+from optbench.common.replace import Folder, replacing
 
 pytestmark = pytest.mark.slow  # launches and kills runs; `make test-fast` skips it
 

@@ -9,7 +9,7 @@ import pytest
 from test_launch_slurm import ACCOUNT, launch
 
 from launch.sweep import expand_overrides, plan_sweep, point_name
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 
 pytestmark = pytest.mark.slow  # renders sweeps through NeMo-Run; `make test-fast` skips it
 

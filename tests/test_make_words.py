@@ -11,8 +11,8 @@ import sys
 import pytest
 from conftest import REPO, run_make
 
-from optbench.errors import UserError
-from optbench.make_args import MAKE_VARIABLES, check_make_variables
+from optbench.common.errors import UserError
+from optbench.common.make_args import MAKE_VARIABLES, check_make_variables
 
 
 def _check(goals: str, typed: str) -> None:

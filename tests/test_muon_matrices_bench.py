@@ -15,7 +15,7 @@ from optbench.bench import muon_matrices
 from optbench.bench.grouped_gemm_report import fit_slowdown
 from optbench.bench.muon_matrices_price import GRAM_GRID, gram_slowdown_points
 from optbench.bench.muon_matrices_report import markdown
-from optbench.checkout import repo_root
+from optbench.common.checkout import repo_root
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.work import muon_matrix_cost, ns_gram_slowdown
 from conftest import squeezed

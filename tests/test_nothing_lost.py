@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 from test_outputs import killed_in_block
 
-from optbench.replace import JOURNAL_PREFIX
+from optbench.common.replace import JOURNAL_PREFIX
 
 pytestmark = pytest.mark.slow  # runs make data, make table and friends as subprocesses
 
@@ -189,8 +189,8 @@ def test_a_replacement_with_one_read_only_file_writes_none_of_the_others(tmp_pat
     first, locked = tmp_path / "results" / "validation.md", tmp_path / "README.md"
     first.write_text("earlier table\n")
     locked.write_text("the readme\n")
-    code = ("import sys; from optbench.replace import replacing; from optbench.io import atomic_write_text\n"
-            "from optbench.exits import exit_on_user_error\n"
+    code = ("import sys; from optbench.common.replace import replacing; from optbench.common.io import atomic_write_text\n"
+            "from optbench.common.exits import exit_on_user_error\n"
             "with exit_on_user_error():\n"
             "    with replacing(files=[sys.argv[1], sys.argv[2]]):\n"
             "        atomic_write_text(sys.argv[1], 'new'); atomic_write_text(sys.argv[2], 'new')\n")
@@ -234,7 +234,7 @@ def test_a_yaml_alias_bomb_in_conf_local_is_refused_at_once(tmp_path: Path) -> N
     from adversarial.setups import LAUGHS
 
     from optbench.compose.config_files import check_config_files
-    from optbench.errors import UserError
+    from optbench.common.errors import UserError
 
     (tmp_path / "conf" / "local").mkdir(parents=True)
     (tmp_path / "recipes").mkdir()
@@ -270,7 +270,7 @@ def test_make_data_on_a_full_disk_ends_in_one_line_naming_out(tmp_path: Path) ->
 @pytest.mark.parametrize("override", ["optimizer.lr=0.01", "train.seed=3", "run_id=fz3_one", "optimizer=soap",
                                       "optimizer.muon.extra_scale_factor=0.5", "results_dir=/tmp/elsewhere"])
 def test_the_study_refuses_a_typed_value_of_what_it_sets_per_run(override: str) -> None:
-    from optbench.errors import UserError
+    from optbench.common.errors import UserError
     from optbench.experiments.study_plan import StudySpec, check
 
     with pytest.raises(UserError) as refused:
@@ -290,7 +290,7 @@ def test_typed_settings_name_the_study_runs_apart_from_the_plain_studys() -> Non
 
 @pytest.mark.parametrize("summary", ["[1]", "7", "{not json", '{"tokens_per_step": 5}'])
 def test_the_study_refuses_an_earlier_run_it_cannot_read_before_training(tmp_path: Path, summary: str) -> None:
-    from optbench.errors import UserError
+    from optbench.common.errors import UserError
     from optbench.experiments.study_plan import StudySpec, check_finished
 
     folder = tmp_path / "runs" / "study2-cpu-adamw-lr0.0003-s1"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from launch.jobs import numa_binding, numa_rule, segment_size
-from optbench.hardware import gpu_spec
+from optbench.catalog.hardware import gpu_spec
 from optbench.releases import versions
 from optbench.releases.presets import find_preset, load
 from optbench.compose.recipe import compose_run

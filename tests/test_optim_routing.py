@@ -8,7 +8,7 @@ from torch import nn
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from optbench.config.schema import ModelConfig, MuonConfig, OptimizerConfig
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.optim import build_optimizer, mark_qkv, route_parameters
 from optbench.optim.routing import megatron_order, ns_matrix_shapes, qkv_split_shapes_for
 

@@ -23,9 +23,9 @@ from optbench.engine.local.threads import (
     others_busy_cores,
     threads_for,
 )
-from optbench.errors import UserError
-from optbench.outputs import claim, output_problem
-from optbench.replace import ASIDE_INFIX, JOURNAL_PREFIX, recover
+from optbench.common.errors import UserError
+from optbench.common.outputs import claim, output_problem
+from optbench.common.replace import ASIDE_INFIX, JOURNAL_PREFIX, recover
 
 pytestmark = pytest.mark.slow  # kills and restricts subprocesses; `make test-fast` skips it
 
@@ -82,14 +82,14 @@ def _tree(root: Path) -> dict[str, str]:
 KILLED_IN_BLOCK = """
 import os, signal, sys
 from pathlib import Path
-from optbench.replace import Folder, replacing
+from optbench.common.replace import Folder, replacing
 out, moment = Path(sys.argv[1]), sys.argv[2]
 with replacing(folders=[Folder(out)]):
     if moment != "before set-aside":
         out.mkdir()
         (out / "half.txt").write_text("the killed command's partial output")
     if moment.startswith("committed"):
-        import optbench.replace as r
+        import optbench.common.replace as r
         real = r.atomic_write_json
         def then_die(path, data):
             real(path, data)

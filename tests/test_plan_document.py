@@ -9,8 +9,8 @@ import pytest
 from optbench.accounting.plan_fields import ACCOUNTING_KEYS
 from optbench.compose.recipe import compose_run
 from optbench.plan import build_plan, format_summary
-from optbench.plan_format import PLAN_VERSION
-from optbench.plan_types import Plan
+from optbench.runs.plan_file import PLAN_VERSION
+from optbench.plan.types import Plan
 from optbench.validate import validate
 
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from optbench.checkout import repo_root
+from optbench.common.checkout import repo_root
 from optbench.projection.anchors import ANCHORS, FIELDS, anchor_record, committed_anchors, committed_unsolved
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import solve_on
-from optbench.published import default_published_dir, load_published, row_id
+from optbench.catalog.published import default_published_dir, load_published, row_id
 
 
 def test_every_committed_anchor_is_what_live_solving_gives():

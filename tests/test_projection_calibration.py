@@ -16,7 +16,7 @@ from optbench.projection.interconnect import interconnect_for
 from optbench.projection.project import project
 from optbench.projection.release_drift import release_drift, same_configuration
 from optbench.projection.step_model import evaluate
-from optbench.published import load_published
+from optbench.catalog.published import load_published
 from optbench.projection.work import build_inputs
 from optbench.resolve import resolve
 

@@ -15,7 +15,7 @@ from optbench.projection.calibration import Holdout
 from optbench.projection.carried import CarriedTable, committed_table, fitted_without
 from optbench.projection.copy_baseline import nearest
 from optbench.projection.expected_error import SCHEME_LABELS
-from optbench.published import load_published, row_id
+from optbench.catalog.published import load_published, row_id
 
 PUBLISHED = REPO / "results" / "published"
 ROWS = load_published(PUBLISHED)

@@ -9,7 +9,7 @@ import pytest
 from launch.sweep import plan_sweep
 from optbench.accounting.placement import place
 from optbench.compose.recipe import compose_run, list_group_options, repo_root
-from optbench.hardware import gpu_catalog
+from optbench.catalog.hardware import gpu_catalog
 from optbench.plan import build_plan, format_summary
 from optbench.projection.interconnect import interconnect_catalog
 from optbench.projection.ranking import rank_by_projection, ranking_lines

@@ -16,7 +16,7 @@ from optbench.projection.expected_error import error_case, expected_error, expec
 from optbench.projection.published_rows import projection_error
 from optbench.projection.row_config import row_config, row_run
 from optbench.projection.validation import report, summary
-from optbench.published import load_published
+from optbench.catalog.published import load_published
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = load_published(REPO / "results" / "published")
@@ -254,7 +254,7 @@ def test_committed_inconsistent_rows_are_what_the_check_finds():
 
 
 def test_a_contradicted_row_anchors_nothing_and_is_listed_outside_the_domain_with_its_reason():
-    from optbench.published import load_inconsistent
+    from optbench.catalog.published import load_inconsistent
 
     listed = load_inconsistent(REPO / "results" / "published")
     b200 = _row("26.02", "qwen3_30b_a3b", "b200")

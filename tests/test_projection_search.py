@@ -12,7 +12,7 @@ from conftest import run_make, squeezed
 
 from optbench.accounting.params import parameter_counts
 from optbench.compose.recipe import compose_run
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 from optbench.projection.project import project
 from optbench.projection.search import (
     DIMENSIONS,
@@ -257,7 +257,7 @@ def test_search_ranks_of_some_models_keep_the_other_models_rows_in_published_ord
     """MODELS= searches those models again and keeps the rest of the last table (it used to replace the table)."""
     from optbench.projection.calibration import row_id
     from optbench.projection.search_ranks import merged
-    from optbench.published import default_published_dir, load_published
+    from optbench.catalog.published import default_published_dir, load_published
 
     rows = load_published(default_published_dir(REPO / "results"))
     kimi = [row_id(r) for r in rows if r.model == "kimi_k2"][:2]
@@ -299,7 +299,7 @@ def test_search_ranks_judges_the_search_by_nvidias_own_layout_changes():
     import dataclasses
 
     from optbench.projection.search_ranks import layout_changes
-    from optbench.published import default_published_dir, load_published
+    from optbench.catalog.published import default_published_dir, load_published
 
     base = next(r for r in load_published(default_published_dir(REPO / "results")) if r.model == "qwen3_30b_a3b")
     rows = [dataclasses.replace(base, release=release, tflops_per_gpu=tflops)

@@ -79,7 +79,7 @@ def test_a_run_with_qk_clip_records_and_bounds_the_logits(tmp_path, monkeypatch)
 
 def test_qk_clip_is_refused_where_it_means_nothing_and_reaches_bridge_where_it_exists():
     from optbench.bridge.adapter import bridge_overrides
-    from optbench.errors import UserError
+    from optbench.common.errors import UserError
     from optbench.validate import validate
 
     with pytest.raises(UserError, match="uses GQA with QK-norm, which normalises them again, so no logit changes"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from optbench.hardware import gpu_catalog
+from optbench.catalog.hardware import gpu_catalog
 from optbench.releases import presets, versions
 
 from optbench.compose.recipe import compose_run, list_group_options, list_recipes
@@ -150,7 +150,7 @@ def test_each_registry_gpu_has_its_cluster_preset_with_the_registrys_node_size(g
 
 
 def test_each_registry_model_has_its_model_preset_and_a_recipe() -> None:
-    from optbench.models import model_registry
+    from optbench.catalog.models import model_registry
 
     assert set(model_registry()) <= set(list_group_options("model"))
     assert all(f"{model}_adamw" in list_recipes() for model in model_registry())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from optbench.config.schema import RunConfig
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.experiments.compare import analyse, smoothed, verdict
 from optbench.experiments.compare_format import write_compare
 from optbench.experiments.compare_run import CPU_DEFAULTS, CompareSpec, compose_compare_runs, parse_seeds, parse_target, run_compare

@@ -1,4 +1,4 @@
-"""The composition's secret check (optbench.redact.secret_problems) on fields of every type: an interpolation
+"""The composition's secret check (optbench.common.redact.secret_problems) on fields of every type: an interpolation
 that reaches the account or a credential variable is refused whatever the field's type (a typed field fails to
 validate the marker and its error quotes it), one that reaches nothing secret composes."""
 
@@ -13,8 +13,8 @@ import pytest
 
 from conftest import REPO, marked_results
 from optbench.compose.recipe import compose_run
-from optbench.errors import UserError
-from optbench.redact import REDACTED, is_secret_name
+from optbench.common.errors import UserError
+from optbench.common.redact import REDACTED, is_secret_name
 
 SECRETS = {"WANDB_API_KEY": "wk-0123456789abcdef", "SBATCH_ACCOUNT": "acct-hidden-77", "HF_TOKEN": "hf_tokenvalue42"}
 

@@ -134,7 +134,7 @@ def test_a_seed_that_misses_the_target_is_named_not_dropped():
 
 
 def test_a_bad_study_setting_is_one_line():
-    from optbench.errors import UserError
+    from optbench.common.errors import UserError
     from optbench.experiments.study_plan import check
 
     with pytest.raises(UserError, match="SIZE: 'huge' is not one of cpu, gpu"):

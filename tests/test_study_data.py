@@ -10,7 +10,7 @@ from optbench.config.schema import DataConfig, TrainConfig
 from optbench.corpus.dedup import near_duplicates
 from optbench.corpus.prepare import Part, prepare
 from optbench.engine.local.indexed_data import build_indexed_stream
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
 

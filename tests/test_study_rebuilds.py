@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from optbench.checkout import repo_root
+from optbench.common.checkout import repo_root
 from optbench.experiments.study import run_study
 from optbench.experiments.study_format import headline, markdown, run_stamp
 from optbench.experiments.study_plan import CURVES, StudySpec, candidate_runs
@@ -48,7 +48,7 @@ def test_a_study_refuses_a_corpus_its_runs_did_not_train_on():
     """pydocs is built from the running Python's stdlib: another Python's corpus would validate other text."""
     import pytest
 
-    from optbench.errors import UserError
+    from optbench.common.errors import UserError
 
     results = repo_root() / "results"
     committed = json.loads((results / "study.json").read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""Every table goes through one library (optbench.tables over tabulate): its cells are kept as written, and no
+"""Every table goes through one library (optbench.common.tables over tabulate): its cells are kept as written, and no
 module builds a markdown table by hand."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from optbench.tables import console_table, markdown_table
+from optbench.common.tables import console_table, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from optbench.compose.recipe import compose_run
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 from optbench.validate import collect_problems
 
 

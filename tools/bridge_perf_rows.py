@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bridge_sources import BRIDGE_REPO, git  # noqa: E402
-from optbench.hardware import gpu_catalog  # noqa: E402
-from optbench.io import atomic_write_text  # noqa: E402
-from optbench.models import model_registry  # noqa: E402
+from optbench.catalog.hardware import gpu_catalog  # noqa: E402
+from optbench.common.io import atomic_write_text  # noqa: E402
+from optbench.catalog.models import model_registry  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "results" / "published"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # optbench.io for the tools' atomic writes
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # optbench.common.io for the tools' atomic writes
 
 MIRRORS_ENV = "OPTBENCH_MIRRORS"
 """The folder of git mirrors: <folder>/<owner>+<name>/repo is the git directory of a clone of github.com/<owner>/<name>

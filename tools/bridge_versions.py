@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bridge_sources import BRIDGE_REPO, CORE_REPO, Resolver, Source, git, literal  # noqa: E402
-from optbench.io import atomic_write_text  # noqa: E402
+from optbench.common.io import atomic_write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "optbench" / "data" / "bridge"

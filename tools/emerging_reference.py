@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 import emerging_reference as reference  # noqa: E402
-from optbench.io import atomic_write_text  # noqa: E402
+from optbench.common.io import atomic_write_text  # noqa: E402
 
 OUT = ROOT / "tests" / "fixtures" / "emerging_optimizers"
 

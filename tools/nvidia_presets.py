@@ -42,8 +42,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from optbench.hardware import gpu_catalog  # noqa: E402
-from optbench.models import model_registry  # noqa: E402
+from optbench.catalog.hardware import gpu_catalog  # noqa: E402
+from optbench.catalog.models import model_registry  # noqa: E402
 
 FAMILIES = {model: (entry.nvidia_family, entry.nvidia_recipe) for model, entry in model_registry().items()}
 """Our model -> NVIDIA's (model_family_name, model_recipe_name), from the model registry (optbench/data/models.csv)."""

@@ -93,7 +93,7 @@ def plans(out: Path) -> None:
     from launch.dispatch import plan_run
     from optbench.releases.versions import runnable
     from optbench.compose.recipe import list_recipes
-    from optbench.errors import UserError
+    from optbench.common.errors import UserError
     from optbench.plan import format_summary
 
     (out / "plans").mkdir(parents=True)

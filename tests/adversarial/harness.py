@@ -288,7 +288,7 @@ def build_world(root: Path) -> World:
 
     from launch.cli import main
     from optbench.corpus.prepare import Part, prepare
-    from optbench.outputs import claim
+    from optbench.common.outputs import claim
 
     canary, kind = build_canary(root)
     baseline = claim(root / "baseline", "results_dir", "results")

@@ -236,7 +236,7 @@ def emerging_cases(results: Path, container: str) -> list[dict[str, Any]]:
     one-line refusal naming the first container that has them."""
     from optbench.bridge.emerging_fields import has_optimizer, runs_lion_for_scalars
     from optbench.compose.recipe import compose_run
-    from optbench.errors import UserError
+    from optbench.common.errors import UserError
     from optbench.releases import versions
     from optbench.validate import validate
 
@@ -283,7 +283,7 @@ def bridge_verdict(run: Any) -> str | None:
     """None when Bridge builds and updates the run's config (at its GPU count), else what refused it."""
     from optbench.bridge.adapter import bridge_setup
     from optbench.bridge.entry import BridgeAPI, build_config_container
-    from optbench.errors import UserError
+    from optbench.common.errors import UserError
 
     try:
         config = build_config_container(bridge_setup(run), BridgeAPI())
@@ -302,7 +302,7 @@ def search_layout_cases(results: Path, container: str) -> list[dict[str, Any]]:
     those with GBS divisible by MBS x DP, which is all Bridge's config checks ask of it; memory is not a config
     check, and a rule Core asserts when it builds the model is counted apart (``refused_when_the_model_is_built``)."""
     from optbench.compose.recipe import compose_run
-    from optbench.errors import UserError
+    from optbench.common.errors import UserError
     from optbench.projection.search import at, points
     from optbench.validate import validate
 
@@ -407,7 +407,7 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
 
     from optbench.compose.recipe import compose_run
     from optbench.config.overrides import typed_key
-    from optbench.errors import UserError
+    from optbench.common.errors import UserError
     from optbench.validate import validate
 
     cases = []
@@ -454,7 +454,7 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
 def _verdict_on_its_gpu(run: Any) -> str | None:
     """:func:`bridge_verdict` with the stand-ins faking the run's own GPU (a tried ``cluster.gpu=b200`` included:
     Bridge checks the device; a GPU outside our catalog keeps the last one's)."""
-    from optbench.hardware import gpu_catalog
+    from optbench.catalog.hardware import gpu_catalog
 
     if run.cluster.gpu in gpu_catalog():
         stand_ins.install(run.cluster.gpu)
@@ -519,7 +519,7 @@ def main() -> int:
     report: dict[str, Any] = {"cases": [], "versions": {}}
     with tempfile.TemporaryDirectory() as tmp:
         hf_cache.use(Path(tmp) / "hf")
-        from optbench.outputs import claim
+        from optbench.common.outputs import claim
 
         claim(Path(tmp) / "results", "results_dir", "results")  # the cases write into it before composing again
         for recipe in [] if args.search_only or args.overrides_only else args.recipes:

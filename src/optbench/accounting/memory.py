@@ -51,7 +51,7 @@ from optbench.accounting.params import EMBEDDING, OUTPUT, ROUTER, ParamSpec, pad
 from optbench.accounting.placement import Placement, pipeline_rank_of, place
 from optbench.config.layout import Layout, derive_layout
 from optbench.config.schema import RunConfig
-from optbench.hardware import gpu_catalog
+from optbench.catalog.hardware import gpu_catalog
 from optbench.releases import presets
 
 GB = 1e9

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optbench.config.schema import PrecisionConfig
-from optbench.hardware import gpu_catalog
+from optbench.catalog.hardware import gpu_catalog
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from optbench.accounting.peaks import peaks_for
 from optbench.accounting.throughput import step_throughput, step_time_for_tflops, step_time_for_tokens
 from optbench.config.layout import Layout, derive_layout
 from optbench.config.schema import MUON_TP_MODES, RunConfig
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 
 PRECISION_ALIASES = {"fp8": "fp8_cs"}
 """published.csv names Hopper FP8 current scaling 'fp8'."""
@@ -61,8 +61,8 @@ def layout_matches(run: RunConfig, layout: dict[str, int | None], lay: Layout | 
 
 def matching_published_rows(run: RunConfig, lay: Layout | None = None) -> list:
     """Published rows measured with this run's model, GPU, GPU count, precision, optimizer and layout."""
-    from optbench.checkout import repo_root
-    from optbench.published import default_published_dir, load_published
+    from optbench.common.checkout import repo_root
+    from optbench.catalog.published import default_published_dir, load_published
 
     try:
         rows = load_published(default_published_dir(repo_root() / "results"))

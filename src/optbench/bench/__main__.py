@@ -7,8 +7,8 @@ import importlib
 import sys
 
 from optbench.bench import BENCHMARKS, GPU_BENCHMARKS
-from optbench.errors import Problem, UserError
-from optbench.exits import exit_on_user_error
+from optbench.common.errors import Problem, UserError
+from optbench.common.exits import exit_on_user_error
 
 MAX_THREADS = 4096
 """Most CPU threads a benchmark may ask torch for (more than any machine's cores; torch overflows far beyond)."""
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     with exit_on_user_error(args.debug):
         if args.from_make:
-            from optbench.make_args import refuse_overrides
+            from optbench.common.make_args import refuse_overrides
 
             refuse_overrides("bench", "run `python -m optbench.bench --help` for its options")
         if args.only is not None and args.only not in BENCHMARKS:
@@ -45,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
             require_cuda()  # before anything is printed or written
         if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
             raise UserError(Problem("--threads", f"must be from 1 to {MAX_THREADS:,}, got {str(args.threads)[:24]}"))
-        from optbench.outputs import claim
+        from optbench.common.outputs import claim
 
         if args.out is None:
-            from optbench.checkout import repo_root
+            from optbench.common.checkout import repo_root
 
             out = claim(repo_root() / "results", "results_dir", "results") / "bench"
         else:

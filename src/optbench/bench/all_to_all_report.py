@@ -6,7 +6,7 @@ import statistics
 from typing import Any
 
 from optbench.bench.sections import section_notes
-from optbench.tables import markdown_table
+from optbench.common.tables import markdown_table
 
 HOW = ("`make bench-gpu` on a node with 2 or more GPUs (an 8-GPU HGX node is EP8 over NVLink, as NVIDIA's Qwen3 "
        "30B-A3B and DeepSeek-V3 B200/B300 layouts run it)")

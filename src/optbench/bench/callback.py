@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from optbench.bench.sections import invocation
-from optbench.io import atomic_write_json, atomic_write_text
+from optbench.common.io import atomic_write_json, atomic_write_text
 from optbench.report.stats import spread
 
 NAME = "callback"

@@ -7,7 +7,7 @@ import statistics
 from typing import Any
 
 from optbench.bench.sections import section_notes
-from optbench.tables import markdown_table
+from optbench.common.tables import markdown_table
 
 HOW = "`make bench-gpu` (or `python -m optbench.bench --only dense_gemm --gpu-only`) on a GPU machine"
 

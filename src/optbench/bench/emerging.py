@@ -23,13 +23,13 @@ from optbench.accounting.ns_flops import ns_flops
 from optbench.accounting.optimizer_work import soap_flops
 from optbench.bench.cpu_peak import cpu_peak, measured_clock
 from optbench.bench.optim import PROXIES, _shrunk
-from optbench.machine_load import LoadMeter
-from optbench.tables import markdown_table
+from optbench.common.machine_load import LoadMeter
+from optbench.common.tables import markdown_table
 from optbench.bench.sections import cpu_name, invocation
 from optbench.bench.optim_timing import _with_gradients, spread, time_interleaved, torch_muon_matrices
 from optbench.bench.upstream_optimizers import eager, load, megatron_adaptive_muon, overlay_with_emerging_optimizers
 from optbench.compose.recipe import compose_run
-from optbench.io import atomic_write_json, atomic_write_text
+from optbench.common.io import atomic_write_json, atomic_write_text
 from optbench.optim.adaptive_muon import AdaptiveMuon
 from optbench.optim.lion import Lion
 from optbench.optim.routing import MUON, route_parameters

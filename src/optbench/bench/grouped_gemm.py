@@ -166,7 +166,7 @@ def measure(device: str = "cuda", quick: bool = False, gpu: str | None = None) -
     peaks and HBM set the floor (default: the device's own)."""
     from optbench.bench.sections import provenance
     from optbench.engine.local.runtime import detect_gpu_key
-    from optbench.hardware import gpu_catalog
+    from optbench.catalog.hardware import gpu_catalog
     from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
     from optbench.projection.interconnect import interconnect_for
 

@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 from optbench.bench.sections import section_notes
-from optbench.tables import markdown_table
+from optbench.common.tables import markdown_table
 
 
 def totals(cases: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:

@@ -71,7 +71,7 @@ def weighted_ratios(cases: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def model_prices(result: dict[str, Any]) -> dict[str, Any]:
     """Adds each case's price to ``result['cases']`` and returns what the report states about them: the constants
     priced with, the weighted ratios per model, and the host time per eager op the launch-bound shape measured."""
-    from optbench.hardware import gpu_catalog
+    from optbench.catalog.hardware import gpu_catalog
     from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS as a
     from optbench.projection.interconnect import interconnect_for
 

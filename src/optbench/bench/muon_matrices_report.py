@@ -7,7 +7,7 @@ from typing import Any
 from optbench.bench.grouped_gemm_report import fit_slowdown
 from optbench.bench.muon_matrices_price import GRAM_GRID, HOST_BOUND, gram_slowdown_points
 from optbench.bench.sections import section_notes
-from optbench.tables import markdown_table
+from optbench.common.tables import markdown_table
 
 
 def _users(users: dict[str, int]) -> str:

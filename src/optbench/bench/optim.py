@@ -20,14 +20,14 @@ from pathlib import Path
 
 import torch
 
-from optbench.machine_load import LoadMeter
+from optbench.common.machine_load import LoadMeter
 from optbench.bench.cpu_peak import cpu_peak, measured_clock
 from optbench.bench.optim_imbalance import imbalance_section
 from optbench.bench.optim_timing import PRECISIONS, step_times
 from optbench.bench.sections import cpu_name
 from optbench.compose.recipe import compose_run
 from optbench.config.schema import ModelConfig
-from optbench.io import atomic_write_json, atomic_write_text
+from optbench.common.io import atomic_write_json, atomic_write_text
 from optbench.optim.newton_schulz import resolve_matmul_precision
 
 NAME = "optim"

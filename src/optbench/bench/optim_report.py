@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from optbench.bench.optim_timing import PRECISIONS
 from optbench.bench.sections import section_notes
-from optbench.tables import markdown_table
+from optbench.common.tables import markdown_table
 
 VARIANTS = (("ours_{p}", "ours"), ("ours_{p}_syrk", "ours + SYRK"), ("torch_{p}", "torch.optim.Muon"))
 

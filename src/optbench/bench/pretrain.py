@@ -28,9 +28,9 @@ from typing import Any
 
 from optbench.compose.recipe import compose_run, repo_root
 from optbench.bench.sections import invocation, section_notes
-from optbench.io import atomic_write_json, atomic_write_text
-from optbench.make_args import environment_for_make
-from optbench.tables import markdown_table
+from optbench.common.io import atomic_write_json, atomic_write_text
+from optbench.common.make_args import environment_for_make
+from optbench.common.tables import markdown_table
 
 NAME = "pretrain"
 DESCRIPTION = "default `make pretrain` wall time on this CPU (target < 2 min on 2 cores); largest GPU proxy when a GPU exists"

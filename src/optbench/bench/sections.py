@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 
 
 def invocation() -> dict[str, str]:
@@ -109,7 +109,7 @@ def run_gpu_only_benchmark(out_dir: Path, name: str, measure, markdown, gpu_only
     measurement kept with the reason; ``<name>.json`` and its rendering ``<name>.md`` written either way."""
     import torch
 
-    from optbench.io import atomic_write_json, atomic_write_text
+    from optbench.common.io import atomic_write_json, atomic_write_text
 
     stored = stored_result(out_dir, name)
     if gpu_only:

@@ -17,7 +17,7 @@ import typing
 from contextlib import contextmanager
 from pathlib import Path
 
-from optbench.checkout import repo_root
+from optbench.common.checkout import repo_root
 
 
 def overlay_with_emerging_optimizers() -> Path | None:

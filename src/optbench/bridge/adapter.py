@@ -24,8 +24,8 @@ from optbench.releases import presets, versions
 from optbench.releases.hydra_values import format_override
 from optbench.bridge.sections import Item, our_items, switched_off
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem, UserError
-from optbench.models import model_registry
+from optbench.common.errors import Problem, UserError
+from optbench.catalog.models import model_registry
 
 
 @dataclass(frozen=True)

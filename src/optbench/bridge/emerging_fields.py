@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 from optbench.config.field_table import bridge_items, bridge_name
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem
+from optbench.common.errors import Problem
 from optbench.releases import versions
 
 Item = tuple[str, Any]

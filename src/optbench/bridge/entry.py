@@ -3,7 +3,7 @@
 Runs on every rank inside the NeMo container (one Slurm task per GPU, or torchrun on one machine):
 
 1. read the resolved config the launcher wrote (:func:`optbench.runs.load_resolved_config`) and the
-   plan.json beside it (:func:`optbench.plan_format.read_plan`: its format version is checked);
+   plan.json beside it (:func:`optbench.runs.plan_file.read_plan`: its format version is checked);
 2. check that this container's Megatron Bridge is the release the plan was made for (one line if not),
    and take the Bridge recipe call and overrides the plan recorded (the ``bridge`` section
    :func:`optbench.bridge.adapter.bridge_setup` wrote): what `make plan` showed is what runs;
@@ -34,9 +34,9 @@ if __package__ in (None, ""):  # run by path: make the package importable from t
 from optbench.bridge.adapter import SECTIONS_CREATED_IF_MISSING, BridgeRecipe, BridgeSetup  # noqa: E402
 from optbench.bridge.callback import MetricsCallback  # noqa: E402
 from optbench.config.schema import RunConfig  # noqa: E402
-from optbench.errors import Problem, UserError  # noqa: E402
-from optbench.exits import exit_on_user_error  # noqa: E402
-from optbench.plan_format import read_plan  # noqa: E402
+from optbench.common.errors import Problem, UserError  # noqa: E402
+from optbench.common.exits import exit_on_user_error  # noqa: E402
+from optbench.runs.plan_file import read_plan  # noqa: E402
 from optbench.releases.versions import container_of  # noqa: E402
 from optbench.runs import load_resolved_config  # noqa: E402
 

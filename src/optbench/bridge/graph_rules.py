@@ -32,7 +32,7 @@ from collections.abc import Iterable
 
 from optbench.bridge.sections import cuda_graph_impl
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem
+from optbench.common.errors import Problem
 from optbench.releases.versions import Container, behaviour, first_with
 
 FULL_ITERATION = "cuda_graph_full_iteration_impl"

@@ -41,8 +41,8 @@ from collections.abc import Iterable
 
 from optbench.bridge.sections import cuda_graph_impl
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem
-from optbench.hardware import gpu_catalog
+from optbench.common.errors import Problem
+from optbench.catalog.hardware import gpu_catalog
 from optbench.releases import presets
 from optbench.releases.versions import Container, behaviour, first_with
 

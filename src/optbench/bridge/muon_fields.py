@@ -24,7 +24,7 @@ from typing import Any, Iterable
 from optbench.config.field_table import bridge_items, bridge_name
 from optbench.config.schema import RunConfig
 from optbench.releases import versions
-from optbench.errors import Problem
+from optbench.common.errors import Problem
 
 Item = tuple[str, Any]
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from optbench.config.schema import MATRIX_OPTIMIZERS, RunConfig
-from optbench.errors import Problem
+from optbench.common.errors import Problem
 from optbench.releases import presets
 from optbench.releases.versions import Container
 

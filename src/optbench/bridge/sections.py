@@ -18,7 +18,7 @@ from optbench.releases import presets, versions
 from optbench.config.field_table import TABLE, bridge_items, bridge_name, value_at
 from optbench.config.layout import vpp_size
 from optbench.config.schema import MATRIX_OPTIMIZERS, RunConfig
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 from optbench.runs import checked_run_id
 
 TRAIN_TIMING_LOG_LEVEL = 1

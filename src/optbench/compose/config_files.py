@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 
 MAX_CONFIG_FILE_BYTES = 1 << 20
 """A config file is a few KB: anything larger is refused before YAML reads it."""

@@ -16,7 +16,7 @@ from typing import Sequence
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from optbench.checkout import repo_root
+from optbench.common.checkout import repo_root
 from optbench.compose import release_layout
 from optbench.compose.config_files import check_config_files
 from optbench.compose.pipeline import follow_stage_overrides
@@ -24,8 +24,8 @@ from optbench.config import overrides as typed
 from optbench.config.domains import check_domains
 from optbench.config.schema import RunConfig
 from optbench.config.serialize import closest, to_run_config, translate_schema_error
-from optbench.errors import Problem, UserError
-from optbench.redact import remember_secret, secret_problems
+from optbench.common.errors import Problem, UserError
+from optbench.common.redact import remember_secret, secret_problems
 
 
 def list_recipes() -> list[str]:

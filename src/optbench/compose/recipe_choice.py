@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from optbench.checkout import repo_root
+from optbench.common.checkout import repo_root
 from optbench.config.overrides import CONFIG_GROUPS, split_override
 
 

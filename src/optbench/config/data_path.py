@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 
 
 def _number(text: str) -> float | None:

@@ -1,6 +1,6 @@
 """The kinds of domain a config field can have: ranges, finite numbers, words, text, lists, folders.
 
-Each kind has ``problems(key, value)``, yielding one :class:`~optbench.errors.Problem` per way the value
+Each kind has ``problems(key, value)``, yielding one :class:`~optbench.common.errors.Problem` per way the value
 falls outside it (wrong type included), each naming the field, the value and what is allowed.
 :mod:`optbench.config.domains` gives every field of the schema one of these.
 """
@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from optbench.errors import Problem
-from optbench.outputs import output_problem
+from optbench.common.errors import Problem
+from optbench.common.outputs import output_problem
 
 MAX_TEXT = 1024
 """Longest free-text value (descriptions, names) that is printed or written."""
@@ -163,7 +163,7 @@ class Table:
 
 @dataclass(frozen=True)
 class Folder:
-    """An output folder of one optbench kind: new, empty, or marked as ours (:mod:`optbench.outputs`)."""
+    """An output folder of one optbench kind: new, empty, or marked as ours (:mod:`optbench.common.outputs`)."""
 
     kind: str = "results"
 

@@ -5,7 +5,7 @@ composing. This module gives each field its *domain* on top of the type: the ran
 finite float with its bounds, the words of an enumeration, the shape of a Slurm time or a wandb
 name, a folder that can hold results. :data:`DOMAINS` is read from the schema, where each leaf field
 declares its domain beside its type and docstring (:func:`~optbench.config.field_spec.setting`), and
-:func:`check_domains` walks a composed run and yields one :class:`~optbench.errors.Problem` per value
+:func:`check_domains` walks a composed run and yields one :class:`~optbench.common.errors.Problem` per value
 outside its domain, each naming the field, the value and what to type instead.
 
 Upper bounds are generous for real clusters and models (32,768 GPUs, 1024 layers, 4096 experts)
@@ -22,7 +22,7 @@ from typing import Any
 from optbench.config import schema
 from optbench.config.domain_types import Choice, Folder, Integer, Real
 from optbench.config.field_table import TABLE, value_at
-from optbench.errors import Problem
+from optbench.common.errors import Problem
 
 __all__ = ["DOMAINS", "MAX_EXPERT_LAYERS", "Choice", "Folder", "Integer", "Real", "check_domains", "leaf_fields"]
 

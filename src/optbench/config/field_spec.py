@@ -100,7 +100,7 @@ ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
 def gpu_words() -> tuple[str, ...]:
-    from optbench.hardware import gpu_catalog
+    from optbench.catalog.hardware import gpu_catalog
 
     return ("auto", "cpu", *gpu_catalog())
 

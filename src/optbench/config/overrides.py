@@ -14,7 +14,7 @@ schema's types. Some inputs pass both and still mean nothing, or something else 
   ``data.vocab_size`` on Megatron Bridge, Slurm settings on this machine): it would be silently ignored;
 * absurdly many or long overrides (bounded work).
 
-Each refusal is a :class:`~optbench.errors.Problem` naming the typed key.
+Each refusal is a :class:`~optbench.common.errors.Problem` naming the typed key.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any, Optional
 from optbench.config.field_spec import BRIDGE, LOCAL, SLURM
 from optbench.config.field_table import TABLE, spec_of
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem
-from optbench.redact import is_secret_name
+from optbench.common.errors import Problem
+from optbench.common.redact import is_secret_name
 
 MAX_OVERRIDES = 200
 MAX_OVERRIDE_CHARS = 20_000

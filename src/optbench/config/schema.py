@@ -62,7 +62,7 @@ from optbench.config.schema_optimizer import (  # noqa: F401  re-exported: the r
     OptimizerConfig,
     SoapConfig,
 )
-from optbench.outputs import MAX_PATH
+from optbench.common.outputs import MAX_PATH
 
 ENGINES = ("local", "megatron_bridge")
 INTENTS = ("reproduce", "train")

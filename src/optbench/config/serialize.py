@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 
 
 def closest(word: str, choices: Sequence[str]) -> str:

@@ -12,8 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from optbench.errors import Problem, UserError
-from optbench.exits import exit_on_user_error
+from optbench.common.errors import Problem, UserError
+from optbench.common.exits import exit_on_user_error
 
 DEFAULT_VOCAB = 512
 """The tiny proxies' vocabulary: their recipes train on the corpus without a model.vocab_size override."""
@@ -32,23 +32,23 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, name, os.environ.get(f"OPTBENCH_DATA_{name.upper()}") or getattr(args, name))
     with exit_on_user_error():
         if args.from_make:
-            from optbench.make_args import refuse_overrides
+            from optbench.common.make_args import refuse_overrides
 
             refuse_overrides("data", "its options are INPUT=, OUT=, TOKENIZER= and VOCAB=")
         text = str(args.vocab).strip()
         if not (text.isascii() and text.isdigit() and len(text) <= 8):
             raise UserError(Problem("VOCAB", f"{text[:20]!r} is not a whole number of tokens"))
         args.vocab = int(text)
-        from optbench.checkout import repo_root
+        from optbench.common.checkout import repo_root
         from optbench.corpus.prepare import is_earlier_corpus, parts_from_folder, prepare
-        from optbench.outputs import check_output, output_problem
+        from optbench.common.outputs import check_output, output_problem
 
         if args.vocab < 258 or args.vocab > 1 << 20:
             raise UserError(Problem("VOCAB", f"must be from 258 to {1 << 20:,}, got {args.vocab}"))
         for field, value in (("INPUT", args.input), ("TOKENIZER", args.tokenizer)):
             if value is not None and (len(value) > 4096 or any(ord(c) < 32 for c in value)):
                 raise UserError(Problem(field, "must be a path on one line of at most 4,096 characters"))
-        from optbench.redact import secret_in_path
+        from optbench.common.redact import secret_in_path
 
         for field, value in (("INPUT", args.input), ("TOKENIZER", args.tokenizer)):
             source = secret_in_path(value) if value else None
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.input and not Path(args.input).resolve().name:
             raise UserError(Problem("INPUT", f"{args.input} is the file system's root; give a folder of .txt or .jsonl files"))
         out = Path(args.out) if args.out else repo_root() / "data" / (Path(args.input).resolve().name if args.input else "pydocs")
-        from optbench.replace import recover_beside
+        from optbench.common.replace import recover_beside
 
         if output_problem(str(out), "corpus", inputs, earlier=is_earlier_corpus) is not None:
             recover_beside([out])  # a build killed while it made OUT left a journal: undo it, then judge OUT again
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             parts, name, about = pydocs_parts(), NAME, ABOUT
         print(f"corpus {name}: {sum(len(p.documents) for p in parts):,} documents in {len(parts)} part(s) -> {out}", flush=True)
         manifest = prepare(parts, out, tokenizer=args.tokenizer, vocab_size=args.vocab, about=about)
-        from optbench.tables import console_table
+        from optbench.common.tables import console_table
 
         removed = manifest["near_duplicates"]["removed"]
         rows = [[p["name"], f"{p['documents']:,}", f"{p['tokens']:,}", p["prefix"]] for p in manifest["parts"]]

@@ -11,7 +11,7 @@ and Megatron Bridge's GPT datasets build on; ``tools/preprocess_data.py`` writes
 
 One document is one sequence here (``preprocess_data.py`` without sentence splitting), ending in the
 end-of-document token. :func:`read_index` checks everything a corrupt or truncated file could get
-wrong and raises :class:`~optbench.errors.UserError` naming the prefix and what is wrong.
+wrong and raises :class:`~optbench.common.errors.UserError` naming the prefix and what is wrong.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Iterable
 
 import numpy as np
 
-from optbench.errors import UserError
-from optbench.io import atomic_write_with
+from optbench.common.errors import UserError
+from optbench.common.io import atomic_write_with
 
 HEADER = b"MMIDIDX\x00\x00"
 VERSION = 1

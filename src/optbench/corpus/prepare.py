@@ -36,10 +36,10 @@ from optbench.corpus.tokenizer import (
     save_tokenizer,
     train_byte_level_bpe,
 )
-from optbench.errors import UserError
-from optbench.io import atomic_write_json
-from optbench.outputs import SYSTEM_TREES, check_output, claim
-from optbench.replace import Folder, recover_beside, replacing
+from optbench.common.errors import UserError
+from optbench.common.io import atomic_write_json
+from optbench.common.outputs import SYSTEM_TREES, check_output, claim
+from optbench.common.replace import Folder, recover_beside, replacing
 
 SHUFFLE_SEED = 1234
 MANIFEST = "corpus.json"
@@ -165,7 +165,7 @@ def prepare(
 ) -> dict:
     """Tokenize ``parts`` into ``out`` (replaced as a whole only when complete); returns the manifest.
 
-    ``out`` must be new, empty or an earlier corpus (checked again here: :func:`optbench.outputs.claim`)."""
+    ``out`` must be new, empty or an earlier corpus (checked again here: :func:`optbench.common.outputs.claim`)."""
     started = time.perf_counter()
     recover_beside([out])
     out = check_output(out, "OUT", "corpus", earlier=is_earlier_corpus)

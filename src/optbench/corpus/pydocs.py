@@ -21,7 +21,7 @@ import sysconfig
 from pathlib import Path
 
 from optbench.corpus.prepare import Part
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 
 NAME = "pydocs"
 LEFT_OUT = ("site-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo", "tkinter", "ensurepip")
@@ -75,7 +75,7 @@ def ensure_pydocs(progress=print) -> None:
     (one an earlier optbench built without removing near-duplicate documents is built again)."""
     import json
 
-    from optbench.checkout import repo_root
+    from optbench.common.checkout import repo_root
     from optbench.corpus.prepare import MANIFEST, prepare
 
     out = repo_root() / "data" / NAME

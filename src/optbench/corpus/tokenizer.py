@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 
 EOD = "<|endoftext|>"
 """The end-of-document token a trained tokenizer gets (GPT-2's)."""

@@ -19,8 +19,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from optbench.exits import run_in_results_dir
-from optbench.make_args import add_results_options, check_make_variables, options_from_env, overrides_from_make
+from optbench.common.exits import run_in_results_dir
+from optbench.common.make_args import add_results_options, check_make_variables, options_from_env, overrides_from_make
 
 COMPARE_ENV = {
     "model": "OPTBENCH_COMPARE_MODEL",
@@ -74,7 +74,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     command = shlex.join(["make", "study", *([f"SIZE={args.size}"] if args.size != "cpu" else []), *overrides])
     from pathlib import Path
 
-    from optbench.checkout import repo_root
+    from optbench.common.checkout import repo_root
 
     own = Path(args.results_dir).resolve() == (repo_root() / "results").resolve()  # only the repository's study
     for path in write_study(study, args.results_dir, command, docs=repo_root() / "docs" / "results.md" if own else None):

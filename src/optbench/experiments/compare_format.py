@@ -7,9 +7,9 @@ import io
 from dataclasses import asdict
 from pathlib import Path
 
-from optbench.io import atomic_write_text, dumps_strict
-from optbench.tables import markdown_table
-from optbench.outputs import claim
+from optbench.common.io import atomic_write_text, dumps_strict
+from optbench.common.tables import markdown_table
+from optbench.common.outputs import claim
 from optbench.experiments.compare import ADAMW, MUON, CompareResult, verdict
 from optbench.report.plots import plot_loss
 from optbench.report.runs import MeasuredRun

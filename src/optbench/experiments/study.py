@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 from optbench.experiments import study_stats as stats
 from optbench.experiments.study_plan import (
     ARMS,

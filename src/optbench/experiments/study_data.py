@@ -15,7 +15,7 @@ from optbench.config.data_path import dataset_blend, split_ranges, split_weights
 from optbench.config.schema import RunConfig
 from optbench.corpus.indexed import IndexedDataset, read_index
 from optbench.engine.local.indexed_data import build_indexed_stream
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 
 WINDOW = 16
 """Tokens per window of the overlap test (16 BPE tokens: about 10 words)."""

@@ -6,10 +6,10 @@ import datetime as _dt
 from pathlib import Path
 
 from optbench.experiments import study_stats as stats
-from optbench.machine_load import QUIET_SHARE
-from optbench.io import atomic_write_json, atomic_write_text
-from optbench.tables import markdown_table
-from optbench.outputs import claim
+from optbench.common.machine_load import QUIET_SHARE
+from optbench.common.io import atomic_write_json, atomic_write_text
+from optbench.common.tables import markdown_table
+from optbench.common.outputs import claim
 
 LABELS = {"adamw": "AdamW", "muon_spectral": "Muon, spectral scale", "muon_moonlight": "Muon, Moonlight 0.2 scale",
           "adaptive_muon": "AdaMuon", "soap": "SOAP"}

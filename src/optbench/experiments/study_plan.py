@@ -36,8 +36,8 @@ from pathlib import Path
 from optbench.compose.recipe import compose_run
 from optbench.config.overrides import typed_key, typed_keys
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_json
+from optbench.common.errors import Problem, UserError
+from optbench.common.io import atomic_write_json
 from optbench.metrics import read_metrics
 from optbench.validate import validate
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from optbench.io import atomic_write_text, dumps_strict
+from optbench.common.io import atomic_write_text, dumps_strict
 
 
 def _parse(text: str, path: Path) -> tuple[list[dict[str, Any]], bool]:

@@ -77,7 +77,7 @@ def launch_command() -> str:
 
 def git_commit() -> dict[str, Any] | None:
     """The checkout's commit and whether it has uncommitted changes (None outside a git checkout)."""
-    from optbench.checkout import repo_root
+    from optbench.common.checkout import repo_root
 
     try:
         root = str(repo_root())

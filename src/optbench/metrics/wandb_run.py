@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from optbench.config.schema import RunConfig
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 
 JOB_TYPE = "pretrain"
 

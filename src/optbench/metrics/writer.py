@@ -19,11 +19,11 @@ from typing import Any
 
 from optbench.config.serialize import run_config_to_dict
 from optbench.config.schema import RunConfig
-from optbench.errors import UserError
-from optbench.io import atomic_write_text, dumps_strict
+from optbench.common.errors import UserError
+from optbench.common.io import atomic_write_text, dumps_strict
 from optbench.metrics.jsonl import JsonlAppender, read_metrics, repair_metrics
 from optbench.metrics.wandb_run import flatten, start_wandb
-from optbench.redact import redact_config, redact_text, secret_values
+from optbench.common.redact import redact_config, redact_text, secret_values
 from optbench.runs import lock_run_dir, unlock_run_dir
 
 METRICS_FILE = "metrics.jsonl"

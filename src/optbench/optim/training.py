@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 
 from optbench.config.schema import MUON_ASSIGNMENTS, OPTIMIZERS, ModelConfig, OptimizerConfig
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 from optbench.optim.adaptive_muon import AdaptiveMuon
 from optbench.optim.layer_wise import LayerWiseSharding
 from optbench.optim.lion import Lion

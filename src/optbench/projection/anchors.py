@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from optbench.checkout import repo_root
+from optbench.common.checkout import repo_root
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 
 ANCHORS = Path("projection") / "anchors.json"

@@ -38,7 +38,7 @@ from pathlib import Path
 from optbench.accounting.plan_fields import PRECISION_ALIASES
 from optbench.compose.recipe import repo_root
 from optbench.config.schema import RunConfig
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.projection.anchors import committed_anchors, committed_unsolved
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.carried import committed_table, fitted_without, setup_of
@@ -47,7 +47,7 @@ from optbench.projection.row_solve import solve_at
 from optbench.projection.work import gemm_peak
 from optbench.projection.release_drift import same_configuration
 from optbench.projection.row_config import layout_key, release_order, row_config, row_run, run_layout_key
-from optbench.published import PublishedRow, default_published_dir, load_inconsistent, load_published, row_id
+from optbench.catalog.published import PublishedRow, default_published_dir, load_inconsistent, load_published, row_id
 from optbench.resolve import ResolvedRun
 
 

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
-from optbench.checkout import repo_root
-from optbench.hardware import gpu_catalog
+from optbench.common.checkout import repo_root
+from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.row_config import release_order, row_config, row_run
 from optbench.projection.row_solve import solve_at
-from optbench.published import PublishedRow, default_published_dir, load_inconsistent, load_published, row_id
+from optbench.catalog.published import PublishedRow, default_published_dir, load_inconsistent, load_published, row_id
 
 CALIBRATION = Path("projection") / "calibration.json"
 """Where ``make projection`` writes the table, under a results folder."""

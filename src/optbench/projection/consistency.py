@@ -15,7 +15,7 @@ same list. Two releases that only contradict each other flag neither: nothing sa
 reads the listed rows as anchors of nothing, so it is run to a fixed point: run again, it writes the same file.
 
 ``make projection`` writes ``results/published/inconsistent.csv``; the calibration and the validation read it
-(:func:`optbench.published.load_inconsistent`), and ``tests/test_projection_rows.py`` holds the committed file
+(:func:`optbench.catalog.published.load_inconsistent`), and ``tests/test_projection_rows.py`` holds the committed file
 to this check.
 """
 
@@ -27,7 +27,7 @@ import io
 from optbench.projection.calibration import Holdout, row_id
 from optbench.projection.published_rows import projection_error
 from optbench.projection.row_config import row_config
-from optbench.published import PublishedRow
+from optbench.catalog.published import PublishedRow
 
 MISS = 50.0
 """|error| in percent beyond which another release's projection contradicts a row."""

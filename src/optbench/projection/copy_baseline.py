@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from optbench.hardware import gpu_catalog
+from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.carried import precision_class
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.row_config import layout_key, release_order
-from optbench.published import PublishedRow, row_id
+from optbench.catalog.published import PublishedRow, row_id
 
 
 def _gpu_distance(a: str, b: str) -> tuple[bool, bool, bool]:

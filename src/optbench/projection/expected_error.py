@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from optbench.checkout import repo_root
+from optbench.common.checkout import repo_root
 
 VALIDATION = Path("projection") / "validation.json"
 """Where ``make projection`` writes its validation, under a results folder."""

@@ -17,7 +17,7 @@ from optbench.accounting.placement import LocalParam, place
 from optbench.accounting.throughput import step_time_for_tflops
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
-from optbench.tables import markdown_table
+from optbench.common.tables import markdown_table
 
 Cost = Callable[[LocalParam], float]
 
@@ -67,7 +67,7 @@ def blog_comparison(run: RunConfig, model_tflops: float, ns_tflops: float) -> li
 
 def main() -> int:
     from optbench.compose.recipe import compose_run, repo_root
-    from optbench.published import default_published_dir, load_published
+    from optbench.catalog.published import default_published_dir, load_published
 
     rows = [r for r in load_published(default_published_dir(repo_root() / "results")) if r.ns_tflops_per_gpu]
     for row in rows:

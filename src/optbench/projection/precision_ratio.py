@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from optbench.hardware import gpu_catalog
+from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.row_config import row_run
 from optbench.projection.row_solve import solve_at
 from optbench.projection.work import gemm_peak
-from optbench.published import PublishedRow
+from optbench.catalog.published import PublishedRow
 
 
 def gemm_precision(peak_key: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from optbench.accounting.plan_fields import matching_published_rows
 from optbench.accounting.throughput import step_throughput
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, EAGER_OP_OVERHEAD_MEASURED_ON, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Calibration, Holdout, calibrate
 from optbench.projection.expected_error import across_precision, error_case, expected_error
@@ -26,7 +26,7 @@ from optbench.projection.step_model import StepBreakdown, evaluate
 from optbench.projection.twin import adamw_twin, decompose, twin_recipe
 from optbench.projection.whatif import what_ifs
 from optbench.projection.work import build_inputs
-from optbench.redact import recorded_overrides
+from optbench.common.redact import recorded_overrides
 from optbench.resolve import ResolvedRun, resolve
 
 MODEL_DOC = "docs/projection.md"

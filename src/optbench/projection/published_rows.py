@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Holdout, row_id
 from optbench.projection.project import project
 from optbench.projection.row_config import row_config, row_run
-from optbench.published import PublishedRow
+from optbench.catalog.published import PublishedRow
 
 
 def projection_error(row: PublishedRow, holdout: Holdout = NO_HOLDOUT, assumptions: Assumptions = DEFAULT_ASSUMPTIONS

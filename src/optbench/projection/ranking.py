@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from optbench.config.layout import Layout
-from optbench.tables import console_table
+from optbench.common.tables import console_table
 from optbench.projection.expected_error import CARRIED_SCHEMES
 
 Point = tuple[str, Layout, Mapping[str, Any]]

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
 from optbench.projection.row_config import release_order
-from optbench.tables import markdown_table
-from optbench.published import PublishedRow
+from optbench.common.tables import markdown_table
+from optbench.catalog.published import PublishedRow
 from optbench.releases.presets import case_key, executed_configuration
 
 T = TypeVar("T")

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from optbench.compose.recipe import compose_run, repo_root
-from optbench.exits import exit_on_user_error
-from optbench.io import atomic_write_json, atomic_write_text
-from optbench.tables import markdown_table
-from optbench.outputs import claim
+from optbench.common.exits import exit_on_user_error
+from optbench.common.io import atomic_write_json, atomic_write_text
+from optbench.common.tables import markdown_table
+from optbench.common.outputs import claim
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, EAGER_OP_OVERHEAD_MEASURED_ON, Assumptions
 from optbench.projection.project import project
 from optbench.resolve import resolve

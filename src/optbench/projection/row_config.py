@@ -26,9 +26,9 @@ from optbench.compose.recipe import compose_run, list_recipes
 from optbench.compose.recipe_choice import recipe_group_choice
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
-from optbench.errors import UserError
-from optbench.hardware import gpu_catalog
-from optbench.published import PublishedRow
+from optbench.common.errors import UserError
+from optbench.catalog.hardware import gpu_catalog
+from optbench.catalog.published import PublishedRow
 from optbench.releases import versions
 from optbench.releases.hydra_values import format_override
 from optbench.resolve import ResolvedRun

@@ -12,7 +12,7 @@ from optbench.projection.assumptions import Assumptions
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.step_model import solve_efficiency
 from optbench.projection.work import build_inputs
-from optbench.published import PublishedRow
+from optbench.catalog.published import PublishedRow
 from optbench.resolve import ResolvedRun
 
 

@@ -30,8 +30,8 @@ from optbench.accounting.params import ParamCounts, parameter_counts
 from optbench.compose.pipeline import balanced_layout_for, max_virtual_stages
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem, UserError
-from optbench.hardware import gpu_catalog
+from optbench.common.errors import Problem, UserError
+from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.expected_error import CARRIED_SCHEMES, expected_error
 from optbench.releases.hydra_values import format_override
 from optbench.projection.project import project

@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from optbench.checkout import repo_root
-from optbench.errors import Problem, UserError
-from optbench.exits import exit_on_user_error
-from optbench.tables import markdown_table
-from optbench.io import atomic_write_json, atomic_write_text
-from optbench.make_args import refuse_overrides
-from optbench.outputs import claim
+from optbench.common.checkout import repo_root
+from optbench.common.errors import Problem, UserError
+from optbench.common.exits import exit_on_user_error
+from optbench.common.tables import markdown_table
+from optbench.common.io import atomic_write_json, atomic_write_text
+from optbench.common.make_args import refuse_overrides
+from optbench.common.outputs import claim
 from optbench.projection.calibration import row_id
 from optbench.projection.release_drift import consecutive_releases
 from optbench.projection.row_config import row_config, row_run
@@ -40,8 +40,8 @@ from optbench.projection.search_standing import (
     ranked_of,
     standing_of,
 )
-from optbench.published import PublishedRow, default_published_dir, load_published
-from optbench.replace import replacing
+from optbench.catalog.published import PublishedRow, default_published_dir, load_published
+from optbench.common.replace import replacing
 
 MAX_TABLE_BYTES = 16 << 20
 """The committed table is about 100 KB: a larger search_ranks.json was not written by this command."""

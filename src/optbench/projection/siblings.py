@@ -17,13 +17,13 @@ from typing import Any
 from optbench.accounting.throughput import step_throughput
 from optbench.compose.recipe import compose_run
 from optbench.config.schema import MATRIX_OPTIMIZERS
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.calibration import Calibration
 from optbench.projection.step_model import evaluate
 from optbench.projection.twin import recipe_with_optimizer
 from optbench.projection.work import build_inputs
-from optbench.redact import recorded_overrides
+from optbench.common.redact import recorded_overrides
 from optbench.resolve import ResolvedRun
 from optbench.validate import validate
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from optbench.compose.recipe import compose_run, list_recipes
 from optbench.config.overrides import typed_key
 from optbench.config.schema import RunConfig
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.projection.step_model import StepBreakdown
 
 COMMUNICATION_PARTS = ("dp_grad_reduce_exposed", "param_gather_exposed")

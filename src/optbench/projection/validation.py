@@ -38,8 +38,8 @@ from optbench.projection.expected_error import SCHEME_LABELS
 from optbench.projection.published_rows import projection_error
 from optbench.projection.release_drift import release_drift
 from optbench.projection.row_config import layout_key, release_order, row_config
-from optbench.checkout import repo_root
-from optbench.published import PublishedRow, default_published_dir, load_inconsistent
+from optbench.common.checkout import repo_root
+from optbench.catalog.published import PublishedRow, default_published_dir, load_inconsistent
 
 SCHEMES = tuple(SCHEME_LABELS)
 WITHIN = (3.0, 5.0, 10.0)

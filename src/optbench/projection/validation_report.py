@@ -11,12 +11,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from optbench.checkout import repo_root
-from optbench.errors import Problem, UserError
-from optbench.exits import exit_on_user_error
-from optbench.io import atomic_write_json, atomic_write_text
-from optbench.make_args import refuse_overrides
-from optbench.outputs import check_output, claim, remember
+from optbench.common.checkout import repo_root
+from optbench.common.errors import Problem, UserError
+from optbench.common.exits import exit_on_user_error
+from optbench.common.io import atomic_write_json, atomic_write_text
+from optbench.common.make_args import refuse_overrides
+from optbench.common.outputs import check_output, claim, remember
 from optbench.projection.consistency import csv_text, inconsistent_rows
 from optbench.projection.expected_error import SCHEME_LABELS, VALIDATION
 from optbench.projection.release_drift import drift_lines
@@ -25,9 +25,9 @@ from optbench.projection.anchors import ANCHORS, anchors_document
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import solve_on
 from optbench.projection.carried import CALIBRATION, fit_rows, fit_table, table_document
-from optbench.tables import markdown_table
-from optbench.published import INCONSISTENT_CSV, default_published_dir, load_inconsistent, load_published, row_id
-from optbench.replace import replacing
+from optbench.common.tables import markdown_table
+from optbench.catalog.published import INCONSISTENT_CSV, default_published_dir, load_inconsistent, load_published, row_id
+from optbench.common.replace import replacing
 
 
 def _cell(result: dict[str, Any]) -> str:

@@ -35,7 +35,7 @@ from optbench.accounting.ns_flops import OwnedItem, OwnersFn, local_param_ns_cal
 from optbench.accounting.optimizer_work import soap_flops
 from optbench.accounting.placement import pipeline_rank_of
 from optbench.config.schema import RunConfig
-from optbench.hardware import gpu_catalog
+from optbench.catalog.hardware import gpu_catalog
 from optbench.projection import comm
 from optbench.projection.assumptions import NS_PEAK_FRACTION_OF_BF16, Assumptions
 from optbench.projection.gemm_weights import (

@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from optbench.releases import versions
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 
 RELEASE = "0.3.1"
 """The Megatron Bridge release the recipes' parallel/train presets were written from (container 26.02.01), and the

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "bridge"
 

@@ -13,9 +13,9 @@ import sys
 import time
 from collections.abc import Sequence
 
-from optbench.errors import UserError
-from optbench.exits import run_in_results_dir
-from optbench.make_args import RESULTS_DIR_ENV, add_results_options, options_from_env, refuse_overrides
+from optbench.common.errors import UserError
+from optbench.common.exits import run_in_results_dir
+from optbench.common.make_args import RESULTS_DIR_ENV, add_results_options, options_from_env, refuse_overrides
 
 TABLE_ENV = {"warmup": "OPTBENCH_TABLE_WARMUP", "logs": "OPTBENCH_TABLE_LOGS", "results_dir": RESULTS_DIR_ENV}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from optbench.report.runs import MeasuredRun, run_throughput
-from optbench.tables import markdown_table
+from optbench.common.tables import markdown_table
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from optbench.config.schema import RunConfig
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.metrics.jsonl import read_metrics
 from optbench.report.megatron_log import MegatronLog, parse_megatron_log
 from optbench.report.runs import KIND_BRIDGE, KIND_LOCAL, KIND_LOG, MeasuredRun, PeakInfo, StepRecord

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from optbench.machine_load import QUIET_SHARE
+from optbench.common.machine_load import QUIET_SHARE
 from optbench.report.runs import MeasuredRun
 
 UNKNOWN = "not recorded"

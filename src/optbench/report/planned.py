@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optbench.config.schema import MATRIX_OPTIMIZERS
-from optbench.plan_types import Plan
+from optbench.plan.types import Plan
 
 
 @dataclass(frozen=True)

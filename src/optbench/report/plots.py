@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
-from optbench.io import atomic_write_bytes  # noqa: E402
+from optbench.common.io import atomic_write_bytes  # noqa: E402
 from optbench.report.runs import MeasuredRun, loss_curve, training_seconds  # noqa: E402
 from optbench.report.table import ADAMW, MUON, Table  # noqa: E402
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from optbench.published import PublishedRow
+from optbench.catalog.published import PublishedRow
 from optbench.report.comparable import load_flag, why_not_comparable
 from optbench.report.runs import MeasuredRun, RunThroughput, run_throughput
 

@@ -12,9 +12,9 @@ import io
 from collections.abc import Sequence
 
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS
-from optbench.checkout import repo_root
-from optbench.tables import markdown_table
-from optbench.published import PublishedRow, Source, default_published_dir, load_inconsistent
+from optbench.common.checkout import repo_root
+from optbench.common.tables import markdown_table
+from optbench.catalog.published import PublishedRow, Source, default_published_dir, load_inconsistent
 from optbench.report.beside_plan import BesidePlan
 from optbench.report.beside_plan import section as beside_plan_section
 from optbench.report.planned import PlannedRow

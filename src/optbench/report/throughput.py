@@ -7,14 +7,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optbench.errors import UserError
-from optbench.io import atomic_write_text
+from optbench.common.errors import UserError
+from optbench.common.io import atomic_write_text
 from optbench.metrics.summary import WARMUP_SKIP_STEPS
-from optbench.outputs import claim
-from optbench.replace import replacing
+from optbench.common.outputs import claim
+from optbench.common.replace import replacing
 from optbench.report.collect import collect_runs
 from optbench.report.plots import plot_loss, plot_throughput
-from optbench.published import (
+from optbench.catalog.published import (
     check_sources,
     default_published_dir,
     load_published,

@@ -50,7 +50,7 @@ def check(folders: list[Path]) -> list[dict[str, Any]]:
     from optbench.bridge.cpu_check import hf_cache
     from optbench.bridge.entry import BridgeAPI, check_release
     from optbench.config.serialize import to_run_config
-    from optbench.plan_format import read_plan
+    from optbench.runs.plan_file import read_plan
 
     plans = [read_plan(folder) for folder in folders]
     runs = [to_run_config(OmegaConf.create(plan["config"])) for plan in plans]
@@ -120,8 +120,8 @@ def megatron_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from optbench.errors import Problem, UserError
-    from optbench.exits import exit_on_user_error
+    from optbench.common.errors import Problem, UserError
+    from optbench.common.exits import exit_on_user_error
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", type=Path, nargs="+", help="folders each holding a plan.json")

@@ -25,10 +25,10 @@ from typing import Any
 
 from optbench.bridge.one_gpu import page
 from optbench.bridge.one_gpu.arms import RECIPES, Arm, cluster_of, prepare
-from optbench.checkout import repo_root
-from optbench.errors import Problem, UserError
-from optbench.exits import exit_on_user_error
-from optbench.io import atomic_write_json
+from optbench.common.checkout import repo_root
+from optbench.common.errors import Problem, UserError
+from optbench.common.exits import exit_on_user_error
+from optbench.common.io import atomic_write_json
 
 WORKER = Path(__file__).resolve().with_name("worker.py")
 PACKAGES = ("torch", "megatron-core", "megatron-bridge", "emerging-optimizers", "transformer-engine", "transformers")

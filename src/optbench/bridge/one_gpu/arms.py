@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 
 RECIPES = {"muon": ("qwen3_moe_tiny_muon", ()), "adamw": ("qwen3_moe_tiny_adamw", ()),
            "soap": ("qwen3_moe_tiny_muon", ("optimizer=soap",)),
@@ -31,8 +31,8 @@ stream's 512 tokens, so the loss can fall."""
 def cluster_of(device_name: str) -> str:
     """Our cluster config for the GPU torch names (the registry's device_name and cluster preset), e.g. 'NVIDIA H200'
     -> h200."""
-    from optbench.checkout import repo_root
-    from optbench.hardware import gpu_catalog
+    from optbench.common.checkout import repo_root
+    from optbench.catalog.hardware import gpu_catalog
 
     for spec in sorted(gpu_catalog().values(), key=lambda s: -len(s.device_name)):
         if spec.device_name and spec.device_name.lower() in device_name.lower():
@@ -61,7 +61,7 @@ def overrides(optimizer: str, cluster: str, steps: int, run_id: str, extra: Sequ
 def prepare(optimizer: str, loop: str, cluster: str, steps: int, stamp: str, extra: Sequence[str] = ()) -> Arm:
     """Compose, validate and plan one arm; write its job folder (config.yaml, plan.json) as the launcher does."""
     from optbench.compose.recipe import compose_run
-    from optbench.io import atomic_write_json
+    from optbench.common.io import atomic_write_json
     from optbench.plan import build_plan, claim_results
     from optbench.runs import run_dir, save_resolved_config
     from optbench.validate import validate

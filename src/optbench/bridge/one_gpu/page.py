@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from optbench.errors import Problem, UserError
-from optbench.tables import markdown_table
+from optbench.common.errors import Problem, UserError
+from optbench.common.tables import markdown_table
 
 
 def _arms(data: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
@@ -176,7 +176,7 @@ def check_page(path: Path) -> None:
 
 def write(path: Path) -> str:
     """Render ``path`` (the JSON) into the .md beside it; what was written."""
-    from optbench.io import atomic_write_text
+    from optbench.common.io import atomic_write_text
 
     check_page(path)
     try:
@@ -189,7 +189,7 @@ def write(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from optbench.exits import exit_on_user_error
+    from optbench.common.exits import exit_on_user_error
 
     with exit_on_user_error():
         print(write(Path((argv if argv is not None else sys.argv[1:] or ["results/bench/megatron_one_gpu.json"])[0])))

@@ -65,7 +65,7 @@ def run_core(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]:
     from optbench.bridge.entry import build_config_container, check_release
     from optbench.bridge.one_gpu.core_loop import init_single_process, train
     from optbench.engine.local.data import SyntheticStream
-    from optbench.plan_format import read_plan
+    from optbench.runs.plan_file import read_plan
     from optbench.runs import load_resolved_config
 
     run = load_resolved_config(config_path)

@@ -20,9 +20,9 @@ from omegaconf import OmegaConf
 from optbench.config.serialize import run_config_to_dict
 from optbench.config.schema import RunConfig
 from optbench.engine.local.resume_keys import RESUME_MUST_MATCH
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 from optbench.metrics.summary import COMMAND_ENV
-from optbench.outputs import check_writable, claim
+from optbench.common.outputs import check_writable, claim
 from optbench.runs import check_run_dir_free, load_config_yaml, resolve_run_id, run_dir, save_resolved_config
 
 CONFIG_FILE = "config.yaml"

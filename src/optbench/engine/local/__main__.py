@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from optbench.errors import EXIT_USER_ERROR, UserError
+from optbench.common.errors import EXIT_USER_ERROR, UserError
 from optbench.runs import load_resolved_config
 
 

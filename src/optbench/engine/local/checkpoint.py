@@ -39,8 +39,8 @@ from torch import nn
 
 from optbench.config.schema import RunConfig
 from optbench.engine.local.resume_keys import RESUME_MUST_MATCH
-from optbench.errors import UserError
-from optbench.io import atomic_write_text, atomic_write_with
+from optbench.common.errors import UserError
+from optbench.common.io import atomic_write_text, atomic_write_with
 
 LATEST = "latest"
 MANIFEST = "manifest.json"

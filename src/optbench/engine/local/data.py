@@ -33,7 +33,7 @@ import torch
 
 from optbench.config.schema import DataConfig, ModelConfig, TrainConfig
 from optbench.engine.local.stream_info import StreamInfo
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 
 SUCCESSORS = 8
 """K: distinct successors of every token in the synthetic chain."""

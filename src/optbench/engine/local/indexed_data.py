@@ -28,7 +28,7 @@ from optbench.config.data_path import dataset_blend, split_ranges, split_weights
 from optbench.config.schema import DataConfig, TrainConfig
 from optbench.corpus.indexed import IndexedDataset, read_index
 from optbench.engine.local.stream_info import StreamInfo
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 
 SPLITS = ("train", "valid", "test")
 INDEXED_STREAM = 3

@@ -26,7 +26,7 @@ from torch import nn
 
 from optbench.accounting.params import padded_vocab_size
 from optbench.config.schema import ModelConfig
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 
 EXPERTS_IMPLEMENTATION = "grouped_mm"
 """transformers' routed-expert kernel: ``torch._grouped_mm`` over the 3-D expert tensors. On a 2-core CPU

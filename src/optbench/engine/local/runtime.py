@@ -26,9 +26,9 @@ import torch.distributed as dist
 
 from optbench.accounting.peaks import Peak, peaks_for
 from optbench.config.schema import RunConfig
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 from optbench.engine.local.threads import ThreadGovernor, available_cores, fixed_threads
-from optbench.hardware import gpu_catalog
+from optbench.catalog.hardware import gpu_catalog
 from optbench.optim.newton_schulz import cpu_has_native_bf16
 
 PROBE_SIZES = (256, 512, 1024)

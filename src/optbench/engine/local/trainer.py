@@ -41,8 +41,8 @@ from optbench.engine.local.model import ATTENTION_IMPLEMENTATION, build_model, h
 from optbench.engine.local.qk_clip import clip_qk, register_attention, reset_logits
 from optbench.engine.local.runtime import Runtime, init_runtime, peak_memory_gb, shutdown
 from optbench.engine.local.schedule import learning_rate
-from optbench.errors import UserError
-from optbench.machine_load import LoadMeter
+from optbench.common.errors import UserError
+from optbench.common.machine_load import LoadMeter
 from optbench.releases import versions
 from optbench.metrics import MetricsWriter, Progress, loss_summary, provenance, steady_state
 from optbench.metrics.progress import flops_text

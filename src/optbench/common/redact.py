@@ -16,7 +16,7 @@ Three layers, so that no path a value can take writes it:
 2. **Structural redaction** (:func:`redact_config`): the account and credential-named job variables
    are replaced in every config we write (plan.json, config.yaml, wandb's config).
 3. **Redaction where text leaves the process** (:func:`redact_known`): every text file written through
-   :mod:`optbench.io` and everything printed inside :func:`redacted_streams` (error lines, debug
+   :mod:`optbench.common.io` and everything printed inside :func:`redacted_streams` (error lines, debug
    tracebacks, sweep tables) has each known secret replaced: those of at least :data:`MIN_TEXT_SECRET`
    characters wherever they occur, shorter ones that the user typed as a secret's value (from 3
    characters) where they stand as a whole word (a 3-letter account would otherwise match ordinary words).
@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from optbench.errors import Problem
+from optbench.common.errors import Problem
 
 REDACTED = "<redacted>"
 SECRET_NAME = re.compile(r"KEY|TOKEN(?!IZER|S|_DISPATCH|_DROP|_ID)|SECRET|PASSWORD|PASSWD|CREDENTIAL|ACCOUNT", re.IGNORECASE)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from optbench.bridge.emerging_fields import emerging_problems
 from optbench.bridge.muon_fields import muon_problems
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
-from optbench.errors import Problem
+from optbench.common.errors import Problem
 from optbench.releases import versions
 from optbench.releases.versions import behaviour, container_of
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from optbench.bridge.adapter import executed_by_nvidia
-from optbench.checkout import repo_root
+from optbench.common.checkout import repo_root
 from optbench.bridge.graph_rules import graph_problems, recompute_problems
 from optbench.bridge.moe_rules import moe_problems
 from optbench.bridge.precision_rules import precision_problems
@@ -22,18 +22,18 @@ from optbench.config.data_path import split_weights
 from optbench.config.domains import MAX_EXPERT_LAYERS, check_domains
 from optbench.config.layout import gpus_per_node
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem, UserError
-from optbench.hardware import gpu_catalog
+from optbench.common.errors import Problem, UserError
+from optbench.catalog.hardware import gpu_catalog
 from optbench.releases.versions import container_of
 from optbench.resolve import ResolvedRun, resolve
-from optbench.validate_layout import (
+from optbench.validate.layout import (
     PARALLEL_SIZES,
     check_batch,
     check_experts,
     check_pipeline,
     check_tensor_parallel,
 )
-from optbench.validate_optimizer import check_optimizer
+from optbench.validate.optimizer import check_optimizer
 
 Check = Callable[[RunConfig], Iterable[Problem]]
 

@@ -1,6 +1,6 @@
 """The plan: what a run will do, computed before any GPU is touched.
 
-``build_plan`` turns a resolved run into a typed, frozen :class:`~optbench.plan_types.Plan` (written as
+``build_plan`` turns a resolved run into a typed, frozen :class:`~optbench.plan.types.Plan` (written as
 ``results/plans/<recipe>/plan.json`` by :func:`write_plan`) and ``format_summary`` renders it for humans.
 Every section (FLOPs, memory, projection, Bridge overrides) is computed from the one resolved run, and the
 launcher adds its own with :meth:`Plan.with_launch`, so that a plan and a run can never disagree.
@@ -21,13 +21,13 @@ from optbench.compose.pipeline import balanced_layout_for, layout_follows_overri
 from optbench.config.data_path import prefix_status
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
 from optbench.config.serialize import run_config_to_dict
-from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_text, dumps_strict
-from optbench.outputs import claim
-from optbench.plan_types import Plan, PlanData, PlanModel
+from optbench.common.errors import Problem, UserError
+from optbench.common.io import atomic_write_text, dumps_strict
+from optbench.common.outputs import claim
+from optbench.plan.types import Plan, PlanData, PlanModel
 from optbench.projection.plan_fields import projection_summary_lines
 from optbench.projection.project import project
-from optbench.redact import recorded_overrides, redact_config, redact_text, run_secrets
+from optbench.common.redact import recorded_overrides, redact_config, redact_text, run_secrets
 from optbench.resolve import ResolvedRun
 
 
@@ -108,7 +108,7 @@ def _layout_was_balanced(run: RunConfig, overrides: Sequence[str]) -> bool:
 
 
 def claim_results(run: RunConfig) -> Path:
-    """The run's results folder, created and marked as optbench's (refused if it is not ours: optbench.outputs)."""
+    """The run's results folder, created and marked as optbench's (refused if it is not ours: optbench.common.outputs)."""
     return claim(run.results_dir, "results_dir", "results")
 
 

@@ -9,7 +9,7 @@ bench, study, compare, ``make data``):
    checkout, any folder above it or above the working directory, the checkout's own source and config
    folders, the input of the command, files, devices, links, ``/proc``, ``/sys`` and ``/dev`` are never
    output folders. Each refusal is one line naming the field, the path and the fix.
-2. **What is replaced is replaced as a whole, recoverably** (:mod:`optbench.replace`).
+2. **What is replaced is replaced as a whole, recoverably** (:mod:`optbench.common.replace`).
 3. **Nothing outside the new output is deleted**: the only things ever removed are the set-aside
    copies of our own earlier outputs and what the failing command itself created.
 
@@ -26,10 +26,10 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from optbench.checkout import repo_root
-from optbench.errors import Problem, UserError
-from optbench.io import NotOurFileError, atomic_write_text
-from optbench.redact import secret_in_path
+from optbench.common.checkout import repo_root
+from optbench.common.errors import Problem, UserError
+from optbench.common.io import NotOurFileError, atomic_write_text
+from optbench.common.redact import secret_in_path
 
 MARKER_PREFIX = ".optbench-"
 KINDS = {

@@ -100,7 +100,7 @@ def check_make_variables(environ: Mapping[str, str] | None = None) -> None:
     make would take it as its own variable and the run would silently ignore it (``EP=32``, ``RECIPIE=...``)."""
     import difflib
 
-    from optbench.errors import Problem, UserError
+    from optbench.common.errors import Problem, UserError
 
     environ = os.environ if environ is None else environ
     goals = [g for g in environ.get(MAKE_GOALS_ENV, "").split() if g in MAKE_VARIABLES]
@@ -123,7 +123,7 @@ def check_make_variables(environ: Mapping[str, str] | None = None) -> None:
 
 def refuse_overrides(target: str, options: str) -> None:
     """``make <target>`` takes upper-case options only: a lower-case key=value word would be silently ignored."""
-    from optbench.errors import Problem, UserError
+    from optbench.common.errors import Problem, UserError
 
     check_make_variables()
     stray = overrides_from_make()

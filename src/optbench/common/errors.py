@@ -2,7 +2,7 @@
 
 Anything a user can get wrong (a config value, a missing file, a missing tool) is
 raised as :class:`UserError`. The command-line entry points catch it with
-:func:`optbench.exits.exit_on_user_error` and print ``error: <field>: <message>`` on one line,
+:func:`optbench.common.exits.exit_on_user_error` and print ``error: <field>: <message>`` on one line,
 with no traceback unless ``debug=true``. When several things are wrong, the first is the
 error line and the others are named on one compact line after it; the problem that involves
 a field the user typed comes first, and the line names that field.

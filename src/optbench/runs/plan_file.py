@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from optbench.errors import Problem, UserError
+from optbench.common.errors import Problem, UserError
 
 PLAN_VERSION = 1
 """The format of plan.json. Raise it when a field the job reads changes meaning or place."""

@@ -3,7 +3,7 @@
 :func:`optbench.plan.build_plan` builds a :class:`Plan` once; the summary, the launcher, the sweep and
 ``make table`` read its fields; :meth:`Plan.to_json` writes plan.json (format :data:`PLAN_VERSION`, in the
 key order plan.json has always had) and :meth:`Plan.from_json` reads one back. The job in the container
-reads only the contract part (the format version and the ``bridge`` section, :mod:`optbench.plan_format`).
+reads only the contract part (the format version and the ``bridge`` section, :mod:`optbench.runs.plan_file`).
 
 The accounting and projection sections stay JSON mappings inside the typed plan: each is written, and
 its keys documented, by its own module (:mod:`optbench.accounting.plan_fields`,
@@ -22,7 +22,7 @@ from optbench.accounting.plan_fields import ACCOUNTING_KEYS
 from optbench.bridge.adapter import BridgeSetup
 from optbench.config.layout import PARALLEL_SIZES, Layout
 from optbench.config.schema import MATRIX_OPTIMIZERS, OptimizerConfig
-from optbench.plan_format import PLAN_VERSION
+from optbench.runs.plan_file import PLAN_VERSION
 
 @dataclass(frozen=True)
 class PlanModel:
@@ -116,7 +116,7 @@ class Plan:
     launch: Optional[Mapping[str, Any]] = None
     """What the launcher did (added once the job is rendered)."""
     plan_version: int = PLAN_VERSION
-    """The format of plan.json (optbench.plan_format)."""
+    """The format of plan.json (optbench.runs.plan_file)."""
 
     @property
     def tokens_per_step(self) -> int:

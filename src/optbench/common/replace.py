@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from optbench.errors import Problem, UserError
-from optbench.io import atomic_write_json, remove_path
-from optbench.outputs import field_for_path, short_path
+from optbench.common.errors import Problem, UserError
+from optbench.common.io import atomic_write_json, remove_path
+from optbench.common.outputs import field_for_path, short_path
 
 JOURNAL_PREFIX = ".optbench-journal-"
 ASIDE_INFIX = ".previous-"

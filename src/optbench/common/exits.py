@@ -1,8 +1,8 @@
-"""How a command ends: a :class:`~optbench.errors.UserError` as one line and exit code 2, Ctrl-C as one line
+"""How a command ends: a :class:`~optbench.common.errors.UserError` as one line and exit code 2, Ctrl-C as one line
 and 130, with every known secret kept out of what is printed.
 
-Apart from :mod:`optbench.errors` because it needs the redaction and the file-system messages, which
-themselves raise :class:`~optbench.errors.UserError` (one module would be an import cycle).
+Apart from :mod:`optbench.common.errors` because it needs the redaction and the file-system messages, which
+themselves raise :class:`~optbench.common.errors.UserError` (one module would be an import cycle).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 
-from optbench.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USER_ERROR, UserError
-from optbench.outputs import check_output, filesystem_problem
-from optbench.redact import install_redacting_excepthook, redacted_streams
+from optbench.common.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USER_ERROR, UserError
+from optbench.common.outputs import check_output, filesystem_problem
+from optbench.common.redact import install_redacting_excepthook, redacted_streams
 
 
 @contextlib.contextmanager
@@ -24,8 +24,8 @@ def exit_on_user_error(debug: bool = False, typed: Sequence[str] = ()) -> Iterat
     that left the pipe into a quiet 141.
 
     A file-system failure a user can fix (read-only, full disk, permission, a name too long) is one
-    line too (:func:`optbench.outputs.filesystem_problem`). Inside the block nothing printed, tracebacks
-    included, shows a known secret (:func:`optbench.redact.redacted_streams`).
+    line too (:func:`optbench.common.outputs.filesystem_problem`). Inside the block nothing printed, tracebacks
+    included, shows a known secret (:func:`optbench.common.redact.redacted_streams`).
     ``typed``: the keys of the overrides the user typed, so that the error line names one of them.
     """
     install_redacting_excepthook()

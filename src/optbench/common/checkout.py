@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 
 
 def is_checkout(folder: Path) -> bool:
@@ -24,7 +24,7 @@ def repo_root() -> Path:
     named = os.environ.get("OPTBENCH_ROOT")
     if named and (Path(named) / "recipes").is_dir() and (Path(named) / "conf").is_dir():
         return Path(named).resolve()
-    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+    for root in (Path.cwd(), Path(__file__).resolve().parents[3]):
         if is_checkout(root):
             return root.resolve()
     raise UserError("cannot find recipes/ and conf/; run from the repository root or set OPTBENCH_ROOT", "OPTBENCH_ROOT")

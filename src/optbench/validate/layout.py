@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from optbench.config.layout import vpp_size
 from optbench.compose.pipeline import max_virtual_stages
 from optbench.config.schema import RunConfig
-from optbench.errors import Problem
+from optbench.common.errors import Problem
 
 PARALLEL_SIZES = ("parallel.num_gpus", "parallel.tp", "parallel.pp", "parallel.cp")
 """The fields that decide the data-parallel size."""

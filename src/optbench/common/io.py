@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from optbench.redact import redact_known
+from optbench.common.redact import redact_known
 
 
 class NotOurFileError(OSError):
@@ -69,7 +69,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Atomically replace ``path`` with ``text`` (UTF-8), every known secret redacted (optbench.redact)."""
+    """Atomically replace ``path`` with ``text`` (UTF-8), every known secret redacted (optbench.common.redact)."""
     return atomic_write_bytes(path, redact_known(text).encode("utf-8"))
 
 

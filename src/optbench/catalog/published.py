@@ -11,7 +11,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from optbench.errors import UserError
+from optbench.common.errors import UserError
 
 PUBLISHED_CSV = "published.csv"
 SOURCES_CSV = "sources.csv"
