@@ -23,14 +23,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from launch.jobs import (
+    JobParts,
     JobSpec,
     check_path,
     job_command,
     job_env,
-    job_mounts,
+    job_parts,
     require_slurm,
-    segment_size,
-    slurm_resources,
 )
 from launch.preflight import cluster_notes
 from optbench.compose.recipe import compose_run
@@ -48,6 +47,7 @@ from optbench.plan import (
     write_plan,
 )
 from optbench.common.replace import Folder, replacing
+from optbench.resolve import ResolvedRun
 from optbench.runs import run_dir, save_resolved_config
 from optbench.validate import validate
 
@@ -65,11 +65,11 @@ def plan_folder(run: RunConfig) -> Path:
     return plan_path(run).parent
 
 
-def plan_run(recipe: str, overrides: Sequence[str], compare: Sequence[str] = ()) -> tuple[RunConfig, Plan]:
-    """Compose, validate (which resolves the run once) and plan, writing nothing; returns the resolved
-    run's config (a Bridge job's with its absolute results_dir and run id) and the plan (``compare``: COMPARE)."""
+def plan_run(recipe: str, overrides: Sequence[str], compare: Sequence[str] = ()) -> tuple[ResolvedRun, Plan]:
+    """Compose, validate (which resolves the run once) and plan, writing nothing; returns the resolved run (its
+    config a Bridge job's with its absolute results_dir and run id) and the plan (``compare``: COMPARE)."""
     resolved = validate(compose_run(recipe, overrides))
-    return resolved.run, build_plan(resolved, overrides, compare=compare)
+    return resolved, build_plan(resolved, overrides, compare=compare)
 
 
 def compose_and_plan(recipe: str, overrides: Sequence[str], check: bool = False,
@@ -77,7 +77,8 @@ def compose_and_plan(recipe: str, overrides: Sequence[str], check: bool = False,
     """Compose, validate, plan and print the plan; ``check``: through its container's real Bridge (CHECK=bridge);
     ``compare``: the matrix optimizers projected beside the AdamW twin (COMPARE); then write it (a refused check
     writes nothing); return both."""
-    run, plan = plan_run(recipe, overrides, compare)
+    resolved, plan = plan_run(recipe, overrides, compare)
+    run = resolved.run
     print(format_summary(plan))
     if check:
         from launch.bridge_check import check_with_bridge
@@ -92,10 +93,13 @@ def job_folder(run: RunConfig) -> Path:
     return plan_folder(run) if run.dryrun else run_dir(run)
 
 
-def check_launch(run: RunConfig) -> tuple[str, ...]:
+def check_launch(resolved: ResolvedRun) -> tuple[tuple[str, ...], JobParts | None]:
     """Every refusal the launcher can know of before it writes anything (raises UserError); returns the
-    notes for the user (printed once by the caller: a sweep's points share them)."""
+    notes for the user (printed once by the caller: a sweep's points share them) and, for Slurm, the job's parts,
+    derived here once for every later step."""
+    run = resolved.run
     notes: tuple[str, ...] = ()
+    parts = None
     if run.cluster.executor == "slurm":
         notes = require_slurm(run, run.dryrun)
         folder = job_folder(run)
@@ -103,10 +107,8 @@ def check_launch(run: RunConfig) -> tuple[str, ...]:
             raise UserError(
                 Problem("run_id", f"{run.run_id} was already submitted ({shown(folder)}); pick a new run_id or add resume=true")
             )
-        job_env(run)
-        job_mounts(run)
-        slurm_resources(run)
-        check_path("results_dir", JobSpec(str(run.run_id), run, folder).log_dir)
+        parts = job_parts(resolved)
+        check_path("results_dir", JobSpec(str(run.run_id), run, folder, parts).log_dir)
     elif run.engine == "local":
         if not run.dryrun:
             missing = [name for name in LOCAL_ENGINE_NEEDS if not _importable(name)]
@@ -121,7 +123,7 @@ def check_launch(run: RunConfig) -> tuple[str, ...]:
         problem = bridge_local_problem(run.parallel.num_gpus)
         if problem is not None:
             raise UserError(problem)
-    return notes
+    return notes, parts
 
 
 LOCAL_ENGINE_NEEDS = ("torch", "transformers")
@@ -135,10 +137,10 @@ def _importable(name: str) -> bool:
         return False
 
 
-def print_preflight(runs: Sequence[RunConfig]) -> None:
+def print_preflight(jobs: Sequence[tuple[RunConfig, JobParts]]) -> None:
     """What the cluster may lack for these Slurm jobs (launch/preflight.py), once each, with the plan on stdout:
     advice beside the plan, never mixed into a refusal's one line on stderr."""
-    found = (note for run in runs for note in cluster_notes(run, job_env(run), job_mounts(run), segment_size(run)))
+    found = (note for run, parts in jobs for note in cluster_notes(run, parts.env, parts.mounts, parts.segment))
     for note in dict.fromkeys(found):
         print(f"  {note}")
 
@@ -162,17 +164,19 @@ def warn_missing_data(run: RunConfig, plan: Plan) -> None:
 
 def pretrain(recipe: str, overrides: Sequence[str], check: bool = False, compare: Sequence[str] = ()) -> int:
     """Plan and launch; ``check``: the plan goes through its container's real Bridge first (CHECK=bridge)."""
-    run, plan = plan_run(recipe, overrides, compare)
+    resolved, plan = plan_run(recipe, overrides, compare)
+    run = resolved.run
     print(format_summary(plan))
     warn_missing_data(run, plan)
-    print_notes(check_launch(run))
+    notes, parts = check_launch(resolved)
+    print_notes(notes)
     if check:
         from launch.bridge_check import check_with_bridge
 
         check_with_bridge(run, plan)
     claim_results(run)
-    if run.cluster.executor == "slurm":
-        return launch_slurm(run, plan)
+    if parts is not None:
+        return launch_slurm(run, plan, parts)
     print(_written_plan_line(run, plan))
     if run.engine == "local":
         return launch_local_engine(run, checked=True)
@@ -197,7 +201,7 @@ def _record_launch(run: RunConfig, plan: Plan, launch: dict[str, Any], *copies: 
 
 def slurm_launch_section(job: JobSpec, dryrun: bool) -> dict[str, Any]:
     """Everything the job asks Slurm for, as plan.json records it (no secrets)."""
-    resources = slurm_resources(job.run)
+    resources = job.parts.resources
     state = "dry run, not submitted" if dryrun else "submitted"
     summary = (
         f"slurm: {resources['nodes']} nodes x {resources['ntasks_per_node']} tasks (one per GPU), "
@@ -210,8 +214,8 @@ def slurm_launch_section(job: JobSpec, dryrun: bool) -> dict[str, Any]:
         "summary": summary,
         **resources,
         "account": "from SBATCH_ACCOUNT in sbatch's environment; never written to a file",
-        "container_mounts": job_mounts(job.run),
-        "env": job_env(job.run),
+        "container_mounts": job.parts.mounts,
+        "env": job.parts.env,
         "command": job_command(job.config_path),
         "config": str(job.config_path),
         "log_dir": str(job.log_dir),
@@ -225,13 +229,13 @@ folder, or the run folder; the sweep/ folder beside them, Slurm's logs/ and a re
 checkpoints are not touched)."""
 
 
-def launch_slurm(run: RunConfig, plan: Plan) -> int:
-    """Render (dryrun) or submit one Slurm job for the run (check_launch has run)."""
+def launch_slurm(run: RunConfig, plan: Plan, parts: JobParts) -> int:
+    """Render (dryrun) or submit one Slurm job for the run with the parts check_launch derived."""
     from launch import slurm
 
     folder = job_folder(run)
-    job = JobSpec(name=str(run.run_id), run=run, folder=folder)
-    print_preflight([run])
+    job = JobSpec(name=str(run.run_id), run=run, folder=folder, parts=parts)
+    print_preflight([(run, parts)])
     replaced = replaced_plan_note(run, plan)
     with replacing(files=[*(folder / name for name in JOB_FILES), plan_path(run)], folders=[Folder(folder / JOB_WORK)]):
         launch = slurm_launch_section(job, run.dryrun)

@@ -20,11 +20,12 @@ from typing import Optional
 from optbench.releases.presets import find_preset
 from optbench.releases.versions import container_of
 from optbench.common.checkout import repo_root
-from optbench.config.layout import derive_layout
+from optbench.config.layout import Layout
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem, UserError
 from optbench.metrics.wandb_run import JOB_TYPE, wandb_group, wandb_tags
 from optbench.common.redact import is_secret_name
+from optbench.resolve import ResolvedRun
 
 ENTRY_SCRIPT = Path("src") / "optbench" / "bridge" / "entry.py"
 """The in-container entry point, run by path so that the container needs no install of optbench."""
@@ -35,8 +36,33 @@ SAFE_PATH = re.compile(r"^[A-Za-z0-9._/+@=,-]+$")
 
 
 @dataclass(frozen=True)
+class JobParts:
+    """What a Slurm job asks for, derived once from the resolved run (:func:`job_parts`) and read by the checks,
+    the preflight notes, plan.json's launch section and the rendered script alike."""
+
+    env: dict[str, str]
+    """The job's environment (values unquoted; the renderer quotes them), no secret among them."""
+    mounts: list[str]
+    """host:container mounts."""
+    resources: dict[str, object]
+    """Nodes, tasks, partition, time, memory, image and srun arguments (:func:`slurm_resources`)."""
+    segment: Optional[int]
+    """Slurm's --segment: nodes per NVLink domain, None off multi-node NVLink."""
+    numa: Optional[str]
+    """Each task's NUMA binding command, None without one."""
+
+
+def job_parts(resolved: ResolvedRun) -> JobParts:
+    """Every part of the run's Slurm job, from the layout resolve derived; a bad value is a UserError here,
+    before anything is written."""
+    run, layout = resolved.run, resolved.layout
+    return JobParts(env=job_env(run), mounts=job_mounts(run), resources=slurm_resources(run, layout),
+                    segment=segment_size(run, layout.nodes), numa=numa_binding(run))
+
+
+@dataclass(frozen=True)
 class JobSpec:
-    """One Slurm job: the run it executes and the folder that holds its files."""
+    """One Slurm job: the run it executes, the folder that holds its files and what it asks Slurm for."""
 
     name: str
     """Job and task name (letters, digits, '.', '_', '-')."""
@@ -44,6 +70,8 @@ class JobSpec:
     """The validated run, run id fixed and results_dir absolute."""
     folder: Path
     """Holds config.yaml (what the job reads), sbatch.sh (the kept job script) and logs/."""
+    parts: JobParts
+    """Environment, mounts and resources, derived once (:func:`job_parts`)."""
 
     @property
     def config_path(self) -> Path:
@@ -143,7 +171,7 @@ def nvidia_performance_env(run: RunConfig, preset_env: dict[str, str]) -> dict[s
     return env
 
 
-def segment_size(run: RunConfig) -> Optional[int]:
+def segment_size(run: RunConfig, nodes: int) -> Optional[int]:
     """``#SBATCH --segment``: nodes that must share one NVLink domain (multi-node NVLink only).
 
     NVIDIA's rule for NVL72 (scripts/performance/utils/executors.py): all nodes when they fit in one rack
@@ -154,7 +182,6 @@ def segment_size(run: RunConfig) -> Optional[int]:
     if not per_node or cluster.nvlink_domain_size <= per_node:
         return None
     trays = cluster.nvlink_domain_size // per_node
-    nodes = derive_layout(run).nodes
     return nodes if nodes <= trays else max(d for d in range(1, trays + 1) if nodes % d == 0)
 
 
@@ -244,9 +271,8 @@ def job_command(config_path: Path) -> list[str]:
     return ["python", str(repo_root().resolve() / ENTRY_SCRIPT), str(config_path)]
 
 
-def slurm_resources(run: RunConfig) -> dict[str, object]:
+def slurm_resources(run: RunConfig, layout: Layout) -> dict[str, object]:
     """Nodes and tasks: one task per GPU, Bridge reads rank and world size from SLURM_* (no torchrun)."""
-    layout = derive_layout(run)
     cluster = run.cluster
     return {
         "nodes": layout.nodes,

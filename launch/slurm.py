@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from launch.jobs import JobSpec, check_path, job_command, job_env, job_mounts, numa_binding, segment_size, slurm_resources
+from launch.jobs import JobSpec, check_path, job_command
 from optbench.common.errors import Problem, UserError
 from optbench.common.io import atomic_write_bytes, atomic_write_text
 from optbench.common.redact import REDACTED, redact_text, run_secrets
@@ -58,12 +58,10 @@ def _executor(job: JobSpec, experiments_dir: Path):
     from nemo_run.core.execution.slurm import SlurmJobDetails
     from nemo_run.core.tunnel.client import LocalTunnel
 
-    resources = slurm_resources(job.run)
-    env = job_env(job.run)
-    numa = numa_binding(job.run)
+    resources, env, numa = job.parts.resources, job.parts.env, job.parts.numa
     launcher = SlurmTemplate(template_inline=TASK_TEMPLATE, template_vars={"pre_cmds": numa}) if numa else None
     return run.SlurmExecutor(
-        segment=segment_size(job.run),
+        segment=job.parts.segment,
         launcher=launcher,
         account=None,  # never rendered: sbatch reads SBATCH_ACCOUNT from its environment
         job_name_prefix=JOB_NAME_PREFIX,
@@ -76,7 +74,7 @@ def _executor(job: JobSpec, experiments_dir: Path):
         exclusive=resources["exclusive"],
         container_image=shlex.quote(resources["container_image"]),
         # Quoted one by one: NeMo-Run joins them with bare commas, which bash keeps inside one word.
-        container_mounts=[shlex.quote(mount) for mount in job_mounts(job.run)],
+        container_mounts=[shlex.quote(mount) for mount in job.parts.mounts],
         # Our variables win over same-named ones baked into the image (pyxis --container-env).
         container_env=sorted(env),
         srun_args=[shlex.quote(arg) for arg in resources["srun_args"]],

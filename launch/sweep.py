@@ -33,7 +33,7 @@ from launch.dispatch import (
     shown,
     slurm_launch_section,
 )
-from launch.jobs import JobSpec
+from launch.jobs import JobParts, JobSpec
 from optbench.compose.recipe import check_typed_overrides, compose_run
 from optbench.config.overrides import split_override, typed_keys
 from optbench.config.schema import RunConfig
@@ -44,6 +44,7 @@ from optbench.plan.types import Plan
 from optbench.projection.ranking import print_ranking
 from optbench.common.redact import SecretProblem, is_secret_name, recorded_overrides
 from optbench.common.replace import Folder, replacing
+from optbench.resolve import ResolvedRun
 from optbench.runs import new_run_id, run_dir, save_resolved_config
 from optbench.validate import validate
 
@@ -58,14 +59,20 @@ class SweepPoint:
     """The swept overrides of this point, e.g. ['parallel.ep=32', 'parallel.pp=4']."""
     overrides: list[str]
     """Every override of the point: the fixed ones, then the swept ones."""
-    run: Optional[RunConfig] = None
-    """The composed, validated run (None when invalid)."""
+    resolved: Optional[ResolvedRun] = None
+    """The composed, validated run, resolved once (None when invalid)."""
     plan: Optional[Plan] = None
     """Its plan (None when invalid)."""
+    parts: Optional[JobParts] = None
+    """Its Slurm job's parts, derived once by check_launch (None off Slurm)."""
     problems: list[str] = field(default_factory=list)
     """One line per problem when the point is invalid."""
     job_script: Optional[str] = None
     job_id: Optional[str] = None
+
+    @property
+    def run(self) -> Optional[RunConfig]:
+        return self.resolved.run if self.resolved else None
 
     @property
     def valid(self) -> bool:
@@ -158,13 +165,13 @@ def plan_sweep(recipe: str, overrides: Sequence[str]) -> list[SweepPoint]:
             sweep_id = sweep_id or new_run_id(composed)
             # Every point is its own run: <run_id or sweep id>-<point>.
             resolved = validate(composed, run_id=f"{composed.run_id or sweep_id}-{name}")
-            point.run = resolved.run
+            point.resolved = resolved
             point.plan = build_plan(resolved, point.overrides)  # priced against its twin
         except UserError as err:
             secret = next((p for p in err.problems if isinstance(p, SecretProblem)), None)
             if secret is not None:  # the sweep is refused as a whole: its other points are no answer to what was typed
                 raise UserError(Problem(secret.field, f"in point {name}: {secret.message}; nothing was run")) from None
-            point.run, point.plan = None, None
+            point.resolved, point.plan = None, None
             point.problems = err.focused(typed_keys(point.swept)).lines()
         points.append(point)
     return points
@@ -213,7 +220,7 @@ def _point_jobs(points: list[SweepPoint], folder: Path, dryrun: bool) -> list[Jo
     for point in points:
         run = point.run
         target = folder / point.name if dryrun else run_dir(run)
-        job = JobSpec(name=str(run.run_id), run=run, folder=target)
+        job = JobSpec(name=str(run.run_id), run=run, folder=target, parts=point.parts)
         point.plan = point.plan.with_launch(slurm_launch_section(job, dryrun))
         save_resolved_config(run, job.config_path)
         atomic_write_json(target / "plan.json", point.plan.to_json())
@@ -256,7 +263,7 @@ def check_points(points: list[SweepPoint]) -> None:
         problem = refusal(report)
         if problem:
             point.problems = UserError(Problem("bridge", problem)).lines()
-            point.run, point.plan = None, None
+            point.resolved, point.plan = None, None
 
 
 def sweep(recipe: str, overrides: Sequence[str], check: bool = False) -> int:
@@ -277,8 +284,12 @@ def sweep(recipe: str, overrides: Sequence[str], check: bool = False) -> int:
     dryrun = first.dryrun
     slurm = first.cluster.executor == "slurm"
     if slurm:
-        print_notes([note for point in valid for note in check_launch(point.run)])
-        print_preflight([point.run for point in valid])
+        notes = []
+        for point in valid:
+            point_notes, point.parts = check_launch(point.resolved)
+            notes += point_notes
+        print_notes(notes)
+        print_preflight([(point.run, point.parts) for point in valid])
     # The previous sweep's folder is replaced only when this one is complete (put back if it fails or is killed).
     claim_results(first)
     with replacing(folders=[Folder(folder, holds=_sweep_entry)]):

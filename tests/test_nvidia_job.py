@@ -17,6 +17,7 @@ import pytest
 
 from launch.jobs import numa_binding, numa_rule, segment_size
 from optbench.catalog.hardware import gpu_spec
+from optbench.config.layout import derive_layout
 from optbench.releases import versions
 from optbench.releases.presets import find_preset, load
 from optbench.compose.recipe import compose_run
@@ -148,7 +149,7 @@ def test_segment_and_numa_rules_reproduce_every_preset(release: str, key: str) -
     recipe = f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}"
     run = compose_run(recipe, [f"cluster={cluster}", f"precision={precision}", f"parallel.num_gpus={preset['num_gpus']}",
                                f"cluster.container={CONTAINERS[release]}", "intent=train"])
-    assert segment_size(run) == preset["job"]["segment"]
+    assert segment_size(run, derive_layout(run).nodes) == preset["job"]["segment"]
     assert numa_binding(run) == preset["job"]["numa"]["command"]  # NVIDIA's rendering of the release, taken over
     if release.startswith("0.3."):  # our rule for runs without a preset is NVIDIA's 0.3 rule, exactly
         assert numa_rule(run) == preset["job"]["numa"]["command"]

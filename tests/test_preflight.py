@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from launch.jobs import job_env, job_mounts, segment_size
+from launch.jobs import job_parts
 from launch.preflight import cluster_notes
 from optbench.compose.recipe import compose_run
+from optbench.validate import validate
 
 
 def notes(recipe: str, *overrides: str) -> tuple[str, ...]:
-    run = compose_run(recipe, list(overrides))
-    return cluster_notes(run, job_env(run), job_mounts(run), segment_size(run))
+    resolved = validate(compose_run(recipe, list(overrides)))
+    parts = job_parts(resolved)
+    return cluster_notes(resolved.run, parts.env, parts.mounts, parts.segment)
 
 
 @pytest.fixture
@@ -65,8 +67,9 @@ def test_an_srun_without_pyxis_and_an_sbatch_without_segment_are_said(login_node
     said = notes("kimi_k2_muon", *MOUNTED)
     assert [n.split(":")[1].strip() for n in said] == ["pyxis", "slurm"]
     assert "--segment=16" in said[1]
-    run = compose_run("kimi_k2_muon", list(MOUNTED))  # a job that asks for no segment: nothing to say about it
-    assert [n.split(":")[1].strip() for n in cluster_notes(run, job_env(run), job_mounts(run), None)] == ["pyxis"]
+    resolved = validate(compose_run("kimi_k2_muon", list(MOUNTED)))  # a job that asks for no segment: nothing to say
+    parts = job_parts(resolved)
+    assert [n.split(":")[1].strip() for n in cluster_notes(resolved.run, parts.env, parts.mounts, None)] == ["pyxis"]
 
 
 def test_a_dry_run_prints_the_notes_with_the_plan(login_node, capsys):
@@ -86,6 +89,7 @@ def test_a_sweep_asks_srun_and_sbatch_once(login_node, capsys):
     for program in ("srun", "sbatch"):
         path = login_node / "bin" / program
         path.write_text(f"#!/bin/sh\necho {program} >> {asked}\necho 'Usage: a Slurm without it'\n")
-    print_preflight([compose_run("kimi_k2_muon", [*MOUNTED, f"train.gbs={gbs}"]) for gbs in (4096, 8192, 16384)])
+    resolved = [validate(compose_run("kimi_k2_muon", [*MOUNTED, f"train.gbs={gbs}"])) for gbs in (4096, 8192, 16384)]
+    print_preflight([(r.run, job_parts(r)) for r in resolved])
     assert sorted(asked.read_text().split()) == ["sbatch", "srun"]
     assert capsys.readouterr().out.count("note: pyxis") == 1

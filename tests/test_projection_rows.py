@@ -196,7 +196,7 @@ def test_an_efficiency_carried_across_precision_goes_through_the_published_pairs
 def test_the_precision_ratio_leaves_out_held_out_pairs_and_without_one_carries_the_fraction_of_peak():
     bf16_row = _row("25.11", "deepseek_v3", "gb300")  # the GB300 pair's BF16 row (first in file order: bf16)
     assert bf16_row.precision == "bf16"
-    run = plan_run("qwen3_30b_a3b_adamw", ["precision=bf16"])[0]
+    run = plan_run("qwen3_30b_a3b_adamw", ["precision=bf16"])[0].run
     from optbench.projection.calibration import calibrate
 
     both = calibrate(run, DEFAULT_ASSUMPTIONS)
