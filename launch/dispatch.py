@@ -93,10 +93,10 @@ def job_folder(run: RunConfig) -> Path:
     return plan_folder(run) if run.dryrun else run_dir(run)
 
 
-def check_launch(resolved: ResolvedRun) -> tuple[tuple[str, ...], JobParts | None]:
-    """Every refusal the launcher can know of before it writes anything (raises UserError); returns the
-    notes for the user (printed once by the caller: a sweep's points share them) and, for Slurm, the job's parts,
-    derived here once for every later step."""
+def check_launch(resolved: ResolvedRun) -> tuple[RunConfig, tuple[str, ...], JobParts | None]:
+    """Every refusal the launcher can know of before it writes anything (raises UserError); returns the run to
+    launch (a local-engine run with its run id fixed), the notes for the user (printed once by the caller: a sweep's
+    points share them) and, for Slurm, the job's parts, derived here once for every later step."""
     run = resolved.run
     notes: tuple[str, ...] = ()
     parts = None
@@ -118,12 +118,12 @@ def check_launch(resolved: ResolvedRun) -> tuple[tuple[str, ...], JobParts | Non
                                         "run `make setup`, or plan and submit a cluster recipe (RECIPE=kimi_k2_muon)"))
             from optbench.engine.local import check_local_launch
 
-            check_local_launch(run)
+            run = check_local_launch(run)
     elif not run.dryrun:
         problem = bridge_local_problem(run.parallel.num_gpus)
         if problem is not None:
             raise UserError(problem)
-    return notes, parts
+    return run, notes, parts
 
 
 LOCAL_ENGINE_NEEDS = ("torch", "transformers")
@@ -165,10 +165,9 @@ def warn_missing_data(run: RunConfig, plan: Plan) -> None:
 def pretrain(recipe: str, overrides: Sequence[str], check: bool = False, compare: Sequence[str] = ()) -> int:
     """Plan and launch; ``check``: the plan goes through its container's real Bridge first (CHECK=bridge)."""
     resolved, plan = plan_run(recipe, overrides, compare)
-    run = resolved.run
     print(format_summary(plan))
-    warn_missing_data(run, plan)
-    notes, parts = check_launch(resolved)
+    warn_missing_data(resolved.run, plan)
+    run, notes, parts = check_launch(resolved)
     print_notes(notes)
     if check:
         from launch.bridge_check import check_with_bridge

@@ -286,7 +286,7 @@ def sweep(recipe: str, overrides: Sequence[str], check: bool = False) -> int:
     if slurm:
         notes = []
         for point in valid:
-            point_notes, point.parts = check_launch(point.resolved)
+            _, point_notes, point.parts = check_launch(point.resolved)
             notes += point_notes
         print_notes(notes)
         print_preflight([(point.run, point.parts) for point in valid])

@@ -3,6 +3,8 @@ read from it, and every Bridge name it declares is one a container knows and our
 
 from __future__ import annotations
 
+import dataclasses
+
 import typing
 from dataclasses import fields, is_dataclass
 
@@ -54,8 +56,7 @@ def test_every_declared_bridge_name_is_a_field_of_a_runnable_container() -> None
 
 
 def _emitted(recipe: str, *overrides: str) -> set[str]:
-    run = compose_run(recipe, list(overrides))
-    run.run_id = "field-table"
+    run = dataclasses.replace(compose_run(recipe, list(overrides)), run_id="field-table")
     return {key for key, _ in our_items(run)}
 
 

@@ -3,6 +3,8 @@ every published row's layout is expressible and matches the published numbers.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import csv
 from pathlib import Path
 
@@ -98,8 +100,8 @@ def test_named_layout_is_valid_for_its_model(layout: str) -> None:
     run = compose_run(recipe, overrides)
     if not any(o.startswith("train=") for o in overrides):
         # No published batch for this row (DeepSeek-V3 on B200/B300): eight sequences per replica.
-        run.train.mbs = 1
-        run.train.gbs = 8 * run.parallel.num_gpus // (run.parallel.tp * run.parallel.pp * run.parallel.cp)
+        gbs = 8 * run.parallel.num_gpus // (run.parallel.tp * run.parallel.pp * run.parallel.cp)
+        run = dataclasses.replace(run, train=dataclasses.replace(run.train, mbs=1, gbs=gbs))
     assert collect_problems(run) == [], layout
 
 

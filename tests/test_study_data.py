@@ -3,6 +3,8 @@ and the share of it the training split already holds, measured."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -64,9 +66,7 @@ def _run(corpus: dict, eval_iters: int):
     from optbench.compose.recipe import compose_run
 
     run = compose_run("kimi_k2_tiny_adamw", ["train.seq_length=32", "train.gbs=4", "train.mbs=4", f"train.eval_iters={eval_iters}"])
-    run.data = _data(corpus, valid_seed=1)
-    run.model.vocab_size = 300
-    return run
+    return dataclasses.replace(run, data=_data(corpus, valid_seed=1), model=dataclasses.replace(run.model, vocab_size=300))
 
 
 def test_the_validation_set_is_described_and_a_set_that_would_repeat_samples_refused(corpus):

@@ -31,7 +31,7 @@ whatever the optimizer. TFLOP/s/GPU = ``flops_per_step / step_time / world_size 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 
 from optbench.accounting.params import is_moe_layer, padded_vocab_size
@@ -126,7 +126,7 @@ def _per_token(model_fields: tuple[tuple[str, object], ...], seq_length: int, tp
 
 def model_flops_per_token(model: ModelConfig, seq_length: int, tp: int = 1) -> float:
     """Model FLOPs per trained token (forward + backward) at ``seq_length``, Bridge's rule; cached."""
-    return _per_token(tuple(sorted(vars(model).items())), seq_length, tp)
+    return _per_token(tuple(sorted((f.name, getattr(model, f.name)) for f in fields(model))), seq_length, tp)
 
 
 def model_flops_per_step(run: RunConfig) -> float:

@@ -11,6 +11,7 @@ and validated as it is.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from optbench.accounting.flops import flop_terms
@@ -94,14 +95,16 @@ def max_virtual_stages(run: RunConfig) -> int:
     return run.model.num_layers + run.model.mtp_num_layers + 2
 
 
-def follow_stage_overrides(run: RunConfig, overrides: Sequence[str]) -> None:
-    """Rebalance ``run``'s pipeline layout when the overrides changed pp or vpp and the stage count with it.
+def follow_stage_overrides(run: RunConfig, overrides: Sequence[str]) -> RunConfig:
+    """``run`` with its pipeline layout rebalanced when the overrides changed pp or vpp and the stage count with it.
 
     A stage count above :func:`max_virtual_stages` is left for validation to refuse.
     """
     p = run.parallel
     stages = p.pp * vpp_size(run)
     if stages > max_virtual_stages(run):
-        return
+        return run
     if p.pipeline_layout and len(p.pipeline_layout) != stages and layout_follows_overrides(overrides):
-        p.pipeline_layout = None if stages == 1 else balanced_layout_for(run)
+        layout = None if stages == 1 else balanced_layout_for(run)
+        return dataclasses.replace(run, parallel=dataclasses.replace(p, pipeline_layout=layout))
+    return run

@@ -23,7 +23,7 @@ from optbench.compose.pipeline import follow_stage_overrides
 from optbench.config import overrides as typed
 from optbench.config.domains import check_domains
 from optbench.config.schema import RunConfig
-from optbench.config.serialize import closest, to_run_config, translate_schema_error
+from optbench.config.serialize import closest, structured_schema, to_run_config, translate_schema_error
 from optbench.common.errors import Problem, UserError
 from optbench.common.redact import remember_secret, secret_problems
 
@@ -121,7 +121,7 @@ def _register_schema() -> None:
     """Put the schema into Hydra's config store, once per process (storing converts the whole dataclass tree)."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=RunConfig)
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=structured_schema(RunConfig))
 
 
 def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig:
@@ -201,8 +201,7 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
         for field, value in release.items():
             OmegaConf.update(cfg, field, value, merge=True)
         run = _checked(cfg, [*release_layout.layout_overrides(run, overrides), *overrides], secrets_checked=True)
-    follow_stage_overrides(run, overrides)
-    return run
+    return follow_stage_overrides(run, overrides)
 
 
 def _checked(cfg: DictConfig, overrides: Sequence[str], secrets_checked: bool = False) -> RunConfig:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from optbench.config.frozen import Frozen
 from optbench.config.domain_types import MAX_TEXT, Choice, Flag, Folder, Integer, Items, Real, Table, Text
 from optbench.config.field_spec import (
     BRIDGE,
@@ -74,7 +75,7 @@ EXECUTORS = ("local", "slurm")
 
 
 @dataclass
-class PrecisionConfig:
+class PrecisionConfig(Frozen):
     """Mixed precision recipe and what it implies."""
 
     name: str = setting("???", Choice(PRECISIONS))
@@ -120,7 +121,7 @@ class PrecisionConfig:
 
 
 @dataclass
-class ClusterConfig:
+class ClusterConfig(Frozen):
     """Where the run executes. Account and partition come from conf/local/<cluster>.yaml or the environment."""
 
     name: str = setting("???", IDENTIFIER)
@@ -174,7 +175,7 @@ class ClusterConfig:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Frozen):
     """Batch geometry and schedule."""
 
     name: str = setting("???", IDENTIFIER)
@@ -214,7 +215,7 @@ class TrainConfig:
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Frozen):
     """Training data."""
 
     name: str = setting("???", IDENTIFIER)
@@ -242,7 +243,7 @@ class DataConfig:
 
 
 @dataclass
-class LoggerConfig:
+class LoggerConfig(Frozen):
     """Where metrics go besides results/runs/<run_id>/metrics.jsonl."""
 
     name: str = setting("???", IDENTIFIER)
@@ -267,7 +268,7 @@ class LoggerConfig:
 
 
 @dataclass
-class RunConfig:
+class RunConfig(Frozen):
     """A recipe composed with its groups and overrides."""
 
     recipe: str = setting("???", IDENTIFIER)

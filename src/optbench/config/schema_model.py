@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
+from optbench.config.frozen import Frozen
 from optbench.config.domain_types import Choice, Flag, Integer, Items, Real
 from optbench.config.field_spec import (
     BRIDGE,
@@ -34,7 +35,7 @@ PIPELINE_LAYOUT_ENTRIES = ("embedding", "decoder", "mtp", "loss")
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(Frozen):
     """Model shape, in Megatron Core's vocabulary (FACTS.md section 4)."""
 
     name: str = setting("???", IDENTIFIER)
@@ -144,7 +145,7 @@ class ModelConfig:
 
 
 @dataclass
-class ParallelConfig:
+class ParallelConfig(Frozen):
     """Parallel layout; dp is derived as num_gpus / (tp * pp * cp)."""
 
     name: str = setting("???", IDENTIFIER)

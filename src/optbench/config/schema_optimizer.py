@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from optbench.config.frozen import Frozen
 from optbench.config.domain_types import Choice, Flag, Integer, Real
 from optbench.config.field_spec import BRIDGE, PROBABILITY, setting
 
@@ -32,7 +33,7 @@ MUON_ASSIGNMENTS = ("pingpong", "cost_aware")
 
 
 @dataclass
-class MuonConfig:
+class MuonConfig(Frozen):
     """Muon as Megatron Core 0.16.1 implements it (FACTS.md section 5); defaults as the Kimi K2 recipe."""
 
     momentum: float = setting(0.95, PROBABILITY, bridge="optimizer.muon_momentum")
@@ -83,7 +84,7 @@ class MuonConfig:
 
 
 @dataclass
-class AdaptiveMuonConfig:
+class AdaptiveMuonConfig(Frozen):
     """AdaMuon / NorMuon: Muon (``optimizer.muon``) plus a second moment of the orthogonalized update (Megatron Core
     >= 0.18 ``adaptive_muon``, Emerging-Optimizers AdaptiveMuon)."""
 
@@ -96,7 +97,7 @@ class AdaptiveMuonConfig:
 
 
 @dataclass
-class SoapConfig:
+class SoapConfig(Frozen):
     """SOAP: Adam in the eigenbasis of Shampoo's Kronecker factors (Megatron Core >= 0.18 ``soap``, Emerging-Optimizers
     SOAP). Megatron passes only these fields; the inner Adam takes ``adam_beta1/2``; eps 1e-8, one power iteration with
     QR per step (eigh on the first), TF32 products and bias correction are Emerging-Optimizers' defaults."""
@@ -113,7 +114,7 @@ class SoapConfig:
 
 
 @dataclass
-class OptimizerConfig:
+class OptimizerConfig(Frozen):
     """Optimizer; AdamW fields also drive Muon's AdamW side (norms, embeddings, output)."""
 
     name: str = setting("???", Choice(OPTIMIZERS), bridge="optimizer.optimizer")

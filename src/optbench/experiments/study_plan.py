@@ -27,6 +27,7 @@ per step, 600 steps) and ``gpu`` (a larger proxy and batch for one GPU; not run 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
@@ -212,7 +213,7 @@ def train(spec: StudySpec, run: StudyRun, launcher: Callable[[RunConfig], Path],
     folder = Path(spec.results_dir) / "runs" / run.run_id
     config = compose(spec, run)
     if (folder / "metrics.jsonl").is_file():
-        config.resume = True  # no checkpoint: the engine starts it over and truncates its metrics
+        config = dataclasses.replace(config, resume=True)  # no checkpoint: the engine starts it over and truncates its metrics
     progress(f"{run.phase:<8} {run.arm:<15} lr {run.lr:<7g} seed {run.seed} -> {run.run_id}")
     return launcher(config)
 

@@ -7,6 +7,7 @@ typed config (secrets redacted) that every engine entry point reads back with
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import errno
 import fcntl
@@ -40,14 +41,13 @@ def checked_run_id(run_id: str) -> str:
     return run_id
 
 
-def resolve_run_id(run: RunConfig) -> str:
-    """Name a local-engine run as it starts: fix ``run.run_id`` (a new one unless the user gave one), return it.
+def with_run_id(run: RunConfig) -> RunConfig:
+    """Name a local-engine run as it starts: ``run`` with its run id fixed (a new one unless the user gave one).
 
     A Bridge job's run id is fixed earlier, when the run is resolved (:func:`optbench.resolve.resolve`).
     """
-    if run.run_id is None:
-        run.run_id = new_run_id(run)
-    return checked_run_id(run.run_id)
+    run_id = checked_run_id(run.run_id if run.run_id is not None else new_run_id(run))
+    return run if run_id == run.run_id else dataclasses.replace(run, run_id=run_id)
 
 
 def run_dir(run: RunConfig) -> Path:

@@ -23,7 +23,7 @@ from optbench.engine.local.resume_keys import RESUME_MUST_MATCH
 from optbench.common.errors import Problem, UserError
 from optbench.metrics.summary import COMMAND_ENV
 from optbench.common.outputs import check_writable, claim
-from optbench.runs import check_run_dir_free, load_config_yaml, resolve_run_id, run_dir, save_resolved_config
+from optbench.runs import check_run_dir_free, load_config_yaml, run_dir, save_resolved_config, with_run_id
 
 CONFIG_FILE = "config.yaml"
 BYTES_PER_PARAM = 16
@@ -99,12 +99,13 @@ def _check_resume(run: RunConfig, directory: Path) -> None:
         )
 
 
-def check_local_launch(run: RunConfig) -> Path:
-    """Every refusal the local engine can know of before it starts, with nothing written; returns the run directory."""
+def check_local_launch(run: RunConfig) -> RunConfig:
+    """Every refusal the local engine can know of before it starts, with nothing written; returns the run with its
+    run id fixed (:func:`optbench.runs.with_run_id`)."""
     from optbench.engine.local.threads import prepare_openmp
 
     prepare_openmp()  # before _preflight imports torch
-    resolve_run_id(run)
+    run = with_run_id(run)
     directory = run_dir(run)
     check_run_dir_free(directory)
     if run.resume:
@@ -118,7 +119,7 @@ def check_local_launch(run: RunConfig) -> Path:
         choose_checkpoint(run, run.parallel.num_gpus)
     check_writable(directory, "results_dir")
     check_writable(checkpoint_dir(run), "train.checkpoint_dir" if run.train.checkpoint_dir else "results_dir")
-    return directory
+    return run
 
 
 def launch_local(run: RunConfig, checked: bool = False) -> Path:
@@ -127,7 +128,8 @@ def launch_local(run: RunConfig, checked: bool = False) -> Path:
     ``checked``: :func:`check_local_launch` already ran for this run (the launcher runs it before it
     writes the plan, so that a refused run leaves every earlier file as it was).
     """
-    directory = run_dir(run) if checked else check_local_launch(run)
+    run = run if checked else check_local_launch(run)
+    directory = run_dir(run)
     claim(run.results_dir, "results_dir", "results")
     if run.train.checkpoint_dir:
         claim(run.train.checkpoint_dir, "train.checkpoint_dir", "checkpoints")

@@ -7,6 +7,7 @@ An input problem is one line on stderr (from rank 0 only) and exit code 2.
 
 from __future__ import annotations
 
+import dataclasses
 import argparse
 import os
 import sys
@@ -27,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = load_resolved_config(config)
         debug = run.debug
         if config.parent.parent.name == "runs":  # <results>/runs/<run_id>/config.yaml: results follow the file
-            run.results_dir = str(config.parent.parent.parent)
+            run = dataclasses.replace(run, results_dir=str(config.parent.parent.parent))
         from optbench.engine.local.trainer import train
 
         train(run, config.parent)
