@@ -218,3 +218,13 @@ def test_the_plain_view_of_a_run_is_omegaconfs_structured_view_value_for_value(r
     for variant in variants:
         expected = OmegaConf.to_container(OmegaConf.structured(variant), resolve=False)
         assert repr(run_config_to_dict(variant)) == repr(expected)
+
+
+def test_a_typed_run_is_never_changed_in_place() -> None:
+    """Every schema section refuses assignment once built; a change is a new run (dataclasses.replace)."""
+    run = compose_run("kimi_k2_muon")
+    for section, name in ((run, "force"), (run.parallel, "tp"), (run.optimizer, "lr"), (run.optimizer.muon, "momentum")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(section, name, getattr(section, name))
+    changed = dataclasses.replace(run, parallel=dataclasses.replace(run.parallel, tp=2))
+    assert (changed.parallel.tp, run.parallel.tp) == (2, compose_run("kimi_k2_muon").parallel.tp)
