@@ -23,7 +23,8 @@ from optbench.compose.pipeline import follow_stage_overrides
 from optbench.config import overrides as typed
 from optbench.config.domains import check_domains
 from optbench.config.schema import RunConfig
-from optbench.config.serialize import closest, structured_schema, to_run_config, translate_schema_error
+from optbench.releases.hydra_values import format_override
+from optbench.config.serialize import closest, to_run_config, translate_schema_error
 from optbench.common.errors import Problem, UserError
 from optbench.common.redact import remember_secret, secret_problems
 
@@ -121,7 +122,7 @@ def _register_schema() -> None:
     """Put the schema into Hydra's config store, once per process (storing converts the whole dataclass tree)."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=structured_schema(RunConfig))
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=RunConfig)
 
 
 def compose_dictconfig(recipe: str, overrides: Sequence[str] = ()) -> DictConfig:
@@ -200,7 +201,8 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
         # are NVIDIA's numbers and names, never an account or a credential: the first secret check still holds.
         for field, value in release.items():
             OmegaConf.update(cfg, field, value, merge=True)
-        run = _checked(cfg, [*release_layout.layout_overrides(run, overrides), *overrides], secrets_checked=True)
+        typed_first = [format_override(field, value) for field, value in release.items()]
+        run = _checked(cfg, [*typed_first, *overrides], secrets_checked=True)
     return follow_stage_overrides(run, overrides)
 
 

@@ -14,7 +14,7 @@ import typing
 from dataclasses import fields, is_dataclass
 from typing import Any, Sequence
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from optbench.config.schema import RunConfig
@@ -87,27 +87,6 @@ def _unknown_keys(node: Any, path: str = "") -> list[str]:
     return found
 
 
-def structured_schema(cls: type) -> DictConfig:
-    """``OmegaConf.structured(cls)`` that a composition can merge into and set values on.
-
-    The schema's dataclasses are frozen, so that a run is never changed after it is typed (a new one is made with
-    ``dataclasses.replace``); OmegaConf marks a frozen dataclass's nodes read-only, which would refuse every
-    recipe file and override merged into them. The typed run built from the merged config is frozen again."""
-    node = OmegaConf.structured(cls)
-    _writable(node)
-    return node
-
-
-def _writable(node: DictConfig | ListConfig) -> None:
-    OmegaConf.set_readonly(node, None)
-    if isinstance(node, DictConfig):
-        for key in node.keys():
-            if not (OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key)):
-                child = node[key]
-                if isinstance(child, (DictConfig, ListConfig)):
-                    _writable(child)
-
-
 def to_run_config(cfg: DictConfig) -> RunConfig:
     """Merge a composed config into the typed schema; unknown keys and wrong types become one-line errors."""
     unknown = _unknown_keys(cfg)
@@ -116,7 +95,7 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
     try:
         # Hydra composed it into the schema already (conf/base.yaml lists it first) and the check above found
         # every key ``+`` appended, so only a config read from a file (config.yaml) needs merging into it.
-        typed = cfg if OmegaConf.get_type(cfg) is RunConfig else OmegaConf.merge(structured_schema(RunConfig), cfg)
+        typed = cfg if OmegaConf.get_type(cfg) is RunConfig else OmegaConf.merge(OmegaConf.structured(RunConfig), cfg)
         run = OmegaConf.to_object(typed)
     except OmegaConfBaseException as err:
         raise translate_schema_error(err) from err

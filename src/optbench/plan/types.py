@@ -22,7 +22,6 @@ from optbench.accounting.plan_fields import ACCOUNTING_KEYS
 from optbench.bridge.adapter import BridgeSetup
 from optbench.config.layout import PARALLEL_SIZES, Layout
 from optbench.config.schema import MATRIX_OPTIMIZERS, OptimizerConfig
-from optbench.config.serialize import structured_schema
 from optbench.runs.plan_file import PLAN_VERSION
 
 @dataclass(frozen=True)
@@ -178,7 +177,7 @@ class Plan:
             num_microbatches=data["num_microbatches"], **{key: lay[key] for key in PARALLEL_SIZES},
         )
         try:
-            optimizer = OmegaConf.to_object(OmegaConf.merge(structured_schema(OptimizerConfig), data["optimizer"]))
+            optimizer = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(OptimizerConfig), data["optimizer"]))
         except OmegaConfBaseException as err:
             raise ValueError(f"optimizer: {err}".splitlines()[0]) from err
         section = data["data"]
