@@ -135,7 +135,7 @@ def test_a_model_without_rows_is_carried_at_the_mean_model_term(tmp_path):
     # committed table): a projection whose expected error is the leave-one-model-out figure.
     assert calibration.is_carried and dict(calibration.carried)["model"] == "mean of every model"
     p = project(resolve(run), published_dir=tmp_path / "published")
-    assert p["available"] and p["efficiency"]["status"].startswith("carried: gpu fitted, model mean of every model")
+    assert p["available"] and p["efficiency"]["status"].startswith("carried: gpu as blackwell_ultra, model mean of every model")
     assert p["expected_error"] is None or p["expected_error"]["scheme"] == "leave one model out"
 
 
@@ -153,5 +153,5 @@ def test_an_efficiency_on_a_gpu_without_the_models_row_comes_from_the_carried_ta
     run = compose_run("kimi_k2_adamw", ["cluster=b200", "parallel=kimi_k2_b200_256", "train=kimi_k2_b200"])
     p = project(resolve(run))
     assert p["available"]
-    assert p["efficiency"]["status"] == "carried: gpu fitted, model fitted, release fitted"
+    assert p["efficiency"]["status"] == "carried: gpu as blackwell, model fitted, release fitted"
     assert p["expected_error"]["scheme"] == "leave one setup out"

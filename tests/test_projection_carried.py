@@ -43,23 +43,27 @@ def test_the_committed_table_is_fitted_on_adamw_rows_only_and_counts_its_paramet
     table = committed_table()
     assert table is not None and table.rows
     assert all(" adamw " in row for row in table.rows)  # never a Muon row
-    assert table.parameter_count == len(table.gpu) + len(table.model) - 1 + len(table.release) - 1 + 1 == 14
+    assert table.parameter_count == len(table.arch) + len(table.model) - 1 + len(table.release) - 1 + 1 == 12
     data = json.loads((REPO / "results" / "projection" / "calibration.json").read_text())
     assert data["table"]["parameter_count"] == table.parameter_count and data["command"] == "make projection"
 
 
-def test_unknown_terms_fall_back_by_architecture_model_mean_and_nearest_earlier_release():
+def test_a_gpu_takes_its_architectures_term_and_unknown_terms_fall_back_to_means_and_the_nearest_release():
     table = CarriedTable(
-        gpu=(("b200", math.log(0.2)), ("gb200", math.log(0.3)), ("h100", math.log(0.1))),
+        arch=(("blackwell", math.log(0.2)), ("hopper", math.log(0.1))),
         model=(("deepseek_v3", 0.0), ("qwen3_30b_a3b", math.log(0.5))),
         release=(("26.02", 0.0), ("26.06", math.log(1.1))),
         mxfp8_expert_rows=928.0, rows=("r",), rms_residual=0.0,
     )
-    eff, how = table.efficiency("qwen3_30b_a3b", "b200", "26.06")
-    assert eff == pytest.approx(0.2 * 0.5 * 1.1) and set(how.values()) == {"fitted"}
-    eff, how = table.efficiency("kimi_k2", "h200", "26.08")  # hopper: h100's term; model: mean; release: 26.06's
-    assert how == {"gpu": "mean of the hopper GPUs", "model": "mean of every model", "release": "as release 26.06"}
+    for gpu in ("b200", "gb200"):  # one Blackwell die in two systems: one term, the systems priced by the step model
+        eff, how = table.efficiency("qwen3_30b_a3b", gpu, "26.06")
+        assert eff == pytest.approx(0.2 * 0.5 * 1.1) and how == {"gpu": "as blackwell", "model": "fitted",
+                                                                  "release": "fitted"}
+    eff, how = table.efficiency("kimi_k2", "h200", "26.08")  # hopper's term; model: mean; release: 26.06's
+    assert how == {"gpu": "as hopper", "model": "mean of every model", "release": "as release 26.06"}
     assert eff == pytest.approx(0.1 * math.sqrt(0.5) * 1.1)
+    eff, how = table.efficiency("deepseek_v3", "b300", "26.02")  # Blackwell Ultra has no term here
+    assert how["gpu"] == "mean of every architecture" and eff == pytest.approx(math.sqrt(0.2 * 0.1))
     _, how = table.efficiency("deepseek_v3", "b200", "25.11")  # before every release of the table: the earliest
     assert how["release"] == "as release 26.02"
 

@@ -168,7 +168,7 @@ def test_a_plan_states_the_error_of_its_own_case():
     _, wider = plan_run("kimi_k2_muon", ["parallel.num_gpus=512", "train.gbs=8192"])
     _, own = plan_run("kimi_k2_muon", ["cluster.container=nemo:26.02"])
     _, layout = plan_run("qwen3_30b_a3b_muon", ["parallel.ep=4"])
-    assert moved.projection["efficiency"]["status"] == "carried: gpu fitted, model fitted, release fitted"
+    assert moved.projection["efficiency"]["status"] == "carried: gpu as blackwell, model fitted, release fitted"
     assert moved.projection["expected_error"] == expected_error("setup") and wider.projection["expected_error"] == expected_error("setup")
     assert moved.projection["expected_error"]["scheme"] == "leave one setup out"
     assert own.projection["expected_error"] == expected_error("row")

@@ -4,18 +4,23 @@ A **setup** is one model x GPU x GPU count x precision. Where the run's model ha
 GPU, the calibration solves the efficiency on that row (:mod:`optbench.projection.calibration`). Elsewhere (another
 GPU, a model without rows) the efficiency comes from this table, fitted once by ``make projection``:
 
-    log eff(row) = gpu[row.gpu] + model[row.model] + release[row.release] + residual
+    log eff(row) = arch[arch of row.gpu] + model[row.model] + release[row.release] + residual
 
 over the per-row efficiencies each AdamW row of the validated domain solves to (the step model at the row's
-executed configuration reproduces the row's figure), by least squares. The GPU term carries what a GPU's kernels
-reach of its own peak, the model term what a model's shapes reach (deepseek_v3's is 0: the baseline), the release
+executed configuration reproduces the row's figure), by least squares. The architecture term (data/gpus.csv
+``arch``: hopper, blackwell, blackwell_ultra) carries what a chip's kernels reach of its own peak: a GB300 and a
+B300 are one Blackwell Ultra die, their kernels the same, and what tells their systems apart (the NVLink domain,
+the fabric beyond it, the peak at their power) is priced by the step model, not fitted. One term per GPU instead
+let each system absorb its own communication error, and a setup held out took it from the other models' rows on
+that system alone (leave one setup out 7.8 % median against 6.1 %: docs/projection.md section 2). The
+model term what a model's shapes reach (deepseek_v3's is 0: the baseline), the release
 term what a container's software adds whatever the model and GPU (25.11-26.08). One more parameter is fitted with
 them: ``M0`` of the MXFP8 small-expert-GEMM slowdown (``Assumptions.small_expert_gemm_rows_mxfp8``), chosen on a
 grid as the value whose table leaves the smallest squared residual. The slowdown is the one term of the step model
 that tells a layout with few rows per expert (DeepSeek-V3 at EP8 on 8-GPU nodes: 1,024 rows) from one with many
 (EP32-64 on NVL72: 4,096-8,192); without it the GPU and model terms cannot agree across setups.
 
-An unknown GPU takes the mean of the known GPUs of its architecture (data/gpus.csv), else of all; an unknown model
+A GPU of an architecture without rows takes the mean of the known architectures; an unknown model
 the mean of the model terms (the baseline's 0 included); a release outside the table the nearest earlier one (else
 the earliest). ``make projection`` writes the table to ``results/projection/calibration.json``; plans read it and
 compose nothing to calibrate. The validation refits it without the rows each scheme holds out.
@@ -46,6 +51,12 @@ MXFP8_EXPERT_ROWS_GRID = tuple(round(120.0 * (4000.0 / 120.0) ** (i / 24), 1) fo
 """The values of ``M0`` (MXFP8 grouped GEMMs) the fit tries: 25 steps of 15 % from the H200's BF16 120 to 4,000 rows."""
 
 
+def gpu_arch(gpu: str) -> str:
+    """The architecture ``gpu`` is built on (data/gpus.csv; a GPU outside the catalog is its own)."""
+    catalog = gpu_catalog()
+    return catalog[gpu].arch if gpu in catalog else gpu
+
+
 def precision_class(row: PublishedRow) -> str:
     """A row's precision as the run's option names it (``fp8`` and ``fp8_cs`` are one recipe)."""
     return PRECISION_ALIASES.get(row.precision, row.precision)
@@ -60,7 +71,7 @@ def setup_of(row: PublishedRow) -> tuple[str, str, int, str]:
 class CarriedTable:
     """Fitted log-efficiency terms (natural log of the fraction of the GPU's GEMM peak)."""
 
-    gpu: tuple[tuple[str, float], ...]
+    arch: tuple[tuple[str, float], ...]
     model: tuple[tuple[str, float], ...]
     release: tuple[tuple[str, float], ...]
     mxfp8_expert_rows: float
@@ -72,21 +83,20 @@ class CarriedTable:
 
     @property
     def parameter_count(self) -> int:
-        """GPU, model (the baseline's is fixed at 0), release (likewise) terms and M0."""
-        return len(self.gpu) + max(0, len(self.model) - 1) + max(0, len(self.release) - 1) + 1
+        """Architecture, model (the baseline's is fixed at 0), release (likewise) terms and M0."""
+        return len(self.arch) + max(0, len(self.model) - 1) + max(0, len(self.release) - 1) + 1
 
     def term(self, kind: str, key: str) -> tuple[float, str]:
         """(log term, how it was found) for ``key`` of ``kind`` (gpu, model, release)."""
+        if kind == "gpu":
+            arch = gpu_arch(key)
+            table = dict(self.arch)
+            if arch in table:
+                return table[arch], f"as {arch}"
+            return statistics.fmean(table.values()), "mean of every architecture"
         table = dict(getattr(self, kind))
         if key in table:
             return table[key], "fitted"
-        if kind == "gpu":
-            catalog = gpu_catalog()
-            arch = catalog[key].arch if key in catalog else None
-            same = [v for g, v in table.items() if g in catalog and catalog[g].arch == arch]
-            if same:
-                return statistics.fmean(same), f"mean of the {arch} GPUs"
-            return statistics.fmean(table.values()), "mean of every GPU"
         if kind == "model":
             return statistics.fmean(table.values()), "mean of every model"
         known = sorted(table, key=release_order)
@@ -101,8 +111,8 @@ class CarriedTable:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "form": "log eff = gpu + model + release (deepseek_v3 and the earliest release are 0)",
-            "gpu": {k: round(math.exp(v), 5) for k, v in self.gpu},
+            "form": "log eff = arch + model + release (deepseek_v3 and the earliest release are 0)",
+            "arch": {k: round(math.exp(v), 5) for k, v in self.arch},
             "model": {k: round(math.exp(v), 5) for k, v in self.model},
             "release": {k: round(math.exp(v), 5) for k, v in self.release},
             "small_expert_gemm_rows_mxfp8": self.mxfp8_expert_rows,
@@ -116,7 +126,7 @@ class CarriedTable:
         def logs(name: str) -> tuple[tuple[str, float], ...]:
             return tuple((k, math.log(float(v))) for k, v in data[name].items())
 
-        return cls(logs("gpu"), logs("model"), logs("release"), float(data["small_expert_gemm_rows_mxfp8"]),
+        return cls(logs("arch"), logs("model"), logs("release"), float(data["small_expert_gemm_rows_mxfp8"]),
                    tuple(data["rows"]), float(data["rms_log_residual"]))
 
 
@@ -143,13 +153,13 @@ def solved_efficiency(row: PublishedRow, mxfp8_expert_rows: float) -> float | No
 def _least_squares(rows: Sequence[PublishedRow], effs: Sequence[float]) -> tuple[dict[tuple[str, str], float], float]:
     import numpy as np
 
-    columns = [("gpu", g) for g in sorted({r.gpu for r in rows})]
+    columns = [("arch", a) for a in sorted({gpu_arch(r.gpu) for r in rows})]
     columns += [("model", m) for m in sorted({r.model for r in rows})[1:]]
     columns += [("release", x) for x in sorted({r.release for r in rows}, key=release_order)[1:]]
     index = {c: i for i, c in enumerate(columns)}
     design = np.zeros((len(rows), len(columns)))
     for i, row in enumerate(rows):
-        for column in (("gpu", row.gpu), ("model", row.model), ("release", row.release)):
+        for column in (("arch", gpu_arch(row.gpu)), ("model", row.model), ("release", row.release)):
             if column in index:
                 design[i, index[column]] = 1.0
     target = np.log(np.array(effs))
@@ -168,7 +178,7 @@ def fit_table(rows: Sequence[PublishedRow], grid: Sequence[float] = MXFP8_EXPERT
             continue
         terms, rms = _least_squares([r for r, _ in solved], [e for _, e in solved])
         table = CarriedTable(
-            gpu=tuple((k, v) for (kind, k), v in terms.items() if kind == "gpu"),
+            arch=tuple((k, v) for (kind, k), v in terms.items() if kind == "arch"),
             model=((min(r.model for r, _ in solved), 0.0),) + tuple((k, v) for (kind, k), v in terms.items() if kind == "model"),
             release=((min((r.release for r, _ in solved), key=release_order), 0.0),)
             + tuple((k, v) for (kind, k), v in terms.items() if kind == "release"),
