@@ -12,6 +12,7 @@ from optbench.accounting.flops import attention_core_per_layer_token, model_flop
 from optbench.accounting.params import parameter_counts
 from optbench.compose.recipe import compose_run
 from optbench.projection import comm
+from optbench.projection.activation_traffic import bytes_per_token
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.stages import pipeline_rank_work
@@ -157,7 +158,11 @@ def test_single_gpu_is_gemms_plus_adamw_update():
     assert step.parts["small_expert_gemms"] == pytest.approx(slow, rel=1e-9)
     calls = sum(dense_gemm_calls(run, resolve(run).placement)) * DEFAULT_ASSUMPTIONS.dense_gemm_fixed_s
     assert step.parts["dense_gemm_fixed"] == pytest.approx(inputs.microbatches * calls, rel=1e-9)
-    assert step.total_s == pytest.approx(expected_compute + expected_optimizer + slow + step.parts["dense_gemm_fixed"], rel=1e-9)
+    # Every layer's element-wise bytes per token (the inventory), every token of a microbatch, at the HBM bandwidth.
+    elementwise = sum(bytes_per_token(run.model, layer) for layer in range(run.model.num_layers)) * run.train.mbs * run.train.seq_length / HBM
+    assert step.parts["activation_traffic"] == pytest.approx(inputs.microbatches * elementwise, rel=1e-9)
+    assert step.total_s == pytest.approx(expected_compute + expected_optimizer + slow + step.parts["dense_gemm_fixed"]
+                                         + step.parts["activation_traffic"], rel=1e-9)
     for part in ("pipeline_bubble", "moe_all_to_all", "dp_grad_reduce_exposed", "param_gather_exposed", "fp8_weight_cast"):
         assert step.parts[part] == 0.0
 
@@ -193,7 +198,8 @@ def test_bubble_only_pipeline_fraction():
     m, pp, vpp = 32, 4, 2
     assert inputs.microbatches == m
     # EP1 MBS1: the expert GEMMs are weight-bound and small (256 rows per expert)
-    busy = step.parts["compute"] + step.parts["gemm_weight_bound"] + step.parts["small_expert_gemms"] + step.parts["dense_gemm_fixed"]
+    busy = sum(step.parts[k] for k in ("compute", "gemm_weight_bound", "small_expert_gemms", "dense_gemm_fixed",
+                                       "activation_traffic"))
     assert step.parts["gemm_weight_bound"] > 0
     assert step.parts["pipeline_bubble"] / busy == pytest.approx((pp - 1) / (vpp * m), rel=1e-12)
     slowest = max(inputs.stage_flops_mb)
@@ -369,3 +375,28 @@ def test_the_dense_gemm_bench_times_the_inventorys_weights_split_as_tp_splits_th
                                  ("output_layer", 2048, padded_vocab_size(qwen), "col")]
     kimi = dict((name, split) for name, _, _, split in gemm_shapes(compose_run("kimi_k2_muon", []).model))
     assert kimi["self_attention.linear_kv_down_proj"] == "none"  # MLA's down-projections are replicated over TP
+
+
+def test_element_wise_traffic_is_the_documented_inventory_and_weighs_most_on_thin_models():
+    from optbench.accounting.flops import model_flops_per_token
+    from optbench.projection.activation_traffic import forward_bytes_per_token
+
+    qwen, deepseek = compose_run("qwen3_30b_a3b_adamw").model, compose_run("deepseek_v3_adamw").model
+    h, a, k, f = 2048, 32 * 128, 8, 768  # Qwen3 30B-A3B: hidden, heads x head size, top-k, expert width
+    assert forward_bytes_per_token(qwen, 0) == 19 * h + 3 * a + 17 * k * h + 9 * k * f + 2 * h
+    assert bytes_per_token(qwen, 0) == 3 * forward_bytes_per_token(qwen, 0)
+    h, F = deepseek.hidden_size, deepseek.ffn_hidden_size  # DeepSeek-V3's first layers are dense
+    assert forward_bytes_per_token(deepseek, 0) == 19 * h + 3 * 128 * 128 + 3 * h + 9 * F
+
+    def bytes_per_flop(model) -> float:
+        return sum(bytes_per_token(model, n) for n in range(model.num_layers)) / model_flops_per_token(model, 4096)
+
+    # A small hidden size and narrow experts: more than twice DeepSeek-V3's element-wise bytes per model FLOP.
+    assert bytes_per_flop(qwen) > 2 * bytes_per_flop(deepseek)
+    # Off, the step loses exactly that part.
+    run, inputs = _inputs("parallel=single")
+    net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
+    off = build_inputs(resolve(run), net, replace(DEFAULT_ASSUMPTIONS, activation_traffic=False))
+    on, without = evaluate(inputs, 0.5), evaluate(off, 0.5)
+    assert without.parts["activation_traffic"] == 0 < on.parts["activation_traffic"]
+    assert on.total_s - without.total_s == pytest.approx(on.parts["activation_traffic"], rel=1e-9)

@@ -126,14 +126,13 @@ def check_syntax(overrides: Sequence[str], sweeping: bool = False) -> Iterable[P
 
     parser = OverridesParser.create()
     for text in overrides:
-        key = typed_key(text)
+        key, value = split_override(text)
         if "=" not in text and not text.startswith("~"):
             yield Problem("overrides", f"'{text[:60]}' is not key=value; e.g. parallel.pp=8")
             continue
         if not key:
             yield Problem("overrides", f"'{text[:60]}' names no config key; type key=value, e.g. parallel.pp=8")
             continue
-        value = text.split("=", 1)[1] if "=" in text else ""
         if value != value.strip():
             yield Problem(key, "has a space at the start or end of its value, which Hydra would drop silently; remove it, or "
                                "quote the value inside the override (key='value ') to keep it")

@@ -19,6 +19,7 @@ from optbench.accounting.plan_fields import accounting_fields, accounting_summar
 from optbench.bridge.adapter import BridgeSetup, bridge_setup
 from optbench.compose.pipeline import balanced_layout_for, layout_follows_overrides
 from optbench.config.data_path import prefix_status
+from optbench.config.overrides import split_override
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
 from optbench.config.serialize import run_config_to_dict
 from optbench.common.errors import Problem, UserError
@@ -153,9 +154,10 @@ def _optimizer_line(plan: Plan) -> str:
         muon = o.muon
         mode = "layer-wise" if muon.layer_wise else "replicated"
         overrides = plan.bridge.overrides if plan.bridge is not None else ()
-        names = [o.split("=", 1)[1] for o in overrides if o.startswith("optimizer.optimizer=")]
+        pairs = [split_override(o) for o in overrides]
+        names = [value for key, value in pairs if key == "optimizer.optimizer"]
         if names:  # Megatron's spelling in the run's container: dist_muon up to Core 0.17, then muon + a flag
-            flag = "optimizer.use_layer_wise_distributed_optimizer=true" in overrides
+            flag = ("optimizer.use_layer_wise_distributed_optimizer", "true") in pairs
             mode += f" ({names[0]}{' + use_layer_wise_distributed_optimizer' if flag else ''})"
         text += (
             f"; {mode}, {muon.coefficients} NS x{muon.ns_steps}, {muon.scale_mode} scale, "

@@ -119,10 +119,10 @@ class Assumptions:
     off sooner than this."""
     small_expert_gemm_power: float = 1.4
     """``p`` of the slowdown above (same fit)."""
-    small_expert_gemm_rows_mxfp8: float = 928.0
+    small_expert_gemm_rows_mxfp8: float = 1073.9
     """``M0`` of the same slowdown for MXFP8 grouped GEMMs (Blackwell), which nobody here has measured. Fitted by
     ``make projection`` with the carried calibration table (:mod:`optbench.projection.carried`: the grid value whose
-    table of GPU, model and release efficiencies leaves the smallest residual over every published AdamW row; never a
+    table of architecture, model and release efficiencies leaves the smallest residual over every published AdamW row; never a
     Muon row), and held to results/projection/calibration.json by a test. The H200's FP8 grouped GEMMs (torch's
     kernel, results/bench/grouped_gemm.md) also fall off sooner than its BF16 ones (2.6x at 1,024 rows for
     Qwen3's shapes, 1.1-1.2x at 512-1,024 for DeepSeek-V3's); re-measure on a Blackwell GPU when one is lent."""
@@ -136,6 +136,10 @@ class Assumptions:
     (results/bench/dense_gemm.md, 2026-11-28; median error 6 %; the 360 of ../shared/reference/h200 of 2026-11-27, one
     GEMM name in three fewer, fitted 21.1 us); never fitted to a published row. Taken for every GPU: a
     Blackwell's was not measured. 0 turns the term off (docs/projection.md section 1)."""
+    activation_traffic: bool = True
+    """Price the element-wise kernels' activation traffic at the HBM bandwidth (:mod:`optbench.projection.activation_traffic`,
+    an inventory of Megatron Core's passes, not fitted); False leaves that time to the calibrated efficiency, as before
+    it (docs/projection.md section 1 compares)."""
     small_expert_gemms: bool = True
     """Price the small-expert-GEMM slowdown; False prices expert GEMMs at the calibrated rate whatever their rows
     (the model before it; docs/projection.md section 8 compares)."""

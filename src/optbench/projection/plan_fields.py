@@ -14,6 +14,7 @@ SHORT_NAMES = {
     "bf16_attention": "BF16 attention",
     "small_expert_gemms": "small expert GEMMs",
     "dense_gemm_fixed": "GEMM calls",
+    "activation_traffic": "element-wise HBM",
     "pipeline_bubble": "bubble",
     "moe_all_to_all": "MoE all-to-all",
     "tensor_parallel": "TP",

@@ -25,6 +25,7 @@ from optbench.accounting.flops import attention_core_per_layer_token, flop_terms
 from optbench.accounting.params import is_moe_layer
 from optbench.accounting.placement import VirtualStage
 from optbench.config.schema import RunConfig
+from optbench.projection.activation_traffic import bytes_per_token
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class PipelineRankWork:
     """The routed experts' part of ``flops_per_token`` (the grouped GEMMs whose weights the EP rank holds)."""
     attention_core_flops_per_token: float = 0.0
     """The score and value products' part of ``attention_flops_per_token`` (FlashAttention's FLOPs)."""
+    activation_bytes_per_token: float = 0.0
+    """What the held layers' element-wise kernels move through HBM per token, forward and backward
+    (:mod:`optbench.projection.activation_traffic`)."""
 
 
 def _routed_width(run: RunConfig) -> int:
@@ -60,7 +64,7 @@ def _ffn_width(run: RunConfig, layer: int) -> int:
 
 def pipeline_rank_work(run: RunConfig, stages: Sequence[VirtualStage]) -> list[PipelineRankWork]:
     """Per pipeline rank: FLOPs per token, attention FLOPs per token, layers, MoE layers, routed-expert and
-    attention-core FLOPs per token."""
+    attention-core FLOPs per token, element-wise bytes per token."""
     model, seq = run.model, run.train.seq_length
     terms = flop_terms(model, seq, run.parallel.tp)
     mtp = model.mtp_num_layers
@@ -75,7 +79,7 @@ def pipeline_rank_work(run: RunConfig, stages: Sequence[VirtualStage]) -> list[P
     core = attention_core_per_layer_token(model, seq)
     work = [
         {"flops_per_token": 0.0, "attention_flops_per_token": 0.0, "layers": 0, "moe_layers": 0,
-         "expert_flops_per_token": 0.0, "attention_core_flops_per_token": 0.0}
+         "expert_flops_per_token": 0.0, "attention_core_flops_per_token": 0.0, "activation_bytes_per_token": 0.0}
         for _ in range(run.parallel.pp)
     ]
     for stage in stages:
@@ -89,6 +93,7 @@ def pipeline_rank_work(run: RunConfig, stages: Sequence[VirtualStage]) -> list[P
             acc["moe_layers"] += int(moe)
             acc["expert_flops_per_token"] += mlp_per_width * routed if moe else 0.0
             acc["attention_core_flops_per_token"] += core
+            acc["activation_bytes_per_token"] += bytes_per_token(model, layer)
         acc["flops_per_token"] += len(stage.mtp_layers) * (head + mtp_extra)
         if stage.loss:
             acc["flops_per_token"] += head

@@ -3,9 +3,10 @@
 With ``R = eff * peak`` (the one calibrated factor, :mod:`optbench.projection.calibration`) and for
 pipeline rank ``r``, per microbatch
 
-    t_r = F_r / R + (s(M) - 1) E_r / R + n_r t0 + W_r + B_r + a2a_r + tp_r + max(0, cp_r - A_r / R)
+    t_r = F_r / R + (s(M) - 1) E_r / R + n_r t0 + X_r + W_r + B_r + a2a_r + tp_r + max(0, cp_r - A_r / R)
 
-(``F_r`` its GEMM FLOPs per GPU, ``E_r`` their routed-expert part, ``A_r`` their attention part that a
+(``X_r``: the element-wise kernels' activation bytes at the HBM bandwidth, :mod:`optbench.projection.activation_traffic`,
+breakdown ``activation_traffic``; ``F_r`` its GEMM FLOPs per GPU, ``E_r`` their routed-expert part, ``A_r`` their attention part that a
 context-parallel ring overlaps with). ``s(M) = 1 + (M0 / M) ** p`` is how much longer expert GEMMs with ``M``
 routed rows per expert take per FLOP (measured on an H200, results/bench/grouped_gemm.md; breakdown
 ``small_expert_gemms``). ``n_r t0`` is what the rank's ``n_r`` dense GEMM calls per microbatch (forward, data and
@@ -54,6 +55,7 @@ BREAKDOWN_TERMS = (
     "bf16_attention",
     "small_expert_gemms",
     "dense_gemm_fixed",
+    "activation_traffic",
     "pipeline_bubble",
     "moe_all_to_all",
     "tensor_parallel",
@@ -141,6 +143,8 @@ class _StageTime(NamedTuple):
     """What the routed-expert GEMMs add at few rows per expert (``expert_gemm_slowdown``)."""
     dense_fixed: float
     """What the dense GEMM calls cost beyond their FLOPs (``dense_gemm_fixed_s`` each)."""
+    activation: float
+    """What the element-wise kernels take moving activations through HBM."""
     cp_exposed: float
     """Context-parallel ring time the attention does not hide."""
     ep_exposed: float
@@ -148,7 +152,7 @@ class _StageTime(NamedTuple):
     tp_exposed: float
     """TP collectives' time not hidden (all of it without TP overlap; beyond the TP-split GEMMs' time with it)."""
     total: float
-    """The microbatch: the parts above plus exposed TP."""
+    """The microbatch: the parts above."""
 
     @property
     def gemm(self) -> float:
@@ -183,8 +187,9 @@ def _stage_time(inputs: StepInputs, r: int, rate: float, backward_share: float) 
         tp = max(0.0, tp - inputs.stage_tp_gemm_flops_mb[r] / rate)
     gemm = flops + bound + bf16_attention + small_experts + dense_fixed
     ep = max(0.0, inputs.stage_ep_s[r] - gemm) if inputs.ep_overlap else inputs.stage_ep_s[r]
-    return _StageTime(flops, bound, bf16_attention, small_experts, dense_fixed, cp_exposed, ep, tp,
-                      gemm + ep + tp + cp_exposed)
+    activation = inputs.stage_activation_s[r] if inputs.stage_activation_s else 0.0
+    return _StageTime(flops, bound, bf16_attention, small_experts, dense_fixed, activation, cp_exposed, ep, tp,
+                      gemm + activation + ep + tp + cp_exposed)
 
 
 def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 / 3.0) -> StepBreakdown:
@@ -212,6 +217,7 @@ def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 
         "bf16_attention": m * stage.bf16_attention,
         "small_expert_gemms": m * stage.small_experts,
         "dense_gemm_fixed": m * stage.dense_fixed,
+        "activation_traffic": m * stage.activation,
         "pipeline_bubble": (inputs.pp - 1) / inputs.vpp * stage.total,
         "moe_all_to_all": m * stage.ep_exposed,
         "tensor_parallel": m * stage.tp_exposed,

@@ -132,6 +132,9 @@ class StepInputs:
     stage_tp_gemm_flops_mb: tuple[float, ...] = ()
     """Per pipeline rank: FLOPs per GPU per microbatch of the GEMMs tensor parallelism splits (every GEMM but the
     routed experts' and the attention core), which the overlapped TP collectives hide behind."""
+    stage_activation_s: tuple[float, ...] = ()
+    """Per pipeline rank: seconds per microbatch its element-wise kernels take moving their activations through HBM
+    (:mod:`optbench.projection.activation_traffic`; empty: not priced)."""
     stage_dense_gemm_fixed_s: tuple[float, ...] = ()
     """Per pipeline rank: its dense GEMM calls per microbatch times ``Assumptions.dense_gemm_fixed_s`` (empty: none
     priced)."""
@@ -362,6 +365,8 @@ def build_inputs(
         bf16_attention_slowdown=a.fp8_attention_speedup,
         stage_expert_flops_mb=tuple(w.expert_flops_per_token * tokens_gpu for w in work),
         expert_gemm_slowdown=expert_gemm_slowdown(run, a),
+        stage_activation_s=tuple(w.activation_bytes_per_token * tokens_gpu / hbm for w in work)
+        if a.activation_traffic else (),
         stage_dense_gemm_fixed_s=tuple(calls * a.dense_gemm_fixed_s for calls in dense_gemm_calls(run, resolved.placement)),
         tp_overlap=p.tp_comm_overlap,
         stage_tp_gemm_flops_mb=tuple((w.flops_per_token - w.expert_flops_per_token - w.attention_core_flops_per_token)
