@@ -67,11 +67,11 @@ setup-submit: ## A login node's set-up: .venv with optbench and NeMo-Run only (p
 	$(PY) -m compileall -q src launch
 
 bridge-env: ## Create the real Megatron Bridge + Core of every NeMo container on CPU stand-ins (.venv-bridge, .venv-bridge5, .bridge-releases/)
-	$(PYTHON) src/optbench/bridge/cpu_check/environments.py build
+	$(PYTHON) src/optbench/engine/bridge/cpu_check/environments.py build
 
 setup-container: ## Inside the NeMo container: install optbench with --no-deps (keeps its torch, Megatron, TE)
 	$(CONTAINER_PYTHON) -m pip install --no-deps --no-build-isolation -e .
-	$(CONTAINER_PYTHON) -c "import hydra, omegaconf, yaml, optbench.bridge.entry; print('optbench installed; torch, megatron-core, megatron-bridge and transformer-engine untouched')"
+	$(CONTAINER_PYTHON) -c "import hydra, omegaconf, yaml, optbench.engine.bridge.entry; print('optbench installed; torch, megatron-core, megatron-bridge and transformer-engine untouched')"
 
 test: ## Run the test suite (no GPU, no cluster, no network; one worker per core, at most 4)
 	$(PY) -m pytest -n auto --maxprocesses=4 --dist loadgroup
@@ -101,7 +101,7 @@ bench-gpu: ## On a GPU machine: measure only the benchmarks' GPU sections, keep 
 
 # make gpu-smoke [SMOKE="--steps 20 --optimizers muon,adamw --loops core,bridge"]; the wheels and the command: docs/gpu.md
 gpu-smoke: ## On a GPU: the real Megatron Bridge + Core train the Qwen3 proxy (Muon, AdamW, SOAP, AdaMuon) -> results/bench/megatron_one_gpu.json
-	$(PY) -m optbench.bridge.one_gpu $(SMOKE)
+	$(PY) -m optbench.engine.bridge.one_gpu $(SMOKE)
 
 #   make data [INPUT=<folder of .txt/.jsonl>] [OUT=data/<name>] [TOKENIZER=<tokenizer.json or folder>] [VOCAB=512]
 data: export OPTBENCH_DATA_INPUT = $(call typed,INPUT)

@@ -3,8 +3,8 @@
 Our validation mirrors Bridge's and Megatron Core's checks (bridge/moe_rules.py, graph_rules.py, the layout
 rules), and CI runs every recipe and every ``make search`` layout through each release's real Bridge. A run's
 own overrides are checked here: the plan is written to a temporary folder and
-``optbench/bridge/cpu_check/plan_check.py`` runs it in the Bridge environment of the plan's container
-(``make bridge-env``; :mod:`optbench.bridge.cpu_check.environments`), which builds the ConfigContainer as the
+``optbench/engine/bridge/cpu_check/plan_check.py`` runs it in the Bridge environment of the plan's container
+(``make bridge-env``; :mod:`optbench.engine.bridge.cpu_check.environments`), which builds the ConfigContainer as the
 job would, reads every override back and runs Bridge's ``runtime_config_update`` at the plan's world size. A
 refusal is one line naming what Bridge said (exit 2), and ``make pretrain`` then launches nothing.
 """
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from optbench.bridge.cpu_check.environments import Target, targets
+from optbench.engine.bridge.cpu_check.environments import Target, targets
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem, UserError
 from optbench.common.io import atomic_write_json
@@ -36,7 +36,7 @@ TIMEOUT_S = 900
 """A check took 7-28 s on 2 cores (importing Bridge and Core is most of it); past this it is stuck."""
 PER_PLAN_S = 60
 """What each further plan of one process may add to that (about a second each on 2 cores)."""
-SCRIPT = Path(__file__).resolve().parents[1] / "src" / "optbench" / "bridge" / "cpu_check" / "plan_check.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "src" / "optbench" / "engine" / "bridge" / "cpu_check" / "plan_check.py"
 
 
 def wanted_check(value: str) -> bool:
@@ -54,7 +54,7 @@ def environment_for(run: RunConfig) -> Target:
     target = next((t for t in targets() if t.name == container.name), None)
     if target is None:
         raise UserError(Problem("CHECK", f"no Megatron Bridge environment is defined for {container.name}; "
-                                         "`python src/optbench/bridge/cpu_check/environments.py list` names those there are"))
+                                         "`python src/optbench/engine/bridge/cpu_check/environments.py list` names those there are"))
     if not target.installed:
         raise UserError(Problem("CHECK", f"the Megatron Bridge {target.bridge} environment of {container.name} is not "
                                          "built on this machine; run `make bridge-env` (make setup does) and check again"))

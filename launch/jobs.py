@@ -27,7 +27,7 @@ from optbench.metrics.wandb_run import JOB_TYPE, wandb_group, wandb_tags
 from optbench.common.redact import is_secret_name
 from optbench.resolve import ResolvedRun
 
-ENTRY_SCRIPT = Path("src") / "optbench" / "bridge" / "entry.py"
+ENTRY_SCRIPT = Path("src") / "optbench" / "engine" / "bridge" / "entry.py"
 """The in-container entry point, run by path so that the container needs no install of optbench."""
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -31,7 +31,7 @@ def cluster_notes(run: RunConfig, env: dict[str, str], mounts: list[str], segmen
 def _hub_cache_note(run: RunConfig, env: dict[str, str], mounts: list[str]) -> str | None:
     if run.engine != "megatron_bridge":
         return None
-    from optbench.bridge.adapter import bridge_recipe
+    from optbench.engine.bridge.adapter import bridge_recipe
 
     hub = bridge_recipe(run).hf_config
     if not hub:

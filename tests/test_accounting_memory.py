@@ -11,7 +11,7 @@ import pytest
 from conftest import run_make
 from optbench.accounting.activations import forwards_in_flight
 from optbench.accounting.memory import estimate_memory
-from optbench.bridge.adapter import executed_by_nvidia
+from optbench.engine.bridge.adapter import executed_by_nvidia
 from optbench.compose.recipe import compose_run
 from optbench.config.layout import derive_layout
 from optbench.plan import build_plan, format_summary

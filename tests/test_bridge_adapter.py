@@ -29,7 +29,7 @@ from test_bridge_source import (
 )
 
 from conftest import REPO
-from optbench.bridge.adapter import bridge_overrides, bridge_recipe, bridge_setup, override_items
+from optbench.engine.bridge.adapter import bridge_overrides, bridge_recipe, bridge_setup, override_items
 from optbench.releases.hydra_values import hydra_value
 from optbench.compose.recipe import compose_run, list_group_options, list_recipes
 from optbench.config.schema import RunConfig

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from optbench.accounting.throughput import step_throughput
-from optbench.bridge.callback import MetricsCallback, learning_rate, optimizer_seconds, scalar_loss
+from optbench.engine.bridge.callback import MetricsCallback, learning_rate, optimizer_seconds, scalar_loss
 from optbench.compose.recipe import compose_run
 from optbench.runs import run_dir
 

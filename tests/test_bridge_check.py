@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO, marked_results, run_make
 from launch.bridge_check import SCRIPT, refusal, report_lines, wanted_check
-from optbench.bridge.cpu_check import environments
+from optbench.engine.bridge.cpu_check import environments
 from optbench.common.errors import UserError
 from optbench.releases import versions
 

@@ -1,7 +1,7 @@
 """Our Bridge path against the real Megatron Bridge and Core of every NeMo container (tests/bridge_env/).
 
 tests/bridge_env/conformance.py runs with each container's real Bridge + Core (``make bridge-env`` builds them:
-src/optbench/bridge/cpu_check/environments.py) and reports, for every cluster recipe and both intents composed for that
+src/optbench/engine/bridge/cpu_check/environments.py) and reports, for every cluster recipe and both intents composed for that
 container: the overrides that did not land, the outcome of Bridge's ``runtime_config_update``, which optimizer
 the built config holds, every effective field that differs from NVIDIA's executed preset of that release (with the
 documented reason, or none), and the metrics callback driven through Bridge's CallbackManager, GlobalState and
@@ -23,7 +23,7 @@ from optbench.releases import versions
 from optbench.releases.presets import LAYER_WISE_MUON, OURS, RECIPE_DEPARTURES
 
 ROOT = Path(__file__).resolve().parents[1]
-from optbench.bridge.cpu_check.environments import NEXT, TRANSFORMERS, Target, targets  # noqa: E402
+from optbench.engine.bridge.cpu_check.environments import NEXT, TRANSFORMERS, Target, targets  # noqa: E402
 
 REPORT_TIMEOUT_S = 1500
 """How long one container's conformance report may take: about 3 min alone on 2 cores, 7+ beside other work (443 s
@@ -286,8 +286,8 @@ def test_moe_graph_and_precision_rules_match_the_installed_bridge_and_core(targe
     precision_rules.py): the release-dependent ones are read from each Bridge tag (and its pinned Core) by
     tools/bridge_versions.py, and the Bridge and Core the container ships, installed here, assert the same; the
     every-release ones are asserted by every installed release."""
-    from optbench.bridge.graph_rules import FULL_ITERATION, LOCAL_FULL_ITERATION_ONLY
-    from optbench.bridge.moe_rules import (
+    from optbench.engine.bridge.graph_rules import FULL_ITERATION, LOCAL_FULL_ITERATION_ONLY
+    from optbench.engine.bridge.moe_rules import (
         ANY_BACKEND,
         DEEPEP,
         MOE_RECOMPUTE,
@@ -295,7 +295,7 @@ def test_moe_graph_and_precision_rules_match_the_installed_bridge_and_core(targe
         OVERLAP_MTP_NEEDS_PP,
         RANK_CAPACITY,
     )
-    from optbench.bridge.precision_rules import FIRST_LAST_BF16_PRESETS
+    from optbench.engine.bridge.precision_rules import FIRST_LAST_BF16_PRESETS
     from optbench.releases import versions
 
     root = target.overlay or next((target.python.parents[1] / "lib").glob("python3*/site-packages"))

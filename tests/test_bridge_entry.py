@@ -18,8 +18,8 @@ import pytest
 from conftest import ON_0_3_1, REPO
 from test_bridge_source import bridge_override_module, stand_in_container
 
-from optbench.bridge.adapter import bridge_setup
-from optbench.bridge.entry import build_config_container, run_bridge
+from optbench.engine.bridge.adapter import bridge_setup
+from optbench.engine.bridge.entry import build_config_container, run_bridge
 from optbench.compose.recipe import compose_run
 from optbench.common.errors import UserError
 from optbench.plan import build_plan
@@ -152,14 +152,14 @@ def test_a_job_refuses_a_plan_it_cannot_apply_in_one_line(tmp_path: Path, change
 
 
 def test_entry_runs_by_path_without_an_install_and_fails_in_one_line(tmp_path: Path) -> None:
-    """The job runs ``python <checkout>/src/optbench/bridge/entry.py <config>`` from another directory.
+    """The job runs ``python <checkout>/src/optbench/engine/bridge/entry.py <config>`` from another directory.
 
     ``-S`` skips site processing, so the editable install of optbench is invisible: only the entry's
     own bootstrap can find the package; third-party packages come from PYTHONPATH as in a container.
     """
     site_packages = next(p for p in sys.path if p.endswith("site-packages"))
     done = subprocess.run(
-        [sys.executable, "-S", str(REPO / "src" / "optbench" / "bridge" / "entry.py"), str(tmp_path / "missing.yaml")],
+        [sys.executable, "-S", str(REPO / "src" / "optbench" / "engine" / "bridge" / "entry.py"), str(tmp_path / "missing.yaml")],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": site_packages},
     )
     assert done.returncode == 2

@@ -9,7 +9,7 @@ from conftest import ON_0_3_1
 
 from launch.jobs import job_env
 from optbench.catalog.hardware import gpu_spec
-from optbench.bridge.adapter import bridge_setup, override_items
+from optbench.engine.bridge.adapter import bridge_setup, override_items
 from optbench.releases.presets import RECIPE_DEPARTURES, find_preset, layout_from_string, load, provenance
 from optbench.compose.recipe import compose_run
 from optbench.validate import validate

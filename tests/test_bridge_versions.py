@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from optbench.releases import presets, versions
-from optbench.bridge.adapter import bridge_setup, override_items
+from optbench.engine.bridge.adapter import bridge_setup, override_items
 from optbench.compose.recipe import compose_run
 from optbench.common.errors import UserError
 from optbench.resolve import resolve
@@ -92,7 +92,7 @@ def test_layer_wise_muon_in_core_0_18_spelling_is_no_departure() -> None:
 
 def test_release_preset_cuda_graphs_reach_bridge() -> None:
     """26.06's Qwen3 preset captures whole iterations: the plan must emit it, not depart from it."""
-    from optbench.bridge.adapter import bridge_setup
+    from optbench.engine.bridge.adapter import bridge_setup
 
     setup = bridge_setup(resolve(compose_run("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.06"])).run)
     assert "model.cuda_graph_impl=full_iteration" in setup.overrides
@@ -142,7 +142,7 @@ def test_extracted_fields_of_0_3_1_match_the_installed_core() -> None:
 
 
 def test_the_default_container_is_the_newest_one_checked_against_its_real_bridge() -> None:
-    """Every runnable container has a conformance target (optbench/bridge/cpu_check/environments.py); the default is the newest."""
+    """Every runnable container has a conformance target (optbench/engine/bridge/cpu_check/environments.py); the default is the newest."""
     from dataclasses import fields
 
     from optbench.config.schema import ClusterConfig
@@ -169,8 +169,8 @@ def test_full_iteration_cuda_graphs_turn_the_loss_nan_check_off(recipe: str, int
 def test_kimi_k2_on_26_08_calls_bridges_argument_free_recipe() -> None:
     """Regression: Bridge 0.6's kimi_k2_pretrain_config takes no arguments; optimizer_type= raised TypeError. The plan
     names the call the release takes, and the entry point drops what a real signature does not accept."""
-    from optbench.bridge.adapter import bridge_setup
-    from optbench.bridge.entry import accepted_kwargs
+    from optbench.engine.bridge.adapter import bridge_setup
+    from optbench.engine.bridge.entry import accepted_kwargs
 
     for recipe in ("kimi_k2_muon", "kimi_k2_adamw"):
         assert bridge_setup(resolve(compose_run(recipe, [])).run).recipe.kwargs == {}

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import run_cli
 from optbench.accounting.optimizer_work import matrix_state_bytes, soap_flops
-from optbench.bridge.adapter import override_items
+from optbench.engine.bridge.adapter import override_items
 from optbench.compose.recipe import compose_run
 from optbench.common.errors import UserError
 from optbench.resolve import resolve

@@ -10,7 +10,7 @@ from dataclasses import fields, is_dataclass
 
 import pytest
 
-from optbench.bridge.sections import our_items
+from optbench.engine.bridge.sections import our_items
 from optbench.compose import release_layout
 from optbench.compose.recipe import compose_run
 from optbench.config import schema

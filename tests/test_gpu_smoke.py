@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from conftest import REPO
-from optbench.bridge.one_gpu import arms, no_te, page
+from optbench.engine.bridge.one_gpu import arms, no_te, page
 from optbench.common.errors import UserError
 
 
@@ -55,7 +55,7 @@ def test_every_field_the_smoke_changes_is_a_field_of_the_newest_bridge():
 
 
 def _bridge_target():
-    from optbench.bridge.cpu_check.environments import NEXT, targets
+    from optbench.engine.bridge.cpu_check.environments import NEXT, targets
 
     return next(t for t in reversed(targets()) if t.name != NEXT["name"])
 
@@ -67,7 +67,7 @@ def test_the_worker_builds_the_real_config_and_stops_only_at_the_gpu(folders, tm
         pytest.skip(f"make bridge-env has not built Bridge {target.bridge}")
     report = tmp_path / "report.json"
     env = {**target.environment(), "OPTBENCH_REAL_CUDA": "0", "OPTBENCH_FAKE_GPU": "h200"}
-    subprocess.run([str(target.python), str(REPO / "src/optbench/bridge/one_gpu/worker.py"), str(folders["adamw"]),
+    subprocess.run([str(target.python), str(REPO / "src/optbench/engine/bridge/one_gpu/worker.py"), str(folders["adamw"]),
                     "--loop", "core", "--report", str(report)], env=env, check=True, timeout=600, capture_output=True)
     found = json.loads(report.read_text())
     assert found["reached"] == ["config container", "runtime_config_update"], found.get("error")
@@ -139,7 +139,7 @@ def test_the_stand_in_model_optimizer_answers_no_distillation_as_the_real_one_do
     run of 2026-11-28 stopped there while the stand-in answered with a class)."""
     import sys
 
-    code = ("from optbench.bridge.cpu_check import stand_ins\n"
+    code = ("from optbench.engine.bridge.cpu_check import stand_ins\n"
             "from modelopt.torch.distill.plugins.megatron import get_tensor_shapes_adjust_fn_for_distillation as f\n"
             "import modelopt.torch.distill as other\n"
             "assert f([object()], seq_length=8, micro_batch_size=1) is None\n"

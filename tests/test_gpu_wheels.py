@@ -26,7 +26,7 @@ def test_every_carried_wheel_is_an_exact_pin_of_what_the_project_runs():
     pins = dict(spec.split("==") for spec in wanted)
     for name in tool.PROJECT_PACKAGES:  # what make setup installed for the tests
         assert pins[name] == version(name)
-    from optbench.bridge.cpu_check.environments import EMERGING_OPTIMIZERS, TRANSFORMERS
+    from optbench.engine.bridge.cpu_check.environments import EMERGING_OPTIMIZERS, TRANSFORMERS
     from optbench.releases import versions
 
     newest = versions.runnable()[0]  # make gpu-smoke plans for it, and the job refuses any other Bridge

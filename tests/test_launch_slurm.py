@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # renders Slurm jobs through NeMo-Run; `make test
 ACCOUNT = "acct-7f3e9c-secret"
 WANDB_KEY = "wandb-key-0123456789abcdef"
 PAYLOAD = 'x"; rm -rf / #'
-ENTRY = str(REPO / "src" / "optbench" / "bridge" / "entry.py")
+ENTRY = str(REPO / "src" / "optbench" / "engine" / "bridge" / "entry.py")
 
 
 def launch(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:

@@ -78,7 +78,7 @@ def test_a_run_with_qk_clip_records_and_bounds_the_logits(tmp_path, monkeypatch)
 
 
 def test_qk_clip_is_refused_where_it_means_nothing_and_reaches_bridge_where_it_exists():
-    from optbench.bridge.adapter import bridge_overrides
+    from optbench.engine.bridge.adapter import bridge_overrides
     from optbench.common.errors import UserError
     from optbench.validate import validate
 

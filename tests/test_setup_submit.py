@@ -64,7 +64,7 @@ def test_bridge_env_says_each_environment_and_builds_two_at_a_time(tmp_path, mon
     import threading
     import time
 
-    from optbench.bridge.cpu_check import environments
+    from optbench.engine.bridge.cpu_check import environments
 
     running, most = [], [0]
     lock = threading.Lock()

@@ -34,12 +34,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from optbench.bridge.cpu_check.environments import EMERGING_OPTIMIZERS, NEXT, TRANSFORMERS, targets  # noqa: E402
+from optbench.engine.bridge.cpu_check.environments import EMERGING_OPTIMIZERS, NEXT, TRANSFORMERS, targets  # noqa: E402
 from optbench.common.errors import Problem, UserError  # noqa: E402
 from optbench.common.exits import exit_on_user_error  # noqa: E402
 
 PYTHON, PLATFORMS = "3.12", ("manylinux_2_28_x86_64", "manylinux2014_x86_64", "any")
-BRIDGE_REQUIREMENTS = ROOT / "src" / "optbench" / "bridge" / "cpu_check" / "requirements-tf5.txt"
+BRIDGE_REQUIREMENTS = ROOT / "src" / "optbench" / "engine" / "bridge" / "cpu_check" / "requirements-tf5.txt"
 CARRY_LIMIT = 64 * 2**20
 """What one call to the lent machine carries (its README)."""
 MARKER = ".optbench-gpu-wheels"

@@ -234,8 +234,8 @@ def plain_recipe(model: str, precision: str, optimizer: str) -> Any:
     from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
     from optbench.releases import versions
-    from optbench.bridge.adapter import bridge_recipe_for
-    from optbench.bridge.entry import accepted_kwargs
+    from optbench.engine.bridge.adapter import bridge_recipe_for
+    from optbench.engine.bridge.entry import accepted_kwargs
 
     recipe = bridge_recipe_for(model, optimizer, versions.containers()[launcher_container()])
     module = __import__(recipe.module, fromlist=[recipe.function])
@@ -254,7 +254,7 @@ RECIPES = {"kimi_k2": ("kimi_k2_muon", "kimi_k2_adamw"), "qwen3_30b_a3b": ("qwen
 def adapter_keys(model: str) -> set[str]:
     """Every field our adapter sets for the model's cluster recipes (both intents) in the container the launcher is
     given (field names differ per release: muon_use_nesterov up to Core 0.17), with no preset loaded."""
-    from optbench.bridge import adapter
+    from optbench.engine.bridge import adapter
     from optbench.releases import presets
     from optbench.compose.recipe import compose_run
 
@@ -272,7 +272,7 @@ def adapter_keys(model: str) -> set[str]:
 
 
 def effective(config: Any, world_size: int) -> dict[str, Any]:
-    from optbench.bridge.cpu_check.runtime import update_at
+    from optbench.engine.bridge.cpu_check.runtime import update_at
 
     update_at(config, world_size)
     return flat_config(config)
@@ -286,8 +286,8 @@ def numa(pre_cmds: str) -> dict[str, Any]:
 def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path) -> None:
     from importlib.metadata import version
 
-    from optbench.bridge.cpu_check import hf_cache
-    from optbench.bridge.cpu_check import stand_ins  # before NVIDIA's configs: they import their recipe builders only when Bridge imports
+    from optbench.engine.bridge.cpu_check import hf_cache
+    from optbench.engine.bridge.cpu_check import stand_ins  # before NVIDIA's configs: they import their recipe builders only when Bridge imports
 
     from utils.utils import get_workload_base_config
 

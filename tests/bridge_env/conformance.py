@@ -5,7 +5,7 @@ Run with the Bridge environment's interpreter (``.venv-bridge/bin/python tests/b
 intents it:
 
 1. composes and validates our run, and builds the ConfigContainer exactly as the job's entry point does
-   (``optbench.bridge.entry.build_config_container`` with the real ``BridgeAPI``: the real recipe function,
+   (``optbench.engine.bridge.entry.build_config_container`` with the real ``BridgeAPI``: the real recipe function,
    the mixed-precision preset, Bridge's own ``process_config_with_overrides``);
 2. reads every override back from the container (``missing``: a key that does not exist or a value that
    did not land);
@@ -38,9 +38,9 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tools"))  # nvidia_presets.flat_config: the same flattening as NVIDIA's fixtures
 
-from optbench.bridge.cpu_check import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
-from optbench.bridge.cpu_check.readback import comparable, lookup, read_back  # noqa: E402
-from optbench.bridge.cpu_check.runtime import update_at  # noqa: E402
+from optbench.engine.bridge.cpu_check import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
+from optbench.engine.bridge.cpu_check.readback import comparable, lookup, read_back  # noqa: E402
+from optbench.engine.bridge.cpu_check.runtime import update_at  # noqa: E402
 
 RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
            "deepseek_v3_adamw")
@@ -94,7 +94,7 @@ def timer_levels() -> dict[str, Any]:
     makes Bridge's own ``timers("optimizer", log_level=1)`` fail Megatron's level check; our lookup does not."""
     from megatron.core.timers import Timers
 
-    from optbench.bridge.callback import optimizer_seconds
+    from optbench.engine.bridge.callback import optimizer_seconds
 
     out = {}
     for name, read in (("ours", optimizer_seconds), ("timers_call", lambda timers: timers("optimizer"))):
@@ -114,7 +114,7 @@ def drive_callback(run: Any, config: Any, steps: int = 3) -> dict[str, Any]:
     from megatron.bridge.training.callbacks import CallbackContext, CallbackManager
     from megatron.bridge.training.state import GlobalState
 
-    from optbench.bridge.callback import MetricsCallback
+    from optbench.engine.bridge.callback import MetricsCallback
     from optbench.runs import run_dir
 
     state = GlobalState()
@@ -170,8 +170,8 @@ def hub_configs_read() -> Iterator[list[str]]:
 
 def check_case(recipe: str, intent: str, results: Path, container: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     from optbench.releases import presets
-    from optbench.bridge.adapter import bridge_setup, override_items
-    from optbench.bridge.entry import BridgeAPI, accepted_kwargs, build_config_container
+    from optbench.engine.bridge.adapter import bridge_setup, override_items
+    from optbench.engine.bridge.entry import BridgeAPI, accepted_kwargs, build_config_container
     from optbench.compose.recipe import compose_run
     from optbench.validate import validate
 
@@ -234,7 +234,7 @@ def constructor_kwargs(config: Any, optimizer: str) -> dict[str, Any]:
 def emerging_cases(results: Path, container: str) -> list[dict[str, Any]]:
     """SOAP and AdaMuon (with Lion for the scalars): their fields land where Core has them; elsewhere the plan is a
     one-line refusal naming the first container that has them."""
-    from optbench.bridge.emerging_fields import has_optimizer, runs_lion_for_scalars
+    from optbench.engine.bridge.emerging_fields import has_optimizer, runs_lion_for_scalars
     from optbench.compose.recipe import compose_run
     from optbench.common.errors import UserError
     from optbench.releases import versions
@@ -281,8 +281,8 @@ installed Core by tests/test_bridge_conformance.py instead."""
 
 def bridge_verdict(run: Any) -> str | None:
     """None when Bridge builds and updates the run's config (at its GPU count), else what refused it."""
-    from optbench.bridge.adapter import bridge_setup
-    from optbench.bridge.entry import BridgeAPI, build_config_container
+    from optbench.engine.bridge.adapter import bridge_setup
+    from optbench.engine.bridge.entry import BridgeAPI, build_config_container
     from optbench.common.errors import UserError
 
     try:
@@ -472,8 +472,8 @@ def _bridge_accepts(run: Any) -> bool:
 
 def negative_controls(results: Path, container: str) -> dict[str, Any]:
     """A misspelled key and an impossible pipeline layout must both fail inside Bridge."""
-    from optbench.bridge.adapter import bridge_setup
-    from optbench.bridge.entry import BridgeAPI, build_config_container
+    from optbench.engine.bridge.adapter import bridge_setup
+    from optbench.engine.bridge.entry import BridgeAPI, build_config_container
     from optbench.compose.recipe import compose_run
 
     run = compose_run("kimi_k2_muon", [f"results_dir={results}", "run_id=negative", f"cluster.container={container}"])
@@ -513,7 +513,7 @@ def main() -> int:
     parser.add_argument("--search-only", action="store_true",
                         help="report only whether Bridge judges the make search layouts as our checks do")
     args = parser.parse_args()
-    from optbench.bridge.cpu_check import hf_cache
+    from optbench.engine.bridge.cpu_check import hf_cache
 
     started = time.perf_counter()
     report: dict[str, Any] = {"cases": [], "versions": {}}

@@ -137,7 +137,7 @@ DTYPE_BYTES = {"torch.float32": 4, "torch.bfloat16": 2, "torch.float16": 2, "tor
 def adam_moment_bytes(run: RunConfig) -> int:
     """Bytes per element of each of AdamW's moments: the run's NVIDIA preset's ``exp_avg_dtype`` where it turns on
     Megatron's precision-aware optimizer (Bridge's DeepSeek-V3 recipe: BF16), else fp32. The emerging optimizers turn
-    it off (optbench.bridge.sections) and the local engine keeps fp32."""
+    it off (optbench.engine.bridge.sections) and the local engine keeps fp32."""
     preset = None if run.optimizer.matrix_optimizer else presets.preset_or_none(run)
     if preset is None or not preset.precision_aware_adam:
         return 4

@@ -1,6 +1,6 @@
 """Host-side cost of the Bridge metrics callback per record, and the bound it puts on a GPU step.
 
-The callback (:mod:`optbench.bridge.callback`) runs on the last rank after ``on_train_step_end``. On a
+The callback (:mod:`optbench.engine.bridge.callback`) runs on the last rank after ``on_train_step_end``. On a
 GPU its device cost is one ``torch.cuda.synchronize()`` at the point where Bridge's own training log
 synchronizes a moment later (so the device is drained once either way); what it adds is host time:
 throughput arithmetic, one JSON line, the wandb call. This benchmark measures that host time with the
@@ -48,7 +48,7 @@ class _NoDevice:
 
 def measure(steps: int) -> list[float]:
     """Seconds of host time per ``on_train_step_end`` (a record every step, log_interval 1)."""
-    from optbench.bridge.callback import MetricsCallback
+    from optbench.engine.bridge.callback import MetricsCallback
     from optbench.compose.recipe import compose_run
 
     with tempfile.TemporaryDirectory(prefix="optbench-bench-callback-") as tmp:

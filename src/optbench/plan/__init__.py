@@ -16,7 +16,7 @@ from typing import Sequence
 
 from optbench.accounting.params import parameter_counts
 from optbench.accounting.plan_fields import accounting_fields, accounting_summary_lines
-from optbench.bridge.adapter import BridgeSetup, bridge_setup
+from optbench.engine.bridge.adapter import BridgeSetup, bridge_setup
 from optbench.compose.pipeline import balanced_layout_for, layout_follows_overrides
 from optbench.config.data_path import prefix_status
 from optbench.config.overrides import split_override

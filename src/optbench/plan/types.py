@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from optbench.accounting.plan_fields import ACCOUNTING_KEYS
-from optbench.bridge.adapter import BridgeSetup
+from optbench.engine.bridge.adapter import BridgeSetup
 from optbench.config.layout import PARALLEL_SIZES, Layout
 from optbench.config.schema import MATRIX_OPTIMIZERS, OptimizerConfig
 from optbench.runs.plan_file import PLAN_VERSION

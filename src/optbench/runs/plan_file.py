@@ -1,7 +1,7 @@
 """plan.json as a contract: its format version, and reading it back where the job runs.
 
 The plan is written once, on the machine that plans (:mod:`optbench.plan`); the job in the NeMo container
-applies the Bridge recipe call and overrides that plan.json recorded (:mod:`optbench.bridge.entry`)
+applies the Bridge recipe call and overrides that plan.json recorded (:mod:`optbench.engine.bridge.entry`)
 instead of computing them again, so what `make plan` showed is what runs. A plan of another format is
 refused in one line rather than half-read.
 """

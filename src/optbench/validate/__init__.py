@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-from optbench.bridge.adapter import executed_by_nvidia
+from optbench.engine.bridge.adapter import executed_by_nvidia
 from optbench.common.checkout import repo_root
-from optbench.bridge.graph_rules import graph_problems, recompute_problems
-from optbench.bridge.moe_rules import moe_problems
-from optbench.bridge.precision_rules import precision_problems
+from optbench.engine.bridge.graph_rules import graph_problems, recompute_problems
+from optbench.engine.bridge.moe_rules import moe_problems
+from optbench.engine.bridge.precision_rules import precision_problems
 from optbench.config.data_path import split_weights
 from optbench.config.domains import MAX_EXPERT_LAYERS, check_domains
 from optbench.config.layout import gpus_per_node
@@ -197,7 +197,7 @@ def _image_problems(run: RunConfig) -> Iterable[Problem]:
 def check_engine(run: RunConfig) -> Iterable[Problem]:
     p = run.parallel
     if run.engine == "megatron_bridge":
-        from optbench.bridge.adapter import BRIDGE_MODELS, bridge_model
+        from optbench.engine.bridge.adapter import BRIDGE_MODELS, bridge_model
 
         try:
             container = container_of(run)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from optbench.bridge.emerging_fields import emerging_problems
-from optbench.bridge.muon_fields import muon_problems
+from optbench.engine.bridge.emerging_fields import emerging_problems
+from optbench.engine.bridge.muon_fields import muon_problems
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
 from optbench.common.errors import Problem
 from optbench.releases import versions

@@ -5,7 +5,7 @@ Megatron Bridge (0.3.1) builds a run as a ``ConfigContainer`` returned by a reci
 function and lists the dotted ``section.field=value`` overrides (Hydra syntax, applied inside the
 container by Bridge's own ``process_config_with_overrides``) that turn the recipe into exactly the
 run our config describes: NVIDIA's preset for the run (:mod:`optbench.releases.presets`, per intent)
-first, then our config's own sections (:mod:`optbench.bridge.sections`).
+first, then our config's own sections (:mod:`optbench.engine.bridge.sections`).
 
 Two settings are structural and cannot be dotted overrides, so the entry point applies them first,
 as NVIDIA's performance scripts do: the ``mixed_precision`` section is replaced by the Bridge preset
@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from optbench.releases import presets, versions
 from optbench.releases.hydra_values import format_override
-from optbench.bridge.sections import Item, our_items, switched_off
+from optbench.engine.bridge.sections import Item, our_items, switched_off
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem, UserError
 from optbench.catalog.models import model_registry

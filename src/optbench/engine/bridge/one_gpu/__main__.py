@@ -1,6 +1,6 @@
 """``make gpu-smoke``: the real Megatron Bridge and Core train our recipe on one GPU (issue 55).
 
-    python -m optbench.bridge.one_gpu [--optimizers muon,adamw,soap,adaptive_muon] [--loops core[,bridge]]
+    python -m optbench.engine.bridge.one_gpu [--optimizers muon,adamw,soap,adaptive_muon] [--loops core[,bridge]]
                                       [--steps 20] [--timeout 200] [--set KEY=VALUE ...]
                                       [--out results/bench/megatron_one_gpu.json]
 
@@ -23,8 +23,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from optbench.bridge.one_gpu import page
-from optbench.bridge.one_gpu.arms import RECIPES, Arm, cluster_of, prepare
+from optbench.engine.bridge.one_gpu import page
+from optbench.engine.bridge.one_gpu.arms import RECIPES, Arm, cluster_of, prepare
 from optbench.common.checkout import repo_root
 from optbench.common.errors import Problem, UserError
 from optbench.common.exits import exit_on_user_error
@@ -84,7 +84,7 @@ def _earlier_smokes(out: Path) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m optbench.bridge.one_gpu", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m optbench.engine.bridge.one_gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--optimizers", default=",".join(RECIPES))
     parser.add_argument("--loops", default="core", help="core: Megatron Core's step as Bridge builds it; bridge: "
                         "Bridge's own pretrain() (needs a Makefile in megatron/core/datasets: docs/gpu.md)")
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster = cluster_of(device)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         head = {
-            "command": "python -m optbench.bridge.one_gpu " + shlex.join(argv if argv is not None else sys.argv[1:]),
+            "command": "python -m optbench.engine.bridge.one_gpu " + shlex.join(argv if argv is not None else sys.argv[1:]),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": device, "gpu": cluster,
             "python": platform.python_version(), "versions": {name: _version(name) for name in PACKAGES},
             "steps": args.steps,

@@ -1,4 +1,4 @@
-"""In-container entry point: ``python -m optbench.bridge.entry <results>/runs/<run_id>/config.yaml``.
+"""In-container entry point: ``python -m optbench.engine.bridge.entry <results>/runs/<run_id>/config.yaml``.
 
 Runs on every rank inside the NeMo container (one Slurm task per GPU, or torchrun on one machine):
 
@@ -6,15 +6,15 @@ Runs on every rank inside the NeMo container (one Slurm task per GPU, or torchru
    plan.json beside it (:func:`optbench.runs.plan_file.read_plan`: its format version is checked);
 2. check that this container's Megatron Bridge is the release the plan was made for (one line if not),
    and take the Bridge recipe call and overrides the plan recorded (the ``bridge`` section
-   :func:`optbench.bridge.adapter.bridge_setup` wrote): what `make plan` showed is what runs;
+   :func:`optbench.engine.bridge.adapter.bridge_setup` wrote): what `make plan` showed is what runs;
 3. call the recipe function, put in the mixed-precision preset and any missing section, and apply
    the overrides with Bridge's own ``process_config_with_overrides``;
-4. register :class:`optbench.bridge.callback.MetricsCallback` and call Bridge's ``pretrain`` with
+4. register :class:`optbench.engine.bridge.callback.MetricsCallback` and call Bridge's ``pretrain`` with
    its GPT ``forward_step``.
 
 Kept thin on purpose: every Bridge call goes through :class:`BridgeAPI`, which tests replace with a
 fake, because Bridge itself cannot be imported outside the container. The job script runs this file
-by path (``python <checkout>/src/optbench/bridge/entry.py``), so the container needs no install of
+by path (``python <checkout>/src/optbench/engine/bridge/entry.py``), so the container needs no install of
 optbench; run that way, it puts ``<checkout>/src`` on ``sys.path`` first.
 """
 
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 if __package__ in (None, ""):  # run by path: make the package importable from the checkout
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from optbench.bridge.adapter import SECTIONS_CREATED_IF_MISSING, BridgeRecipe, BridgeSetup  # noqa: E402
-from optbench.bridge.callback import MetricsCallback  # noqa: E402
+from optbench.engine.bridge.adapter import SECTIONS_CREATED_IF_MISSING, BridgeRecipe, BridgeSetup  # noqa: E402
+from optbench.engine.bridge.callback import MetricsCallback  # noqa: E402
 from optbench.config.schema import RunConfig  # noqa: E402
 from optbench.common.errors import Problem, UserError  # noqa: E402
 from optbench.common.exits import exit_on_user_error  # noqa: E402
@@ -133,7 +133,7 @@ def run_bridge(config_path: Path, api: Optional[BridgeAPI] = None, callback: Opt
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m optbench.bridge.entry", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m optbench.engine.bridge.entry", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", type=Path, help="the resolved config.yaml the launcher wrote (its plan.json beside it)")
     args = parser.parse_args(argv)
     with exit_on_user_error(debug=False):

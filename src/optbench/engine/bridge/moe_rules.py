@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from optbench.bridge.sections import cuda_graph_impl
+from optbench.engine.bridge.sections import cuda_graph_impl
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem
 from optbench.catalog.hardware import gpu_catalog

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from optbench.bridge.cpu_check import polyfill_typing
+from optbench.engine.bridge.cpu_check import polyfill_typing
 
 CORE_MODULES = (
     "megatron.core.extensions.transformer_engine",

@@ -3,7 +3,7 @@
 Each builder turns one part of :class:`~optbench.config.schema.RunConfig` into the ConfigContainer
 fields that express it (parallel and pipeline layout, model shape, precision, optimizer with every Muon
 field, DDP, schedule and evaluation, data and tokenizer, logger, checkpoint). The adapter
-(:mod:`optbench.bridge.adapter`) puts NVIDIA's preset under them. Pure Python: nothing here imports
+(:mod:`optbench.engine.bridge.adapter`) puts NVIDIA's preset under them. Pure Python: nothing here imports
 Bridge, Megatron Core or torch.
 """
 
@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
-from optbench.bridge import emerging_fields, muon_fields
+from optbench.engine.bridge import emerging_fields, muon_fields
 from optbench.releases import presets, versions
 from optbench.config.field_table import TABLE, bridge_items, bridge_name, value_at
 from optbench.config.layout import vpp_size
@@ -75,7 +75,7 @@ def _parallel(run: RunConfig) -> list[Item]:
 ONLY_WHEN_ON = ("parallel.ep_comm_overlap", "precision.fp8_output_proj")
 """Switches emitted only when on (see _parallel, _precision: the FP8 output projection is a field of Core 0.18+
 only). When a preset turns one on and the run turns it off, the preset's setting must not win:
-:func:`optbench.bridge.adapter._ours_under` writes the run's off in its place."""
+:func:`optbench.engine.bridge.adapter._ours_under` writes the run's off in its place."""
 
 
 def switched_off(run: RunConfig) -> dict[str, bool]:

@@ -1,13 +1,13 @@
-"""One arm of ``make gpu-smoke`` in its own process: ``python src/optbench/bridge/one_gpu/worker.py <run folder>
+"""One arm of ``make gpu-smoke`` in its own process: ``python src/optbench/engine/bridge/one_gpu/worker.py <run folder>
 --loop core|bridge --report <file>``.
 
 The run folder holds what a Bridge job's folder holds (config.yaml and the plan.json the launcher writes). The worker
-does what the job's entry point does with them (:mod:`optbench.bridge.entry`: the release check, the recipe function,
+does what the job's entry point does with them (:mod:`optbench.engine.bridge.entry`: the release check, the recipe function,
 the mixed-precision preset, the plan's overrides through Bridge's own ``process_config_with_overrides``), then the
 changes a machine without Transformer Engine needs (:mod:`.no_te`, recorded), and trains:
 
 * ``--loop bridge``: Bridge's own ``pretrain()`` with its GPT ``forward_step`` and our callback, the imports of
-  Transformer Engine answered by the CPU check's stand-ins (:mod:`optbench.bridge.cpu_check.stand_ins`);
+  Transformer Engine answered by the CPU check's stand-ins (:mod:`optbench.engine.bridge.cpu_check.stand_ins`);
 * ``--loop core``: Megatron Core's model, DDP, optimizer and step as Bridge builds them (:mod:`.core_loop`).
 
 It writes a JSON report (status, the first line of any error, the changes, seconds) and exits 0 whenever it could
@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run by path: make the package importable from the checkout
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 
-from optbench.bridge.one_gpu.core_first import core_has_transformer_engine, import_core  # noqa: E402
+from optbench.engine.bridge.one_gpu.core_first import core_has_transformer_engine, import_core  # noqa: E402
 
 CORE_IMPORT_FAILURES = import_core()  # before the stand-ins: Core must see no Transformer Engine
 os.environ.setdefault("OPTBENCH_REAL_CUDA", "1")  # read by the stand-ins at import: the GPU's own CUDA stays
-from optbench.bridge.cpu_check import stand_ins  # noqa: E402,F401  (before anything imports Bridge)
-from optbench.bridge.entry import BridgeAPI  # noqa: E402
+from optbench.engine.bridge.cpu_check import stand_ins  # noqa: E402,F401  (before anything imports Bridge)
+from optbench.engine.bridge.entry import BridgeAPI  # noqa: E402
 
 
 class NoTransformerEngineAPI(BridgeAPI):
@@ -46,7 +46,7 @@ class NoTransformerEngineAPI(BridgeAPI):
         """The stages passed, in order (kept in the report when a later one fails)."""
 
     def apply_overrides(self, config: Any, overrides: Any) -> Any:
-        from optbench.bridge.one_gpu.no_te import adapt
+        from optbench.engine.bridge.one_gpu.no_te import adapt
 
         config = super().apply_overrides(config, overrides)
         self.changes = adapt(config)
@@ -60,10 +60,10 @@ def _error(err: BaseException) -> dict[str, Any]:
 
 
 def run_core(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]:
-    from optbench.bridge.adapter import BridgeSetup
-    from optbench.bridge.callback import MetricsCallback
-    from optbench.bridge.entry import build_config_container, check_release
-    from optbench.bridge.one_gpu.core_loop import init_single_process, train
+    from optbench.engine.bridge.adapter import BridgeSetup
+    from optbench.engine.bridge.callback import MetricsCallback
+    from optbench.engine.bridge.entry import build_config_container, check_release
+    from optbench.engine.bridge.one_gpu.core_loop import init_single_process, train
     from optbench.engine.local.data import SyntheticStream
     from optbench.runs.plan_file import read_plan
     from optbench.runs import load_resolved_config
@@ -72,7 +72,7 @@ def run_core(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]:
     check_release(run, api.installed_version())
     config = build_config_container(BridgeSetup.from_dict(read_plan(config_path.parent)["bridge"]), api)
     api.reached.append("config container")
-    from optbench.bridge.cpu_check.runtime import update_at
+    from optbench.engine.bridge.cpu_check.runtime import update_at
 
     update_at(config, world_size=1)  # Bridge's own checks and derived fields, as pretrain() runs them first
     api.reached.append("runtime_config_update")
@@ -83,8 +83,8 @@ def run_core(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]:
 
 
 def run_bridge(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]:
-    from optbench.bridge.entry import run_bridge as job
-    from optbench.bridge.one_gpu.core_loop import single_process_env
+    from optbench.engine.bridge.entry import run_bridge as job
+    from optbench.engine.bridge.one_gpu.core_loop import single_process_env
 
     single_process_env()
     job(config_path, api=api)
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loop", choices=("core", "bridge"), required=True)
     parser.add_argument("--report", type=Path, required=True)
     args = parser.parse_args(argv)
-    from optbench.bridge.cpu_check import hf_cache
+    from optbench.engine.bridge.cpu_check import hf_cache
 
     started = time.perf_counter()
     api = NoTransformerEngineAPI()

@@ -1,11 +1,11 @@
 """A plan.json built with its container's real Megatron Bridge and Core on a CPU: ``make plan CHECK=bridge``.
 
-``python src/optbench/bridge/cpu_check/plan_check.py <folder with plan.json>... --out <report.json>``, run with the
+``python src/optbench/engine/bridge/cpu_check/plan_check.py <folder with plan.json>... --out <report.json>``, run with the
 interpreter and ``PYTHONPATH`` of the plans' container (:mod:`.environments`; the launcher picks them). It does
 what the job's entry point does with each plan, up to the point where a GPU would be needed:
 
 1. the plan's Bridge setup (recipe function, mixed-precision preset, the recorded overrides) built into a
-   ConfigContainer by :func:`optbench.bridge.entry.build_config_container` with the real ``BridgeAPI``;
+   ConfigContainer by :func:`optbench.engine.bridge.entry.build_config_container` with the real ``BridgeAPI``;
 2. every override read back from that container (a key Bridge lacks, or a value that did not land);
 3. Bridge's ``runtime_config_update`` at the plan's world size: mixed precision, communication overlap,
    ``ConfigContainer.validate``, Megatron Core's ``TransformerConfig.__post_init__`` and its layout checks,
@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run by path in a Bridge environment: import optbench from this checkout
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 
-from optbench.bridge.cpu_check import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
+from optbench.engine.bridge.cpu_check import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
 
 
 def _first_line(err: BaseException) -> str:
@@ -47,8 +47,8 @@ def check(folders: list[Path]) -> list[dict[str, Any]]:
 
     from omegaconf import OmegaConf
 
-    from optbench.bridge.cpu_check import hf_cache
-    from optbench.bridge.entry import BridgeAPI, check_release
+    from optbench.engine.bridge.cpu_check import hf_cache
+    from optbench.engine.bridge.entry import BridgeAPI, check_release
     from optbench.config.serialize import to_run_config
     from optbench.runs.plan_file import read_plan
 
@@ -69,7 +69,7 @@ def check(folders: list[Path]) -> list[dict[str, Any]]:
 
 
 def _check_one(plan: dict[str, Any], run, api, installed: dict[str, str]) -> dict[str, Any]:
-    from optbench.bridge.adapter import BridgeSetup, bridge_overrides
+    from optbench.engine.bridge.adapter import BridgeSetup, bridge_overrides
     from optbench.releases.versions import container_of
 
     started = time.perf_counter()
@@ -90,10 +90,10 @@ def _check_one(plan: dict[str, Any], run, api, installed: dict[str, str]) -> dic
 
 
 def _build_and_update(setup, api, run, world_size: int) -> dict[str, Any]:
-    from optbench.bridge.adapter import override_items
-    from optbench.bridge.cpu_check.readback import read_back
-    from optbench.bridge.cpu_check.runtime import update_at
-    from optbench.bridge.entry import build_config_container
+    from optbench.engine.bridge.adapter import override_items
+    from optbench.engine.bridge.cpu_check.readback import read_back
+    from optbench.engine.bridge.cpu_check.runtime import update_at
+    from optbench.engine.bridge.entry import build_config_container
 
     try:
         config = build_config_container(setup, api)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from optbench.bridge.sections import cuda_graph_impl
+from optbench.engine.bridge.sections import cuda_graph_impl
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem
 from optbench.releases.versions import Container, behaviour, first_with

@@ -16,8 +16,8 @@ there (Megatron Core 0.19 iterates its registry at import, so a stand-in will no
 
 ``NEXT`` is a release no container in NVIDIA's version data ships yet; it is checked with the newest container's plan.
 
-    python src/optbench/bridge/cpu_check/environments.py build   # what make bridge-env runs
-    python src/optbench/bridge/cpu_check/environments.py list    # the targets, their interpreter and PYTHONPATH
+    python src/optbench/engine/bridge/cpu_check/environments.py build   # what make bridge-env runs
+    python src/optbench/engine/bridge/cpu_check/environments.py list    # the targets, their interpreter and PYTHONPATH
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[3]
-"""The checkout (this file is src/optbench/bridge/cpu_check/environments.py; it runs by path before any install)."""
-CONTAINERS = HERE.parents[1] / "data" / "bridge" / "containers.json"
+ROOT = HERE.parents[4]
+"""The checkout (this file is src/optbench/engine/bridge/cpu_check/environments.py; it runs by path before any install)."""
+CONTAINERS = HERE.parents[2] / "data" / "bridge" / "containers.json"
 OVERLAYS = ROOT / ".bridge-releases"
 BASES = {"tf4": (ROOT / ".venv-bridge", HERE / "requirements.txt"), "tf5": (ROOT / ".venv-bridge5", HERE / "requirements-tf5.txt")}
 COMPLETE = ".complete"

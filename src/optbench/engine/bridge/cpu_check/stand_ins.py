@@ -26,7 +26,7 @@ import types
 from pathlib import Path
 from types import SimpleNamespace
 
-from optbench.bridge.cpu_check import polyfill_typing
+from optbench.engine.bridge.cpu_check import polyfill_typing
 
 STUBBED = (
     "transformer_engine", "transformer_engine_torch", "apex", "flashattn_hopper", "mamba_ssm",
@@ -37,7 +37,7 @@ STUBBED = (
 TE_VERSION = "2.12.0"
 """What the stand-in Transformer Engine reports (the NeMo 26.02 container's major line)."""
 
-GPU_REGISTRY = Path(__file__).resolve().parents[2] / "data" / "gpus.csv"
+GPU_REGISTRY = Path(__file__).resolve().parents[3] / "data" / "gpus.csv"
 """The GPU registry (optbench.catalog.hardware reads it too); read as a file: this module runs before optbench is importable."""
 
 
