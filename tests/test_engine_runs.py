@@ -63,12 +63,13 @@ def _losses(directory: Path) -> list[float]:
 ], ids=["muon", "adamw", "adaptive_muon+lion"])
 def test_two_gloo_processes_train_like_one(tmp_path, recipe, optimizer):
     """torchrun with 2 processes (layer-wise Muon or AdaMuon: each rank updates the parameters it owns) gives
-    the losses of a single process accumulating the same global batch, up to float summation order."""
+    the losses of a single process accumulating the same global batch, up to float summation order (AdaMuon with
+    Lion on an AVX512 machine: 1.8e-4 relative by the fourth step, 2026-11-28; a wrong reduction is off by far more)."""
     two = launch_local(_run(tmp_path, recipe, "parallel.num_gpus=2", "run_id=two", *optimizer))
     one = launch_local(_run(tmp_path, recipe, "run_id=one", *optimizer))
     summary = json.loads((two / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["threads_per_process"] >= 1
-    assert _losses(two) == pytest.approx(_losses(one), rel=1e-4)
+    assert _losses(two) == pytest.approx(_losses(one), rel=1e-3)
     assert _losses(two)[-1] < _losses(two)[0]
 
 

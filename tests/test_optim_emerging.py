@@ -8,15 +8,10 @@ nemo:26.06-26.08 ship (git-only), is frozen by tools/emerging_reference.py from 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
 import emerging_reference as reference
-from conftest import REPO
-
-FIXTURE = REPO / "tests" / "fixtures" / "emerging_optimizers" / "eo-0.2.0.json"
 
 
 def _flat(trajectory) -> torch.Tensor:
@@ -50,7 +45,10 @@ def test_matches_emerging_optimizers_0_3_0(name, upstream_0_3):
 
 @pytest.mark.parametrize("name", list(reference.CASES))
 def test_matches_the_frozen_0_2_0_the_containers_ship(name):
-    frozen = json.loads(FIXTURE.read_text())
+    """Against 0.2.0 run on this CPU's numerics path (:func:`reference.frozen`): SOAP's eigenbases, hence its
+    trajectories, differ between paths by up to 0.5 on these cases (measured 2026-11-28: the AVX512 machine against
+    the file of 2026-11-27's), while ours and upstream agree to 1e-6 on any one path."""
+    frozen = reference.frozen("0.2.0")
     assert frozen["provenance"]["commit"].startswith("1effa026f")  # Megatron Bridge 0.5.0-0.6.0's uv.lock pin
     case = reference.CASES[name]
     assert _close(reference.run(reference.ours("0.2.0"), case), frozen["trajectories"][name]) <= 0
@@ -59,12 +57,12 @@ def test_matches_the_frozen_0_2_0_the_containers_ship(name):
 @pytest.mark.parametrize("name", ["adamuon", "normuon"])
 def test_adamuon_differs_between_the_two_releases_and_the_check_sees_it(name):
     """0.3.0 applies Muon's scale again after the second moment: the same config trains differently."""
-    frozen = json.loads(FIXTURE.read_text())["trajectories"][name]
+    frozen = reference.frozen("0.2.0")["trajectories"][name]
     assert _close(reference.run(reference.ours("0.3.0"), reference.CASES[name]), frozen) > 1e-3
 
 
 def test_soap_eigenbasis_period_matters_and_the_check_sees_it():
-    frozen = json.loads(FIXTURE.read_text())["trajectories"]
+    frozen = reference.frozen("0.2.0")["trajectories"]
     every_step = reference.run(reference.ours("0.2.0"), reference.CASES["soap_kl"])
     assert _close(every_step, frozen["soap_kl_every_2"]) > 1e-4
 

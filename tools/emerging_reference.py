@@ -3,7 +3,9 @@
 nemo:26.06-26.08 ship Emerging-Optimizers 0.2.0 (Megatron Bridge's uv.lock pins its git tag; it is not on PyPI), so
 the tests cannot install it: this tool takes its source from a git mirror of NVIDIA-NeMo/Emerging-Optimizers (the
 `fetch` tool's layout), runs the cases of tests/emerging_reference.py against it and writes
-tests/fixtures/emerging_optimizers/eo-0.2.0.json with the commit it ran::
+tests/fixtures/emerging_optimizers/eo-0.2.0-<CPU capability>.json with the commit it ran. SOAP's trajectories
+depend on the CPU's numerics path (torch's CPU capability and MKL's kernels pick other eigenbases for the same
+factors), so each path gets its own file; run this on a machine of a new kind::
 
     git clone --bare https://github.com/NVIDIA-NeMo/Emerging-Optimizers eo.git
     python tools/emerging_reference.py --mirror eo.git [--tag v0.2.0]
@@ -48,15 +50,16 @@ def main() -> int:
         trajectories = {name: reference.run(make, case) for name, case in reference.CASES.items()}
     import torch
 
+    capability = torch.backends.cpu.get_cpu_capability()
     payload = {
         "provenance": {"repo": "NVIDIA-NeMo/Emerging-Optimizers", "tag": args.tag, "commit": commit,
-                       "torch": torch.__version__, "tool": "tools/emerging_reference.py",
+                       "torch": torch.__version__, "cpu_capability": capability, "tool": "tools/emerging_reference.py",
                        "cases": "tests/emerging_reference.py (CASES, SHAPES, STEPS, seeds)"},
         "trajectories": trajectories,
     }
-    version = args.tag.lstrip("v")
-    atomic_write_text(OUT / f"eo-{version}.json", json.dumps(payload) + "\n")
-    print(f"wrote {OUT / f'eo-{version}.json'} ({len(trajectories)} cases, commit {commit[:9]})")
+    path = OUT / reference.fixture_name(args.tag.lstrip("v"), capability)
+    atomic_write_text(path, json.dumps(payload) + "\n")
+    print(f"wrote {path} ({len(trajectories)} cases, commit {commit[:9]}, CPU capability {capability})")
     return 0
 
 
