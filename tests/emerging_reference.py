@@ -11,6 +11,7 @@ tensor parallelism: upstream ``AdaptiveMuon`` whose orthogonalization is ``newto
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ CASES: dict[str, dict[str, Any]] = {
 }
 """Every case; soap_kl_every_2 exists in 0.2.0 only (0.3.0 dropped precondition_frequency)."""
 LR = {"soap": 0.01, "adaptive_muon": 0.02, "lion": 0.001}
+WEIGHT_DECAY = 0.1
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "emerging_optimizers"
 
 
@@ -51,11 +53,8 @@ def fixture_name(version: str, capability: str) -> str:
 def frozen(version: str) -> dict[str, Any]:
     """The frozen trajectories recorded on this CPU's numerics path, else the first file, recorded before the path was
     (on the CI machine of 2026-11-27; its provenance names no capability)."""
-    import json
-
     own = FIXTURES / fixture_name(version, torch.backends.cpu.get_cpu_capability())
     return json.loads((own if own.is_file() else FIXTURES / f"eo-{version}.json").read_text())
-WEIGHT_DECAY = 0.1
 
 
 def _start(shapes) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:

@@ -28,8 +28,6 @@ sys.path.insert(0, str(ROOT / "src"))
 import emerging_reference as reference  # noqa: E402
 from optbench.common.io import atomic_write_text  # noqa: E402
 
-OUT = ROOT / "tests" / "fixtures" / "emerging_optimizers"
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -57,7 +55,7 @@ def main() -> int:
                        "cases": "tests/emerging_reference.py (CASES, SHAPES, STEPS, seeds)"},
         "trajectories": trajectories,
     }
-    path = OUT / reference.fixture_name(args.tag.lstrip("v"), capability)
+    path = reference.FIXTURES / reference.fixture_name(args.tag.lstrip("v"), capability)
     atomic_write_text(path, json.dumps(payload) + "\n")
     print(f"wrote {path} ({len(trajectories)} cases, commit {commit[:9]}, CPU capability {capability})")
     return 0

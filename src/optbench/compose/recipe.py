@@ -23,7 +23,6 @@ from optbench.compose.pipeline import follow_stage_overrides
 from optbench.config import overrides as typed
 from optbench.config.domains import check_domains
 from optbench.config.schema import RunConfig
-from optbench.releases.hydra_values import format_override
 from optbench.config.serialize import closest, to_run_config, translate_schema_error
 from optbench.common.errors import Problem, UserError
 from optbench.common.redact import remember_secret, secret_problems
@@ -201,8 +200,7 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
         # are NVIDIA's numbers and names, never an account or a credential: the first secret check still holds.
         for field, value in release.items():
             OmegaConf.update(cfg, field, value, merge=True)
-        typed_first = [format_override(field, value) for field, value in release.items()]
-        run = _checked(cfg, [*typed_first, *overrides], secrets_checked=True)
+        run = _checked(cfg, [*release_layout.as_overrides(release), *overrides], secrets_checked=True)
     return follow_stage_overrides(run, overrides)
 
 

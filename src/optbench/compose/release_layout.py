@@ -83,6 +83,11 @@ def layout_values(run: RunConfig, user_overrides: Sequence[str]) -> dict[str, An
     return out
 
 
+def as_overrides(values: dict[str, Any]) -> list[str]:
+    """Release values (:func:`layout_values`) as the Hydra overrides that set them."""
+    return [format_override(field, value) for field, value in values.items()]
+
+
 def layout_overrides(run: RunConfig, user_overrides: Sequence[str]) -> list[str]:
     """:func:`layout_values` as Hydra overrides, typed before the user's own."""
-    return [format_override(field, value) for field, value in layout_values(run, user_overrides).items()]
+    return as_overrides(layout_values(run, user_overrides))
