@@ -37,6 +37,7 @@ from optbench.common.make_args import (
     recipe_from_make,
 )
 from optbench.compose.recipe import list_recipes
+from optbench.config.optimizers import MATRIX_OPTIMIZERS
 from optbench.config.overrides import check_repeated, split_override, typed_keys
 from optbench.common.errors import EXIT_USER_ERROR, UserError
 from optbench.common.exits import exit_on_user_error
@@ -126,9 +127,9 @@ def _parser() -> argparse.ArgumentParser:
                                  "layouts' for a search) with its container's real Megatron Bridge and Core on this CPU "
                                  "(make bridge-env) before going on (make: CHECK=bridge)")
         if name in ("plan", "pretrain"):
-            command.add_argument("--compare", help="comma-separated matrix optimizers (muon, adaptive_muon, soap) to "
-                                 "project beside a matrix-optimizer run's AdamW twin, each as its recipe configures it "
-                                 "(make: COMPARE=soap,adaptive_muon; default none)")
+            command.add_argument("--compare", help=f"comma-separated matrix optimizers ({', '.join(MATRIX_OPTIMIZERS)}) "
+                                 "to project beside a matrix-optimizer run's AdamW twin, each as its recipe configures "
+                                 f"it (make: COMPARE={','.join(MATRIX_OPTIMIZERS[-2:])}; default none)")
         if name == "search":
             command.add_argument("--fix", help="comma-separated dimensions held at the recipe's values "
                                  "(tp, pp, vpp, cp, ep, mbs; make: FIX=ep,mbs)")

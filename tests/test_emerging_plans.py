@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import run_cli
-from optbench.accounting.optimizer_work import matrix_state_bytes, soap_flops
+from optbench.accounting.optimizer_work import matrix_state_bytes
+from optbench.config.optimizers.soap import soap_flops
 from optbench.engine.bridge.adapter import override_items
 from optbench.compose.recipe import compose_run
 from optbench.common.errors import UserError
@@ -122,7 +123,7 @@ def test_plan_prices_soap_and_adaptive_muon_against_their_adamw_twin():
     assert soap["adamw_twin"]["recipe"].startswith("qwen3_30b_a3b_adamw")
     assert soap["muon_overhead"]["parts_s"]["newton_schulz_compute"] > 0 and "what_if" not in soap
     text = format_summary(plans["qwen3_30b_a3b_soap"])
-    assert "SOAP FLOPs" in text and " SOAP = " in text and "SOAP products and QR" in text
+    assert "SOAP FLOPs" in text and " SOAP = " in text and "SOAP's matrix products and QR" in text
     assert "optimizer_state" in text and "no SOAP preset for this model" in text
     # Side by side: every plan lists the three matrix optimizers against the same AdamW twin, each from its recipe.
     sides = [{s["optimizer"]: s for s in plans[r].projection["optimizers"]} for r in plans]

@@ -10,9 +10,9 @@ Bytes per parameter held by a rank (its pipeline stages, TP/ETP shard and EP sli
 * optimizer state: AdamW keeps fp32 master weights, exp_avg and exp_avg_sq (12 bytes; 8 where the run's
   NVIDIA preset keeps the moments in BF16 with Megatron's precision-aware optimizer, Bridge's DeepSeek-V3 recipe); with the
   element-wise distributed optimizer they are sharded over DP x CP (dense) and expert-DP (experts).
-  Muon keeps fp32 master weights and one momentum buffer (8 bytes) for its matrices and 12 bytes for
-  its Adam-side parameters; AdaMuon adds its second moment, SOAP keeps 4 (3mn + 2m^2 + 2n^2) bytes per m x n
-  matrix (:mod:`optbench.accounting.optimizer_work`); with the layer-wise optimizer only for the parameters the
+  A matrix optimizer keeps its registry entry's state for its matrices (Muon: fp32 master weights and one
+  momentum buffer, 8 bytes; :mod:`optbench.accounting.optimizer_work`) and 12 bytes for its Adam-side
+  parameters; with the layer-wise optimizer only for the parameters the
   rank owns (Megatron's ping-pong assignment, the busiest rank of each pipeline stage is taken), without it for
   every local parameter.
 * activations: :mod:`optbench.accounting.activations` per layer, times the forwards in flight on the

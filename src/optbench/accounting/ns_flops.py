@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import NamedTuple
 
-from optbench.accounting.optimizer_work import soap_flops
 from optbench.accounting.params import EXPERT, QKV, ROUTER, ParamSpec
 from optbench.accounting.placement import (
     LocalParam,
@@ -56,6 +55,7 @@ from optbench.accounting.placement import (
     place,
 )
 from optbench.config.layout import Layout, derive_layout
+from optbench.config.optimizers import entry
 from optbench.config.schema import MUON_TP_MODES, ModelConfig, RunConfig
 from optbench.optim.assignment import pingpong_owners
 
@@ -135,15 +135,15 @@ def rank_matrix_ns_work(
 def local_param_ns_flops(
     param: LocalParam, model: ModelConfig, run: RunConfig, tp_mode: str, syrk: bool = False
 ) -> float:
-    """Matrix-optimizer FLOPs per step one holder of ``param`` spends on it: Newton-Schulz for Muon and AdaMuon,
-    SOAP's products and QR on the local shard for SOAP (:mod:`optbench.accounting.optimizer_work`); 0 for
-    Adam-side parameters."""
-    spec, soap = param.spec, run.optimizer.soap
-    if not spec.is_muon or not run.optimizer.matrix_optimizer:
+    """Matrix-optimizer FLOPs per step one holder of ``param`` spends on it: Newton-Schulz for the Muon family, the
+    registry entry's own count on the local shard for the others
+    (:attr:`~optbench.config.optimizers.OptimizerEntry.matrix_flops`); 0 for Adam-side parameters."""
+    spec, o = param.spec, run.optimizer
+    if not spec.is_muon or not o.matrix_optimizer:
         return 0.0
-    if soap is not None:  # not tensor-parallel aware: every shard is a matrix of its own, in every TP mode
-        rows, cols = param.local_shape
-        return soap_flops(rows, cols, soap.precondition_frequency, soap.use_kl_shampoo).total
+    own = entry(o.name).matrix_flops
+    if own is not None:  # not tensor-parallel aware: every shard is a matrix of its own, in every TP mode
+        return own(o.matrix_section, *param.local_shape).total
     return sum(flops for _, flops in local_param_ns_calls(param, model, run, tp_mode, syrk))
 
 

@@ -21,6 +21,7 @@ from optbench.accounting.params import padded_vocab_size
 from optbench.accounting.peaks import peaks_for
 from optbench.accounting.throughput import step_throughput, step_time_for_tflops, step_time_for_tokens
 from optbench.config.layout import Layout, derive_layout
+from optbench.config.optimizers import MATRIX_OPTIMIZERS, entry
 from optbench.config.schema import MUON_TP_MODES, RunConfig
 from optbench.common.errors import UserError
 
@@ -166,10 +167,10 @@ def accounting_summary_lines(plan: Mapping[str, Any], optimizer: str, executed_a
             for mode in MUON_TP_MODES
         )
         lines.append(f"  NS FLOPs    per GPU per step, mean/busiest rank (* recipe's TP mode): {modes}")
-    elif optimizer == "soap":
-        soap = ns["blockwise"]
-        lines.append(f"  SOAP FLOPs  per GPU per step, mean/busiest rank: {_si(soap['mean'])}/{_si(soap['max'])}"
-                     " (factor updates, projections, power iteration and QR on each local shard)")
+    elif optimizer in MATRIX_OPTIMIZERS:  # an own count: one figure, no tensor-parallel modes
+        own, e = ns["blockwise"], entry(optimizer)
+        lines.append(f"  {e.flops_label + ' FLOPs':<12}per GPU per step, mean/busiest rank: {_si(own['mean'])}/"
+                     f"{_si(own['max'])} ({e.flops_words} on each local shard)")
     mem = plan["memory_per_gpu_gb"]
     parts = ", ".join(f"{k} {v:.1f}" for k, v in mem["breakdown"].items() if v)
     capacity = f" of {mem['hbm']:g} GB HBM" if mem["hbm"] else ""

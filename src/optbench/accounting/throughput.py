@@ -66,8 +66,8 @@ class StepThroughput:
 
 
 def ns_flops_per_step_total(run: RunConfig) -> float:
-    """Matrix-optimizer FLOPs all ranks execute in one step: Newton-Schulz (recipe's TP mode, no SYRK) for Muon and
-    AdaMuon, SOAP's products and QR for SOAP."""
+    """Matrix-optimizer FLOPs all ranks execute in one step: Newton-Schulz (recipe's TP mode, no SYRK) for the Muon
+    family, the registry entry's own count for the others."""
     if not run.optimizer.matrix_optimizer:
         return 0.0
     return sum(rank_ns_flops(run))

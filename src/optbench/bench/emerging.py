@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from optbench.accounting.ns_flops import ns_flops
-from optbench.accounting.optimizer_work import soap_flops
+from optbench.config.optimizers.soap import soap_flops
 from optbench.bench.cpu_peak import cpu_peak, measured_clock
 from optbench.bench.optim import PROXIES, _shrunk
 from optbench.common.machine_load import LoadMeter

@@ -22,6 +22,7 @@ from optbench.compose.config_files import check_config_files
 from optbench.compose.pipeline import follow_stage_overrides
 from optbench.config import overrides as typed
 from optbench.config.domains import check_domains
+from optbench.config.optimizers import REGISTRY
 from optbench.config.schema import RunConfig
 from optbench.config.serialize import closest, to_run_config, translate_schema_error
 from optbench.common.errors import Problem, UserError
@@ -104,8 +105,8 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> UserErro
     return UserError(Problem((keys[-1] or "overrides") if len(keys) == 1 else "config", reason))
 
 
-_NULLABLE_SECTIONS = ("optimizer.muon", "optimizer.adaptive_muon", "optimizer.soap")
-"""Sections of the schema that are null in some presets (Optional dataclasses)."""
+_NULLABLE_SECTIONS = tuple(f"optimizer.{s}" for s in dict.fromkeys(s for e in REGISTRY.values() for s in e.sections))
+"""Sections of the schema that are null in some presets (each optimizer's own settings)."""
 
 
 _UNUSED_HYDRA = ("help", "hydra_help", "launcher", "sweeper", "output", "env")

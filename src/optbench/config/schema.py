@@ -61,7 +61,6 @@ from optbench.config.schema_optimizer import (  # noqa: F401  re-exported: the r
     AdaptiveMuonConfig,
     MuonConfig,
     OptimizerConfig,
-    SoapConfig,
 )
 from optbench.common.outputs import MAX_PATH
 

@@ -1,6 +1,6 @@
-"""The optimizer sections of the run's schema: AdamW's settings and Megatron Core's emerging optimizers (Muon,
-AdaMuon, SOAP), each leaf declared with :func:`~optbench.config.field_spec.setting` like every field of
-:mod:`optbench.config.schema`, which re-exports them (the run's schema is one import).
+"""The optimizer section of the run's schema: AdamW's settings, shared by every optimizer's scalar side, and one
+settings section per emerging optimizer, each declared with its registry entry (:mod:`optbench.config.optimizers`);
+:mod:`optbench.config.schema` re-exports them (the run's schema is one import).
 """
 
 from __future__ import annotations
@@ -9,108 +9,29 @@ from dataclasses import dataclass
 from typing import Optional
 
 from optbench.config.frozen import Frozen
-from optbench.config.domain_types import Choice, Flag, Integer, Real
+from optbench.config.domain_types import Choice, Flag, Real
 from optbench.config.field_spec import BRIDGE, PROBABILITY, setting
+from optbench.config.optimizers import MATRIX_OPTIMIZERS, REGISTRY, entry
+from optbench.config.optimizers.adaptive_muon import MOMENT2_METHODS, AdaptiveMuonConfig
+from optbench.config.optimizers.muon import (MUON_ASSIGNMENTS, MUON_COEFFICIENTS, MUON_MATMUL_PRECISIONS,
+                                             MUON_SCALE_MODES, MUON_TP_MODES, MuonConfig)
+from optbench.config.optimizers.soap import SoapConfig
 
-OPTIMIZERS = ("adamw", "muon", "adaptive_muon", "soap")
-MUON_FAMILY = ("muon", "adaptive_muon")
+__all__ = ["OPTIMIZERS", "MUON_FAMILY", "MATRIX_OPTIMIZERS", "OPTIMIZER_LABELS", "MATRIX_FLOPS_LABELS",
+           "MATRIX_FLOPS_WORDS", "SCALAR_OPTIMIZERS", "MOMENT2_METHODS", "MUON_COEFFICIENTS", "MUON_SCALE_MODES",
+           "MUON_MATMUL_PRECISIONS", "MUON_TP_MODES", "MUON_ASSIGNMENTS", "MuonConfig", "AdaptiveMuonConfig",
+           "SoapConfig", "OptimizerConfig"]
+
+OPTIMIZERS = tuple(REGISTRY)
+MUON_FAMILY = tuple(name for name, e in REGISTRY.items() if "muon" in e.sections)
 """Optimizers configured by ``optimizer.muon`` (AdaMuon is Muon with a second moment after Newton-Schulz)."""
-MATRIX_OPTIMIZERS = ("muon", "adaptive_muon", "soap")
-"""Megatron Core's emerging optimizers: 2-D weights (not embedding/output) go to them, the rest to the scalar optimizer."""
-OPTIMIZER_LABELS = {"adamw": "AdamW", "muon": "Muon", "adaptive_muon": "AdaMuon", "soap": "SOAP"}
+OPTIMIZER_LABELS = {name: e.label for name, e in REGISTRY.items()}
 """How plans, tables and messages name each optimizer."""
-MATRIX_FLOPS_LABELS = {"muon": "NS", "adaptive_muon": "NS", "soap": "SOAP"}
-"""Short name of a matrix optimizer's own FLOPs in throughput lines (Newton-Schulz; SOAP's products and QR)."""
-MATRIX_FLOPS_WORDS = {"muon": "Newton-Schulz", "adaptive_muon": "Newton-Schulz", "soap": "SOAP's matrix products and QR"}
-"""The same in words, for sentences ("... with Newton-Schulz"): SOAP runs no Newton-Schulz."""
+MATRIX_FLOPS_LABELS = {name: REGISTRY[name].flops_label for name in MATRIX_OPTIMIZERS}
+"""Short name of a matrix optimizer's own FLOPs in throughput lines."""
+MATRIX_FLOPS_WORDS = {name: REGISTRY[name].flops_words for name in MATRIX_OPTIMIZERS}
+"""The same in words, for sentences ("... with Newton-Schulz")."""
 SCALAR_OPTIMIZERS = ("adam", "lion")
-MOMENT2_METHODS = ("adamuon", "normuon")
-MUON_COEFFICIENTS = ("quintic", "simple")
-MUON_SCALE_MODES = ("spectral", "shape_scaling", "unit_rms_norm")
-MUON_MATMUL_PRECISIONS = ("auto", "medium", "high", "highest")
-MUON_TP_MODES = ("blockwise", "duplicated", "distributed")
-MUON_ASSIGNMENTS = ("pingpong", "cost_aware")
-
-
-@dataclass
-class MuonConfig(Frozen):
-    """Muon as Megatron Core 0.16.1 implements it (FACTS.md section 5); defaults as the Kimi K2 recipe."""
-
-    momentum: float = setting(0.95, PROBABILITY, bridge="optimizer.muon_momentum")
-    """Momentum beta (Megatron muon_momentum)."""
-    nesterov: bool = setting(True, Flag(), bridge="optimizer.muon_nesterov", renamed_from="optimizer.muon_use_nesterov")
-    """Nesterov momentum (muon_use_nesterov)."""
-    ns_steps: int = setting(5, Integer(1, 100), bridge="optimizer.muon_num_ns_steps")
-    """Newton-Schulz iterations (muon_num_ns_steps)."""
-    coefficients: str = setting("quintic", Choice(MUON_COEFFICIENTS), bridge="optimizer.muon_coefficient_type")
-    """quintic (Megatron: one tuple per step) or simple (Keller Jordan / torch.optim.Muon)."""
-    scale_mode: str = setting("spectral", Choice(MUON_SCALE_MODES), bridge="optimizer.muon_scale_mode")
-    """spectral sqrt(max(M,N)), shape_scaling sqrt(max(1,M/N)) or unit_rms_norm sqrt(M/N) (muon_scale_mode)."""
-    extra_scale_factor: float = setting(
-        1.0,
-        Real(0.0, 100.0, low_open=True),
-        bridge="optimizer.muon_extra_scale_factor",
-    )
-    """Extra factor on the update (muon_extra_scale_factor; 0.2 with spectral = Moonlight's rule)."""
-    fp32_matmul_prec: str = setting(
-        "auto",
-        Choice(MUON_MATMUL_PRECISIONS),
-        bridge="optimizer.muon_fp32_matmul_prec",
-        transform="ns_precision",
-    )
-    """Newton-Schulz product precision: medium (bf16), high (tf32), highest (fp32); auto = medium on GPU, highest on CPU."""
-    tp_mode: str = setting("blockwise", Choice(MUON_TP_MODES), bridge="optimizer.muon_tp_mode")
-    """Tensor-parallel Newton-Schulz: blockwise, duplicated or distributed (muon_tp_mode)."""
-    split_qkv: bool = setting(True, Flag(), bridge="optimizer.muon_split_qkv")
-    """Orthogonalize Q, K and V blocks of a fused QKV weight separately (muon_split_qkv)."""
-    layer_wise: bool = setting(True, Flag(), bridge="optimizer.use_layer_wise_distributed_optimizer")
-    """Layer-wise distributed optimizer (dist_muon up to Core 0.17; muon + use_layer_wise_distributed_optimizer
-    from Core 0.18): each DP rank owns whole parameters."""
-    overlap_param_gather: bool = setting(False, Flag(), readers=BRIDGE, bridge="optimizer.overlap_param_gather")
-    """Layer-wise optimizer: all-gather the updated parameters asynchronously, overlapped with the next
-    forward pass (Megatron Core 0.17+, nemo:26.04 and newer; Core 0.16 gathers them in the step)."""
-    assignment: str = setting("pingpong", Choice(MUON_ASSIGNMENTS))
-    """Owner assignment for layer_wise: pingpong (Megatron) or cost_aware (ours; local engine only)."""
-    syrk: bool = setting(False, Flag())
-    """Compute the symmetric Newton-Schulz products (X X^T, A A) one triangle block at a time (ours; local engine only)."""
-    qk_clip: bool = setting(False, Flag(), bridge="model.qk_clip")
-    """MuonClip's QK-clip (Kimi K2): after each step scale the query/key weights of heads whose max attention
-    logit exceeded qk_clip_threshold (Megatron Core model.qk_clip; MLA models, and GQA models without
-    QK-norm: one scale per query group)."""
-    qk_clip_threshold: float = setting(100.0, Real(0.0, 1e6, low_open=True), bridge="model.qk_clip_threshold")
-    """QK-clip threshold tau on the pre-softmax logit (Megatron qk_clip_threshold)."""
-    qk_clip_alpha: float = setting(0.5, Real(0.0, 1.0), bridge="model.qk_clip_alpha")
-    """Share of the scaling put on the query side: q *= eta**alpha, k *= eta**(1-alpha) (Megatron qk_clip_alpha)."""
-
-
-@dataclass
-class AdaptiveMuonConfig(Frozen):
-    """AdaMuon / NorMuon: Muon (``optimizer.muon``) plus a second moment of the orthogonalized update (Megatron Core
-    >= 0.18 ``adaptive_muon``, Emerging-Optimizers AdaptiveMuon)."""
-
-    moment2_method: str = setting("adamuon", Choice(MOMENT2_METHODS), bridge="optimizer.adaptive_muon_moment2_method")
-    """adamuon: element-wise second moment (as AdamW's); normuon: one per row or column (the longer side averaged)."""
-    beta2: float = setting(0.95, PROBABILITY, bridge="optimizer.adaptive_muon_beta2")
-    """Decay of the second moment (adaptive_muon_beta2)."""
-    eps: float = setting(1e-8, Real(0.0, 1.0, low_open=True), bridge="optimizer.adaptive_muon_eps")
-    """Added to the second moment's square root (adamuon) or its floor (normuon) (adaptive_muon_eps)."""
-
-
-@dataclass
-class SoapConfig(Frozen):
-    """SOAP: Adam in the eigenbasis of Shampoo's Kronecker factors (Megatron Core >= 0.18 ``soap``, Emerging-Optimizers
-    SOAP). Megatron passes only these fields; the inner Adam takes ``adam_beta1/2``; eps 1e-8, one power iteration with
-    QR per step (eigh on the first), TF32 products and bias correction are Emerging-Optimizers' defaults."""
-
-    shampoo_beta: float = setting(0.95, PROBABILITY, bridge="optimizer.soap_shampoo_beta")
-    """Decay of the Kronecker factors L = E[G G^T], R = E[G^T G] (soap_shampoo_beta)."""
-    precondition_frequency: int = setting(1, Integer(1, 100_000), bridge="optimizer.soap_precondition_frequency")
-    """Steps between eigenbasis updates (soap_precondition_frequency; Emerging-Optimizers 0.2, the containers' own)."""
-    use_kl_shampoo: bool = setting(True, Flag(), bridge="optimizer.soap_use_kl_shampoo")
-    """KL-Shampoo's factor update (soap_use_kl_shampoo; Megatron's default true)."""
-    layer_wise: bool = setting(True, Flag(), bridge="optimizer.use_layer_wise_distributed_optimizer")
-    """Layer-wise distributed optimizer: each DP rank owns whole matrices and their SOAP state (dist_soap); false
-    keeps every matrix's state on every DP rank."""
 
 
 @dataclass
@@ -118,7 +39,7 @@ class OptimizerConfig(Frozen):
     """Optimizer; AdamW fields also drive Muon's AdamW side (norms, embeddings, output)."""
 
     name: str = setting("???", Choice(OPTIMIZERS), bridge="optimizer.optimizer")
-    """adamw, muon, adaptive_muon or soap."""
+    """A name in the optimizer registry (optbench/config/optimizers): adamw or a matrix optimizer."""
     lr: float = setting(3e-4, Real(0.0, 10.0, low_open=True), bridge="optimizer.lr")
     """Peak learning rate."""
     min_lr: float = setting(3e-5, Real(0.0, 10.0), bridge="optimizer.min_lr")
@@ -185,11 +106,16 @@ class OptimizerConfig(Frozen):
 
     @property
     def matrix_optimizer(self) -> bool:
-        """Muon, AdaMuon or SOAP: 2-D weights go to it, the rest to Adam (or Lion)."""
-        return self.muon_family or (self.name == "soap" and self.soap is not None)
+        """An emerging optimizer with its settings: 2-D weights go to it, the rest to Adam (or Lion)."""
+        e = REGISTRY.get(self.name)
+        return bool(e and e.matrix and all(getattr(self, s) is not None for s in e.sections))
+
+    @property
+    def matrix_section(self):
+        """The matrix optimizer's own settings section (``optimizer.muon`` for the Muon family), or None."""
+        return entry(self.name).section(self) if self.name in REGISTRY else None
 
     @property
     def layer_wise(self) -> bool:
         """The matrix optimizer's layer-wise distributed optimizer: each DP rank owns whole parameters."""
-        section = self.soap if self.name == "soap" else self.muon
-        return bool(self.matrix_optimizer and section.layer_wise)
+        return bool(self.matrix_optimizer and self.matrix_section.layer_wise)

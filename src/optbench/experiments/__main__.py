@@ -85,7 +85,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m optbench.experiments", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    study = sub.add_parser("study", help="Muon, AdaMuon and SOAP vs AdamW with tuned learning rates on real text")
+    study = sub.add_parser("study", help="every matrix optimizer vs AdamW with tuned learning rates on real text")
     add_results_options(study)
     study.add_argument("--size", default="cpu", help="cpu (what fits a laptop) or gpu (a larger proxy for one GPU)")
     study.add_argument("overrides", nargs="*", help="Hydra overrides for every run")

@@ -10,11 +10,11 @@ from optbench.common.machine_load import QUIET_SHARE
 from optbench.common.io import atomic_write_json, atomic_write_text
 from optbench.common.tables import markdown_table
 from optbench.common.outputs import claim
+from optbench.config.optimizers import REGISTRY, matrix_labels
 
-LABELS = {"adamw": "AdamW", "muon_spectral": "Muon, spectral scale", "muon_moonlight": "Muon, Moonlight 0.2 scale",
-          "adaptive_muon": "AdaMuon", "soap": "SOAP"}
-COLORS = {"adamw": "tab:blue", "muon_spectral": "tab:red", "muon_moonlight": "tab:orange", "adaptive_muon": "tab:purple",
-          "soap": "tab:green"}
+ARMS = [arm for e in REGISTRY.values() for arm in e.study_arms]
+LABELS = {arm.key: arm.label for arm in ARMS}
+COLORS = {arm.key: arm.color for arm in ARMS}
 QUIET = QUIET_SHARE
 
 
@@ -83,7 +83,7 @@ def _header(study: dict, command: str, stamp: str) -> list[str]:
     loads = [h.get("others_cpu_share_max") for h in study["held_out"].values()]
     busiest = max((x for x in loads if x is not None), default=None)
     lines = [
-        "# Muon, AdaMuon and SOAP vs AdamW, learning rates tuned, on real text",
+        f"# {matrix_labels()} vs AdamW, learning rates tuned, on real text",
         "",
         f"Command: `{command}`; last run finished {stamp}; {study['runs']} runs, {study['seconds'] / 60:.0f} min of "
         "training wall clock in all. Every run's summary and curves are committed (`results/runs/study*/`): "
@@ -103,7 +103,8 @@ def _header(study: dict, command: str, stamp: str) -> list[str]:
         + (f"`fp32_matmul_prec=auto` -> `{m['ns_precision']}` ({'bf16' if m['ns_precision'] == 'medium' else 'fp32'}); "
            if m["ns_precision"] else "`fp32_matmul_prec=auto`, resolved as the runs' CPU allowed and not recorded by "
            "these runs (docs/results.md); ")
-        + f"SOAP's products fp32; Python {m['python']}. AdamW is torch.optim.AdamW (fp32)."
+        + "".join(f"{e.label}'s products fp32; " for e in REGISTRY.values() if e.products_precision)
+        + f"Python {m['python']}. AdamW is torch.optim.AdamW (fp32)."
         + (f" Other processes took at most {100 * busiest:.0f} % of the machine during a held-out run"
            + (f"; seconds of an arm whose held-out runs shared the machine (more than {100 * QUIET:.0f} %) are not "
               "reported (*shared*): only quiet-machine seconds are." if busiest > QUIET else ".")

@@ -1,16 +1,8 @@
-"""``make study``: Muon, AdaMuon and SOAP against AdamW with each optimizer's learning rate tuned, on real text.
+"""``make study``: every matrix optimizer against AdamW with each one's learning rate tuned, on real text.
 
-Five arms, each swept over its own learning rates:
-
-* ``adamw``: AdamW (the tiny recipe's settings otherwise);
-* ``muon_spectral``: Muon with the spectral update scale sqrt(max(M, N)) (Megatron's and the Kimi K2
-  recipe's default);
-* ``muon_moonlight``: Muon with Moonlight's AdamW-matched scale 0.2 x sqrt(max(M, N))
-  (``optimizer.muon.extra_scale_factor=0.2``), which lets it share AdamW's learning rates;
-* ``adaptive_muon``: AdaMuon (``optimizer=adaptive_muon``: Muon's orthogonalized update divided by its
-  own element-wise second moment), with the container's Emerging-Optimizers semantics;
-* ``soap``: SOAP (``optimizer=soap``) with its eigenbasis refreshed every 10 steps (the SOAP paper's
-  default; Megatron's default of every step costs ~1.3 s per step on 2 CPU cores for this proxy).
+The arms are the optimizer registry's (:attr:`optbench.config.optimizers.OptimizerEntry.study_arms`): each a recipe,
+its overrides and a learning-rate grid, written beside the optimizer's other facts (Muon brings two: the spectral
+update scale and Moonlight's AdamW-matched 0.2).
 
 Every (arm, learning rate) point trains on the tuning seeds; the winner of each arm is the rate with the
 lowest mean final validation loss there, and only the winners train again on *held-out* seeds, whose
@@ -36,32 +28,18 @@ from pathlib import Path
 
 from optbench.compose.recipe import compose_run
 from optbench.config.overrides import typed_key, typed_keys
+from optbench.config.optimizers import REGISTRY
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem, UserError
 from optbench.common.io import atomic_write_json
 from optbench.metrics import read_metrics
 from optbench.validate import validate
 
-ARMS = {
-    "adamw": ("kimi_k2_tiny_adamw", ()),
-    "muon_spectral": ("kimi_k2_tiny_muon", ("optimizer.muon.extra_scale_factor=1.0",)),
-    "muon_moonlight": ("kimi_k2_tiny_muon", ("optimizer.muon.extra_scale_factor=0.2",)),
-    "adaptive_muon": ("kimi_k2_tiny_muon", ("optimizer=adaptive_muon",)),
-    "soap": ("kimi_k2_tiny_adamw", ("optimizer=soap", "optimizer.soap.precondition_frequency=10")),
-}
+ARMS = {arm.key: (arm.recipe, arm.overrides) for e in REGISTRY.values() for arm in e.study_arms}
 """Arm -> (recipe, its own overrides)."""
 
-LEARNING_RATES = {
-    "adamw": (3e-4, 1e-3, 3e-3, 1e-2),
-    "muon_spectral": (3e-4, 1e-3, 3e-3),
-    "muon_moonlight": (1e-3, 3e-3, 1e-2),
-    "adaptive_muon": (3e-4, 1e-3, 3e-3),
-    "soap": (3e-4, 1e-3, 3e-3, 1e-2),
-}
-"""Each arm's grid, a factor ~3 apart around its expected optimum (spectral updates are ~5x larger per lr).
-AdamW's reaches down to 3e-4: with 1e-3 to 1e-2 alone, its best rate was the grid's lowest. AdaMuon's
-update is element-wise normalised like Adam's (the spectral scale cancels in Emerging-Optimizers 0.2) and
-SOAP is Adam in a rotated basis: both start from AdamW's range."""
+LEARNING_RATES = {arm.key: arm.learning_rates for e in REGISTRY.values() for arm in e.study_arms}
+"""Each arm's grid, a factor ~3 apart around its expected optimum (spectral updates are ~5x larger per lr)."""
 
 PROTOCOL = 2
 """Bumped when a change makes earlier runs incomparable (2: fixed >= 64k-token validation set, deduplicated
@@ -83,7 +61,7 @@ SIZES = {
     ),
 }
 """Size -> overrides. ``cpu``: 307,200 training tokens per run (0.3 epochs of pydocs' training split), a
-validation pass of 128 x 8 x 64 = 65,536 tokens every 50 steps; ~2-6 min per run on 2 cores (SOAP the most).
+validation pass of 128 x 8 x 64 = 65,536 tokens every 50 steps; ~2-6 min per run on 2 cores (the preconditioned optimizers the most).
 ``gpu``: 49 M tokens per run, a proxy about 8x larger, 65,536 validation tokens: meant for one GPU."""
 
 COMMON = ("data=pydocs", "data.split='90,10,0'", "data.valid_seed=1", "logger=none", "train.lr_decay_iters=null")

@@ -1,4 +1,4 @@
-"""The parameter loop of the element-wise and SOAP optimizers' ``step``."""
+"""The parameter loop of the element-wise and preconditioned optimizers' ``step``."""
 
 from __future__ import annotations
 

@@ -150,3 +150,16 @@ def ns_matrix_shapes(route: ParamRoute, split_qkv: bool = True) -> list[tuple[in
         groups = rows // sum(route.qkv_split_shapes)
         return [(groups * size, cols) for size in route.qkv_split_shapes] * count
     return [(rows, cols)] * count
+
+
+def param_groups(routes: Sequence[ParamRoute], weight_decay: float, keys) -> list[dict]:
+    """Param groups: one per distinct (weight-decay multiplier, *keys(route)), in first-seen order."""
+    groups: dict[tuple, dict] = {}
+    for r in routes:
+        extra = keys(r)
+        group = groups.setdefault(
+            (r.weight_decay_mult, *extra.values()),
+            {"params": [], "weight_decay": weight_decay * r.weight_decay_mult, **extra},
+        )
+        group["params"].append(r.param)
+    return list(groups.values())

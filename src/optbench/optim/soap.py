@@ -24,12 +24,13 @@ default. Megatron's SOAP is not tensor-parallel aware: a sharded weight is preco
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
 from optbench.optim.newton_schulz import matmul_precision
 from optbench.optim.param_loop import params_with_grad
+from optbench.optim.routing import ParamRoute, param_groups
 
 EIGH_EPS = 1e-7
 """Upstream's eigh stabilizer for fp32 factors (``eigh_with_fallback`` with eps None)."""
@@ -207,3 +208,18 @@ class SOAP(torch.optim.Optimizer):
             matrices = [(p, p.grad)] if p.ndim == 2 else list(zip(p.unbind(0), p.grad.unbind(0)))
             for (weight, grad), state in zip(matrices, self._states(p)):
                 self._step_matrix(weight, grad.to(torch.float32), state, group, beta1, beta2)
+
+
+def build_soap(routes: Sequence[ParamRoute], cfg, tp_group, later: bool) -> SOAP:
+    """SOAP over the matrix side's routes (the registry's local builder; not tensor-parallel aware: ``tp_group`` unused)."""
+    soap = cfg.soap
+    return SOAP(
+        param_groups(routes, cfg.weight_decay, lambda r: {}),
+        lr=cfg.lr,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        shampoo_beta=soap.shampoo_beta,
+        weight_decay=cfg.weight_decay,
+        precondition_frequency=1 if later else soap.precondition_frequency,  # 0.3.0 refreshes every step
+        use_kl_shampoo=soap.use_kl_shampoo,
+        stabilized_eigh=not later,  # 0.3.0's first eigendecomposition is a plain eigh
+    )

@@ -1,8 +1,8 @@
-"""The one optimizer object the local engine's trainer drives, for AdamW, Muon, AdaMuon and SOAP runs alike.
+"""The one optimizer object the local engine's trainer drives, for AdamW and every matrix optimizer alike.
 
-Muon-family and SOAP runs mirror Megatron Core's emerging optimizers: 2-D (and 3-D expert) weights other than
-the embedding and output layer go to the matrix optimizer (:class:`~optbench.optim.muon.Muon`,
-:class:`~optbench.optim.adaptive_muon.AdaptiveMuon`, :class:`~optbench.optim.soap.SOAP`), everything else to
+Matrix-optimizer runs mirror Megatron Core's emerging optimizers: 2-D (and 3-D expert) weights other than
+the embedding and output layer go to the matrix optimizer (the one its registry entry's ``local_builder`` builds:
+:mod:`optbench.config.optimizers`), everything else to
 ``torch.optim.AdamW`` (or :class:`~optbench.optim.lion.Lion` with ``optimizer.scalar_optimizer=lion``); both share
 the learning rate the trainer's schedule sets. (The state keeps its keys ``muon`` and ``adamw`` for the two sides.) With
 ``optimizer.muon.layer_wise`` and more than one data-parallel rank, each parameter is owned by one
@@ -15,12 +15,14 @@ Megatron's gradient buffers, treat a trainable parameter without a gradient as h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from optbench.config.optimizers import REGISTRY
 from optbench.config.schema import MUON_ASSIGNMENTS, OPTIMIZERS, ModelConfig, OptimizerConfig
 from optbench.common.errors import Problem, UserError
 from optbench.optim.adaptive_muon import AdaptiveMuon
@@ -28,9 +30,8 @@ from optbench.optim.layer_wise import LayerWiseSharding
 from optbench.optim.lion import Lion
 from optbench.releases.versions import release_line
 from optbench.optim.muon import Muon
-from optbench.optim.soap import SOAP
 from optbench.optim.newton_schulz import coefficient_schedule, resolve_matmul_precision
-from optbench.optim.routing import MUON, ParamRoute, megatron_order, qkv_split_shapes_for, route_parameters
+from optbench.optim.routing import MUON, ParamRoute, megatron_order, param_groups, qkv_split_shapes_for, route_parameters
 from optbench.optim.tensor_parallel import TP_MODES
 
 STATE_FORMAT = "optbench.optim/1"
@@ -185,11 +186,10 @@ def _check_config(cfg: OptimizerConfig) -> None:
     problems = []
     if cfg.name not in OPTIMIZERS:
         problems.append(Problem("optimizer.name", f"unknown optimizer {cfg.name!r}; choose one of {list(OPTIMIZERS)}"))
-    for name, section in (("muon", "muon"), ("adaptive_muon", "muon"), ("adaptive_muon", "adaptive_muon"),
-                          ("soap", "soap")):
-        if cfg.name == name and getattr(cfg, section) is None:
-            problems.append(Problem(f"optimizer.{section}", f"{name} needs its {section} settings block "
-                                    f"(optimizer={name} provides it)"))
+    for section in REGISTRY[cfg.name].sections if cfg.name in REGISTRY else ():
+        if getattr(cfg, section) is None:
+            problems.append(Problem(f"optimizer.{section}", f"{cfg.name} needs its {section} settings block "
+                                    f"(optimizer={cfg.name} provides it)"))
     if cfg.muon_family and cfg.muon is not None:
         m = cfg.muon
         try:
@@ -221,8 +221,8 @@ def build_optimizer(
 ) -> TrainingOptimizer:
     """Route ``model``'s parameters as Megatron does and build the optimizer the trainer steps.
 
-    ``emerging_optimizers``: the Emerging-Optimizers release whose semantics AdaMuon and SOAP follow (the run's
-    container's: 0.2.0 in nemo:26.06-26.08; 0.3.0 rescales AdaMuon's update and drops SOAP's eigenbasis period)."""
+    ``emerging_optimizers``: the Emerging-Optimizers release whose semantics the emerging optimizers follow (the run's
+    container's: 0.2.0 in nemo:26.06-26.08; 0.3.0 changes some of them: each builder reads it)."""
     _check_config(cfg)
     if dp_group is None and dist.is_initialized():
         dp_group = dist.group.WORLD
@@ -245,34 +245,17 @@ def build_optimizer(
     muon_routes = [r for r in mine if r.optimizer == MUON]
     adam_routes = [r for r in mine if r.optimizer != MUON]
     later = release_line(emerging_optimizers) >= (0, 3)
-    if not muon_routes:
-        muon = None
-    elif cfg.soap is not None:
-        muon = _build_soap(muon_routes, cfg, later)
-    else:
-        muon = _build_muon(muon_routes, cfg, tp_group, later)
+    muon = local_builder(cfg.name)(muon_routes, cfg, tp_group, later) if muon_routes else None
     adamw = _build_scalar(adam_routes, cfg) if adam_routes else None
     return TrainingOptimizer(
         cfg.name, routes, muon, adamw, dp_group=dp_group, sharding=sharding, grad_reduce_in_fp32=cfg.grad_reduce_in_fp32
     )
 
 
-def _groups(routes: Sequence[ParamRoute], weight_decay: float, keys) -> list[dict]:
-    """Param groups: one per distinct (weight-decay multiplier, *keys(route)), in first-seen order."""
-    groups: dict[tuple, dict] = {}
-    for r in routes:
-        extra = keys(r)
-        group = groups.setdefault(
-            (r.weight_decay_mult, *extra.values()),
-            {"params": [], "weight_decay": weight_decay * r.weight_decay_mult, **extra},
-        )
-        group["params"].append(r.param)
-    return list(groups.values())
-
-
-def _build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group, later: bool) -> Muon:
+def build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group, later: bool) -> Muon:
+    """Muon, or AdaMuon with ``optimizer.adaptive_muon`` (the registry's local builder of both)."""
     m = cfg.muon
-    groups = _groups(
+    groups = param_groups(
         routes,
         cfg.weight_decay,
         lambda r: {"qkv_split_shapes": r.qkv_split_shapes, "partition_dim": r.partition_dim, "is_expert": r.is_expert},
@@ -301,22 +284,14 @@ def _build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group, la
     )
 
 
-def _build_soap(routes: Sequence[ParamRoute], cfg: OptimizerConfig, later: bool) -> SOAP:
-    soap = cfg.soap
-    return SOAP(
-        _groups(routes, cfg.weight_decay, lambda r: {}),
-        lr=cfg.lr,
-        betas=(cfg.adam_beta1, cfg.adam_beta2),
-        shampoo_beta=soap.shampoo_beta,
-        weight_decay=cfg.weight_decay,
-        precondition_frequency=1 if later else soap.precondition_frequency,  # 0.3.0 refreshes every step
-        use_kl_shampoo=soap.use_kl_shampoo,
-        stabilized_eigh=not later,  # 0.3.0's first eigendecomposition is a plain eigh
-    )
+def local_builder(name: str) -> Callable[..., torch.optim.Optimizer]:
+    """The local implementation of a matrix optimizer: its registry entry's ``module:function``."""
+    module, function = REGISTRY[name].local_builder.split(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def _build_scalar(routes: Sequence[ParamRoute], cfg: OptimizerConfig) -> torch.optim.Optimizer:
-    groups = _groups(routes, cfg.weight_decay, lambda r: {})
+    groups = param_groups(routes, cfg.weight_decay, lambda r: {})
     if cfg.scalar_optimizer == "lion":
         return Lion(groups, lr=cfg.lr, betas=(cfg.lion_beta1, cfg.lion_beta2), weight_decay=cfg.weight_decay)
     return torch.optim.AdamW(

@@ -20,6 +20,7 @@ from optbench.engine.bridge.adapter import BridgeSetup, bridge_setup
 from optbench.compose.pipeline import balanced_layout_for, layout_follows_overrides
 from optbench.config.data_path import prefix_status
 from optbench.config.overrides import split_override
+from optbench.config.optimizers import entry
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
 from optbench.config.serialize import run_config_to_dict
 from optbench.common.errors import Problem, UserError
@@ -48,7 +49,7 @@ def gpu_label(run: RunConfig) -> str:
 
 
 def compared_optimizers(text: str) -> tuple[str, ...]:
-    """COMPARE (``soap,adaptive_muon``) as optimizer names; a name that is not a matrix optimizer is a one-line error."""
+    """COMPARE (``<name>,<name>``) as optimizer names; a name that is not a matrix optimizer is a one-line error."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = [name for name in names if name not in MATRIX_OPTIMIZERS]
     if unknown:
@@ -163,13 +164,12 @@ def _optimizer_line(plan: Plan) -> str:
             f"; {mode}, {muon.coefficients} NS x{muon.ns_steps}, {muon.scale_mode} scale, "
             f"TP mode {muon.tp_mode}, momentum {muon.momentum:g}{' nesterov' if muon.nesterov else ''}"
         )
-    elif o.soap is not None:
-        soap = o.soap
-        text += (f"; {'layer-wise' if soap.layer_wise else 'replicated'}, shampoo beta {soap.shampoo_beta:g}, "
-                 f"eigenbasis every {soap.precondition_frequency} step(s), KL-Shampoo {'on' if soap.use_kl_shampoo else 'off'}")
+    elif o.matrix_section is not None and entry(o.name).describe is not None:
+        own = entry(o.name)
+        text += f"; {own.describe(o.matrix_section)}"
         split = [f"{k}{v}" for k, v in (("tp", plan.layout.tp), ("etp", plan.layout.etp)) if v > 1]
-        if split and plan.engine == "megatron_bridge":  # reproduce refuses this (validate_optimizer.soap_problems)
-            text += f"; warning: {'/'.join(split)} shards preconditioned alone, not SOAP on the full matrices"
+        if split and plan.engine == "megatron_bridge" and not own.tensor_parallel_aware:  # reproduce refuses it
+            text += f"; warning: {'/'.join(split)} shards preconditioned alone, not {own.label} on the full matrices"
     else:
         text += "; distributed optimizer" if o.use_distributed_optimizer else ""
     if o.adaptive_muon is not None:

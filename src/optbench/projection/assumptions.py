@@ -82,16 +82,8 @@ class Assumptions:
     normuon's row/column means read less but the same count is used)."""
     moment2_ops: int = 5
     """AdaMuon's eager ops per matrix on top of Muon's (square, lerp_, sqrt, + eps, divide)."""
-    soap_bytes_per_element: float = 46.0
-    """SOAP's element-wise work per matrix element outside the products: fp32 gradient copy (6), weight decay (8),
-    the inner Adam on the projected gradient (exp_avg, exp_avg_sq, update: 24), the update's p.add_ (8); the factor
-    EMAs (12 bytes per factor element) are added per matrix."""
-    soap_ops_per_matrix: int = 60
-    """SOAP's eager ops per matrix and step, counted in Emerging-Optimizers 0.2.0 ``SOAP.step``: fp32 copy, KL-Shampoo
-    factor update (10 per side, 2 lerps), eigenbasis refresh (exp_avg out and in: 4; per side eigenvalues, sort,
-    gathers, K Q, QR: about 12), gradient projections (4), inner Adam (6), weight decay and update (2)."""
     qr_efficiency: float = 0.25
-    """Fraction of the fp32 (CUDA-core) peak a Householder QR (cuSOLVER geqrf + orgqr) of a 1-8k square matrix
+    """Fraction of the fp32 (CUDA-core) peak a Householder QR (an optimizer's ``MatrixFlops.qr``) (cuSOLVER geqrf + orgqr) of a 1-8k square matrix
     sustains: its panel factorisation is memory-bound; a quarter is a middle figure for blocked QR. Not fitted."""
     fp8_cast_bytes_per_element: float = 4.0
     """HBM bytes per weight element to quantize bf16 weights to FP8 row- and column-wise copies once a

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from optbench.config.optimizers import entry
 from optbench.config.schema import MATRIX_FLOPS_LABELS, OPTIMIZER_LABELS
 from optbench.projection.expected_error import expected_error_text
 
@@ -59,7 +60,8 @@ def projection_summary_lines(p: Mapping[str, Any], name: str) -> list[str]:
     ]
     twin, overhead = p.get("adamw_twin"), p.get("muon_overhead")
     if twin and twin.get("available", True) and overhead:
-        words = {"newton_schulz_compute": "SOAP products and QR"} if name == "soap" else {}
+        own = entry(name)  # an optimizer with its own count runs no Newton-Schulz: the part takes its words
+        words = {"newton_schulz_compute": own.flops_words} if own.matrix_flops is not None else {}
         parts = ", ".join(f"{words.get(k, k.replace('_', ' '))} {_ms_or_s(v)}" for k, v in overhead["parts_s"].items())
         lines.append(
             f"  vs AdamW    twin {twin['recipe']}: step {twin['step_time_s']:.2f} s, {twin['tflops_per_gpu']:.1f} TFLOP/s/GPU;"

@@ -49,7 +49,7 @@ def recipe_with_optimizer(run: RunConfig, name: str, overrides: Sequence[str]) -
 
 
 def twin_recipe(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    """(recipe, overrides) of the AdamW twin of a Muon, AdaMuon or SOAP run: the recipe its ``compare_with`` names,
+    """(recipe, overrides) of the AdamW twin of a matrix-optimizer run: the recipe its ``compare_with`` names,
     else its own with ``optimizer=adamw``."""
     kept = tuple(o for o in overrides if not is_optimizer_override(o) and typed_key(o) != "compare_with")
     if run.compare_with:

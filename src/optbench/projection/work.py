@@ -32,8 +32,8 @@ import math
 
 from dataclasses import dataclass
 from optbench.accounting.ns_flops import OwnedItem, OwnersFn, local_param_ns_calls, pingpong_by_numel, recipe_tp_mode
-from optbench.accounting.optimizer_work import soap_flops
 from optbench.accounting.placement import pipeline_rank_of
+from optbench.config.optimizers import entry
 from optbench.config.schema import RunConfig
 from optbench.catalog.hardware import gpu_catalog
 from optbench.projection import comm
@@ -148,15 +148,15 @@ def gemm_peak(run: RunConfig) -> tuple[float, str]:
 
 
 def ns_peak(run: RunConfig) -> float:
-    """FLOP/s peak of the matrix optimizer's products: Newton-Schulz at ``optimizer.muon.fp32_matmul_prec``, SOAP's
-    at Emerging-Optimizers' default ``high`` (TF32)."""
-    muon = run.optimizer.muon
-    prec = "high" if run.optimizer.soap is not None else muon.fp32_matmul_prec if muon is not None else "medium"
+    """FLOP/s peak of the matrix optimizer's products: at its registry entry's fixed precision, else Newton-Schulz's
+    at ``optimizer.muon.fp32_matmul_prec``."""
+    muon, fixed = run.optimizer.muon, entry(run.optimizer.name).products_precision
+    prec = fixed or (muon.fp32_matmul_prec if muon is not None else "medium")
     return gpu_catalog()[run.cluster.gpu].peak("bf16") * 1e12 * NS_PEAK_FRACTION_OF_BF16[prec]
 
 
 def qr_rate(run: RunConfig, a: Assumptions) -> float:
-    """FLOP/s of SOAP's QR factorisations: fp32 on CUDA cores at ``qr_efficiency``."""
+    """FLOP/s of an optimizer's QR factorisations: fp32 on CUDA cores at ``qr_efficiency``."""
     return gpu_catalog()[run.cluster.gpu].peak("bf16") * 1e12 * NS_PEAK_FRACTION_OF_BF16["highest"] * a.qr_efficiency
 
 
@@ -181,7 +181,7 @@ def _item_costs(items: tuple, run: RunConfig, a: Assumptions, rate_ns: float, hb
     parameter its bytes."""
     memo: dict[tuple, tuple[float, float, float]] = {}
     per_item = []
-    matrix_cost = _soap_cost if run.optimizer.soap is not None else _muon_cost
+    matrix_cost = _muon_cost if entry(run.optimizer.name).matrix_flops is None else _own_count_cost
     for item in items:
         spec = item.param.spec
         shape = (item.numel, item.ns_flops, item.param.local_shape, spec.kind, spec.partition_dim)
@@ -229,14 +229,13 @@ def _muon_cost(item: OwnedItem, run: RunConfig, a: Assumptions, rate_ns: float, 
                             run.optimizer.adaptive_muon is not None)
 
 
-def _soap_cost(item: OwnedItem, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float,
-               syrk: bool) -> tuple[float, float, int]:
-    """(GEMM + QR s, element-wise s, eager ops) of a SOAP matrix: products at the TF32 rate, QR on CUDA cores."""
-    soap = run.optimizer.soap
-    m, n = item.param.local_shape
-    flops = soap_flops(m, n, soap.precondition_frequency, soap.use_kl_shampoo)
-    elementwise = item.numel * a.soap_bytes_per_element + 12 * (m * m + n * n)
-    return flops.gemm / rate_ns + flops.qr / qr_rate(run, a), elementwise / hbm, a.soap_ops_per_matrix
+def _own_count_cost(item: OwnedItem, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float,
+                    syrk: bool) -> tuple[float, float, int]:
+    """(GEMM + QR s, element-wise s, eager ops) of a matrix of an optimizer that counts its own work (its registry
+    entry): products at its precision's rate, QR on CUDA cores, element-wise bytes at the HBM bandwidth."""
+    own, m_n = entry(run.optimizer.name), item.param.local_shape
+    flops = own.matrix_flops(run.optimizer.matrix_section, *m_n)
+    return flops.gemm / rate_ns + flops.qr / qr_rate(run, a), own.elementwise_bytes(*m_n) / hbm, own.eager_ops
 
 
 def build_inputs(

@@ -28,6 +28,7 @@ from functools import lru_cache
 from typing import Any, Optional
 
 from optbench.releases import versions
+from optbench.config.optimizers import REGISTRY
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem, UserError
 
@@ -40,9 +41,6 @@ FALLBACK = {"0.3.0": "0.3.1"}
 have no Kimi K2 (its preset arrives with 0.3.1), yet NVIDIA's blog measured Kimi K2 on nemo:26.02."""
 DATA = versions.DATA
 
-PRESET_OPTIMIZER = {"muon": "muon", "adamw": "adam", "adaptive_muon": "muon", "soap": "adam"}
-"""Whose NVIDIA preset a run starts from: NVIDIA publishes none for AdaMuon (Muon's layout and settings apply) or
-SOAP (Adam's layout, with the optimizer's own fields from our config, as for Muon on an Adam preset)."""
 
 OURS = {
     "checkpoint.save": "checkpoints follow train.save_interval (NVIDIA's throughput runs save none; so do ours by default)",
@@ -202,8 +200,14 @@ def case_key(model: str, gpu: str, precision: str, optimizer: str) -> str:
     return f"{model}/{gpu}/{precision}/{optimizer}"
 
 
+def _preset_optimizer(name: str) -> str:
+    """Whose NVIDIA preset a run starts from (its registry entry's ``preset_optimizer``): NVIDIA publishes presets for
+    adam and muon only; the others run on one of those layouts with their own fields from our config."""
+    return REGISTRY[name].preset_optimizer if name in REGISTRY else name
+
+
 def preset_key(run: RunConfig, optimizer: Optional[str] = None) -> str:
-    opt = optimizer or PRESET_OPTIMIZER.get(run.optimizer.name, run.optimizer.name)
+    opt = optimizer or _preset_optimizer(run.optimizer.name)
     return case_key(run.model.name, run.cluster.gpu, run.precision.name, opt)
 
 
@@ -212,8 +216,8 @@ def find_preset(run: RunConfig, release: Optional[str] = None) -> Optional[Prese
     release = serving_release(release or release_of(run), run.model.name)
     presets = load(release)["presets"]
     key = preset_key(run)
-    adapted = run.optimizer.name == "soap"
-    if key not in presets and run.optimizer.name in ("muon", "adaptive_muon"):
+    adapted = run.optimizer.name in REGISTRY and REGISTRY[run.optimizer.name].preset_adapted
+    if key not in presets and _preset_optimizer(run.optimizer.name) == "muon":
         key, adapted = preset_key(run, "adam"), True
     entry = presets.get(key)
     if entry is None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from optbench.accounting.peaks import peaks_for
 from optbench.accounting.throughput import step_throughput
 from optbench.config.schema import RunConfig
+from optbench.config.schema_optimizer import MATRIX_FLOPS_WORDS
 from optbench.report.megatron_log import MegatronLog, StepTimeRecord
 from optbench.report.runs import PeakInfo, StepRecord
 
@@ -114,6 +115,6 @@ def steps_from_log(log: MegatronLog, config: RunConfig | None) -> tuple[list[Ste
     if computed:
         notes.append(f"{name}: TFLOP/s of {computed} interval(s) computed from elapsed time (accounting rule)")
     if config is not None and config.optimizer.matrix_optimizer:
-        what = "SOAP's products and QR" if config.optimizer.soap is not None else "Newton-Schulz"
+        what = MATRIX_FLOPS_WORDS[config.optimizer.name]
         notes.append(f"{name}: 'with NS' adds our {what} FLOP count (textbook, no SYRK) over the logged step time")
     return steps, peak, notes

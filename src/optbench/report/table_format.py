@@ -11,6 +11,7 @@ import csv
 import io
 from collections.abc import Sequence
 
+from optbench.config.optimizers import matrix_labels
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS
 from optbench.common.checkout import repo_root
 from optbench.common.tables import markdown_table
@@ -210,12 +211,12 @@ def _projection_lines(table: Table) -> list[list[str]]:
 
 
 def _planned_section(rows: Sequence[PlannedRow]) -> list[str]:
-    out = ["", "## Muon, AdaMuon and SOAP vs AdamW, projected (from `make plan`)", "",
+    out = ["", f"## {matrix_labels()} vs AdamW, projected (from `make plan`)", "",
            "Model TFLOP/s/GPU of each matrix optimizer against the same AdamW twin, each as its own recipe configures it; "
            "projections of our step model, not measurements (docs/projection.md: `projection.optimizers`). One row per "
-           "plan in results/plans/; NVIDIA publishes no SOAP or AdaMuon figure.", ""]
+           "plan in results/plans/; NVIDIA publishes a figure for Muon only.", ""]
     if not rows:
-        return [*out, "No plan yet: `make plan RECIPE=qwen3_30b_a3b_muon` (or any Muon, AdaMuon or SOAP recipe) adds one."]
+        return [*out, "No plan yet: `make plan RECIPE=qwen3_30b_a3b_muon` (or any matrix-optimizer recipe) adds one."]
     header = ["plan", "container", "GPUs", "AdamW twin TFLOP/s/GPU", *(OPTIMIZER_LABELS[n] for n in MATRIX_OPTIMIZERS)]
     cells = [[f"`{r.command}`", r.container, r.gpus, f"{r.adamw_tflops:.1f}", *r.cells.values()] for r in rows]
     return [*out, *markdown_table(header, cells)]

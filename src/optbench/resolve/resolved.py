@@ -61,7 +61,7 @@ class ResolvedRun:
     # of them, a plan needs all.
     @cached_property
     def groups_syrk(self) -> tuple[DpGroupWork, ...]:
-        """The same groups counted with SYRK kernels (the what-ifs); the plain ones for AdamW and SOAP."""
+        """The same groups counted with SYRK kernels (the what-ifs); the plain ones for the others."""
         if self.work_of is not None:
             return self.work_of.groups_syrk
         if not self.run.optimizer.muon_family:

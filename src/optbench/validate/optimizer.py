@@ -1,5 +1,6 @@
 """Validation rules of the optimizer: which settings sections each optimizer reads, and what Megatron refuses (or
-drops silently) for the emerging optimizers, Muon, AdaMuon and SOAP, per release where releases differ.
+drops silently) for the emerging optimizers, per release where releases differ; what differs between them is read
+from their registry entries (:mod:`optbench.config.optimizers`).
 
 :mod:`optbench.validate` runs them with the other rules between fields; each problem names the field to fix.
 """
@@ -10,6 +11,7 @@ from collections.abc import Iterable
 
 from optbench.engine.bridge.emerging_fields import emerging_problems
 from optbench.engine.bridge.muon_fields import muon_problems
+from optbench.config.optimizers import REGISTRY, entry
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
 from optbench.common.errors import Problem
 from optbench.releases import versions
@@ -36,9 +38,9 @@ def _distributed_optimizer_reason(run: RunConfig, label: str, section: str) -> s
 
 
 def _emerging_optimizer_problems(run: RunConfig) -> Iterable[Problem]:
-    """What Megatron refuses for Muon, AdaMuon and SOAP alike (Core 0.16-0.17 muon.py, >= 0.18 the emerging path)."""
+    """What Megatron refuses for every emerging optimizer alike (Core 0.16-0.17 muon.py, >= 0.18 the emerging path)."""
     o = run.optimizer
-    label, section = OPTIMIZER_LABELS[o.name], "soap" if o.soap is not None else "muon"
+    label, section = OPTIMIZER_LABELS[o.name], entry(o.name).sections[0]
     if o.use_distributed_optimizer:
         yield Problem("optimizer.use_distributed_optimizer", _distributed_optimizer_reason(run, label, section))
     if o.overlap_param_gather:
@@ -53,7 +55,7 @@ def _emerging_optimizer_problems(run: RunConfig) -> Iterable[Problem]:
             "precision", f"{label} does not support fp16 (Megatron: 'muon with fp16 is not supported', 'emerging "
             "optimizer with fp16 is not supported'); use bf16", ("optimizer",)
         )
-    layer_wise = (o.soap or o.muon).layer_wise
+    layer_wise = o.matrix_section.layer_wise
     if layer_wise and run.precision.fp8_param_gather:
         yield Problem(
             "precision.fp8_param_gather",
@@ -70,22 +72,26 @@ def _emerging_optimizer_problems(run: RunConfig) -> Iterable[Problem]:
         yield from emerging_problems(run)
 
 
-def soap_problems(run: RunConfig) -> Iterable[Problem]:
-    """SOAP as Megatron runs it: not tensor-parallel aware, state Megatron's torch_dist checkpoints cannot hold."""
-    p = run.parallel
+def megatron_limits(run: RunConfig) -> Iterable[Problem]:
+    """What the optimizer's registry entry says Megatron cannot do for it: precondition a tensor-parallel shard as the
+    full matrix, or checkpoint state that is not parameter-shaped."""
+    e, p = entry(run.optimizer.name), run.parallel
+    if run.engine != "megatron_bridge":
+        return
     split = [f"{name}={size}" for name, size in (("parallel.tp", p.tp), ("parallel.etp", p.etp or p.tp)) if size > 1]
-    if split and run.intent == "reproduce" and run.engine == "megatron_bridge":
+    if not e.tensor_parallel_aware and split and run.intent == "reproduce":
         yield Problem(
             "optimizer.name",
-            f"SOAP in Megatron preconditions each tensor-parallel shard alone ({', '.join(split)}): another optimizer "
-            "than SOAP on the full matrix; set parallel.tp=1 and parallel.etp=1, or intent=train to run it knowingly",
+            f"{e.label} in Megatron preconditions each tensor-parallel shard alone ({', '.join(split)}): another "
+            f"optimizer than {e.label} on the full matrix; set parallel.tp=1 and parallel.etp=1, or intent=train to run "
+            "it knowingly",
             ("parallel.tp", "parallel.etp"),
         )
-    if run.train.save_interval is not None and run.engine == "megatron_bridge":
+    if e.unshardable_state and run.train.save_interval is not None:
         yield Problem(
             "train.save_interval",
-            "SOAP's Kronecker factors and eigenbases (m x m, n x n per matrix) are not parameter-shaped, and Megatron's "
-            "torch_dist checkpoint shards optimizer state like the parameters; set train.save_interval=null (no checkpoint)",
+            f"{e.unshardable_state} are not parameter-shaped, and Megatron's torch_dist checkpoint shards optimizer "
+            "state like the parameters; set train.save_interval=null (no checkpoint)",
         )
 
 
@@ -108,13 +114,9 @@ def first_scaling_container() -> str:
     return f"cluster.container={first.name}" if first else "none of the containers we know ships one yet"
 
 
-SECTION_OF = {"muon": ("muon",), "adaptive_muon": ("muon", "adaptive_muon"), "soap": ("soap",), "adamw": ()}
-"""The settings sections each optimizer reads (the config group of the same name provides them)."""
-
-
 def check_optimizer(run: RunConfig) -> Iterable[Problem]:
     o = run.optimizer
-    wanted = SECTION_OF.get(o.name, ())
+    wanted = entry(o.name).sections if o.name in REGISTRY else ()
     for section in MATRIX_OPTIMIZERS:  # each has a settings section of its name
         present = getattr(o, section) is not None
         if section in wanted and not present:
@@ -128,10 +130,9 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
     if o.scalar_optimizer != "adam" and not o.muon_family:
         yield Problem("optimizer.scalar_optimizer", f"picks what Muon or AdaMuon does not take; {o.name} gives "
                       "those parameters to Adam (Megatron routes them for the Muon family only): set it adam")
-    if o.name in MATRIX_OPTIMIZERS:
+    if o.matrix_optimizer:
         yield from _emerging_optimizer_problems(run)
-    if o.soap is not None:
-        yield from soap_problems(run)
+        yield from megatron_limits(run)
     if not o.muon_family:
         return
     if o.muon.qk_clip and not run.model.multi_latent_attention and run.model.qk_layernorm:

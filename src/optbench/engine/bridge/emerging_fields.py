@@ -1,4 +1,5 @@
-"""The optimizer's name in each container, the AdaMuon / SOAP / Lion fields, and what a container would run instead.
+"""The optimizer's name in each container, the emerging optimizers' and Lion's fields, and what a container would run
+instead.
 
 What the releases do (read from the tagged sources; markers in ``optbench/data/bridge/fields-*.json``, written by
 ``tools/bridge_versions.py``):
@@ -18,22 +19,21 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from optbench.config.field_table import bridge_items, bridge_name
+from optbench.config.optimizers import REGISTRY
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem
 from optbench.releases import versions
 
 Item = tuple[str, Any]
 
-OPTIMIZER_MARKER = {"soap": "emerging_soap", "adaptive_muon": "emerging_adaptive_muon"}
-"""Optimizers whose presence in a container's Megatron Core is a source marker."""
 LION_MIN_EMERGING_OPTIMIZERS = (0, 2)
 """Megatron Core asserts ``emerging_optimizers >= 0.2`` before it builds Lion."""
 
 
 def has_optimizer(container: versions.Container, name: str) -> bool:
     """Whether the container's Megatron Core builds ``name`` (adam and muon: every container we run)."""
-    marker = OPTIMIZER_MARKER.get(name)
-    return marker is None or versions.behaviour(container, marker)
+    marker = REGISTRY[name].bridge_marker if name in REGISTRY else ""
+    return not marker or versions.behaviour(container, marker)
 
 
 def runs_lion_for_scalars(container: versions.Container) -> bool:
@@ -48,7 +48,7 @@ def optimizer_name_items(run: RunConfig, container: versions.Container) -> list[
     name = bridge_name("optimizer.name")
     if o.name == "adamw":
         return [(name, "adam")]
-    layer_wise = o.soap.layer_wise if o.soap is not None else o.muon.layer_wise
+    layer_wise = o.matrix_section.layer_wise
     switch = bridge_name("optimizer.muon.layer_wise")
     if versions.has_field(container, switch):
         return [(name, o.name), (switch, layer_wise)]
@@ -56,15 +56,10 @@ def optimizer_name_items(run: RunConfig, container: versions.Container) -> list[
 
 
 def emerging_items(run: RunConfig) -> list[Item]:
-    """AdaMuon's second moment, SOAP's fields, and Lion for the scalars, each only where the run has it."""
+    """The optimizer's own fields (its registry entry's ``bridge_fields``), and Lion for the scalars, each only where
+    the run has it."""
     o = run.optimizer
-    items: list[Item] = []
-    if o.adaptive_muon is not None:
-        items += bridge_items(run, "optimizer.adaptive_muon.moment2_method", "optimizer.adaptive_muon.beta2",
-                              "optimizer.adaptive_muon.eps")
-    if o.soap is not None:
-        items += bridge_items(run, "optimizer.soap.shampoo_beta", "optimizer.soap.precondition_frequency",
-                              "optimizer.soap.use_kl_shampoo")
+    items: list[Item] = bridge_items(run, *REGISTRY[o.name].bridge_fields) if o.matrix_optimizer else []
     if o.scalar_optimizer != "adam":  # adam is every release's default; older ones have no such field
         items += bridge_items(run, "optimizer.scalar_optimizer", "optimizer.lion_beta1", "optimizer.lion_beta2")
     return items

@@ -308,7 +308,7 @@ class Trainer:
         return summary
 
     def _outro(self, summary: dict[str, Any], writer: MetricsWriter) -> None:
-        # AdamW has no matrix work of its own: one figure; SOAP runs no Newton-Schulz: its own words.
+        # AdamW has no matrix work of its own: one figure; each matrix optimizer names its own (registry words).
         matrix = self.run.optimizer.name if self.run.optimizer.matrix_optimizer else None
         lines = [
             f"loss {summary['initial_loss']:.4f} (step 1) -> {summary['final_loss']:.4f} (step {summary['steps']})"

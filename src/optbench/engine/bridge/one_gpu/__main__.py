@@ -1,6 +1,6 @@
 """``make gpu-smoke``: the real Megatron Bridge and Core train our recipe on one GPU (issue 55).
 
-    python -m optbench.engine.bridge.one_gpu [--optimizers muon,adamw,soap,adaptive_muon] [--loops core[,bridge]]
+    python -m optbench.engine.bridge.one_gpu [--optimizers adamw,muon,...] [--loops core[,bridge]]
                                       [--steps 20] [--timeout 200] [--set KEY=VALUE ...]
                                       [--out results/bench/megatron_one_gpu.json]
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                         "Bridge's own pretrain() (needs a Makefile in megatron/core/datasets: docs/gpu.md)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=200.0, help="seconds per arm (on an H200: Muon 113.5 s for "
-                        "20 steps, 76.6 s of them in the steps; AdamW 92.0 s for 30, 62.2 s in the steps; SOAP needs more)")
+                        "20 steps, 76.6 s of them in the steps; AdamW 92.0 s for 30, 62.2 s in the steps; a preconditioner that refreshes eigenbases needs more)")
     parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                         help="an override added to every arm of this invocation, after the smoke's own (a variant "
                         "arm: the page lists it apart, labelled with its overrides)")

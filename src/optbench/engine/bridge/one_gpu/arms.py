@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Sequence
 
 from optbench.common.errors import Problem, UserError
+from optbench.config.optimizers import REGISTRY
 
-RECIPES = {"muon": ("qwen3_moe_tiny_muon", ()), "adamw": ("qwen3_moe_tiny_adamw", ()),
-           "soap": ("qwen3_moe_tiny_muon", ("optimizer=soap",)),
-           "adaptive_muon": ("qwen3_moe_tiny_muon", ("optimizer=adaptive_muon",))}
-"""Optimizer -> (recipe, overrides): Qwen3 30B-A3B's architecture (GQA, QK-norm, every layer MoE with softmax top-k
-routing and its aux loss), each optimizer as its recipe configures it (SOAP and AdaMuon on the Muon recipe's lr)."""
+RECIPES = {name: e.gpu_smoke for name, e in REGISTRY.items() if e.gpu_smoke[0]}
+"""Optimizer -> (recipe, overrides), from the optimizer registry: Qwen3 30B-A3B's architecture (GQA, QK-norm, every
+layer MoE with softmax top-k routing and its aux loss), each optimizer as its recipe configures it (the emerging
+optimizers without a recipe of their own on the Muon recipe's lr)."""
 SCALE = (
     "model.num_layers=8", "model.hidden_size=1024", "model.num_attention_heads=16", "model.num_query_groups=4",
     "model.kv_channels=64", "model.ffn_hidden_size=3072", "model.num_moe_experts=32", "model.moe_ffn_hidden_size=512",

@@ -1,0 +1,74 @@
+"""The optimizer registry (src/optbench/config/optimizers): one entry per optimizer, read by every stage, so that
+adding one touches its entry, its schema field, its config group, its implementation and its tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import torch
+
+from optbench.common.checkout import repo_root
+from optbench.config.optimizers import MATRIX_OPTIMIZERS, REGISTRY, matrix_labels
+from optbench.config.schema import OptimizerConfig
+from optbench.optim.training import local_builder
+
+SOAP_FILES = {
+    "src/optbench/config/optimizers/__init__.py", "src/optbench/config/optimizers/soap.py",
+    "src/optbench/config/schema_optimizer.py", "src/optbench/optim/soap.py", "src/optbench/bench/emerging.py",
+    "src/optbench/bench/upstream_optimizers.py", "src/optbench/engine/bridge/emerging_fields.py",
+    "src/optbench/releases/presets.py",
+}
+"""Where one optimizer's name may appear in the code (docs/architecture.md section 6 says why each)."""
+
+
+def test_every_config_group_is_an_entry_and_every_entry_a_config_group():
+    groups = {p.stem for p in (repo_root() / "conf" / "optimizer").glob("*.yaml")}
+    assert groups == set(REGISTRY)
+
+
+def test_each_entry_names_sections_the_schema_has_with_its_own_dataclass():
+    hints = typing.get_type_hints(OptimizerConfig)
+    fields = {f.name for f in dataclasses.fields(OptimizerConfig)}
+    for name, e in REGISTRY.items():
+        assert set(e.sections) <= fields, name
+        if e.section_class is not None:
+            own = name if name in e.sections else e.sections[-1]
+            assert hints[own] == typing.Optional[e.section_class], name
+        assert e.matrix == bool(e.sections) == bool(e.local_builder), name
+
+
+def _config(name: str) -> OptimizerConfig:
+    """An ``optimizer`` section for ``name`` with its settings sections at their defaults."""
+    hints = typing.get_type_hints(OptimizerConfig)
+    return OptimizerConfig(name=name, **{s: hints[s].__args__[0]() for s in REGISTRY[name].sections})
+
+
+def test_each_matrix_optimizer_builds_its_local_implementation_from_the_entry():
+    weight = torch.nn.Parameter(torch.randn(8, 4))
+    route = type("Route", (), {"param": weight, "weight_decay_mult": 1.0, "qkv_split_shapes": None,
+                               "partition_dim": None, "is_expert": False})()
+    for name in MATRIX_OPTIMIZERS:
+        built = local_builder(name)([route], _config(name), None, False)
+        assert isinstance(built, torch.optim.Optimizer) and built.param_groups[0]["params"] == [weight], name
+
+
+def test_an_optimizer_that_counts_its_own_work_says_all_of_it():
+    for name, e in REGISTRY.items():
+        if e.matrix_flops is not None:
+            flops = e.matrix_flops(e.section_class(), 64, 32)
+            assert flops.gemm > 0 and e.elementwise_bytes(64, 32) > 0 and e.eager_ops > 0 and e.products_precision
+        if e.matrix:  # at least the fp32 main copy and one buffer
+            assert e.matrix_state_bytes(_config(name), (64, 32)) >= 8 * 64 * 32, name
+
+
+def test_the_matrix_optimizers_are_listed_in_words_from_the_registry():
+    assert matrix_labels() == "Muon, AdaMuon and SOAP"
+
+
+def test_no_stage_outside_the_entry_names_an_optimizer_of_its_own():
+    """A stage that tests ``name == "soap"`` again fails here: it belongs in the entry."""
+    root = repo_root()
+    found = {str(p.relative_to(root)) for folder in ("src", "launch") for p in (root / folder).rglob("*.py")
+             if "soap" in p.read_text(encoding="utf-8").lower()}
+    assert found <= SOAP_FILES, sorted(found - SOAP_FILES)
