@@ -57,7 +57,7 @@ from optbench.accounting.placement import (
 from optbench.config.layout import Layout, derive_layout
 from optbench.config.optimizers import entry
 from optbench.config.schema import MUON_TP_MODES, ModelConfig, RunConfig
-from optbench.optim.assignment import pingpong_owners
+from optbench.accounting.assignment import pingpong_owners
 
 
 def ns_gram_iteration_flops(gram: int, contraction: int, syrk: bool = False) -> float:

@@ -5,7 +5,7 @@ Per global rank: the NS FLOPs per step of every matrix it owns (its experts incl
 divided by the mean over ranks (the mean does not depend on the assignment).
 
 Lower bound over every whole-matrix assignment, per data-parallel group that deals parameters out
-(:func:`optbench.optim.assignment.max_load_lower_bound`): a rank's load is what singleton groups
+(:func:`optbench.accounting.assignment.max_load_lower_bound`): a rank's load is what singleton groups
 (e.g. expert-data-parallel groups of size 1, which fix every expert on its EP rank) give it plus
 what its multi-rank groups deal it; for a dealing group the busiest of its ranks carries at least
 the group's average, at least its largest item on top of the least fixed load, and at least two of
@@ -18,7 +18,7 @@ from __future__ import annotations
 from optbench.accounting.ns_flops import dp_group_work, pingpong_by_numel, rank_ns_flops
 from optbench.compose.recipe import compose_run
 from optbench.config.layout import derive_layout
-from optbench.optim.assignment import cost_aware_owners, max_load_lower_bound
+from optbench.accounting.assignment import cost_aware_owners, max_load_lower_bound
 
 LAYOUTS = {"kimi_k2": "kimi_k2_muon", "qwen3_30b_a3b": "qwen3_30b_a3b_muon"}
 """Model -> recipe whose (published GB300) layout is measured."""

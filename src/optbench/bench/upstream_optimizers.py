@@ -1,4 +1,5 @@
-"""Emerging-Optimizers, the library Megatron Core builds SOAP, AdaMuon and Lion from, imported on this machine.
+"""Emerging-Optimizers, the library Megatron Core builds its emerging optimizers and Lion from, imported on this
+machine (each optimizer's module is its registry entry's ``upstream``).
 
 Its releases declare Python >= 3.12 and import Triton for their SYRK kernels: ``make setup`` installs 0.3.0 beside
 Megatron Core 0.19 in ``.bridge-releases/<bridge>/`` (optbench/engine/bridge/cpu_check/environments.py), and :func:`load` imports a
@@ -18,6 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from optbench.common.checkout import repo_root
+from optbench.config.optimizers import REGISTRY
+
+LION_MODULE = "emerging_optimizers.scalar_optimizers"
+"""Where upstream keeps Lion, the scalar optimizer Core may give the matrix optimizers' other parameters."""
 
 
 def overlay_with_emerging_optimizers() -> Path | None:
@@ -76,8 +81,8 @@ def load(folder: Path):
             del sys.modules[name]
         with eager():
             module = importlib.import_module("emerging_optimizers")
-            for sub in ("soap", "scalar_optimizers", "orthogonalized_optimizers"):
-                importlib.import_module(f"emerging_optimizers.{sub}")
+            for sub in sorted({e.upstream for e in REGISTRY.values() if e.upstream} | {LION_MODULE}):
+                importlib.import_module(sub)
         return module
     finally:
         sys.path.remove(str(folder))

@@ -1,11 +1,11 @@
 """Optimizers: Muon with Megatron Core's semantics, its TP modes and the layer-wise distributed optimizer.
 
 The trainer uses :func:`build_optimizer` and the :class:`TrainingOptimizer` it returns; the pieces
-(Newton-Schulz, tensor-parallel modes, routing, owner assignment) are importable on their own.
+(Newton-Schulz, tensor-parallel modes, routing) are importable on their own; which rank owns each parameter is
+counted in :mod:`optbench.accounting.assignment`, which the planner shares.
 See docs/optimizer.md for every option and how it maps to Megatron Core / Bridge.
 
-Exports are loaded lazily: :mod:`optbench.accounting` imports :mod:`optbench.optim.assignment`
-(pure Python) on machines where torch is not installed, so importing this package must not import torch.
+Exports are loaded lazily, so that importing this package does not import torch.
 """
 
 from __future__ import annotations
@@ -14,10 +14,6 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "CostModel": "optbench.optim.assignment",
-    "cost_aware_owners": "optbench.optim.assignment",
-    "max_load_lower_bound": "optbench.optim.assignment",
-    "pingpong_owners": "optbench.optim.assignment",
     "Muon": "optbench.optim.muon",
     "COEFFICIENT_SETS": "optbench.optim.newton_schulz",
     "auto_matmul_precision": "optbench.optim.newton_schulz",

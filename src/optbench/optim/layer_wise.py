@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from optbench.optim.assignment import cost_aware_owners, pingpong_owners
+from optbench.accounting.assignment import cost_aware_owners, pingpong_owners
 from optbench.accounting.ns_flops import ns_flops
 from optbench.optim.routing import ParamRoute, ns_matrix_shapes
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from optbench.optim.assignment import DEFAULT_COST_MODEL
+from optbench.accounting.assignment import DEFAULT_COST_MODEL
 
 NS_PEAK_FRACTION_OF_BF16 = {"auto": 1.0, "medium": 1.0, "high": 0.5, "highest": 1.0 / 15.0}
 """Newton-Schulz matmul peak by ``fp32_matmul_prec``, as a fraction of the dense bf16 peak: medium
@@ -74,7 +74,7 @@ class Assumptions:
     ns_ops_per_iteration_syrk: int = 4
     """Eager ops per iteration with the SYRK kernels (two tsyrk_ex, one addmm of copy + GEMM)."""
     adam_bytes_per_element: float = DEFAULT_COST_MODEL.adam_bytes_per_element
-    """HBM bytes per element of a fused AdamW update (optbench.optim.assignment.CostModel)."""
+    """HBM bytes per element of a fused AdamW update (optbench.accounting.assignment.CostModel)."""
     muon_bytes_per_element: float = DEFAULT_COST_MODEL.muon_bytes_per_element
     """HBM bytes per element of Muon's element-wise work around Newton-Schulz (CostModel)."""
     moment2_bytes_per_element: float = 48.0

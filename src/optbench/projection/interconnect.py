@@ -8,7 +8,7 @@ NVL72 racks). Every figure carries its source and a confidence; the achievable f
   ring all-reduce bus bandwidth is commonly 360-390 GB/s of 450; NVLS can exceed it, not modelled);
 * network: about 85 % of the NIC line rate (NDR 400 Gb/s = 50 GB/s gives 42-46 GB/s bus bandwidth);
 * HBM: 75 % of the datasheet bandwidth for element-wise optimizer kernels (the same assumption as
-  :class:`optbench.optim.assignment.CostModel`).
+  :class:`optbench.accounting.assignment.CostModel`).
 
 ``aligned_block_gpus`` is the block of consecutive ranks assumed to share one NVLink domain: a whole
 HGX node, or for NVL72 racks the 16-tray (64-GPU) segment NVIDIA recommends scheduling large training

@@ -8,7 +8,7 @@ efficiency unchanged:
 * ``syrk``: X X^T and A A computed as one triangle (``ns_flops(..., syrk=True)``: 3 s^2 l + s^3
   per iteration instead of 4 s^2 l + 2 s^3) with one eager op fewer per iteration;
 * ``cost_balanced``: parameters dealt to data-parallel ranks by modelled cost
-  (:func:`optbench.optim.assignment.cost_aware_owners`) instead of Megatron's size ping-pong;
+  (:func:`optbench.accounting.assignment.cost_aware_owners`) instead of Megatron's size ping-pong;
 * ``all_three``: the three together;
 * ``no_launch_overhead`` (ours, not in the blog's list): Newton-Schulz batched over same-shape
   parameters or captured in a CUDA graph, so no parameter is launch-bound.
@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from optbench.accounting.ns_flops import pingpong_by_numel
 from optbench.accounting.throughput import step_throughput
-from optbench.optim.assignment import cost_aware_owners
+from optbench.accounting.assignment import cost_aware_owners
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.interconnect import Interconnect
 from optbench.projection.step_model import evaluate

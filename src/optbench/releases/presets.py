@@ -21,10 +21,12 @@ Two intents (``intent=`` in the config):
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import resources
 from typing import Any, Optional
 
 from optbench.releases import versions
@@ -66,26 +68,21 @@ OURS = {
 """Fields where ``reproduce`` keeps our value on purpose, each with its reason (paths, logging, run length).
 The conformance test allows differences from NVIDIA's effective config in these fields only."""
 
-RECIPE_DEPARTURES = {
-    "deepseek_v3_muon": {
-        "train.micro_batch_size": "MBS 1: at NVIDIA's MBS 2, Muon's fp32 state beside the FP8 weight copies is "
-        "estimated at ~343 GB per GPU (make plan); same layout and GBS, twice the microbatches",
-    },
-    "qwen3_30b_a3b_soap": {
-        "train.micro_batch_size": "MBS 4: at the Adam preset's MBS 8, SOAP's fp32 state (2mn + 2(m^2 + n^2) per "
-        "matrix) beside the activations is estimated at ~321 GB per 288 GB GPU (make plan); same layout and GBS",
-        "validation.eval_micro_batch_size": "Bridge >= 0.4 evaluates at the training MBS (4, above)",
-    },
-}
-"""Departures a recipe makes on purpose from the preset it reproduces, with the reason (recipe -> field -> reason)."""
+def _recipe_reasons(kind: str) -> dict[str, dict[str, str]]:
+    text = resources.files("optbench.data").joinpath("recipe_departures.csv").read_text(encoding="utf-8")
+    table: dict[str, dict[str, str]] = {}
+    for row in csv.DictReader(text.splitlines()):
+        if row["kind"] == kind:
+            table.setdefault(row["recipe"], {})[row["field"]] = row["reason"]
+    return table
 
-RELEASE_LAYOUT_KEPT = {
-    "deepseek_v3_muon": {
-        "model.recompute_modules": "selective recompute of mla_up_proj kept: NVIDIA's Adam presets from Bridge 0.4 "
-        "(nemo:26.04) drop it, which with Muon's fp32 state is estimated at 290-303 GB per 288 GB GPU (make plan)",
-    },
-}
-"""Fields a recipe keeps when a later release's preset changes them (release_layout), with the reason."""
+
+RECIPE_DEPARTURES = _recipe_reasons("departs")
+"""Departures a recipe makes on purpose from the preset it reproduces, with the reason (recipe -> field -> reason;
+data/recipe_departures.csv, kind ``departs``)."""
+RELEASE_LAYOUT_KEPT = _recipe_reasons("keeps")
+"""Fields a recipe keeps when a later release's preset changes them (release_layout), with the reason
+(data/recipe_departures.csv, kind ``keeps``)."""
 
 
 def departure_reasons(recipe: str) -> dict[str, str]:

@@ -45,6 +45,7 @@ ENTRY = OptimizerEntry(
     flops_label="NS",
     flops_words="Newton-Schulz",
     preset_optimizer="muon",
+    upstream="emerging_optimizers.orthogonalized_optimizers",
     bridge_marker="emerging_adaptive_muon",
     bridge_fields=("optimizer.adaptive_muon.moment2_method", "optimizer.adaptive_muon.beta2",
                    "optimizer.adaptive_muon.eps"),

@@ -67,6 +67,9 @@ class OptimizerEntry:
     """Whose NVIDIA preset (layout, settings) a run starts from: NVIDIA publishes presets for adam and muon only."""
     preset_adapted: bool = False
     """Whether its run always adapts that preset (its own settings on another optimizer's layout)."""
+    upstream: str = ""
+    """The Emerging-Optimizers module Megatron Core builds it from ("" = Core's own code); the reference benches and
+    tests import it."""
     bridge_marker: str = ""
     """The source marker (optbench/data/bridge/fields-*.json) of the Megatron Core that builds it; "" = every one."""
     bridge_fields: tuple[str, ...] = ()

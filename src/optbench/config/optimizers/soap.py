@@ -91,6 +91,7 @@ ENTRY = OptimizerEntry(
     flops_words="SOAP's matrix products and QR",
     preset_optimizer="adam",
     preset_adapted=True,
+    upstream="emerging_optimizers.soap",
     bridge_marker="emerging_soap",
     bridge_fields=("optimizer.soap.shampoo_beta", "optimizer.soap.precondition_frequency",
                    "optimizer.soap.use_kl_shampoo"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from optbench.optim.assignment import CostModel, cost_aware_owners, max_load_lower_bound, pingpong_owners
+from optbench.accounting.assignment import CostModel, cost_aware_owners, max_load_lower_bound, pingpong_owners
 
 
 @dataclass(frozen=True)
