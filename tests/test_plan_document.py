@@ -25,7 +25,17 @@ def test_a_plan_read_back_is_the_plan_that_was_written(recipe: str) -> None:
     again = Plan.from_json(written)
     assert again.to_json() == written
     assert (again.layout, again.optimizer, again.model, again.bridge) == (plan.layout, plan.optimizer, plan.model, plan.bridge)
+    assert again.accounting == plan.accounting  # the typed section, record for record
     assert format_summary(again) == format_summary(plan)
+
+
+def test_the_typed_accounting_section_writes_published_figures_only_for_a_published_step_time() -> None:
+    plan = build_plan(validate(compose_run("kimi_k2_muon", ["step_time_s=12.5"])))
+    ours, *published = plan.accounting.throughput_at
+    assert ours.published is None and "published" not in ours.to_json() and ours.basis == "step_time_s=12.5"
+    assert published and all("published_ns_tflops_per_gpu" in p.to_json() for p in published)
+    assert type(plan.accounting).from_json(_written(plan)) == plan.accounting
+    assert plan.accounting.memory_per_gpu_gb.total == max(plan.accounting.memory_per_gpu_gb.stage_totals)
 
 
 def test_plan_json_keeps_its_documented_key_order() -> None:

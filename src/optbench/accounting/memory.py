@@ -47,6 +47,7 @@ from optbench.accounting.ns_flops import (
     pingpong_by_numel,
 )
 from optbench.accounting.optimizer_work import adam_state_bytes, matrix_state_bytes
+from optbench.accounting.plan_section import MemorySection
 from optbench.accounting.params import EMBEDDING, OUTPUT, ROUTER, ParamSpec, padded_vocab_size
 from optbench.accounting.placement import Placement, pipeline_rank_of, place
 from optbench.config.layout import Layout, derive_layout
@@ -112,18 +113,17 @@ class MemoryEstimate:
     omissions: tuple[str, ...] = OMISSIONS
     """What the estimate leaves out."""
 
+    def section(self) -> MemorySection:
+        """plan.json's ``memory_per_gpu_gb`` (GB to 0.01)."""
+        return MemorySection(
+            total=round(self.total_gb, 2), hbm=self.hbm_gb, fits=self.fits, largest_term=self.largest_term,
+            worst_pipeline_rank=self.worst_pipeline_rank, breakdown={k: round(v, 2) for k, v in self.breakdown_gb.items()},
+            stage_totals=tuple(round(t, 2) for t in self.stage_totals_gb), expected_error=self.expected_error,
+            omissions=tuple(self.omissions),
+        )
+
     def as_dict(self) -> dict:
-        return {
-            "total": round(self.total_gb, 2),
-            "hbm": self.hbm_gb,
-            "fits": self.fits,
-            "largest_term": self.largest_term,
-            "worst_pipeline_rank": self.worst_pipeline_rank,
-            "breakdown": {k: round(v, 2) for k, v in self.breakdown_gb.items()},
-            "stage_totals": [round(t, 2) for t in self.stage_totals_gb],
-            "expected_error": self.expected_error,
-            "omissions": list(self.omissions),
-        }
+        return self.section().to_json()
 
 
 def _is_fp8_gemm_weight(spec: ParamSpec) -> bool:

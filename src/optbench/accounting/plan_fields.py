@@ -12,13 +12,16 @@ model-only TFLOP/s.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 from optbench.accounting.flops import model_flops_per_step, model_flops_per_token
 from optbench.accounting.memory import MemoryEstimate
 from optbench.accounting.params import padded_vocab_size
 from optbench.accounting.peaks import peaks_for
+from optbench.accounting.plan_section import (AccountingSection, ImpliedThroughput, NsFlopsByMode, NsFlopsStats,
+                                               PeakRecord)
 from optbench.accounting.throughput import step_throughput, step_time_for_tflops, step_time_for_tokens
 from optbench.config.layout import Layout, derive_layout
 from optbench.config.optimizers import MATRIX_OPTIMIZERS, entry
@@ -33,14 +36,14 @@ NsStats = Callable[[str, bool], dict[str, float]]
 """(TP mode, SYRK) -> Newton-Schulz FLOPs per step per GPU (max, mean, min, busiest rank, total)."""
 
 
-def ns_by_tp_mode(run: RunConfig, ns_stats: NsStats) -> dict[str, Any]:
+def ns_by_tp_mode(run: RunConfig, ns_stats: NsStats) -> NsFlopsByMode:
     """Newton-Schulz FLOPs per step per GPU for every TP mode, without and with SYRK."""
-    out: dict[str, Any] = {"recipe_tp_mode": run.optimizer.muon.tp_mode if run.optimizer.muon else None}
-    for mode in MUON_TP_MODES:
-        plain = ns_stats(mode, False)
-        syrk = ns_stats(mode, True)
-        out[mode] = {**plain, "syrk_max": syrk["max"], "syrk_mean": syrk["mean"]}
-    return out
+    def stats(mode: str) -> NsFlopsStats:
+        plain, syrk = ns_stats(mode, False), ns_stats(mode, True)
+        return NsFlopsStats(**plain, syrk_max=syrk["max"], syrk_mean=syrk["mean"])
+
+    return NsFlopsByMode(run.optimizer.muon.tp_mode if run.optimizer.muon else None,
+                         **{mode: stats(mode) for mode in MUON_TP_MODES})
 
 
 def layout_matches(run: RunConfig, layout: dict[str, int | None], lay: Layout | None = None) -> bool:
@@ -81,12 +84,12 @@ def matching_published_rows(run: RunConfig, lay: Layout | None = None) -> list:
     ]
 
 
-def _implied(run: RunConfig, ns_total: float, step_time_s: float, basis: str, **published: Any) -> dict[str, Any]:
+def _implied(run: RunConfig, ns_total: float, step_time_s: float, basis: str, **published: Any) -> ImpliedThroughput:
     record = step_throughput(run, step_time_s, ns_flops_total=ns_total).as_record(rounded=True)
-    return {"basis": basis, **record, **published}
+    return ImpliedThroughput(basis=basis, **record, **published)  # type: ignore[arg-type]
 
 
-def throughput_at(run: RunConfig, lay: Layout, ns_total: float) -> list[dict[str, Any]]:
+def throughput_at(run: RunConfig, lay: Layout, ns_total: float) -> list[ImpliedThroughput]:
     """Implied throughput at the user's step time and at every matching published row's step time
     (``ns_total``: Newton-Schulz FLOPs of all ranks per step)."""
     implied = []
@@ -111,29 +114,25 @@ def throughput_at(run: RunConfig, lay: Layout, ns_total: float) -> list[dict[str
     return implied
 
 
-ACCOUNTING_KEYS = (
-    "model_flops_per_token", "model_flops_per_step", "padded_vocab_size", "ns_flops_per_step_per_gpu",
-    "memory_per_gpu_gb", "peaks", "throughput_at",
-)
+ACCOUNTING_KEYS = tuple(f.name for f in fields(AccountingSection))
 """The accounting fields, in plan.json's order (top-level keys of plan.json: see the module docstring)."""
 
 
 def accounting_fields(
     run: RunConfig, lay: Layout, ns_stats: NsStats, ns_total: float, memory: MemoryEstimate
-) -> dict[str, Any]:
+) -> AccountingSection:
     """The accounting fields of plan.json, from the run's resolved layout, Newton-Schulz counts (per mode, and
     the recipe mode's total over all ranks) and memory."""
     seq = run.train.seq_length
-    peaks = peaks_for(run.cluster.gpu, run.precision)
-    return {  # keys: ACCOUNTING_KEYS
-        "model_flops_per_token": model_flops_per_token(run.model, seq, run.parallel.tp),
-        "model_flops_per_step": model_flops_per_step(run),
-        "padded_vocab_size": padded_vocab_size(run.model, run.parallel.tp),
-        "ns_flops_per_step_per_gpu": ns_by_tp_mode(run, ns_stats),
-        "memory_per_gpu_gb": memory.as_dict(),
-        "peaks": [{"key": p.key, "tflops": p.tflops, "label": p.label, "source": p.source} for p in peaks],
-        "throughput_at": throughput_at(run, lay, ns_total),
-    }
+    return AccountingSection(
+        model_flops_per_token=model_flops_per_token(run.model, seq, run.parallel.tp),
+        model_flops_per_step=model_flops_per_step(run),
+        padded_vocab_size=padded_vocab_size(run.model, run.parallel.tp),
+        ns_flops_per_step_per_gpu=ns_by_tp_mode(run, ns_stats),
+        memory_per_gpu_gb=memory.section(),
+        peaks=tuple(PeakRecord(p.key, p.tflops, p.label, p.source) for p in peaks_for(run.cluster.gpu, run.precision)),
+        throughput_at=tuple(throughput_at(run, lay, ns_total)),
+    )
 
 
 def _si(flops: float) -> str:
@@ -152,51 +151,51 @@ def _percent(fractions: dict[str, float]) -> str:
     return ", ".join(f"{100 * v:.1f} % of {k}" for k, v in fractions.items()) or "no peak for this GPU"
 
 
-def accounting_summary_lines(plan: Mapping[str, Any], optimizer: str, executed_as: str = "") -> list[str]:
+def accounting_summary_lines(plan: AccountingSection, optimizer: str, executed_as: str = "") -> list[str]:
     """Summary lines for the accounting fields of a plan (``optimizer``: the run's optimizer name; ``executed_as``:
     the NVIDIA preset this very configuration is, whose run outweighs an estimate above HBM)."""
     lines = [
-        f"  FLOPs       {plan['model_flops_per_token']:.4g} per token (Bridge's rule, vocab padded to"
-        f" {plan['padded_vocab_size']}), {plan['model_flops_per_step']:.4g} per step",
+        f"  FLOPs       {plan.model_flops_per_token:.4g} per token (Bridge's rule, vocab padded to"
+        f" {plan.padded_vocab_size}), {plan.model_flops_per_step:.4g} per step",
     ]
-    ns = plan["ns_flops_per_step_per_gpu"]
-    if ns.get("recipe_tp_mode"):
+    ns = plan.ns_flops_per_step_per_gpu
+    if ns.recipe_tp_mode:
         modes = ", ".join(
-            f"{mode}{'*' if mode == ns['recipe_tp_mode'] else ''} {_si(ns[mode]['mean'])}/{_si(ns[mode]['max'])}"
-            f" (SYRK {_si(ns[mode]['syrk_mean'])}/{_si(ns[mode]['syrk_max'])})"
+            f"{mode}{'*' if mode == ns.recipe_tp_mode else ''} {_si(ns.mode(mode).mean)}/{_si(ns.mode(mode).max)}"
+            f" (SYRK {_si(ns.mode(mode).syrk_mean)}/{_si(ns.mode(mode).syrk_max)})"
             for mode in MUON_TP_MODES
         )
         lines.append(f"  NS FLOPs    per GPU per step, mean/busiest rank (* recipe's TP mode): {modes}")
     elif optimizer in MATRIX_OPTIMIZERS:  # an own count: one figure, no tensor-parallel modes
-        own, e = ns["blockwise"], entry(optimizer)
-        lines.append(f"  {e.flops_label + ' FLOPs':<12}per GPU per step, mean/busiest rank: {_si(own['mean'])}/"
-                     f"{_si(own['max'])} ({e.flops_words} on each local shard)")
-    mem = plan["memory_per_gpu_gb"]
-    parts = ", ".join(f"{k} {v:.1f}" for k, v in mem["breakdown"].items() if v)
-    capacity = f" of {mem['hbm']:g} GB HBM" if mem["hbm"] else ""
-    verdict = "" if mem["hbm"] is None else (" - fits" if mem["fits"] else " - DOES NOT FIT")
+        own, e = ns.blockwise, entry(optimizer)
+        lines.append(f"  {e.flops_label + ' FLOPs':<12}per GPU per step, mean/busiest rank: {_si(own.mean)}/"
+                     f"{_si(own.max)} ({e.flops_words} on each local shard)")
+    mem = plan.memory_per_gpu_gb
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in mem.breakdown.items() if v)
+    capacity = f" of {mem.hbm:g} GB HBM" if mem.hbm else ""
+    verdict = "" if mem.hbm is None else (" - fits" if mem.fits else " - DOES NOT FIT")
     lines.append(
-        f"  memory      {mem['total']:.1f} GB per GPU{capacity} (+-{100 * mem['expected_error']:.0f} %, pipeline rank"
-        f" {mem['worst_pipeline_rank']}){verdict}: {parts}"
+        f"  memory      {mem.total:.1f} GB per GPU{capacity} (+-{100 * mem.expected_error:.0f} %, pipeline rank"
+        f" {mem.worst_pipeline_rank}){verdict}: {parts}"
     )
-    if executed_as and mem["hbm"] is not None and not mem["fits"]:
+    if executed_as and mem.hbm is not None and not mem.fits:
         lines.append(f"              not refused: NVIDIA ran this very configuration ({executed_as}), so the estimate"
                      " is high here")
-    if plan["peaks"]:
-        peaks = ", ".join(f"{p['key']} {p['tflops']:g}" for p in plan["peaks"])
-        lines.append(f"  peaks       {peaks} TFLOP/s dense ({plan['peaks'][0]['source']})")
-    with_ns = bool(ns.get("recipe_tp_mode"))
-    for implied in plan["throughput_at"]:
+    if plan.peaks:
+        peaks = ", ".join(f"{p.key} {p.tflops:g}" for p in plan.peaks)
+        lines.append(f"  peaks       {peaks} TFLOP/s dense ({plan.peaks[0].source})")
+    with_ns = bool(ns.recipe_tp_mode)
+    for implied in plan.throughput_at:
         published = ""
-        if implied.get("published_ns_tflops_per_gpu") is not None:
-            published = f" [published {implied['published_model_tflops_per_gpu']:g} + {implied['published_ns_tflops_per_gpu']:g} NS]"
-        elif implied.get("published_tflops_per_gpu") is not None:
-            published = f" [published {implied['published_tflops_per_gpu']:g}]"
-        flops = f"{_tflops(implied['tflops_per_gpu'])} model"
+        if implied.published_ns_tflops_per_gpu is not None:
+            published = f" [published {implied.published_model_tflops_per_gpu:g} + {implied.published_ns_tflops_per_gpu:g} NS]"
+        elif implied.published_tflops_per_gpu is not None:
+            published = f" [published {implied.published_tflops_per_gpu:g}]"
+        flops = f"{_tflops(implied.tflops_per_gpu)} model"
         if with_ns:
-            flops += f" + {_tflops(implied['ns_tflops_per_gpu'])} NS = {_tflops(implied['tflops_per_gpu_with_ns'])}"
+            flops += f" + {_tflops(implied.ns_tflops_per_gpu)} NS = {_tflops(implied.tflops_per_gpu_with_ns)}"
         lines.append(
-            f"  at          {implied['basis']} -> step {implied['step_time_s']:.2f} s: {flops} TFLOP/s/GPU{published};"
-            f" MFU {_percent(implied['mfu'])}"
+            f"  at          {implied.basis} -> step {implied.step_time_s:.2f} s: {flops} TFLOP/s/GPU{published};"
+            f" MFU {_percent(dict(implied.mfu))}"
         )
     return lines

@@ -5,9 +5,9 @@
 key order plan.json has always had) and :meth:`Plan.from_json` reads one back. The job in the container
 reads only the contract part (the format version and the ``bridge`` section, :mod:`optbench.runs.plan_file`).
 
-The accounting and projection sections stay JSON mappings inside the typed plan: each is written, and
-its keys documented, by its own module (:mod:`optbench.accounting.plan_fields`,
-:mod:`optbench.projection.project`) and printed by its ``plan_fields`` module.
+The accounting section is typed (:class:`~optbench.accounting.plan_section.AccountingSection`, its records
+written as the same JSON). The projection section stays a JSON mapping inside the typed plan: it is written, and
+its keys documented, by :mod:`optbench.projection.project`, and printed by :mod:`optbench.projection.plan_fields`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Mapping, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from optbench.accounting.plan_fields import ACCOUNTING_KEYS
+from optbench.accounting.plan_section import AccountingSection
 from optbench.engine.bridge.adapter import BridgeSetup
 from optbench.config.layout import PARALLEL_SIZES, Layout
 from optbench.config.schema import MATRIX_OPTIMIZERS, OptimizerConfig
@@ -105,8 +105,8 @@ class Plan:
     """The optimizer as configured."""
     data: PlanData
     """What the run reads."""
-    accounting: Mapping[str, Any]
-    """FLOPs, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied throughput (keys: ACCOUNTING_KEYS)."""
+    accounting: AccountingSection
+    """FLOPs, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied throughput."""
     projection: Mapping[str, Any]
     """Projected step time, TFLOP/s and MFU; for a matrix optimizer its AdamW twin and side-by-side siblings."""
     config: Mapping[str, Any]
@@ -158,7 +158,7 @@ class Plan:
             "model": asdict(self.model),
             "optimizer": optimizer,
             "data": self.data.to_json(),
-            **self.accounting,
+            **self.accounting.to_json(),
             "projection": self.projection,
             "config": self.config,
         }
@@ -191,7 +191,7 @@ class Plan:
             optimizer=optimizer,  # type: ignore[arg-type]
             data=PlanData(section["kind"], section["seed"], section.get("split"), section.get("tokenizer"),
                           tuple(section.get("prefixes", ()))),
-            accounting={key: data[key] for key in ACCOUNTING_KEYS},
+            accounting=AccountingSection.from_json(data),
             projection=data["projection"], config=data["config"],
             bridge=BridgeSetup.from_dict(data["bridge"]) if "bridge" in data else None,
             launch=data.get("launch"), plan_version=data["plan_version"],
