@@ -26,7 +26,8 @@ from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
 
-from optbench.compose.recipe import compose_run, repo_root
+from optbench.common.checkout import repo_root
+from optbench.compose.recipe import compose_run
 from optbench.bench.sections import invocation, section_notes
 from optbench.common.io import atomic_write_json, atomic_write_text
 from optbench.common.make_args import environment_for_make

@@ -36,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
-from optbench.compose.recipe import repo_root
+from optbench.common.checkout import repo_root
 from optbench.config.schema import RunConfig
 from optbench.common.errors import UserError
 from optbench.projection.anchors import committed_anchors, committed_unsolved

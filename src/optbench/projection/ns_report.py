@@ -66,7 +66,8 @@ def blog_comparison(run: RunConfig, model_tflops: float, ns_tflops: float) -> li
 
 
 def main() -> int:
-    from optbench.compose.recipe import compose_run, repo_root
+    from optbench.common.checkout import repo_root
+    from optbench.compose.recipe import compose_run
     from optbench.catalog.published import default_published_dir, load_published
 
     rows = [r for r in load_published(default_published_dir(repo_root() / "results")) if r.ns_tflops_per_gpu]

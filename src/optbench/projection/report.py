@@ -20,7 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from optbench.compose.recipe import compose_run, repo_root
+from optbench.common.checkout import repo_root
+from optbench.compose.recipe import compose_run
 from optbench.common.exits import exit_on_user_error
 from optbench.common.io import atomic_write_json, atomic_write_text
 from optbench.common.tables import markdown_table
