@@ -151,4 +151,4 @@ def test_estimate_lists_error_and_omissions() -> None:
     estimate = estimate_memory(compose_run("qwen3_30b_a3b_adamw"))
     assert estimate.expected_error == 0.2 and estimate.omissions
     assert estimate.total_gb == pytest.approx(sum(estimate.breakdown_gb.values()))
-    assert estimate.as_dict()["hbm"] == 288
+    assert estimate.section().hbm == 288

@@ -26,21 +26,25 @@ def test_every_config_group_is_an_entry_and_every_entry_a_config_group():
     assert groups == set(REGISTRY)
 
 
+def _section_class(section: str) -> type:
+    """The dataclass of ``optimizer.<section>``, as the schema declares it (``Optional[<class>]``)."""
+    return typing.get_type_hints(OptimizerConfig)[section].__args__[0]
+
+
 def test_each_entry_names_sections_the_schema_has_with_its_own_dataclass():
     hints = typing.get_type_hints(OptimizerConfig)
     fields = {f.name for f in dataclasses.fields(OptimizerConfig)}
     for name, e in REGISTRY.items():
         assert set(e.sections) <= fields, name
-        if e.section_class is not None:
-            own = name if name in e.sections else e.sections[-1]
-            assert hints[own] == typing.Optional[e.section_class], name
+        for section in e.sections:
+            assert dataclasses.is_dataclass(_section_class(section)) and hints[section] == typing.Optional[
+                _section_class(section)], (name, section)
         assert e.matrix == bool(e.sections) == bool(e.local_builder), name
 
 
 def _config(name: str) -> OptimizerConfig:
     """An ``optimizer`` section for ``name`` with its settings sections at their defaults."""
-    hints = typing.get_type_hints(OptimizerConfig)
-    return OptimizerConfig(name=name, **{s: hints[s].__args__[0]() for s in REGISTRY[name].sections})
+    return OptimizerConfig(name=name, **{s: _section_class(s)() for s in REGISTRY[name].sections})
 
 
 def test_each_matrix_optimizer_builds_its_local_implementation_from_the_entry():
@@ -55,7 +59,7 @@ def test_each_matrix_optimizer_builds_its_local_implementation_from_the_entry():
 def test_an_optimizer_that_counts_its_own_work_says_all_of_it():
     for name, e in REGISTRY.items():
         if e.matrix_flops is not None:
-            flops = e.matrix_flops(e.section_class(), 64, 32)
+            flops = e.matrix_flops(e.section(_config(name)), 64, 32)
             assert flops.gemm > 0 and e.elementwise_bytes(64, 32) > 0 and e.eager_ops > 0 and e.products_precision
         if e.matrix:  # at least the fp32 main copy and one buffer
             assert e.matrix_state_bytes(_config(name), (64, 32)) >= 8 * 64 * 32, name

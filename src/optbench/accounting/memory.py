@@ -122,8 +122,6 @@ class MemoryEstimate:
             omissions=tuple(self.omissions),
         )
 
-    def as_dict(self) -> dict:
-        return self.section().to_json()
 
 
 def _is_fp8_gemm_weight(spec: ParamSpec) -> bool:

@@ -164,9 +164,9 @@ def _optimizer_line(plan: Plan) -> str:
             f"; {mode}, {muon.coefficients} NS x{muon.ns_steps}, {muon.scale_mode} scale, "
             f"TP mode {muon.tp_mode}, momentum {muon.momentum:g}{' nesterov' if muon.nesterov else ''}"
         )
-    elif o.matrix_section is not None and entry(o.name).describe is not None:
+    elif o.matrix_optimizer and entry(o.name).describe is not None:
         own = entry(o.name)
-        text += f"; {own.describe(o.matrix_section)}"
+        text += f"; {own.describe(own.section(o))}"
         split = [f"{k}{v}" for k, v in (("tp", plan.layout.tp), ("etp", plan.layout.etp)) if v > 1]
         if split and plan.engine == "megatron_bridge" and not own.tensor_parallel_aware:  # reproduce refuses it
             text += f"; warning: {'/'.join(split)} shards preconditioned alone, not {own.label} on the full matrices"

@@ -83,7 +83,7 @@ class Assumptions:
     moment2_ops: int = 5
     """AdaMuon's eager ops per matrix on top of Muon's (square, lerp_, sqrt, + eps, divide)."""
     qr_efficiency: float = 0.25
-    """Fraction of the fp32 (CUDA-core) peak a Householder QR (an optimizer's ``MatrixFlops.qr``) (cuSOLVER geqrf + orgqr) of a 1-8k square matrix
+    """Fraction of the fp32 (CUDA-core) peak a Householder QR (cuSOLVER geqrf + orgqr; an optimizer's ``MatrixFlops.qr``) of a 1-8k square matrix
     sustains: its panel factorisation is memory-bound; a quarter is a middle figure for blocked QR. Not fitted."""
     fp8_cast_bytes_per_element: float = 4.0
     """HBM bytes per weight element to quantize bf16 weights to FP8 row- and column-wise copies once a

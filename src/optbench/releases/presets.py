@@ -68,19 +68,20 @@ OURS = {
 """Fields where ``reproduce`` keeps our value on purpose, each with its reason (paths, logging, run length).
 The conformance test allows differences from NVIDIA's effective config in these fields only."""
 
-def _recipe_reasons(kind: str) -> dict[str, dict[str, str]]:
+def _recipe_reasons() -> dict[str, dict[str, dict[str, str]]]:
+    """data/recipe_departures.csv as kind -> recipe -> field -> reason."""
     text = resources.files("optbench.data").joinpath("recipe_departures.csv").read_text(encoding="utf-8")
-    table: dict[str, dict[str, str]] = {}
+    table: dict[str, dict[str, dict[str, str]]] = {"departs": {}, "keeps": {}}
     for row in csv.DictReader(text.splitlines()):
-        if row["kind"] == kind:
-            table.setdefault(row["recipe"], {})[row["field"]] = row["reason"]
+        table[row["kind"]].setdefault(row["recipe"], {})[row["field"]] = row["reason"]
     return table
 
 
-RECIPE_DEPARTURES = _recipe_reasons("departs")
+_REASONS = _recipe_reasons()
+RECIPE_DEPARTURES = _REASONS["departs"]
 """Departures a recipe makes on purpose from the preset it reproduces, with the reason (recipe -> field -> reason;
 data/recipe_departures.csv, kind ``departs``)."""
-RELEASE_LAYOUT_KEPT = _recipe_reasons("keeps")
+RELEASE_LAYOUT_KEPT = _REASONS["keeps"]
 """Fields a recipe keeps when a later release's preset changes them (release_layout), with the reason
 (data/recipe_departures.csv, kind ``keeps``)."""
 

@@ -40,7 +40,6 @@ ENTRY = OptimizerEntry(
     name="adaptive_muon",
     label="AdaMuon",
     sections=("muon", "adaptive_muon"),
-    section_class=AdaptiveMuonConfig,
     matrix=True,
     flops_label="NS",
     flops_words="Newton-Schulz",

@@ -55,8 +55,6 @@ class OptimizerEntry:
     """How plans, tables and messages name it."""
     sections: tuple[str, ...] = ()
     """The settings sections it reads (fields of ``optimizer``, each filled by the config group of its name)."""
-    section_class: Optional[type] = None
-    """The dataclass of its own section (``optimizer.<name>``), when it has one."""
     matrix: bool = False
     """An emerging optimizer of Megatron Core: 2-D weights (not embedding/output) go to it, the rest to the scalar one."""
     flops_label: str = ""

@@ -74,7 +74,6 @@ ENTRY = OptimizerEntry(
     name="muon",
     label="Muon",
     sections=("muon",),
-    section_class=MuonConfig,
     matrix=True,
     flops_label="NS",
     flops_words="Newton-Schulz",

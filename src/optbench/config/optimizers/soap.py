@@ -85,7 +85,6 @@ ENTRY = OptimizerEntry(
     name="soap",
     label="SOAP",
     sections=("soap",),
-    section_class=SoapConfig,
     matrix=True,
     flops_label="SOAP",
     flops_words="SOAP's matrix products and QR",
