@@ -13,6 +13,7 @@ from optbench.projection.calibration import solve_on
 from optbench.catalog.published import default_published_dir, load_published, row_id
 
 
+@pytest.mark.xdist_group("carried-table")  # beside the tests that solve every published row: each row composed once
 def test_every_committed_anchor_is_what_live_solving_gives():
     rows = [r for r in load_published(default_published_dir(repo_root() / "results")) if r.optimizer == "adamw"]
     stored, unsolved = committed_anchors(), committed_unsolved()

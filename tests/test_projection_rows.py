@@ -253,6 +253,7 @@ def test_committed_inconsistent_rows_are_what_the_check_finds():
     assert csv_text(inconsistent_rows(ROWS)) == committed
 
 
+@pytest.mark.xdist_group("carried-table")  # beside the tests that solve every published row: each row composed once
 def test_a_contradicted_row_anchors_nothing_and_is_listed_outside_the_domain_with_its_reason():
     from optbench.catalog.published import load_inconsistent
 

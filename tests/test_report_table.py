@@ -186,6 +186,21 @@ def test_unreadable_run_dirs_are_skipped_with_reason(measured):
     assert "Skipped:" in write_throughput(measured).markdown.read_text()
 
 
+def test_many_folders_skipped_for_one_reason_are_one_line_and_a_few_are_listed(measured):
+    """A study's runs keep their curves, not their steps: sixty of them are one line, not sixty."""
+    for name in [f"study-s{i:02d}" for i in range(6)]:
+        (measured / "runs" / name).mkdir()
+    (measured / "runs" / "empty-run").mkdir()
+    text = write_throughput(measured).markdown.read_text()
+    skipped = text.split("Skipped:", 1)[1].split("## Sources", 1)[0].strip().splitlines()
+    assert skipped == [f"- 7 folders, `{measured / 'runs' / 'empty-run'}` to `{measured / 'runs' / 'study-s05'}`: "
+                       "no metrics.jsonl and no log file (*.log, *.out, *.txt)"]
+    for name in [f"study-s{i:02d}" for i in range(4)]:
+        (measured / "runs" / name).rmdir()
+    text = write_throughput(measured).markdown.read_text()
+    assert text.count("no metrics.jsonl and no log file") == 3 and f"`{measured / 'runs' / 'study-s05'}`" in text
+
+
 def test_a_log_without_a_run_folder_is_read_for_what_it_states(tmp_path, results_dir):
     _published(results_dir)
     log = tmp_path / "orphan.log"

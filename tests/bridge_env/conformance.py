@@ -295,12 +295,14 @@ def bridge_verdict(run: Any) -> str | None:
         return f"{type(err).__name__}: {str(err)[:300]}"
 
 
-def search_layout_cases(results: Path, container: str) -> list[dict[str, Any]]:
+def search_layout_cases(results: Path, container: str, stride: int = 1) -> list[dict[str, Any]]:
     """Our validity against Bridge's on every layout ``make search`` tries: each one it keeps (valid by our checks,
     fitting in memory) must pass Bridge's recipe with our overrides and ``runtime_config_update``, and each one our
     checks refuse must be refused by Bridge or Core too. One micro-batch size per layout: the search keeps only
     those with GBS divisible by MBS x DP, which is all Bridge's config checks ask of it; memory is not a config
-    check, and a rule Core asserts when it builds the model is counted apart (``refused_when_the_model_is_built``)."""
+    check, and a rule Core asserts when it builds the model is counted apart (``refused_when_the_model_is_built``).
+    ``stride``: every that many-th distinct layout, in the search's own order (1: all of them; each costs a Bridge
+    build of about half a second)."""
     from optbench.compose.recipe import compose_run
     from optbench.common.errors import UserError
     from optbench.projection.search import at, points
@@ -314,13 +316,14 @@ def search_layout_cases(results: Path, container: str) -> list[dict[str, Any]]:
         candidates = list(points(run))
         kept: set[tuple[int, ...]] = set()
         ours_refused: set[tuple[int, ...]] = set()
+        order: dict[tuple[int, ...], int] = {}  # each distinct layout's place, for the stride
         case: dict[str, Any] = {"recipe": recipe, "candidates": len(candidates), "bridge_refused": [],
                                 "bridge_accepted_what_we_refuse": [], "bridge_refused_what_we_refuse": 0,
-                                "refused_when_the_model_is_built": 0}
+                                "refused_when_the_model_is_built": 0, "stride": stride}
         for point in candidates:
             layout = (point.tp, point.pp, point.vpp, point.cp, point.ep)
-            if layout in kept or layout in ours_refused:
-                continue
+            if order.setdefault(layout, len(order)) % stride or layout in kept or layout in ours_refused:
+                continue  # another micro-batch size of a layout whose first did not fit is still tried
             moved = at(forced, point)
             try:
                 resolved = validate(moved)
@@ -512,6 +515,8 @@ def main() -> int:
                         help="with --overrides-only: also send what our checks refuse to Bridge and list what it accepts")
     parser.add_argument("--search-only", action="store_true",
                         help="report only whether Bridge judges the make search layouts as our checks do")
+    parser.add_argument("--stride", type=int, default=1,
+                        help="with --search-only: every that many-th distinct layout (default 1: all)")
     args = parser.parse_args()
     from optbench.engine.bridge.cpu_check import hf_cache
 
@@ -530,7 +535,7 @@ def main() -> int:
                     report["cases"].append({"recipe": recipe, "intent": intent, "error": f"{type(err).__name__}: {err}",
                                             "traceback": traceback.format_exc()[-2000:]})
         if args.search_only:
-            report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container)
+            report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container, args.stride)
         elif args.overrides_only:
             report["typed_overrides"] = typed_override_cases(Path(tmp) / "results", args.container, args.pairs, args.seed,
                                                             args.override_recipes, args.arity, args.over_refusals)

@@ -270,7 +270,7 @@ def render_markdown(
         ["run", "kind", "recipe", "date", "command", "git", "versions", "steps used/total", "notes"], _run_lines(table)
     ) if table.runs else ["No measured runs."]
     if skipped:
-        out += ["", "Skipped:", ""] + [f"- `{path}`: {reason}" for path, reason in skipped]
+        out += ["", "Skipped:", ""] + _skipped_lines(skipped)
     out += ["", "## Sources", ""]
     out += [f"- `{s.source}`: {s.title}, {s.publisher}, {s.date}. {s.where} ({s.what})" for s in sources.values()]
     if plots:
@@ -340,3 +340,22 @@ def render_csv(table: Table) -> str:
     for row in table.rows:
         writer.writerow(csv_record(row, table.warmup))
     return buffer.getvalue()
+
+
+SKIPPED_LISTED = 3
+"""Folders listed one by one for a reason; more with one reason (a study's runs, kept as curves without step records)
+are counted on one line that names the first and the last."""
+
+
+def _skipped_lines(skipped: Sequence[tuple[str, str]]) -> list[str]:
+    """The skipped folders, one line each, or one line for each reason more than :data:`SKIPPED_LISTED` share."""
+    by_reason: dict[str, list[str]] = {}
+    for path, reason in skipped:
+        by_reason.setdefault(reason, []).append(path)
+    lines = []
+    for reason, paths in by_reason.items():
+        if len(paths) > SKIPPED_LISTED:
+            lines.append(f"- {len(paths)} folders, `{paths[0]}` to `{paths[-1]}`: {reason}")
+        else:
+            lines += [f"- `{path}`: {reason}" for path in paths]
+    return lines
