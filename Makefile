@@ -126,7 +126,7 @@ search: ## Every valid layout of RECIPE's model at its GPU count, projected and 
 #   make search-ranks [MODELS=qwen3_30b_a3b,kimi_k2]   (MODELS: search those again, keep the other rows)
 search-ranks: export OPTBENCH_SEARCH_MODELS = $(call typed,MODELS)
 search-ranks: ## Where NVIDIA's own layout ranks in `make search`, for every published row: results/projection/search_ranks.md
-	@$(PY) -m optbench.projection.search_ranks --from-make
+	@$(PY) -m optbench.report.search_ranks --from-make
 
 projection: ## The projection against every published row, in sample and out of sample (leave one row / release / GPU out): results/projection/validation.md
 	@$(PY) -m optbench.projection.validation_report --update-docs --from-make

@@ -3,7 +3,7 @@ recipe's model at its GPU count, ranked; ``FIX`` holds the named dimensions at t
 the layouts whose memory estimate takes more than that share of the GPU's memory, ``CHECK=bridge`` sends the ten best
 through the container's real Megatron Bridge (as ``make plan ... CHECK=bridge`` would each).
 
-Composes the recipe (and, for Muon, its AdamW twin) once, runs :func:`optbench.projection.search.search`,
+Composes the recipe (and, for Muon, its AdamW twin) once, runs :func:`optbench.plan.search.search`,
 prints the ten best layouts (step time, model TFLOP/s per GPU, memory, Muon vs AdamW at the same layout),
 where the recipe's own layout ranks, and writes everything to ``results/plans/<recipe>/search.json``.
 """
@@ -16,8 +16,9 @@ from optbench.compose.recipe import compose_run
 from optbench.common.errors import Problem, UserError
 from optbench.common.io import atomic_write_json
 from optbench.plan import build_plan, claim_results, plan_path
+from optbench.plan.counterparts import compose_twin
 from optbench.projection.expected_error import expected_error_text
-from optbench.projection.search import (
+from optbench.plan.search import (
     AT_ITS_EP,
     Point,
     fixed_dimensions,
@@ -26,13 +27,12 @@ from optbench.projection.search import (
     point_of_run,
     search,
 )
-from optbench.projection.search_standing import (
+from optbench.plan.search_standing import (
     Among,
     Standing,
     rank_at_fixed,
     standing_of,
 )
-from optbench.projection.twin import adamw_twin
 from optbench.common.tables import console_table
 from optbench.validate import validate
 
@@ -138,7 +138,7 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "", hbm: str = 
     adamw = None
     if run.optimizer.matrix_optimizer:
         try:
-            adamw = adamw_twin(run, overrides)[2]
+            adamw = compose_twin(run, overrides)[2]
         except UserError:
             adamw = None
     result = search(run, adamw, fixed=fixed, max_hbm=max_hbm)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_make
-from optbench.projection.ns_report import blog_comparison
+from optbench.report.ns_report import blog_comparison
 from optbench.compose.recipe import compose_run
 
 ACCOUNTING_FIELDS = {

@@ -171,15 +171,16 @@ def test_a_launch_bound_plan_says_what_the_measured_op_overheads_would_give():
     """Qwen3's Muon overhead is mostly launches: its plan gives the change at both measured ends, worse than at the
     a-priori 10 us; Kimi K2's is Newton-Schulz compute and its plan has no such line."""
     from optbench.compose.recipe import compose_run
+    from optbench.plan.counterparts import ComposedCounterparts
     from optbench.projection.plan_fields import projection_summary_lines
     from optbench.projection.project import project
     from optbench.resolve import resolve
 
-    qwen = project(resolve(compose_run("qwen3_30b_a3b_muon", [])), with_what_ifs=False)
+    qwen = project(resolve(compose_run("qwen3_30b_a3b_muon", [])), with_what_ifs=False, counterparts=ComposedCounterparts())
     measured = qwen["muon_overhead"]["at_measured_op_overhead"]
     at_low, at_high = measured["tflops_per_gpu_change_percent"]
     assert at_high < at_low < qwen["muon_overhead"]["tflops_per_gpu_change_percent"] < 0
     line = next(x for x in projection_summary_lines(qwen, "muon") if "launch-bound" in x)
     assert f"{at_low:+.2f} to {at_high:+.2f} %" in line and "13.1-32.1 us per eager op" in line
-    kimi = project(resolve(compose_run("kimi_k2_muon", [])), with_what_ifs=False)
+    kimi = project(resolve(compose_run("kimi_k2_muon", [])), with_what_ifs=False, counterparts=ComposedCounterparts())
     assert "at_measured_op_overhead" not in kimi["muon_overhead"]

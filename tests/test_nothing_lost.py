@@ -225,7 +225,7 @@ def test_search_ranks_refuses_a_table_it_cannot_keep_rows_from_before_searching(
     (results / "projection").mkdir()
     (results / "projection" / "search_ranks.json").write_text(text)
     before = _tree(results)
-    done = _run("-m", "optbench.projection.search_ranks", "--results", str(results), "--models", "kimi_k2")
+    done = _run("-m", "optbench.report.search_ranks", "--results", str(results), "--models", "kimi_k2")
     _one_line_refusal(done, "MODELS")
     assert _tree(results) == before
 

@@ -10,6 +10,7 @@ import pytest
 
 from optbench.accounting.throughput import step_time_for_tflops
 from optbench.compose.recipe import compose_run
+from optbench.plan.counterparts import ComposedCounterparts
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import Holdout, calibrate, ranked_anchors
 from optbench.projection.interconnect import interconnect_for
@@ -110,14 +111,15 @@ def test_muon_prediction_ignores_published_muon_figures(model, tmp_path):
 def test_muon_prediction_moves_with_the_adamw_anchor(tmp_path):
     typed = ["cluster.container=nemo:26.02"]  # the anchor's release: its twin is the anchor's configuration
     run = compose_run("kimi_k2_muon", typed)
-    baseline = project(resolve(run), typed, with_what_ifs=False)
+    baseline = project(resolve(run), typed, with_what_ifs=False, counterparts=ComposedCounterparts())
 
     def slower_adamw(row):
         if row["optimizer"] == "adamw" and row["model"] == "kimi_k2":
             row.update(tflops_per_gpu="900", model_tflops_per_gpu="900")
         return row
 
-    moved = project(resolve(run), typed, published_dir=_copy_published(tmp_path, slower_adamw), with_what_ifs=False)
+    moved = project(resolve(run), typed, published_dir=_copy_published(tmp_path, slower_adamw), with_what_ifs=False,
+                    counterparts=ComposedCounterparts())
     assert moved["adamw_twin"]["tflops_per_gpu"] == pytest.approx(900.0, abs=0.01)
     assert moved["tflops_per_gpu"] < baseline["tflops_per_gpu"] - 100
 

@@ -14,7 +14,7 @@ from optbench.accounting.params import parameter_counts
 from optbench.compose.recipe import compose_run
 from optbench.common.errors import Problem, UserError
 from optbench.projection.project import project
-from optbench.projection.search import (
+from optbench.plan.search import (
     DIMENSIONS,
     Point,
     Ranked,
@@ -29,8 +29,8 @@ from optbench.projection.search import (
     points,
     search,
 )
-from optbench.projection.search_ranks import markdown, record, summary
-from optbench.projection.search_standing import (
+from optbench.report.search_ranks import markdown, record, summary
+from optbench.plan.search_standing import (
     rank_at_fixed,
     rank_with_headroom,
     standing_of,
@@ -169,7 +169,7 @@ def test_make_search_ranks_every_valid_layout(tmp_path):
     assert any(row["layout"].startswith("TP2") for row in saved["top"])
     for row in saved["top"]:
         planned = validate(compose_run("qwen3_30b_a3b_muon", row["overrides"]))
-        assert project(planned, with_what_ifs=False, with_twin=False)["tflops_per_gpu"] == row["tflops_per_gpu"], row
+        assert project(planned, with_what_ifs=False)["tflops_per_gpu"] == row["tflops_per_gpu"], row
 
 
 def test_make_search_fix_holds_the_named_dimensions_and_refuses_an_unknown_one(tmp_path):
@@ -256,7 +256,7 @@ def test_search_ranks_records_the_gap_to_the_best_and_counts_the_bands():
 def test_search_ranks_of_some_models_keep_the_other_models_rows_in_published_order():
     """MODELS= searches those models again and keeps the rest of the last table (it used to replace the table)."""
     from optbench.projection.calibration import row_id
-    from optbench.projection.search_ranks import merged
+    from optbench.report.search_ranks import merged
     from optbench.catalog.published import default_published_dir, load_published
 
     rows = load_published(default_published_dir(REPO / "results"))
@@ -286,7 +286,7 @@ def test_make_search_ranks_refuses_an_unknown_model_and_a_foreign_folder_in_one_
         (["--results", str(tmp_path / "ours"), "--models", "qwen3"], "MODELS"),
         (["--results", str(foreign), "--models", "qwen3_30b_a3b"], "--results"),
     ):
-        out = subprocess.run([sys.executable, "-m", "optbench.projection.search_ranks", *args], cwd=REPO,
+        out = subprocess.run([sys.executable, "-m", "optbench.report.search_ranks", *args], cwd=REPO,
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and out.stdout == "", out.stderr
         assert out.stderr.strip().count("\n") == 0 and out.stderr.startswith(f"error: {field}: "), out.stderr
@@ -298,7 +298,7 @@ def test_search_ranks_judges_the_search_by_nvidias_own_layout_changes():
     at the earlier release said of the two layouts; a layout that does not change is no change."""
     import dataclasses
 
-    from optbench.projection.search_ranks import layout_changes
+    from optbench.report.search_ranks import layout_changes
     from optbench.catalog.published import default_published_dir, load_published
 
     base = next(r for r in load_published(default_published_dir(REPO / "results")) if r.model == "qwen3_30b_a3b")

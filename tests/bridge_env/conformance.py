@@ -305,7 +305,7 @@ def search_layout_cases(results: Path, container: str, stride: int = 1) -> list[
     build of about half a second)."""
     from optbench.compose.recipe import compose_run
     from optbench.common.errors import UserError
-    from optbench.projection.search import at, points
+    from optbench.plan.search import at, points
     from optbench.validate import validate
 
     cases = []

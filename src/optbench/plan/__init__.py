@@ -26,6 +26,7 @@ from optbench.config.serialize import run_config_to_dict
 from optbench.common.errors import Problem, UserError
 from optbench.common.io import atomic_write_text, dumps_strict
 from optbench.common.outputs import claim
+from optbench.plan.counterparts import ComposedCounterparts
 from optbench.plan.types import Plan, PlanData, PlanModel
 from optbench.projection.plan_fields import projection_summary_lines
 from optbench.projection.project import project
@@ -88,7 +89,7 @@ def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = (), compare: Se
         # FLOPs per token/step, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied TFLOP/s.
         accounting=accounting_fields(run, layout, resolved.ns_stats, resolved.ns_flops_total, resolved.memory),
         # Projected step time, TFLOP/s and MFU; for Muon its AdamW twin and the overhead's causes.
-        projection=project(resolved, overrides, siblings=tuple(compare)),
+        projection=project(resolved, overrides, counterparts=ComposedCounterparts(), siblings=tuple(compare)),
         config=redact_config(run_config_to_dict(run)),
         # The Bridge recipe function and the overrides the in-container entry point applies.
         bridge=bridge_setup(run) if run.engine == "megatron_bridge" else None,

@@ -18,16 +18,17 @@ from optbench.accounting.throughput import step_throughput
 from optbench.common.errors import UserError
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, EAGER_OP_OVERHEAD_MEASURED_ON, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Calibration, Holdout, calibrate
+from optbench.projection.counterparts import Counterparts
 from optbench.projection.expected_error import across_precision, error_case, expected_error
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.row_config import run_layout_key
 from optbench.projection.siblings import side_by_side
 from optbench.projection.step_model import StepBreakdown, evaluate
-from optbench.projection.twin import adamw_twin, decompose, twin_recipe
+from optbench.projection.twin import decompose, twin_recipe
 from optbench.projection.whatif import what_ifs
 from optbench.projection.work import build_inputs
 from optbench.common.redact import recorded_overrides
-from optbench.resolve import ResolvedRun, resolve
+from optbench.resolve import ResolvedRun
 
 MODEL_DOC = "docs/projection.md"
 
@@ -70,7 +71,8 @@ def _differences(resolved: ResolvedRun, twin: ResolvedRun) -> list[str]:
 
 
 def _twin_section(
-    resolved: ResolvedRun, overrides: Sequence[str], net, a: Assumptions, calibration: Calibration, muon: StepBreakdown
+    resolved: ResolvedRun, overrides: Sequence[str], net, a: Assumptions, calibration: Calibration, muon: StepBreakdown,
+    counterparts: Counterparts,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     run = resolved.run
     recipe, kept = twin_recipe(run, overrides)
@@ -78,7 +80,7 @@ def _twin_section(
         twin = calibration.anchor_run  # the very configuration the efficiency was calibrated on
     else:
         try:
-            twin = resolve(adamw_twin(run, overrides)[2], like=resolved)
+            twin = counterparts.twin(recipe, kept, like=resolved)
         except UserError as err:
             return unavailable(f"the AdamW twin does not compose: {err.lines()[0]}"), {}
     twin_net = interconnect_for(twin.run.cluster.gpu, twin.run.cluster.nvlink_domain_size)
@@ -137,13 +139,13 @@ def project(
     published_dir: str | Path | None = None,
     with_what_ifs: bool = True,
     holdout: Holdout = NO_HOLDOUT,
-    with_twin: bool = True,
+    counterparts: Counterparts | None = None,
     siblings: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The projection section for a resolved run (``overrides`` as typed: the AdamW twin reuses them;
-    ``holdout``: published rows the calibration may not use; ``with_twin=False``: no AdamW twin, which a
-    layout search projects itself at the same layout; ``siblings``: the other matrix optimizers to project beside
-    the twin, each one more composition)."""
+    ``holdout``: published rows the calibration may not use; ``counterparts``: where a matrix-optimizer run's AdamW
+    twin and ``siblings`` come from (the planner's compositions), None for no twin, which a layout search projects
+    itself at the same layout; ``siblings``: the other matrix optimizers to project beside the twin)."""
     run = resolved.run
     if run.engine == "local":
         return unavailable("engine=local runs small proxies on this machine and measures itself; no projection needed")
@@ -179,15 +181,15 @@ def project(
                            else expected_error(_error_case(resolved, calibration))),
         "compared_with_published": _compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
     }
-    if run.optimizer.matrix_optimizer and with_twin:
+    if run.optimizer.matrix_optimizer and counterparts is not None:
         section["adamw_twin"], section["muon_overhead"] = _twin_section(
-            resolved, overrides, net, assumptions, calibration, breakdown
+            resolved, overrides, net, assumptions, calibration, breakdown, counterparts
         )
         if section["muon_overhead"] and siblings:
             own = {"step_time_s": section["step_time_s"], "tflops_per_gpu": section["tflops_per_gpu"],
                    "tflops_per_gpu_change_percent": section["muon_overhead"]["tflops_per_gpu_change_percent"]}
             section["optimizers"] = side_by_side(resolved, overrides, net, assumptions, calibration, own,
-                                                 section["adamw_twin"], siblings)
+                                                 section["adamw_twin"], siblings, counterparts)
         if with_what_ifs and run.optimizer.muon_family:  # the what-ifs are Muon's (SYRK, NS-cost balancing)
             section["what_if"] = what_ifs(resolved, net, assumptions, eff, inputs, breakdown.total_s)
     return section

@@ -28,7 +28,7 @@ def projection_error(row: PublishedRow, holdout: Holdout = NO_HOLDOUT, assumptio
     if isinstance(config, str) or isinstance(resolved, str):
         return {"reason": str(config if isinstance(config, str) else resolved)}
     try:
-        section = project(resolved, config.overrides, assumptions, with_what_ifs=False, holdout=holdout, with_twin=False)
+        section = project(resolved, config.overrides, assumptions, with_what_ifs=False, holdout=holdout)
     except UserError as err:
         return {"reason": err.lines()[0].removeprefix("error: ")}
     if not section.get("available"):

@@ -1,7 +1,8 @@
 """The matrix optimizers side by side: each one's projected overhead over the same AdamW twin.
 
 A user choosing between the matrix optimizers wants them at one layout, against one AdamW baseline; the plan projects
-the ones the user names (``make plan ... COMPARE=<name>,<name>``), each one more composition. A
+the ones the user names (``make plan ... COMPARE=<name>,<name>``), each one more composition (by the planner:
+:mod:`optbench.projection.counterparts`). A
 sibling is the run with another matrix optimizer, as that optimizer's recipe configures it: the
 model's ``<model>_<optimizer>`` recipe when there is one (so an optimizer with more state gets its own micro batch), else the
 run's recipe with ``optimizer=<name>``; the user's non-optimizer overrides are kept. Each sibling is
@@ -15,25 +16,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from optbench.accounting.throughput import step_throughput
-from optbench.compose.recipe import compose_run
 from optbench.config.schema import MATRIX_OPTIMIZERS
 from optbench.common.errors import UserError
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.calibration import Calibration
+from optbench.projection.counterparts import Counterparts
 from optbench.projection.step_model import evaluate
 from optbench.projection.twin import recipe_with_optimizer
 from optbench.projection.work import build_inputs
 from optbench.common.redact import recorded_overrides
 from optbench.resolve import ResolvedRun
-from optbench.validate import validate
 
 
 def _sibling(resolved: ResolvedRun, name: str, overrides: Sequence[str], net, a: Assumptions,
-             calibration: Calibration, adamw_tflops: float) -> dict[str, Any]:
-    recipe, kept = recipe_with_optimizer(resolved.run, name, overrides)
+             calibration: Calibration, adamw_tflops: float, counterparts: Counterparts) -> dict[str, Any]:
+    recipe, kept = recipe_with_optimizer(resolved.run, name, overrides, counterparts.recipes())
     entry: dict[str, Any] = {"optimizer": name, "recipe": " ".join([recipe, *recorded_overrides(kept)])}
     try:
-        sibling = validate(compose_run(recipe, list(kept)), like=resolved)
+        sibling = counterparts.sibling(recipe, kept, like=resolved)
     except UserError as err:
         return {**entry, "available": False, "reason": err.lines()[0].removeprefix("error: ")}
     breakdown = evaluate(build_inputs(sibling, net, a), calibration.efficiency, a.backward_share)
@@ -50,9 +50,10 @@ def _sibling(resolved: ResolvedRun, name: str, overrides: Sequence[str], net, a:
 
 
 def side_by_side(resolved: ResolvedRun, overrides: Sequence[str], net, a: Assumptions, calibration: Calibration,
-                 own: dict[str, Any], twin: dict[str, Any], names: Sequence[str]) -> list[dict[str, Any]]:
+                 own: dict[str, Any], twin: dict[str, Any], names: Sequence[str],
+                 counterparts: Counterparts) -> list[dict[str, Any]]:
     """The run and each matrix optimizer of ``names`` projected beside the AdamW twin (``own``: the run's own
-    numbers, reused), in :data:`MATRIX_OPTIMIZERS`' order."""
+    numbers, reused; the others composed by ``counterparts``), in :data:`MATRIX_OPTIMIZERS`' order."""
     out = []
     for name in MATRIX_OPTIMIZERS:
         if name != resolved.run.optimizer.name and name not in names:
@@ -63,5 +64,5 @@ def side_by_side(resolved: ResolvedRun, overrides: Sequence[str], net, a: Assump
                         "optimizer_state_gb": round(memory.breakdown_gb.get("optimizer_state", 0.0), 2),
                         "memory_gb": round(memory.total_gb, 2)})
         else:
-            out.append(_sibling(resolved, name, overrides, net, a, calibration, twin["tflops_per_gpu"]))
+            out.append(_sibling(resolved, name, overrides, net, a, calibration, twin["tflops_per_gpu"], counterparts))
     return out

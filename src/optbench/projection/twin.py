@@ -18,9 +18,8 @@ The Muon-minus-AdamW step difference is split into
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-from optbench.compose.recipe import compose_run, list_recipes
 from optbench.config.overrides import typed_key
 from optbench.config.schema import RunConfig
 from optbench.common.errors import UserError
@@ -35,15 +34,16 @@ def is_optimizer_override(override: str) -> bool:
     return key == "optimizer" or key.startswith("optimizer.")
 
 
-def recipe_with_optimizer(run: RunConfig, name: str, overrides: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+def recipe_with_optimizer(run: RunConfig, name: str, overrides: Sequence[str],
+                          recipes: Collection[str]) -> tuple[str, tuple[str, ...]]:
     """(recipe, overrides) of the run with optimizer ``name`` as that optimizer's recipe configures it:
-    ``<model>_<optimizer>`` -> ``<model>_<name>`` when that recipe exists, else the run's recipe with
+    ``<model>_<optimizer>`` -> ``<model>_<name>`` when that recipe is one of ``recipes``, else the run's recipe with
     ``optimizer=<name>``; the user's overrides are kept but the ``optimizer.*`` ones."""
     kept = tuple(o for o in overrides if not is_optimizer_override(o))
     suffix = f"_{run.optimizer.name}"
     if run.recipe.endswith(suffix):
         counterpart = f"{run.recipe[: -len(suffix)]}_{name}"
-        if counterpart in list_recipes():
+        if counterpart in recipes:
             return counterpart, kept
     return run.recipe, (*kept, f"optimizer={name}")
 
@@ -57,16 +57,14 @@ def twin_recipe(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[st
     return run.recipe, (*kept, "optimizer=adamw")
 
 
-def adamw_twin(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[str, ...], RunConfig]:
-    """The twin's recipe, overrides and composed run; UserError when it does not compose."""
-    recipe, kept = twin_recipe(run, overrides)
-    twin = compose_run(recipe, list(kept))
+def check_twin(run: RunConfig, twin: RunConfig, recipe: str, kept: Sequence[str]) -> RunConfig:
+    """``twin`` (composed from ``recipe`` and ``kept``) when it is an AdamW run of ``run``'s model; else UserError."""
     if twin.optimizer.name != "adamw":
         raise UserError(f"the twin {recipe} {' '.join(kept)} does not use AdamW", "optimizer")
     if twin.model.name != run.model.name:
         raise UserError(f"{recipe} trains {twin.model.name}, not this run's {run.model.name}: name an AdamW recipe of "
                         "the same model", "compare_with")
-    return recipe, kept, twin
+    return twin
 
 
 def decompose(muon: StepBreakdown, adamw: StepBreakdown) -> dict[str, float]:

@@ -28,13 +28,13 @@ from optbench.common.outputs import claim
 from optbench.projection.calibration import row_id
 from optbench.projection.release_drift import consecutive_releases
 from optbench.projection.row_config import row_config, row_run
-from optbench.projection.search import (
+from optbench.plan.search import (
     AT_ITS_EP,
     Point,
     point_of_run,
     search,
 )
-from optbench.projection.search_standing import (
+from optbench.plan.search_standing import (
     rank_at_fixed,
     rank_with_headroom,
     ranked_of,

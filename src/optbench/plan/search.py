@@ -260,7 +260,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         if point != own and max_hbm is not None and resolved.memory.total_gb > max_hbm * spec.hbm_gb:
             dropped[over_share_reason(max_hbm)] += 1
             continue
-        section = project(resolved, with_what_ifs=False, with_twin=False)
+        section = project(resolved, with_what_ifs=False)
         if not section.get("available"):
             dropped[f"not projected: {section.get('reason', '')[:60]}"] += 1
             continue
@@ -279,7 +279,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         }
         if adamw is not None:
             try:
-                twin = project(resolve(at(adamw, s.point), like=s.resolved), with_what_ifs=False, with_twin=False)
+                twin = project(resolve(at(adamw, s.point), like=s.resolved), with_what_ifs=False)
                 row["adamw_tflops_per_gpu"] = twin["tflops_per_gpu"]
                 row["muon_vs_adamw_percent"] = round(100 * (s.projection["tflops_per_gpu"] / twin["tflops_per_gpu"] - 1), 2)
             except UserError:

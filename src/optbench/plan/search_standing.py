@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from optbench.projection.search import Point, Ranked
+from optbench.plan.search import Point, Ranked
 
 
 @dataclass(frozen=True)

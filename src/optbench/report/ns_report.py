@@ -1,6 +1,6 @@
 """Our Newton-Schulz TFLOP/s next to the NVIDIA blog's (Table 1: 51 for Kimi K2, 35 for Qwen3 30B-A3B).
 
-``python -m optbench.projection.ns_report`` prints, for every published row that splits its TFLOP/s
+``python -m optbench.report.ns_report`` prints, for every published row that splits its TFLOP/s
 into model + Newton-Schulz, our count at the blog's implied step time (its model-only TFLOP/s
 turned into a step time with Bridge's FLOPs rule) under several counting conventions. The
 conventions are alternatives a reader might have used, computed from the same parameter inventory;
