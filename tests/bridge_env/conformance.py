@@ -518,6 +518,8 @@ def main() -> int:
     parser.add_argument("--stride", type=int, default=1,
                         help="with --search-only: every that many-th distinct layout (default 1: all)")
     args = parser.parse_args()
+    if args.stride < 1:
+        parser.error(f"--stride: {args.stride} is not a layout count; give 1 (every layout) or more")
     from optbench.engine.bridge.cpu_check import hf_cache
 
     started = time.perf_counter()

@@ -123,7 +123,6 @@ class MemoryEstimate:
         )
 
 
-
 def _is_fp8_gemm_weight(spec: ParamSpec) -> bool:
     return len(spec.shape) == 2 and spec.kind not in (EMBEDDING, OUTPUT, ROUTER)
 

@@ -20,7 +20,11 @@ def compose_twin(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[s
     """The AdamW twin's recipe, overrides and composed run; UserError when it does not compose or is not an AdamW
     run of the same model."""
     recipe, kept = twin_recipe(run, overrides)
-    return recipe, kept, check_twin(run, compose_run(recipe, list(kept)), recipe, kept)
+    return recipe, kept, _checked_twin(run, recipe, kept)
+
+
+def _checked_twin(run: RunConfig, recipe: str, overrides: Sequence[str]) -> RunConfig:
+    return check_twin(run, compose_run(recipe, list(overrides)), recipe, overrides)
 
 
 class ComposedCounterparts:
@@ -30,7 +34,7 @@ class ComposedCounterparts:
         return list_recipes()
 
     def twin(self, recipe: str, overrides: Sequence[str], like: ResolvedRun) -> ResolvedRun:
-        return resolve(check_twin(like.run, compose_run(recipe, list(overrides)), recipe, overrides), like=like)
+        return resolve(_checked_twin(like.run, recipe, overrides), like=like)
 
     def sibling(self, recipe: str, overrides: Sequence[str], like: ResolvedRun) -> ResolvedRun:
         return validate(compose_run(recipe, list(overrides)), like=like)

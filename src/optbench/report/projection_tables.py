@@ -75,8 +75,8 @@ def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSU
         for label, change in (*SENSITIVITY, *measured_op_overheads(base)):
             if change.get("ns_gemm_efficiency", 0.0) is None:
                 change = {"ns_gemm_efficiency": p["efficiency"]["value"]}
-            q = project(run, [BLOG_CONTAINER], assumptions=replace(base, **change), with_what_ifs=False,
-                        counterparts=ComposedCounterparts())
+            # Only the run's own figure is read here: no twin is composed for it.
+            q = project(run, [BLOG_CONTAINER], assumptions=replace(base, **change), with_what_ifs=False)
             blog = _blog(q)
             rows.append(
                 {
