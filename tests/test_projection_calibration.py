@@ -125,7 +125,7 @@ def test_muon_prediction_moves_with_the_adamw_anchor(tmp_path):
 
 
 @pytest.mark.slow  # about 25 s: the carried table is fitted on this folder's rows (25 values of M0)
-def test_a_model_without_rows_is_carried_at_the_mean_model_term(tmp_path):
+def test_a_model_without_rows_is_carried_at_the_term_of_the_model_of_its_gemm_shapes(tmp_path):
     def drop_kimi_adamw(row):
         if row["optimizer"] == "adamw" and row["model"] == "kimi_k2":
             row.update(model="kimi_k2_unpublished")
@@ -133,11 +133,12 @@ def test_a_model_without_rows_is_carried_at_the_mean_model_term(tmp_path):
 
     run = compose_run("kimi_k2_muon", [])
     calibration = calibrate(run, DEFAULT_ASSUMPTIONS, _copy_published(tmp_path, drop_kimi_adamw))
-    # A model without rows takes the carried table's mean model term (fitted on this folder's rows, not the
-    # committed table): a projection whose expected error is the leave-one-model-out figure.
-    assert calibration.is_carried and dict(calibration.carried)["model"] == "mean of every model"
+    # A model without rows takes the carried table's term of the model with its GEMM shapes (Kimi K2: DeepSeek-V3's;
+    # fitted on this folder's rows, not the committed table): its expected error is the leave-one-model-out figure.
+    assert calibration.is_carried and dict(calibration.carried)["model"] == "as deepseek_v3 (same GEMM shapes)"
     p = project(resolve(run), published_dir=tmp_path / "published")
-    assert p["available"] and p["efficiency"]["status"].startswith("carried: gpu as blackwell_ultra, model mean of every model")
+    assert p["available"] and p["efficiency"]["status"].startswith(
+        "carried: gpu as blackwell_ultra, model as deepseek_v3 (same GEMM shapes)")
     assert p["expected_error"] is None or p["expected_error"]["scheme"] == "leave one model out"
 
 

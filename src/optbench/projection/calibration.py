@@ -41,7 +41,7 @@ from optbench.config.schema import RunConfig
 from optbench.common.errors import UserError
 from optbench.projection.anchors import committed_anchors, committed_unsolved
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
-from optbench.projection.carried import committed_table, fitted_without, setup_of
+from optbench.projection.carried import GemmShape, committed_table, fitted_without, gemm_shape, setup_of
 from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, precision_ratio
 from optbench.projection.row_solve import solve_at
 from optbench.projection.work import gemm_peak
@@ -254,7 +254,8 @@ def _plans_from_committed(published: str, holdout: Holdout) -> bool:
 
 @lru_cache(maxsize=512)
 def _calibrate(
-    model: str, gpu: str, precision: str, release: str | None, published: str, assumptions: Assumptions, holdout: Holdout
+    model: str, gpu: str, precision: str, release: str | None, published: str, assumptions: Assumptions, holdout: Holdout,
+    shape: GemmShape | None = None,
 ) -> Calibration | None:
     """Solved on the best anchor row of the model on its own GPU; without one, from the carried table."""
     rows = load_published(published)
@@ -267,16 +268,18 @@ def _calibrate(
         solved = Calibration(**fields) if fields else unsolved.get(row_id(row)) or _solved(row, assumptions)
         if not isinstance(solved, str):
             return replace(solved, same_preset=release is not None and same_configuration(row, release))
-    return _carried(model, gpu, release, published, holdout)
+    return _carried(model, gpu, release, published, holdout, shape)
 
 
-def _carried(model: str, gpu: str, release: str | None, published: str, holdout: Holdout) -> Calibration | None:
+def _carried(
+    model: str, gpu: str, release: str | None, published: str, holdout: Holdout, shape: GemmShape | None
+) -> Calibration | None:
     """The efficiency of the carried table (:mod:`optbench.projection.carried`): the committed one for a plan, one
     refitted without the held-out rows for a validation scheme."""
     table = (committed_table() if _plans_from_committed(published, holdout) else None) or fitted_without(published, holdout)
     if table is None or release is None:
         return None
-    efficiency, how = table.efficiency(model, gpu, release)
+    efficiency, how = table.efficiency(model, gpu, release, shape)
     return Calibration(
         efficiency=efficiency, peak_key=f"{gpu}_fp8",
         anchor=f"the carried table ({len(table.rows)} AdamW rows, {table.parameter_count} parameters; "
@@ -299,7 +302,8 @@ def calibrate(
     directory = Path(published_dir) if published_dir else default_published_dir(repo_root() / "results")
     try:
         calibration = _calibrate(
-            run.model.name, run.cluster.gpu, run.precision.name, _release_of(run), str(directory), assumptions, holdout
+            run.model.name, run.cluster.gpu, run.precision.name, _release_of(run), str(directory), assumptions, holdout,
+            gemm_shape(run.model),
         )
     except UserError:
         return None

@@ -20,9 +20,10 @@ grid as the value whose table leaves the smallest squared residual. The slowdown
 that tells a layout with few rows per expert (DeepSeek-V3 at EP8 on 8-GPU nodes: 1,024 rows) from one with many
 (EP32-64 on NVL72: 4,096-8,192); without it the GPU and model terms cannot agree across setups.
 
-A GPU of an architecture without rows takes the mean of the known architectures; an unknown model
-the mean of the model terms (the baseline's 0 included); a release outside the table the nearest earlier one (else
-the earliest). ``make projection`` writes the table to ``results/projection/calibration.json``; plans read it and
+A GPU of an architecture without rows takes the mean of the known architectures. A model without rows takes the
+term of the fitted models whose GEMMs have its shapes (:func:`gemm_shape`: Kimi K2 is DeepSeek-V3's hidden size,
+expert width, top-k, shared expert and MLA), else the mean of the model terms (the baseline's 0 included). A
+release outside the table takes the nearest earlier one (else the earliest). ``make projection`` writes the table to ``results/projection/calibration.json``; plans read it and
 compose nothing to calibrate. The validation refits it without the rows each scheme holds out.
 """
 
@@ -40,6 +41,7 @@ from typing import Any
 from optbench.accounting.plan_fields import PRECISION_ALIASES
 from optbench.common.checkout import repo_root
 from optbench.catalog.hardware import gpu_catalog
+from optbench.config.schema import ModelConfig
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.row_config import release_order, row_config, row_run
 from optbench.projection.row_solve import solve_at
@@ -62,6 +64,26 @@ def precision_class(row: PublishedRow) -> str:
     return PRECISION_ALIASES.get(row.precision, row.precision)
 
 
+GemmShape = tuple[int, int, int, int, bool]
+"""What :func:`gemm_shape` compares."""
+SHAPE_FIELDS = ("hidden_size", "ffn_width", "experts_per_token", "shared_expert_width", "multi_latent_attention")
+"""calibration.json's names for a :data:`GemmShape`'s members."""
+
+
+def gemm_shape(model: ModelConfig) -> GemmShape:
+    """The shapes of a model's bulk GEMMs: hidden size, (expert) FFN width, the experts a token visits, the shared
+    expert's width and whether attention is MLA. The model term is what a model's shapes reach of the peak, so a
+    model without rows of the same shapes as a fitted one takes that one's term. Not in it: the head count (Kimi K2
+    64, DeepSeek-V3 128: the attention's core and output projection differ), the expert count (the rows per expert
+    are priced by the step model's small-expert term) and the layer count (a step is a sum over layers)."""
+    moe = bool(model.num_moe_experts)
+    return (
+        model.hidden_size, (model.moe_ffn_hidden_size or model.ffn_hidden_size) if moe else model.ffn_hidden_size,
+        model.moe_router_topk if moe else 0, model.moe_shared_expert_intermediate_size if moe else 0,
+        model.multi_latent_attention,
+    )
+
+
 def setup_of(row: PublishedRow) -> tuple[str, str, int, str]:
     """A row's setup: model, GPU, GPU count, precision (the sources of one setup are one setup)."""
     return row.model, row.gpu, row.num_gpus, precision_class(row)
@@ -80,14 +102,17 @@ class CarriedTable:
     """The rows fitted on (:func:`optbench.projection.calibration.row_id`)."""
     rms_residual: float
     """Root mean square of the fit's log residual."""
+    model_shapes: tuple[tuple[str, GemmShape], ...] = ()
+    """Each fitted model's :func:`gemm_shape` (how a model without rows finds a term; empty: the mean)."""
 
     @property
     def parameter_count(self) -> int:
         """Architecture, model (the baseline's is fixed at 0), release (likewise) terms and M0."""
         return len(self.arch) + max(0, len(self.model) - 1) + max(0, len(self.release) - 1) + 1
 
-    def term(self, kind: str, key: str) -> tuple[float, str]:
-        """(log term, how it was found) for ``key`` of ``kind`` (gpu, model, release)."""
+    def term(self, kind: str, key: str, shape: GemmShape | None = None) -> tuple[float, str]:
+        """(log term, how it was found) for ``key`` of ``kind`` (gpu, model, release); ``shape``: a model's
+        :func:`gemm_shape`, read when the model has no term."""
         if kind == "gpu":
             arch = gpu_arch(key)
             table = dict(self.arch)
@@ -98,15 +123,19 @@ class CarriedTable:
         if key in table:
             return table[key], "fitted"
         if kind == "model":
+            alike = [model for model, its in self.model_shapes if its == shape and model in table]
+            if alike:
+                return statistics.fmean(table[m] for m in alike), f"as {' and '.join(alike)} (same GEMM shapes)"
             return statistics.fmean(table.values()), "mean of every model"
         known = sorted(table, key=release_order)
         earlier = [r for r in known if release_order(r) <= release_order(key)]
         nearest = earlier[-1] if earlier else known[0]
         return table[nearest], f"as release {nearest}"
 
-    def efficiency(self, model: str, gpu: str, release: str) -> tuple[float, dict[str, str]]:
-        """The efficiency of ``model`` on ``gpu`` at ``release``, and how each term was found."""
-        found = {kind: self.term(kind, key) for kind, key in (("gpu", gpu), ("model", model), ("release", release))}
+    def efficiency(self, model: str, gpu: str, release: str, shape: GemmShape | None = None) -> tuple[float, dict[str, str]]:
+        """The efficiency of ``model`` (of :func:`gemm_shape` ``shape``) on ``gpu`` at ``release``, and how each term
+        was found."""
+        found = {kind: self.term(kind, key, shape) for kind, key in (("gpu", gpu), ("model", model), ("release", release))}
         return math.exp(sum(value for value, _ in found.values())), {kind: how for kind, (_, how) in found.items()}
 
     def as_dict(self) -> dict[str, Any]:
@@ -118,6 +147,7 @@ class CarriedTable:
             "small_expert_gemm_rows_mxfp8": self.mxfp8_expert_rows,
             "parameter_count": self.parameter_count,
             "rms_log_residual": round(self.rms_residual, 5),
+            "model_shapes": {m: dict(zip(SHAPE_FIELDS, shape)) for m, shape in self.model_shapes},
             "rows": list(self.rows),
         }
 
@@ -126,8 +156,9 @@ class CarriedTable:
         def logs(name: str) -> tuple[tuple[str, float], ...]:
             return tuple((k, math.log(float(v))) for k, v in data[name].items())
 
+        shapes = tuple((m, tuple(fields[f] for f in SHAPE_FIELDS)) for m, fields in data.get("model_shapes", {}).items())
         return cls(logs("arch"), logs("model"), logs("release"), float(data["small_expert_gemm_rows_mxfp8"]),
-                   tuple(data["rows"]), float(data["rms_log_residual"]))
+                   tuple(data["rows"]), float(data["rms_log_residual"]), shapes)
 
 
 def fit_rows(rows: Sequence[PublishedRow], inconsistent: Sequence[str] = ()) -> list[PublishedRow]:
@@ -183,6 +214,7 @@ def fit_table(rows: Sequence[PublishedRow], grid: Sequence[float] = MXFP8_EXPERT
             release=((min((r.release for r, _ in solved), key=release_order), 0.0),)
             + tuple((k, v) for (kind, k), v in terms.items() if kind == "release"),
             mxfp8_expert_rows=m0, rows=tuple(row_id(r) for r, _ in solved), rms_residual=rms,
+            model_shapes=tuple(sorted({(r.model, gemm_shape(row_run(r).run.model)) for r, _ in solved})),
         )
         if best is None or table.rms_residual < best.rms_residual - 1e-12:
             best = table

@@ -49,8 +49,8 @@ TOP = 5
 """The issue's bar: NVIDIA's layout in our top 5."""
 
 WITHIN_PERCENT = (3, 5, 10)
-"""Bands of the gap to the search's best in which NVIDIA's layout is counted (our out-of-sample error on
-absolute throughput: median 1.1 %, 86 % of rows within 5 %, docs/projection.md section 7)."""
+"""Bands of the gap to the search's best in which NVIDIA's layout is counted (beside the out-of-sample error a
+search's ranks stand on, leave one layout out: results/projection/validation.md)."""
 
 
 HEADROOM = (0.9, 0.8, 0.7)
