@@ -129,7 +129,7 @@ search-ranks: ## Where NVIDIA's own layout ranks in `make search`, for every pub
 	@$(PY) -m optbench.report.search_ranks --from-make
 
 projection: ## The projection against every published row, in sample and out of sample (leave one row / release / GPU out): results/projection/validation.md
-	@$(PY) -m optbench.projection.validation_report --update-docs --from-make
+	@$(PY) -m optbench.report.validation_report --update-docs --from-make
 
 #   make study [SIZE=cpu|gpu] [hydra overrides for every run, e.g. train.iters=300]
 study: export OPTBENCH_STUDY_SIZE = $(call typed,SIZE)

@@ -15,7 +15,7 @@ from optbench.engine.bridge.adapter import executed_by_nvidia
 from optbench.compose.recipe import compose_run
 from optbench.config.layout import derive_layout
 from optbench.plan import build_plan, format_summary
-from optbench.projection.row_config import row_run
+from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.catalog.published import load_published
 from optbench.validate import above, collect_problems, validate
 
@@ -36,7 +36,7 @@ def test_published_layouts_fit(row) -> None:
     """Every published row's configuration as `make plan` plans it (its release's NVIDIA preset, the row's stated
     layout and batch: projection.row_config): NVIDIA ran it, so our estimate may exceed the HBM by no more than its
     own stated error (it does by 6 % for DeepSeek-V3 on GB200 at 26.04 and 26.04.01: 198 of 186 GB)."""
-    resolved = row_run(row)
+    resolved = COMPOSED_ROWS.run(row)
     assert not isinstance(resolved, str), resolved
     estimate = resolved.memory
     assert estimate.total_gb <= estimate.hbm_gb * (1 + estimate.expected_error), (estimate.total_gb, estimate.breakdown_gb)

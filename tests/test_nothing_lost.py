@@ -147,7 +147,7 @@ def test_make_table_refuses_a_folder_where_it_writes_a_file(tmp_path: Path) -> N
 @pytest.fixture
 def checkout_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A checkout whose documents make projection reads (README.md, docs/projection.md) are copies."""
-    from optbench.projection import validation_report
+    from optbench.report import validation_report
 
     root = tmp_path / "checkout"
     (root / "docs").mkdir(parents=True)
@@ -160,7 +160,7 @@ def checkout_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.parametrize("damage", ["missing", "not utf-8"])
 def test_make_projection_refuses_a_damaged_readme_before_writing(checkout_copy: Path, tmp_path: Path, damage: str,
                                                                 capsys) -> None:
-    from optbench.projection import validation_report
+    from optbench.report import validation_report
 
     readme = checkout_copy / "README.md"
     readme.unlink() if damage == "missing" else readme.write_bytes(readme.read_bytes() + b"\xff\xfe")
@@ -173,7 +173,7 @@ def test_make_projection_refuses_a_damaged_readme_before_writing(checkout_copy: 
 
 
 def test_make_projection_refuses_a_stray_word_as_make_table_does(monkeypatch, capsys) -> None:
-    from optbench.projection import validation_report
+    from optbench.report import validation_report
 
     monkeypatch.setenv("OPTBENCH_MAKE_OVERRIDES", "foo=1")
     with pytest.raises(SystemExit) as stopped:

@@ -9,6 +9,7 @@ import pytest
 from optbench.common.checkout import repo_root
 from optbench.projection.anchors import ANCHORS, FIELDS, anchor_record, committed_anchors, committed_unsolved
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
+from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.calibration import solve_on
 from optbench.catalog.published import default_published_dir, load_published, row_id
 
@@ -19,7 +20,7 @@ def test_every_committed_anchor_is_what_live_solving_gives():
     stored, unsolved = committed_anchors(), committed_unsolved()
     assert len(stored) >= 50 and set(stored) | set(unsolved) == {row_id(r) for r in rows}
     for row in rows:
-        live = solve_on(row, DEFAULT_ASSUMPTIONS)
+        live = solve_on(row, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS)
         if isinstance(live, str):
             assert unsolved[row_id(row)] == live
             continue

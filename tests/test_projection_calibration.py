@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.accounting.throughput import step_time_for_tflops
 from optbench.compose.recipe import compose_run
 from optbench.plan.counterparts import ComposedCounterparts
@@ -50,11 +51,11 @@ def test_calibration_recovers_the_adamw_anchor(model):
     # At the anchor's own release (the blog measured nemo:26.02); other releases reuse its efficiency.
     run = compose_run(f"{model}_adamw", ["cluster.container=nemo:26.02"])
     anchor = _blog_row(model, "adamw")
-    calibration = calibrate(run, DEFAULT_ASSUMPTIONS)
+    calibration = calibrate(run, DEFAULT_ASSUMPTIONS, row_runs=COMPOSED_ROWS)
     net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
     step = evaluate(build_inputs(resolve(run), net, DEFAULT_ASSUMPTIONS), calibration.efficiency).total_s
     assert step == pytest.approx(step_time_for_tflops(run, anchor.model_tflops_per_gpu), rel=1e-9)
-    p = project(resolve(run))
+    p = project(resolve(run), row_runs=COMPOSED_ROWS)
     assert p["efficiency"]["calibrated_on"].startswith("nvidia_blog_table1 26.02")
     assert p["efficiency"]["status"] == "calibrated"
     assert p["tflops_per_gpu"] == pytest.approx(anchor.model_tflops_per_gpu, abs=0.01)
@@ -94,24 +95,24 @@ def test_release_drift_is_small_where_the_preset_did_not_change():
 @pytest.mark.slow  # several seconds: `make test` runs it
 def test_muon_prediction_ignores_published_muon_figures(model, tmp_path):
     run = compose_run(f"{model}_muon", [])
-    baseline = project(resolve(run), with_what_ifs=False)
+    baseline = project(resolve(run), with_what_ifs=False, row_runs=COMPOSED_ROWS)
 
     def scramble_muon(row):
         if row["optimizer"] == "muon":
             row.update(tflops_per_gpu="2000", model_tflops_per_gpu="1950", ns_tflops_per_gpu="50", tokens_per_s_per_gpu="")
         return row
 
-    scrambled = project(resolve(run), published_dir=_copy_published(tmp_path, scramble_muon), with_what_ifs=False)
+    scrambled = project(resolve(run), published_dir=_copy_published(tmp_path, scramble_muon), with_what_ifs=False, row_runs=COMPOSED_ROWS)
     assert scrambled["tflops_per_gpu"] == baseline["tflops_per_gpu"]
     assert scrambled["efficiency"] == baseline["efficiency"]
-    assert project(resolve(run), with_what_ifs=False)["tflops_per_gpu"] == baseline["tflops_per_gpu"]  # deterministic
+    assert project(resolve(run), with_what_ifs=False, row_runs=COMPOSED_ROWS)["tflops_per_gpu"] == baseline["tflops_per_gpu"]  # deterministic
 
 
 @pytest.mark.slow  # several seconds: `make test` runs it
 def test_muon_prediction_moves_with_the_adamw_anchor(tmp_path):
     typed = ["cluster.container=nemo:26.02"]  # the anchor's release: its twin is the anchor's configuration
     run = compose_run("kimi_k2_muon", typed)
-    baseline = project(resolve(run), typed, with_what_ifs=False, counterparts=ComposedCounterparts())
+    baseline = project(resolve(run), typed, with_what_ifs=False, counterparts=ComposedCounterparts(), row_runs=COMPOSED_ROWS)
 
     def slower_adamw(row):
         if row["optimizer"] == "adamw" and row["model"] == "kimi_k2":
@@ -119,7 +120,7 @@ def test_muon_prediction_moves_with_the_adamw_anchor(tmp_path):
         return row
 
     moved = project(resolve(run), typed, published_dir=_copy_published(tmp_path, slower_adamw), with_what_ifs=False,
-                    counterparts=ComposedCounterparts())
+                    counterparts=ComposedCounterparts(), row_runs=COMPOSED_ROWS)
     assert moved["adamw_twin"]["tflops_per_gpu"] == pytest.approx(900.0, abs=0.01)
     assert moved["tflops_per_gpu"] < baseline["tflops_per_gpu"] - 100
 
@@ -132,11 +133,11 @@ def test_a_model_without_rows_is_carried_at_the_term_of_the_model_of_its_gemm_sh
         return row
 
     run = compose_run("kimi_k2_muon", [])
-    calibration = calibrate(run, DEFAULT_ASSUMPTIONS, _copy_published(tmp_path, drop_kimi_adamw))
+    calibration = calibrate(run, DEFAULT_ASSUMPTIONS, _copy_published(tmp_path, drop_kimi_adamw), row_runs=COMPOSED_ROWS)
     # A model without rows takes the carried table's term of the model with its GEMM shapes (Kimi K2: DeepSeek-V3's;
     # fitted on this folder's rows, not the committed table): its expected error is the leave-one-model-out figure.
     assert calibration.is_carried and dict(calibration.carried)["model"] == "as deepseek_v3 (same GEMM shapes)"
-    p = project(resolve(run), published_dir=tmp_path / "published")
+    p = project(resolve(run), published_dir=tmp_path / "published", row_runs=COMPOSED_ROWS)
     assert p["available"] and p["efficiency"]["status"].startswith(
         "carried: gpu as blackwell_ultra, model as deepseek_v3 (same GEMM shapes)")
     assert p["expected_error"] is None or p["expected_error"]["scheme"] == "leave one model out"
@@ -146,7 +147,7 @@ def test_muon_predictions_meet_the_target():
     """The issue's target: projected Muon model-only TFLOP/s within 5 % of the blog's 1029 and 686 (nemo:26.02)."""
     for model in ("kimi_k2", "qwen3_30b_a3b"):
         run = compose_run(f"{model}_muon", ["cluster.container=nemo:26.02"])
-        p = project(resolve(run), with_what_ifs=False)
+        p = project(resolve(run), with_what_ifs=False, row_runs=COMPOSED_ROWS)
         published = _blog_row(model, "muon").model_tflops_per_gpu
         assert abs(p["tflops_per_gpu"] / published - 1) < 0.05, (model, p["tflops_per_gpu"], published)
 
@@ -154,7 +155,7 @@ def test_muon_predictions_meet_the_target():
 def test_an_efficiency_on_a_gpu_without_the_models_row_comes_from_the_carried_table():
     # Kimi K2 has no AdamW figure on B200: the efficiency comes from the carried table and is labelled so.
     run = compose_run("kimi_k2_adamw", ["cluster=b200", "parallel=kimi_k2_b200_256", "train=kimi_k2_b200"])
-    p = project(resolve(run))
+    p = project(resolve(run), row_runs=COMPOSED_ROWS)
     assert p["available"]
     assert p["efficiency"]["status"] == "carried: gpu as blackwell, model fitted, release fitted"
     assert p["expected_error"]["scheme"] == "leave one setup out"

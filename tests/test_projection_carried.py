@@ -13,6 +13,7 @@ from launch.dispatch import plan_run
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import Holdout
 from optbench.compose.recipe import compose_run
+from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.carried import CarriedTable, committed_table, fitted_without, gemm_shape
 from optbench.projection.copy_baseline import nearest
 from optbench.projection.expected_error import SCHEME_LABELS
@@ -34,7 +35,7 @@ def _row(release: str, model: str, gpu: str, optimizer: str = "adamw"):
 @pytest.mark.slow  # about 30 s alone: every AdamW row solved at 25 values of M0 (kept for the validation test)
 @pytest.mark.xdist_group("carried-table")
 def test_the_committed_table_is_what_make_projection_fits_and_the_step_model_uses_its_m0():
-    fitted = fitted_without(str(PUBLISHED), Holdout())  # what make projection writes, and what its in-sample scheme uses
+    fitted = fitted_without(str(PUBLISHED), Holdout(), COMPOSED_ROWS)  # what make projection writes, and what its in-sample scheme uses
     committed = committed_table()
     assert committed is not None and fitted.as_dict() == committed.as_dict()
     assert DEFAULT_ASSUMPTIONS.small_expert_gemm_rows_mxfp8 == committed.mxfp8_expert_rows
@@ -125,10 +126,10 @@ def test_leave_one_setup_out_never_anchors_on_the_setup_it_holds_out():
 @pytest.mark.slow  # about 6 s: every published row's executed layout composed
 def test_the_copy_baseline_copies_the_nearest_kept_row():
     row = _row("26.04", "deepseek_v3", "gb200")
-    kept = nearest(row, ROWS, lambda r: r.gpu != "gb200")
+    kept = nearest(row, ROWS, lambda r: r.gpu != "gb200", COMPOSED_ROWS)
     # The same model and precision on the GPU of the same system shape (NVL72), at the nearest release.
     assert (kept.model, kept.gpu, kept.precision, kept.release) == ("deepseek_v3", "gb300", "mxfp8", "26.04")
-    assert row_id(nearest(row, ROWS, lambda r: True)) != row_id(row)
+    assert row_id(nearest(row, ROWS, lambda r: True, COMPOSED_ROWS)) != row_id(row)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from optbench.projection.calibration import Holdout, ranked_anchors, row_id, sol
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.expected_error import error_case, expected_error, expected_error_text
 from optbench.projection.published_rows import projection_error
-from optbench.projection.row_config import row_config, row_run
+from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.validation import report, summary
 from optbench.catalog.published import load_published
 
@@ -32,17 +32,17 @@ def _row(release: str, model: str, gpu: str, optimizer: str = "adamw"):
 )
 def test_plan_and_table_print_the_same_projection(release, model, gpu, optimizer):
     row = _row(release, model, gpu, optimizer)
-    config = row_config(row)
+    config = COMPOSED_ROWS.config(row)
     _, plan = plan_run(config.recipe, list(config.overrides))
-    assert plan.projection["tflops_per_gpu"] == projection_error(row)["tflops"]
+    assert plan.projection["tflops_per_gpu"] == projection_error(row, COMPOSED_ROWS)["tflops"]
     assert config.command.startswith(f"make plan RECIPE={config.recipe} ")
 
 
 def test_a_row_keeps_every_layer_of_its_model():
     # NVIDIA's 26.02.01 H100 row states PP2 VPP12: typed, the layout is rebalanced over 24 stages, never floored.
     row = _row("26.02.01", "qwen3_30b_a3b", "h100")
-    resolved = row_run(row)
-    assert "parallel.pp=2" in row_config(row).typed and "parallel.vpp=12" in row_config(row).typed
+    resolved = COMPOSED_ROWS.run(row)
+    assert "parallel.pp=2" in COMPOSED_ROWS.config(row).typed and "parallel.vpp=12" in COMPOSED_ROWS.config(row).typed
     assert len(resolved.stage_layers) == 24
     assert sum(resolved.stage_layers) == resolved.run.model.num_layers
 
@@ -50,25 +50,25 @@ def test_a_row_keeps_every_layer_of_its_model():
 def test_a_release_row_takes_that_release_preset():
     # Kimi K2's 26.02 blog row at nemo:26.02: the container is the row's, and its figure is reproduced as anchor.
     row = _row("26.02", "kimi_k2", "gb300")
-    assert "cluster.container=nemo:26.02" in row_config(row).overrides
-    assert row_run(row).run.cluster.container == "nemo:26.02"
-    result = projection_error(row)
+    assert "cluster.container=nemo:26.02" in COMPOSED_ROWS.config(row).overrides
+    assert COMPOSED_ROWS.run(row).run.cluster.container == "nemo:26.02"
+    result = projection_error(row, COMPOSED_ROWS)
     assert result["anchor_itself"] and abs(result["error_percent"]) < 0.05
 
 
 def test_a_row_runs_its_release_precision_settings():
     # The recipe's own precision is not typed, so the release's preset supplies its precision fields: Qwen3's
     # MXFP8 preset runs FP8 attention from 26.06 (Bridge 0.5), not before; an H100 FP8 row types its precision.
-    assert row_run(_row("26.06", "qwen3_30b_a3b", "gb300")).run.precision.fp8_dot_product_attention
-    assert not row_run(_row("26.04.01", "qwen3_30b_a3b", "gb300")).run.precision.fp8_dot_product_attention
-    assert not any(o.startswith("precision=") for o in row_config(_row("26.06", "qwen3_30b_a3b", "gb300")).overrides)
-    assert "precision=fp8_cs" in row_config(_row("26.02", "qwen3_30b_a3b", "h100")).overrides
+    assert COMPOSED_ROWS.run(_row("26.06", "qwen3_30b_a3b", "gb300")).run.precision.fp8_dot_product_attention
+    assert not COMPOSED_ROWS.run(_row("26.04.01", "qwen3_30b_a3b", "gb300")).run.precision.fp8_dot_product_attention
+    assert not any(o.startswith("precision=") for o in COMPOSED_ROWS.config(_row("26.06", "qwen3_30b_a3b", "gb300")).overrides)
+    assert "precision=fp8_cs" in COMPOSED_ROWS.config(_row("26.02", "qwen3_30b_a3b", "h100")).overrides
 
 
 def test_an_impossible_layout_is_a_reason_not_a_projection(monkeypatch):
     row = _row("26.02", "qwen3_30b_a3b", "gb300")
     bad = type(row)(**{**row.__dict__, "layout": {**row.layout, "pp": 7}, "release": "26.02.01"})
-    result = projection_error(bad)
+    result = projection_error(bad, COMPOSED_ROWS)
     assert "tflops" not in result and "parallel" in result["reason"]
 
 
@@ -80,20 +80,20 @@ def test_anchor_ranking_prefers_the_row_release_and_precision():
 
 def test_holdouts_never_use_what_they_hold_out():
     row = _row("26.06", "qwen3_30b_a3b", "gb300")
-    assert projection_error(row)["anchor_itself"]
-    loo = projection_error(row, Holdout(rows=frozenset({row_id(row)})))
-    assert not loo["anchor_itself"] and loo["anchor"] != projection_error(row)["anchor"]
-    loro = projection_error(row, Holdout(releases=frozenset({row.release})))
+    assert projection_error(row, COMPOSED_ROWS)["anchor_itself"]
+    loo = projection_error(row, COMPOSED_ROWS, Holdout(rows=frozenset({row_id(row)})))
+    assert not loo["anchor_itself"] and loo["anchor"] != projection_error(row, COMPOSED_ROWS)["anchor"]
+    loro = projection_error(row, COMPOSED_ROWS, Holdout(releases=frozenset({row.release})))
     assert " 26.06 " not in loro["anchor"]
 
 
 def test_a_row_the_model_cannot_reach_says_so():
     row = _row("26.04.01", "deepseek_v3", "b200")
-    assert not isinstance(solve_on(row, DEFAULT_ASSUMPTIONS), str)
+    assert not isinstance(solve_on(row, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS), str)
     tenfold = dataclasses.replace(
         row, tokens_per_s_per_gpu=10 * row.tokens_per_s_per_gpu, model_tflops_per_gpu=10 * row.model_tflops_per_gpu
     )
-    assert solve_on(tenfold, DEFAULT_ASSUMPTIONS).startswith("the model cannot reach this figure")
+    assert solve_on(tenfold, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS).startswith("the model cannot reach this figure")
 
 
 def test_summary_counts_only_the_validated_domain():
@@ -155,9 +155,9 @@ def test_each_case_reads_the_scheme_that_measured_it(tmp_path):
 @pytest.mark.slow  # about 12 s: the carried table refitted without GB300's rows
 def test_leave_one_gpu_out_carries_every_row_from_the_table_of_the_other_gpus():
     row = _row("26.04", "qwen3_30b_a3b", "gb300")
-    held = projection_error(row, Holdout(gpus=frozenset({"gb300"})))
+    held = projection_error(row, COMPOSED_ROWS, Holdout(gpus=frozenset({"gb300"})))
     assert held["anchor"].startswith("the carried table") and not held["anchor_itself"]
-    assert " gb300 " in projection_error(row)["anchor"]
+    assert " gb300 " in projection_error(row, COMPOSED_ROWS)["anchor"]
 
 
 def test_a_plan_states_the_error_of_its_own_case():
@@ -199,9 +199,9 @@ def test_the_precision_ratio_leaves_out_held_out_pairs_and_without_one_carries_t
     run = plan_run("qwen3_30b_a3b_adamw", ["precision=bf16"])[0].run
     from optbench.projection.calibration import calibrate
 
-    both = calibrate(run, DEFAULT_ASSUMPTIONS)
-    one = calibrate(run, DEFAULT_ASSUMPTIONS, holdout=Holdout(rows=frozenset({row_id(bf16_row)})))
-    none = calibrate(run, DEFAULT_ASSUMPTIONS, holdout=Holdout(releases=frozenset({"25.11"})))
+    both = calibrate(run, DEFAULT_ASSUMPTIONS, row_runs=COMPOSED_ROWS)
+    one = calibrate(run, DEFAULT_ASSUMPTIONS, holdout=Holdout(rows=frozenset({row_id(bf16_row)})), row_runs=COMPOSED_ROWS)
+    none = calibrate(run, DEFAULT_ASSUMPTIONS, holdout=Holdout(releases=frozenset({"25.11"})), row_runs=COMPOSED_ROWS)
     assert len(both.precision_ratio.pairs) == 2 and len(one.precision_ratio.pairs) == 1
     assert one.precision_ratio.pairs[0][0].startswith("bridge_perf_summary 25.11 deepseek_v3 gb200")
     assert none.precision_ratio is None and none.peak_key == "gb300_fp8"  # the fraction of the FP8 peak, as it was
@@ -214,7 +214,7 @@ def test_the_precision_ratio_leaves_out_held_out_pairs_and_without_one_carries_t
 def test_plan_and_table_agree_on_a_row_of_every_model_and_release():
     seen = set()
     for row in ROWS:
-        config, result = row_config(row), projection_error(row)
+        config, result = COMPOSED_ROWS.config(row), projection_error(row, COMPOSED_ROWS)
         if isinstance(config, str) or "tflops" not in result or (row.model, row.release) in seen:
             continue
         seen.add((row.model, row.release))
@@ -226,7 +226,7 @@ def test_plan_and_table_agree_on_a_row_of_every_model_and_release():
 @pytest.mark.xdist_group("carried-table")  # on the worker that fits the table (test_projection_carried): fitted once
 def test_committed_validation_is_what_make_projection_computes():
     committed = json.loads((REPO / "results" / "projection" / "validation.json").read_text())
-    assert report(ROWS)["summary"] == committed["summary"]
+    assert report(ROWS, COMPOSED_ROWS)["summary"] == committed["summary"]
 
 
 def test_a_row_every_other_release_of_its_setup_contradicts_is_flagged_and_a_lone_pair_is_not(monkeypatch):
@@ -239,8 +239,8 @@ def test_a_row_every_other_release_of_its_setup_contradicts_is_flagged_and_a_lon
         "mixed signs": [("26.02", -60.0), ("26.04", 70.0)],
         "close": [("26.02", 3.0), ("26.04", -2.0)],
     }
-    monkeypatch.setattr(consistency, "cross_release_errors", lambda rows: errors)
-    flagged = consistency.inconsistent_rows([])
+    monkeypatch.setattr(consistency, "cross_release_errors", lambda rows, row_runs: errors)
+    flagged = consistency.inconsistent_rows([], COMPOSED_ROWS)
     assert list(flagged) == ["outvoted"]
     assert "(26.02.01, 26.04, 26.04.01)" in flagged["outvoted"] and "+156 to +160 %" in flagged["outvoted"]
 
@@ -250,7 +250,7 @@ def test_committed_inconsistent_rows_are_what_the_check_finds():
     from optbench.projection.consistency import csv_text, inconsistent_rows
 
     committed = (REPO / "results" / "published" / "inconsistent.csv").read_text(encoding="utf-8")
-    assert csv_text(inconsistent_rows(ROWS)) == committed
+    assert csv_text(inconsistent_rows(ROWS, COMPOSED_ROWS)) == committed
 
 
 @pytest.mark.xdist_group("carried-table")  # beside the tests that solve every published row: each row composed once
@@ -268,11 +268,11 @@ def test_a_contradicted_row_anchors_nothing_and_is_listed_outside_the_domain_wit
     assert " b200 " in plan.projection["efficiency"]["calibrated_on"] and "26.02.01" in plan.projection["efficiency"]["calibrated_on"]
     from optbench.projection.validation import validate_rows
 
-    assert validate_rows([b200])[0]["outside_domain"] == listed[row_id(b200)]
+    assert validate_rows([b200], COMPOSED_ROWS)[0]["outside_domain"] == listed[row_id(b200)]
 
 
 def test_make_projection_refuses_a_folder_it_did_not_create_and_leaves_its_files(tmp_path, capsys):
-    from optbench.projection import validation_report
+    from optbench.report import validation_report
 
     (tmp_path / "published").mkdir()
     theirs = tmp_path / "published" / "inconsistent.csv"

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from optbench.common.errors import Problem, UserError
+from optbench.common.yaml_aliases import yaml_alias_used
 
 MAX_CONFIG_FILE_BYTES = 1 << 20
 """A config file is a few KB: anything larger is refused before YAML reads it."""
@@ -20,14 +21,6 @@ CONFIG_FOLDERS = ("conf", "recipes")
 
 _scanned: dict[tuple[str, int, int], str | None] = {}
 """(path, size, mtime_ns) -> why the file is refused (None: it is not)."""
-
-
-def yaml_alias_used(text: str) -> bool:
-    """Whether YAML ``text`` uses an alias (``*name``), found from its events without building a node."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=loader))
 
 
 def _problem(path: Path, size: int) -> str | None:

@@ -27,6 +27,7 @@ from optbench.common.errors import Problem, UserError
 from optbench.common.io import atomic_write_text, dumps_strict
 from optbench.common.outputs import claim
 from optbench.plan.counterparts import ComposedCounterparts
+from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.plan.types import Plan, PlanData, PlanModel
 from optbench.projection.plan_fields import projection_summary_lines
 from optbench.projection.project import project
@@ -89,7 +90,8 @@ def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = (), compare: Se
         # FLOPs per token/step, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied TFLOP/s.
         accounting=accounting_fields(run, layout, resolved.ns_stats, resolved.ns_flops_total, resolved.memory),
         # Projected step time, TFLOP/s and MFU; for Muon its AdamW twin and the overhead's causes.
-        projection=project(resolved, overrides, counterparts=ComposedCounterparts(), siblings=tuple(compare)),
+        projection=project(resolved, overrides, counterparts=ComposedCounterparts(), siblings=tuple(compare),
+                           row_runs=COMPOSED_ROWS),
         config=redact_config(run_config_to_dict(run)),
         # The Bridge recipe function and the overrides the in-container entry point applies.
         bridge=bridge_setup(run) if run.engine == "megatron_bridge" else None,

@@ -34,6 +34,7 @@ from optbench.common.errors import Problem, UserError
 from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.expected_error import CARRIED_SCHEMES, expected_error
 from optbench.releases.hydra_values import format_override
+from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.project import project
 from optbench.resolve import ResolvedRun, resolve
 from optbench.validate import validate
@@ -260,7 +261,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         if point != own and max_hbm is not None and resolved.memory.total_gb > max_hbm * spec.hbm_gb:
             dropped[over_share_reason(max_hbm)] += 1
             continue
-        section = project(resolved, with_what_ifs=False)
+        section = project(resolved, with_what_ifs=False, row_runs=COMPOSED_ROWS)
         if not section.get("available"):
             dropped[f"not projected: {section.get('reason', '')[:60]}"] += 1
             continue
@@ -279,7 +280,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         }
         if adamw is not None:
             try:
-                twin = project(resolve(at(adamw, s.point), like=s.resolved), with_what_ifs=False)
+                twin = project(resolve(at(adamw, s.point), like=s.resolved), with_what_ifs=False, row_runs=COMPOSED_ROWS)
                 row["adamw_tflops_per_gpu"] = twin["tflops_per_gpu"]
                 row["muon_vs_adamw_percent"] = round(100 * (s.projection["tflops_per_gpu"] / twin["tflops_per_gpu"] - 1), 2)
             except UserError:

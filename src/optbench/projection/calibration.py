@@ -23,9 +23,11 @@ best first:
    NVIDIA's blog Table 1, Kimi K2 1051 and Qwen3 30B-A3B 713 on GB300);
 5. file order.
 
-An anchor is composed exactly as the table projects its row (:mod:`optbench.projection.row_config`: the
-row's release, NVIDIA's executed preset of it, the row's stated values): the efficiency solved on it
-reproduces the row's figure at that configuration. A model without such a row is "not calibrated".
+An anchor is composed exactly as the table projects its row (:mod:`optbench.plan.row_runs`: the row's release,
+NVIDIA's executed preset of it, the row's stated values), by the :class:`~optbench.projection.row_config.RowRuns`
+the caller hands down (the projection composes nothing): the efficiency solved on it reproduces the row's figure at
+that configuration. Without one (``row_runs=None``) only what ``make projection`` committed is read: the solved anchors
+and the carried table. A model without such a row is "not calibrated".
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, 
 from optbench.projection.row_solve import solve_at
 from optbench.projection.work import gemm_peak
 from optbench.projection.release_drift import same_configuration
-from optbench.projection.row_config import layout_key, release_order, row_config, row_run, run_layout_key
+from optbench.projection.row_config import RowRuns, release_order, run_layout_key
 from optbench.catalog.published import PublishedRow, default_published_dir, load_inconsistent, load_published, row_id
 from optbench.resolve import ResolvedRun
 
@@ -66,14 +68,11 @@ class Holdout:
     """Setups (model, GPU, GPU count, precision: :func:`optbench.projection.carried.setup_of`) held out whole."""
     models: frozenset[str] = frozenset()
     """Models whose every row is held out."""
-    layouts: frozenset[tuple] = frozenset()
-    """(model, GPU, layout: :func:`optbench.projection.row_config.layout_key`) held out: every row of that layout."""
 
     def keeps(self, row: PublishedRow) -> bool:
         return (
             row_id(row) not in self.rows and row.release not in self.releases and row.gpu not in self.gpus
             and setup_of(row) not in self.setups and row.model not in self.models
-            and (not self.layouts or (row.model, row.gpu, layout_key(row)) not in self.layouts)
         )
 
 
@@ -165,10 +164,10 @@ def _release_of(run: RunConfig) -> str | None:
     return run.cluster.container.split(":", 1)[1]
 
 
-def anchor_config(row: PublishedRow) -> tuple[str, tuple[str, ...], ResolvedRun] | None:
+def anchor_config(row: PublishedRow, row_runs: RowRuns) -> tuple[str, tuple[str, ...], ResolvedRun] | None:
     """(recipe, overrides, resolved run) that reproduces an AdamW row, or None: the row's own configuration,
     of a release whose NVIDIA preset we executed (a 25.11 row's layout is only partly known)."""
-    config, resolved = row_config(row), row_run(row)
+    config, resolved = row_runs.config(row), row_runs.run(row)
     if isinstance(config, str) or isinstance(resolved, str) or not config.in_domain:
         return None
     return config.recipe, config.overrides, resolved
@@ -219,10 +218,10 @@ def _label(row: PublishedRow) -> str:
     return f"{row.label} {row.model} {row.gpu} x{row.num_gpus} adamw {figure}"
 
 
-def solve_on(row: PublishedRow, assumptions: Assumptions) -> Calibration | str:
+def solve_on(row: PublishedRow, assumptions: Assumptions, row_runs: RowRuns) -> Calibration | str:
     """The efficiency solved on ``row`` at its own configuration, or why the row cannot anchor anything: it has
     no configuration we compose, no release preset we executed, no figure, or the model cannot reach it."""
-    found = anchor_config(row)
+    found = anchor_config(row, row_runs)
     if found is None:
         return "no configuration of a release whose NVIDIA preset we executed"
     recipe, overrides, anchor_run = found
@@ -255,7 +254,7 @@ def _plans_from_committed(published: str, holdout: Holdout) -> bool:
 @lru_cache(maxsize=512)
 def _calibrate(
     model: str, gpu: str, precision: str, release: str | None, published: str, assumptions: Assumptions, holdout: Holdout,
-    shape: GemmShape | None = None,
+    shape: GemmShape | None, row_runs: RowRuns | None,
 ) -> Calibration | None:
     """Solved on the best anchor row of the model on its own GPU; without one, from the carried table."""
     rows = load_published(published)
@@ -265,18 +264,20 @@ def _calibrate(
         if row.gpu != gpu:
             break  # the model has no usable row on this GPU: the table carries what every other setup measured
         fields = stored.get(row_id(row))
-        solved = Calibration(**fields) if fields else unsolved.get(row_id(row)) or _solved(row, assumptions)
+        solved = Calibration(**fields) if fields else unsolved.get(row_id(row)) or _solved(row, assumptions, row_runs)
         if not isinstance(solved, str):
             return replace(solved, same_preset=release is not None and same_configuration(row, release))
-    return _carried(model, gpu, release, published, holdout, shape)
+    return _carried(model, gpu, release, published, holdout, shape, row_runs)
 
 
 def _carried(
-    model: str, gpu: str, release: str | None, published: str, holdout: Holdout, shape: GemmShape | None
+    model: str, gpu: str, release: str | None, published: str, holdout: Holdout, shape: GemmShape | None,
+    row_runs: RowRuns | None,
 ) -> Calibration | None:
     """The efficiency of the carried table (:mod:`optbench.projection.carried`): the committed one for a plan, one
     refitted without the held-out rows for a validation scheme."""
-    table = (committed_table() if _plans_from_committed(published, holdout) else None) or fitted_without(published, holdout)
+    committed = committed_table() if _plans_from_committed(published, holdout) else None
+    table = committed or (fitted_without(published, holdout, row_runs) if row_runs is not None else None)
     if table is None or release is None:
         return None
     efficiency, how = table.efficiency(model, gpu, release, shape)
@@ -290,27 +291,31 @@ def _carried(
 
 
 @lru_cache(maxsize=256)
-def _solved(row: PublishedRow, assumptions: Assumptions) -> Calibration | str:
+def _solved(row: PublishedRow, assumptions: Assumptions, row_runs: RowRuns | None) -> Calibration | str:
     """:func:`solve_on` a row (a row is solved once however many calibrations and folders rank it)."""
-    return solve_on(row, assumptions)
+    if row_runs is None:
+        return "not solved by make projection, and no composed rows were handed down to solve it"
+    return solve_on(row, assumptions, row_runs)
 
 
 def calibrate(
-    run: RunConfig, assumptions: Assumptions, published_dir: str | Path | None = None, holdout: Holdout = NO_HOLDOUT
+    run: RunConfig, assumptions: Assumptions, published_dir: str | Path | None = None, holdout: Holdout = NO_HOLDOUT,
+    row_runs: RowRuns | None = None,
 ) -> Calibration | None:
-    """The calibrated GEMM efficiency for ``run``'s model (cached), or None when no AdamW anchor fits."""
+    """The calibrated GEMM efficiency for ``run``'s model (cached), or None when no AdamW anchor fits; ``row_runs``: the
+    published rows' runs to solve on (None: only what ``make projection`` committed)."""
     directory = Path(published_dir) if published_dir else default_published_dir(repo_root() / "results")
     try:
         calibration = _calibrate(
             run.model.name, run.cluster.gpu, run.precision.name, _release_of(run), str(directory), assumptions, holdout,
-            gemm_shape(run.model),
+            gemm_shape(run.model), row_runs,
         )
     except UserError:
         return None
     run_peak = gemm_peak(run)[1]
     if calibration is None or not calibration.across_precision(run_peak):
         return calibration
-    ratio = _precision_ratio(str(directory), assumptions, holdout)
+    ratio = _precision_ratio(str(directory), assumptions, holdout, row_runs) if row_runs is not None else None
     if ratio is None:
         return calibration
     return replace(calibration, efficiency=ratio.efficiency_at(calibration.efficiency, run_peak), peak_key=run_peak,
@@ -318,5 +323,5 @@ def calibrate(
 
 
 @lru_cache(maxsize=64)
-def _precision_ratio(published: str, assumptions: Assumptions, holdout: Holdout) -> PrecisionRatio | None:
-    return precision_ratio(load_published(published), assumptions, row_id, holdout.keeps)
+def _precision_ratio(published: str, assumptions: Assumptions, holdout: Holdout, row_runs: RowRuns) -> PrecisionRatio | None:
+    return precision_ratio(load_published(published), assumptions, row_id, holdout.keeps, row_runs)

@@ -43,7 +43,7 @@ from optbench.common.checkout import repo_root
 from optbench.catalog.hardware import gpu_catalog
 from optbench.config.schema import ModelConfig
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
-from optbench.projection.row_config import release_order, row_config, row_run
+from optbench.projection.row_config import RowRuns, release_order
 from optbench.projection.row_solve import solve_at
 from optbench.catalog.published import PublishedRow, default_published_dir, load_inconsistent, load_published, row_id
 
@@ -161,23 +161,24 @@ class CarriedTable:
                    tuple(data["rows"]), float(data["rms_log_residual"]), shapes)
 
 
-def fit_rows(rows: Sequence[PublishedRow], inconsistent: Sequence[str] = ()) -> list[PublishedRow]:
+def fit_rows(rows: Sequence[PublishedRow], row_runs: RowRuns, inconsistent: Sequence[str] = ()) -> list[PublishedRow]:
     """The rows a table may be fitted on: AdamW, a model-only figure, a release whose preset we executed, not
     contradicted by its own setup."""
     kept = []
     for row in rows:
         if row.optimizer != "adamw" or not row.model_tflops_per_gpu or row_id(row) in inconsistent:
             continue
-        config = row_config(row)
-        if not isinstance(config, str) and config.in_domain and not isinstance(row_run(row), str):
+        config = row_runs.config(row)
+        if not isinstance(config, str) and config.in_domain and not isinstance(row_runs.run(row), str):
             kept.append(row)
     return kept
 
 
 @lru_cache(maxsize=4096)
-def solved_efficiency(row: PublishedRow, mxfp8_expert_rows: float) -> float | None:
+def solved_efficiency(row: PublishedRow, mxfp8_expert_rows: float, row_runs: RowRuns) -> float | None:
     """The efficiency ``row`` solves to at its executed configuration with MXFP8 ``M0`` = ``mxfp8_expert_rows``."""
-    solved = solve_at(row_run(row), row, replace(DEFAULT_ASSUMPTIONS, small_expert_gemm_rows_mxfp8=mxfp8_expert_rows))
+    assumptions = replace(DEFAULT_ASSUMPTIONS, small_expert_gemm_rows_mxfp8=mxfp8_expert_rows)
+    solved = solve_at(row_runs.run(row), row, assumptions)
     return None if isinstance(solved, str) else solved[0]
 
 
@@ -199,11 +200,13 @@ def _least_squares(rows: Sequence[PublishedRow], effs: Sequence[float]) -> tuple
     return dict(zip(columns, (float(c) for c in coef))), float(np.sqrt(np.mean(residual ** 2)))
 
 
-def fit_table(rows: Sequence[PublishedRow], grid: Sequence[float] = MXFP8_EXPERT_ROWS_GRID) -> CarriedTable | None:
+def fit_table(
+    rows: Sequence[PublishedRow], row_runs: RowRuns, grid: Sequence[float] = MXFP8_EXPERT_ROWS_GRID
+) -> CarriedTable | None:
     """The table fitted on ``rows`` (see :func:`fit_rows`), ``M0`` chosen on ``grid``; None without rows."""
     best: CarriedTable | None = None
     for m0 in grid:
-        solved = [(row, solved_efficiency(row, m0)) for row in rows]
+        solved = [(row, solved_efficiency(row, m0, row_runs)) for row in rows]
         solved = [(row, e) for row, e in solved if e]
         if not solved:
             continue
@@ -214,7 +217,7 @@ def fit_table(rows: Sequence[PublishedRow], grid: Sequence[float] = MXFP8_EXPERT
             release=((min((r.release for r, _ in solved), key=release_order), 0.0),)
             + tuple((k, v) for (kind, k), v in terms.items() if kind == "release"),
             mxfp8_expert_rows=m0, rows=tuple(row_id(r) for r, _ in solved), rms_residual=rms,
-            model_shapes=tuple(sorted({(r.model, gemm_shape(row_run(r).run.model)) for r, _ in solved})),
+            model_shapes=tuple(sorted({(r.model, gemm_shape(row_runs.run(r).run.model)) for r, _ in solved})),
         )
         if best is None or table.rms_residual < best.rms_residual - 1e-12:
             best = table
@@ -222,11 +225,12 @@ def fit_table(rows: Sequence[PublishedRow], grid: Sequence[float] = MXFP8_EXPERT
 
 
 @lru_cache(maxsize=256)
-def fitted_without(published: str, holdout: Any) -> CarriedTable | None:
+def fitted_without(published: str, holdout: Any, row_runs: RowRuns) -> CarriedTable | None:
     """The table refitted on the rows ``holdout`` (a :class:`~optbench.projection.calibration.Holdout`) keeps: a
     validation scheme's training rows."""
     rows = load_published(published)
-    return fit_table([r for r in fit_rows(rows, tuple(load_inconsistent(published))) if holdout.keeps(r)])
+    fit_on = [r for r in fit_rows(rows, row_runs, tuple(load_inconsistent(published))) if holdout.keeps(r)]
+    return fit_table(fit_on, row_runs)
 
 
 def committed_table(results_dir: str | Path | None = None) -> CarriedTable | None:

@@ -26,7 +26,7 @@ import io
 
 from optbench.projection.calibration import Holdout, row_id
 from optbench.projection.published_rows import projection_error
-from optbench.projection.row_config import row_config
+from optbench.projection.row_config import RowRuns
 from optbench.catalog.published import PublishedRow
 
 MISS = 50.0
@@ -36,15 +36,15 @@ MIN_WITNESSES = 2
 """Other releases that must all contradict a row (one alone cannot say which of the two is wrong)."""
 
 
-def _executed(row: PublishedRow) -> bool:
+def _executed(row: PublishedRow, row_runs: RowRuns) -> bool:
     """An AdamW row with a model figure of a release whose NVIDIA preset we executed."""
-    config = row_config(row)
+    config = row_runs.config(row)
     return row.optimizer == "adamw" and bool(row.model_tflops_per_gpu) and not isinstance(config, str) and config.in_domain
 
 
-def cross_release_errors(rows: list[PublishedRow]) -> dict[str, list[tuple[str, float]]]:
+def cross_release_errors(rows: list[PublishedRow], row_runs: RowRuns) -> dict[str, list[tuple[str, float]]]:
     """Per executed AdamW row: (release, error %) of its projection from each other release of its setup alone."""
-    executed = [row for row in rows if _executed(row)]
+    executed = [row for row in rows if _executed(row, row_runs)]
     every = frozenset(row_id(row) for row in rows)
     out: dict[str, list[tuple[str, float]]] = {}
     for row in executed:
@@ -52,17 +52,17 @@ def cross_release_errors(rows: list[PublishedRow]) -> dict[str, list[tuple[str, 
         for other in executed:
             if other is row or other.setup != row.setup or other.release == row.release:
                 continue
-            result = projection_error(row, Holdout(rows=every - {row_id(other)}))  # ``other`` is the one anchor left
+            result = projection_error(row, row_runs, Holdout(rows=every - {row_id(other)}))  # ``other``: the one anchor left
             if "error_percent" in result:
                 errors.append((other.release, result["error_percent"]))
         out[row_id(row)] = errors
     return out
 
 
-def inconsistent_rows(rows: list[PublishedRow]) -> dict[str, str]:
+def inconsistent_rows(rows: list[PublishedRow], row_runs: RowRuns) -> dict[str, str]:
     """Row id -> reason, for every row its own setup's other releases contradict (see the module docstring)."""
     flagged = {}
-    for row, errors in cross_release_errors(rows).items():
+    for row, errors in cross_release_errors(rows, row_runs).items():
         values = [error for _, error in errors]
         if len(values) >= MIN_WITNESSES and (min(values) > MISS or max(values) < -MISS):
             flagged[row] = (

@@ -15,7 +15,7 @@ from typing import Any
 from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.carried import precision_class
 from optbench.projection.interconnect import interconnect_for
-from optbench.projection.row_config import layout_key, release_order
+from optbench.projection.row_config import RowRuns, layout_key, release_order
 from optbench.catalog.published import PublishedRow, row_id
 
 
@@ -29,19 +29,21 @@ def _gpu_distance(a: str, b: str) -> tuple[bool, bool, bool]:
     return True, domain, a not in catalog or b not in catalog or catalog[a].arch != catalog[b].arch
 
 
-def nearest(row: PublishedRow, rows: Sequence[PublishedRow], keeps: Callable[[PublishedRow], bool]) -> PublishedRow | None:
+def nearest(
+    row: PublishedRow, rows: Sequence[PublishedRow], keeps: Callable[[PublishedRow], bool], row_runs: RowRuns
+) -> PublishedRow | None:
     """The kept row nearest ``row`` (see the module docstring), or None."""
     candidates = [(i, r) for i, r in enumerate(rows) if r is not row and r.model_tflops_per_gpu and keeps(r)]
     if not candidates:
         return None
-    own = layout_key(row)
+    own = layout_key(row, row_runs)
 
     def distance(pair: tuple[int, PublishedRow]) -> tuple:
         index, other = pair
         gap = release_order(other.release), release_order(row.release)
         return (
             other.optimizer != row.optimizer, other.model != row.model, precision_class(other) != precision_class(row),
-            _gpu_distance(row.gpu, other.gpu), other.num_gpus != row.num_gpus, layout_key(other) != own,
+            _gpu_distance(row.gpu, other.gpu), other.num_gpus != row.num_gpus, layout_key(other, row_runs) != own,
             abs(len([x for x in sorted({r.release for r in rows}, key=release_order) if min(gap) < release_order(x) <= max(gap)])),
             gap[0] > gap[1], index,
         )
@@ -49,9 +51,11 @@ def nearest(row: PublishedRow, rows: Sequence[PublishedRow], keeps: Callable[[Pu
     return min(candidates, key=distance)[1]
 
 
-def copied(row: PublishedRow, rows: Sequence[PublishedRow], keeps: Callable[[PublishedRow], bool]) -> dict[str, Any]:
+def copied(
+    row: PublishedRow, rows: Sequence[PublishedRow], keeps: Callable[[PublishedRow], bool], row_runs: RowRuns
+) -> dict[str, Any]:
     """{'tflops', 'error_percent', 'copied_from'} for ``row``, or {'reason'} when the scheme keeps nothing to copy."""
-    source = nearest(row, rows, keeps)
+    source = nearest(row, rows, keeps, row_runs)
     if source is None or not row.model_tflops_per_gpu:
         return {"reason": "no row kept to copy"}
     return {

@@ -8,7 +8,7 @@ MXFP8, 961 in BF16).
 
 So the transfer goes through a measured ratio instead. A **pair** is two published AdamW rows of one source,
 release, model, GPU and GPU count, one in BF16 and one in an FP8 precision. On each row the efficiency is solved
-at that row's own configuration (:func:`optbench.projection.row_config.row_run`: whatever of its release is
+at that row's own configuration (:class:`optbench.projection.row_config.RowRuns`: whatever of its release is
 unknown, both rows share it), giving the effective GEMM rate ``eff x peak`` of each precision; the pair's ratio is
 ``rate_bf16 / rate_fp8``, and the ratio used is the geometric mean over the pairs a :class:`Holdout` keeps (one
 fitted parameter, counted by ``make projection``). A BF16 run on an FP8 anchor then runs its GEMMs at
@@ -26,7 +26,7 @@ from typing import Any
 
 from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.assumptions import Assumptions
-from optbench.projection.row_config import row_run
+from optbench.projection.row_config import RowRuns
 from optbench.projection.row_solve import solve_at
 from optbench.projection.work import gemm_peak
 from optbench.catalog.published import PublishedRow
@@ -70,19 +70,21 @@ def pairs(rows: list[PublishedRow]) -> list[tuple[PublishedRow, PublishedRow]]:
 
 
 @lru_cache(maxsize=64)
-def _rate(row: PublishedRow, assumptions: Assumptions) -> float | None:
+def _rate(row: PublishedRow, assumptions: Assumptions, row_runs: RowRuns) -> float | None:
     """The effective GEMM rate (FLOP/s) solved on a row at its own configuration, None when it has none."""
-    resolved = row_run(row)
+    resolved = row_runs.run(row)
     solved = resolved if isinstance(resolved, str) else solve_at(resolved, row, assumptions)
     return None if isinstance(solved, str) else solved[0] * gemm_peak(resolved.run)[0]
 
 
-def precision_ratio(rows: list[PublishedRow], assumptions: Assumptions, row_name, keeps) -> PrecisionRatio | None:
+def precision_ratio(
+    rows: list[PublishedRow], assumptions: Assumptions, row_name, keeps, row_runs: RowRuns
+) -> PrecisionRatio | None:
     """The ratio over the pairs whose two rows ``keeps`` keeps (``row_name``: a row's name), None without one."""
     found = []
     for bf16, fp8 in pairs(rows):
         if keeps(bf16) and keeps(fp8):
-            rate_bf16, rate_fp8 = _rate(bf16, assumptions), _rate(fp8, assumptions)
+            rate_bf16, rate_fp8 = _rate(bf16, assumptions, row_runs), _rate(fp8, assumptions, row_runs)
             if rate_bf16 and rate_fp8:
                 found.append((row_name(bf16), row_name(fp8), rate_bf16 / rate_fp8))
     if not found:

@@ -1,6 +1,6 @@
 """Our projection at every published row's configuration, and its error against the published figure.
 
-Each row is projected at its own configuration (:mod:`optbench.projection.row_config`), by the code path
+Each row is projected at its own configuration (:class:`optbench.projection.row_config.RowRuns`), by the code path
 ``make plan`` takes for that configuration, so the table and the plan print the same number. The calibration
 (one AdamW row per model, never a Muon row: :mod:`optbench.projection.calibration`) may be told to hold rows
 out: the row itself, or its whole release (:mod:`optbench.projection.validation`).
@@ -14,21 +14,22 @@ from optbench.common.errors import UserError
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Holdout, row_id
 from optbench.projection.project import project
-from optbench.projection.row_config import row_config, row_run
+from optbench.projection.row_config import RowRuns
 from optbench.catalog.published import PublishedRow
 
 
-def projection_error(row: PublishedRow, holdout: Holdout = NO_HOLDOUT, assumptions: Assumptions = DEFAULT_ASSUMPTIONS
-                     ) -> dict[str, Any]:
+def projection_error(
+    row: PublishedRow, row_runs: RowRuns, holdout: Holdout = NO_HOLDOUT, assumptions: Assumptions = DEFAULT_ASSUMPTIONS
+) -> dict[str, Any]:
     """{'tflops', 'error_percent', 'anchor', 'anchor_itself', 'command', 'in_domain'} or {'reason'} for one
     published row (model-only FLOPs both sides)."""
     if not row.model_tflops_per_gpu:
         return {"reason": "no model-only figure"}
-    config, resolved = row_config(row), row_run(row)
+    config, resolved = row_runs.config(row), row_runs.run(row)
     if isinstance(config, str) or isinstance(resolved, str):
         return {"reason": str(config if isinstance(config, str) else resolved)}
     try:
-        section = project(resolved, config.overrides, assumptions, with_what_ifs=False, holdout=holdout)
+        section = project(resolved, config.overrides, assumptions, with_what_ifs=False, holdout=holdout, row_runs=row_runs)
     except UserError as err:
         return {"reason": err.lines()[0].removeprefix("error: ")}
     if not section.get("available"):

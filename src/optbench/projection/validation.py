@@ -1,7 +1,7 @@
 """How far the projection is from every published row, under seven schemes, each beside copying (``make projection``).
 
-Each row is projected at its own configuration (:mod:`optbench.projection.row_config`, the path ``make plan``
-takes), with the calibration allowed to use only the rows the scheme keeps, and the carried table and its MXFP8
+Each row is projected at its own configuration (the :class:`~optbench.projection.row_config.RowRuns` handed down:
+the path ``make plan`` takes), with the calibration allowed to use only the rows the scheme keeps, and the carried table and its MXFP8
 ``M0`` refitted on those rows alone (:mod:`optbench.projection.carried`: nested, the held-out rows never fit
 anything):
 
@@ -37,7 +37,7 @@ from optbench.projection.copy_baseline import copied
 from optbench.projection.expected_error import SCHEME_LABELS
 from optbench.projection.published_rows import projection_error
 from optbench.projection.release_drift import release_drift
-from optbench.projection.row_config import layout_key, release_order, row_config
+from optbench.projection.row_config import RowRuns, layout_key, release_order
 from optbench.common.checkout import repo_root
 from optbench.catalog.published import PublishedRow, default_published_dir, load_inconsistent
 
@@ -46,9 +46,15 @@ WITHIN = (3.0, 5.0, 10.0)
 """|error| thresholds the summary counts (percent)."""
 
 
-def holdout_for(scheme: str, row: PublishedRow) -> Holdout:
-    """The rows ``scheme`` holds out when it projects ``row``."""
+def holdout_for(scheme: str, row: PublishedRow, rows: list[PublishedRow], row_runs: RowRuns) -> Holdout:
+    """The rows ``scheme`` holds out when it projects ``row`` (one of ``rows``)."""
     own = frozenset({row_id(row)})
+    if scheme == "leave_one_layout_out":  # every row of the row's model and GPU at its layout
+        layout = layout_key(row, row_runs)
+        return Holdout(rows=own | frozenset(
+            row_id(r) for r in rows
+            if (r.model, r.gpu) == (row.model, row.gpu) and layout_key(r, row_runs) == layout
+        ))
     return {
         "in_sample": Holdout(),
         "leave_one_row_out": Holdout(rows=own),
@@ -56,29 +62,28 @@ def holdout_for(scheme: str, row: PublishedRow) -> Holdout:
         "leave_one_setup_out": Holdout(setups=frozenset({setup_of(row)})),
         "leave_one_gpu_out": Holdout(gpus=frozenset({row.gpu})),
         "leave_one_model_out": Holdout(models=frozenset({row.model})),
-        "leave_one_layout_out": Holdout(rows=own, layouts=frozenset({(row.model, row.gpu, layout_key(row))})),
     }[scheme]
 
 
-def _projected(scheme: str, row: PublishedRow, rows: list[PublishedRow], published: str) -> dict[str, Any]:
+def _projected(scheme: str, row: PublishedRow, rows: list[PublishedRow], published: str, row_runs: RowRuns) -> dict[str, Any]:
     """The row projected under ``scheme``, with its copy baseline and the parameters the projection used."""
-    holdout = holdout_for(scheme, row)
+    holdout = holdout_for(scheme, row, rows, row_runs)
     if scheme == "leave_one_layout_out" and not any(
         r.model == row.model and r.gpu == row.gpu and r.optimizer == "adamw" and holdout.keeps(r) for r in rows
     ):
         return {"reason": "no AdamW row of this model and GPU at another layout"}
-    table = fitted_without(published, holdout)
+    table = fitted_without(published, holdout, row_runs)
     assumptions = DEFAULT_ASSUMPTIONS if table is None else replace(
         DEFAULT_ASSUMPTIONS, small_expert_gemm_rows_mxfp8=table.mxfp8_expert_rows)
-    result = projection_error(row, holdout, assumptions)
+    result = projection_error(row, row_runs, holdout, assumptions)
     if "error_percent" in result:
         carried = result["anchor"].startswith("the carried table")
         result["parameters"] = (table.parameter_count if carried else 2) if table else 1
-    result["copy"] = copied(row, rows, holdout.keeps)
+    result["copy"] = copied(row, rows, holdout.keeps, row_runs)
     return result
 
 
-def _outside(row: PublishedRow, in_sample: dict[str, Any], inconsistent: dict[str, str]) -> str | None:
+def _outside(row: PublishedRow, in_sample: dict[str, Any], inconsistent: dict[str, str], row_runs: RowRuns) -> str | None:
     """Why a row is outside the validated domain, or None."""
     if "reason" in in_sample:
         return in_sample["reason"]
@@ -87,21 +92,24 @@ def _outside(row: PublishedRow, in_sample: dict[str, Any], inconsistent: dict[st
     if row_id(row) in inconsistent:
         return inconsistent[row_id(row)]
     if row.optimizer == "adamw":
-        solved = solve_on(row, DEFAULT_ASSUMPTIONS)
+        solved = solve_on(row, DEFAULT_ASSUMPTIONS, row_runs)
         if isinstance(solved, str):
             return solved
     return None
 
 
-def validate_rows(rows: list[PublishedRow], inconsistent: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def validate_rows(
+    rows: list[PublishedRow], row_runs: RowRuns, inconsistent: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """One record per published row: its configuration, and per scheme the projection and error (or why none).
-    ``inconsistent``: rows their own setup contradicts (default: the committed list the calibration reads)."""
+    ``row_runs``: the rows' composed runs; ``inconsistent``: rows their own setup contradicts (default: the committed
+    list the calibration reads)."""
     directory = default_published_dir(repo_root() / "results")
     if inconsistent is None:
         inconsistent = load_inconsistent(directory)
     out = []
     for row in rows:
-        config = row_config(row)
+        config = row_runs.config(row)
         record: dict[str, Any] = {
             "row": row_id(row),
             "release": row.release,
@@ -115,8 +123,8 @@ def validate_rows(rows: list[PublishedRow], inconsistent: dict[str, str] | None 
             "typed_from_row": [] if isinstance(config, str) else list(config.typed),
         }
         for scheme in SCHEMES:
-            record[scheme] = _projected(scheme, row, rows, str(directory))
-        record["outside_domain"] = _outside(row, record["in_sample"], inconsistent)
+            record[scheme] = _projected(scheme, row, rows, str(directory), row_runs)
+        record["outside_domain"] = _outside(row, record["in_sample"], inconsistent, row_runs)
         out.append(record)
     return out
 
@@ -151,9 +159,9 @@ def summary(records: list[dict[str, Any]], scheme: str, optimizer: str | None = 
     }
 
 
-def report(rows: list[PublishedRow]) -> dict[str, Any]:
+def report(rows: list[PublishedRow], row_runs: RowRuns) -> dict[str, Any]:
     """Every row's record and the summaries (all rows, AdamW rows, Muon rows) per scheme."""
-    records = validate_rows(rows)
+    records = validate_rows(rows, row_runs)
     summaries = {
         scheme: {label: summary(records, scheme, opt) for label, opt in (("all", None), ("adamw", "adamw"), ("muon", "muon"))}
         for scheme in SCHEMES

@@ -28,6 +28,7 @@ from optbench.common.tables import markdown_table
 from optbench.common.outputs import claim
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, EAGER_OP_OVERHEAD_MEASURED_ON, Assumptions
 from optbench.plan.counterparts import ComposedCounterparts
+from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.project import project
 from optbench.resolve import resolve
 
@@ -67,7 +68,7 @@ def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSU
     out: dict[str, Any] = {"assumptions": base.as_dict(), "recipes": {}}
     for recipe in recipes:
         run = resolve(compose_run(recipe, [BLOG_CONTAINER]))
-        p = project(run, [BLOG_CONTAINER], assumptions=base, counterparts=ComposedCounterparts())
+        p = project(run, [BLOG_CONTAINER], assumptions=base, counterparts=ComposedCounterparts(), row_runs=COMPOSED_ROWS)
         if not p["available"]:
             out["recipes"][recipe] = {"available": False, "reason": p["reason"]}
             continue
@@ -76,7 +77,7 @@ def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSU
             if change.get("ns_gemm_efficiency", 0.0) is None:
                 change = {"ns_gemm_efficiency": p["efficiency"]["value"]}
             # Only the run's own figure is read here: no twin is composed for it.
-            q = project(run, [BLOG_CONTAINER], assumptions=replace(base, **change), with_what_ifs=False)
+            q = project(run, [BLOG_CONTAINER], assumptions=replace(base, **change), with_what_ifs=False, row_runs=COMPOSED_ROWS)
             blog = _blog(q)
             rows.append(
                 {

@@ -26,8 +26,8 @@ from optbench.common.io import atomic_write_json, atomic_write_text
 from optbench.common.make_args import refuse_overrides
 from optbench.common.outputs import claim
 from optbench.projection.calibration import row_id
+from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.release_drift import consecutive_releases
-from optbench.projection.row_config import row_config, row_run
 from optbench.plan.search import (
     AT_ITS_EP,
     Point,
@@ -150,7 +150,7 @@ def ranks(rows: list[PublishedRow], models: set[str] | None = None) -> dict[str,
     """One record per row of the domain (rows that share a configuration share one search), and the summary."""
     records, searches, searched = [], {}, []
     for row in rows:
-        config, resolved = row_config(row), row_run(row)
+        config, resolved = COMPOSED_ROWS.config(row), COMPOSED_ROWS.run(row)
         if isinstance(config, str) or isinstance(resolved, str) or not config.in_domain:
             continue
         if models and row.model not in models:

@@ -189,6 +189,7 @@ def _run_lines(table: Table) -> list[list[str]]:
 
 def _projection_lines(table: Table) -> list[list[str]]:
     from optbench.projection.calibration import row_id
+    from optbench.plan.row_runs import COMPOSED_ROWS
     from optbench.projection.published_rows import projection_error
 
     contradicted = load_inconsistent(default_published_dir(repo_root() / "results"))
@@ -197,7 +198,7 @@ def _projection_lines(table: Table) -> list[list[str]]:
         pub = row.published
         if pub is None:
             continue
-        p = projection_error(pub)
+        p = projection_error(pub, COMPOSED_ROWS)
         if "tflops" in p:
             note = ("; this row's own setup's other releases contradict it, so it anchors nothing "
                     "(results/published/inconsistent.csv)") if row_id(pub) in contradicted else ""

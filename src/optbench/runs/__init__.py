@@ -17,12 +17,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from optbench.compose.config_files import yaml_alias_used
 from optbench.config.serialize import run_config_to_dict, to_run_config
 from optbench.config.schema import RunConfig
 from optbench.common.errors import UserError
 from optbench.common.io import atomic_write_text
 from optbench.common.redact import redact_config, redact_text, run_secrets
+from optbench.common.yaml_aliases import yaml_alias_used
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 """One folder name: never a path, never '..', at most 128 characters."""

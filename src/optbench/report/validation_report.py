@@ -17,6 +17,7 @@ from optbench.common.exits import exit_on_user_error
 from optbench.common.io import atomic_write_json, atomic_write_text
 from optbench.common.make_args import refuse_overrides
 from optbench.common.outputs import check_output, claim, remember
+from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.consistency import csv_text, inconsistent_rows
 from optbench.projection.expected_error import SCHEME_LABELS, VALIDATION
 from optbench.projection.release_drift import drift_lines
@@ -151,19 +152,19 @@ def main(argv: list[str] | None = None) -> int:
         results = check_output(args.results, "--results", "results")
         docs = read_docs() if args.update_docs else {}
         published = default_published_dir(results)
-        flagged = csv_text(inconsistent_rows(load_published(published)))
+        flagged = csv_text(inconsistent_rows(load_published(published), COMPOSED_ROWS))
         md, js, table = results / "projection" / "validation.md", results / VALIDATION, results / CALIBRATION
         anchors = results / ANCHORS
         with replacing(files=[published / INCONSISTENT_CSV, table, anchors, md, js, *docs]):
             claim(results, "--results", "results")
             atomic_write_text(published / INCONSISTENT_CSV, flagged)  # the calibration below reads it
             rows = load_published(default_published_dir(repo_root() / "results"))
-            fitted = fit_table(fit_rows(rows, tuple(load_inconsistent(published))))
+            fitted = fit_table(fit_rows(rows, COMPOSED_ROWS, tuple(load_inconsistent(published))), COMPOSED_ROWS)
             if fitted is not None:  # plans and the in-sample scheme read it
                 atomic_write_json(table, table_document(fitted))
             atomic_write_json(anchors, anchors_document(  # plans read every AdamW row solved here
-                {row_id(r): solve_on(r, DEFAULT_ASSUMPTIONS) for r in rows if r.optimizer == "adamw"}))
-            data = report(rows)
+                {row_id(r): solve_on(r, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS) for r in rows if r.optimizer == "adamw"}))
+            data = report(rows, COMPOSED_ROWS)
             text = markdown(data)
             atomic_write_text(md, text)
             atomic_write_json(js, data)
