@@ -124,6 +124,16 @@ def test_expected_error_is_read_from_the_validation(tmp_path):
     )
     text = expected_error_text(expected_error("release", tmp_path))
     assert "median 2.5 %" in text and "90 %" in text and "10 published rows" in text
+    # A matrix optimizer's plan adds the scheme's Muon rows (where the file has them), named for what they are.
+    summary_muon = {"rows": 6, "median_abs_error_percent": 4.8, "within_5_percent": 0.5, "within_10_percent": 1.0}
+    (tmp_path / "projection" / "validation.json").write_text(
+        json.dumps({"summary": {"leave_one_release_out": {"all": summary_all, "muon": summary_muon}}})
+    )
+    assert expected_error_text(expected_error("release", tmp_path)) == text  # an AdamW plan: all rows only
+    muon = expected_error_text(expected_error("release", tmp_path, matrix_optimizer="muon"))
+    assert "10 published rows; its 6 Muon rows: median 4.8 %, 100 % within 10 %; make projection" in muon
+    soap = expected_error_text(expected_error("release", tmp_path, matrix_optimizer="soap"))
+    assert "; no published soap row; the 6 Muon rows: median 4.8 %" in soap
 
 
 def test_each_case_reads_the_scheme_that_measured_it(tmp_path):
@@ -169,10 +179,13 @@ def test_a_plan_states_the_error_of_its_own_case():
     _, own = plan_run("kimi_k2_muon", ["cluster.container=nemo:26.02"])
     _, layout = plan_run("qwen3_30b_a3b_muon", ["parallel.ep=4"])
     assert moved.projection["efficiency"]["status"] == "carried: gpu as blackwell, model fitted, release fitted"
-    assert moved.projection["expected_error"] == expected_error("setup") and wider.projection["expected_error"] == expected_error("setup")
+    setup = expected_error("setup", matrix_optimizer="muon")
+    assert moved.projection["expected_error"] == setup and wider.projection["expected_error"] == setup
     assert moved.projection["expected_error"]["scheme"] == "leave one setup out"
-    assert own.projection["expected_error"] == expected_error("row")
-    assert layout.projection["expected_error"] == expected_error("layout")
+    assert own.projection["expected_error"] == expected_error("row", matrix_optimizer="muon")
+    assert layout.projection["expected_error"] == expected_error("layout", matrix_optimizer="muon")
+    # A Muon plan also states what the Muon rows alone score in its scheme (Muon is predicted, never fitted).
+    assert own.projection["expected_error"]["muon_rows"]["rows"] >= 1
 
 
 def test_an_efficiency_carried_across_precision_goes_through_the_published_pairs_and_claims_no_expected_error():

@@ -286,7 +286,8 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
             except UserError:
                 pass
         rows.append(row)
-    expected = search_expected_error(scored[0].projection["expected_error"]) if scored else None
+    matrix = run.optimizer.name if run.optimizer.matrix_optimizer else None
+    expected = search_expected_error(scored[0].projection["expected_error"], matrix) if scored else None
     band = (expected or {}).get("median_abs_error_percent")
     best = scored[0].projection["tflops_per_gpu"] if scored else 0.0
     for row in rows:
@@ -315,13 +316,13 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
     }
 
 
-def search_expected_error(of_best: dict[str, Any] | None) -> dict[str, Any] | None:
+def search_expected_error(of_best: dict[str, Any] | None, matrix_optimizer: str | None = None) -> dict[str, Any] | None:
     """The expected error of a search's projections: the layouts it ranks are, but for the recipe's own, layouts
     nobody published, so the figure of leaving one layout out (the carried table's figure where the efficiency
     comes from it, or the precision note where it crosses precision)."""
     if not of_best or of_best.get("measured") is False or of_best.get("scheme") in CARRIED_SCHEMES:
         return of_best
-    return expected_error("layout") or of_best
+    return expected_error("layout", matrix_optimizer=matrix_optimizer) or of_best
 
 
 def nothing_valid(run: RunConfig, result: dict[str, Any]) -> Problem:

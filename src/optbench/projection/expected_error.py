@@ -51,9 +51,17 @@ def error_case(same_model_gpu: bool, model_has_rows: bool, same_count: bool, sam
     return "drift" if same_preset else "release"
 
 
-def expected_error(case: str, results_dir: str | Path | None = None) -> dict[str, Any] | None:
+KEYS = ("rows", "median_abs_error_percent", "within_5_percent", "within_10_percent")
+"""What a plan carries of a scheme's summary."""
+
+
+def expected_error(
+    case: str, results_dir: str | Path | None = None, matrix_optimizer: str | None = None
+) -> dict[str, Any] | None:
     """The out-of-sample figure of the scheme that matches ``case`` (see :data:`CASE_SCHEMES`), or None before any
-    ``make projection``."""
+    ``make projection``. For a run of a matrix optimizer (``matrix_optimizer``: its name), also the same scheme's
+    figure over the Muon rows alone (``muon_rows``): the efficiency is calibrated on AdamW rows, and what predicting
+    a matrix optimizer's figure adds to that error only the published Muon rows measure (no other one is published)."""
     path = Path(results_dir or repo_root() / "results") / VALIDATION
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -67,8 +75,11 @@ def expected_error(case: str, results_dir: str | Path | None = None) -> dict[str
         summary = data["summary"][scheme]["all"]
         if not summary.get("rows"):
             return {"measured": False, "scheme": name, "reason": f"no published row is validated by {name} yet"}
-        keys = ("rows", "median_abs_error_percent", "within_5_percent", "within_10_percent")
-        return {**{key: summary[key] for key in keys}, "scheme": name, "source": f"results/{VALIDATION}"}
+        found = {**{key: summary[key] for key in KEYS}, "scheme": name, "source": f"results/{VALIDATION}"}
+        muon = data["summary"][scheme].get("muon", {})
+        if matrix_optimizer and muon.get("rows"):
+            found["muon_rows"] = {**{key: muon[key] for key in KEYS}, "run_optimizer": matrix_optimizer}
+        return found
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -94,7 +105,13 @@ def expected_error_text(expected: dict[str, Any] | None) -> str:
         return (f"expected error: median {expected['median_abs_error_percent']:.1f} %, at most "
                 f"{expected['max_abs_error_percent']:.1f} % ({expected['scheme']}, {expected['rows']} release steps; "
                 "make projection)")
+    muon = expected.get("muon_rows")
+    of_muon = ""
+    if muon:
+        whose = "its" if muon["run_optimizer"] == "muon" else f"no published {muon['run_optimizer']} row; the"
+        of_muon = (f"; {whose} {muon['rows']} Muon row{'' if muon['rows'] == 1 else 's'}: median "
+                   f"{muon['median_abs_error_percent']:.1f} %, {100 * muon['within_10_percent']:.0f} % within 10 %")
     return (
         f"expected error: median {expected['median_abs_error_percent']:.1f} %, {100 * expected['within_10_percent']:.0f} %"
-        f" of rows within 10 % ({expected['scheme']}, {expected['rows']} published rows; make projection)"
+        f" of rows within 10 % ({expected['scheme']}, {expected['rows']} published rows{of_muon}; make projection)"
     )

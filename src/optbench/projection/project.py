@@ -180,7 +180,8 @@ def project(
         "assumptions": assumptions.as_dict(),
         "expected_error": (across_precision(len(calibration.precision_ratio.pairs) if calibration.precision_ratio else 0)
                            if calibration.across_precision(inputs.gemm_peak_key)
-                           else expected_error(_error_case(resolved, calibration))),
+                           else expected_error(_error_case(resolved, calibration),
+                                               matrix_optimizer=run.optimizer.name if run.optimizer.matrix_optimizer else None)),
         "compared_with_published": _compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
     }
     if run.optimizer.matrix_optimizer and counterparts is not None:
