@@ -26,8 +26,7 @@ best first:
 An anchor is composed exactly as the table projects its row (:mod:`optbench.plan.row_runs`: the row's release,
 NVIDIA's executed preset of it, the row's stated values), by the :class:`~optbench.projection.row_config.RowRuns`
 the caller hands down (the projection composes nothing): the efficiency solved on it reproduces the row's figure at
-that configuration. Without one (``row_runs=None``) only what ``make projection`` committed is read: the solved anchors
-and the carried table. A model without such a row is "not calibrated".
+that configuration. A model without such a row is "not calibrated".
 """
 
 from __future__ import annotations
@@ -254,7 +253,7 @@ def _plans_from_committed(published: str, holdout: Holdout) -> bool:
 @lru_cache(maxsize=512)
 def _calibrate(
     model: str, gpu: str, precision: str, release: str | None, published: str, assumptions: Assumptions, holdout: Holdout,
-    shape: GemmShape | None, row_runs: RowRuns | None,
+    shape: GemmShape | None, row_runs: RowRuns,
 ) -> Calibration | None:
     """Solved on the best anchor row of the model on its own GPU; without one, from the carried table."""
     rows = load_published(published)
@@ -272,12 +271,12 @@ def _calibrate(
 
 def _carried(
     model: str, gpu: str, release: str | None, published: str, holdout: Holdout, shape: GemmShape | None,
-    row_runs: RowRuns | None,
+    row_runs: RowRuns,
 ) -> Calibration | None:
     """The efficiency of the carried table (:mod:`optbench.projection.carried`): the committed one for a plan, one
     refitted without the held-out rows for a validation scheme."""
-    committed = committed_table() if _plans_from_committed(published, holdout) else None
-    table = committed or (fitted_without(published, holdout, row_runs) if row_runs is not None else None)
+    table = (committed_table() if _plans_from_committed(published, holdout) else None) or fitted_without(
+        published, holdout, row_runs)
     if table is None or release is None:
         return None
     efficiency, how = table.efficiency(model, gpu, release, shape)
@@ -291,19 +290,17 @@ def _carried(
 
 
 @lru_cache(maxsize=256)
-def _solved(row: PublishedRow, assumptions: Assumptions, row_runs: RowRuns | None) -> Calibration | str:
+def _solved(row: PublishedRow, assumptions: Assumptions, row_runs: RowRuns) -> Calibration | str:
     """:func:`solve_on` a row (a row is solved once however many calibrations and folders rank it)."""
-    if row_runs is None:
-        return "not solved by make projection, and no composed rows were handed down to solve it"
     return solve_on(row, assumptions, row_runs)
 
 
 def calibrate(
     run: RunConfig, assumptions: Assumptions, published_dir: str | Path | None = None, holdout: Holdout = NO_HOLDOUT,
-    row_runs: RowRuns | None = None,
+    *, row_runs: RowRuns,
 ) -> Calibration | None:
     """The calibrated GEMM efficiency for ``run``'s model (cached), or None when no AdamW anchor fits; ``row_runs``: the
-    published rows' runs to solve on (None: only what ``make projection`` committed)."""
+    published rows' runs to solve on where ``make projection`` committed no solution."""
     directory = Path(published_dir) if published_dir else default_published_dir(repo_root() / "results")
     try:
         calibration = _calibrate(
@@ -315,7 +312,7 @@ def calibrate(
     run_peak = gemm_peak(run)[1]
     if calibration is None or not calibration.across_precision(run_peak):
         return calibration
-    ratio = _precision_ratio(str(directory), assumptions, holdout, row_runs) if row_runs is not None else None
+    ratio = _precision_ratio(str(directory), assumptions, holdout, row_runs)
     if ratio is None:
         return calibration
     return replace(calibration, efficiency=ratio.efficiency_at(calibration.efficiency, run_peak), peak_key=run_peak,

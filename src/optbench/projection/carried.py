@@ -23,8 +23,9 @@ that tells a layout with few rows per expert (DeepSeek-V3 at EP8 on 8-GPU nodes:
 A GPU of an architecture without rows takes the mean of the known architectures. A model without rows takes the
 term of the fitted models whose GEMMs have its shapes (:func:`gemm_shape`: Kimi K2 is DeepSeek-V3's hidden size,
 expert width, top-k, shared expert and MLA), else the mean of the model terms (the baseline's 0 included). A
-release outside the table takes the nearest earlier one (else the earliest). ``make projection`` writes the table to ``results/projection/calibration.json``; plans read it and
-compose nothing to calibrate. The validation refits it without the rows each scheme holds out.
+release outside the table takes the nearest earlier one (else the earliest). ``make projection`` writes the table
+to ``results/projection/calibration.json``; plans read it and compose nothing to calibrate. The validation refits
+it without the rows each scheme holds out.
 """
 
 from __future__ import annotations

@@ -141,20 +141,21 @@ def project(
     holdout: Holdout = NO_HOLDOUT,
     counterparts: Counterparts | None = None,
     siblings: Sequence[str] = (),
-    row_runs: RowRuns | None = None,
+    *,
+    row_runs: RowRuns,
 ) -> dict[str, Any]:
     """The projection section for a resolved run (``overrides`` as typed: the AdamW twin reuses them;
     ``holdout``: published rows the calibration may not use; ``counterparts``: where a matrix-optimizer run's AdamW
     twin and ``siblings`` come from (the planner's compositions), None for no twin, which a layout search projects
     itself at the same layout; ``siblings``: the other matrix optimizers to project beside the twin; ``row_runs``:
-    the published rows' runs the calibration may solve on, None for only what ``make projection`` committed)."""
+    the published rows' runs the calibration solves on where ``make projection`` committed no solution)."""
     run = resolved.run
     if run.engine == "local":
         return unavailable("engine=local runs small proxies on this machine and measures itself; no projection needed")
     net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
     if net is None:
         return unavailable(f"no interconnect figures for gpu {run.cluster.gpu!r} in optbench/data/interconnect.csv")
-    calibration = calibrate(run, assumptions, published_dir, holdout, row_runs)
+    calibration = calibrate(run, assumptions, published_dir, holdout, row_runs=row_runs)
     if calibration is None:
         return unavailable(
             f"not calibrated: no published AdamW figure of model {run.model.name!r} that a recipe reproduces"
