@@ -1,6 +1,6 @@
 """``CHECK=bridge``: build a plan with its container's real Megatron Bridge and Core on this CPU before it runs.
 
-Our validation mirrors Bridge's and Megatron Core's checks (bridge/moe_rules.py, graph_rules.py, the layout
+Our validation mirrors Bridge's and Megatron Core's checks (releases/moe_rules.py, graph_rules.py, the layout
 rules), and CI runs every recipe and every ``make search`` layout through each release's real Bridge. A run's
 own overrides are checked here: the plan is written to a temporary folder and
 ``optbench/engine/bridge/cpu_check/plan_check.py`` runs it in the Bridge environment of the plan's container

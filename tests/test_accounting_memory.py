@@ -10,14 +10,19 @@ import pytest
 
 from conftest import run_make
 from optbench.accounting.activations import forwards_in_flight
-from optbench.accounting.memory import estimate_memory
 from optbench.engine.bridge.adapter import executed_by_nvidia
 from optbench.compose.recipe import compose_run
 from optbench.config.layout import derive_layout
 from optbench.plan import build_plan, format_summary
 from optbench.plan.row_runs import COMPOSED_ROWS
+from optbench.resolve import resolve
 from optbench.catalog.published import load_published
 from optbench.validate import above, collect_problems, validate
+
+
+def _memory(run):
+    """The resolved run's memory estimate (what the plan and the memory check read)."""
+    return resolve(run).memory
 
 REPO = Path(__file__).resolve().parents[1]
 KIMI_ON_64_H100 = (
@@ -62,10 +67,10 @@ def test_nvidias_own_configuration_is_not_refused_for_memory_but_a_departure_fro
 def test_adams_state_is_8_bytes_where_the_preset_keeps_bf16_moments_and_12_elsewhere(monkeypatch) -> None:
     """Bridge's DeepSeek-V3 recipe runs Megatron's precision-aware optimizer with BF16 moments (every release); the
     same model with Muon, Qwen3's AdamW preset and the local engine keep fp32 moments."""
-    from optbench.accounting.memory import adam_moment_bytes
+    from optbench.releases.presets import adam_moment_bytes
 
     def state_gb(recipe: str) -> float:
-        return estimate_memory(compose_run(recipe, [])).breakdown_gb["optimizer_state"]
+        return _memory(compose_run(recipe, [])).breakdown_gb["optimizer_state"]
 
     assert adam_moment_bytes(compose_run("deepseek_v3_adamw", [])) == 2
     for container in ("nemo:26.02", "nemo:26.08"):
@@ -75,7 +80,7 @@ def test_adams_state_is_8_bytes_where_the_preset_keeps_bf16_moments_and_12_elsew
     assert adam_moment_bytes(compose_run("kimi_k2_tiny_adamw", [])) == 4
     # Every element's state scales alike: (4 + 2 + 2) / (4 + 4 + 4) of the fp32-moment figure.
     bf16 = state_gb("deepseek_v3_adamw")
-    monkeypatch.setattr("optbench.accounting.memory.adam_moment_bytes", lambda run: 4)
+    monkeypatch.setattr("optbench.releases.presets.adam_moment_bytes", lambda run: 4)
     fp32 = state_gb("deepseek_v3_adamw")
     assert fp32 > 10 and bf16 == pytest.approx(8 / 12 * fp32, rel=1e-12)
 
@@ -88,7 +93,7 @@ def test_an_estimate_just_above_hbm_never_reads_as_equal_to_it() -> None:
 
 def test_kimi_k2_on_64_h100_is_refused_naming_memory_and_the_largest_term() -> None:
     run = compose_run("kimi_k2_adamw", list(KIMI_ON_64_H100))
-    estimate = estimate_memory(run)
+    estimate = _memory(run)
     assert not estimate.fits and estimate.largest_term == "optimizer_state"
     (problem,) = collect_problems(run)
     assert "memory" in problem.message and "optimizer_state" in problem.message and "force=true" in problem.message
@@ -108,30 +113,30 @@ def test_make_plan_refuses_kimi_k2_on_64_h100_and_force_overrides(tmp_path: Path
 
 @pytest.mark.slow  # several seconds: `make test` runs it
 def test_muon_layer_wise_keeps_less_optimizer_state_than_adamw_and_than_replicated_muon() -> None:
-    muon = estimate_memory(compose_run("kimi_k2_muon")).breakdown_gb
-    adamw = estimate_memory(compose_run("kimi_k2_adamw")).breakdown_gb
+    muon = _memory(compose_run("kimi_k2_muon")).breakdown_gb
+    adamw = _memory(compose_run("kimi_k2_adamw")).breakdown_gb
     # EDP is 1 at this layout: each GPU keeps its experts' state; Muon 8 B/param vs Adam's 12 B.
     assert muon["optimizer_state"] < adamw["optimizer_state"]
     assert muon["gradients"] == pytest.approx(adamw["gradients"])  # both reduce in bf16, as NVIDIA's presets
-    fp32 = estimate_memory(compose_run("kimi_k2_muon", ["optimizer.grad_reduce_in_fp32=true"])).breakdown_gb
+    fp32 = _memory(compose_run("kimi_k2_muon", ["optimizer.grad_reduce_in_fp32=true"])).breakdown_gb
     assert fp32["gradients"] == pytest.approx(2 * adamw["gradients"])  # Muon's own default: fp32 reduction
     # Without layer-wise ownership every GPU keeps state for all of its dense parameters too.
-    replicated = estimate_memory(compose_run("kimi_k2_muon", ["optimizer.muon.layer_wise=false"])).breakdown_gb
+    replicated = _memory(compose_run("kimi_k2_muon", ["optimizer.muon.layer_wise=false"])).breakdown_gb
     assert replicated["optimizer_state"] > muon["optimizer_state"] + 15
 
 
 @pytest.mark.slow  # several seconds: `make test` runs it
 def test_recompute_and_microbatch_size_move_activations() -> None:
-    base = estimate_memory(compose_run("kimi_k2_muon")).breakdown_gb["activations"]
+    base = _memory(compose_run("kimi_k2_muon")).breakdown_gb["activations"]
     no_recompute = compose_run("kimi_k2_muon", ["parallel.recompute_granularity=null"])
-    assert estimate_memory(no_recompute).breakdown_gb["activations"] > 1.2 * base
-    half = estimate_memory(compose_run("kimi_k2_muon", ["train.mbs=1"])).breakdown_gb["activations"]
+    assert _memory(no_recompute).breakdown_gb["activations"] > 1.2 * base
+    half = _memory(compose_run("kimi_k2_muon", ["train.mbs=1"])).breakdown_gb["activations"]
     assert half == pytest.approx(base / 2, rel=0.01)
     full = compose_run(
         "kimi_k2_muon",
         ["parallel.recompute_granularity=full", "parallel.recompute_method=uniform", "parallel.recompute_num_layers=1"],
     )
-    assert estimate_memory(full).breakdown_gb["activations"] < 0.3 * base
+    assert _memory(full).breakdown_gb["activations"] < 0.3 * base
 
 
 def test_first_pipeline_rank_holds_the_most_forwards() -> None:
@@ -140,7 +145,7 @@ def test_first_pipeline_rank_holds_the_most_forwards() -> None:
     # Megatron's interleaved warm-up: 2 (pp - r - 1) + (vpp - 1) pp, plus the forward in flight.
     assert [len(forwards_in_flight(layout, r)) for r in range(4)] == [19, 17, 15, 13]
     assert forwards_in_flight(layout, 0)[:8] == [0, 0, 0, 0, 1, 1, 1, 1]
-    estimate = estimate_memory(run)
+    estimate = _memory(run)
     assert estimate.worst_pipeline_rank == 0
     assert list(estimate.stage_totals_gb) == sorted(estimate.stage_totals_gb, reverse=True)
     plain = derive_layout(compose_run("kimi_k2_adamw", ["parallel=kimi_k2_b200_256", "train=kimi_k2_b200"]))
@@ -148,7 +153,7 @@ def test_first_pipeline_rank_holds_the_most_forwards() -> None:
 
 
 def test_estimate_lists_error_and_omissions() -> None:
-    estimate = estimate_memory(compose_run("qwen3_30b_a3b_adamw"))
+    estimate = _memory(compose_run("qwen3_30b_a3b_adamw"))
     assert estimate.expected_error == 0.2 and estimate.omissions
     assert estimate.total_gb == pytest.approx(sum(estimate.breakdown_gb.values()))
     assert estimate.section().hbm == 288

@@ -260,7 +260,7 @@ def test_every_single_field_override_we_accept_the_default_containers_bridge_acc
 def test_a_fixed_sample_of_override_pairs_we_accept_the_default_containers_bridge_accepts(tmp_path_factory) -> None:
     """Two of a user's values at once: a fixed sample of pairs of the single-field overrides above (conformance.py
     --pairs, seed 0), each pair our checks pass built and updated by the default container's Bridge. Larger random
-    samples run by hand found the two-field rules of bridge/precision_rules.py, graph_rules.py and moe_rules.py; this
+    samples run by hand found the two-field rules of releases/precision_rules.py, graph_rules.py and moe_rules.py; this
     one keeps a later change from silently losing one of them."""
     for c in report_of(DEFAULT, tmp_path_factory, only="pairs")["typed_overrides"]:
         refused = {r["override"]: r["error"] for r in c["bridge_refused"]}
@@ -288,12 +288,12 @@ def first_last_bf16_presets(source: Path) -> set[str]:
 
 @pytest.mark.parametrize("target", [t for t in TARGETS if t.name != NEXT["name"]], ids=lambda t: t.name)
 def test_moe_graph_and_precision_rules_match_the_installed_bridge_and_core(target: Target) -> None:
-    """The MoE, CUDA-graph, recompute and FP8 rules make plan checks (bridge/moe_rules.py, graph_rules.py,
+    """The MoE, CUDA-graph, recompute and FP8 rules make plan checks (releases/moe_rules.py, graph_rules.py,
     precision_rules.py): the release-dependent ones are read from each Bridge tag (and its pinned Core) by
     tools/bridge_versions.py, and the Bridge and Core the container ships, installed here, assert the same; the
     every-release ones are asserted by every installed release."""
-    from optbench.engine.bridge.graph_rules import FULL_ITERATION, LOCAL_FULL_ITERATION_ONLY
-    from optbench.engine.bridge.moe_rules import (
+    from optbench.releases.graph_rules import FULL_ITERATION, LOCAL_FULL_ITERATION_ONLY
+    from optbench.releases.moe_rules import (
         ANY_BACKEND,
         DEEPEP,
         MOE_RECOMPUTE,
@@ -301,7 +301,7 @@ def test_moe_graph_and_precision_rules_match_the_installed_bridge_and_core(targe
         OVERLAP_MTP_NEEDS_PP,
         RANK_CAPACITY,
     )
-    from optbench.engine.bridge.precision_rules import FIRST_LAST_BF16_PRESETS
+    from optbench.releases.precision_rules import FIRST_LAST_BF16_PRESETS
     from optbench.releases import versions
 
     root = target.overlay or next((target.python.parents[1] / "lib").glob("python3*/site-packages"))

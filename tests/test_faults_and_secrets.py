@@ -20,7 +20,7 @@ from optbench.engine.local.checkpoint import LATEST, MANIFEST, checkpoint_dir, c
 from optbench.common.errors import UserError
 from optbench.metrics import read_metrics
 from optbench.report.throughput import write_throughput
-from optbench.runs import lock_run_dir, unlock_run_dir
+from optbench.common.run_lock import lock_run_dir, unlock_run_dir
 
 pytestmark = pytest.mark.slow  # runs dry runs, sweeps, local runs and tables in subprocesses; `make test-fast` skips it
 

@@ -120,7 +120,7 @@ def test_the_page_never_replaces_a_file_it_did_not_write(tmp_path):
 
 def test_make_table_sets_the_committed_smoke_runs_beside_their_plans_projection():
     from optbench.report.beside_plan import beside_plan, section
-    from optbench.report.collect import read_metrics_run
+    from optbench.measured.collect import read_metrics_run
 
     runs = [read_metrics_run(folder) for folder in sorted((REPO / "results" / "runs").glob("gpu-smoke-*-core-*"))]
     assert {run.optimizer for run in runs} >= {"muon", "adamw"}

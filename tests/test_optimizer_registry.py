@@ -16,7 +16,7 @@ from optbench.optim.training import local_builder
 SOAP_FILES = {
     "src/optbench/config/optimizers/__init__.py", "src/optbench/config/optimizers/soap.py",
     "src/optbench/config/schema_optimizer.py", "src/optbench/optim/soap.py", "src/optbench/bench/emerging.py",
-    "src/optbench/engine/bridge/emerging_fields.py",
+    "src/optbench/releases/emerging_fields.py",
 }
 """Where one optimizer's name may appear in the code (docs/architecture.md section 6 says why each)."""
 

@@ -13,7 +13,7 @@ from optbench.common.errors import UserError
 from optbench.experiments.compare import analyse, smoothed, verdict
 from optbench.experiments.compare_format import write_compare
 from optbench.experiments.compare_run import CPU_DEFAULTS, CompareSpec, compose_compare_runs, parse_seeds, parse_target, run_compare
-from optbench.report.runs import MeasuredRun, StepRecord
+from optbench.measured.runs import MeasuredRun, StepRecord
 from conftest import marked_results, squeezed
 from optbench.runs import run_dir, save_resolved_config
 

@@ -9,9 +9,9 @@ import pytest
 from optbench.accounting.flops import model_flops_per_token
 from optbench.accounting.throughput import step_throughput
 from optbench.compose.recipe import compose_run
-from optbench.report.log_throughput import steps_from_log
-from optbench.report.megatron_log import parse_megatron_lines, parse_megatron_log
-from optbench.report.runs import StepRecord, post_warmup, run_throughput, segments
+from optbench.measured.log_throughput import steps_from_log
+from optbench.measured.megatron_log import parse_megatron_lines, parse_megatron_log
+from optbench.measured.runs import StepRecord, post_warmup, run_throughput, segments
 
 pytestmark = pytest.mark.slow  # composes and projects Kimi K2 per logged step; `make test-fast` skips it
 
@@ -101,7 +101,7 @@ def test_log_steps_use_the_logged_throughput(kimi_k2_muon):
 
 
 def test_fixture_medians_skip_warmup_in_both_segments(kimi_k2_muon):
-    from optbench.report.runs import MeasuredRun
+    from optbench.measured.runs import MeasuredRun
 
     steps, peak, _ = steps_from_log(parse_megatron_log(RESTART_LOG), kimi_k2_muon)
     run = MeasuredRun("r", "megatron log", "x", "kimi_k2", "kimi_k2", "gb300", "mxfp8", "muon", steps=steps, peak=peak)

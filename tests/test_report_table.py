@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, marked_results, published_subset, run_make, squeezed
 from optbench.compose.recipe import compose_run
 from optbench.common.errors import UserError
-from optbench.report.collect import collect_runs
+from optbench.measured.collect import collect_runs
 from optbench.catalog.published import load_published
 from optbench.report.throughput import write_throughput
 from optbench.runs import save_resolved_config

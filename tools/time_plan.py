@@ -7,11 +7,13 @@ Each run is ``python -m launch plan kimi_k2_muon`` with the checkout's own ``src
 interpreter and package set for both), its plan written under a folder this tool creates and removes. Before issue 54 a checkout kept its merges on disk,
 wherever ``OPTBENCH_COMPOSE_CACHE`` says: warm runs share one folder this tool creates, cold runs each get a new
 empty one, so no checkout's own cache is read, replaced or removed. Prints the median wall and user+sys CPU seconds
-per cell (docs/architecture.md, "Plan time").
+per cell (docs/architecture.md, "Plan time"). Both checkouts' ``src`` and ``launch`` are byte-compiled first: with
+``PYTHONDONTWRITEBYTECODE=1`` (set on our VMs) no run writes a ``.pyc``, and a stale one costs a compile per run.
 """
 
 from __future__ import annotations
 
+import compileall
 import os
 import resource
 import statistics
@@ -40,6 +42,9 @@ def main(argv: list[str]) -> int:
         raise SystemExit(__doc__)
     sides = {"other": Path(argv[0]).resolve(), "here": HERE}
     runs = int(argv[1]) if len(argv) > 1 else 15
+    for root in sides.values():  # a run under PYTHONDONTWRITEBYTECODE=1 would otherwise compile stale modules each time
+        for folder in ("src", "launch"):
+            compileall.compile_dir(root / folder, quiet=1)
     with tempfile.TemporaryDirectory(prefix="time-plan-") as work:
         for cold in (False, True):
             print(*_cells(sides, runs, Path(work), cold), sep="\n")

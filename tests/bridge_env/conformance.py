@@ -234,7 +234,7 @@ def constructor_kwargs(config: Any, optimizer: str) -> dict[str, Any]:
 def emerging_cases(results: Path, container: str) -> list[dict[str, Any]]:
     """SOAP and AdaMuon (with Lion for the scalars): their fields land where Core has them; elsewhere the plan is a
     one-line refusal naming the first container that has them."""
-    from optbench.engine.bridge.emerging_fields import has_optimizer, runs_lion_for_scalars
+    from optbench.releases.emerging_fields import has_optimizer, runs_lion_for_scalars
     from optbench.compose.recipe import compose_run
     from optbench.common.errors import UserError
     from optbench.releases import versions
@@ -275,7 +275,7 @@ SEARCH_RECIPES = ("kimi_k2_muon", "deepseek_v3_muon", "qwen3_30b_a3b_muon")
 
 BUILD_TIME = "asserts so when the model is built"
 """How our refusal of a rule Core asserts only when it builds the model (the flex dispatcher on one expert rank,
-bridge/moe_rules.py) says so: ``runtime_config_update`` never reaches it, and the rule's text is checked in each
+releases/moe_rules.py) says so: ``runtime_config_update`` never reaches it, and the rule's text is checked in each
 installed Core by tests/test_bridge_conformance.py instead."""
 
 
@@ -355,7 +355,7 @@ AdamW: MTP, dense first layers, Bridge's precision-aware Adam and, from 26.06, N
 KNOWN_GAPS: dict[str, str] = {}
 """Single-field overrides our checks pass and the default container's Bridge refuses, each with why it is not refused
 yet. None now: the last, ``parallel.cuda_graph_impl=local`` on Bridge 0.6, is refused since its marker was read from
-the fetched tags (bridge/graph_rules.py)."""
+the fetched tags (releases/graph_rules.py)."""
 
 
 def single_field_overrides(run: Any) -> list[str]:

@@ -43,17 +43,15 @@ from optbench.accounting.ns_flops import (
     OwnedItem,
     add_to_ranks,
     costs_by_owner,
-    dp_group_work,
     pingpong_by_numel,
 )
 from optbench.accounting.optimizer_work import adam_state_bytes, matrix_state_bytes
 from optbench.accounting.plan_section import MemorySection
 from optbench.accounting.params import EMBEDDING, OUTPUT, ROUTER, ParamSpec, padded_vocab_size
-from optbench.accounting.placement import Placement, pipeline_rank_of, place
-from optbench.config.layout import Layout, derive_layout
+from optbench.accounting.placement import Placement, pipeline_rank_of
+from optbench.config.layout import Layout
 from optbench.config.schema import RunConfig
 from optbench.catalog.hardware import gpu_catalog
-from optbench.releases import presets
 
 GB = 1e9
 ALLOWANCE_FIXED_GB = 4.0
@@ -127,29 +125,18 @@ def _is_fp8_gemm_weight(spec: ParamSpec) -> bool:
     return len(spec.shape) == 2 and spec.kind not in (EMBEDDING, OUTPUT, ROUTER)
 
 
-DTYPE_BYTES = {"torch.float32": 4, "torch.bfloat16": 2, "torch.float16": 2, "torch.uint8": 1}
-"""Bytes per element of the optimizer-state dtypes Megatron's precision-aware optimizer takes (Bridge's names)."""
+def optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[DpGroupWork], adam_moment_bytes: int) -> list[float]:
+    """Optimizer-state bytes of every global rank (:mod:`optbench.accounting.optimizer_work`).
 
-
-def adam_moment_bytes(run: RunConfig) -> int:
-    """Bytes per element of each of AdamW's moments: the run's NVIDIA preset's ``exp_avg_dtype`` where it turns on
-    Megatron's precision-aware optimizer (Bridge's DeepSeek-V3 recipe: BF16), else fp32. The emerging optimizers turn
-    it off (optbench.engine.bridge.sections) and the local engine keeps fp32."""
-    preset = None if run.optimizer.matrix_optimizer else presets.preset_or_none(run)
-    if preset is None or not preset.precision_aware_adam:
-        return 4
-    return max(DTYPE_BYTES.get(dtype, 4) for dtype in preset.adam_moment_dtypes())
-
-
-def optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[DpGroupWork]) -> list[float]:
-    """Optimizer-state bytes of every global rank (:mod:`optbench.accounting.optimizer_work`)."""
+    ``adam_moment_bytes``: bytes per element of each AdamW moment, a fact of the run's release
+    (:func:`optbench.releases.presets.adam_moment_bytes`)."""
     opt = run.optimizer
     state = [0.0] * layout.world_size
     # Groups of one shape class hold alike items (DpGroupWork.shape_class): each class is counted once and
     # added to every group's ranks item by item, in the same order as before, so the sums are unchanged.
     if not opt.matrix_optimizer:
         sharded = opt.use_distributed_optimizer
-        moment = adam_moment_bytes(run)
+        moment = adam_moment_bytes
         totals: dict[tuple, float] = {}
         for group in groups:
             if group.shape_class not in totals:
@@ -203,24 +190,12 @@ def _activation_gb(run: RunConfig, layout: Layout, placement: Placement, pp_rank
     return held / GB, logits / GB, len(in_flight)
 
 
-def estimate_memory(
-    run: RunConfig,
-    layout: Layout | None = None,
-    placement: Placement | None = None,
-    groups: Sequence[DpGroupWork] | None = None,
-    optimizer_bytes: Sequence[float] | None = None,
-) -> MemoryEstimate:
+def estimate_memory(run: RunConfig, layout: Layout, placement: Placement, optimizer_bytes: Sequence[float]) -> MemoryEstimate:
     """Per-GPU memory of the busiest GPU of every pipeline rank; the worst one decides whether it fits.
 
-    ``layout``, ``placement``, ``groups`` (``dp_group_work`` in the recipe's TP mode), ``optimizer_bytes``
-    (:func:`optimizer_bytes_per_rank`): the run's, when the caller holds them already (a resolved run does).
+    ``layout``, ``placement``, ``optimizer_bytes`` (:func:`optimizer_bytes_per_rank`): the resolved run's
+    (``ResolvedRun.memory`` is the one caller).
     """
-    layout = layout or derive_layout(run)
-    placement = placement or place(run)
-    if optimizer_bytes is None:
-        if groups is None:
-            groups = dp_group_work(run, placement=placement, layout=layout)
-        optimizer_bytes = optimizer_bytes_per_rank(run, layout, groups)
     fp8 = run.precision.fp8 is not None
     grad_bytes = 4 if run.optimizer.grad_reduce_in_fp32 else 2
     stages = []

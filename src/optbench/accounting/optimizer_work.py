@@ -4,7 +4,7 @@ Megatron keeps an fp32 main copy of every bf16 parameter (4 bytes per element). 
 12 bytes per element, 8 under Megatron's precision-aware optimizer with BF16 moments, which Bridge's DeepSeek-V3
 recipe sets in every release (``optimizer.use_precision_aware_optimizer``, ``exp_avg_dtype`` and
 ``exp_avg_sq_dtype`` ``torch.bfloat16``: read from the run's NVIDIA preset,
-:func:`optbench.accounting.memory.adam_moment_bytes`). A matrix optimizer's state per matrix is its registry
+:func:`optbench.releases.presets.adam_moment_bytes`). A matrix optimizer's state per matrix is its registry
 entry's (:attr:`optbench.config.optimizers.OptimizerEntry.matrix_state_bytes`, documented in each entry's module),
 and its own FLOPs per matrix are in :mod:`optbench.accounting.ns_flops`.
 """

@@ -20,7 +20,7 @@ from typing import Any
 
 from optbench.bench.sections import invocation
 from optbench.common.io import atomic_write_json, atomic_write_text
-from optbench.report.stats import spread
+from optbench.measured.stats import spread
 
 NAME = "callback"
 DESCRIPTION = "Bridge metrics callback: host microseconds per record, as a share of a published GB300 step"

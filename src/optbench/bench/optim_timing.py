@@ -35,7 +35,7 @@ from optbench.config.schema import ModelConfig, OptimizerConfig
 from optbench.optim import build_optimizer
 from optbench.optim.routing import MUON, route_parameters
 from optbench.optim.syrk import computed_fraction
-from optbench.report.stats import spread as sample_spread
+from optbench.measured.stats import spread as sample_spread
 
 PRECISIONS = {"bf16": "medium", "fp32": "highest"}
 """Benchmark precision -> our fp32_matmul_prec."""

@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from optbench.report.comparable import load_flag, others_share, why_not_comparable
-from optbench.report.runs import MeasuredRun, loss_curve, training_seconds
-from optbench.report.stats import Spread, spread
+from optbench.measured.comparable import load_flag, others_share, why_not_comparable
+from optbench.measured.runs import MeasuredRun, loss_curve, training_seconds
+from optbench.measured.stats import Spread, spread
 
 MUON, ADAMW = "muon", "adamw"
 AUTO_FRACTION = 0.75

@@ -11,9 +11,9 @@ from optbench.common.io import atomic_write_text, dumps_strict
 from optbench.common.tables import markdown_table
 from optbench.common.outputs import claim
 from optbench.experiments.compare import ADAMW, MUON, CompareResult, verdict
-from optbench.report.plots import plot_loss
-from optbench.report.runs import MeasuredRun
-from optbench.report.stats import Spread, format_spread
+from optbench.measured.loss_plot import plot_loss
+from optbench.measured.runs import MeasuredRun
+from optbench.measured.stats import Spread, format_spread
 
 NOT_REACHED = "not reached"
 

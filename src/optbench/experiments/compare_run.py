@@ -19,9 +19,9 @@ from pathlib import Path
 from optbench.compose.recipe import compose_run, list_recipes
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem, UserError
-from optbench.report.collect import read_metrics_run
+from optbench.measured.collect import read_metrics_run
 from optbench.experiments.compare import ADAMW, MUON, CompareResult, analyse
-from optbench.report.runs import MeasuredRun
+from optbench.measured.runs import MeasuredRun
 from optbench.runs import load_resolved_config
 from optbench.validate import validate
 

@@ -24,7 +24,7 @@ from optbench.common.io import atomic_write_text, dumps_strict
 from optbench.metrics.jsonl import JsonlAppender, read_metrics, repair_metrics
 from optbench.metrics.wandb_run import flatten, start_wandb
 from optbench.common.redact import redact_config, redact_text, secret_values
-from optbench.runs import lock_run_dir, unlock_run_dir
+from optbench.common.run_lock import lock_run_dir, unlock_run_dir
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"

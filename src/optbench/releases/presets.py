@@ -368,3 +368,17 @@ def derived_reason(key: str, intent: str, adapted_from_adam: bool, optimizer: st
             return "Muon on NVIDIA's Adam preset (no Muon preset for this model): the optimizer and what Bridge derives from it"
         return f"{optimizer} on NVIDIA's Adam preset (NVIDIA publishes none for it): the optimizer and what Bridge derives from it"
     return None
+
+
+DTYPE_BYTES = {"torch.float32": 4, "torch.bfloat16": 2, "torch.float16": 2, "torch.uint8": 1}
+"""Bytes per element of the optimizer-state dtypes Megatron's precision-aware optimizer takes (Bridge's names)."""
+
+
+def adam_moment_bytes(run: RunConfig) -> int:
+    """Bytes per element of each of AdamW's moments: the run's NVIDIA preset's ``exp_avg_dtype`` where it turns on
+    Megatron's precision-aware optimizer (Bridge's DeepSeek-V3 recipe: BF16), else fp32. The emerging optimizers turn
+    it off (optbench.engine.bridge.sections) and the local engine keeps fp32."""
+    preset = None if run.optimizer.matrix_optimizer else preset_or_none(run)
+    if preset is None or not preset.precision_aware_adam:
+        return 4
+    return max(DTYPE_BYTES.get(dtype, 4) for dtype in preset.adam_moment_dtypes())

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from optbench.report.runs import MeasuredRun, run_throughput
+from optbench.measured.runs import MeasuredRun, run_throughput
 from optbench.common.tables import markdown_table
 
 

@@ -14,7 +14,7 @@ Rules (docs/results.md explains them for users):
   figure, one that counts model FLOPs only with the measured model-only figure.
 * Muon/AdamW ratios pair rows of the same (model, GPU, precision): measured with measured, and
   published with published of the same source and release. Two measured runs are paired only when their data,
-  tokens per step and machine match too (:mod:`optbench.report.comparable`); otherwise the row says which differs.
+  tokens per step and machine match too (:mod:`optbench.measured.comparable`); otherwise the row says which differs.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from optbench.catalog.published import PublishedRow
-from optbench.report.comparable import load_flag, why_not_comparable
-from optbench.report.runs import MeasuredRun, RunThroughput, run_throughput
+from optbench.measured.comparable import load_flag, why_not_comparable
+from optbench.measured.runs import MeasuredRun, RunThroughput, run_throughput
 
 MUON, ADAMW = "muon", "adamw"
 
@@ -61,7 +61,7 @@ class TableRow:
     """Measured Muon/AdamW: (model-only, with Newton-Schulz); (None, None) when the two runs are not comparable."""
     ratio_note: str = ""
     """Why the measured runs of this configuration are not set side by side, or how their seconds are flagged
-    (:mod:`optbench.report.comparable`); "" when nothing needs saying."""
+    (:mod:`optbench.measured.comparable`); "" when nothing needs saying."""
 
     @property
     def num_gpus(self) -> int | None:

@@ -19,8 +19,8 @@ from optbench.catalog.published import PublishedRow, Source, default_published_d
 from optbench.report.beside_plan import BesidePlan
 from optbench.report.beside_plan import section as beside_plan_section
 from optbench.report.planned import PlannedRow
-from optbench.report.runs import PeakInfo, RunThroughput, run_throughput
-from optbench.report.stats import format_number, format_spread
+from optbench.measured.runs import PeakInfo, RunThroughput, run_throughput
+from optbench.measured.stats import format_number, format_spread
 from optbench.report.table import Table, TableRow
 
 NOT_MEASURED = "not measured"

@@ -12,8 +12,9 @@ from optbench.common.io import atomic_write_text
 from optbench.metrics.summary import WARMUP_SKIP_STEPS
 from optbench.common.outputs import claim
 from optbench.common.replace import replacing
-from optbench.report.collect import collect_runs
-from optbench.report.plots import plot_loss, plot_throughput
+from optbench.measured.collect import collect_runs
+from optbench.measured.loss_plot import plot_loss
+from optbench.report.plots import plot_throughput
 from optbench.catalog.published import (
     check_sources,
     default_published_dir,

@@ -33,6 +33,7 @@ from optbench.accounting.params import model_shape
 from optbench.accounting.placement import Placement, place
 from optbench.config.layout import Layout, derive_layout, stage_decoder_layers
 from optbench.config.schema import MUON_TP_MODES, RunConfig
+from optbench.releases import presets
 from optbench.runs import checked_run_id, new_run_id
 
 WorkKey = tuple[str, bool]
@@ -84,7 +85,7 @@ class ResolvedRun:
         """Optimizer-state bytes of every global rank."""
         if self.work_of is not None:
             return self.work_of.optimizer_state_bytes
-        return tuple(optimizer_bytes_per_rank(self.run, self.layout, self.groups_plain))
+        return tuple(optimizer_bytes_per_rank(self.run, self.layout, self.groups_plain, presets.adam_moment_bytes(self.run)))
 
     @cached_property
     def memory(self) -> MemoryEstimate:

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable
 
 from optbench.engine.bridge.adapter import executed_by_nvidia
 from optbench.common.checkout import repo_root
-from optbench.engine.bridge.graph_rules import graph_problems, recompute_problems
-from optbench.engine.bridge.moe_rules import moe_problems
-from optbench.engine.bridge.precision_rules import precision_problems
+from optbench.releases.graph_rules import graph_problems, recompute_problems
+from optbench.releases.moe_rules import moe_problems
+from optbench.releases.precision_rules import precision_problems
 from optbench.config.data_path import split_weights
 from optbench.config.domains import MAX_EXPERT_LAYERS, check_domains
 from optbench.config.layout import gpus_per_node

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from optbench.engine.bridge.emerging_fields import emerging_problems
-from optbench.engine.bridge.muon_fields import muon_problems
+from optbench.releases.emerging_fields import emerging_problems
+from optbench.releases.muon_fields import muon_problems
 from optbench.config.optimizers import REGISTRY, entry
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
 from optbench.common.errors import Problem

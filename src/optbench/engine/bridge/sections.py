@@ -13,8 +13,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
-from optbench.engine.bridge import emerging_fields, muon_fields
-from optbench.releases import presets, versions
+from optbench.releases import emerging_fields, muon_fields, presets, versions
+from optbench.releases.graph_rules import cuda_graph_impl
 from optbench.config.field_table import TABLE, bridge_items, bridge_name, value_at
 from optbench.config.layout import vpp_size
 from optbench.config.schema import MATRIX_OPTIMIZERS, RunConfig
@@ -42,12 +42,6 @@ Item = tuple[str, Any]
 
 def _results_root(run: RunConfig) -> Path:
     return Path(run.results_dir).resolve()
-
-
-def cuda_graph_impl(run: RunConfig) -> str:
-    """The CUDA-graph implementation Bridge is given (our null means transformer_engine with a scope, else none)."""
-    p = run.parallel
-    return p.cuda_graph_impl or ("transformer_engine" if p.cuda_graph_scope else "none")
 
 
 def _parallel(run: RunConfig) -> list[Item]:

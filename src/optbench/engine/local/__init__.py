@@ -23,7 +23,8 @@ from optbench.engine.local.resume_keys import RESUME_MUST_MATCH
 from optbench.common.errors import Problem, UserError
 from optbench.metrics.summary import COMMAND_ENV
 from optbench.common.outputs import check_writable, claim
-from optbench.runs import check_run_dir_free, load_config_yaml, run_dir, save_resolved_config, with_run_id
+from optbench.common.run_lock import check_run_dir_free
+from optbench.runs import load_config_yaml, run_dir, save_resolved_config, with_run_id
 
 CONFIG_FILE = "config.yaml"
 BYTES_PER_PARAM = 16

@@ -39,11 +39,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from optbench.engine.bridge.sections import cuda_graph_impl
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem
 from optbench.catalog.hardware import gpu_catalog
 from optbench.releases import presets
+from optbench.releases.graph_rules import cuda_graph_impl
 from optbench.releases.versions import Container, behaviour, first_with
 
 ANY_BACKEND = "flex_dispatcher_needs_tp_ep"

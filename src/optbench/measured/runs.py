@@ -1,6 +1,6 @@
 """Measured runs as the report sees them: per-step records, identity, peak and provenance.
 
-Three kinds of input become the same :class:`MeasuredRun` (see :mod:`optbench.report.collect`):
+Three kinds of input become the same :class:`MeasuredRun` (see :mod:`optbench.measured.collect`):
 local-engine runs and Bridge runs (our metrics callback) write ``metrics.jsonl`` + ``summary.json``;
 raw Megatron Bridge logs are parsed line by line. Warm-up steps are skipped per segment: a segment
 starts at the beginning of a run and again at every restart (the step counter does not increase),
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from optbench.report.stats import Spread, spread
+from optbench.measured.stats import Spread, spread
 
 KIND_LOCAL = "local engine"
 KIND_BRIDGE = "bridge callback"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from optbench.common.machine_load import QUIET_SHARE
-from optbench.report.runs import MeasuredRun
+from optbench.measured.runs import MeasuredRun
 
 UNKNOWN = "not recorded"
 

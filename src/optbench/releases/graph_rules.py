@@ -30,13 +30,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from optbench.engine.bridge.sections import cuda_graph_impl
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem
 from optbench.releases.versions import Container, behaviour, first_with
 
 FULL_ITERATION = "cuda_graph_full_iteration_impl"
 LOCAL_FULL_ITERATION_ONLY = "local_graphs_full_iteration_only"
+
+
+def cuda_graph_impl(run: RunConfig) -> str:
+    """The CUDA-graph implementation Bridge is given (our null means transformer_engine with a scope, else none)."""
+    p = run.parallel
+    return p.cuda_graph_impl or ("transformer_engine" if p.cuda_graph_scope else "none")
 
 
 def graph_problems(run: RunConfig, container: Container) -> Iterable[Problem]:

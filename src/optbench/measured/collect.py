@@ -6,7 +6,7 @@ A run directory is read in this order of preference:
    write it through :mod:`optbench.metrics`) with ``summary.json`` and ``config.yaml`` for identity
    and provenance. A last line cut short by a killed run is skipped (:func:`read_metrics`).
 2. Otherwise raw Megatron Bridge logs in the directory (``*.log``, ``*.out``, ``*.txt``, searched
-   recursively, as NeMo-Run leaves them) parsed by :mod:`optbench.report.megatron_log`; identity
+   recursively, as NeMo-Run leaves them) parsed by :mod:`optbench.measured.megatron_log`; identity
    comes from ``config.yaml`` (the resolved config the launcher wrote), and FLOPs per token from
    :mod:`optbench.accounting` when the log lacks the throughput field.
 
@@ -25,8 +25,8 @@ from typing import Any
 from optbench.config.schema import RunConfig
 from optbench.common.errors import UserError
 from optbench.metrics.jsonl import read_metrics
-from optbench.report.megatron_log import MegatronLog, parse_megatron_log
-from optbench.report.runs import KIND_BRIDGE, KIND_LOCAL, KIND_LOG, MeasuredRun, PeakInfo, StepRecord
+from optbench.measured.megatron_log import MegatronLog, parse_megatron_log
+from optbench.measured.runs import KIND_BRIDGE, KIND_LOCAL, KIND_LOG, MeasuredRun, PeakInfo, StepRecord
 from optbench.runs import load_resolved_config
 
 METRICS = "metrics.jsonl"
@@ -192,7 +192,7 @@ def log_files(directory: Path) -> list[Path]:
 
 def read_log_run(log_paths: list[Path], directory: Path, run_id: str) -> MeasuredRun:
     """A Bridge run known only from its raw log(s), identified by the config.yaml beside them."""
-    from optbench.report.log_throughput import steps_from_log  # accounting is only needed for raw logs
+    from optbench.measured.log_throughput import steps_from_log  # accounting is only needed for raw logs
 
     notes: list[str] = []
     config = _load_config(directory, notes)

@@ -24,8 +24,8 @@ from optbench.accounting.peaks import peaks_for
 from optbench.accounting.throughput import step_throughput
 from optbench.config.schema import RunConfig
 from optbench.config.schema_optimizer import MATRIX_FLOPS_WORDS
-from optbench.report.megatron_log import MegatronLog, StepTimeRecord
-from optbench.report.runs import PeakInfo, StepRecord
+from optbench.measured.megatron_log import MegatronLog, StepTimeRecord
+from optbench.measured.runs import PeakInfo, StepRecord
 
 CONSUMED_SAMPLES = "consumed samples"
 GLOBAL_BATCH = "global batch size"
