@@ -23,6 +23,51 @@ def test_import_contract_is_kept():
     assert "3 kept, 0 broken" in done.stdout
 
 
+def _contracts() -> dict[str, dict]:
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    return {contract["type"]: contract for contract in config["contracts"]}
+
+
+def test_the_contract_states_the_design():
+    """Issue 54's shape of the house: at most 7 layers, at most 3 ':' joins, no import exempted, every package of
+    src/optbench/ (and launch/) placed in a layer, the engines independent, the projection kept from composing and
+    validating, and at most 5 modules at the package root."""
+    contracts = _contracts()
+    layers = contracts["layers"]["layers"]
+    assert len(layers) <= 7, layers
+    assert sum(layer.count(":") for layer in layers) <= 3, layers
+    assert not any("ignore_imports" in contract for contract in contracts.values())
+    placed = {name.strip() for layer in layers for name in layer.replace(":", "|").split("|")}
+    root = REPO / "src" / "optbench"
+
+    def code(folder: Path) -> bool:  # optbench/data/ is a package of data files only
+        return (folder / "__init__.py").is_file() and any(p.name != "__init__.py" for p in folder.rglob("*.py"))
+
+    packages = {f"optbench.{p.name}" for p in root.iterdir() if code(p)} - {"optbench.engine"}
+    packages |= {f"optbench.engine.{p.name}" for p in (root / "engine").iterdir() if code(p)}
+    assert packages | {"launch"} == placed, (packages | {"launch"}) ^ placed
+    assert set(contracts["independence"]["modules"]) == {"optbench.engine.local", "optbench.engine.bridge"}
+    forbidden = contracts["forbidden"]
+    assert forbidden["source_modules"] == ["optbench.projection"]
+    assert {"optbench.compose", "optbench.validate", "optbench.engine.bridge"} <= set(forbidden["forbidden_modules"])
+    assert len([p for p in root.glob("*.py")]) <= 5
+
+
+def test_the_docs_table_lists_the_contracts_layers():
+    """docs/architecture.md section 1 has one row per layer, bottom first, naming that layer's packages."""
+    import re
+
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text.split("| layer (bottom first) | what it holds |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split(" | ", 1)[0] for line in table.strip().splitlines()[1:]]
+    documented = [{name.rstrip("/").replace("/", ".") for name in re.findall(r"`([a-z_/]+)/`", row)} for row in rows]
+    layers = _contracts()["layers"]["layers"]
+    expected = [{name.strip().removeprefix("optbench.") for name in layer.replace(":", "|").split("|")} for layer in layers]
+    assert documented == expected[::-1]
+
+
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's components of more than one module (iterative: the graph has hundreds of modules)."""
     index: dict[str, int] = {}
