@@ -253,3 +253,22 @@ def test_normuon_checkpoints_are_refused_with_the_reason_and_adamuons_taken():
                                             [*typed, "optimizer.adaptive_muon.moment2_method=normuon"]))
     assert [p.field for p in problems] == ["train.save_interval"] and "make_sharded_optimizer_tensor" in problems[0].message
     assert collect_problems(compose_run("qwen3_30b_a3b_adaptive_muon", typed)) == []
+
+
+def test_a_plan_that_crosses_precision_composes_no_published_pair(monkeypatch):
+    """A BF16 Kimi K2 plan has no BF16 anchor: its efficiency crosses from MXFP8 at the BF16/FP8 rate ratio of
+    NVIDIA's pairs, read from the rates make projection committed (results/projection/anchors.json), so the plan
+    composes the run and its twin and no pair row. The caches are emptied first, so no earlier test's solving counts."""
+    from optbench.plan import build_plan
+    from optbench.plan import row_runs
+    from optbench.projection import calibration, precision_ratio
+
+    for cached in (row_runs._row, calibration._calibrate, calibration._solved, calibration._precision_ratio,
+                   precision_ratio.live_rate):
+        cached.cache_clear()
+    composed = _count_compositions(monkeypatch)
+    typed = ["precision=bf16"]
+    projection = build_plan(validate(compose_run("kimi_k2_muon", typed)), typed).projection
+    assert composed == ["kimi_k2_muon", "kimi_k2_adamw"]
+    ratio = projection["efficiency"]["precision_ratio"]
+    assert len(ratio["pairs"]) == 2 and 0.5 < ratio["value"] < 1

@@ -7,10 +7,13 @@ import json
 import pytest
 
 from optbench.common.checkout import repo_root
-from optbench.projection.anchors import ANCHORS, FIELDS, anchor_record, committed_anchors, committed_unsolved
+from optbench.projection.anchors import (
+    ANCHORS, FIELDS, anchor_record, committed_anchors, committed_gemm_rates, committed_unsolved,
+)
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.calibration import solve_on
+from optbench.projection.precision_ratio import live_rate, pair_rows
 from optbench.catalog.published import default_published_dir, load_published, row_id
 
 
@@ -31,6 +34,17 @@ def test_every_committed_anchor_is_what_live_solving_gives():
             k: list(v) if isinstance(v, tuple) else v for k, v in kept.items() if k != "efficiency"}
 
 
+@pytest.mark.xdist_group("carried-table")
+def test_every_committed_pair_rate_is_what_live_solving_gives():
+    """The BF16/FP8 pairs' effective GEMM rates a plan that crosses precision reads instead of composing the pairs."""
+    rows = pair_rows(load_published(default_published_dir(repo_root() / "results")))
+    stored = committed_gemm_rates()
+    assert len(rows) >= 4 and set(stored) == {row_id(r) for r in rows}
+    for row in rows:
+        live = live_rate(row, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS)
+        assert stored[row_id(row)] == (None if live is None else pytest.approx(live, rel=1e-12)), row_id(row)
+
+
 def test_a_stale_or_foreign_file_is_never_read(tmp_path):
     """Solved at other assumptions (a constant changed since make projection) or of another shape: plans solve live."""
     document = json.loads((repo_root() / "results" / ANCHORS).read_text(encoding="utf-8"))
@@ -40,5 +54,6 @@ def test_a_stale_or_foreign_file_is_never_read(tmp_path):
         (tmp_path / name / ANCHORS).write_text(text, encoding="utf-8")
     for name in ("stale", "foreign"):
         assert committed_anchors(str(tmp_path / name)) == {} and committed_unsolved(str(tmp_path / name)) == {}
+        assert committed_gemm_rates(str(tmp_path / name)) == {}
     assert committed_anchors(str(tmp_path / "current")) == committed_anchors()
     assert set(next(iter(document["anchors"].values()))) == set(FIELDS)

@@ -40,10 +40,10 @@ from optbench.accounting.plan_fields import PRECISION_ALIASES
 from optbench.common.checkout import repo_root
 from optbench.config.schema import RunConfig
 from optbench.common.errors import UserError
-from optbench.projection.anchors import committed_anchors, committed_unsolved
+from optbench.projection.anchors import committed_anchors, committed_gemm_rates, committed_unsolved
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.carried import GemmShape, committed_table, fitted_without, gemm_shape, setup_of
-from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, precision_ratio
+from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, live_rate, precision_ratio
 from optbench.projection.row_solve import solve_at
 from optbench.projection.work import gemm_peak
 from optbench.projection.release_drift import same_configuration
@@ -321,4 +321,13 @@ def calibrate(
 
 @lru_cache(maxsize=64)
 def _precision_ratio(published: str, assumptions: Assumptions, holdout: Holdout, row_runs: RowRuns) -> PrecisionRatio | None:
-    return precision_ratio(load_published(published), assumptions, row_id, holdout.keeps, row_runs)
+    """The BF16/FP8 ratio over the pairs ``holdout`` keeps: a plan's from the rates ``make projection`` committed,
+    a validation scheme's (and any other assumptions' or folder's) solved live."""
+    committed = _plans_from_committed(published, holdout) and assumptions == DEFAULT_ASSUMPTIONS
+    stored = committed_gemm_rates() if committed else {}
+
+    def rate(row: PublishedRow) -> float | None:
+        name = row_id(row)
+        return stored[name] if name in stored else live_rate(row, assumptions, row_runs)
+
+    return precision_ratio(load_published(published), row_id, holdout.keeps, rate)

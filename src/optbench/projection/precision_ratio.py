@@ -11,15 +11,17 @@ release, model, GPU and GPU count, one in BF16 and one in an FP8 precision. On e
 at that row's own configuration (:class:`optbench.projection.row_config.RowRuns`: whatever of its release is
 unknown, both rows share it), giving the effective GEMM rate ``eff x peak`` of each precision; the pair's ratio is
 ``rate_bf16 / rate_fp8``, and the ratio used is the geometric mean over the pairs a :class:`Holdout` keeps (one
-fitted parameter, counted by ``make projection``). A BF16 run on an FP8 anchor then runs its GEMMs at
-``eff_anchor x peak_fp8 x ratio`` (and an FP8 run on a BF16 anchor at ``eff_anchor x peak_bf16 / ratio``), both
-peaks of the run's GPU. No pair, no ratio: the fraction of peak carries over unchanged and the plan says the
+fitted parameter, counted by ``make projection``). ``make projection`` commits every pair row's rate beside the
+solved anchors (results/projection/anchors.json), so a plan that crosses precision composes no pair. A BF16 run on
+an FP8 anchor then runs its GEMMs at ``eff_anchor x peak_fp8 x ratio`` (and an FP8 run on a BF16 anchor at
+``eff_anchor x peak_bf16 / ratio``), both peaks of the run's GPU. No pair, no ratio: the fraction of peak carries over unchanged and the plan says the
 error of that is not measured.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -69,8 +71,14 @@ def pairs(rows: list[PublishedRow]) -> list[tuple[PublishedRow, PublishedRow]]:
             for fp8 in adamw if "fp8" in fp8.precision and setup(fp8) == setup(bf16)]
 
 
+def pair_rows(rows: list[PublishedRow]) -> list[PublishedRow]:
+    """Every row of a pair, once each, in the published order: the rows whose rates ``make projection`` commits."""
+    paired = {id(row) for pair in pairs(rows) for row in pair}
+    return [row for row in rows if id(row) in paired]
+
+
 @lru_cache(maxsize=64)
-def _rate(row: PublishedRow, assumptions: Assumptions, row_runs: RowRuns) -> float | None:
+def live_rate(row: PublishedRow, assumptions: Assumptions, row_runs: RowRuns) -> float | None:
     """The effective GEMM rate (FLOP/s) solved on a row at its own configuration, None when it has none."""
     resolved = row_runs.run(row)
     solved = resolved if isinstance(resolved, str) else solve_at(resolved, row, assumptions)
@@ -78,13 +86,15 @@ def _rate(row: PublishedRow, assumptions: Assumptions, row_runs: RowRuns) -> flo
 
 
 def precision_ratio(
-    rows: list[PublishedRow], assumptions: Assumptions, row_name, keeps, row_runs: RowRuns
+    rows: list[PublishedRow], row_name: Callable[[PublishedRow], str], keeps: Callable[[PublishedRow], bool],
+    rate: Callable[[PublishedRow], float | None],
 ) -> PrecisionRatio | None:
-    """The ratio over the pairs whose two rows ``keeps`` keeps (``row_name``: a row's name), None without one."""
+    """The ratio over the pairs whose two rows ``keeps`` keeps (``row_name``: a row's name; ``rate``: a row's
+    effective GEMM rate, :func:`live_rate` or the one ``make projection`` committed), None without one."""
     found = []
     for bf16, fp8 in pairs(rows):
         if keeps(bf16) and keeps(fp8):
-            rate_bf16, rate_fp8 = _rate(bf16, assumptions, row_runs), _rate(fp8, assumptions, row_runs)
+            rate_bf16, rate_fp8 = rate(bf16), rate(fp8)
             if rate_bf16 and rate_fp8:
                 found.append((row_name(bf16), row_name(fp8), rate_bf16 / rate_fp8))
     if not found:

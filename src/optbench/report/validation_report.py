@@ -23,6 +23,7 @@ from optbench.projection.expected_error import SCHEME_LABELS, VALIDATION
 from optbench.projection.release_drift import drift_lines
 from optbench.projection.validation import SCHEMES, WITHIN, report
 from optbench.projection.anchors import ANCHORS, anchors_document
+from optbench.projection.precision_ratio import live_rate, pair_rows
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import solve_on
 from optbench.projection.carried import CALIBRATION, fit_rows, fit_table, table_document
@@ -163,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             if fitted is not None:  # plans and the in-sample scheme read it
                 atomic_write_json(table, table_document(fitted))
             atomic_write_json(anchors, anchors_document(  # plans read every AdamW row solved here
-                {row_id(r): solve_on(r, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS) for r in rows if r.optimizer == "adamw"}))
+                {row_id(r): solve_on(r, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS) for r in rows if r.optimizer == "adamw"},
+                {row_id(r): live_rate(r, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS) for r in pair_rows(rows)}))
             data = report(rows, COMPOSED_ROWS)
             text = markdown(data)
             atomic_write_text(md, text)
