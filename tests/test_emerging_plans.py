@@ -258,14 +258,18 @@ def test_normuon_checkpoints_are_refused_with_the_reason_and_adamuons_taken():
 def test_a_plan_that_crosses_precision_composes_no_published_pair(monkeypatch):
     """A BF16 Kimi K2 plan has no BF16 anchor: its efficiency crosses from MXFP8 at the BF16/FP8 rate ratio of
     NVIDIA's pairs, read from the rates make projection committed (results/projection/anchors.json), so the plan
-    composes the run and its twin and no pair row. The caches are emptied first, so no earlier test's solving counts."""
+    composes the run and its twin, and solves no pair row. The ratio's and the calibration's caches are emptied
+    first (the rows' compositions, shared with other tests, are kept), and solving a row live fails the test."""
     from optbench.plan import build_plan
-    from optbench.plan import row_runs
-    from optbench.projection import calibration, precision_ratio
+    from optbench.projection import calibration
 
-    for cached in (row_runs._row, calibration._calibrate, calibration._solved, calibration._precision_ratio,
-                   precision_ratio.live_rate):
+    for cached in (calibration._calibrate, calibration._precision_ratio):
         cached.cache_clear()
+
+    def solved_live(row, *args):
+        raise AssertionError(f"solved {row.label} live")
+
+    monkeypatch.setattr(calibration, "live_rate", solved_live)
     composed = _count_compositions(monkeypatch)
     typed = ["precision=bf16"]
     projection = build_plan(validate(compose_run("kimi_k2_muon", typed)), typed).projection
