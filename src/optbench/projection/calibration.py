@@ -250,6 +250,12 @@ def _plans_from_committed(published: str, holdout: Holdout) -> bool:
     return holdout == NO_HOLDOUT and Path(published) == default_published_dir(repo_root() / "results")
 
 
+def _reads_committed_solutions(published: str, holdout: Holdout, assumptions: Assumptions) -> bool:
+    """Whether a calibration may read the rows ``make projection`` solved (anchors.json: the anchors, the BF16/FP8
+    pairs' rates): a plan's, as :func:`_plans_from_committed`, at the assumptions they were solved at."""
+    return _plans_from_committed(published, holdout) and assumptions == DEFAULT_ASSUMPTIONS
+
+
 @lru_cache(maxsize=512)
 def _calibrate(
     model: str, gpu: str, precision: str, release: str | None, published: str, assumptions: Assumptions, holdout: Holdout,
@@ -257,7 +263,7 @@ def _calibrate(
 ) -> Calibration | None:
     """Solved on the best anchor row of the model on its own GPU; without one, from the carried table."""
     rows = load_published(published)
-    committed = _plans_from_committed(published, holdout) and assumptions == DEFAULT_ASSUMPTIONS
+    committed = _reads_committed_solutions(published, holdout, assumptions)
     stored, unsolved = (committed_anchors(), committed_unsolved()) if committed else ({}, {})
     for row in ranked_anchors(model, gpu, release, rows, holdout, precision, load_inconsistent(published)):
         if row.gpu != gpu:
@@ -323,8 +329,7 @@ def calibrate(
 def _precision_ratio(published: str, assumptions: Assumptions, holdout: Holdout, row_runs: RowRuns) -> PrecisionRatio | None:
     """The BF16/FP8 ratio over the pairs ``holdout`` keeps: a plan's from the rates ``make projection`` committed,
     a validation scheme's (and any other assumptions' or folder's) solved live."""
-    committed = _plans_from_committed(published, holdout) and assumptions == DEFAULT_ASSUMPTIONS
-    stored = committed_gemm_rates() if committed else {}
+    stored = committed_gemm_rates() if _reads_committed_solutions(published, holdout, assumptions) else {}
 
     def rate(row: PublishedRow) -> float | None:
         name = row_id(row)

@@ -14,8 +14,8 @@ unknown, both rows share it), giving the effective GEMM rate ``eff x peak`` of e
 fitted parameter, counted by ``make projection``). ``make projection`` commits every pair row's rate beside the
 solved anchors (results/projection/anchors.json), so a plan that crosses precision composes no pair. A BF16 run on
 an FP8 anchor then runs its GEMMs at ``eff_anchor x peak_fp8 x ratio`` (and an FP8 run on a BF16 anchor at
-``eff_anchor x peak_bf16 / ratio``), both peaks of the run's GPU. No pair, no ratio: the fraction of peak carries over unchanged and the plan says the
-error of that is not measured.
+``eff_anchor x peak_bf16 / ratio``), both peaks of the run's GPU. No pair, no ratio: the fraction of peak carries
+over unchanged and the plan says the error of that is not measured.
 """
 
 from __future__ import annotations

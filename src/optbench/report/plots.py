@@ -1,4 +1,6 @@
-"""PNG plots: throughput per model family (measured bars, published markers); loss curves are :mod:`optbench.measured.loss_plot`'s.
+"""PNG plots: throughput per model family (measured bars, published markers).
+
+Loss curves are :mod:`optbench.measured.loss_plot`'s.
 
 matplotlib runs with the Agg backend (no display); every figure is written atomically (``save_png``).
 """
