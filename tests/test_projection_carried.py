@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from conftest import REPO
@@ -16,6 +17,8 @@ from optbench.compose.recipe import compose_run
 from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.carried import CarriedTable, committed_table, fitted_without, gemm_shape
 from optbench.projection.copy_baseline import nearest
+from optbench.projection.expert_rates import ExpertRates, measured_rates, routed_share
+from optbench.accounting.flops import flop_terms
 from optbench.projection.expected_error import SCHEME_LABELS
 from optbench.catalog.published import load_published, row_id
 
@@ -85,6 +88,40 @@ def test_a_model_without_rows_takes_the_term_of_the_fitted_models_of_its_gemm_sh
     eff, how = table.efficiency("llama3_8b", "b200", "26.02", dense_shape)
     assert how["model"] == "mean of every model" and eff == pytest.approx(0.2 * math.sqrt(0.5))
     assert CarriedTable.from_dict(table.as_dict()).model_shapes == table.model_shapes  # calibration.json round trip
+
+
+def test_the_bench_measures_qwen3s_small_experts_slower_in_fp8_and_routed_share_counts_only_routed_experts():
+    gpu, rates = measured_rates()
+    assert gpu == "h200"
+    assert rates["qwen3_30b_a3b", "fp8"] < 0.9 * min(rates["deepseek_v3", "fp8"], rates["kimi_k2", "fp8"])
+    assert all(0.6 < rates[m, "bf16"] < 0.7 for m in ("qwen3_30b_a3b", "deepseek_v3", "kimi_k2"))
+    qwen, deepseek = (compose_run(f"{m}_adamw", []) for m in ("qwen3_30b_a3b", "deepseek_v3"))
+    terms = flop_terms(qwen.model, qwen.train.seq_length)  # every Qwen3 layer is MoE, no shared expert: mlp is routed
+    assert routed_share(qwen.model, qwen.train.seq_length) == pytest.approx(terms.mlp / terms.total)
+    terms = flop_terms(deepseek.model, deepseek.train.seq_length)  # its dense layers and shared experts are not
+    assert 0 < routed_share(deepseek.model, deepseek.train.seq_length) < 0.95 * terms.mlp / terms.total
+    assert routed_share(replace(qwen.model, num_moe_experts=None), 4096) == 0.0
+
+
+def test_a_model_of_other_shapes_takes_the_fitted_terms_moved_by_its_measured_expert_rate():
+    table = CarriedTable(
+        arch=(("blackwell", math.log(0.2)),),
+        model=(("deepseek_v3", 0.0), ("kimi_k2", math.log(1.1))),
+        release=(("26.02", 0.0),), mxfp8_expert_rows=928.0, rows=("r",), rms_residual=0.0,
+    )
+    rates = (("deepseek_v3", 0.5), ("kimi_k2", 0.4), ("qwen3_30b_a3b", 0.25))
+
+    def qwen(share: float, measured=rates) -> tuple[float, dict[str, str]]:
+        expert = ExpertRates("qwen3_30b_a3b", share, "fp8", measured, "h200")
+        return table.efficiency("qwen3_30b_a3b", "b200", "26.02", (2048, 768, 8, 0, False), expert)
+
+    eff, how = qwen(0.5)  # time per FLOP, half of it at 1/0.25: x1.5 against 1/0.5, x1.3 against 1/0.4
+    assert eff == pytest.approx(0.2 * math.exp((math.log(1 / 1.5) + math.log(1.1 / 1.3)) / 2))
+    assert how["model"] == "as deepseek_v3 and kimi_k2 at its fp8 expert GEMMs measured on an H200 " \
+                           "(results/bench/grouped_gemm.json)"
+    assert qwen(0.8)[0] < eff < qwen(0.2)[0] < table.efficiency("x", "b200", "26.02")[0]  # the slower share, the lower
+    assert qwen(0.0)[0] == pytest.approx(table.efficiency("x", "b200", "26.02")[0])  # no routed experts: the mean
+    assert qwen(0.5, rates[:2])[1]["model"] == "mean of every model"  # the bench did not measure it
 
 
 # ---------------------------------------------------------------------------------------------------

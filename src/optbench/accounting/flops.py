@@ -59,7 +59,7 @@ class FlopTerms:
         return self.mlp + self.attention + self.mtp + self.logits
 
 
-def _layer_kinds(model: ModelConfig) -> tuple[int, int]:
+def layer_kinds(model: ModelConfig) -> tuple[int, int]:
     """(dense layers, MoE layers) counted by Bridge, MTP layers taking the last decoder layer's kind."""
     moe = sum(is_moe_layer(model, layer) for layer in range(model.num_layers))
     dense = model.num_layers - moe
@@ -106,7 +106,7 @@ def attention_core_per_layer_token(model: ModelConfig, seq_length: int) -> float
 def flop_terms(model: ModelConfig, seq_length: int, tp: int = 1) -> FlopTerms:
     """Bridge's model FLOPs of one sequence of ``seq_length`` tokens, term by term."""
     h = model.hidden_size
-    dense, moe = _layer_kinds(model)
+    dense, moe = layer_kinds(model)
     layers = model.num_layers + model.mtp_num_layers
     moe_width = (model.moe_ffn_hidden_size or model.ffn_hidden_size) * model.moe_router_topk
     moe_width += model.moe_shared_expert_intermediate_size

@@ -43,6 +43,7 @@ from optbench.common.errors import UserError
 from optbench.projection.anchors import committed_anchors, committed_gemm_rates, committed_unsolved
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.carried import GemmShape, committed_table, fitted_without, gemm_shape, setup_of
+from optbench.projection.expert_rates import ExpertRates, expert_rates
 from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, live_rate, precision_ratio
 from optbench.projection.row_solve import solve_at
 from optbench.projection.work import gemm_peak
@@ -259,7 +260,7 @@ def _reads_committed_solutions(published: str, holdout: Holdout, assumptions: As
 @lru_cache(maxsize=512)
 def _calibrate(
     model: str, gpu: str, precision: str, release: str | None, published: str, assumptions: Assumptions, holdout: Holdout,
-    shape: GemmShape | None, row_runs: RowRuns,
+    shape: GemmShape | None, expert: ExpertRates | None, row_runs: RowRuns,
 ) -> Calibration | None:
     """Solved on the best anchor row of the model on its own GPU; without one, from the carried table."""
     rows = load_published(published)
@@ -272,12 +273,12 @@ def _calibrate(
         solved = Calibration(**fields) if fields else unsolved.get(row_id(row)) or _solved(row, assumptions, row_runs)
         if not isinstance(solved, str):
             return replace(solved, same_preset=release is not None and same_configuration(row, release))
-    return _carried(model, gpu, release, published, holdout, shape, row_runs)
+    return _carried(model, gpu, release, published, holdout, shape, expert, row_runs)
 
 
 def _carried(
     model: str, gpu: str, release: str | None, published: str, holdout: Holdout, shape: GemmShape | None,
-    row_runs: RowRuns,
+    expert: ExpertRates | None, row_runs: RowRuns,
 ) -> Calibration | None:
     """The efficiency of the carried table (:mod:`optbench.projection.carried`): the committed one for a plan, one
     refitted without the held-out rows for a validation scheme."""
@@ -285,7 +286,7 @@ def _carried(
         published, holdout, row_runs)
     if table is None or release is None:
         return None
-    efficiency, how = table.efficiency(model, gpu, release, shape)
+    efficiency, how = table.efficiency(model, gpu, release, shape, expert)
     return Calibration(
         efficiency=efficiency, peak_key=f"{gpu}_fp8",
         anchor=f"the carried table ({len(table.rows)} AdamW rows, {table.parameter_count} parameters; "
@@ -308,14 +309,14 @@ def calibrate(
     """The calibrated GEMM efficiency for ``run``'s model (cached), or None when no AdamW anchor fits; ``row_runs``: the
     published rows' runs to solve on where ``make projection`` committed no solution."""
     directory = Path(published_dir) if published_dir else default_published_dir(repo_root() / "results")
+    run_peak = gemm_peak(run)[1]
     try:
         calibration = _calibrate(
             run.model.name, run.cluster.gpu, run.precision.name, _release_of(run), str(directory), assumptions, holdout,
-            gemm_shape(run.model), row_runs,
+            gemm_shape(run.model), expert_rates(run.model, run.train.seq_length, gemm_precision(run_peak)), row_runs,
         )
     except UserError:
         return None
-    run_peak = gemm_peak(run)[1]
     if calibration is None or not calibration.across_precision(run_peak):
         return calibration
     ratio = _precision_ratio(str(directory), assumptions, holdout, row_runs)

@@ -22,7 +22,9 @@ that tells a layout with few rows per expert (DeepSeek-V3 at EP8 on 8-GPU nodes:
 
 A GPU of an architecture without rows takes the mean of the known architectures. A model without rows takes the
 term of the fitted models whose GEMMs have its shapes (:func:`gemm_shape`: Kimi K2 is DeepSeek-V3's hidden size,
-expert width, top-k, shared expert and MLA), else the mean of the model terms (the baseline's 0 included). A
+expert width, top-k, shared expert and MLA), else the fitted models' terms moved by its routed experts' measured
+GEMM rate (:mod:`optbench.projection.expert_rates`: Qwen3 30B-A3B's small experts against DeepSeek-V3's), else the
+mean of the model terms (the baseline's 0 included). A
 release outside the table takes the nearest earlier one (else the earliest). ``make projection`` writes the table
 to ``results/projection/calibration.json``; plans read it and compose nothing to calibrate. The validation refits
 it without the rows each scheme holds out.
@@ -44,6 +46,7 @@ from optbench.common.checkout import repo_root
 from optbench.catalog.hardware import gpu_catalog
 from optbench.config.schema import ModelConfig
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
+from optbench.projection.expert_rates import ExpertRates
 from optbench.projection.row_config import RowRuns, release_order
 from optbench.projection.row_solve import solve_at
 from optbench.catalog.published import PublishedRow, default_published_dir, load_inconsistent, load_published, row_id
@@ -111,9 +114,10 @@ class CarriedTable:
         """Architecture, model (the baseline's is fixed at 0), release (likewise) terms and M0."""
         return len(self.arch) + max(0, len(self.model) - 1) + max(0, len(self.release) - 1) + 1
 
-    def term(self, kind: str, key: str, shape: GemmShape | None = None) -> tuple[float, str]:
+    def term(self, kind: str, key: str, shape: GemmShape | None = None,
+             expert: ExpertRates | None = None) -> tuple[float, str]:
         """(log term, how it was found) for ``key`` of ``kind`` (gpu, model, release); ``shape``: a model's
-        :func:`gemm_shape`, read when the model has no term."""
+        :func:`gemm_shape`, ``expert``: its measured expert GEMM rates, read in that order when the model has no term."""
         if kind == "gpu":
             arch = gpu_arch(key)
             table = dict(self.arch)
@@ -127,16 +131,21 @@ class CarriedTable:
             alike = [model for model, its in self.model_shapes if its == shape and model in table]
             if alike:
                 return statistics.fmean(table[m] for m in alike), f"as {' and '.join(alike)} (same GEMM shapes)"
+            moved = expert.moved_term(table) if expert is not None else None
+            if moved is not None:
+                return moved[0], f"as {' and '.join(moved[1])} at its {expert.source}"
             return statistics.fmean(table.values()), "mean of every model"
         known = sorted(table, key=release_order)
         earlier = [r for r in known if release_order(r) <= release_order(key)]
         nearest = earlier[-1] if earlier else known[0]
         return table[nearest], f"as release {nearest}"
 
-    def efficiency(self, model: str, gpu: str, release: str, shape: GemmShape | None = None) -> tuple[float, dict[str, str]]:
-        """The efficiency of ``model`` (of :func:`gemm_shape` ``shape``) on ``gpu`` at ``release``, and how each term
-        was found."""
-        found = {kind: self.term(kind, key, shape) for kind, key in (("gpu", gpu), ("model", model), ("release", release))}
+    def efficiency(self, model: str, gpu: str, release: str, shape: GemmShape | None = None,
+                   expert: ExpertRates | None = None) -> tuple[float, dict[str, str]]:
+        """The efficiency of ``model`` (of :func:`gemm_shape` ``shape``, measured expert GEMM rates ``expert``) on
+        ``gpu`` at ``release``, and how each term was found."""
+        found = {kind: self.term(kind, key, shape, expert)
+                 for kind, key in (("gpu", gpu), ("model", model), ("release", release))}
         return math.exp(sum(value for value, _ in found.values())), {kind: how for kind, (_, how) in found.items()}
 
     def as_dict(self) -> dict[str, Any]:
