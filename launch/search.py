@@ -59,11 +59,11 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
                       f"{row['muon_vs_adamw_percent']:+.2f} %" if "muon_vs_adamw_percent" in row else "-"])
     lines += console_table(["#", "layout", "step s", "model TFLOP/s", "memory GB", "of HBM", "", "Muon vs AdamW"], cells,
                            ("right", "left", "right", "right", "right", "right", "left", "right"))
-    expected = result.get("expected_error") or {}
-    if "median_abs_error_percent" in expected:
+    expected = result.get("expected_error")
+    if expected is not None and expected.median_abs_error_percent is not None:
         lines.append(
             f"  ~ ties      {result['within_expected_error_of_best']} layouts project within the expected error (median"
-            f" {expected['median_abs_error_percent']:.1f} %, {expected['scheme']}) of the best: the model does not"
+            f" {expected.median_abs_error_percent:.1f} %, {expected.scheme}) of the best: the model does not"
             " resolve their order" + (f"; ! above {100 * HBM_WARNING:g} % of HBM by an estimate of +-20 %: may not fit"
                                       if any((r.get('hbm_percent') or 0) > 100 * HBM_WARNING for r in result['top']) else "")
         )
@@ -78,8 +78,8 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
     lines.append(f"  recipe's own layout {own_point.label}: {where}")
     if result.get("efficiency"):
         efficiency = result["efficiency"]
-        lines.append(f"  efficiency  {efficiency['value']:.3f} of {efficiency['of_peak']}, {efficiency['status']} on"
-                     f" {efficiency['calibrated_on']}; {expected_error_text(result.get('expected_error'))}")
+        lines.append(f"  efficiency  {efficiency.value:.3f} of {efficiency.of_peak}, {efficiency.status} on"
+                     f" {efficiency.calibrated_on}; {expected_error_text(result.get('expected_error'))}")
     if "ep" not in result["fixed"]:
         lines.append(
             "  caveat      the all-to-all a lower EP saves is priced from bandwidths, not measured (expert GEMMs with few"
@@ -158,5 +158,7 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "", hbm: str = 
                   own_gap_to_best_percent=standing.gap_to_best_percent if standing else None,
                   own_rank_at_its_ep=at_ep.rank if at_ep else None,
                   own_problem=str(result["own_problem"]) if result["own_problem"] else None)
+    for key in ("efficiency", "expected_error"):  # the projection's typed records, as plan.json writes them
+        record[key] = record[key].to_json() if record[key] is not None else None
     print(f"  search.json {atomic_write_json(path, record)}")
     return 0

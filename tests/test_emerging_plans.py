@@ -118,21 +118,21 @@ def test_plan_prices_soap_and_adaptive_muon_against_their_adamw_twin():
     for recipe in ("qwen3_30b_a3b_muon", "qwen3_30b_a3b_adaptive_muon", "qwen3_30b_a3b_soap"):
         plans[recipe] = build_plan(validate(compose_run(recipe, [RESULTS])), [], compare=ALL_MATRIX)
     muon, adaptive, soap = (plans[r].projection for r in plans)
-    step = {name: sum(p["optimizer_mean_s"].values()) for name, p in (("muon", muon), ("adaptive", adaptive), ("soap", soap))}
+    step = {name: sum(p.optimizer_mean_s.values()) for name, p in (("muon", muon), ("adaptive", adaptive), ("soap", soap))}
     assert step["adaptive"] > step["muon"] and step["soap"] > step["adaptive"]
-    assert soap["adamw_twin"]["recipe"].startswith("qwen3_30b_a3b_adamw")
-    assert soap["muon_overhead"]["parts_s"]["newton_schulz_compute"] > 0 and "what_if" not in soap
+    assert soap.twin.recipe.startswith("qwen3_30b_a3b_adamw")
+    assert soap.muon_overhead.parts_s["newton_schulz_compute"] > 0 and soap.what_if is None
     text = format_summary(plans["qwen3_30b_a3b_soap"])
     assert "SOAP FLOPs" in text and " SOAP = " in text and "SOAP's matrix products and QR" in text
     assert "optimizer_state" in text and "no SOAP preset for this model" in text
     # Side by side: every plan lists the three matrix optimizers against the same AdamW twin, each from its recipe.
-    sides = [{s["optimizer"]: s for s in plans[r].projection["optimizers"]} for r in plans]
+    sides = [{s.optimizer: s for s in plans[r].projection.optimizers} for r in plans]
     assert all(list(side) == ["muon", "adaptive_muon", "soap"] for side in sides)
-    change = {name: sides[0][name]["tflops_per_gpu_change_percent"] for name in sides[0]}
-    assert all(side[name]["tflops_per_gpu_change_percent"] == change[name] for side in sides for name in side)
+    change = {name: sides[0][name].tflops_per_gpu_change_percent for name in sides[0]}
+    assert all(side[name].tflops_per_gpu_change_percent == change[name] for side in sides for name in side)
     assert change["soap"] < change["adaptive_muon"] < change["muon"] < 0
-    assert sides[0]["soap"]["recipe"] == "qwen3_30b_a3b_soap" and sides[2]["soap"]["recipe"] == "this run"
-    assert sides[0]["soap"]["optimizer_state_gb"] > sides[0]["adaptive_muon"]["optimizer_state_gb"] > sides[0]["muon"]["optimizer_state_gb"]
+    assert sides[0]["soap"].recipe == "qwen3_30b_a3b_soap" and sides[2]["soap"].recipe == "this run"
+    assert sides[0]["soap"].optimizer_state_gb > sides[0]["adaptive_muon"].optimizer_state_gb > sides[0]["muon"].optimizer_state_gb
     assert "  optimizers  model TFLOP/s/GPU vs the AdamW twin" in text and "AdaMuon -" in text
 
 
@@ -164,14 +164,14 @@ def test_a_matrix_optimizer_plan_composes_the_run_and_its_adamw_twin_only(monkey
     resolved = validate(compose_run(recipe, []))
     plain = build_plan(resolved, []).projection
     assert composed == [recipe, recipe.rsplit("_", 1)[0].removesuffix("_adaptive") + "_adamw"]
-    assert "optimizers" not in plain and plain["adamw_twin"]["tflops_per_gpu"] > 0
-    assert plain["efficiency"]["status"] == "calibrated"
+    assert plain.optimizers is None and plain.twin.step.tflops_per_gpu > 0
+    assert plain.efficiency.status == "calibrated"
     composed.clear()
     others = tuple(name for name in ALL_MATRIX if name != resolved.run.optimizer.name)
     both = build_plan(resolved, [], compare=others).projection
     assert len(composed) == 1 + len(others)  # the twin again, and one per optimizer named
-    assert [s["optimizer"] for s in both["optimizers"]] == list(ALL_MATRIX)
-    assert both["tflops_per_gpu"] == plain["tflops_per_gpu"]
+    assert [s.optimizer for s in both.optimizers] == list(ALL_MATRIX)
+    assert both.step.tflops_per_gpu == plain.step.tflops_per_gpu
 
 
 @pytest.mark.parametrize("compare, says", [
@@ -187,11 +187,11 @@ def test_side_by_side_names_why_a_sibling_has_no_number():
     from optbench.plan import build_plan
 
     typed = [RESULTS, "cluster.container=nemo:26.02"]
-    old = {s["optimizer"]: s for s in build_plan(validate(compose_run("qwen3_30b_a3b_muon", typed)), typed, compare=ALL_MATRIX).projection["optimizers"]}
-    assert old["muon"]["available"] and not old["soap"]["available"] and "soap arrives with nemo:26.06" in old["soap"]["reason"]
-    kimi = {s["optimizer"]: s for s in build_plan(validate(compose_run("kimi_k2_muon", [RESULTS])), [], compare=("soap", "adaptive_muon")).projection["optimizers"]}
-    assert not kimi["soap"]["available"] and "largest term: optimizer_state" in kimi["soap"]["reason"]
-    assert kimi["adaptive_muon"]["available"] and kimi["adaptive_muon"]["recipe"] == "kimi_k2_muon optimizer=adaptive_muon"
+    old = {s.optimizer: s for s in build_plan(validate(compose_run("qwen3_30b_a3b_muon", typed)), typed, compare=ALL_MATRIX).projection.optimizers}
+    assert old["muon"].available and not old["soap"].available and "soap arrives with nemo:26.06" in old["soap"].reason
+    kimi = {s.optimizer: s for s in build_plan(validate(compose_run("kimi_k2_muon", [RESULTS])), [], compare=("soap", "adaptive_muon")).projection.optimizers}
+    assert not kimi["soap"].available and "largest term: optimizer_state" in kimi["soap"].reason
+    assert kimi["adaptive_muon"].available and kimi["adaptive_muon"].recipe == "kimi_k2_muon optimizer=adaptive_muon"
 
 
 def test_the_support_table_is_what_plan_accepts():
@@ -274,5 +274,5 @@ def test_a_plan_that_crosses_precision_composes_no_published_pair(monkeypatch):
     typed = ["precision=bf16"]
     projection = build_plan(validate(compose_run("kimi_k2_muon", typed)), typed).projection
     assert composed == ["kimi_k2_muon", "kimi_k2_adamw"]
-    ratio = projection["efficiency"]["precision_ratio"]
-    assert len(ratio["pairs"]) == 2 and 0.5 < ratio["value"] < 1
+    ratio = projection.efficiency.precision_ratio
+    assert len(ratio.pairs) == 2 and 0.5 < ratio.value < 1

@@ -56,9 +56,9 @@ def test_calibration_recovers_the_adamw_anchor(model):
     step = evaluate(build_inputs(resolve(run), net, DEFAULT_ASSUMPTIONS), calibration.efficiency).total_s
     assert step == pytest.approx(step_time_for_tflops(run, anchor.model_tflops_per_gpu), rel=1e-9)
     p = project(resolve(run), row_runs=COMPOSED_ROWS)
-    assert p["efficiency"]["calibrated_on"].startswith("nvidia_blog_table1 26.02")
-    assert p["efficiency"]["status"] == "calibrated"
-    assert p["tflops_per_gpu"] == pytest.approx(anchor.model_tflops_per_gpu, abs=0.01)
+    assert p.efficiency.calibrated_on.startswith("nvidia_blog_table1 26.02")
+    assert p.efficiency.status == "calibrated"
+    assert p.step.tflops_per_gpu == pytest.approx(anchor.model_tflops_per_gpu, abs=0.01)
 
 
 def test_anchor_preference_is_the_paired_blog_row():
@@ -103,9 +103,9 @@ def test_muon_prediction_ignores_published_muon_figures(model, tmp_path):
         return row
 
     scrambled = project(resolve(run), published_dir=_copy_published(tmp_path, scramble_muon), with_what_ifs=False, row_runs=COMPOSED_ROWS)
-    assert scrambled["tflops_per_gpu"] == baseline["tflops_per_gpu"]
-    assert scrambled["efficiency"] == baseline["efficiency"]
-    assert project(resolve(run), with_what_ifs=False, row_runs=COMPOSED_ROWS)["tflops_per_gpu"] == baseline["tflops_per_gpu"]  # deterministic
+    assert scrambled.step.tflops_per_gpu == baseline.step.tflops_per_gpu
+    assert scrambled.efficiency == baseline.efficiency
+    assert project(resolve(run), with_what_ifs=False, row_runs=COMPOSED_ROWS).step.tflops_per_gpu == baseline.step.tflops_per_gpu  # deterministic
 
 
 @pytest.mark.slow  # several seconds: `make test` runs it
@@ -121,8 +121,8 @@ def test_muon_prediction_moves_with_the_adamw_anchor(tmp_path):
 
     moved = project(resolve(run), typed, published_dir=_copy_published(tmp_path, slower_adamw), with_what_ifs=False,
                     counterparts=ComposedCounterparts(), row_runs=COMPOSED_ROWS)
-    assert moved["adamw_twin"]["tflops_per_gpu"] == pytest.approx(900.0, abs=0.01)
-    assert moved["tflops_per_gpu"] < baseline["tflops_per_gpu"] - 100
+    assert moved.twin.step.tflops_per_gpu == pytest.approx(900.0, abs=0.01)
+    assert moved.step.tflops_per_gpu < baseline.step.tflops_per_gpu - 100
 
 
 @pytest.mark.slow  # about 25 s: the carried table is fitted on this folder's rows (25 values of M0)
@@ -138,9 +138,9 @@ def test_a_model_without_rows_is_carried_at_the_term_of_the_model_of_its_gemm_sh
     # fitted on this folder's rows, not the committed table): its expected error is the leave-one-model-out figure.
     assert calibration.is_carried and dict(calibration.carried)["model"] == "as deepseek_v3 (same GEMM shapes)"
     p = project(resolve(run), published_dir=tmp_path / "published", row_runs=COMPOSED_ROWS)
-    assert p["available"] and p["efficiency"]["status"].startswith(
+    assert p.available and p.efficiency.status.startswith(
         "carried: gpu as blackwell_ultra, model as deepseek_v3 (same GEMM shapes)")
-    assert p["expected_error"] is None or p["expected_error"]["scheme"] == "leave one model out"
+    assert p.expected_error is None or p.expected_error.scheme == "leave one model out"
 
 
 def test_muon_predictions_meet_the_target():
@@ -149,13 +149,13 @@ def test_muon_predictions_meet_the_target():
         run = compose_run(f"{model}_muon", ["cluster.container=nemo:26.02"])
         p = project(resolve(run), with_what_ifs=False, row_runs=COMPOSED_ROWS)
         published = _blog_row(model, "muon").model_tflops_per_gpu
-        assert abs(p["tflops_per_gpu"] / published - 1) < 0.05, (model, p["tflops_per_gpu"], published)
+        assert abs(p.step.tflops_per_gpu / published - 1) < 0.05, (model, p.step.tflops_per_gpu, published)
 
 
 def test_an_efficiency_on_a_gpu_without_the_models_row_comes_from_the_carried_table():
     # Kimi K2 has no AdamW figure on B200: the efficiency comes from the carried table and is labelled so.
     run = compose_run("kimi_k2_adamw", ["cluster=b200", "parallel=kimi_k2_b200_256", "train=kimi_k2_b200"])
     p = project(resolve(run), row_runs=COMPOSED_ROWS)
-    assert p["available"]
-    assert p["efficiency"]["status"] == "carried: gpu as blackwell, model fitted, release fitted"
-    assert p["expected_error"]["scheme"] == "leave one setup out"
+    assert p.available
+    assert p.efficiency.status == "carried: gpu as blackwell, model fitted, release fitted"
+    assert p.expected_error.scheme == "leave one setup out"

@@ -17,6 +17,7 @@ from optbench.compose.recipe import compose_run
 from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.carried import CarriedTable, committed_table, fitted_without, gemm_shape
 from optbench.projection.copy_baseline import nearest
+from optbench.projection.section import ProjectionSection
 from optbench.projection.expert_rates import ExpertRates, measured_rates, routed_share
 from optbench.accounting.flops import flop_terms
 from optbench.projection.expected_error import SCHEME_LABELS
@@ -174,27 +175,29 @@ def test_the_copy_baseline_copies_the_nearest_kept_row():
 # ---------------------------------------------------------------------------------------------------
 
 
-def _projection(recipe: str, *overrides: str) -> dict:
-    return plan_run(recipe, [*overrides, "force=true"])[1].projection
+def _projection(recipe: str, *overrides: str) -> ProjectionSection:
+    projection = plan_run(recipe, [*overrides, "force=true"])[1].projection
+    assert isinstance(projection, ProjectionSection)
+    return projection
 
 
 def test_weak_scaling_to_2048_gpus_costs_throughput_through_named_data_parallel_terms():
     base = _projection("kimi_k2_adamw")
     wide = _projection("kimi_k2_adamw", "parallel.num_gpus=2048", "train.gbs=32768")
-    assert wide["tflops_per_gpu"] < base["tflops_per_gpu"]
+    assert wide.step.tflops_per_gpu < base.step.tflops_per_gpu
     for term in ("dp_grad_reduce_exposed", "param_gather_exposed"):
-        assert wide["breakdown_s"][term] > 10 * base["breakdown_s"][term]
+        assert wide.breakdown_s[term] > 10 * base.breakdown_s[term]
 
 
 def test_data_parallel_collectives_grow_as_the_group_leaves_its_nvlink_domain():
     inside = _projection("qwen3_30b_a3b_adamw", "parallel.num_gpus=64", "train.gbs=4096")  # DP 64: one 64-GPU block
     across = _projection("qwen3_30b_a3b_adamw", "parallel.num_gpus=256", "train.gbs=16384")  # DP 256: four blocks
-    exposed = lambda p: p["breakdown_s"]["dp_grad_reduce_exposed"] + p["breakdown_s"]["param_gather_exposed"]  # noqa: E731
+    exposed = lambda p: p.breakdown_s["dp_grad_reduce_exposed"] + p.breakdown_s["param_gather_exposed"]  # noqa: E731
     assert exposed(across) > 3 * exposed(inside)
 
 
 def test_a_smaller_microbatch_is_not_faster_per_token():
-    tflops = [_projection("qwen3_30b_a3b_adamw", f"train.mbs={mbs}")["tflops_per_gpu"] for mbs in (1, 2, 4, 8)]
+    tflops = [_projection("qwen3_30b_a3b_adamw", f"train.mbs={mbs}").step.tflops_per_gpu for mbs in (1, 2, 4, 8)]
     assert tflops == sorted(tflops)
 
 
@@ -202,27 +205,27 @@ def test_tensor_parallelism_without_comm_overlap_is_not_free():
     one = _projection("qwen3_30b_a3b_adamw", "parallel.tp_comm_overlap=false")
     four = _projection("qwen3_30b_a3b_adamw", "parallel.tp=4", "parallel.sequence_parallel=true",
                        "parallel.tp_comm_overlap=false")
-    assert four["breakdown_s"]["tensor_parallel"] > 0 and four["step_time_s"] > one["step_time_s"]
+    assert four.breakdown_s["tensor_parallel"] > 0 and four.step.step_time_s > one.step.step_time_s
 
 
 def test_tensor_parallelism_is_not_free_even_with_its_communication_overlapped():
     eager = "cluster.container=nemo:26.04.01"  # its preset graphs the router only: the attention GEMMs launch one by one
     one = _projection("qwen3_30b_a3b_adamw", eager)
     four = _projection("qwen3_30b_a3b_adamw", eager, "parallel.tp=4", "parallel.sequence_parallel=true")
-    assert four["breakdown_s"]["dense_gemm_fixed"] == pytest.approx(4 * one["breakdown_s"]["dense_gemm_fixed"], rel=1e-4)  # DP 8 -> 2
-    assert four["tflops_per_gpu"] < 0.95 * one["tflops_per_gpu"]
+    assert four.breakdown_s["dense_gemm_fixed"] == pytest.approx(4 * one.breakdown_s["dense_gemm_fixed"], rel=1e-4)  # DP 8 -> 2
+    assert four.step.tflops_per_gpu < 0.95 * one.step.tflops_per_gpu
     graphed = _projection("qwen3_30b_a3b_adamw", "parallel.tp=4", "parallel.sequence_parallel=true")  # nemo:26.08
-    assert graphed["breakdown_s"]["dense_gemm_fixed"] == 0  # a full-iteration CUDA graph replays every launch
+    assert graphed.breakdown_s["dense_gemm_fixed"] == 0  # a full-iteration CUDA graph replays every launch
 
 
 def test_more_microbatches_pay_more_dense_gemm_calls():
-    small, large = (_projection("qwen3_30b_a3b_adamw", "cluster.container=nemo:26.04.01", f"train.mbs={mbs}")["breakdown_s"]
+    small, large = (_projection("qwen3_30b_a3b_adamw", "cluster.container=nemo:26.04.01", f"train.mbs={mbs}").breakdown_s
                     for mbs in (1, 8))
     assert large["dense_gemm_fixed"] > 0
     assert small["dense_gemm_fixed"] == pytest.approx(8 * large["dense_gemm_fixed"], rel=1e-4)  # plan.json keeps 5 digits
 
 
 def test_overlapped_tensor_parallelism_exposes_what_qwen3s_small_gemms_cannot_hide():
-    two, four = (_projection("qwen3_30b_a3b_adamw", f"parallel.tp={tp}", "parallel.sequence_parallel=true")["breakdown_s"]
+    two, four = (_projection("qwen3_30b_a3b_adamw", f"parallel.tp={tp}", "parallel.sequence_parallel=true").breakdown_s
                  for tp in (2, 4))
     assert two["tensor_parallel"] == 0 < four["tensor_parallel"]  # hidden 2048: at TP4 the GEMMs are too short

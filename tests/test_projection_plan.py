@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from optbench.compose.recipe import compose_run, list_group_options, repo_root
 from optbench.catalog.hardware import gpu_catalog
 from optbench.plan import build_plan, format_summary
 from optbench.projection.interconnect import interconnect_catalog
+from optbench.projection.section import ExpectedError, ProjectionSection, Unavailable
 from optbench.projection.ranking import rank_by_projection, ranking_lines
 from optbench.projection.twin import twin_recipe
 from optbench.resolve import resolve
@@ -22,17 +26,19 @@ FIELDS = ("step_time_s", "tflops_per_gpu", "tflops_per_gpu_with_ns", "mfu", "bre
 def test_kimi_k2_muon_plan_has_projection_twin_and_decomposition() -> None:
     plan = build_plan(resolve(compose_run("kimi_k2_muon", [])))
     p = plan.projection
-    assert p["available"] and all(field in p for field in FIELDS)
-    assert set(p["mfu"]) == {"gb300_fp8", "gb300_bf16"}
-    assert p["step_time_s"] == pytest.approx(sum(p["breakdown_s"].values()), abs=1e-3)
-    assert p["tflops_per_gpu_with_ns"] > p["tflops_per_gpu"]
-    twin, overhead = p["adamw_twin"], p["muon_overhead"]
-    assert twin["recipe"] == "kimi_k2_adamw" and twin["tflops_per_gpu"] > p["tflops_per_gpu"]
-    assert overhead["total_s"] == pytest.approx(p["step_time_s"] - twin["step_time_s"], abs=1e-3)
-    assert sum(overhead["parts_s"].values()) == pytest.approx(overhead["total_s"], abs=1e-4)
-    assert overhead["parts_s"]["newton_schulz_compute"] > 0 and overhead["twin_differs_in"] == []
-    assert set(p["what_if"]) >= {"param_gather_overlap", "syrk", "cost_balanced"}
-    assert p["what_if"]["syrk"]["win_s"] > 0
+    assert isinstance(p, ProjectionSection) and all(field in p.to_json() for field in FIELDS)
+    assert ProjectionSection.from_json(json.loads(json.dumps(p.to_json()))).to_json() == p.to_json()  # reads back
+    step = p.step
+    assert set(step.mfu) == {"gb300_fp8", "gb300_bf16"}
+    assert step.step_time_s == pytest.approx(sum(p.breakdown_s.values()), abs=1e-3)
+    assert step.tflops_per_gpu_with_ns > step.tflops_per_gpu
+    twin, overhead = p.twin, p.muon_overhead
+    assert twin.recipe == "kimi_k2_adamw" and twin.step.tflops_per_gpu > step.tflops_per_gpu
+    assert overhead.total_s == pytest.approx(step.step_time_s - twin.step.step_time_s, abs=1e-3)
+    assert sum(overhead.parts_s.values()) == pytest.approx(overhead.total_s, abs=1e-4)
+    assert overhead.parts_s["newton_schulz_compute"] > 0 and overhead.twin_differs_in == ()
+    assert set(p.what_if) >= {"param_gather_overlap", "syrk", "cost_balanced"}
+    assert p.what_if["syrk"].win_s > 0
     summary = format_summary(plan)
     assert "  projection  step " in summary and "  vs AdamW    twin kimi_k2_adamw" in summary
     assert "expected error: median " in summary
@@ -49,16 +55,17 @@ def test_kimi_k2_muon_plan_has_projection_twin_and_decomposition() -> None:
 def test_qwen3_adamw_plan_projection() -> None:
     plan = build_plan(resolve(compose_run("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.02"])))
     p = plan.projection
-    assert p["available"] and all(field in p for field in FIELDS)
-    assert "adamw_twin" not in p and "muon_overhead" not in p
-    assert p["tflops_per_gpu"] == pytest.approx(713.0, abs=0.01)  # its own calibration anchor
-    assert p["tflops_per_gpu_with_ns"] == p["tflops_per_gpu"]
+    assert isinstance(p, ProjectionSection) and all(field in p.to_json() for field in FIELDS)
+    assert "adamw_twin" not in p.to_json() and "muon_overhead" not in p.to_json()
+    assert p.step.tflops_per_gpu == pytest.approx(713.0, abs=0.01)  # its own calibration anchor
+    assert p.step.tflops_per_gpu_with_ns == p.step.tflops_per_gpu
 
 
 def test_local_engine_needs_no_projection() -> None:
     plan = build_plan(resolve(compose_run("qwen3_moe_tiny_muon", [])))
-    assert plan.projection["available"] is False
-    assert "engine=local" in plan.projection["reason"]
+    assert plan.projection == Unavailable(reason=plan.projection.reason)
+    assert "engine=local" in plan.projection.reason
+    assert plan.projection.to_json() == {"available": False, "reason": plan.projection.reason}
     assert "  projection  none: engine=local" in format_summary(plan)
 
 
@@ -103,23 +110,23 @@ def test_sweep_points_ranked_by_projected_throughput(tmp_path: Path) -> None:
     valid = [(p.name, p.plan.layout, p.plan.projection) for p in points if p.valid]
     assert len(valid) == 2
     ranked = rank_by_projection(valid)
-    tflops = [projection["tflops_per_gpu"] for _, _, projection in ranked]
+    tflops = [projection.step.tflops_per_gpu for _, _, projection in ranked]
     assert tflops == sorted(tflops, reverse=True)
     lines = ranking_lines(valid)
     assert lines[0].startswith("Projected throughput")
     assert lines[2].split()[:2] == ["1", ranked[0][0]] and lines[3].split()[:2] == ["2", ranked[1][0]]
-    unranked = ranking_lines([("x", valid[0][1], {"available": False, "reason": "not calibrated"})])
+    unranked = ranking_lines([("x", valid[0][1], Unavailable(reason="not calibrated"))])
     assert unranked[-1].endswith("x: not ranked (not calibrated)")
     assert not any(line.startswith("  note:") for line in lines)
-    crossing = {**valid[1][2], "expected_error": {"measured": False, "reason": "crosses precision"}}
+    crossing = replace(valid[1][2], expected_error=ExpectedError(measured=False, reason="crosses precision"))
     noted = ranking_lines([valid[0], (valid[1][0], valid[1][1], crossing)])
     assert any(line.startswith(f"  note: {valid[1][0]} carries the efficiency across precision") for line in noted)
-    moved = {**valid[1][2], "expected_error": {"rows": 52, "median_abs_error_percent": 8.0, "scheme": "leave one setup out"}}
+    moved = replace(valid[1][2], expected_error=ExpectedError(rows=52, median_abs_error_percent=8.0, scheme="leave one setup out"))
     noted = ranking_lines([valid[0], (valid[1][0], valid[1][1], moved)])
     note = next(line for line in noted if line.startswith("  note:"))
     assert note.startswith(f"  note: {valid[1][0]} carries the efficiency from the carried table (expected error median "
                            "8.0 % over 52 rows, leave one setup out")
-    unmeasured = {**valid[1][2], "expected_error": {"measured": False, "scheme": "leave one model out", "reason": "none"}}
+    unmeasured = replace(valid[1][2], expected_error=ExpectedError(measured=False, scheme="leave one model out", reason="none"))
     noted = ranking_lines([valid[0], (valid[1][0], valid[1][1], unmeasured)])
     assert [line for line in noted if "note:" in line] == [
         f"  note: {valid[1][0]} carries the efficiency from the carried table (expected error not measured;"

@@ -34,7 +34,7 @@ def test_plan_and_table_print_the_same_projection(release, model, gpu, optimizer
     row = _row(release, model, gpu, optimizer)
     config = COMPOSED_ROWS.config(row)
     _, plan = plan_run(config.recipe, list(config.overrides))
-    assert plan.projection["tflops_per_gpu"] == projection_error(row, COMPOSED_ROWS)["tflops"]
+    assert plan.projection.step.tflops_per_gpu == projection_error(row, COMPOSED_ROWS)["tflops"]
     assert config.command.startswith(f"make plan RECIPE={config.recipe} ")
 
 
@@ -145,7 +145,7 @@ def test_each_case_reads_the_scheme_that_measured_it(tmp_path):
     drift = {"summary": {"preset_unchanged": {"steps": 11, "median_abs_change_percent": 0.62, "max_abs_change_percent": 1.8}}}
     path = tmp_path / "projection" / "validation.json"
     path.write_text(json.dumps({"summary": figures, "release_drift": drift}))
-    named = {case: expected_error(case, tmp_path)["scheme"] for case in ("row", "release", "layout", "setup", "model")}
+    named = {case: expected_error(case, tmp_path).scheme for case in ("row", "release", "layout", "setup", "model")}
     assert named == {"row": "leave one row out", "release": "leave one release out", "layout": "leave one layout out",
                      "setup": "leave one setup out", "model": "leave one model out"}
     assert expected_error_text(expected_error("setup", tmp_path)).startswith("expected error: median 4.0 %, 25 % of rows")
@@ -178,14 +178,14 @@ def test_a_plan_states_the_error_of_its_own_case():
     _, wider = plan_run("kimi_k2_muon", ["parallel.num_gpus=512", "train.gbs=8192"])
     _, own = plan_run("kimi_k2_muon", ["cluster.container=nemo:26.02"])
     _, layout = plan_run("qwen3_30b_a3b_muon", ["parallel.ep=4"])
-    assert moved.projection["efficiency"]["status"] == "carried: gpu as blackwell, model fitted, release fitted"
+    assert moved.projection.efficiency.status == "carried: gpu as blackwell, model fitted, release fitted"
     setup = expected_error("setup", matrix_optimizer="muon")
-    assert moved.projection["expected_error"] == setup and wider.projection["expected_error"] == setup
-    assert moved.projection["expected_error"]["scheme"] == "leave one setup out"
-    assert own.projection["expected_error"] == expected_error("row", matrix_optimizer="muon")
-    assert layout.projection["expected_error"] == expected_error("layout", matrix_optimizer="muon")
+    assert moved.projection.expected_error == setup and wider.projection.expected_error == setup
+    assert moved.projection.expected_error.scheme == "leave one setup out"
+    assert own.projection.expected_error == expected_error("row", matrix_optimizer="muon")
+    assert layout.projection.expected_error == expected_error("layout", matrix_optimizer="muon")
     # A Muon plan also states what the Muon rows alone score in its scheme (Muon is predicted, never fitted).
-    assert own.projection["expected_error"]["muon_rows"]["rows"] >= 1
+    assert own.projection.expected_error.muon_rows.rows >= 1
 
 
 def test_an_efficiency_carried_across_precision_goes_through_the_published_pairs_and_claims_no_expected_error():
@@ -193,17 +193,17 @@ def test_an_efficiency_carried_across_precision_goes_through_the_published_pairs
     the BF16/FP8 rate ratio of the published pairs; the plan names it and prints no out-of-sample error."""
     _, bf16 = plan_run("qwen3_30b_a3b_adamw", ["precision=bf16"])
     _, mxfp8 = plan_run("qwen3_30b_a3b_adamw", [])
-    crossed, own = bf16.projection["efficiency"], mxfp8.projection["efficiency"]
-    assert (crossed["of_peak"], own["of_peak"], own["status"]) == ("gb300_bf16", "gb300_fp8", "calibrated")
-    ratio = crossed["precision_ratio"]
-    assert [pair["bf16"] for pair in ratio["pairs"]] == [
+    crossed, own = bf16.projection.efficiency, mxfp8.projection.efficiency
+    assert (crossed.of_peak, own.of_peak, own.status) == ("gb300_bf16", "gb300_fp8", "calibrated")
+    ratio = crossed.precision_ratio
+    assert [pair.bf16 for pair in ratio.pairs] == [
         "bridge_perf_summary 25.11 deepseek_v3 gb200 x256 bf16 adamw 782", "bridge_perf_summary 25.11 deepseek_v3 gb300 x256 bf16 adamw 961"]
-    assert ratio["value"] == pytest.approx(math.prod(pair["ratio"] for pair in ratio["pairs"]) ** 0.5, abs=1e-4)
-    assert crossed["status"] == f"transferred from gb300_fp8 at BF16/FP8 rate ratio {ratio['value']:.3f}"
-    assert crossed["value"] == pytest.approx(own["value"] * 2 * ratio["value"], rel=1e-3)  # GB300: FP8 peak = 2 x BF16
-    assert crossed["calibrated_on"] == own["calibrated_on"]
-    assert expected_error_text(bf16.projection["expected_error"]).startswith("expected error not measured: ")
-    assert mxfp8.projection["expected_error"]["scheme"] in ("leave one row out", "release drift of an unchanged preset")
+    assert ratio.value == pytest.approx(math.prod(pair.ratio for pair in ratio.pairs) ** 0.5, abs=1e-4)
+    assert crossed.status == f"transferred from gb300_fp8 at BF16/FP8 rate ratio {ratio.value:.3f}"
+    assert crossed.value == pytest.approx(own.value * 2 * ratio.value, rel=1e-3)  # GB300: FP8 peak = 2 x BF16
+    assert crossed.calibrated_on == own.calibrated_on
+    assert expected_error_text(bf16.projection.expected_error).startswith("expected error not measured: ")
+    assert mxfp8.projection.expected_error.scheme in ("leave one row out", "release drift of an unchanged preset")
 
 
 def test_the_precision_ratio_leaves_out_held_out_pairs_and_without_one_carries_the_fraction_of_peak():
@@ -218,7 +218,7 @@ def test_the_precision_ratio_leaves_out_held_out_pairs_and_without_one_carries_t
     assert len(both.precision_ratio.pairs) == 2 and len(one.precision_ratio.pairs) == 1
     assert one.precision_ratio.pairs[0][0].startswith("bridge_perf_summary 25.11 deepseek_v3 gb200")
     assert none.precision_ratio is None and none.peak_key == "gb300_fp8"  # the fraction of the FP8 peak, as it was
-    assert none.as_dict("gb300", "gb300_bf16")["status"] == "transferred to gb300_bf16"
+    assert none.as_record("gb300", "gb300_bf16").status == "transferred to gb300_bf16"
     ratio = both.precision_ratio
     assert ratio.efficiency_at(ratio.efficiency_at(0.2, "gb300_bf16"), "gb300_fp8") == pytest.approx(0.2)
 
@@ -232,7 +232,7 @@ def test_plan_and_table_agree_on_a_row_of_every_model_and_release():
             continue
         seen.add((row.model, row.release))
         _, plan = plan_run(config.recipe, list(config.overrides))
-        assert plan.projection["tflops_per_gpu"] == result["tflops"], config.command
+        assert plan.projection.step.tflops_per_gpu == result["tflops"], config.command
 
 
 @pytest.mark.slow  # about 40 s: every row under seven schemes, the carried table refitted per scheme
@@ -278,7 +278,7 @@ def test_a_contradicted_row_anchors_nothing_and_is_listed_outside_the_domain_wit
     assert ranked_anchors("qwen3_30b_a3b", "b200", "26.02", ROWS, precision="mxfp8")[0] == b200  # without the list
     # What make plan prints at that release is anchored on the next release's row, not on the contradicted one.
     _, plan = plan_run("qwen3_30b_a3b_adamw", ["cluster=b200", "cluster.container=nemo:26.02"])
-    assert " b200 " in plan.projection["efficiency"]["calibrated_on"] and "26.02.01" in plan.projection["efficiency"]["calibrated_on"]
+    assert " b200 " in plan.projection.efficiency.calibrated_on and "26.02.01" in plan.projection.efficiency.calibrated_on
     from optbench.projection.validation import validate_rows
 
     assert validate_rows([b200], COMPOSED_ROWS)[0]["outside_domain"] == listed[row_id(b200)]

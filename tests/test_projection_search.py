@@ -170,7 +170,7 @@ def test_make_search_ranks_every_valid_layout(tmp_path):
     assert any(row["layout"].startswith("TP2") for row in saved["top"])
     for row in saved["top"]:
         planned = validate(compose_run("qwen3_30b_a3b_muon", row["overrides"]))
-        assert project(planned, with_what_ifs=False, row_runs=COMPOSED_ROWS)["tflops_per_gpu"] == row["tflops_per_gpu"], row
+        assert project(planned, with_what_ifs=False, row_runs=COMPOSED_ROWS).step.tflops_per_gpu == row["tflops_per_gpu"], row
 
 
 def test_make_search_fix_holds_the_named_dimensions_and_refuses_an_unknown_one(tmp_path):

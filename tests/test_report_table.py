@@ -258,10 +258,10 @@ def test_the_table_puts_each_plans_matrix_optimizers_side_by_side(results_dir):
     (results_dir / "plans" / "broken" / "plan.json").write_text("{not json")
     out = write_throughput(results_dir)
     line = next(x for x in squeezed(out.markdown.read_text()).splitlines() if x.startswith("| `qwen3_30b_a3b_muon`"))
-    siblings = {s["optimizer"]: s for s in plan.projection["optimizers"]}
+    siblings = {s.optimizer: s for s in plan.projection.optimizers}
     for name in ("muon", "adaptive_muon", "soap"):
-        assert f"{siblings[name]['tflops_per_gpu_change_percent']:+.2f} % ({siblings[name]['optimizer_state_gb']:.1f} GB state)" in line
-    assert f"| {plan.projection['adamw_twin']['tflops_per_gpu']:.1f} |" in line
+        assert f"{siblings[name].tflops_per_gpu_change_percent:+.2f} % ({siblings[name].optimizer_state_gb:.1f} GB state)" in line
+    assert f"| {plan.projection.twin.step.tflops_per_gpu:.1f} |" in line
     assert any(path.endswith("broken/plan.json") and "JSONDecodeError" in why for path, why in out.skipped)
 
 

@@ -20,7 +20,7 @@ from optbench.accounting.flops import model_flops_per_step, model_flops_per_toke
 from optbench.accounting.memory import MemoryEstimate
 from optbench.accounting.params import padded_vocab_size
 from optbench.accounting.peaks import peaks_for
-from optbench.accounting.plan_section import (AccountingSection, ImpliedThroughput, NsFlopsByMode, NsFlopsStats,
+from optbench.accounting.plan_section import (AccountingSection, ImpliedThroughput, StepRecord, NsFlopsByMode, NsFlopsStats,
                                                PeakRecord)
 from optbench.accounting.throughput import step_throughput, step_time_for_tflops, step_time_for_tokens
 from optbench.config.layout import Layout, derive_layout
@@ -85,8 +85,7 @@ def matching_published_rows(run: RunConfig, lay: Layout | None = None) -> list:
 
 
 def _implied(run: RunConfig, ns_total: float, step_time_s: float, basis: str, **published: Any) -> ImpliedThroughput:
-    record = step_throughput(run, step_time_s, ns_flops_total=ns_total).as_record(rounded=True)
-    return ImpliedThroughput(basis=basis, **record, **published)  # type: ignore[arg-type]
+    return ImpliedThroughput(basis, StepRecord.of(step_throughput(run, step_time_s, ns_flops_total=ns_total)), **published)
 
 
 def throughput_at(run: RunConfig, lay: Layout, ns_total: float) -> list[ImpliedThroughput]:
@@ -191,11 +190,12 @@ def accounting_summary_lines(plan: AccountingSection, optimizer: str, executed_a
             published = f" [published {implied.published_model_tflops_per_gpu:g} + {implied.published_ns_tflops_per_gpu:g} NS]"
         elif implied.published_tflops_per_gpu is not None:
             published = f" [published {implied.published_tflops_per_gpu:g}]"
-        flops = f"{_tflops(implied.tflops_per_gpu)} model"
+        step = implied.step
+        flops = f"{_tflops(step.tflops_per_gpu)} model"
         if with_ns:
-            flops += f" + {_tflops(implied.ns_tflops_per_gpu)} NS = {_tflops(implied.tflops_per_gpu_with_ns)}"
+            flops += f" + {_tflops(step.ns_tflops_per_gpu)} NS = {_tflops(step.tflops_per_gpu_with_ns)}"
         lines.append(
-            f"  at          {implied.basis} -> step {implied.step_time_s:.2f} s: {flops} TFLOP/s/GPU{published};"
-            f" MFU {_percent(dict(implied.mfu))}"
+            f"  at          {implied.basis} -> step {step.step_time_s:.2f} s: {flops} TFLOP/s/GPU{published};"
+            f" MFU {_percent(dict(step.mfu))}"
         )
     return lines

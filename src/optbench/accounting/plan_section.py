@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from optbench.common.json_record import JsonRecord
+from optbench.accounting.throughput import StepThroughput
+from optbench.common.json_record import JsonRecord, inline
 
 PUBLISHED_KEYS = ("published", "published_tflops_per_gpu", "published_model_tflops_per_gpu",
                   "published_ns_tflops_per_gpu")
@@ -82,18 +83,33 @@ class PeakRecord(JsonRecord):
 
 
 @dataclass(frozen=True)
-class ImpliedThroughput(JsonRecord):
-    """TFLOP/s and MFU a known step time implies: the user's ``step_time_s``, or a published row's."""
+class StepRecord(JsonRecord):
+    """A step time and what it implies, as plan.json writes it (:class:`~optbench.accounting.throughput.StepThroughput`,
+    rounded): the accounting's implied throughputs and the projection's projected steps."""
 
-    basis: str
     step_time_s: float
     tokens_per_s: float
     tokens_per_s_per_gpu: float
     tflops_per_gpu: float
+    """Model TFLOP/s per GPU (Bridge's rule)."""
     ns_tflops_per_gpu: float
+    """The matrix optimizer's own TFLOP/s per GPU (0 for AdamW)."""
     tflops_per_gpu_with_ns: float
     mfu: Mapping[str, float]
+    """Model-only MFU per peak (``<gpu>_<precision>``: fraction)."""
     mfu_with_ns: Mapping[str, float]
+
+    @classmethod
+    def of(cls, throughput: StepThroughput) -> StepRecord:
+        return cls(**throughput.as_record(rounded=True))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class ImpliedThroughput(JsonRecord):
+    """TFLOP/s and MFU a known step time implies: the user's ``step_time_s``, or a published row's."""
+
+    basis: str
+    step: StepRecord = inline()
     published: Optional[str] = None
     """The published row's label; null (and absent, with the three figures) for the user's step time."""
     published_tflops_per_gpu: Optional[float] = None

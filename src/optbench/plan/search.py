@@ -36,6 +36,7 @@ from optbench.projection.expected_error import CARRIED_SCHEMES, expected_error
 from optbench.releases.hydra_values import format_override
 from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.project import project
+from optbench.projection.section import ExpectedError, ProjectionSection
 from optbench.resolve import ResolvedRun, resolve
 from optbench.validate import validate
 
@@ -215,7 +216,7 @@ class Scored:
     """The layout."""
     resolved: ResolvedRun
     """The run at that layout, validated and resolved."""
-    projection: dict[str, Any]
+    projection: ProjectionSection
     """Its projection section (no twin, no what-ifs)."""
 
 
@@ -262,34 +263,35 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
             dropped[over_share_reason(max_hbm)] += 1
             continue
         section = project(resolved, with_what_ifs=False, row_runs=COMPOSED_ROWS)
-        if not section.get("available"):
-            dropped[f"not projected: {section.get('reason', '')[:60]}"] += 1
+        if not isinstance(section, ProjectionSection):
+            dropped[f"not projected: {section.reason[:60]}"] += 1
             continue
         scored.append(Scored(point, resolved, section))
-    scored.sort(key=lambda s: (-s.projection["tflops_per_gpu"], s.projection["step_time_s"]))
-    ranks = _tied_ranks([s.projection["tflops_per_gpu"] for s in scored])
+    scored.sort(key=lambda s: (-s.projection.step.tflops_per_gpu, s.projection.step.step_time_s))
+    ranks = _tied_ranks([s.projection.step.tflops_per_gpu for s in scored])
     rows = []
     for rank, s in zip(ranks[:top], scored[:top]):
         row = {
             "rank": rank,
             "layout": s.point.label,
             "overrides": plan_overrides(s.point, s.resolved.run),
-            "step_time_s": s.projection["step_time_s"],
-            "tflops_per_gpu": s.projection["tflops_per_gpu"],
+            "step_time_s": s.projection.step.step_time_s,
+            "tflops_per_gpu": s.projection.step.tflops_per_gpu,
             "memory_gb": round(s.resolved.memory.total_gb, 1),
         }
         if adamw is not None:
             try:
                 twin = project(resolve(at(adamw, s.point), like=s.resolved), with_what_ifs=False, row_runs=COMPOSED_ROWS)
-                row["adamw_tflops_per_gpu"] = twin["tflops_per_gpu"]
-                row["muon_vs_adamw_percent"] = round(100 * (s.projection["tflops_per_gpu"] / twin["tflops_per_gpu"] - 1), 2)
+                if isinstance(twin, ProjectionSection):
+                    row["adamw_tflops_per_gpu"] = twin.step.tflops_per_gpu
+                    row["muon_vs_adamw_percent"] = round(100 * (row["tflops_per_gpu"] / twin.step.tflops_per_gpu - 1), 2)
             except UserError:
                 pass
         rows.append(row)
     matrix = run.optimizer.name if run.optimizer.matrix_optimizer else None
-    expected = search_expected_error(scored[0].projection["expected_error"], matrix) if scored else None
-    band = (expected or {}).get("median_abs_error_percent")
-    best = scored[0].projection["tflops_per_gpu"] if scored else 0.0
+    expected = search_expected_error(scored[0].projection.expected_error, matrix) if scored else None
+    band = expected.median_abs_error_percent if expected is not None else None
+    best = scored[0].projection.step.tflops_per_gpu if scored else 0.0
     for row in rows:
         row["hbm_percent"] = round(100 * row["memory_gb"] / spec.hbm_gb, 1) if spec is not None else None
         row["within_expected_error_of_best"] = band is not None and 100 * (1 - row["tflops_per_gpu"] / best) <= band
@@ -305,22 +307,22 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         "own_problem": own_problem,
         "top": rows,
         # Every point is projected at the same calibrated efficiency: the absolute figures share its expected error.
-        "efficiency": scored[0].projection["efficiency"] if scored else None,
+        "efficiency": scored[0].projection.efficiency if scored else None,
         "expected_error": expected,
         "within_expected_error_of_best": sum(1 for s in scored if band is not None
-                                             and 100 * (1 - s.projection["tflops_per_gpu"] / best) <= band),
-        "ranked": [Ranked(rank, s.point, s.projection["tflops_per_gpu"],
+                                             and 100 * (1 - s.projection.step.tflops_per_gpu / best) <= band),
+        "ranked": [Ranked(rank, s.point, s.projection.step.tflops_per_gpu,
                           s.resolved.memory.total_gb / spec.hbm_gb if spec is not None else None)
                    for rank, s in zip(ranks, scored)],
         "seconds": round(time.perf_counter() - start, 1),
     }
 
 
-def search_expected_error(of_best: dict[str, Any] | None, matrix_optimizer: str | None = None) -> dict[str, Any] | None:
+def search_expected_error(of_best: ExpectedError | None, matrix_optimizer: str | None = None) -> ExpectedError | None:
     """The expected error of a search's projections: the layouts it ranks are, but for the recipe's own, layouts
     nobody published, so the figure of leaving one layout out (the carried table's figure where the efficiency
     comes from it, or the precision note where it crosses precision)."""
-    if not of_best or of_best.get("measured") is False or of_best.get("scheme") in CARRIED_SCHEMES:
+    if of_best is None or of_best.measured is False or of_best.scheme in CARRIED_SCHEMES:
         return of_best
     return expected_error("layout", matrix_optimizer=matrix_optimizer) or of_best
 

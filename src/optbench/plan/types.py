@@ -23,6 +23,7 @@ from optbench.engine.bridge.adapter import BridgeSetup
 from optbench.config.layout import PARALLEL_SIZES, Layout
 from optbench.config.schema import MATRIX_OPTIMIZERS, OptimizerConfig
 from optbench.runs.plan_file import PLAN_VERSION
+from optbench.projection.section import Projection, projection_from_json
 
 @dataclass(frozen=True)
 class PlanModel:
@@ -107,7 +108,7 @@ class Plan:
     """What the run reads."""
     accounting: AccountingSection
     """FLOPs, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied throughput."""
-    projection: Mapping[str, Any]
+    projection: Projection
     """Projected step time, TFLOP/s and MFU; for a matrix optimizer its AdamW twin and side-by-side siblings."""
     config: Mapping[str, Any]
     """The whole run config, secrets redacted."""
@@ -159,7 +160,7 @@ class Plan:
             "optimizer": optimizer,
             "data": self.data.to_json(),
             **self.accounting.to_json(),
-            "projection": self.projection,
+            "projection": self.projection.to_json(),
             "config": self.config,
         }
         if self.bridge is not None:
@@ -192,7 +193,7 @@ class Plan:
             data=PlanData(section["kind"], section["seed"], section.get("split"), section.get("tokenizer"),
                           tuple(section.get("prefixes", ()))),
             accounting=AccountingSection.from_json(data),
-            projection=data["projection"], config=data["config"],
+            projection=projection_from_json(data["projection"]), config=data["config"],
             bridge=BridgeSetup.from_dict(data["bridge"]) if "bridge" in data else None,
             launch=data.get("launch"), plan_version=data["plan_version"],
         )

@@ -46,6 +46,7 @@ from optbench.projection.carried import GemmShape, committed_table, fitted_witho
 from optbench.projection.expert_rates import ExpertRates, expert_rates
 from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, live_rate, precision_ratio
 from optbench.projection.row_solve import solve_at
+from optbench.projection.section import EfficiencyRecord, RateRatio
 from optbench.projection.work import gemm_peak
 from optbench.projection.release_drift import same_configuration
 from optbench.projection.row_config import RowRuns, release_order, run_layout_key
@@ -133,31 +134,27 @@ class Calibration:
         """Whether the efficiency comes from the carried table rather than an anchor row of the run's model and GPU."""
         return bool(self.carried)
 
-    def as_dict(self, run_gpu: str, run_peak: str | None = None) -> dict:
+    def as_record(self, run_gpu: str, run_peak: str | None = None) -> EfficiencyRecord:
+        """plan.json's ``efficiency`` for a run on ``run_gpu`` at GEMM peak ``run_peak``."""
         if self.crossed_from:  # the anchor's peak names its GPU as well
             moves = [f"from {self.crossed_from} at BF16/FP8 rate ratio {self.precision_ratio.value:.3f}"]
         else:
             moves = [f"from {self.anchor_gpu}"] if self.across_gpu(run_gpu) else []
             if run_peak is not None and self.across_precision(run_peak):
                 moves.append(f"to {run_peak}")
-        crossed = {"precision_ratio": self.precision_ratio.as_dict()} if self.precision_ratio else {}
         if self.carried:
             status = "carried: " + ", ".join(f"{kind} {how}" for kind, how in self.carried)
             moves = [m for m in moves if not m.startswith("from ") or self.crossed_from]
             status += f"; {' '.join(moves)}" if moves else ""
         else:
             status = f"transferred {' '.join(moves)}" if moves else "calibrated"
-        return {
-            "value": round(self.efficiency, 6),
-            "of_peak": self.peak_key,
-            **crossed,
-            "status": status,
-            "calibrated_on": self.anchor,
-            "anchor_row": self.anchor_row,
-            "anchor_step_time_s": round(self.anchor_step_time_s, 4),
-            "anchor_config": " ".join([self.anchor_recipe, *self.anchor_overrides]),
-            "fitted_to_muon": False,
-        }
+        return EfficiencyRecord(
+            value=round(self.efficiency, 6), of_peak=self.peak_key,
+            precision_ratio=RateRatio.from_json(self.precision_ratio.as_dict()) if self.precision_ratio else None,
+            status=status, calibrated_on=self.anchor, anchor_row=self.anchor_row,
+            anchor_step_time_s=round(self.anchor_step_time_s, 4),
+            anchor_config=" ".join([self.anchor_recipe, *self.anchor_overrides]), fitted_to_muon=False,
+        )
 
 
 def _release_of(run: RunConfig) -> str | None:

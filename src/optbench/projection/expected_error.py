@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
 from optbench.common.checkout import repo_root
+from optbench.projection.section import ExpectedError, MuonRowsError
 
 VALIDATION = Path("projection") / "validation.json"
 """Where ``make projection`` writes its validation, under a results folder."""
@@ -57,7 +56,7 @@ KEYS = ("rows", "median_abs_error_percent", "within_5_percent", "within_10_perce
 
 def expected_error(
     case: str, results_dir: str | Path | None = None, matrix_optimizer: str | None = None
-) -> dict[str, Any] | None:
+) -> ExpectedError | None:
     """The out-of-sample figure of the scheme that matches ``case`` (see :data:`CASE_SCHEMES`), or None before any
     ``make projection``. For a run of a matrix optimizer (``matrix_optimizer``: its name), also the same scheme's
     figure over the Muon rows alone (``muon_rows``): the efficiency is calibrated on AdamW rows, and what predicting
@@ -67,51 +66,51 @@ def expected_error(
         data = json.loads(path.read_text(encoding="utf-8"))
         if case == "drift":
             drift = data["release_drift"]["summary"]["preset_unchanged"]
-            return {"scheme": "release drift of an unchanged preset", "rows": drift["steps"],
-                    "median_abs_error_percent": drift["median_abs_change_percent"],
-                    "max_abs_error_percent": drift["max_abs_change_percent"], "source": f"results/{VALIDATION}"}
+            return ExpectedError(scheme="release drift of an unchanged preset", rows=drift["steps"],
+                                 median_abs_error_percent=drift["median_abs_change_percent"],
+                                 max_abs_error_percent=drift["max_abs_change_percent"], source=f"results/{VALIDATION}")
         scheme = CASE_SCHEMES[case]
         name = SCHEME_LABELS[scheme]
         summary = data["summary"][scheme]["all"]
         if not summary.get("rows"):
-            return {"measured": False, "scheme": name, "reason": f"no published row is validated by {name} yet"}
-        found = {**{key: summary[key] for key in KEYS}, "scheme": name, "source": f"results/{VALIDATION}"}
+            return ExpectedError(measured=False, scheme=name, reason=f"no published row is validated by {name} yet")
         muon = data["summary"][scheme].get("muon", {})
-        if matrix_optimizer and muon.get("rows"):
-            found["muon_rows"] = {**{key: muon[key] for key in KEYS}, "run_optimizer": matrix_optimizer}
-        return found
+        muon_rows = (MuonRowsError(**{key: muon[key] for key in KEYS}, run_optimizer=matrix_optimizer)
+                     if matrix_optimizer and muon.get("rows") else None)
+        return ExpectedError(**{key: summary[key] for key in KEYS}, scheme=name, source=f"results/{VALIDATION}",
+                             muon_rows=muon_rows)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def across_precision(pairs: int) -> dict[str, Any]:
+def across_precision(pairs: int) -> ExpectedError:
     """What a plan says instead of the out-of-sample error when its efficiency crosses precision (a BF16 run on an
     FP8 anchor), carried at a rate ratio from ``pairs`` published BF16/FP8 pairs (0: as the same fraction of peak):
     no row the out-of-sample figures cover is of that kind."""
     how = (f"at a BF16/FP8 rate ratio from {pairs} published pair{'' if pairs == 1 else 's'} outside the validated domain"
            if pairs else "as the same fraction of peak")
-    return {"measured": False, "reason": f"the efficiency crosses precision {how}; no published row of a release we run "
-                                         "measures that (docs/projection.md section 6)"}
+    return ExpectedError(measured=False, reason=f"the efficiency crosses precision {how}; no published row of a release "
+                                                "we run measures that (docs/projection.md section 6)")
 
 
-def expected_error_text(expected: dict[str, Any] | None) -> str:
+def expected_error_text(expected: ExpectedError | None) -> str:
     """One line: median |error|, share within 10 % (or the largest, for the release drift), over how many rows and by
     which scheme."""
     if not expected:
         return "expected error unknown (run make projection)"
-    if expected.get("measured") is False:
-        return f"expected error not measured: {expected['reason']}"
-    if "max_abs_error_percent" in expected:
-        return (f"expected error: median {expected['median_abs_error_percent']:.1f} %, at most "
-                f"{expected['max_abs_error_percent']:.1f} % ({expected['scheme']}, {expected['rows']} release steps; "
+    if expected.measured is False:
+        return f"expected error not measured: {expected.reason}"
+    if expected.max_abs_error_percent is not None:
+        return (f"expected error: median {expected.median_abs_error_percent:.1f} %, at most "
+                f"{expected.max_abs_error_percent:.1f} % ({expected.scheme}, {expected.rows} release steps; "
                 "make projection)")
-    muon = expected.get("muon_rows")
+    muon = expected.muon_rows
     of_muon = ""
     if muon:
-        whose = "its" if muon["run_optimizer"] == "muon" else f"no published {muon['run_optimizer']} row; the"
-        of_muon = (f"; {whose} {muon['rows']} Muon row{'' if muon['rows'] == 1 else 's'}: median "
-                   f"{muon['median_abs_error_percent']:.1f} %, {100 * muon['within_10_percent']:.0f} % within 10 %")
+        whose = "its" if muon.run_optimizer == "muon" else f"no published {muon.run_optimizer} row; the"
+        of_muon = (f"; {whose} {muon.rows} Muon row{'' if muon.rows == 1 else 's'}: median "
+                   f"{muon.median_abs_error_percent:.1f} %, {100 * muon.within_10_percent:.0f} % within 10 %")
     return (
-        f"expected error: median {expected['median_abs_error_percent']:.1f} %, {100 * expected['within_10_percent']:.0f} %"
-        f" of rows within 10 % ({expected['scheme']}, {expected['rows']} published rows{of_muon}; make projection)"
+        f"expected error: median {expected.median_abs_error_percent:.1f} %, {100 * expected.within_10_percent:.0f} %"
+        f" of rows within 10 % ({expected.scheme}, {expected.rows} published rows{of_muon}; make projection)"
     )

@@ -15,6 +15,7 @@ from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Holdout, row_id
 from optbench.projection.project import project
 from optbench.projection.row_config import RowRuns
+from optbench.projection.section import ProjectionSection
 from optbench.catalog.published import PublishedRow
 
 
@@ -32,15 +33,15 @@ def projection_error(
         section = project(resolved, config.overrides, assumptions, with_what_ifs=False, holdout=holdout, row_runs=row_runs)
     except UserError as err:
         return {"reason": err.lines()[0].removeprefix("error: ")}
-    if not section.get("available"):
-        return {"reason": section.get("reason", "not projected")}
-    tflops = section["tflops_per_gpu"]
-    anchor = section["efficiency"]["calibrated_on"]
+    if not isinstance(section, ProjectionSection):
+        return {"reason": section.reason}
+    tflops = section.step.tflops_per_gpu
+    anchor = section.efficiency.calibrated_on
     return {
         "tflops": tflops,
         "error_percent": round(100 * (tflops / row.model_tflops_per_gpu - 1), 2),
         "anchor": anchor,
-        "anchor_itself": section["efficiency"]["anchor_row"] == row_id(row),
+        "anchor_itself": section.efficiency.anchor_row == row_id(row),
         "command": config.command,
         "typed": list(config.typed),
         "in_domain": config.in_domain,

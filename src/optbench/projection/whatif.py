@@ -23,6 +23,7 @@ from optbench.accounting.throughput import step_throughput
 from optbench.accounting.assignment import cost_aware_owners
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.interconnect import Interconnect
+from optbench.projection.section import WhatIf
 from optbench.projection.step_model import evaluate
 from optbench.projection.work import StepInputs, build_inputs
 from optbench.resolve import ResolvedRun
@@ -55,7 +56,7 @@ def scenario_inputs(resolved: ResolvedRun, net: Interconnect, a: Assumptions, na
 
 def what_ifs(
     resolved: ResolvedRun, net: Interconnect, a: Assumptions, efficiency: float, baseline: StepInputs, baseline_s: float
-) -> dict:
+) -> dict[str, WhatIf]:
     """Projected step and model TFLOP/s per GPU of every scenario, with its win over the baseline."""
     run, ns_total = resolved.run, resolved.ns_flops_total
     out = {}
@@ -63,11 +64,6 @@ def what_ifs(
     for name, text in SCENARIOS.items():
         step = evaluate(scenario_inputs(resolved, net, a, name, baseline), efficiency, a.backward_share).total_s
         tflops = step_throughput(run, step, ns_flops_total=ns_total).tflops_per_gpu
-        out[name] = {
-            "what": text,
-            "step_time_s": round(step, 4),
-            "tflops_per_gpu": round(tflops, 1),
-            "win_s": round(baseline_s - step, 4),
-            "win_percent": round(100 * (tflops / base_tflops - 1), 2),
-        }
+        out[name] = WhatIf(text, round(step, 4), round(tflops, 1), round(baseline_s - step, 4),
+                           round(100 * (tflops / base_tflops - 1), 2))
     return out

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 from optbench.measured.runs import MeasuredRun, run_throughput
 from optbench.common.tables import markdown_table
+from optbench.projection.section import ProjectionSection, projection_from_json
 
 
 @dataclass(frozen=True)
@@ -49,18 +50,18 @@ def beside_plan(runs: Sequence[MeasuredRun], warmup: int) -> list[BesidePlan]:
             continue
         try:
             plan = json.loads(path.read_text(encoding="utf-8"))
-            projection = plan["projection"]
-            if not projection.get("available"):
+            projection = projection_from_json(plan["projection"])
+            if not isinstance(projection, ProjectionSection):
                 continue
             throughput = run_throughput(run, warmup)
             rows.append(BesidePlan(
                 run_id=run.run_id, optimizer=run.optimizer, setup=_setup(plan),
                 step_s=throughput.step_time_s.median if throughput.step_time_s else None,
-                projected_step_s=float(projection["step_time_s"]),
+                projected_step_s=projection.step.step_time_s,
                 optimizer_s=(run.extra or {}).get("optimizer_time_s"),
-                projected_optimizer_s=(projection.get("breakdown_s") or {}).get("optimizer"),
+                projected_optimizer_s=projection.breakdown_s.get("optimizer"),
                 tflops=throughput.tflops_per_gpu.median if throughput.tflops_per_gpu else None,
-                projected_tflops=float(projection["tflops_per_gpu"]),
+                projected_tflops=projection.step.tflops_per_gpu,
             ))
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a plan another version wrote: the run keeps its row in the main table

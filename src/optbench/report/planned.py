@@ -14,6 +14,7 @@ from pathlib import Path
 
 from optbench.config.schema import MATRIX_OPTIMIZERS
 from optbench.plan.types import Plan
+from optbench.projection.section import ProjectionSection, SiblingProjection
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,10 @@ class PlannedRow:
     """Optimizer -> its change vs the twin and optimizer state, or why it has no number."""
 
 
-def _cell(sibling: dict) -> str:
-    if not sibling.get("available"):
-        return "refused: " + str(sibling.get("reason", ""))[:140]
-    return f"{sibling['tflops_per_gpu_change_percent']:+.2f} % ({sibling['optimizer_state_gb']:.1f} GB state)"
+def _cell(sibling: SiblingProjection) -> str:
+    if not sibling.available:
+        return "refused: " + str(sibling.reason or "")[:140]
+    return f"{sibling.tflops_per_gpu_change_percent:+.2f} % ({sibling.optimizer_state_gb:.1f} GB state)"
 
 
 def planned_rows(results: Path) -> tuple[list[PlannedRow], list[tuple[str, str]]]:
@@ -43,14 +44,15 @@ def planned_rows(results: Path) -> tuple[list[PlannedRow], list[tuple[str, str]]
     for path in sorted(results.glob("plans/*/plan.json")):
         try:
             plan = Plan.from_json(json.loads(path.read_text(encoding="utf-8")))
-            siblings = {s["optimizer"]: s for s in plan.projection.get("optimizers", ())}
-            if not siblings:
+            projection = plan.projection
+            siblings = {s.optimizer: s for s in projection.optimizers or ()} if isinstance(projection, ProjectionSection) else {}
+            if not siblings or projection.twin is None:
                 continue
             rows.append(PlannedRow(
                 command=" ".join([plan.recipe, *plan.overrides]),
                 container=str(plan.config["cluster"]["container"]),
                 gpus=f"{plan.layout.world_size} x {plan.gpu}, {plan.precision}",
-                adamw_tflops=float(plan.projection["adamw_twin"]["tflops_per_gpu"]),
+                adamw_tflops=projection.twin.step.tflops_per_gpu,
                 cells={name: _cell(siblings[name]) if name in siblings else "-" for name in MATRIX_OPTIMIZERS},
             ))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:

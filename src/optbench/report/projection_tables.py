@@ -30,6 +30,7 @@ from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, EAGER_OP_OVERHE
 from optbench.plan.counterparts import ComposedCounterparts
 from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.project import project
+from optbench.projection.section import ProjectionSection, PublishedComparison
 from optbench.resolve import resolve
 
 RECIPES = ("kimi_k2_muon", "qwen3_30b_a3b_muon")
@@ -59,8 +60,8 @@ def measured_op_overheads(base: Assumptions) -> tuple[tuple[str, dict[str, float
                   {"eager_op_overhead_s": s}) for end, s in zip(("lowest", "highest"), base.eager_op_overhead_measured_s))
 
 
-def _blog(p: dict[str, Any]) -> dict[str, Any] | None:
-    return next((row for row in p["compared_with_published"] if row["published"].startswith(BLOG)), None)
+def _blog(p: ProjectionSection) -> PublishedComparison | None:
+    return next((row for row in p.compared_with_published if row.published.startswith(BLOG)), None)
 
 
 def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSUMPTIONS) -> dict[str, Any]:
@@ -69,24 +70,26 @@ def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSU
     for recipe in recipes:
         run = resolve(compose_run(recipe, [BLOG_CONTAINER]))
         p = project(run, [BLOG_CONTAINER], assumptions=base, counterparts=ComposedCounterparts(), row_runs=COMPOSED_ROWS)
-        if not p["available"]:
-            out["recipes"][recipe] = {"available": False, "reason": p["reason"]}
+        if not isinstance(p, ProjectionSection):
+            out["recipes"][recipe] = p.to_json()
             continue
         rows = []
         for label, change in (*SENSITIVITY, *measured_op_overheads(base)):
             if change.get("ns_gemm_efficiency", 0.0) is None:
-                change = {"ns_gemm_efficiency": p["efficiency"]["value"]}
+                change = {"ns_gemm_efficiency": p.efficiency.value}
             # Only the run's own figure is read here: no twin is composed for it.
             q = project(run, [BLOG_CONTAINER], assumptions=replace(base, **change), with_what_ifs=False, row_runs=COMPOSED_ROWS)
-            blog = _blog(q)
+            blog = _blog(q) if isinstance(q, ProjectionSection) else None
             rows.append(
                 {
                     "setting": label,
-                    "tflops_per_gpu": q["tflops_per_gpu"],
-                    "error_percent": blog["error_percent"] if blog else None,
+                    "tflops_per_gpu": q.step.tflops_per_gpu if isinstance(q, ProjectionSection) else None,
+                    "error_percent": blog.error_percent if blog else None,
                 }
             )
-        out["recipes"][recipe] = {"available": True, "projection": p, "blog": _blog(p), "sensitivity": rows}
+        blog = _blog(p)
+        out["recipes"][recipe] = {"available": True, "projection": p.to_json(), "blog": blog.to_json() if blog else None,
+                                  "sensitivity": rows}
     return out
 
 
