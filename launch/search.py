@@ -89,7 +89,8 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
         )
     if "mbs" not in result["fixed"]:
         lines.append(
-            "  caveat      the model prices no cost per microbatch beyond its FLOPs, bytes and the pipeline bubble: a"
+            "  caveat      the model prices a microbatch by its FLOPs, bytes, the pipeline bubble and each dense GEMM"
+            " call's fixed cost (none where a CUDA graph replays the launches), nothing else per microbatch: a"
             " smaller MBS can rank higher than it runs (NVIDIA's own MBS changes: results/projection/search_ranks.md);"
             " FIX=mbs holds the recipe's"
         )
