@@ -15,7 +15,7 @@ from optbench.compose.recipe import compose_run, list_group_options, repo_root
 from optbench.catalog.hardware import gpu_catalog
 from optbench.plan import build_plan, format_summary
 from optbench.projection.interconnect import interconnect_catalog
-from optbench.projection.section import ExpectedError, ProjectionSection, Unavailable
+from optbench.projection.section import ExpectedError, ProjectionSection, Unavailable, projection_from_json
 from optbench.projection.ranking import rank_by_projection, ranking_lines
 from optbench.projection.twin import twin_recipe
 from optbench.resolve import resolve
@@ -28,6 +28,9 @@ def test_kimi_k2_muon_plan_has_projection_twin_and_decomposition() -> None:
     p = plan.projection
     assert isinstance(p, ProjectionSection) and all(field in p.to_json() for field in FIELDS)
     assert ProjectionSection.from_json(json.loads(json.dumps(p.to_json()))).to_json() == p.to_json()  # reads back
+    refused = {**p.to_json(), "adamw_twin": {"available": False, "reason": "no twin"}, "muon_overhead": {}}
+    read = projection_from_json(refused)  # as a plan.json of before the typed section wrote a twin that did not compose
+    assert read.adamw_twin == Unavailable(reason="no twin") and read.muon_overhead is None and read.twin is None
     step = p.step
     assert set(step.mfu) == {"gb300_fp8", "gb300_bf16"}
     assert step.step_time_s == pytest.approx(sum(p.breakdown_s.values()), abs=1e-3)

@@ -204,5 +204,10 @@ Projection = Union[ProjectionSection, Unavailable]
 
 
 def projection_from_json(data: Mapping[str, Any]) -> Projection:
-    """plan.json's ``projection`` read back."""
-    return ProjectionSection.from_json(data) if data.get("available") else Unavailable.from_json(data)
+    """plan.json's ``projection`` read back (one written before this record wrote ``"muon_overhead": {}`` beside a
+    twin that did not compose: read as no overhead)."""
+    if not data.get("available"):
+        return Unavailable.from_json(data)
+    if data.get("muon_overhead") == {}:
+        data = {key: value for key, value in data.items() if key != "muon_overhead"}
+    return ProjectionSection.from_json(data)
