@@ -59,7 +59,7 @@ class FlopTerms:
         return self.mlp + self.attention + self.mtp + self.logits
 
 
-def layer_kinds(model: ModelConfig) -> tuple[int, int]:
+def _layer_kinds(model: ModelConfig) -> tuple[int, int]:
     """(dense layers, MoE layers) counted by Bridge, MTP layers taking the last decoder layer's kind."""
     moe = sum(is_moe_layer(model, layer) for layer in range(model.num_layers))
     dense = model.num_layers - moe
@@ -106,7 +106,7 @@ def attention_core_per_layer_token(model: ModelConfig, seq_length: int) -> float
 def flop_terms(model: ModelConfig, seq_length: int, tp: int = 1) -> FlopTerms:
     """Bridge's model FLOPs of one sequence of ``seq_length`` tokens, term by term."""
     h = model.hidden_size
-    dense, moe = layer_kinds(model)
+    dense, moe = _layer_kinds(model)
     layers = model.num_layers + model.mtp_num_layers
     moe_width = (model.moe_ffn_hidden_size or model.ffn_hidden_size) * model.moe_router_topk
     moe_width += model.moe_shared_expert_intermediate_size
@@ -117,6 +117,15 @@ def flop_terms(model: ModelConfig, seq_length: int, tp: int = 1) -> FlopTerms:
     return FlopTerms(
         mlp=seq_length * mlp, attention=seq_length * attention, mtp=seq_length * mtp, logits=seq_length * logits
     )
+
+
+def routed_expert_flops(model: ModelConfig, seq_length: int) -> float:
+    """The routed experts' part of :func:`flop_terms`' ``mlp`` for one sequence: the top-k experts' gated FFNs of
+    every MoE layer, MTP included (0 for a dense model)."""
+    if not model.num_moe_experts:
+        return 0.0
+    width = (model.moe_ffn_hidden_size or model.ffn_hidden_size) * model.moe_router_topk
+    return seq_length * 12 * model.hidden_size * SWIGLU * width * _layer_kinds(model)[1]
 
 
 @lru_cache(maxsize=256)

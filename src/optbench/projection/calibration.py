@@ -46,7 +46,7 @@ from optbench.projection.carried import GemmShape, committed_table, fitted_witho
 from optbench.projection.expert_rates import ExpertRates, expert_rates
 from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, live_rate, precision_ratio
 from optbench.projection.row_solve import solve_at
-from optbench.projection.section import EfficiencyRecord, RateRatio
+from optbench.projection.section import EfficiencyRecord
 from optbench.projection.work import gemm_peak
 from optbench.projection.release_drift import same_configuration
 from optbench.projection.row_config import RowRuns, release_order, run_layout_key
@@ -150,7 +150,7 @@ class Calibration:
             status = f"transferred {' '.join(moves)}" if moves else "calibrated"
         return EfficiencyRecord(
             value=round(self.efficiency, 6), of_peak=self.peak_key,
-            precision_ratio=RateRatio.from_json(self.precision_ratio.as_dict()) if self.precision_ratio else None,
+            precision_ratio=self.precision_ratio.as_record() if self.precision_ratio else None,
             status=status, calibrated_on=self.anchor, anchor_row=self.anchor_row,
             anchor_step_time_s=round(self.anchor_step_time_s, 4),
             anchor_config=" ".join([self.anchor_recipe, *self.anchor_overrides]), fitted_to_muon=False,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from optbench.accounting.flops import SWIGLU, flop_terms, layer_kinds
+from optbench.accounting.flops import flop_terms, routed_expert_flops
 from optbench.common.checkout import repo_root
 from optbench.config.schema import ModelConfig
 
@@ -57,12 +57,7 @@ def measured_rates(path: str | None = None) -> tuple[str, dict[tuple[str, str], 
 
 def routed_share(model: ModelConfig, seq_length: int) -> float:
     """The share of the model's FLOPs (Bridge's rule) in its routed experts' GEMMs (0 for a dense model)."""
-    if not model.num_moe_experts:
-        return 0.0
-    layers = layer_kinds(model)[1]
-    width = (model.moe_ffn_hidden_size or model.ffn_hidden_size) * model.moe_router_topk
-    routed = seq_length * 12 * model.hidden_size * SWIGLU * width * layers
-    return routed / flop_terms(model, seq_length).total
+    return routed_expert_flops(model, seq_length) / flop_terms(model, seq_length).total
 
 
 @dataclass(frozen=True)

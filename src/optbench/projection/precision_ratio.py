@@ -24,12 +24,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.row_config import RowRuns
 from optbench.projection.row_solve import solve_at
+from optbench.projection.section import RatePair, RateRatio
 from optbench.projection.work import gemm_peak
 from optbench.catalog.published import PublishedRow
 
@@ -48,9 +48,9 @@ class PrecisionRatio:
     pairs: tuple[tuple[str, str, float], ...]
     """(BF16 row, FP8 row, that pair's ratio) of every pair used."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"value": round(self.value, 4),
-                "pairs": [{"bf16": bf16, "fp8": fp8, "ratio": round(ratio, 4)} for bf16, fp8, ratio in self.pairs]}
+    def as_record(self) -> RateRatio:
+        """plan.json's ``efficiency.precision_ratio``."""
+        return RateRatio(round(self.value, 4), tuple(RatePair(bf16, fp8, round(ratio, 4)) for bf16, fp8, ratio in self.pairs))
 
     def efficiency_at(self, efficiency: float, run_peak_key: str) -> float:
         """An anchor's efficiency (fraction of the other precision's peak) as a fraction of ``run_peak_key``."""
