@@ -28,7 +28,7 @@ LAUNCH := $(PY) -m launch
 # unrelated MODEL or TARGET in your shell's environment is ignored.
 typed = $(if $(filter command line,$(origin $(1))),$($(1)))
 
-TARGETS := help setup setup-submit bridge-env setup-container test test-fast recipes plan pretrain sweep bench bench-gpu gpu-smoke table projection search search-ranks compare study data clean
+TARGETS := help setup setup-venv setup-submit bridge-env setup-container test test-fast recipes plan pretrain sweep bench bench-gpu gpu-smoke table projection search search-ranks compare study data clean
 .PHONY: $(TARGETS)
 
 # A word without '=' after a target is another goal to make, which would run after the first target had
@@ -43,8 +43,17 @@ help: ## List every target with what it does
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  Variables: RECIPE=<name> (default $(RECIPE)); any lower-case key=value is a Hydra override."
 
-setup: ## Create .venv (project + local, launch, test extras; CPU torch) and .venv-bridge (make bridge-env)
-	@echo "setup: $(VENV): optbench with the local engine (CPU torch), NeMo-Run and the test tools"
+setup: ## Create .venv (project + local, launch, test extras; CPU torch) and, beside it, the Bridge environments (make bridge-env)
+	@echo "setup: $(VENV) (optbench with the local engine, CPU torch, NeMo-Run and the test tools) and, side by side, the real Megatron Bridge + Core of every NeMo container (make bridge-env)"
+	# Independent pip installs, partly waiting on downloads and disks, so run side by side (see the README for
+	# the measured set-up time). Either failing fails the setup.
+	$(MAKE) --no-print-directory -j2 setup-venv bridge-env
+	# pytest's rewritten modules (tests, and the plugins' packages it rewrites: Hypothesis, Hydra's), written once as
+	# setup-venv compiles ours: pytest reads them beside each file even where Python may not write, so no test
+	# worker rewrites ~200 modules at start.
+	-PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --collect-only -q -p no:cacheprovider > /dev/null
+
+setup-venv: ## make setup's first half: .venv alone (project + local, launch, test extras; CPU torch)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install -e ".[local,launch,dev]"
@@ -53,11 +62,6 @@ setup: ## Create .venv (project + local, launch, test extras; CPU torch) and .ve
 	$(PY) -m compileall -q src launch tools
 	# Megatron Bridge's source only (its dependencies need CUDA): the adapter tests read its dataclasses.
 	$(PIP) install --no-deps megatron-bridge==0.3.1
-	@echo "setup: the real Megatron Bridge + Core of every NeMo container (make bridge-env; minutes: three CPU torch builds)"
-	$(MAKE) bridge-env
-	# Likewise pytest's rewritten modules (tests, and the plugins' packages it rewrites: Hypothesis, Hydra's): it
-	# reads them beside each file even where Python may not write, so no test worker rewrites ~200 modules at start.
-	-PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --collect-only -q -p no:cacheprovider > /dev/null
 
 setup-submit: ## A login node's set-up: .venv with optbench and NeMo-Run only (plan, search, sweep, Slurm submission; no torch, no local engine; CHECK=bridge needs make bridge-env)
 	@echo "setup-submit: $(VENV): optbench and NeMo-Run, no torch (make setup adds the local engine, the tests and the Bridge environments)"

@@ -11,6 +11,8 @@ from optbench.bench.__main__ import main
 from conftest import squeezed
 
 pytestmark = pytest.mark.slow  # times optimizer steps; `make test-fast` skips it
+ONE_BENCH = pytest.mark.xdist_group("quick-optim-bench")
+"""The tests that read the module's quick bench run on one worker, so that it runs once (about 10 s)."""
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +26,7 @@ def quick_bench(tmp_path_factory):
     return json.loads((out / "optim.json").read_text()), (out / "optim.md").read_text()
 
 
+@ONE_BENCH
 @pytest.mark.timeout(240)
 def test_bench_compares_at_equal_precision_against_a_peak_bound(quick_bench):
     data, markdown = quick_bench
@@ -69,6 +72,7 @@ def test_torch_muon_in_fp32_is_torchs_algorithm_without_the_bf16_cast():
     assert module._zeropower_via_newtonschulz.__name__ == "_zeropower_via_newtonschulz"  # restored
 
 
+@ONE_BENCH
 def test_bench_imbalance_section(quick_bench):
     data, _ = quick_bench
     for model in ("kimi_k2", "qwen3_30b_a3b"):

@@ -201,7 +201,9 @@ def spawned(request, tmp_path_factory):
 
 # ----------------------------------------------------------------------------- tensor-parallel Newton-Schulz
 
-pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # starts gloo process groups; `make test-fast` skips it
+# Starts gloo process groups (`make test-fast` skips it); on one xdist worker, so that each world size's spawn
+# (10-20 s on 2 cores) runs once, not once per worker.
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow, pytest.mark.xdist_group("gloo-spawned")]
 
 
 def test_distributed_equals_duplicated_equals_full_newton_schulz(spawned):

@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu-only", action="store_true",
                         help="on a GPU machine: measure the GPU sections alone and keep every other section of the "
                         f"stored results ({', '.join(GPU_BENCHMARKS)})")
-    parser.add_argument("--quick", action="store_true", help="smaller models and fewer repetitions (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="smaller models, fewer repetitions and one CPU thread (smoke test)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, one per core)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("--from-make", action="store_true", help="refuse the key=value words make passes (it takes none)")

@@ -148,6 +148,6 @@ def run(out_dir: Path, quick: bool = False) -> list[Path]:
     else:
         load(folder)
         data.update(measured=True, emerging_optimizers=str(folder),
-                    blocks=[_block(threads, quick) for threads in ([1] if cores == 1 else [1, cores])])
+                    blocks=[_block(threads, quick) for threads in ([1] if cores == 1 or quick else [1, cores])])
     out_dir = Path(out_dir)
     return [atomic_write_json(out_dir / "emerging.json", data), atomic_write_text(out_dir / "emerging.md", _markdown(data))]

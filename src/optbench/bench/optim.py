@@ -161,7 +161,7 @@ def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path
         data = {**stored, "gpu": _gpu_section(quick)}
     else:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        thread_counts = [1] if cores == 1 else [1, cores]
+        thread_counts = [1] if cores == 1 or quick else [1, cores]  # a smoke run times one thread alone
         cpu = {
             "cpu_model": cpu_name(),
             "logical_cpus": cores,
