@@ -108,8 +108,7 @@ def flop_terms(model: ModelConfig, seq_length: int, tp: int = 1) -> FlopTerms:
     h = model.hidden_size
     dense, moe = _layer_kinds(model)
     layers = model.num_layers + model.mtp_num_layers
-    moe_width = (model.moe_ffn_hidden_size or model.ffn_hidden_size) * model.moe_router_topk
-    moe_width += model.moe_shared_expert_intermediate_size
+    moe_width = _routed_width(model) + model.moe_shared_expert_intermediate_size
     mlp = 12 * h * SWIGLU * (model.ffn_hidden_size * dense + moe_width * moe)
     attention = layers * _attention_per_layer_token(model, seq_length)
     mtp = 3 * 2 * model.mtp_num_layers * (3 * h + 2 * h * h)
@@ -124,8 +123,12 @@ def routed_expert_flops(model: ModelConfig, seq_length: int) -> float:
     every MoE layer, MTP included (0 for a dense model)."""
     if not model.num_moe_experts:
         return 0.0
-    width = (model.moe_ffn_hidden_size or model.ffn_hidden_size) * model.moe_router_topk
-    return seq_length * 12 * model.hidden_size * SWIGLU * width * _layer_kinds(model)[1]
+    return seq_length * 12 * model.hidden_size * SWIGLU * _routed_width(model) * _layer_kinds(model)[1]
+
+
+def _routed_width(model: ModelConfig) -> int:
+    """FFN width a token runs through in one MoE layer's routed experts: its top-k experts' widths."""
+    return (model.moe_ffn_hidden_size or model.ffn_hidden_size) * model.moe_router_topk
 
 
 @lru_cache(maxsize=256)

@@ -13,7 +13,6 @@ in the bound, so the bound is a lower bound on time.
 
 from __future__ import annotations
 
-import os
 import platform
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from optbench.bench.cpu_peak import cpu_peak, measured_clock
 from optbench.bench.optim import PROXIES, _shrunk
 from optbench.common.machine_load import LoadMeter
 from optbench.common.tables import markdown_table
-from optbench.bench.sections import cpu_name, invocation
+from optbench.bench.sections import cpu_name, cpu_thread_counts, invocation, logical_cpus
 from optbench.bench.optim_timing import _with_gradients, spread, time_interleaved, torch_muon_matrices
 from optbench.bench.upstream_optimizers import eager, load, megatron_adaptive_muon, overlay_with_emerging_optimizers
 from optbench.compose.recipe import compose_run
@@ -135,7 +134,7 @@ def _markdown(data: dict) -> str:
 def run(out_dir: Path, quick: bool = False) -> list[Path]:
     """Measure and write emerging.json and emerging.md under ``out_dir``."""
     torch.manual_seed(0)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = logical_cpus()
     data = {
         "benchmark": NAME,
         **invocation(),
@@ -148,6 +147,6 @@ def run(out_dir: Path, quick: bool = False) -> list[Path]:
     else:
         load(folder)
         data.update(measured=True, emerging_optimizers=str(folder),
-                    blocks=[_block(threads, quick) for threads in ([1] if cores == 1 or quick else [1, cores])])
+                    blocks=[_block(threads, quick) for threads in cpu_thread_counts(cores, quick)])
     out_dir = Path(out_dir)
     return [atomic_write_json(out_dir / "emerging.json", data), atomic_write_text(out_dir / "emerging.md", _markdown(data))]

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import platform
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from optbench.common.machine_load import LoadMeter
 from optbench.bench.cpu_peak import cpu_peak, measured_clock
 from optbench.bench.optim_imbalance import imbalance_section
 from optbench.bench.optim_timing import PRECISIONS, step_times
-from optbench.bench.sections import cpu_name
+from optbench.bench.sections import cpu_name, cpu_thread_counts, logical_cpus
 from optbench.compose.recipe import compose_run
 from optbench.config.schema import ModelConfig
 from optbench.common.io import atomic_write_json, atomic_write_text
@@ -160,13 +159,12 @@ def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path
         require_cuda()
         data = {**stored, "gpu": _gpu_section(quick)}
     else:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        thread_counts = [1] if cores == 1 or quick else [1, cores]  # a smoke run times one thread alone
+        cores = logical_cpus()
         cpu = {
             "cpu_model": cpu_name(),
             "logical_cpus": cores,
             "auto_precision": resolve_matmul_precision("auto", "cpu"),
-            "blocks": [_cpu_block(threads, quick) for threads in thread_counts],
+            "blocks": [_cpu_block(threads, quick) for threads in cpu_thread_counts(cores, quick)],
         }
         data = {
             "benchmark": NAME,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 import shlex
 import sys
@@ -102,6 +103,16 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def logical_cpus() -> int:
+    """CPUs this process may run on: its affinity mask (every CPU where the platform has none)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cpu_thread_counts(cores: int, quick: bool) -> list[int]:
+    """The torch thread counts a CPU benchmark times: one thread and every core; a quick (smoke) run one thread."""
+    return [1] if cores == 1 or quick else [1, cores]
 
 
 def run_gpu_only_benchmark(out_dir: Path, name: str, measure, markdown, gpu_only: bool) -> list[Path]:
