@@ -51,10 +51,18 @@ def fixture_name(version: str, capability: str) -> str:
 
 
 def frozen(version: str) -> dict[str, Any]:
-    """The frozen trajectories recorded on this CPU's numerics path, else the first file, recorded before the path was
-    (on the CI machine of 2026-11-27; its provenance names no capability)."""
+    """The frozen trajectories recorded on this CPU's capability, else the first file, recorded before the capability
+    was (on the CI machine of 2026-11-27; its provenance names no capability)."""
     own = FIXTURES / fixture_name(version, torch.backends.cpu.get_cpu_capability())
     return json.loads((own if own.is_file() else FIXTURES / f"eo-{version}.json").read_text())
+
+
+def frozen_paths(version: str) -> dict[str, dict[str, Any]]:
+    """Every file of ``version``'s frozen trajectories, by name: one per CPU numerics path it was recorded on.
+
+    The capability torch reports does not name the path: on 2026-11-29 an AMD EPYC VM reporting AVX512 reproduced
+    the first file (eo-0.2.0.json) bit for bit and missed eo-0.2.0-AVX512.json by up to 0.32 on SOAP."""
+    return {path.name: json.loads(path.read_text()) for path in sorted(FIXTURES.glob(f"eo-{version}*.json"))}
 
 
 def _start(shapes) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:

@@ -45,13 +45,16 @@ def test_matches_emerging_optimizers_0_3_0(name, upstream_0_3):
 
 @pytest.mark.parametrize("name", list(reference.CASES))
 def test_matches_the_frozen_0_2_0_the_containers_ship(name):
-    """Against 0.2.0 run on this CPU's numerics path (:func:`reference.frozen`): SOAP's eigenbases, hence its
-    trajectories, differ between paths by up to 0.5 on these cases (measured 2026-11-28: the AVX512 machine against
-    the file of 2026-11-27's), while ours and upstream agree to 1e-6 on any one path."""
-    frozen = reference.frozen("0.2.0")
-    assert frozen["provenance"]["commit"].startswith("1effa026f")  # Megatron Bridge 0.5.0-0.6.0's uv.lock pin
-    case = reference.CASES[name]
-    assert _close(reference.run(reference.ours("0.2.0"), case), frozen["trajectories"][name]) <= 0
+    """Against 0.2.0 as recorded on each CPU numerics path we have met (:func:`reference.frozen_paths`): SOAP's
+    eigenbases, hence its trajectories, differ between paths by 0.02 to 0.5 on these cases, while ours and upstream
+    agree to 1e-6 on any one path. So ours must agree to 1e-6 with one recorded path (the one this CPU takes); which
+    path a CPU takes is not told by the capability torch reports, so the check does not pick the file by it. A CPU on
+    a path not recorded yet fails here: record it with tools/emerging_reference.py."""
+    paths = reference.frozen_paths("0.2.0")
+    assert paths and all(f["provenance"]["commit"].startswith("1effa026f") for f in paths.values())  # Bridge 0.5.0-0.6.0's uv.lock pin
+    ours = reference.run(reference.ours("0.2.0"), reference.CASES[name])
+    excess = {file: _close(ours, f["trajectories"][name]) for file, f in paths.items()}
+    assert min(excess.values()) <= 0, excess
 
 
 @pytest.mark.parametrize("name", ["adamuon", "normuon"])

@@ -5,7 +5,8 @@ the tests cannot install it: this tool takes its source from a git mirror of NVI
 `fetch` tool's layout), runs the cases of tests/emerging_reference.py against it and writes
 tests/fixtures/emerging_optimizers/eo-0.2.0-<CPU capability>.json with the commit it ran. SOAP's trajectories
 depend on the CPU's numerics path (torch's CPU capability and MKL's kernels pick other eigenbases for the same
-factors), so each path gets its own file; run this on a machine of a new kind::
+factors; the capability alone does not tell the path), so each path gets its own file, and a path already recorded
+writes nothing; run this where tests/test_optim_emerging.py finds no recorded path::
 
     git clone --bare https://github.com/NVIDIA-NeMo/Emerging-Optimizers eo.git
     python tools/emerging_reference.py --mirror eo.git [--tag v0.2.0]
@@ -14,6 +15,7 @@ factors), so each path gets its own file; run this on a machine of a new kind::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import subprocess
@@ -55,7 +57,15 @@ def main() -> int:
                        "cases": "tests/emerging_reference.py (CASES, SHAPES, STEPS, seeds)"},
         "trajectories": trajectories,
     }
-    path = reference.FIXTURES / reference.fixture_name(args.tag.lstrip("v"), capability)
+    version = args.tag.lstrip("v")
+    for name, recorded in reference.frozen_paths(version).items():
+        if recorded["trajectories"] == trajectories:
+            print(f"this CPU's numerics path is recorded already: {reference.FIXTURES / name}")
+            return 0
+    path = reference.FIXTURES / reference.fixture_name(version, capability)
+    if path.exists():  # the same capability on another path (AMD and Intel AVX512 differ): a file of its own
+        digest = hashlib.sha256(json.dumps(trajectories).encode()).hexdigest()[:8]
+        path = path.with_name(f"{path.stem}-{digest}.json")
     atomic_write_text(path, json.dumps(payload) + "\n")
     print(f"wrote {path} ({len(trajectories)} cases, commit {commit[:9]}, CPU capability {capability})")
     return 0
