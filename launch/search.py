@@ -71,8 +71,11 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
     if result.get("own_problem") is not None:
         where += f" ({result['own_problem']})"
     if own is not None:
-        where = (f"rank {own.rank} of {result['valid']}, {own.tflops_per_gpu:.1f} TFLOP/s/GPU,"
-                 f" {own.gap_to_best_percent:+.2f} % from the best (ties share a rank: the model prices them alike)")
+        where = (f"rank {own.rank} of {result['valid']} (equal projections share a rank), {own.tflops_per_gpu:.1f}"
+                 f" TFLOP/s/GPU, {own.gap_to_best_percent:+.2f} % from the best")
+        band = expected.median_abs_error_percent if expected is not None else None
+        if band is not None and -own.gap_to_best_percent <= band:
+            where += f": within the expected error ({band:.1f} %), a tie with the best (~)"
         if "ep" not in result["fixed"] and at_ep is not None:
             where += f"; among the {at_ep.layouts} layouts of its EP {own_point.ep}, rank {at_ep.rank} (FIX=ep)"
     lines.append(f"  recipe's own layout {own_point.label}: {where}")

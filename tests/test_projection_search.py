@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,10 @@ def test_make_search_ranks_every_valid_layout(tmp_path):
     best = saved["top"][0]["tflops_per_gpu"]
     assert all(row["within_expected_error_of_best"] == (100 * (1 - row["tflops_per_gpu"] / best) <= band) for row in saved["top"])
     assert f"layouts project within the expected error (median {band:.1f} %, leave one layout out)" in out.stdout
+    # The recipe's own layout says whether it ties with the best, as the table's ~ does.
+    own_line = next(line for line in out.stdout.splitlines() if "recipe's own layout" in line)
+    gap = float(re.search(r"([+-]\d+\.\d+) % from the best", own_line).group(1))
+    assert ("a tie with the best (~)" in own_line) == (-gap <= band), own_line
     assert all(0 < row["hbm_percent"] < 200 for row in saved["top"])
     assert f"  efficiency  {saved['efficiency']['value']:.3f} of gb300_fp8, calibrated on " in out.stdout
     assert saved["fixed"] == {} and "FIX=ep ranks the layouts at this EP only" in out.stdout
