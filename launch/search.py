@@ -85,8 +85,10 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
                      f" {efficiency.calibrated_on}; {expected_error_text(result.get('expected_error'))}")
     if "ep" not in result["fixed"]:
         lines.append(
-            "  caveat      the all-to-all a lower EP saves is priced from bandwidths, not measured (expert GEMMs with few"
-            " rows are: results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all (low EP) can rank"
+            "  caveat      the all-to-all a lower EP saves is priced from bandwidths, and for the flex dispatcher"
+            " (HybridEP, DeepEP: NVIDIA's presets) not measured; NCCL's (moe_token_dispatcher=alltoall) takes its"
+            " published NVLink 5 rates (src/optbench/data/nccl_all_to_all.csv), and expert GEMMs with few rows are"
+            " measured (results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all (low EP) can rank"
             " higher than they run; NVIDIA's own layouts rank as in results/projection/search_ranks.md; FIX=ep ranks"
             " the layouts at this EP only"
         )

@@ -13,6 +13,7 @@ from optbench.bench.all_to_all_report import markdown, summary
 from optbench.compose.recipe import compose_run
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.interconnect import interconnect_for
+from optbench.projection.nccl_all_to_all import nvlink_rate
 from optbench.projection.stage_comm import stage_comm
 
 
@@ -40,14 +41,18 @@ def test_the_price_is_the_step_models_all_to_all_of_the_same_bytes():
     assert priced["model_s"] == pytest.approx(case["send_bytes"] * 7 / 8 / (450e9 * 0.80), rel=1e-12)
 
 
-def test_a_measurement_at_the_models_price_gives_back_the_assumed_efficiency():
+@pytest.mark.parametrize("gpu", ["b200", "h100"])  # NVLink 5: NCCL's published rate; NVLink 4: the ring assumption
+def test_a_measurement_at_the_models_price_gives_back_the_assumed_efficiency(gpu):
     sent = 64 * 2**20
-    model_s = all_to_all.price({"sent_bytes": sent, "seconds": 1.0}, 8, "b200")["model_s"]
-    at_price = all_to_all.price({"sent_bytes": sent, "seconds": model_s}, 8, "b200")
+    net = interconnect_for(gpu)
+    assumed = nvlink_rate(net, 8) / net.nvlink_bytes_per_s
+    assert assumed == pytest.approx(383.43 / 900 if gpu == "b200" else net.nvlink_efficiency)
+    model_s = all_to_all.price({"sent_bytes": sent, "seconds": 1.0}, 8, gpu)["model_s"]
+    at_price = all_to_all.price({"sent_bytes": sent, "seconds": model_s}, 8, gpu)
     assert at_price["measured_over_model"] == pytest.approx(1.0)
-    assert at_price["nvlink_efficiency_measured"] == pytest.approx(interconnect_for("b200").nvlink_efficiency)
-    slower = all_to_all.price({"sent_bytes": sent, "seconds": 2 * model_s}, 8, "b200")
-    assert slower["nvlink_efficiency_measured"] == pytest.approx(interconnect_for("b200").nvlink_efficiency / 2)
+    assert at_price["nvlink_efficiency_measured"] == pytest.approx(assumed)
+    slower = all_to_all.price({"sent_bytes": sent, "seconds": 2 * model_s}, 8, gpu)
+    assert slower["nvlink_efficiency_measured"] == pytest.approx(assumed / 2)
 
 
 def test_fewer_than_two_gpus_is_not_a_measurement_and_the_page_says_how_to_get_one():

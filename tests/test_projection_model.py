@@ -15,6 +15,7 @@ from optbench.projection import comm
 from optbench.projection.activation_traffic import bytes_per_token
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.interconnect import interconnect_for
+from optbench.projection.nccl_all_to_all import measurements, nvlink_rate
 from optbench.projection.stages import pipeline_rank_work
 from optbench.projection.gemm_weights import WeightTraffic, dense_gemm_calls
 from optbench.projection.step_model import evaluate, solve_efficiency
@@ -241,9 +242,27 @@ def test_collective_formulas_by_hand():
         2 * 63 / 64 * 1e9 / NVLINK + 2 * 1 / 2 * 1e9 / 64 / network + latency)
     # A small collective over many ranks is latency-bound, and a larger group pays more of it.
     assert comm.reduce_scatter_s(1e3, tuple(range(512)), net) > 4 * comm.reduce_scatter_s(1e3, tuple(range(64)), net)
-    # All-to-all inside a block: 7/8 of the data leaves the rank over NVLink.
-    assert comm.all_to_all_s(1e9, inside, net) == pytest.approx(7 / 8 * 1e9 / NVLINK)
+    # All-to-all inside a block: 7/8 of the data leaves the rank over NVLink, at NCCL's measured 8-GPU rate.
+    assert comm.all_to_all_s(1e9, inside, net) == pytest.approx(7 / 8 * 1e9 / 383.43e9)
     assert comm.all_reduce_s(1e9, (3,), net) == 0.0
+
+
+def test_nccl_all_to_all_is_priced_at_the_published_measurements():
+    """Every published run (data/nccl_all_to_all.csv: one NVLink 5 node with a 50 GB/s NIC per GPU, as b200's row of
+    interconnect.csv) against the price of its bytes over its GPUs, in nccl-tests' bus bandwidth."""
+    net = interconnect_for("b200")
+    assert (net.nvlink_generation, net.nvlink_bytes_per_s, net.network_bytes_per_s) == (5, 900e9, 50e9)
+    for m in measurements():
+        priced = m.bytes_per_gpu / comm.all_to_all_s(m.bytes_per_gpu, tuple(range(m.gpus)), net) * (m.gpus - 1) / m.gpus
+        # One node reads the table; across nodes the NIC price was set before the table and agrees within 7 %.
+        assert priced == pytest.approx(m.busbw_bytes_per_s, rel=1e-9 if m.nodes == 1 else 0.07), m
+    # The more peers, the less of the link: every measured group is dearer per byte than the ring assumption.
+    rates = [nvlink_rate(net, members) for members in (2, 3, 4, 8, 64)]
+    assert rates == sorted(rates, reverse=True) and rates[-1] == rates[-2] < net.nvlink_effective
+    # Unmeasured: NVLink 4 keeps the ring collectives' rate; so does a group of one.
+    h100 = interconnect_for("h100")
+    assert nvlink_rate(h100, 8) == h100.nvlink_effective
+    assert comm.all_to_all_s(1e9, (0, 8), net) == pytest.approx(1 / 2 * 1e9 / net.network_effective)
 
 
 def test_flex_dispatch_sends_a_token_once_per_rank_and_once_per_remote_domain():

@@ -2,8 +2,9 @@
 
 Why: the layout search prefers lower expert parallelism than NVIDIA's published layouts on most rows
 (results/projection/search_ranks.md), and what a lower EP saves is the all-to-all, which the model prices from
-datasheet bandwidths at an assumed 0.80 of NVLink (``nvlink_efficiency`` in data/interconnect.csv), never
-measured. This measures it where it can be measured: every GPU of one node in one expert-parallel group.
+datasheet bandwidths: over NVLink 5 at NCCL's published all-to-all rates (data/nccl_all_to_all.csv: one node's
+nccl-tests, measured elsewhere), else at an assumed 0.80 of NVLink (``nvlink_efficiency`` in data/interconnect.csv).
+This measures it on the machine at hand: every GPU of one node in one expert-parallel group.
 
 Megatron Core's alltoall token dispatcher sends each rank's routed token copies with one
 ``torch.distributed.all_to_all_single`` per dispatch and per combine, forward and backward; under NVIDIA's
@@ -163,6 +164,7 @@ def measure(quick: bool = False, backend: str = "nccl", device_count: int | None
     from optbench.bench.sections import cpu_name, provenance
     from optbench.engine.local.runtime import detect_gpu_key
     from optbench.projection.interconnect import interconnect_for
+    from optbench.projection.nccl_all_to_all import nvlink_rate
 
     on_gpu = backend == "nccl"
     world = device_count if device_count is not None else (torch.cuda.device_count() if on_gpu else 2)
@@ -184,7 +186,7 @@ def measure(quick: bool = False, backend: str = "nccl", device_count: int | None
         cases = [{**c, **price(c, world, key)} if "seconds" in c else c for c in cases]
     return {"measured": True, **provenance(), "device": name, "gpu": key, "ranks": world, "backend": backend,
             "host_cpu": cpu_name(), "nccl": _nccl_version(torch) if on_gpu else None,
-            "assumed_nvlink_efficiency": net.nvlink_efficiency if net else None,
+            "assumed_nvlink_efficiency": nvlink_rate(net, world) / net.nvlink_bytes_per_s if net else None,
             "nvlink_gb_s_per_direction": net.nvlink_bytes_per_s / 1e9 if net else None, "cases": cases}
 
 

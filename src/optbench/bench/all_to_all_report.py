@@ -52,10 +52,11 @@ def markdown(data: dict[str, Any]) -> str:
     else:
         lines += [
             f"*Model*: `comm.all_to_all_s` of the same bytes over {data['ranks']} ranks of one {data['gpu']} NVLink "
-            f"block at {data['nvlink_gb_s_per_direction']:.0f} GB/s per direction x nvlink_efficiency "
-            f"{data['assumed_nvlink_efficiency']:.2f} (data/interconnect.csv). *Achieved*: bytes leaving each rank "
-            "(all but its own share) per second; *efficiency*: that over the datasheet rate, the measured counterpart "
-            "of nvlink_efficiency.", ""]
+            f"block at {data['nvlink_gb_s_per_direction']:.0f} GB/s per direction x "
+            f"{data['assumed_nvlink_efficiency']:.2f} (NCCL's published all-to-all rate for that many GPUs where "
+            "data/nccl_all_to_all.csv has one, else nvlink_efficiency of data/interconnect.csv). *Achieved*: bytes "
+            "leaving each rank (all but its own share) per second; *efficiency*: that over the datasheet rate, the "
+            "measured counterpart of the model's.", ""]
     lines += [*markdown_table(["case", "sent per rank", "measured ms", "model ms", "measured / model", "achieved GB/s", "efficiency"],
                      [_row(c) for c in data["cases"]]), ""]
     overall = summary(data)

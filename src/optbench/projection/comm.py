@@ -14,7 +14,8 @@ Communication Operations in MPICH", 2005; the bus-bandwidth convention of NVIDIA
   reduce-scatter and all-gather half of each term;
 * all-to-all where every rank sends ``V`` bytes spread evenly over the group: the share for peers in
   its domain goes over NVLink, the rest over the network at the same time, so
-  ``max(V * local/n / nvlink, V * remote/n / network)``;
+  ``max(V * local/n / nvlink, V * remote/n / network)``, its NVLink rate NCCL's measured all-to-all rate for
+  the domain's group size where one is published (:mod:`optbench.projection.nccl_all_to_all`);
 * point-to-point: ``B / bw`` of the link between the two ranks.
 
 Every ring collective also pays NCCL's own latency model for its ring / Simple protocol (``src/graph/tuning.cc`` of
@@ -33,6 +34,7 @@ import math
 from collections.abc import Sequence
 
 from optbench.projection.interconnect import Interconnect
+from optbench.projection.nccl_all_to_all import nvlink_rate
 
 
 RING_BASE_S = 8.4e-6
@@ -104,7 +106,7 @@ def all_to_all_s(send_bytes: float, ranks: Sequence[int], net: Interconnect) -> 
     for count in members.values():  # every member of a domain sees the same split
         local = count - 1
         remote = n - 1 - local
-        nvlink = send_bytes * local / n / net.nvlink_effective
+        nvlink = send_bytes * local / n / nvlink_rate(net, count) if local else 0.0
         network = send_bytes * remote / n / net.network_effective
         worst = max(worst, nvlink, network)
     return worst

@@ -33,6 +33,8 @@ class Interconnect:
     """GPU type (a row of gpus.csv)."""
     system: str
     """The system the figures describe."""
+    nvlink_generation: int
+    """NVLink generation (4: Hopper, 5: Blackwell), which the measured all-to-all rates are keyed on."""
     nvlink_bytes_per_s: float
     """NVLink bandwidth per GPU per direction, bytes/s (datasheet)."""
     nvlink_domain_gpus: int
@@ -104,6 +106,7 @@ def interconnect_catalog() -> dict[str, Interconnect]:
         catalog[row["gpu"]] = Interconnect(
             gpu=row["gpu"],
             system=row["system"],
+            nvlink_generation=int(row["nvlink_generation"]),
             nvlink_bytes_per_s=float(row["nvlink_gb_s_per_direction"]) * GB,
             nvlink_domain_gpus=int(row["nvlink_domain_gpus"]),
             aligned_block_gpus=int(row["aligned_block_gpus"]),
