@@ -16,6 +16,7 @@ from optbench.catalog.hardware import gpu_catalog
 from optbench.plan import build_plan, format_summary
 from optbench.projection.interconnect import interconnect_catalog
 from optbench.projection.section import ExpectedError, ProjectionSection, Unavailable, projection_from_json
+from optbench.projection.expected_error import expected_error_cell
 from optbench.projection.ranking import rank_by_projection, ranking_lines
 from optbench.projection.twin import twin_recipe
 from optbench.resolve import resolve
@@ -118,6 +119,18 @@ def test_sweep_points_ranked_by_projected_throughput(tmp_path: Path) -> None:
     lines = ranking_lines(valid)
     assert lines[0].startswith("Projected throughput")
     assert lines[2].split()[:2] == ["1", ranked[0][0]] and lines[3].split()[:2] == ["2", ranked[1][0]]
+    # Each point states the expected error of its own case, and a point within it of the best is marked a tie.
+    for line, (_, _, projection) in zip(lines[2:4], ranked):
+        error = projection.expected_error
+        assert expected_error_cell(error) in line and f"{error.median_abs_error_percent:.1f} % ({error.scheme}" in line, line
+    gap = 100 * (1 - tflops[1] / tflops[0])
+    bands = [p.expected_error.median_abs_error_percent for _, _, p in ranked]
+    assert lines[3].rstrip().endswith("~") == (gap <= max(bands))
+    assert any(line.startswith("  ~ ties      1 point projects within") for line in lines) == (gap <= max(bands))
+    close = replace(ranked[1][2], step=replace(ranked[1][2].step, tflops_per_gpu=tflops[0] * (1 - bands[0] / 200)))
+    far = replace(ranked[1][2], step=replace(ranked[1][2].step, tflops_per_gpu=tflops[0] * (1 - 2 * max(bands) / 100)))
+    assert ranking_lines([ranked[0], (ranked[1][0], ranked[1][1], close)])[3].rstrip().endswith("~")
+    assert not ranking_lines([ranked[0], (ranked[1][0], ranked[1][1], far)])[3].rstrip().endswith("~")
     unranked = ranking_lines([("x", valid[0][1], Unavailable(reason="not calibrated"))])
     assert unranked[-1].endswith("x: not ranked (not calibrated)")
     assert not any(line.startswith("  note:") for line in lines)

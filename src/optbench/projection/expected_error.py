@@ -93,6 +93,14 @@ def across_precision(pairs: int) -> ExpectedError:
                                                 "we run measures that (docs/projection.md section 6)")
 
 
+def expected_error_cell(expected: ExpectedError | None) -> str:
+    """The expected error in a table cell: its median and scheme, and its Muon rows' median where it has them."""
+    if not expected or expected.median_abs_error_percent is None:
+        return "not measured" if expected and expected.measured is False else "-"
+    muon = f"; Muon rows {expected.muon_rows.median_abs_error_percent:.1f} %" if expected.muon_rows else ""
+    return f"{expected.median_abs_error_percent:.1f} % ({expected.scheme}{muon})"
+
+
 def expected_error_text(expected: ExpectedError | None) -> str:
     """One line: median |error|, share within 10 % (or the largest, for the release drift), over how many rows and by
     which scheme."""

@@ -20,10 +20,12 @@ from optbench.catalog.published import PublishedRow
 
 
 def projection_error(
-    row: PublishedRow, row_runs: RowRuns, holdout: Holdout = NO_HOLDOUT, assumptions: Assumptions = DEFAULT_ASSUMPTIONS
+    row: PublishedRow, row_runs: RowRuns, holdout: Holdout = NO_HOLDOUT, assumptions: Assumptions = DEFAULT_ASSUMPTIONS,
+    with_expected_error: bool = False,
 ) -> dict[str, Any]:
     """{'tflops', 'error_percent', 'anchor', 'anchor_itself', 'command', 'in_domain'} or {'reason'} for one
-    published row (model-only FLOPs both sides)."""
+    published row (model-only FLOPs both sides); ``with_expected_error`` adds 'expected_error', the
+    :class:`~optbench.projection.section.ExpectedError` its ``make plan`` states."""
     if not row.model_tflops_per_gpu:
         return {"reason": "no model-only figure"}
     config, resolved = row_runs.config(row), row_runs.run(row)
@@ -45,4 +47,5 @@ def projection_error(
         "command": config.command,
         "typed": list(config.typed),
         "in_domain": config.in_domain,
+        **({"expected_error": section.expected_error} if with_expected_error else {}),
     }

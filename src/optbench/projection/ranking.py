@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from optbench.config.layout import Layout
 from optbench.common.tables import console_table
-from optbench.projection.expected_error import CARRIED_SCHEMES
+from optbench.projection.expected_error import CARRIED_SCHEMES, expected_error_cell
 from optbench.projection.section import ExpectedError, Projection, ProjectionSection
 
 Point = tuple[str, Layout, Projection]
@@ -33,16 +33,26 @@ def ranking_lines(points: Sequence[Point]) -> list[str]:
     if not points:
         return []
     lines = ["Projected throughput (model-only TFLOP/s/GPU, best first; docs/projection.md):"]
+    expected = [(name, p.expected_error or ExpectedError()) for name, _, p in ranked]
     if ranked:
         cells = []
-        for index, (name, lay, p) in enumerate(ranked, start=1):
+        best = ranked[0][2].step.tflops_per_gpu
+        band_of_best = expected[0][1].median_abs_error_percent
+        ties = 0
+        for index, ((name, lay, p), (_, error)) in enumerate(zip(ranked, expected), start=1):
             step = p.step
             key, mfu = next(iter(step.mfu.items()), ("-", 0.0))
+            tie = index > 1 and _within_band(100 * (1 - step.tflops_per_gpu / best), band_of_best,
+                                             error.median_abs_error_percent)
+            ties += tie
             cells.append([index, name, _layout(lay), f"{step.step_time_s:.2f}", f"{step.tflops_per_gpu:.1f}",
-                          f"{step.tflops_per_gpu_with_ns:.1f}", f"{100 * mfu:.1f} % of {key}"])
-        lines += console_table(["#", "point", "layout", "step s", "model", "with NS", "MFU"], cells,
-                               ("right", "left", "left", "right", "right", "right", "left"))
-    expected = [(name, p.expected_error or ExpectedError()) for name, _, p in ranked]
+                          f"{step.tflops_per_gpu_with_ns:.1f}", f"{100 * mfu:.1f} % of {key}", expected_error_cell(error),
+                          "~" if tie else ""])
+        lines += console_table(["#", "point", "layout", "step s", "model", "with NS", "MFU", "expected error", ""],
+                               cells, ("right", "left", "left", "right", "right", "right", "left", "left", "left"))
+        if ties:
+            lines.append(f"  ~ ties      {ties} point{' projects' if ties == 1 else 's project'} within the expected error"
+                         " of the best (either one's median): the model does not resolve their order")
     crossing = [name for name, e in expected if e.measured is False and e.scheme not in CARRIED_SCHEMES]
     if crossing:
         lines.append(_first_guess(crossing, "across precision (expected error not measured, docs/projection.md section 6)"))
@@ -56,6 +66,12 @@ def ranking_lines(points: Sequence[Point]) -> list[str]:
     for name, reason in missing:
         lines.append(f"   -  {name}: not ranked ({reason})")
     return lines
+
+
+def _within_band(gap_percent: float, *medians: float | None) -> bool:
+    """Whether a point ``gap_percent`` below the best is within the larger of the two projections' median errors."""
+    known = [m for m in medians if m is not None]
+    return bool(known) and gap_percent <= max(known)
 
 
 def _first_guess(names: Sequence[str], how: str) -> str:

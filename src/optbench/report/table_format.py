@@ -190,6 +190,7 @@ def _run_lines(table: Table) -> list[list[str]]:
 def _projection_lines(table: Table) -> list[list[str]]:
     from optbench.projection.calibration import row_id
     from optbench.plan.row_runs import COMPOSED_ROWS
+    from optbench.projection.expected_error import expected_error_cell
     from optbench.projection.published_rows import projection_error
 
     contradicted = load_inconsistent(default_published_dir(repo_root() / "results"))
@@ -198,14 +199,14 @@ def _projection_lines(table: Table) -> list[list[str]]:
         pub = row.published
         if pub is None:
             continue
-        p = projection_error(pub, COMPOSED_ROWS)
+        p = projection_error(pub, COMPOSED_ROWS, with_expected_error=True)
         if "tflops" in p:
             note = ("; this row's own setup's other releases contradict it, so it anchors nothing "
                     "(results/published/inconsistent.csv)") if row_id(pub) in contradicted else ""
-            cells = [f"{p['tflops']:.0f}", _signed_percent(p["error_percent"] / 100),
+            cells = [f"{p['tflops']:.0f}", _signed_percent(p["error_percent"] / 100), expected_error_cell(p["expected_error"]),
                      ("anchor: " if p["anchor_itself"] else "") + p["anchor"] + note]
         else:
-            cells = ["-", "not reached", p["reason"][:160]]
+            cells = ["-", "not reached", "-", p["reason"][:160]]
         lines.append([pub.model, pub.release, pub.gpu, pub.precision, pub.optimizer,
                       as_published(pub.model_tflops_per_gpu or pub.tflops_per_gpu), *cells])
     return lines
@@ -251,11 +252,12 @@ def render_markdown(
             "Model-only TFLOP/s/GPU projected at the row's configuration (its release's executed NVIDIA preset and the "
             "row's stated values; the `make plan` command of each row is in results/projection/validation.json and prints "
             "the same number), calibrated on one AdamW row (named; never a Muon row). Error = projected / published - 1. "
-            "'anchor' marks a row the projection was solved on: in sample, 0 by construction. The out-of-sample errors "
-            "(leave one row out, leave one release out) are in results/projection/validation.md (`make projection`). "
-            "Rules: docs/projection.md.", ""]
-    out += markdown_table(["model", "release", "GPU", "precision", "optimizer", "published", "projected", "error", "calibrated on"],
-                           _projection_lines(table))
+            "'anchor' marks a row the projection was solved on: in sample, 0 by construction. Expected error: what "
+            "the row's `make plan` states, the median error of the scheme that matches its distance from its anchor. "
+            "Every scheme's out-of-sample errors, led by leave one setup out and each beside copying the nearest "
+            "published row, are in results/projection/validation.md (`make projection`). Rules: docs/projection.md.", ""]
+    out += markdown_table(["model", "release", "GPU", "precision", "optimizer", "published", "projected", "error",
+                           "expected error", "calibrated on"], _projection_lines(table))
     ratios = _ratio_lines(table)
     out += ["", "## Muon / AdamW per model", ""]
     if ratios:
