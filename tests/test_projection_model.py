@@ -205,7 +205,7 @@ def test_bubble_only_pipeline_fraction():
     assert step.parts["pipeline_bubble"] / busy == pytest.approx((pp - 1) / (vpp * m), rel=1e-12)
     slowest = max(inputs.stage_flops_mb)
     assert step.parts["compute"] == pytest.approx(m * slowest / (0.4 * GB300_BF16), rel=1e-12)
-    hop = run.train.mbs * run.train.seq_length * run.model.hidden_size * 2 / NVLINK
+    hop = run.train.mbs * run.train.seq_length * run.model.hidden_size * 2 / NVLINK + (8.4 + 3.4) * 1e-6  # + one step
     assert step.parts["pipeline_p2p"] == pytest.approx(2 * (pp - 1) * hop, rel=1e-9)
 
 
@@ -216,7 +216,7 @@ def test_a_non_interleaved_pipeline_waits_for_every_send():
     )
     step = evaluate(inputs, 0.4)
     m, pp = 32, 4
-    hop = run.train.mbs * run.train.seq_length * run.model.hidden_size * 2 / NVLINK
+    hop = run.train.mbs * run.train.seq_length * run.model.hidden_size * 2 / NVLINK + (8.4 + 3.4) * 1e-6
     assert inputs.vpp == 1 and step.parts["pipeline_p2p"] == pytest.approx(2 * (m + pp - 1) * hop, rel=1e-9)
 
 
@@ -243,7 +243,7 @@ def test_collective_formulas_by_hand():
     # A small collective over many ranks is latency-bound, and a larger group pays more of it.
     assert comm.reduce_scatter_s(1e3, tuple(range(512)), net) > 4 * comm.reduce_scatter_s(1e3, tuple(range(64)), net)
     # All-to-all inside a block: 7/8 of the data leaves the rank over NVLink, at NCCL's measured 8-GPU rate.
-    assert comm.all_to_all_s(1e9, inside, net) == pytest.approx(7 / 8 * 1e9 / 383.43e9)
+    assert comm.all_to_all_s(1e9, inside, net) == pytest.approx(7 / 8 * 1e9 / 383.43e9 + (8.4 + 3.4) * 1e-6)
     assert comm.all_reduce_s(1e9, (3,), net) == 0.0
 
 
@@ -254,15 +254,19 @@ def test_nccl_all_to_all_is_priced_at_the_published_measurements():
     assert (net.nvlink_generation, net.nvlink_bytes_per_s, net.network_bytes_per_s) == (5, 900e9, 50e9)
     for m in measurements():
         priced = m.bytes_per_gpu / comm.all_to_all_s(m.bytes_per_gpu, tuple(range(m.gpus)), net) * (m.gpus - 1) / m.gpus
-        # One node reads the table; across nodes the NIC price was set before the table and agrees within 7 %.
-        assert priced == pytest.approx(m.busbw_bytes_per_s, rel=1e-9 if m.nodes == 1 else 0.07), m
+        # One node reads the table (plus one step of NCCL's latency, 0.5-1.4 % at 1 GiB); across nodes the NIC price
+        # was set before the table and agrees within 7 %.
+        assert priced == pytest.approx(m.busbw_bytes_per_s, rel=0.015 if m.nodes == 1 else 0.07), m
     # The more peers, the less of the link: every measured group is dearer per byte than the ring assumption.
     rates = [nvlink_rate(net, members) for members in (2, 3, 4, 8, 64)]
     assert rates == sorted(rates, reverse=True) and rates[-1] == rates[-2] < net.nvlink_effective
     # Unmeasured: NVLink 4 keeps the ring collectives' rate; so does a group of one.
     h100 = interconnect_for("h100")
     assert nvlink_rate(h100, 8) == h100.nvlink_effective
-    assert comm.all_to_all_s(1e9, (0, 8), net) == pytest.approx(1 / 2 * 1e9 / net.network_effective)
+    assert comm.all_to_all_s(1e9, (0, 8), net) == pytest.approx(1 / 2 * 1e9 / net.network_effective + (8.4 + 9.6) * 1e-6)
+    # A point-to-point hop pays one step too, across the network dearer than over NVLink.
+    assert comm.p2p_s(0.0, 0, 1, net) == pytest.approx((8.4 + 3.4) * 1e-6)
+    assert comm.p2p_s(0.0, 0, 8, net) == pytest.approx((8.4 + 9.6) * 1e-6)
 
 
 def test_flex_dispatch_sends_a_token_once_per_rank_and_once_per_remote_domain():

@@ -18,6 +18,12 @@ Communication Operations in MPICH", 2005; the bus-bandwidth convention of NVIDIA
   the domain's group size where one is published (:mod:`optbench.projection.nccl_all_to_all`);
 * point-to-point: ``B / bw`` of the link between the two ranks.
 
+Point-to-point transfers (the pipeline's hops, the context-parallel ring) and NCCL's all-to-all (its sends to
+every peer, grouped and run at once over its channels) pay one step of that latency: ``8.4 us`` and ``3.4 us``
+over NVLink or ``9.6 us`` across the network, the slowest peer's for the all-to-all; NCCL's tuning model prices no
+point-to-point operation, so this is its one-ring-step figure, a lower bound. The flex dispatcher's all-to-all
+(HybridEP, DeepEP: not NCCL) has no latency term.
+
 Every ring collective also pays NCCL's own latency model for its ring / Simple protocol (``src/graph/tuning.cc`` of
 NVIDIA/nccl: ``baseLat`` 8.4 us, then per ring step 3.4 us over NVLink and 9.6 us over the network;
 ``passes x (n - 1)`` steps of which ``passes x (k - 1)`` cross domains): a collective over a group of ``n`` ranks
@@ -54,6 +60,11 @@ def ring_latency_s(ranks: Sequence[int], net: Interconnect, passes: float) -> fl
     _, k = _levels(ranks, net)
     steps, inter = passes * (n - 1), passes * (k - 1)
     return RING_BASE_S + (steps - inter) * RING_NVLINK_STEP_S + inter * RING_NETWORK_STEP_S
+
+
+def step_latency_s(across_domains: bool) -> float:
+    """One ring step of NCCL's latency model: the base and one hop over NVLink or across the network."""
+    return RING_BASE_S + (RING_NETWORK_STEP_S if across_domains else RING_NVLINK_STEP_S)
 
 
 def group_bandwidth(ranks: Sequence[int], net: Interconnect) -> float:
@@ -109,7 +120,7 @@ def all_to_all_s(send_bytes: float, ranks: Sequence[int], net: Interconnect) -> 
         nvlink = send_bytes * local / n / nvlink_rate(net, count) if local else 0.0
         network = send_bytes * remote / n / net.network_effective
         worst = max(worst, nvlink, network)
-    return worst
+    return worst + step_latency_s(len(members) > 1)
 
 
 def flex_all_to_all_s(copy_bytes: float, topk: int, experts: int, ranks: Sequence[int], net: Interconnect) -> float:
@@ -141,8 +152,8 @@ def flex_all_to_all_s(copy_bytes: float, topk: int, experts: int, ranks: Sequenc
 
 
 def p2p_s(nbytes: float, src: int, dst: int, net: Interconnect) -> float:
-    """One point-to-point transfer."""
-    return nbytes / group_bandwidth((src, dst), net)
+    """One point-to-point transfer: its bytes over the link, and one step of NCCL's latency."""
+    return nbytes / group_bandwidth((src, dst), net) + step_latency_s(net.block_of(src) != net.block_of(dst))
 
 
 def expert_parallel_groups(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int) -> list[tuple[int, ...]]:
