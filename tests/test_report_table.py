@@ -16,6 +16,9 @@ from optbench.compose.recipe import compose_run
 from optbench.common.errors import UserError
 from optbench.measured.collect import collect_runs
 from optbench.catalog.published import load_published
+from optbench.plan.row_runs import COMPOSED_ROWS
+from optbench.projection.expected_error import expected_error_cell
+from optbench.projection.published_rows import projection_error
 from optbench.report.throughput import write_throughput
 from optbench.runs import save_resolved_config
 
@@ -81,6 +84,15 @@ def test_published_side_alone_says_nothing_was_measured(results_dir):
     assert all(r["measured_tflops_per_gpu_median"] == "" and r["run_id"] == "" for r in rows)
     assert {"0.979", "1.028", "0.962", "1.011"} <= {t for t in text.replace("|", " ").split()}
     assert all(p.read_bytes().startswith(PNG) for p in out.plots)
+    # Beside its projection, each published row states the expected error its own make plan states.
+    rows_here = load_published(results_dir / "published")
+    checked = [r for r in rows_here if r.optimizer == "muon" and r.release == "26.04"]
+    assert checked
+    for row in checked:
+        p = projection_error(row, COMPOSED_ROWS, with_expected_error=True)
+        cell = expected_error_cell(p["expected_error"])
+        assert "leave one release out; Muon rows" in cell
+        assert f"| {p['tflops']:.0f} | {p['error_percent']:+.1f} % | {cell} | " in squeezed(text), cell
 
 
 def test_measured_rows_beside_published(measured):

@@ -28,6 +28,10 @@ class Measured(NamedTuple):
     """One published NCCL all-to-all run."""
 
     nvlink_generation: int
+    nvlink_bytes_per_s: float
+    """The measured system's NVLink per GPU and direction, as its source states it."""
+    network_bytes_per_s: float
+    """Its network per GPU, as its source states it."""
     nodes: int
     gpus: int
     bytes_per_gpu: int
@@ -41,7 +45,8 @@ def measurements() -> tuple[Measured, ...]:
     """Every row of data/nccl_all_to_all.csv."""
     text = resources.files("optbench.data").joinpath("nccl_all_to_all.csv").read_text()
     return tuple(
-        Measured(int(r["nvlink_generation"]), int(r["nodes"]), int(r["gpus"]), int(r["bytes_per_gpu"]),
+        Measured(int(r["nvlink_generation"]), float(r["nvlink_gb_s_per_direction"]) * GB,
+                 float(r["network_gb_s_per_gpu"]) * GB, int(r["nodes"]), int(r["gpus"]), int(r["bytes_per_gpu"]),
                  float(r["busbw_gb_s"]) * GB, r["source"])
         for r in csv.DictReader(text.splitlines())
     )
