@@ -50,13 +50,6 @@ def fixture_name(version: str, capability: str) -> str:
     return f"eo-{version}-{capability}.json"
 
 
-def frozen(version: str) -> dict[str, Any]:
-    """The frozen trajectories recorded on this CPU's capability, else the first file, recorded before the capability
-    was (on the CI machine of 2026-11-27; its provenance names no capability)."""
-    own = FIXTURES / fixture_name(version, torch.backends.cpu.get_cpu_capability())
-    return json.loads((own if own.is_file() else FIXTURES / f"eo-{version}.json").read_text())
-
-
 def frozen_paths(version: str) -> dict[str, dict[str, Any]]:
     """Every file of ``version``'s frozen trajectories, by name: one per CPU numerics path it was recorded on.
 
