@@ -145,7 +145,7 @@ def table(out: Path) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) != 2:
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):  # --help is a request, not a folder to fill
         raise SystemExit(__doc__)
     out = Path(sys.argv[1]).resolve()
     if out.exists():
