@@ -78,7 +78,7 @@ def test_bridge_env_says_each_environment_and_builds_two_at_a_time(tmp_path, mon
             running.remove(args)
 
     monkeypatch.setattr(environments, "_pip", pip)
-    monkeypatch.setattr(environments.venv, "create", lambda folder, with_pip: None)
+    monkeypatch.setattr(environments.venv, "create", lambda folder, with_pip, symlinks: None)
     monkeypatch.setattr(environments, "BASES", {k: (tmp_path / f"base-{k}", req) for k, (_, req) in environments.BASES.items()})
     monkeypatch.setattr(environments, "OVERLAYS", tmp_path / "overlays")
     monkeypatch.setattr(environments, "ROOT", tmp_path)
@@ -92,3 +92,18 @@ def test_bridge_env_says_each_environment_and_builds_two_at_a_time(tmp_path, mon
     assert sorted(int(re.search(r"\[(\d+)/", line).group(1)) for line in lines) == list(range(1, len(lines) + 1))
     assert most[0] == 2
     assert all((tmp_path / "overlays" / t.bridge / environments.COMPLETE).is_file() for t in overlays)
+
+
+def test_a_base_environment_links_its_interpreter_so_no_side_by_side_build_finds_it_busy(tmp_path, monkeypatch):
+    """The two bases are created side by side: an interpreter copied and then run (ensurepip) while the other thread
+    forks a pip fails "Text file busy" (ETXTBSY: a fresh clone's CI, 2026-11-29; 3 in 400 creations under forking
+    threads, none with links). A link is never written. (ensurepip is left out here: it has nothing to do with it.)"""
+    import venv
+
+    from optbench.engine.bridge.cpu_check import environments
+
+    real = venv.create
+    monkeypatch.setattr(environments.venv, "create", lambda folder, with_pip, symlinks: real(folder, symlinks=symlinks))
+    environments.create_base(tmp_path / "env")
+    interpreters = sorted((tmp_path / "env" / "bin").glob("python*"))
+    assert interpreters and all(path.is_symlink() for path in interpreters), interpreters

@@ -119,6 +119,15 @@ def _pip(python: Path, *args: str) -> None:
     subprocess.run([str(python), "-m", "pip", *args], check=True)
 
 
+def create_base(folder: Path) -> None:
+    """A virtual environment whose interpreter links to this one, as ``python -m venv`` makes it on POSIX.
+
+    Not a copy: the two bases are created side by side, and a copy is written and then run (ensurepip) while the
+    other thread may fork a pip; the forked child holds the copy open for writing until it execs, so running it
+    fails "Text file busy" (ETXTBSY; a fresh clone's CI, 2026-11-29). A link is never written, so never busy."""
+    venv.create(folder, with_pip=True, symlinks=True)
+
+
 def build(python: str = sys.executable) -> None:
     """Create both base environments and every overlay (each step is skipped when already done), one progress line
     per environment. A cold build unpacks two CPU torch builds and seven releases: the two bases are built side by
@@ -135,7 +144,7 @@ def build(python: str = sys.executable) -> None:
         say(f"{folder.name}: base environment ({requirements.name})")
         interpreter = folder / "bin" / "python"
         if not interpreter.exists():
-            venv.create(folder, with_pip=True)
+            create_base(folder)
         _pip(interpreter, "install", "--quiet", "--upgrade", "pip")
         _pip(interpreter, "install", "--quiet", "-r", str(requirements))
         for bridge, core in IN_BASE.items() if name == "tf4" else ():
