@@ -271,6 +271,30 @@ def test_nccl_all_to_all_is_priced_at_the_published_measurements():
     assert comm.p2p_s(0.0, 0, 8, net) == pytest.approx((8.4 + 9.6) * 1e-6)
 
 
+def test_hybridep_published_rates_are_read_in_the_models_count_and_lie_below_its_price():
+    """data/hybridep_all_to_all.csv: algorithm bandwidth counts the tokens a rank receives, its own included; the model
+    counts the bytes sent to the n - 1 others, so the rate per GPU is the kernel-time mean of BF16 dispatch and combine
+    times (n - 1) / n. The step model keeps the ring rate, above every measured group (docs/projection.md section 8)."""
+    from optbench.projection import hybridep_all_to_all as hybridep
+
+    rows = hybridep.measurements()
+    assert rows and all(m.source and m.ranks >= 8 for m in rows)
+    b200 = next(m for m in rows if m.system == "b200")
+    assert b200.per_gpu_bytes_per_s == pytest.approx((734.95 + 673.84) / 2 * 7 / 8 * 1e9)
+    for gpu in ("b200", "b300", "gb200", "gb300"):
+        net = interconnect_for(gpu)
+        rates = hybridep.measured_rates(net)
+        assert sorted(rates) == [8, 16, 24, 32, 36] and list(rates.values()) == sorted(rates.values(), reverse=True)
+        assert rates[8] == pytest.approx(622e9, rel=0.002) and rates[36] == pytest.approx(562e9, rel=0.002)
+        assert max(rates.values()) < net.nvlink_effective  # the price the caveat calls "above" the measurement
+        # ... and the step model does price the flex dispatcher's NVLink share at that ring rate: 8 ranks, 64 experts
+        hit = 1 - math.comb(56, 8) / math.comb(64, 8)
+        priced = comm.flex_all_to_all_s(1e9, 8, 64, tuple(range(8)), net)
+        assert priced == pytest.approx(1e9 * 7 * hit / net.nvlink_effective, rel=1e-12)
+    assert hybridep.measured_rates(interconnect_for("h100")) == {}
+    assert "not measured on NVLink 4" in hybridep.price_against_measurement(interconnect_for("h100"))
+
+
 def test_flex_dispatch_sends_a_token_once_per_rank_and_once_per_remote_domain():
     from math import comb
 

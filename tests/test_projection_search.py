@@ -169,6 +169,9 @@ def test_make_search_ranks_every_valid_layout(tmp_path):
     assert f"  efficiency  {saved['efficiency']['value']:.3f} of gb300_fp8, calibrated on " in out.stdout
     assert saved["fixed"] == {} and "FIX=ep ranks the layouts at this EP only" in out.stdout
     assert "a smaller MBS can rank higher than it runs" in out.stdout
+    # GB300's NVLink 5: the flex dispatcher's price beside HybridEP's published kernel rate (data/hybridep_all_to_all.csv)
+    assert ("for the flex dispatcher (HybridEP, DeepEP: NVIDIA's presets) at the ring collectives' 720 GB/s per GPU over"
+            " NVLink, above HybridEP's published kernel rate (622 GB/s among 8 GPUs, 562 among 36") in out.stdout
     assert "; among the 12 layouts of its EP 8, rank 1 (FIX=ep)" in out.stdout and saved["own_rank_at_its_ep"] == 1
     # Each row's overrides are its make plan command: planned that way, the same layout and the same projection
     # (TP > 1 rows included, which need sequence parallelism for MoE).

@@ -52,8 +52,8 @@ DIMENSIONS = ("tp", "pp", "vpp", "cp", "ep", "mbs")
 """The dimensions of the search, by the names ``FIX=`` takes (each a field of :class:`Point`)."""
 AT_ITS_EP = frozenset({"ep"})
 """A layout is also ranked among the layouts of its own EP (what ``make search FIX=ep`` ranks): the all-to-all a
-lower EP saves is priced from bandwidths, for the flex dispatcher of NVIDIA's presets not measured (docs/projection.md
-section 8), and that rank leaves it out."""
+lower EP saves is priced from bandwidths, for the flex dispatcher of NVIDIA's presets above HybridEP's published
+kernel rate (docs/projection.md section 8), and that rank leaves it out."""
 
 
 @dataclass(frozen=True)

@@ -222,7 +222,7 @@ def markdown(data: dict[str, Any]) -> str:
         f" our top {data['top']}, our best layout has a lower EP on {data['outside_top_behind_lower_ep']}.",
         "",
         f"Among the layouts of its own EP only (`make search FIX=ep`: the all-to-all a lower EP saves is priced, for"
-        f" the flex dispatcher of NVIDIA's presets not measured), NVIDIA's layout is in our top {data['top']} on **{data['in_top_at_its_ep']} of {len(rows)} rows**."
+        f" the flex dispatcher of NVIDIA's presets above HybridEP's published kernel rate), NVIDIA's layout is in our top {data['top']} on **{data['in_top_at_its_ep']} of {len(rows)} rows**."
         f" This is not the bar above, which stays at {data['in_top']}: it says where the search's error lies.",
         "",
         *_headroom_lines(data),
