@@ -19,7 +19,8 @@ from optbench.plan import build_plan, claim_results, plan_path
 from optbench.plan.counterparts import compose_twin
 from optbench.projection.expected_error import expected_error_text
 from optbench.projection.hybridep_all_to_all import price_against_measurement
-from optbench.projection.interconnect import interconnect_for
+from optbench.projection.interconnect import Interconnect, interconnect_for
+from optbench.projection.nccl_all_to_all import measured_on as nccl_measured
 from optbench.plan.search import (
     AT_ITS_EP,
     Point,
@@ -42,10 +43,20 @@ HBM_WARNING = 0.9
 """Layouts whose memory estimate is above this share of the GPU's HBM are marked (the estimate is +-20 %)."""
 
 
+def all_to_all_prices(net: Interconnect | None) -> str:
+    """How the two dispatchers' all-to-alls are priced over the run's NVLink, for the search's caveat."""
+    if net is None:
+        return "for both dispatchers at the ring collectives' NVLink rate"
+    nccl = ("its published rates (src/optbench/data/nccl_all_to_all.csv)" if nccl_measured(net)
+            else f"the ring collectives' rate (no published NCCL all-to-all on NVLink {net.nvlink_generation})")
+    return (f"for the flex dispatcher (HybridEP, DeepEP: NVIDIA's presets) at {price_against_measurement(net)};"
+            f" NCCL's (moe_token_dispatcher=alltoall) at {nccl}")
+
+
 def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | None, at_ep: Among | None,
-                 flex_price: str = "the ring collectives' NVLink rate") -> list[str]:
-    """The printed report of a search (``at_ep``: the recipe's layout among the layouts of its EP; ``flex_price``:
-    how the flex dispatcher's all-to-all is priced on the run's GPU)."""
+                 prices: str = all_to_all_prices(None)) -> list[str]:
+    """The printed report of a search (``at_ep``: the recipe's layout among the layouts of its EP; ``prices``: how
+    the all-to-alls are priced on the run's GPU, :func:`all_to_all_prices`)."""
     fixed = ", ".join(f"{name.upper()} {value}" for name, value in result["fixed"].items())
     share = result.get("max_hbm_share")
     within = f" (memory estimate at most {100 * share:g} % of HBM: HBM={share:g})" if share is not None else ""
@@ -89,9 +100,8 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
                      f" {efficiency.calibrated_on}; {expected_error_text(result.get('expected_error'))}")
     if "ep" not in result["fixed"]:
         lines.append(
-            "  caveat      the all-to-all a lower EP saves is priced from bandwidths: for the flex dispatcher"
-            f" (HybridEP, DeepEP: NVIDIA's presets) at {flex_price}; NCCL's (moe_token_dispatcher=alltoall) at its"
-            " published NVLink 5 rates (src/optbench/data/nccl_all_to_all.csv); expert GEMMs with few rows are"
+            f"  caveat      the all-to-all a lower EP saves is priced from bandwidths: {prices}; expert GEMMs with few"
+            " rows are"
             " measured (results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all (low EP) can rank"
             " higher than they run; NVIDIA's own layouts rank as in results/projection/search_ranks.md; FIX=ep ranks"
             " the layouts at this EP only"
@@ -156,9 +166,8 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "", hbm: str = 
         raise UserError(nothing_valid(run, result))  # before anything is printed or written
     own = point_of_run(run)
     standing, at_ep = standing_of(result, own), rank_at_fixed(result, own, AT_ITS_EP)
-    net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
-    flex_price = price_against_measurement(net) if net is not None else "the ring collectives' NVLink rate"
-    for line in search_lines(recipe, result, own, standing, at_ep, flex_price):
+    prices = all_to_all_prices(interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size))
+    for line in search_lines(recipe, result, own, standing, at_ep, prices):
         print(line)
     if check:
         check_best(recipe, overrides, result["top"])

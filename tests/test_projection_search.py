@@ -340,3 +340,17 @@ def test_the_search_says_why_the_recipes_own_layout_is_not_one_of_its_points():
     assert point_of_run(run) not in result["space"] and result["valid"] > 0
     assert str(result["own_problem"]).startswith("parallel.ep: ep*etp = 8*1 must divide tp*cp*dp = 1*1*4 = 4")
     assert search(compose_run("qwen3_30b_a3b_muon", []), top=0, fixed=frozenset({"tp", "pp", "vpp"}))["own_problem"] is None
+
+
+def test_the_search_caveat_prices_each_dispatcher_as_the_runs_nvlink_was_measured():
+    """NVLink 5: NCCL's published rates, and the flex price beside HybridEP's; NVLink 4 (H100): neither is published,
+    both dispatchers at the ring rate, and the caveat says so."""
+    from launch.search import all_to_all_prices
+    from optbench.projection.interconnect import interconnect_for
+
+    blackwell = all_to_all_prices(interconnect_for("b200"))
+    assert "NCCL's (moe_token_dispatcher=alltoall) at its published rates (src/optbench/data/nccl_all_to_all.csv)" in blackwell
+    assert "above HybridEP's published kernel rate (622 GB/s among 8 GPUs, 562 among 36" in blackwell
+    hopper = all_to_all_prices(interconnect_for("h100"))
+    assert "at the ring collectives' 360 GB/s per GPU over NVLink (HybridEP not measured on NVLink 4)" in hopper
+    assert "NCCL's (moe_token_dispatcher=alltoall) at the ring collectives' rate (no published NCCL all-to-all on NVLink 4)" in hopper

@@ -52,6 +52,11 @@ def measurements() -> tuple[Measured, ...]:
     )
 
 
+def measured_on(net: Interconnect) -> bool:
+    """Whether a one-node measurement of ``net``'s NVLink generation is published (data/nccl_all_to_all.csv)."""
+    return any(m.nodes == 1 and m.nvlink_generation == net.nvlink_generation for m in measurements())
+
+
 def nvlink_rate(net: Interconnect, members: int) -> float:
     """Bytes/s per GPU an NCCL all-to-all moves over NVLink among ``members`` GPUs of one domain: the one-node
     measurement of the largest group not above ``members``, else the ring collectives' achievable rate."""
