@@ -21,6 +21,7 @@ from optbench.projection.expected_error import expected_error_text
 from optbench.projection.hybridep_all_to_all import price_against_measurement
 from optbench.projection.interconnect import Interconnect, interconnect_for
 from optbench.projection.nccl_all_to_all import measured_on as nccl_measured
+from optbench.projection.twin import TwinMismatch
 from optbench.plan.search import (
     AT_ITS_EP,
     Point,
@@ -159,6 +160,8 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "", hbm: str = 
     if run.optimizer.matrix_optimizer:
         try:
             adamw = compose_twin(run, overrides)[2]
+        except TwinMismatch:
+            raise
         except UserError:
             adamw = None
     result = search(run, adamw, fixed=fixed, max_hbm=max_hbm)

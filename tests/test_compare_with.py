@@ -32,3 +32,17 @@ def test_a_compare_with_that_is_no_recipe_is_one_line():
     result = run_cli("plan", "kimi_k2_muon", RESULTS, "compare_with=kimi_k2_adam")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[0].startswith("error: compare_with: 'kimi_k2_adam' is not a recipe")
+
+
+@pytest.mark.parametrize(("named", "says"), [
+    ("qwen3_30b_a3b_adamw", "error: compare_with: qwen3_30b_a3b_adamw trains qwen3_30b_a3b, not this run's kimi_k2: "),
+    ("kimi_k2_muon", "error: compare_with: kimi_k2_muon trains with muon, not AdamW: name an AdamW recipe of kimi_k2"),
+])
+def test_a_compare_with_that_is_no_adamw_run_of_the_model_is_refused_not_a_plan_note(tmp_path, named, says):
+    """A wrong twin is a bad input: one line, exit 2, nothing written (a twin that merely fails to compose at the
+    user's overrides stays a note in the plan)."""
+    results = tmp_path / "results"
+    result = run_cli("plan", "kimi_k2_muon", f"results_dir={results}", f"compare_with={named}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[0].startswith(says)
+    assert not results.exists()

@@ -27,7 +27,7 @@ from optbench.projection.section import (
 )
 from optbench.projection.siblings import side_by_side
 from optbench.projection.step_model import StepBreakdown, evaluate
-from optbench.projection.twin import decompose, twin_recipe
+from optbench.projection.twin import TwinMismatch, decompose, twin_recipe
 from optbench.projection.whatif import what_ifs
 from optbench.projection.work import build_inputs
 from optbench.common.redact import recorded_overrides
@@ -73,6 +73,8 @@ def _twin_section(
     else:
         try:
             twin = counterparts.twin(recipe, kept, like=resolved)
+        except TwinMismatch:
+            raise
         except UserError as err:
             return Unavailable(reason=f"the AdamW twin does not compose: {err.lines()[0]}"), None
     twin_net = interconnect_for(twin.run.cluster.gpu, twin.run.cluster.nvlink_domain_size)

@@ -57,13 +57,20 @@ def twin_recipe(run: RunConfig, overrides: Sequence[str]) -> tuple[str, tuple[st
     return run.recipe, (*kept, "optimizer=adamw")
 
 
+class TwinMismatch(UserError):
+    """``compare_with`` names a recipe that is no AdamW run of the run's model: a bad input, refused like any other,
+    where a twin that does not compose at the user's overrides only leaves the comparison out of the plan."""
+
+
 def check_twin(run: RunConfig, twin: RunConfig, recipe: str, kept: Sequence[str]) -> RunConfig:
-    """``twin`` (composed from ``recipe`` and ``kept``) when it is an AdamW run of ``run``'s model; else UserError."""
+    """``twin`` (composed from ``recipe`` and ``kept``) when it is an AdamW run of ``run``'s model; else TwinMismatch."""
     if twin.optimizer.name != "adamw":
-        raise UserError(f"the twin {recipe} {' '.join(kept)} does not use AdamW", "optimizer")
+        raise TwinMismatch(f"{recipe} trains with {twin.optimizer.name}, not AdamW: name an AdamW recipe of "
+                           f"{run.model.name}, or compare_with=null to compare with this recipe under optimizer=adamw",
+                           "compare_with")
     if twin.model.name != run.model.name:
-        raise UserError(f"{recipe} trains {twin.model.name}, not this run's {run.model.name}: name an AdamW recipe of "
-                        "the same model", "compare_with")
+        raise TwinMismatch(f"{recipe} trains {twin.model.name}, not this run's {run.model.name}: name an AdamW recipe "
+                           "of the same model", "compare_with")
     return twin
 
 
