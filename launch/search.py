@@ -55,7 +55,7 @@ def all_to_all_prices(net: Interconnect | None) -> str:
 
 
 def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | None, at_ep: Among | None,
-                 prices: str = all_to_all_prices(None)) -> list[str]:
+                 prices: str) -> list[str]:
     """The printed report of a search (``at_ep``: the recipe's layout among the layouts of its EP; ``prices``: how
     the all-to-alls are priced on the run's GPU, :func:`all_to_all_prices`)."""
     fixed = ", ".join(f"{name.upper()} {value}" for name, value in result["fixed"].items())
@@ -102,8 +102,7 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
     if "ep" not in result["fixed"]:
         lines.append(
             f"  caveat      the all-to-all a lower EP saves is priced from bandwidths: {prices}; expert GEMMs with few"
-            " rows are"
-            " measured (results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all (low EP) can rank"
+            " rows are measured (results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all (low EP) can rank"
             " higher than they run; NVIDIA's own layouts rank as in results/projection/search_ranks.md; FIX=ep ranks"
             " the layouts at this EP only"
         )
