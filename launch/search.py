@@ -30,6 +30,7 @@ from optbench.plan.search import (
     nothing_valid,
     point_of_run,
     search,
+    within_expected_error,
 )
 from optbench.plan.search_standing import (
     Among,
@@ -90,7 +91,7 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
         where = (f"rank {own.rank} of {result['valid']} (equal projections share a rank), {own.tflops_per_gpu:.1f}"
                  f" TFLOP/s/GPU, {own.gap_to_best_percent:+.2f} % from the best")
         band = expected.median_abs_error_percent if expected is not None else None
-        if band is not None and -own.gap_to_best_percent <= band:
+        if within_expected_error(own.tflops_per_gpu, own.best_tflops_per_gpu, band):
             where += f": within the expected error ({band:.1f} %), a tie with the best (~)"
         if "ep" not in result["fixed"] and at_ep is not None:
             where += f"; among the {at_ep.layouts} layouts of its EP {own_point.ep}, rank {at_ep.rank} (FIX=ep)"

@@ -295,7 +295,7 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
     best = scored[0].projection.step.tflops_per_gpu if scored else 0.0
     for row in rows:
         row["hbm_percent"] = round(100 * row["memory_gb"] / spec.hbm_gb, 1) if spec is not None else None
-        row["within_expected_error_of_best"] = band is not None and 100 * (1 - row["tflops_per_gpu"] / best) <= band
+        row["within_expected_error_of_best"] = within_expected_error(row["tflops_per_gpu"], best, band)
     own_values = dataclasses.asdict(own)
     return {
         "fixed": {name: own_values[name] for name in DIMENSIONS if name in fixed},
@@ -310,13 +310,19 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         # Every point is projected at the same calibrated efficiency: the absolute figures share its expected error.
         "efficiency": scored[0].projection.efficiency if scored else None,
         "expected_error": expected,
-        "within_expected_error_of_best": sum(1 for s in scored if band is not None
-                                             and 100 * (1 - s.projection.step.tflops_per_gpu / best) <= band),
+        "within_expected_error_of_best": sum(within_expected_error(s.projection.step.tflops_per_gpu, best, band)
+                                             for s in scored),
         "ranked": [Ranked(rank, s.point, s.projection.step.tflops_per_gpu,
                           s.resolved.memory.total_gb / spec.hbm_gb if spec is not None else None)
                    for rank, s in zip(ranks, scored)],
         "seconds": round(time.perf_counter() - start, 1),
     }
+
+
+def within_expected_error(tflops: float, best: float, band: float | None) -> bool:
+    """Whether a layout projecting ``tflops`` lies within ``band`` (the expected error's median, percent) of the best:
+    a tie the model does not resolve (``~``)."""
+    return band is not None and 100 * (1 - tflops / best) <= band
 
 
 def search_expected_error(of_best: ExpectedError | None, matrix_optimizer: str | None = None) -> ExpectedError | None:
