@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from optbench.engine.bridge.cpu_check.environments import Target, targets
+from optbench.common.redact import clipped
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem, UserError
 from optbench.common.io import atomic_write_json
@@ -43,7 +44,7 @@ def wanted_check(value: str) -> bool:
     """Whether CHECK= asks for the Bridge check ('' = no check); anything else is a one-line error."""
     value = value.strip()
     if value and value not in CHECKS:
-        raise UserError(Problem("CHECK", f"'{value[:40]}' is not a check; CHECK=bridge builds the plan with its "
+        raise UserError(Problem("CHECK", f"'{clipped(value, 40)}' is not a check; CHECK=bridge builds the plan with its "
                                          "container's real Megatron Bridge and Core on this CPU"))
     return bool(value)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from functools import lru_cache
 from pathlib import Path
@@ -59,14 +60,37 @@ def _enroot_credentials_note(image: str | None) -> str | None:
         return None
     folder = Path(os.environ.get("ENROOT_CONFIG_PATH") or Path.home() / ".config" / "enroot")
     credentials = folder / ".credentials"
-    try:
-        has_login = any(line.split()[:2] == ["machine", registry] for line in credentials.read_text().splitlines())
-    except (OSError, UnicodeDecodeError):
-        has_login = False
-    if has_login:
+    text = _credentials_text(credentials)
+    if text is None:
+        return (f"note: enroot: {credentials} is not a regular file optbench can read; pyxis pulls {image} with the "
+                f"logins enroot reads from it ({CREDENTIALS_GUIDE})") if os.path.lexists(credentials) else (
+                f"note: enroot: no {credentials}; pyxis pulls {image} with the logins enroot reads from it: add the "
+                f"line 'machine {registry} login $oauthtoken password <your NGC API key>' ({CREDENTIALS_GUIDE})")
+    if any(line.split()[:2] == ["machine", registry] for line in text.splitlines()):
         return None
     return (f"note: enroot: no login for {registry} in {credentials}; pyxis pulls {image} with it: add the line "
             f"'machine {registry} login $oauthtoken password <your NGC API key>' ({CREDENTIALS_GUIDE})")
+
+
+MAX_CREDENTIALS_BYTES = 1 << 20
+"""A netrc-style file of logins is a few hundred bytes; only this much of it is read."""
+
+
+def _credentials_text(path: Path) -> str | None:
+    """The first :data:`MAX_CREDENTIALS_BYTES` of a regular file at ``path`` (links followed), None when there is none.
+    Opened without blocking and checked after opening: a FIFO or a device there never stalls a login node."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            return None
+        return os.read(handle, MAX_CREDENTIALS_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(handle)
 
 
 def _help_text(program: str) -> str | None:

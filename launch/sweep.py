@@ -42,7 +42,7 @@ from optbench.common.io import atomic_write_json
 from optbench.plan import build_plan, claim_results
 from optbench.plan.types import Plan
 from optbench.projection.ranking import print_ranking
-from optbench.common.redact import SecretProblem, is_secret_name, recorded_overrides
+from optbench.common.redact import SecretProblem, clipped, is_secret_name, recorded_overrides
 from optbench.common.replace import Folder, replacing
 from optbench.resolve import ResolvedRun
 from optbench.runs import new_run_id, run_dir, save_resolved_config
@@ -122,7 +122,7 @@ def expand_overrides(overrides: Sequence[str]) -> tuple[list[str], list[list[str
         try:
             values = list(itertools.islice(override.sweep_string_iterator(), MAX_POINTS + 1))
         except HydraException as err:
-            raise UserError(Problem(key, f"cannot expand '{text[:60]}': {str(err).splitlines()[0]}")) from err
+            raise UserError(Problem(key, f"cannot expand '{clipped(text, 60)}': {str(err).splitlines()[0]}")) from err
         points *= len(values)
         if points > MAX_POINTS:
             raise UserError(

@@ -8,14 +8,15 @@ import os
 from pathlib import Path
 
 import pytest
-from adversarial.harness import Case, World, build_world, execute, load_corpus
+from adversarial.harness import Case, World, build_world, execute, load_corpora
 
 pytestmark = pytest.mark.slow  # runs the 500-command adversarial corpus through make; `make test-fast` skips it
 
-CASES = load_corpus()
-ONLY = {int(n) for n in os.environ.get("OPTBENCH_CORPUS_LINES", "").replace(",", " ").split()}
-"""OPTBENCH_CORPUS_LINES="91 205": run only these lines of corpus.txt (while working on them)."""
-SELECTED = [case for case in CASES if not ONLY or case.number in ONLY]
+CASES = load_corpora()
+ONLY = set(os.environ.get("OPTBENCH_CORPUS_LINES", "").replace(",", " ").split())
+"""OPTBENCH_CORPUS_LINES="91 205 corpus_surfaces:12": run only these lines (of corpus.txt unless the file is named)."""
+SELECTED = [case for case in CASES if not ONLY or str(case.number) in ONLY and case.corpus == "corpus"
+            or f"{case.corpus}:{case.number}" in ONLY]
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +25,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 
 
 def test_the_corpus_is_large_and_covers_every_surface() -> None:
-    assert len(CASES) >= 400
+    assert len(CASES) >= 500
     targets = {case.target for case in CASES}
-    assert targets == {"plan", "pretrain", "sweep", "data", "table", "make"}
-    assert sum(case.expect == "refused" for case in CASES) >= 250
+    assert targets == {"plan", "pretrain", "sweep", "search", "data", "table", "study", "gpu-smoke", "make"}
+    assert sum(case.expect == "refused" for case in CASES) >= 300
 
 
 @pytest.mark.timeout(180)

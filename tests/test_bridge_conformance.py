@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from optbench.releases import versions
-from optbench.releases.presets import LAYER_WISE_MUON, OURS, RECIPE_DEPARTURES
+from optbench.releases.presets import LAYER_WISE_MUON, OURS, recipe_departures
 
 ROOT = Path(__file__).resolve().parents[1]
 from optbench.engine.bridge.cpu_check.environments import NEXT, TRANSFORMERS, Target, targets  # noqa: E402
@@ -166,7 +166,7 @@ def test_effective_config_differs_from_nvidias_executed_preset_only_by_documente
             assert {"model.moe_router_force_load_balancing", "ddp.check_for_nan_in_grad"} <= fields
             assert fields & {"train.eval_iters", "validation.eval_iters"}  # Bridge >= 0.4 keeps eval in validation
         if c["preset_release"] == "0.3.1":  # the recipes' reference release: every documented departure is there
-            assert fields & set(RECIPE_DEPARTURES.get(c["recipe"], {})) == set(RECIPE_DEPARTURES.get(c["recipe"], {}))
+            assert fields & set(recipe_departures().get(c["recipe"], {})) == set(recipe_departures().get(c["recipe"], {}))
 
 
 @per_target()

@@ -146,3 +146,69 @@ def test_the_stand_in_model_optimizer_answers_no_distillation_as_the_real_one_do
             "assert other.anything is not None\n")  # every other name stays the generic stand-in
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=REPO,
                    env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin", "OPTBENCH_FAKE_GPU": "h200"})
+
+
+def test_every_arm_is_checked_before_the_first_trains(tmp_path, monkeypatch, capsys):
+    """Issue 78 item 3: on a lent GPU a refusal after an arm trained wastes the lease. A bad --set is refused before
+    any arm runs, and nothing of the run folders is written."""
+    import torch
+
+    from optbench.engine.bridge.one_gpu import __main__ as smoke
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    ran = []
+    monkeypatch.setattr(smoke, "run_arm", lambda arm, timeout, env=None: ran.append(arm) or {})
+    out = tmp_path / "bench" / "smoke.json"
+    with pytest.raises(SystemExit) as stopped:
+        smoke.main(["--optimizers", "muon,adamw", f"--out={out}", "--set", f"results_dir={tmp_path / 'results'}",
+                    "--set", "optimizer.muon.momentum=0.9"])  # Muon's arm takes it; AdamW's, second, refuses it
+    assert stopped.value.code == 2 and ran == []
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: optimizer.muon.momentum: "), line
+    assert not out.exists() and not (tmp_path / "results").exists()
+
+
+def test_the_worker_never_replaces_a_file_and_the_page_refuses_what_it_cannot_render(tmp_path, capsys):
+    import os
+    import sys
+
+    worker = REPO / "src" / "optbench" / "engine" / "bridge" / "one_gpu" / "worker.py"  # in its own process, as the
+    # smoke runs it: importing it installs the CPU check's Transformer Engine stand-ins in this one
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in ("config.yaml", "plan.json"):
+        (folder / name).write_text("{}")
+    mine = tmp_path / "notes.json"
+    mine.write_text("the user's")
+    for report, said in ((mine, "exists"), (tmp_path / "no" / "r.json", "is not a folder"), (tmp_path / "r.txt", ".json")):
+        done = subprocess.run([sys.executable, str(worker), str(folder), "--loop", "core", "--report", str(report)],
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"})  # Core's import warnings
+        assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert mine.read_text() == "the user's"
+    for damaged in ('{"smokes": [{"arms": [1]}]}', '{"smokes": []}', "[]", "{oops", '{"smokes": [{"arms": [{"loop": 1}]}]}'):
+        (tmp_path / "r.json").write_text(damaged)
+        with pytest.raises(SystemExit) as stopped:
+            page.main([str(tmp_path / "r.json")])
+        assert stopped.value.code == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("error: json: ") and "not a gpu-smoke result this page can render" in line
+    assert not (tmp_path / "r.md").exists()
+
+
+def test_the_entry_points_answer_outside_a_checkout(tmp_path):
+    """Issue 78 item 7: --help built its --out default from the checkout and raised a traceback outside one."""
+    import os
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env.pop("OPTBENCH_ROOT", None)
+    done = subprocess.run([sys.executable, "-m", "optbench.engine.bridge.one_gpu", "--help"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "--optimizers" in done.stdout and "Traceback" not in done.stderr
+    done = subprocess.run([sys.executable, "-m", "optbench.report", "table"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "is not the results/ folder of an optbench checkout" in done.stderr and "git" not in done.stderr
+    assert list(tmp_path.iterdir()) == []  # the refusal wrote nothing (it made results/ here before)

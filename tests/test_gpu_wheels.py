@@ -45,6 +45,37 @@ def test_a_folder_the_tool_did_not_make_is_refused_and_left_alone(tmp_path):
     with pytest.raises(UserError, match="did not make it"):
         tool._folder(mine)
     assert [p.name for p in mine.iterdir()] == ["keep.whl"]
+
+
+
+def test_only_the_wheels_it_downloaded_are_replaced_and_only_after_a_complete_download(tmp_path):
+    """Issue 78 item 10: a wheel the user put in the tool's folder was deleted, even when the download then failed."""
+    tool = _tool()
     made = tool._folder(tmp_path / "new")
     (made / "old.whl").write_text("from an earlier run")
-    assert not (tool._folder(made) / "old.whl").exists()  # its own folder: the old wheels go
+    tool._record(made, ["old.whl"])
+    (made / "mine.whl").write_text("the user's own wheel")
+
+    def fails(staging):
+        (staging / "half.whl").write_text("a partial download")
+        raise UserError("`pip download` failed", "pip")
+
+    before = sorted(p.name for p in made.rglob("*"))
+    with pytest.raises(UserError, match="failed"):
+        tool.download(tool._folder(made), fetch=fails)
+    assert sorted(p.name for p in made.rglob("*")) == before  # nothing changed, no staging folder left
+
+    def fetches(staging):
+        (staging / "new.whl").write_text("downloaded")
+        (staging / "bridge" / "overlay.whl").write_text("downloaded")
+
+    got = tool.download(tool._folder(made), fetch=fetches)
+    assert sorted(p.relative_to(made).as_posix() for p in got) == ["bridge/overlay.whl", "new.whl"]
+    assert not (made / "old.whl").exists() and (made / "mine.whl").read_text() == "the user's own wheel"
+    assert tool._downloaded(made) == ["bridge/overlay.whl", "new.whl"]
+    (made / "new.whl").unlink()
+    (made / "new.whl").write_text("the user's own build of it, after the run")
+    tool._record(made, ["bridge/overlay.whl"])
+    with pytest.raises(UserError, match="did not download"):  # a download would replace the user's file: refused
+        tool.download(made, fetch=fetches)
+    assert (made / "new.whl").read_text() == "the user's own build of it, after the run"

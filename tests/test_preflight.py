@@ -61,6 +61,24 @@ def test_no_enroot_login_for_nvcr_is_said_and_the_credentials_never_printed(logi
     assert len(notes("kimi_k2_muon", *MOUNTED)) == 1
 
 
+def test_a_fifo_or_a_huge_file_in_place_of_the_credentials_neither_hangs_nor_fills_memory(login_node):
+    import os
+    import resource
+
+    credentials = login_node / "enroot" / ".credentials"
+    credentials.unlink()
+    os.mkfifo(credentials)  # opened for reading, a FIFO with no writer blocks for ever (issue 78 item 4)
+    [note] = notes("kimi_k2_muon", *MOUNTED)
+    assert note.startswith(f"note: enroot: {credentials} is not a regular file")
+    credentials.unlink()
+    with credentials.open("wb") as handle:  # 512 MiB of one line, sparse on disk: only a bounded prefix is read
+        handle.truncate(512 << 20)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    [note] = notes("kimi_k2_muon", *MOUNTED)
+    assert note.startswith(f"note: enroot: no login for nvcr.io in {credentials}")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024  # KiB: well under the file
+
+
 def test_an_srun_without_pyxis_and_an_sbatch_without_segment_are_said(login_node):
     for program in ("srun", "sbatch"):
         (login_node / "bin" / program).write_text("#!/bin/sh\necho 'Usage: a Slurm without it'\n")

@@ -58,3 +58,61 @@ def test_a_study_refuses_a_corpus_its_runs_did_not_train_on():
         run_study(StudySpec(results_dir=str(results)), launcher=_refuse, progress=lambda _line: None, validation=other)
     line = refused.value.lines()[0]
     assert line.startswith("error: data: the corpus here (") and "Python 3." in line and "trained on" in line
+
+
+def _copied_runs(tmp_path):
+    import shutil
+
+    from optbench.common.outputs import claim
+
+    results = claim(tmp_path / "results", "results_dir", "results")
+    for run in candidate_runs(StudySpec()):
+        source = repo_root() / "results" / "runs" / run.run_id
+        if (source / "summary.json").is_file():
+            shutil.copytree(source, results / "runs" / run.run_id)
+    return results
+
+
+def _refused(results, tmp_path) -> str:
+    import pytest
+
+    from optbench.common.errors import UserError
+    from adversarial.harness import snapshot
+
+    before = snapshot(results)
+    committed = json.loads((repo_root() / "results" / "study.json").read_text(encoding="utf-8"))
+    with pytest.raises(UserError) as refused:
+        run_study(StudySpec(results_dir=str(results)), launcher=_refuse, progress=lambda _line: None,
+                  validation=committed["validation"])
+    assert snapshot(results) == before, "a refused study wrote"
+    [line] = refused.value.report()
+    return line
+
+
+def test_a_run_whose_curves_are_lost_is_refused_in_one_line_and_nothing_is_written(tmp_path):
+    """Issue 78 item 5: a checkout where a curve file is lost (the full metrics are not committed) wrote an empty
+    study_curves.json, through a link where the run folder was one, and raised IndexError on every later run."""
+    results = _copied_runs(tmp_path)
+    lost = results / "runs" / "study2-cpu-adamw-lr0.0003-s1"
+    (lost / CURVES).unlink()
+    line = _refused(results, tmp_path)
+    assert line.startswith(f"error: results_dir: {lost} is not a finished run") and "curve is lost" in line
+    assert _refused(results, tmp_path) == line  # the same refusal every time: nothing was left behind
+    # the run folder a link to a copy elsewhere: nothing is written through it
+    elsewhere = tmp_path / "elsewhere"
+    lost.rename(elsewhere)
+    lost.symlink_to(elsewhere)
+    (elsewhere / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0, "step_time_s": 0.1}\n')
+    assert "no validation curve" in _refused(results, tmp_path)
+    assert not (elsewhere / CURVES).exists()
+
+
+def test_curves_of_the_wrong_shape_are_refused_in_one_line(tmp_path):
+    results = _copied_runs(tmp_path)
+    curves = results / "runs" / "study2-cpu-adamw-lr0.0003-s1" / CURVES
+    good = json.loads(curves.read_text())
+    for damaged, said in (({**good, "val": [["4", "x"]]}, "(step, loss) pairs"),
+                          ({**good, "step_time_s": ["fast"]}, "step_time_s is not a list of numbers"),
+                          ({**good, "val": []}, "no validation curve"), ([1, 2], "holds a list")):
+        curves.write_text(json.dumps(damaged))
+        assert said in _refused(results, tmp_path)

@@ -41,3 +41,18 @@ def test_no_module_builds_a_markdown_table_by_hand():
     hand_built = [str(p.relative_to(REPO)) for folder in ("src", "launch", "tools") for p in (REPO / folder).rglob("*.py")
                   if rule.search(p.read_text(encoding="utf-8"))]
     assert hand_built == []
+
+
+def test_identifiers_from_runs_are_code_on_one_line_and_never_markup():
+    """Issue 78 item 8: a carriage return in a run id split a row of results/throughput.md, and HTML and javascript:
+    links in run ids and commands were copied raw."""
+    from optbench.common.tables import code, escaped, markdown_table
+
+    hostile = "x<img src=x onerror=alert(1)>[a](javascript:alert(1))`b``\rrow|pipe\x1b[31m"
+    [header, rule, row] = markdown_table(["run", "notes"], [[code(hostile), escaped(hostile)]])
+    assert "\r" not in row and "\x1b" not in row and row.count(" | ") == 1  # one row, two cells: the pipes are escaped
+    cell = row.split(" | ")[0].lstrip("| ")
+    assert cell.startswith("```") and cell.rstrip().endswith("```")  # a fence longer than any backtick run inside
+    notes = row.split(" | ")[1]
+    assert not re.search(r"(?<!\\)[<>\[\]()`]", notes), notes  # every character markdown or HTML acts on is escaped
+    assert "\\<img" in notes and "\\[a\\]\\(javascript" in notes

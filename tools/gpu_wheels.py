@@ -20,13 +20,16 @@ project keeps it, so the carried set cannot drift from what the tests run:
     python3 -m pip install --no-index --no-deps .gpu-wheels/*.whl
     python3 -m pip install --no-index --no-deps --target /tmp/bridge-site .gpu-wheels/bridge/*.whl
 
-The folder is refused when it exists and this tool did not make it; its files are replaced only there. The total
-must stay under what one call may carry (:data:`CARRY_LIMIT`).
+The folder is refused when it exists and this tool did not make it. The wheels are fetched into a staging folder
+inside it and, only once every one arrived, replace the wheels the tool downloaded before (its marker lists them);
+a wheel the user put there is never touched. The total must stay under what one call may carry
+(:data:`CARRY_LIMIT`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -86,28 +89,64 @@ def bridge_overlay() -> list[str]:
 
 
 def _folder(path: Path) -> Path:
+    """``path``, made and marked when new; refused when it exists and this tool did not make it."""
     if path.exists() and not (path / MARKER).is_file():
         raise UserError(Problem("--out", f"{path} exists and tools/gpu_wheels.py did not make it; give a new folder"))
     path.mkdir(parents=True, exist_ok=True)
-    (path / MARKER).write_text("made by tools/gpu_wheels.py; its wheels are replaced on the next run\n")
-    for old in [*path.glob("*.whl"), *path.glob("bridge/*.whl")]:
-        old.unlink()
-    (path / "bridge").mkdir(exist_ok=True)
+    if not (path / MARKER).is_file():
+        _record(path, [])
     return path
 
 
-def download(out: Path) -> list[Path]:
-    """Fetch every wheel (for Python 3.12 on x86-64 Linux) and build antlr's; the wheels in ``out`` and ``out/bridge``."""
+def _downloaded(out: Path) -> list[str]:
+    """The wheels (paths relative to ``out``) the last complete run of this tool put there, as its marker lists them."""
+    lines = (out / MARKER).read_text(encoding="utf-8", errors="replace").splitlines()
+    return [line[2:] for line in lines if line.startswith("- ") and line.endswith(".whl") and ".." not in line]
+
+
+def _record(out: Path, wheels: list[str]) -> None:
+    (out / MARKER).write_text("made by tools/gpu_wheels.py; it replaces only the wheels listed here, which it "
+                              "downloaded (any other file is left alone)\n" + "".join(f"- {w}\n" for w in wheels))
+
+
+def _fetch(staging: Path) -> None:
+    """Fetch every wheel (for Python 3.12 on x86-64 Linux) into ``staging`` and ``staging/bridge``, and build antlr's."""
     pip = [sys.executable, "-m", "pip"]
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     download = [*pip, "download", "--quiet", "--no-deps", "--ignore-requires-python", "--only-binary=:all:",
                 "--python-version", PYTHON, "--implementation", "cp", *platforms, "-d"]
-    for step in ([*download, str(out), *wanted()], [*download, str(out / "bridge"), *bridge_overlay()],
-                 [*pip, "wheel", "--quiet", "--no-deps", "-w", str(out), ANTLR]):
+    for step in ([*download, str(staging), *wanted()], [*download, str(staging / "bridge"), *bridge_overlay()],
+                 [*pip, "wheel", "--quiet", "--no-deps", "-w", str(staging), ANTLR]):
         if subprocess.run(step, check=False).returncode:
-            raise UserError(Problem("pip", f"`pip {step[3]}` failed (its message is above); {out} holds only part of the "
-                                           "wheels: do not carry it, run this tool again once the index answers"))
-    return sorted([*out.glob("*.whl"), *out.glob("bridge/*.whl")])
+            raise UserError(Problem("pip", f"`pip {step[3]}` failed (its message is above); nothing in the folder was "
+                                           "changed: run this tool again once the index answers"))
+
+
+def download(out: Path, fetch=_fetch) -> list[Path]:
+    """Fetch every wheel into a staging folder; only when all arrived, replace the wheels this tool downloaded before
+    with them. A wheel the user put in the folder is never touched, and a failed download changes nothing."""
+    import shutil
+    import tempfile
+
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=out))
+    try:
+        (staging / "bridge").mkdir()
+        fetch(staging)
+        new = sorted(str(w.relative_to(staging)) for w in [*staging.glob("*.whl"), *staging.glob("bridge/*.whl")])
+        earlier = set(_downloaded(out))
+        theirs = [w for w in new if (out / w).exists() and w not in earlier]
+        if theirs:
+            raise UserError(Problem("--out", f"{out / theirs[0]} is a file this tool did not download; move it away "
+                                             "(nothing in the folder was changed)"))
+        for old in earlier - set(new):
+            (out / old).unlink(missing_ok=True)
+        (out / "bridge").mkdir(exist_ok=True)
+        for wheel in new:
+            os.replace(staging / wheel, out / wheel)
+        _record(out, new)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [out / w for w in new]
 
 
 def main() -> int:

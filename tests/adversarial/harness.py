@@ -37,7 +37,10 @@ SECRETS = {
     "WANDB_API_KEY": "wk-adv-0123456789abcdef",
     "SBATCH_ACCOUNT": "acct-adv-hidden-42",
     "HF_TOKEN": "hf_advtoken42xyz",
+    "GITHUB_TOKEN": "Gh_MiXeD_CaSe_77",
 }
+"""Each must stay out of every output and file in any letter case (a typed word may be lower-cased before it is
+printed: issue 78 item 2); GITHUB_TOKEN is the mixed-case one, ``{mixedsecret}`` in the corpus."""
 MICRO = [
     "model.num_layers=2", "model.hidden_size=64", "model.ffn_hidden_size=128", "model.num_moe_experts=4",
     "model.moe_ffn_hidden_size=32", "model.moe_shared_expert_intermediate_size=32", "model.moe_router_topk=2",
@@ -46,7 +49,10 @@ MICRO = [
     "train.seq_length=32", "train.warmup_iters=1", "train.lr_decay_iters=6", "logger=none",
 ]
 """``{micro}``: a 2-layer Kimi K2 proxy that trains a step in well under a second."""
-TARGETS = ("plan", "pretrain", "sweep", "data", "table", "make")
+TARGETS = ("plan", "pretrain", "sweep", "search", "data", "table", "study", "gpu-smoke", "make")
+CORPORA = (CORPUS, CORPUS.with_name("corpus_surfaces.txt"))
+"""corpus.txt (the first three rounds) and corpus_surfaces.txt (issue 78's round: edited YAML, the GPU smoke, the
+study from git, damaged data, mixed-case secrets, OPTBENCH_ROOT, enroot's credentials)."""
 
 
 @dataclass(frozen=True)
@@ -62,9 +68,12 @@ class Case:
     words: tuple[str, ...]
     text: str
 
+    corpus: str = "corpus"
+
     @property
     def id(self) -> str:
-        return f"{self.number}:{self.text[:70]}"
+        prefix = "" if self.corpus == "corpus" else f"{self.corpus}:"
+        return f"{prefix}{self.number}:{self.text[:70]}"
 
 
 def load_corpus(path: Path = CORPUS) -> list[Case]:
@@ -74,9 +83,13 @@ def load_corpus(path: Path = CORPUS) -> list[Case]:
             continue
         expect, target, *words = shlex.split(line)
         expect, _, field = expect.partition(":")
-        assert expect in ("ok", "refused") and target in TARGETS, f"corpus.txt:{number}: {line}"
-        cases.append(Case(number, expect, field or None, target, tuple(words), line.strip()))
+        assert expect in ("ok", "refused") and target in TARGETS, f"{path.name}:{number}: {line}"
+        cases.append(Case(number, expect, field or None, target, tuple(words), line.strip(), path.stem))
     return cases
+
+
+def load_corpora() -> list[Case]:
+    return [case for path in CORPORA for case in load_corpus(path)]
 
 
 # -------------------------------------------------------------------------------------------------
@@ -206,7 +219,7 @@ def expand(word: str, world: World, places: Places) -> list[str]:
         "resultslike": world.canary / "results-like", "logs": world.canary / "logs", "results": places.results,
         "scratch": places.scratch, "corpus": places.corpus, "tokenizer": world.tokenizer, "repo": REPO,
         "x300": "x" * 300, "x5000": "x" * 5000, "d5000": "9" * 5000, "account": SECRETS["SBATCH_ACCOUNT"], "wandbkey": SECRETS["WANDB_API_KEY"],
-        "nl": "\n",
+        "nl": "\n", "cr": "\r", "mixedsecret": SECRETS["GITHUB_TOKEN"], "root": places.scratch / "root",
     }
     for name, value in values.items():
         word = word.replace("{" + name + "}", str(value))
@@ -223,11 +236,18 @@ def make_escaped(words: list[str]) -> str:
     return " ".join(reversed(escaped))
 
 
+RUN_ENV = {"CHECK": "OPTBENCH_CHECK", "COMPARE": "OPTBENCH_PLAN_COMPARE"}
 UPPER_ENV = {
+    "plan": RUN_ENV, "pretrain": RUN_ENV, "sweep": {"CHECK": "OPTBENCH_CHECK"},
+    "search": {"CHECK": "OPTBENCH_CHECK", "FIX": "OPTBENCH_SEARCH_FIX", "HBM": "OPTBENCH_SEARCH_HBM"},
     "data": {"INPUT": "OPTBENCH_DATA_INPUT", "OUT": "OPTBENCH_DATA_OUT", "TOKENIZER": "OPTBENCH_DATA_TOKENIZER",
              "VOCAB": "OPTBENCH_DATA_VOCAB"},
     "table": {"WARMUP": "OPTBENCH_TABLE_WARMUP", "LOGS": "OPTBENCH_TABLE_LOGS"},
+    "study": {"SIZE": "OPTBENCH_STUDY_SIZE"},
 }
+"""The make variables each target's rule exports (the Makefile's ``typed`` options)."""
+ENV_WORD = "ENV:"
+"""``ENV:NAME=value``: a variable of the user's shell for the case (OPTBENCH_ROOT, ENROOT_CONFIG_PATH), not a word."""
 
 
 def environment(case: Case, words: list[str], places: Places) -> dict[str, str]:
@@ -236,17 +256,25 @@ def environment(case: Case, words: list[str], places: Places) -> dict[str, str]:
     env = {"OPTBENCH_MAKE_OVERRIDES": make_escaped(words), "OPTBENCH_RECIPE": upper.get("RECIPE", "kimi_k2_tiny_muon")}
     for name, variable in UPPER_ENV.get(case.target, {}).items():
         env[variable] = upper.get(name, "")
-    if case.target == "table":
+    if case.target in ("table", "study"):
         env["OPTBENCH_RESULTS_DIR"] = str(places.results)
     return env
 
 
 def run_in_process(case: Case, words: list[str]) -> int:
     """The Python side of ``make <target>`` in this process; its exit code."""
-    if case.target in ("plan", "pretrain", "sweep"):
+    if case.target in ("plan", "pretrain", "sweep", "search"):
         from launch.cli import main
 
         argv = [case.target, "--from-make"]
+    elif case.target == "gpu-smoke":  # make gpu-smoke SMOKE="<words>"
+        from optbench.engine.bridge.one_gpu.__main__ import main
+
+        argv = list(words)
+    elif case.target == "study":
+        from optbench.experiments.__main__ import main
+
+        argv = ["study", "--from-make"]
     elif case.target == "data":
         from optbench.corpus.__main__ import main
 
@@ -321,12 +349,16 @@ def execute(case: Case, world: World, tmp_path: Path, capsys: Any, monkeypatch: 
     """Run one case as ``make`` would and assert every property of the module docstring."""
     places = Places(tmp_path / "results", tmp_path / "scratch", tmp_path / "corpus")
     copy_results(world, places)
-    words = [w for word in case.words if not word.startswith("@") for w in expand(word, world, places)]
+    words = [w for word in case.words if not word.startswith(("@", ENV_WORD)) for w in expand(word, world, places)]
+    shell = dict(w.split("=", 1) for word in case.words if word.startswith(ENV_WORD)
+                 for w in expand(word[len(ENV_WORD):], world, places))
     apply_setups([word[1:] for word in case.words if word.startswith("@")], places)
-    if case.target in ("plan", "pretrain", "sweep") and not any(w.startswith("results_dir=") for w in words):
+    if case.target in ("plan", "pretrain", "sweep", "search") and not any(w.startswith("results_dir=") for w in words):
         words.append(f"results_dir={places.results}")
-    for name, value in {**SECRETS, "OMP_NUM_THREADS": "1"}.items():
+    for name, value in {**SECRETS, "OMP_NUM_THREADS": "1", **shell}.items():
         monkeypatch.setenv(name, value)
+    if case.target == "gpu-smoke" and not any(w.startswith("--out") for w in words):
+        words.append(f"--out={places.results / 'bench' / 'megatron_one_gpu.json'}")
     monkeypatch.delenv("OPTBENCH_COMMAND", raising=False)
     monkeypatch.chdir(world.canary / "checkout")
     canary, results, scratch = snapshot(world.canary), snapshot(places.results), snapshot(places.scratch)
@@ -349,9 +381,9 @@ def execute(case: Case, world: World, tmp_path: Path, capsys: Any, monkeypatch: 
         if case.field:
             assert lines[0].startswith(f"error: {case.field}: "), shown
     written = texts(places.results, places.scratch, places.corpus)
-    for secret in SECRETS.values():
-        assert secret not in out + err, f"secret printed: {shown}"
-        assert secret not in written, f"secret written: {case.text}"
+    for secret in SECRETS.values():  # in any letter case: a typed word may be lower-cased before it is printed
+        assert secret.casefold() not in (out + err).casefold(), f"secret printed: {shown}"
+        assert secret.casefold() not in written.casefold(), f"secret written: {case.text}"
     assert snapshot(world.canary) == canary, f"a canary changed: {shown}"
     lost = set(scratch) - set(snapshot(places.scratch))
     assert not lost, f"what the scratch folder held before is gone ({sorted(lost)[:3]}): {shown}"

@@ -4,6 +4,7 @@ in a case's results folder before its command runs."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -93,8 +94,74 @@ SETUPS = {
                           "existed": False}]}))),
     "model-of-another": lambda p: _reseal(p, "model.pt", _narrowed_model),
     "rank-not-a-rank-file": lambda p: _reseal(p, "rank0.pt", lambda path: torch_save({"not": "a rank file"}, path)),
+    # issue 78's round: a checkout the user edits ({root}, reached with ENV:OPTBENCH_ROOT={root}), enroot's login file,
+    # the study rebuilt from git, the GPU smoke's results file, hostile run ids
+    "root-copy": lambda p: _root(p),
+    "root-local-yaml": lambda p: write(_root(p) / "conf" / "local" / "h100.yaml", "account: [oops\n"),
+    "root-local-tab": lambda p: write(_root(p) / "conf" / "local" / "h100.yaml", "slurm:\n\taccount: x\n"),
+    "root-recipe-yaml": lambda p: write(_root(p) / "recipes" / "my.yaml", "hello: [unclosed\n"),
+    "root-recipe-colons": lambda p: write(_root(p) / "recipes" / "my.yaml", "defaults: a: b: c\n  - x\n"),
+    "root-no-source": lambda p: shutil.rmtree(_root(p) / "src"),
+    "enroot-fifo": lambda p: _enroot(p, lambda path: os.mkfifo(path)),
+    "enroot-dir": lambda p: _enroot(p, lambda path: path.mkdir()),
+    "enroot-link-to-fifo": lambda p: _enroot(p, lambda path: (os.mkfifo(path.with_name("fifo")), path.symlink_to("fifo"))),
+    "study-curves-lost": lambda p: (_study_runs(p) / "study2-cpu-adamw-lr0.0003-s1" / "study_curves.json").unlink(),
+    "study-curves-strings": lambda p: write(_study_runs(p) / "study2-cpu-adamw-lr0.0003-s1" / "study_curves.json",
+                                            json.dumps({"val": [["1", "x"]], "train_loss": [], "step_time_s": [1],
+                                                        "ns_time_s": []})),
+    "study-run-linked": lambda p: _linked_study_run(p),
+    "smoke-other-json": lambda p: write(p.results / "bench" / "megatron_one_gpu.json", '{"smokes": [{"arms": [1]}]}'),
+    "smoke-list-json": lambda p: write(p.results / "bench" / "megatron_one_gpu.json", "[1, 2]"),
+    "smoke-users-page": lambda p: write(p.results / "bench" / "megatron_one_gpu.md", "my notes, not a page of yours"),
+    "run-id-hostile": lambda p: _copy_run(p, "saved", "x<img src=x onerror=alert(1)>[a](javascript:alert(1))`"),
+    "run-id-cr": lambda p: _copy_run(p, "saved", "line\rbreak|pipe"),
 }
 """``@name`` words: how a case's results folder is changed before its command runs."""
+
+
+def _root(places: Places) -> Path:
+    """A checkout of the user's (recipes/ and conf/ copied, optbench's source linked) at {root}, made once."""
+    from adversarial.harness import REPO
+
+    root = places.scratch / "root"
+    if not root.exists():
+        shutil.copytree(REPO / "recipes", root / "recipes")
+        shutil.copytree(REPO / "conf", root / "conf", ignore=lambda top, names: [n for n in names if top.endswith("local")
+                                                                              and n.endswith(".yaml")])
+        (root / "src").mkdir()
+        (root / "src" / "optbench").symlink_to(REPO / "src" / "optbench")
+    return root
+
+
+def _enroot(places: Places, make) -> None:
+    """{scratch}/enroot/.credentials as something that is not a file (ENV:ENROOT_CONFIG_PATH={scratch}/enroot)."""
+    folder = places.scratch / "enroot"
+    folder.mkdir(exist_ok=True)
+    make(folder / ".credentials")
+
+
+def _study_runs(places: Places) -> Path:
+    """The committed study's runs (summary, config, curves: what git holds) copied into the case's results/runs."""
+    from adversarial.harness import REPO
+
+    for source in (REPO / "results" / "runs").glob("study2-cpu-*"):
+        if (source / "summary.json").is_file():
+            shutil.copytree(source, places.results / "runs" / source.name)
+    return places.results / "runs"
+
+
+def _linked_study_run(places: Places) -> None:
+    """One study run folder a link to a copy in the scratch folder, its curves lost and its metrics without a curve."""
+    runs = _study_runs(places)
+    run = runs / "study2-cpu-adamw-lr0.0003-s1"
+    moved = shutil.move(str(run), str(places.scratch / run.name))
+    run.symlink_to(moved)
+    (Path(moved) / "study_curves.json").unlink()
+    write(Path(moved) / "metrics.jsonl", '{"step": 1, "loss": 5.0, "step_time_s": 0.1}\n')
+
+
+def _copy_run(places: Places, name: str, new: str) -> None:
+    shutil.copytree(places.results / "runs" / name, places.results / "runs" / new)
 
 
 def torch_save(obj: Any, path: Path) -> None:

@@ -8,6 +8,7 @@ import sys
 
 from optbench.bench import BENCHMARKS, GPU_BENCHMARKS
 from optbench.common.errors import Problem, UserError
+from optbench.common.redact import clipped
 from optbench.common.exits import exit_on_user_error
 
 MAX_THREADS = 4096
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
             require_cuda()  # before anything is printed or written
         if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
-            raise UserError(Problem("--threads", f"must be from 1 to {MAX_THREADS:,}, got {str(args.threads)[:24]}"))
+            raise UserError(Problem("--threads", f"must be from 1 to {MAX_THREADS:,}, got {clipped(str(args.threads), 24)}"))
         from optbench.common.outputs import claim
 
         if args.out is None:

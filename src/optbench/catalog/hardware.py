@@ -10,10 +10,10 @@ NVL72 figures are divided by 72.
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+
+from optbench.common.data_files import TEXT, Column, damaged, number, read_table, whole
 
 
 @dataclass(frozen=True)
@@ -52,31 +52,49 @@ class GpuSpec:
         return self.peak_tflops[precision]
 
 
+GPU_COLUMNS = {
+    "gpu": TEXT, "arch": TEXT, "compute_capability": number(1, 20), "hbm_gb": number(1, 10_000),
+    "peak_bf16_tflops": number(1, 100_000), "peak_fp8_tflops": number(1, 100_000, optional=True),
+    "peak_fp4_tflops": number(1, 100_000, optional=True), "mxfp8": Column("bool"), "gpus_per_node": whole(1, 1024),
+    "cluster_preset": TEXT, "nvidia_system": TEXT, "device_name": TEXT, "sm_count": whole(1, 10_000),
+    "source": TEXT, "confidence": TEXT,
+}
+"""data/gpus.csv's columns and their domains."""
+
+
 @lru_cache(maxsize=1)
 def gpu_catalog() -> dict[str, GpuSpec]:
     """Every GPU in data/gpus.csv, by name."""
-    text = resources.files("optbench.data").joinpath("gpus.csv").read_text()
     catalog = {}
-    for row in csv.DictReader(text.splitlines()):
-        peaks = {
-            key: float(row[f"peak_{key}_tflops"]) for key in ("bf16", "fp8", "fp4") if row[f"peak_{key}_tflops"]
-        }
+    for row in read_table("gpus.csv", GPU_COLUMNS):
+        peaks = {key: row[f"peak_{key}_tflops"] for key in ("bf16", "fp8", "fp4") if row[f"peak_{key}_tflops"]}
         catalog[row["gpu"]] = GpuSpec(
             gpu=row["gpu"],
             arch=row["arch"],
-            compute_capability=float(row["compute_capability"]),
-            hbm_gb=float(row["hbm_gb"]),
+            compute_capability=row["compute_capability"],
+            hbm_gb=row["hbm_gb"],
             peak_tflops=peaks,
-            mxfp8=row["mxfp8"] == "true",
-            gpus_per_node=int(row["gpus_per_node"]),
+            mxfp8=row["mxfp8"],
+            gpus_per_node=row["gpus_per_node"],
             cluster_preset=row["cluster_preset"],
             nvidia_system=row["nvidia_system"],
             device_name=row["device_name"],
-            sm_count=int(row["sm_count"]),
+            sm_count=row["sm_count"],
             source=row["source"],
             confidence=row["confidence"],
         )
+    _check_rows(set(catalog))
     return catalog
+
+
+def _check_rows(gpus: set[str]) -> None:
+    """gpus.csv and interconnect.csv list the same GPUs: a file cut at a line break reads as well-formed, and its lost
+    rows would otherwise be blamed on the GPU the user chose."""
+    listed = {row["gpu"] for row in read_table("interconnect.csv", {"gpu": TEXT})}
+    for name, other, missing in (("gpus.csv", "interconnect.csv", listed - gpus),
+                                 ("interconnect.csv", "gpus.csv", gpus - listed)):
+        if missing:
+            raise damaged(name, f"lacks {', '.join(sorted(missing))}, which {other} lists: rows were lost")
 
 
 def gpu_spec(name: str) -> GpuSpec:

@@ -7,10 +7,10 @@ Bridge reads, and the names NVIDIA's performance scripts and tables use.
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+
+from optbench.common.data_files import TEXT, Column, read_table
 
 
 @dataclass(frozen=True)
@@ -38,5 +38,10 @@ class ModelEntry:
 @lru_cache(maxsize=1)
 def model_registry() -> dict[str, ModelEntry]:
     """Every model with a Megatron Bridge recipe, by our id."""
-    text = resources.files("optbench.data").joinpath("models.csv").read_text()
-    return {row["model"]: ModelEntry(**row) for row in csv.DictReader(text.splitlines())}
+    columns = {name: Column(optional=True) if name == "hf_config" else TEXT for name in MODEL_COLUMNS}
+    return {row["model"]: ModelEntry(**{name: row[name] or "" for name in MODEL_COLUMNS})
+            for row in read_table("models.csv", columns)}
+
+
+MODEL_COLUMNS = ("model", "bridge_recipe_module", "bridge_recipe_function", "hf_config", "nvidia_family",
+                 "nvidia_recipe", "nvidia_table_key", "source")

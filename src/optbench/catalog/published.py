@@ -109,9 +109,21 @@ def _number(row: dict[str, str], column: str, where: str, required: bool = False
         raise UserError(f"{where}: column {column} is {text!r}, not a number", column) from None
 
 
+def _where_published(path: Path) -> str:
+    """The fix for a missing or damaged published.csv: git restores a checkout's; elsewhere (an installed copy run
+    outside a checkout, another results folder) the command was pointed at the wrong folder."""
+    from optbench.common.checkout import is_checkout
+
+    results = path.absolute().parents[1]
+    if is_checkout(results.parent):
+        return f"restore it from git: git -C {results.parent} checkout -- {results.name}/published/"
+    return (f"{results} is not the results/ folder of an optbench checkout, whose results/published/ holds NVIDIA's rows; "
+            "run the command in the checkout, or set OPTBENCH_RESULTS_DIR=<checkout>/results")
+
+
 def _read_rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
     if not path.is_file():
-        raise UserError(f"no file at {path}; restore it from git (results/published/ is committed)", "published")
+        raise UserError(f"no file at {path.absolute()}; {_where_published(path)}", "published")
     try:
         with path.open(newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
@@ -120,8 +132,8 @@ def _read_rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[st
                 raise UserError(f"{path}: missing column(s) {', '.join(missing)}", "published")
             return [(number, row) for number, row in enumerate(reader, start=2)]
     except (UnicodeDecodeError, csv.Error) as err:
-        raise UserError(f"{path} is not a readable CSV file ({type(err).__name__}); restore it from git "
-                        "(results/published/ is committed)", "published") from None
+        raise UserError(f"{path} is not a readable CSV file ({type(err).__name__}); {_where_published(path)}",
+                        "published") from None
 
 
 def load_published(directory: str | Path) -> list[PublishedRow]:

@@ -124,11 +124,12 @@ def check_make_variables(environ: Mapping[str, str] | None = None) -> None:
 def refuse_overrides(target: str, options: str) -> None:
     """``make <target>`` takes upper-case options only: a lower-case key=value word would be silently ignored."""
     from optbench.common.errors import Problem, UserError
+    from optbench.common.redact import clipped
 
     check_make_variables()
     stray = overrides_from_make()
     if stray:
-        raise UserError(Problem(target, f"make {target} takes no Hydra overrides (got {stray[0][:60]!r}); {options}"))
+        raise UserError(Problem(target, f"make {target} takes no Hydra overrides (got {clipped(stray[0], 60)!r}); {options}"))
 
 
 def recipe_from_make(environ: Mapping[str, str] | None = None) -> str | None:

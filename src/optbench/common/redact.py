@@ -92,15 +92,25 @@ def known_secrets() -> list[str]:
 
 
 def redact_known(text: str, words: bool = False) -> str:
-    """``text`` with every known secret of MIN_TEXT_SECRET or more characters replaced; with ``words`` (what is
-    printed), also shorter typed ones where they stand as whole words. Files never get the word rule: a
+    """``text`` with every known secret of MIN_TEXT_SECRET or more characters replaced, in any letter case (a typed
+    word may be lower-cased before it is printed: ``FIX=$HF_TOKEN``); with ``words`` (what is printed), also shorter
+    typed ones where they stand as whole words. Files never get the word rule: a
     3-letter account could be a number or a key of the JSON being written."""
+    folded = text.casefold()
     for secret in known_secrets():
+        if secret.casefold() not in folded:
+            continue
         if len(secret) >= MIN_TEXT_SECRET:
-            text = text.replace(secret, REDACTED)
-        elif words and secret in text:
-            text = re.sub(rf"(?<![A-Za-z0-9_.-]){re.escape(secret)}(?![A-Za-z0-9_-])", REDACTED, text)
+            text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
+        elif words:
+            text = re.sub(rf"(?<![A-Za-z0-9_.-]){re.escape(secret)}(?![A-Za-z0-9_-])", REDACTED, text, flags=re.IGNORECASE)
     return text
+
+
+def clipped(text: str, limit: int) -> str:
+    """A typed word as an error line shows it: its secrets hidden first, then cut to ``limit`` characters. Cutting
+    (or lower-casing) first would print a piece of a secret that the output's redaction no longer recognises."""
+    return redact_known(str(text), words=True)[:limit]
 
 
 class _RedactingStream:
@@ -192,7 +202,7 @@ def secret_in_path(path: str | os.PathLike[str]) -> str | None:
     text = os.fspath(path)
     typed = [(value, "a secret typed on the command line") for value in sorted(_typed_secrets)]
     for value, source in [*secret_sources(), *typed]:
-        if any(len(v) >= MIN_TEXT_SECRET and v in text for v in _variants(value)):
+        if any(len(v) >= MIN_TEXT_SECRET and v.casefold() in text.casefold() for v in _variants(value)):
             return source
     return None
 
@@ -204,10 +214,10 @@ def run_secrets(run: Any) -> list[str]:
 
 
 def redact_text(text: str, secrets: Iterable[str]) -> str:
-    """Replace every occurrence of each secret of at least MIN_TEXT_SECRET characters in ``text``."""
+    """Replace every occurrence of each secret of at least MIN_TEXT_SECRET characters in ``text``, in any letter case."""
     for secret in secrets:
         if secret and len(secret) >= MIN_TEXT_SECRET:
-            text = text.replace(secret, REDACTED)
+            text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
     return text
 
 
@@ -305,7 +315,8 @@ def secret_problems(cfg: Any, environ: Mapping[str, str] | None = None) -> list[
         if _is_secret_field(path) or not isinstance(value, str):
             continue
         found = "interpolates a secret (the Slurm account or a credential variable)" if path in reaching else next(
-            (f"holds the value of {source}, a secret" for secret, source in sources.items() if secret in value), None
+            (f"holds the value of {source}, a secret" for secret, source in sources.items()
+             if secret.casefold() in value.casefold()), None
         )
         if found:
             problems.append(

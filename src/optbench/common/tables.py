@@ -5,6 +5,7 @@ Cells are written exactly as given: numbers are formatted by the caller, with th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 INDENT = "  "
@@ -44,6 +45,31 @@ def _cells(headers: Sequence[object], rows: Iterable[Sequence[object]], escape: 
 
 
 def _text(value: object, escape: bool) -> str:
-    """One cell's text. In markdown a pipe would end the cell, so it is escaped; a line break ends a row anywhere."""
-    text = str(value).replace("\n", " ")
+    """One cell's text. In markdown a pipe would end the cell, so it is escaped; a line break (a carriage return too)
+    ends a row anywhere, and any other control character is a space."""
+    text = one_line(str(value))
     return text.replace("|", "\\|") if escape else text
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_MARKDOWN_ACTIVE = re.compile(r"([\\`*_{}\[\]<>()#+!~])")
+"""What markdown or HTML acts on in text (a table's pipe is escaped by the table itself)."""
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character (line breaks, carriage returns, escapes) replaced by a space."""
+    return _CONTROL.sub(" ", text)
+
+
+def code(text: object) -> str:
+    """An identifier read from a run or a file (a run id, a recipe, a command, a path) as an inline code span on one
+    line: nothing in it renders as a link, HTML or emphasis, and a backtick in it cannot end the span."""
+    text = one_line(str(text))
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def escaped(text: object) -> str:
+    """Text read from a run or a file, on one line, with every character markdown or HTML would act on escaped."""
+    return _MARKDOWN_ACTIVE.sub(r"\\\1", one_line(str(text))).replace("&", "&amp;")

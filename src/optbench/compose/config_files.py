@@ -13,28 +13,34 @@ import os
 from pathlib import Path
 
 from optbench.common.errors import Problem, UserError
-from optbench.common.yaml_aliases import yaml_alias_used
+from optbench.common.yaml_aliases import yaml_alias_used, yaml_error_place, yaml_error_text
 
 MAX_CONFIG_FILE_BYTES = 1 << 20
 """A config file is a few KB: anything larger is refused before YAML reads it."""
 CONFIG_FOLDERS = ("conf", "recipes")
 
-_scanned: dict[tuple[str, int, int], str | None] = {}
-"""(path, size, mtime_ns) -> why the file is refused (None: it is not)."""
+_scanned: dict[tuple[str, int, int], tuple[str, str] | None] = {}
+"""(path, size, mtime_ns) -> (where, why) the file is refused (None: it is not)."""
 
 
-def _problem(path: Path, size: int) -> str | None:
+def _problem(path: Path, size: int) -> tuple[str, str] | None:
+    """(where, why) the file is refused: ``where`` is its name, with ``:line:column`` for a YAML syntax error."""
+    import yaml
+
     if size > MAX_CONFIG_FILE_BYTES:
-        return f"is {size:,} bytes; a config file is at most {MAX_CONFIG_FILE_BYTES >> 20} MB"
+        return "", f"is {size:,} bytes; a config file is at most {MAX_CONFIG_FILE_BYTES >> 20} MB"
     try:
         text = path.read_text(encoding="utf-8")
         if yaml_alias_used(text):
-            return ("uses YAML aliases (&name / *name), which optbench refuses: a few lines of them expand to billions "
-                    "of values; write the values out")
+            return "", ("uses YAML aliases (&name / *name), which optbench refuses: a few lines of them expand to "
+                        "billions of values; write the values out")
     except UnicodeDecodeError:
-        return "is not UTF-8 text"
-    except Exception:  # noqa: BLE001 - a YAML syntax error: Hydra reports it with the line, when it reads the file
-        return None
+        return "", "is not UTF-8 text"
+    except yaml.YAMLError as err:  # Hydra would raise it as a traceback when it reads the file
+        return yaml_error_place(err), f"YAML syntax error: {yaml_error_text(err)}; fix the file (a missing bracket, " \
+                                      "quote or colon, or a tab used for indentation)"
+    except OSError as err:
+        return "", f"cannot be read ({err.strerror or type(err).__name__})"
     return None
 
 
@@ -55,4 +61,5 @@ def check_config_files(root: Path) -> None:
                 if key not in _scanned:
                     _scanned[key] = _problem(path, info.st_size)
                 if _scanned[key] is not None:
-                    raise UserError(Problem(str(path.relative_to(root)), f"{_scanned[key]}; nothing was composed"))
+                    where, why = _scanned[key]
+                    raise UserError(Problem(f"{path.relative_to(root)}{where}", f"{why}; nothing was composed"))

@@ -29,7 +29,7 @@ from optbench.config.field_spec import BRIDGE, LOCAL, SLURM
 from optbench.config.field_table import TABLE, spec_of
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem
-from optbench.common.redact import is_secret_name
+from optbench.common.redact import clipped, is_secret_name
 
 MAX_OVERRIDES = 200
 MAX_OVERRIDE_CHARS = 20_000
@@ -128,10 +128,10 @@ def check_syntax(overrides: Sequence[str], sweeping: bool = False) -> Iterable[P
     for text in overrides:
         key, value = split_override(text)
         if "=" not in text and not text.startswith("~"):
-            yield Problem("overrides", f"'{text[:60]}' is not key=value; e.g. parallel.pp=8")
+            yield Problem("overrides", f"'{clipped(text, 60)}' is not key=value; e.g. parallel.pp=8")
             continue
         if not key:
-            yield Problem("overrides", f"'{text[:60]}' names no config key; type key=value, e.g. parallel.pp=8")
+            yield Problem("overrides", f"'{clipped(text, 60)}' names no config key; type key=value, e.g. parallel.pp=8")
             continue
         if value != value.strip():
             yield Problem(key, "has a space at the start or end of its value, which Hydra would drop silently; remove it, or "
@@ -153,7 +153,7 @@ def check_syntax(overrides: Sequence[str], sweeping: bool = False) -> Iterable[P
                                                   f"ASCII); quote the value inside the override: {key}='...'")
                 continue
             reason = " ".join(str(err).split())[:160]
-            yield Problem(key or "overrides", f"cannot read '{text[:60]}': {reason}; quote values with spaces or commas")
+            yield Problem(key or "overrides", f"cannot read '{clipped(text, 60)}': {reason}; quote values with spaces or commas")
             continue
         yield from _override_problems(override, key, sweeping)
 

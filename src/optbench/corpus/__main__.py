@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from optbench.common.errors import Problem, UserError
+from optbench.common.redact import clipped
 from optbench.common.exits import exit_on_user_error
 
 DEFAULT_VOCAB = 512
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
             refuse_overrides("data", "its options are INPUT=, OUT=, TOKENIZER= and VOCAB=")
         text = str(args.vocab).strip()
         if not (text.isascii() and text.isdigit() and len(text) <= 8):
-            raise UserError(Problem("VOCAB", f"{text[:20]!r} is not a whole number of tokens"))
+            raise UserError(Problem("VOCAB", f"{clipped(text, 20)!r} is not a whole number of tokens"))
         args.vocab = int(text)
         from optbench.common.checkout import repo_root
         from optbench.corpus.prepare import is_earlier_corpus, parts_from_folder, prepare

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from optbench.compose.recipe import compose_run
 from optbench.config.overrides import typed_key, typed_keys
 from optbench.config.optimizers import REGISTRY
 from optbench.config.schema import RunConfig
+from optbench.common.redact import clipped
 from optbench.common.errors import Problem, UserError
 from optbench.common.io import atomic_write_json
 from optbench.metrics import read_metrics
@@ -147,7 +149,7 @@ def candidate_runs(spec: StudySpec) -> list[StudyRun]:
 def check(spec: StudySpec) -> None:
     """Compose every run of the study before any trains (a bad override fails in one line, at once)."""
     if spec.size not in SIZES:
-        raise UserError(Problem("SIZE", f"{spec.size[:40]!r} is not one of {', '.join(SIZES)}"))
+        raise UserError(Problem("SIZE", f"{clipped(spec.size, 40)!r} is not one of {', '.join(SIZES)}"))
     if set(spec.tuning_seeds) & set(spec.held_out_seeds):
         raise UserError(Problem("SEEDS", "tuning and held-out seeds must differ (the winner is chosen on the former)"))
     if "adamw" not in spec.arms:
@@ -216,24 +218,57 @@ def read_run(folder: Path) -> dict:
 
 
 def _curves(folder: Path) -> dict:
-    """The run's :data:`CURVES`: read when written, else taken from its metrics.jsonl and written (best effort)."""
+    """The run's :data:`CURVES`: read when written, else taken from its metrics.jsonl and written (best effort, never
+    through a link, and only when complete). Curves that are lost or of the wrong shape raise ValueError."""
     path = folder / CURVES
     if path.is_file():
-        curves = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(curves, dict):
-            raise ValueError(f"{CURVES} holds a {type(curves).__name__}, not the run's curves")
-        return curves
+        if path.stat().st_size > MAX_CURVES_BYTES:
+            raise ValueError(f"{CURVES} is over {MAX_CURVES_BYTES >> 20} MB")
+        return _checked_curves(json.loads(path.read_text(encoding="utf-8")))
+    if not (folder / "metrics.jsonl").is_file():
+        raise ValueError(f"neither {CURVES} nor metrics.jsonl is here: its validation curve is lost (git checkout -- "
+                         f"{folder}/{CURVES} restores a committed one)")
     records = read_metrics(folder / "metrics.jsonl")
-    curves = {
-        "val": [[r["step"], r["val_loss"]] for r in records if r.get("val_loss") is not None],
-        "train_loss": [r["loss"] for r in records],
-        "step_time_s": [r["step_time_s"] for r in records],
+    curves = _checked_curves({
+        "val": [[r.get("step"), r["val_loss"]] for r in records if r.get("val_loss") is not None],
+        "train_loss": [r.get("loss") for r in records],
+        "step_time_s": [r.get("step_time_s") for r in records],
         "ns_time_s": [r.get("ns_time_s") for r in records],
-    }
-    try:
-        atomic_write_json(path, curves)
-    except OSError:
-        pass  # a read-only copy of the runs still analyses; it only keeps reading metrics.jsonl
+    })
+    if not (folder.is_symlink() or path.is_symlink()):
+        try:
+            atomic_write_json(path, curves)
+        except OSError:
+            pass  # a read-only copy of the runs still analyses; it only keeps reading metrics.jsonl
+    return curves
+
+
+MAX_CURVES_BYTES = 16 << 20
+"""A run's curves are tens of KB."""
+
+
+def _checked_curves(curves: object) -> dict:
+    """``curves`` when it has the shape the analysis reads: a validation curve of (whole step, finite loss) pairs with
+    at least one point, and per-step lists of numbers (a diverged step's loss and AdamW's Newton-Schulz seconds are
+    null)."""
+    def number(value: object, empty: bool = False) -> bool:
+        return (value is None and empty) or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                             and math.isfinite(value))
+
+    if not isinstance(curves, dict):
+        raise ValueError(f"{CURVES} holds a {type(curves).__name__}, not the run's curves")
+    val = curves.get("val")
+    if not isinstance(val, list) or not val:
+        raise ValueError("no validation curve (the run evaluated nothing, or its curves are lost)")
+    if not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and not isinstance(p[0], bool)
+               and number(p[1]) for p in val):
+        raise ValueError("its validation curve is not a list of (step, loss) pairs")
+    for key, empty in (("train_loss", True), ("step_time_s", False), ("ns_time_s", True)):
+        values = curves.get(key)
+        if not isinstance(values, list) or not all(number(v, empty) for v in values):
+            raise ValueError(f"its {key} is not a list of numbers")
+    if not curves["step_time_s"]:
+        raise ValueError("it records no step times")
     return curves
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from optbench.config.schema import RunConfig
 from optbench.common.errors import UserError
+from optbench.common.redact import clipped
 from optbench.metrics.jsonl import read_metrics
 from optbench.measured.megatron_log import MegatronLog, parse_megatron_log
 from optbench.measured.runs import KIND_BRIDGE, KIND_LOCAL, KIND_LOG, MeasuredRun, PeakInfo, StepRecord
@@ -223,9 +224,9 @@ def read_log_path(path: Path) -> MeasuredRun:
     """A log file named on the command line: its run is the nearest directory holding a config.yaml."""
     text = str(path)
     if len(text) > 4096 or any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in path.parts):
-        raise UserError(f"{text[:80]}... is not a path (at most 4,096 characters, 255 per name)", "log")
+        raise UserError(f"{clipped(text, 80)}... is not a path (at most 4,096 characters, 255 per name)", "log")
     if not path.is_file():  # a folder, a device or a FIFO (which would block) is not a log file
-        raise UserError(f"no log file at {text[:200]} (a regular file is needed)", "log")
+        raise UserError(f"no log file at {clipped(text, 200)} (a regular file is needed)", "log")
     for directory in [path.parent, *path.parent.parents][:4]:
         if (directory / CONFIG).is_file():
             return read_log_run([path], directory, directory.name)
@@ -254,7 +255,7 @@ def collect_runs(results_dir: str | Path, extra_logs: Sequence[str | Path] = ())
     for path in extra_logs:
         run = read_log_path(Path(path))
         if not any(s.step_time_s is not None or s.tflops_per_gpu is not None or s.loss is not None for s in run.steps):
-            raise UserError(f"{str(path)[:200]} has no Megatron iteration or Step Time line with a usable time, "
+            raise UserError(f"{clipped(str(path), 200)} has no Megatron iteration or Step Time line with a usable time, "
                             "throughput or loss (positive and finite)", "log")
         collection.runs.append(run)
     return collection

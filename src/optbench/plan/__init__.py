@@ -31,14 +31,14 @@ from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.plan.types import Plan, PlanData, PlanModel
 from optbench.projection.plan_fields import projection_summary_lines
 from optbench.projection.project import project
-from optbench.common.redact import recorded_overrides, redact_config, redact_text, run_secrets
+from optbench.common.redact import clipped, recorded_overrides, redact_config, redact_text, run_secrets
 from optbench.resolve import ResolvedRun
 
 
 def plan_path(run: RunConfig) -> Path:
     """Where the plan of a recipe is written (the recipe is one plain name: the plan stays in its folder)."""
     if not RECIPE_NAME.fullmatch(run.recipe or ""):
-        raise UserError(Problem("recipe", f"'{run.recipe[:60]}' is not a recipe name; choose one with RECIPE=<name>"))
+        raise UserError(Problem("recipe", f"'{clipped(run.recipe, 60)}' is not a recipe name; choose one with RECIPE=<name>"))
     return Path(run.results_dir) / "plans" / run.recipe / "plan.json"
 
 
@@ -55,7 +55,7 @@ def compared_optimizers(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = [name for name in names if name not in MATRIX_OPTIMIZERS]
     if unknown:
-        raise UserError(Problem("COMPARE", f"{unknown[0][:40]!r} is not a matrix optimizer; name any of "
+        raise UserError(Problem("COMPARE", f"{clipped(unknown[0], 40)!r} is not a matrix optimizer; name any of "
                                            f"{', '.join(MATRIX_OPTIMIZERS)}, comma-separated"))
     return tuple(dict.fromkeys(names))
 

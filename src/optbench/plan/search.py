@@ -31,6 +31,7 @@ from optbench.compose.pipeline import balanced_layout_for, max_virtual_stages
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem, UserError
+from optbench.common.redact import clipped
 from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.expected_error import CARRIED_SCHEMES, expected_error
 from optbench.releases.hydra_values import format_override
@@ -96,12 +97,12 @@ def _powers(limit: int) -> list[int]:
 
 def fixed_dimensions(text: str) -> frozenset[str]:
     """The dimensions named in ``FIX=`` (comma-separated, any case); an unknown name is a one-line error."""
-    names = [name.strip().lower() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in DIMENSIONS]
-    if unknown:
-        raise UserError(Problem("FIX", f"no search dimension '{unknown[0]}'; fix any of {', '.join(DIMENSIONS)}, "
-                                "comma-separated (e.g. FIX=ep,mbs): each keeps the composed run's value"))
-    return frozenset(names)
+    typed = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in typed if name.lower() not in DIMENSIONS]
+    if unknown:  # shown as typed (its secrets hidden), never lower-cased: a lower-cased secret would pass redaction
+        raise UserError(Problem("FIX", f"no search dimension '{clipped(unknown[0], 40)}'; fix any of "
+                                f"{', '.join(DIMENSIONS)}, comma-separated (e.g. FIX=ep,mbs): each keeps the composed run's value"))
+    return frozenset(name.lower() for name in typed)
 
 
 def hbm_share(text: str) -> float | None:
@@ -115,7 +116,7 @@ def hbm_share(text: str) -> float | None:
     except ValueError:
         share = float("nan")
     if not 0 < share <= 1:  # also refuses nan and inf
-        raise UserError(Problem("HBM", f"'{text[:40]}' is not a share of the GPU's memory; give a fraction above 0 and "
+        raise UserError(Problem("HBM", f"'{clipped(text, 40)}' is not a share of the GPU's memory; give a fraction above 0 and "
                                 "at most 1, e.g. HBM=0.9 keeps layouts whose memory estimate is at most 90 % of HBM"))
     return share
 

@@ -21,12 +21,11 @@ caveat quotes it.
 
 from __future__ import annotations
 
-import csv
 import statistics
 from functools import lru_cache
-from importlib import resources
 from typing import NamedTuple
 
+from optbench.common.data_files import TEXT, number, read_table, whole
 from optbench.projection.interconnect import GB, Interconnect
 
 DEFAULT_SMS = 16
@@ -53,11 +52,13 @@ class Measured(NamedTuple):
 @lru_cache(maxsize=1)
 def measurements() -> tuple[Measured, ...]:
     """Every row of data/hybridep_all_to_all.csv."""
-    text = resources.files("optbench.data").joinpath("hybridep_all_to_all.csv").read_text()
+    columns = {"nvlink_generation": whole(1, 20), "system": TEXT, "ranks": whole(2, 100_000), "sms": whole(1, 1024),
+               "dispatch_bf16_kernel_gb_s": number(0.1, 100_000), "combine_kernel_gb_s": number(0.1, 100_000),
+               "source": TEXT}
     return tuple(
-        Measured(int(r["nvlink_generation"]), r["system"], int(r["ranks"]), int(r["sms"]),
-                 (float(r["dispatch_bf16_kernel_gb_s"]) + float(r["combine_kernel_gb_s"])) / 2 * GB, r["source"])
-        for r in csv.DictReader(text.splitlines())
+        Measured(r["nvlink_generation"], r["system"], r["ranks"], r["sms"],
+                 (r["dispatch_bf16_kernel_gb_s"] + r["combine_kernel_gb_s"]) / 2 * GB, r["source"])
+        for r in read_table("hybridep_all_to_all.csv", columns)
     )
 
 

@@ -17,10 +17,10 @@ jobs in (Slurm topology/block, ``--segment=16``). Global rank r sits in block ``
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from importlib import resources
+
+from optbench.common.data_files import TEXT, number, read_table, whole
 
 GB = 1e9
 
@@ -97,24 +97,33 @@ class Interconnect:
         }
 
 
+INTERCONNECT_COLUMNS = {
+    "gpu": TEXT, "system": TEXT, "nvlink_generation": whole(1, 20), "nvlink_gb_s_per_direction": number(1, 100_000),
+    "nvlink_domain_gpus": whole(1, 100_000), "aligned_block_gpus": whole(1, 100_000),
+    "nic": TEXT, "network_gb_s_per_gpu": number(0.1, 100_000), "hbm_tb_s": number(0.1, 1000),
+    "nvlink_efficiency": number(0.01, 1), "network_efficiency": number(0.01, 1), "hbm_efficiency": number(0.01, 1),
+    "source_nvlink": TEXT, "source_network": TEXT, "source_hbm": TEXT, "confidence": TEXT,
+}
+"""data/interconnect.csv's columns and their domains."""
+
+
 @lru_cache(maxsize=1)
 def interconnect_catalog() -> dict[str, Interconnect]:
     """Every row of data/interconnect.csv, by GPU."""
-    text = resources.files("optbench.data").joinpath("interconnect.csv").read_text()
     catalog = {}
-    for row in csv.DictReader(text.splitlines()):
+    for row in read_table("interconnect.csv", INTERCONNECT_COLUMNS):
         catalog[row["gpu"]] = Interconnect(
             gpu=row["gpu"],
             system=row["system"],
-            nvlink_generation=int(row["nvlink_generation"]),
-            nvlink_bytes_per_s=float(row["nvlink_gb_s_per_direction"]) * GB,
-            nvlink_domain_gpus=int(row["nvlink_domain_gpus"]),
-            aligned_block_gpus=int(row["aligned_block_gpus"]),
-            network_bytes_per_s=float(row["network_gb_s_per_gpu"]) * GB,
-            hbm_bytes_per_s=float(row["hbm_tb_s"]) * 1e12,
-            nvlink_efficiency=float(row["nvlink_efficiency"]),
-            network_efficiency=float(row["network_efficiency"]),
-            hbm_efficiency=float(row["hbm_efficiency"]),
+            nvlink_generation=row["nvlink_generation"],
+            nvlink_bytes_per_s=row["nvlink_gb_s_per_direction"] * GB,
+            nvlink_domain_gpus=row["nvlink_domain_gpus"],
+            aligned_block_gpus=row["aligned_block_gpus"],
+            network_bytes_per_s=row["network_gb_s_per_gpu"] * GB,
+            hbm_bytes_per_s=row["hbm_tb_s"] * 1e12,
+            nvlink_efficiency=row["nvlink_efficiency"],
+            network_efficiency=row["network_efficiency"],
+            hbm_efficiency=row["hbm_efficiency"],
             nic=row["nic"],
             sources=(row["source_nvlink"], row["source_network"], row["source_hbm"]),
             confidence=row["confidence"],

@@ -16,11 +16,10 @@ dispatcher (HybridEP, DeepEP: NVIDIA's presets from nemo:26.02) is not NCCL and 
 
 from __future__ import annotations
 
-import csv
 from functools import lru_cache
-from importlib import resources
 from typing import NamedTuple
 
+from optbench.common.data_files import TEXT, number, read_table, whole
 from optbench.projection.interconnect import GB, Interconnect
 
 
@@ -43,12 +42,13 @@ class Measured(NamedTuple):
 @lru_cache(maxsize=1)
 def measurements() -> tuple[Measured, ...]:
     """Every row of data/nccl_all_to_all.csv."""
-    text = resources.files("optbench.data").joinpath("nccl_all_to_all.csv").read_text()
+    columns = {"nvlink_generation": whole(1, 20), "nvlink_gb_s_per_direction": number(1, 100_000),
+               "network_gb_s_per_gpu": number(0.1, 100_000), "nodes": whole(1, 100_000), "gpus": whole(2, 1_000_000),
+               "bytes_per_gpu": whole(1, 2**50), "busbw_gb_s": number(0.1, 100_000), "source": TEXT}
     return tuple(
-        Measured(int(r["nvlink_generation"]), float(r["nvlink_gb_s_per_direction"]) * GB,
-                 float(r["network_gb_s_per_gpu"]) * GB, int(r["nodes"]), int(r["gpus"]), int(r["bytes_per_gpu"]),
-                 float(r["busbw_gb_s"]) * GB, r["source"])
-        for r in csv.DictReader(text.splitlines())
+        Measured(r["nvlink_generation"], r["nvlink_gb_s_per_direction"] * GB, r["network_gb_s_per_gpu"] * GB, r["nodes"],
+                 r["gpus"], r["bytes_per_gpu"], r["busbw_gb_s"] * GB, r["source"])
+        for r in read_table("nccl_all_to_all.csv", columns)
     )
 
 

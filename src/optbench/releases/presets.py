@@ -21,17 +21,16 @@ Two intents (``intent=`` in the config):
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Optional
 
 from optbench.releases import versions
 from optbench.config.optimizers import REGISTRY
 from optbench.config.schema import RunConfig
+from optbench.common.data_files import TEXT, Column, read_json, read_table
 from optbench.common.errors import Problem, UserError
 
 RELEASE = "0.3.1"
@@ -68,27 +67,32 @@ OURS = {
 """Fields where ``reproduce`` keeps our value on purpose, each with its reason (paths, logging, run length).
 The conformance test allows differences from NVIDIA's effective config in these fields only."""
 
+@lru_cache(maxsize=1)
 def _recipe_reasons() -> dict[str, dict[str, dict[str, str]]]:
-    """data/recipe_departures.csv as kind -> recipe -> field -> reason."""
-    text = resources.files("optbench.data").joinpath("recipe_departures.csv").read_text(encoding="utf-8")
+    """data/recipe_departures.csv as kind -> recipe -> field -> reason (read when first asked: a damaged file is then
+    a one-line refusal of the command, not a failure to import)."""
+    columns = {"recipe": TEXT, "field": TEXT, "kind": Column(choices=("departs", "keeps")), "reason": TEXT}
     table: dict[str, dict[str, dict[str, str]]] = {"departs": {}, "keeps": {}}
-    for row in csv.DictReader(text.splitlines()):
+    for row in read_table("recipe_departures.csv", columns):
         table[row["kind"]].setdefault(row["recipe"], {})[row["field"]] = row["reason"]
     return table
 
 
-_REASONS = _recipe_reasons()
-RECIPE_DEPARTURES = _REASONS["departs"]
-"""Departures a recipe makes on purpose from the preset it reproduces, with the reason (recipe -> field -> reason;
-data/recipe_departures.csv, kind ``departs``)."""
-RELEASE_LAYOUT_KEPT = _REASONS["keeps"]
-"""Fields a recipe keeps when a later release's preset changes them (release_layout), with the reason
-(data/recipe_departures.csv, kind ``keeps``)."""
+def recipe_departures() -> dict[str, dict[str, str]]:
+    """Departures a recipe makes on purpose from the preset it reproduces, with the reason (recipe -> field -> reason;
+    data/recipe_departures.csv, kind ``departs``)."""
+    return _recipe_reasons()["departs"]
+
+
+def release_layout_kept() -> dict[str, dict[str, str]]:
+    """Fields a recipe keeps when a later release's preset changes them (release_layout), with the reason
+    (data/recipe_departures.csv, kind ``keeps``)."""
+    return _recipe_reasons()["keeps"]
 
 
 def departure_reasons(recipe: str) -> dict[str, str]:
     """Every field the recipe departs from NVIDIA's preset on purpose -> why."""
-    return {**RECIPE_DEPARTURES.get(recipe, {}), **RELEASE_LAYOUT_KEPT.get(recipe, {})}
+    return {**recipe_departures().get(recipe, {}), **release_layout_kept().get(recipe, {})}
 
 TRAIN_SETTINGS: dict[str, Any] = {
     "model.moe_router_force_load_balancing": False,
@@ -149,7 +153,7 @@ PRECISION_AWARE = "optimizer.use_precision_aware_optimizer"
 @lru_cache(maxsize=None)
 def load(release: str = RELEASE) -> dict[str, Any]:
     """Presets of a release: presets-<release>.json, written by executing NVIDIA's launcher of that release."""
-    return json.loads((DATA / f"presets-{release}.json").read_text())
+    return read_json(f"bridge/presets-{release}.json", ("provenance",))
 
 
 def provenance(release: str = RELEASE) -> dict[str, Any]:

@@ -14,13 +14,13 @@ version lacks is a one-line error naming the containers that have it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from optbench.config.schema import RunConfig
+from optbench.common.data_files import read_json
 from optbench.common.errors import Problem, UserError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "bridge"
@@ -55,7 +55,7 @@ class Container:
 
 @lru_cache(maxsize=1)
 def _data() -> dict[str, Any]:
-    return json.loads((DATA / "containers.json").read_text())
+    return read_json("bridge/containers.json", ("containers", "core_main"))
 
 
 @lru_cache(maxsize=1)
@@ -89,7 +89,7 @@ def container_of(run: RunConfig) -> Container:
 
 @lru_cache(maxsize=None)
 def fields(bridge: str) -> dict[str, Any]:
-    return json.loads((DATA / f"fields-{bridge}.json").read_text())
+    return read_json(f"bridge/fields-{bridge}.json", ("sections",))
 
 
 def _section_names(bridge: str, section: str, mla: bool) -> frozenset[str]:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 
 from optbench.common.errors import UserError
+from optbench.common.redact import clipped
 from optbench.common.exits import run_in_results_dir
 from optbench.common.make_args import RESULTS_DIR_ENV, add_results_options, options_from_env, refuse_overrides
 
@@ -28,7 +29,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         refuse_overrides("table", "use WARMUP=<steps> and LOGS=<files>")
     text = str(args.warmup).strip()
     if not (text.isascii() and text.isdigit() and len(text) <= 10):
-        raise UserError(f"{text[:20]!r} is not a whole number of steps from 0 to 1,000,000,000", "WARMUP")
+        raise UserError(f"{clipped(text, 20)!r} is not a whole number of steps from 0 to 1,000,000,000", "WARMUP")
     warmup = int(text)
     if warmup > 1_000_000_000:
         raise UserError(f"must be at most 1,000,000,000 steps, got {warmup:,}", "WARMUP")

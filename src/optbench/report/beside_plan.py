@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from optbench.measured.runs import MeasuredRun, run_throughput
-from optbench.common.tables import markdown_table
+from optbench.common.tables import code, escaped, markdown_table
 from optbench.projection.section import ProjectionSection, projection_from_json
 
 
@@ -82,8 +82,8 @@ def _gaps(rows: Sequence[BesidePlan]) -> list[list[str]]:
         pair = {r.optimizer: r for r in rows if r.setup == setup}
         muon, adamw = pair.get("muon"), pair.get("adamw")
         if muon and adamw and muon.step_s and adamw.step_s:
-            out.append([setup, f"{adamw.step_s / muon.step_s - 1:+.0%}",
-                        f"{adamw.projected_step_s / muon.projected_step_s - 1:+.0%}", f"{muon.run_id}, {adamw.run_id}"])
+            out.append([escaped(setup), f"{adamw.step_s / muon.step_s - 1:+.0%}",
+                        f"{adamw.projected_step_s / muon.projected_step_s - 1:+.0%}", f"{code(muon.run_id)}, {code(adamw.run_id)}"])
     return out
 
 
@@ -98,7 +98,7 @@ def section(rows: Sequence[BesidePlan]) -> list[str]:
     out += markdown_table(
         ["run", "optimizer", "setup", "step s", "projected", "optimizer s", "projected", "optimizer share", "projected",
          "model TFLOP/s/GPU", "projected"],
-        [[r.run_id, r.optimizer, r.setup, _f(r.step_s), _f(r.projected_step_s), _f(r.optimizer_s),
+        [[code(r.run_id), r.optimizer, escaped(r.setup), _f(r.step_s), _f(r.projected_step_s), _f(r.optimizer_s),
           _f(r.projected_optimizer_s), _share(r.optimizer_s, r.step_s), _share(r.projected_optimizer_s, r.projected_step_s),
           _f(r.tflops, 1), _f(r.projected_tflops, 1)] for r in rows])
     gaps = _gaps(rows)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from optbench.config.optimizers import matrix_labels
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS
 from optbench.common.checkout import repo_root
-from optbench.common.tables import markdown_table
+from optbench.common.tables import code, escaped, markdown_table
 from optbench.catalog.published import PublishedRow, Source, default_published_dir, load_inconsistent
 from optbench.report.beside_plan import BesidePlan
 from optbench.report.beside_plan import section as beside_plan_section
@@ -109,7 +109,7 @@ def _row_cells(row: TableRow) -> list[str]:
         measured_ns = "-"  # AdamW has no Newton-Schulz
     else:
         measured_ns = format_spread(t.tflops_per_gpu_with_ns) if t else NOT_MEASURED
-    run = row.run.run_id if row.run else "-"
+    run = code(row.run.run_id) if row.run else "-"
     if row.other_runs:
         run += f" (+{len(row.other_runs)} older)"
     return [
@@ -180,9 +180,10 @@ def _run_lines(table: Table) -> list[list[str]]:
     for run in sorted(table.runs, key=lambda r: r.run_id):
         t = run_throughput(run, table.warmup)
         lines.append([
-            run.run_id, run.kind, run.recipe or "-", run.date or "-", f"`{run.command}`" if run.command else "-",
-            _short_commit(run.git_commit) or "-", versions_text(run.versions) or "-", f"{t.steps_used}/{t.steps_total}",
-            "; ".join(run.notes) or "-",
+            code(run.run_id), run.kind, code(run.recipe) if run.recipe else "-", escaped(run.date) if run.date else "-",
+            code(run.command) if run.command else "-", code(_short_commit(run.git_commit)) if run.git_commit else "-",
+            escaped(versions_text(run.versions)) or "-", f"{t.steps_used}/{t.steps_total}",
+            escaped("; ".join(run.notes)) or "-",
         ])
     return lines
 
@@ -220,7 +221,7 @@ def _planned_section(rows: Sequence[PlannedRow]) -> list[str]:
     if not rows:
         return [*out, "No plan yet: `make plan RECIPE=qwen3_30b_a3b_muon` (or any matrix-optimizer recipe) adds one."]
     header = ["plan", "container", "GPUs", "AdamW twin TFLOP/s/GPU", *(OPTIMIZER_LABELS[n] for n in MATRIX_OPTIMIZERS)]
-    cells = [[f"`{r.command}`", r.container, r.gpus, f"{r.adamw_tflops:.1f}", *r.cells.values()] for r in rows]
+    cells = [[code(r.command), escaped(r.container), r.gpus, f"{r.adamw_tflops:.1f}", *r.cells.values()] for r in rows]
     return [*out, *markdown_table(header, cells)]
 
 
@@ -358,7 +359,7 @@ def _skipped_lines(skipped: Sequence[tuple[str, str]]) -> list[str]:
     lines = []
     for reason, paths in by_reason.items():
         if len(paths) > SKIPPED_LISTED:
-            lines.append(f"- {len(paths)} folders, `{paths[0]}` to `{paths[-1]}`: {reason}")
+            lines.append(f"- {len(paths)} folders, {code(paths[0])} to {code(paths[-1])}: {escaped(reason)}")
         else:
-            lines += [f"- `{path}`: {reason}" for path in paths]
+            lines += [f"- {code(path)}: {escaped(reason)}" for path in paths]
     return lines

@@ -58,11 +58,11 @@ def write_throughput(
     before each step that can take seconds (reading the runs, projecting the plans, drawing each plot)."""
     if warmup < 0:
         raise UserError("must be 0 or more (steps skipped at the start of every run segment)", "WARMUP")
-    results = claim(results_dir, "results_dir", "results")
-    published_dir = Path(published_dir) if published_dir is not None else default_published_dir(results)
-    published = load_published(published_dir)
+    published_dir = Path(published_dir) if published_dir is not None else default_published_dir(Path(results_dir).expanduser())
+    published = load_published(published_dir)  # before the folder is claimed: a refusal writes nothing
     sources = load_sources(published_dir)
     check_sources(published, sources)
+    results = claim(results_dir, "results_dir", "results")
     say(f"reading the measured runs under {results / 'runs'}{' and ' + str(len(extra_logs)) + ' log(s)' if extra_logs else ''}")
     collection = collect_runs(results, extra_logs)
     table = build_table(published, collection.runs, warmup)

@@ -174,16 +174,36 @@ def check_page(path: Path) -> None:
         raise UserError(Problem("--out", f"{page} exists and is not a gpu-smoke page; name another --out"))
 
 
+MAX_RESULT_BYTES = 64 << 20
+"""A results file of many leases is a few MB; anything larger is not one."""
+
+
+def read_result(path: Path, option: str) -> dict[str, Any]:
+    """The gpu-smoke results file at ``path``, checked by rendering it: anything the page cannot render (another
+    JSON, a damaged or hand-edited file) is one line naming ``option``, before anything is written."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            raise ValueError("not a regular file")
+        if path.stat().st_size > MAX_RESULT_BYTES:
+            raise ValueError(f"over {MAX_RESULT_BYTES >> 20} MB")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not isinstance(data.get("smokes"), list) or not data["smokes"]:
+            raise ValueError("no invocations")
+        markdown(data)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, ZeroDivisionError,
+            RecursionError) as err:
+        reason = " ".join(str(err).split())[:80] or type(err).__name__
+        raise UserError(Problem(option, f"{path} is not a gpu-smoke result this page can render ({reason}); name "
+                                        "another file (make gpu-smoke writes one)")) from None
+    return data
+
+
 def write(path: Path) -> str:
     """Render ``path`` (the JSON) into the .md beside it; what was written."""
     from optbench.common.io import atomic_write_text
 
     check_page(path)
-    try:
-        data = json.loads(path.read_text())
-        data["smokes"][0]["arms"]
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        raise UserError(Problem("json", f"{path} is not a gpu-smoke result (make gpu-smoke writes one)")) from None
+    data = read_result(path, "json")
     atomic_write_text(path.with_suffix(".md"), markdown(data))
     return f"wrote {path.with_suffix('.md')}"
 
@@ -192,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     from optbench.common.exits import exit_on_user_error
 
     with exit_on_user_error():
-        print(write(Path((argv if argv is not None else sys.argv[1:] or ["results/bench/megatron_one_gpu.json"])[0])))
+        path = Path((argv if argv is not None else sys.argv[1:] or ["results/bench/megatron_one_gpu.json"])[0])
+        if path.suffix != ".json":
+            raise UserError(Problem("json", f"{path} is not a .json file; the page is written beside one as .md"))
+        print(write(path))
     return 0
 
 

@@ -97,8 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loop", choices=("core", "bridge"), required=True)
     parser.add_argument("--report", type=Path, required=True)
     args = parser.parse_args(argv)
+    from optbench.common.exits import exit_on_user_error
     from optbench.engine.bridge.cpu_check import hf_cache
 
+    with exit_on_user_error():
+        _check_paths(args.folder, args.report)
     started = time.perf_counter()
     api = NoTransformerEngineAPI()
     with tempfile.TemporaryDirectory(prefix="optbench-hf-") as hub:
@@ -109,8 +112,26 @@ def main(argv: list[str] | None = None) -> int:
             report = {**_error(err), "changes": api.changes}
     report.update(loop=args.loop, reached=api.reached, seconds=round(time.perf_counter() - started, 1),
                   core_sees_transformer_engine=core_has_transformer_engine(), core_import_failures=CORE_IMPORT_FAILURES)
-    args.report.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    from optbench.common.io import atomic_write_text
+
+    atomic_write_text(args.report, json.dumps(report, indent=1, default=str) + "\n")
     return 0
+
+
+def _check_paths(folder: Path, report: Path) -> None:
+    """The run folder is one the smoke prepared, and the report is a new file in it: the worker never replaces a file
+    it did not write (make gpu-smoke names a fresh ``smoke-<loop>.json`` in the arm's new folder)."""
+    from optbench.common.errors import Problem, UserError
+
+    if not all((folder / name).is_file() for name in ("config.yaml", "plan.json")):
+        raise UserError(Problem("folder", f"{folder} is not a prepared run folder (config.yaml and plan.json); make "
+                                          "gpu-smoke prepares one per arm"))
+    if report.exists() or report.is_symlink():
+        raise UserError(Problem("--report", f"{report} exists; the worker writes a new report only"))
+    if not report.parent.is_dir():
+        raise UserError(Problem("--report", f"{report.parent} is not a folder"))
+    if report.suffix != ".json":
+        raise UserError(Problem("--report", f"{report} is not a .json file"))
 
 
 if __name__ == "__main__":
