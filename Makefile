@@ -132,7 +132,7 @@ search-ranks: export OPTBENCH_SEARCH_MODELS = $(call typed,MODELS)
 search-ranks: ## Where NVIDIA's own layout ranks in `make search`, for every published row: results/projection/search_ranks.md
 	@$(PY) -m optbench.report.search_ranks --from-make
 
-projection: ## The projection against every published row, in sample and out of sample (leave one setup / model / GPU / layout / release / row out, each beside copying the nearest published row it keeps): results/projection/validation.md
+projection: ## The projection against every published row, in sample and out of sample (leave one setup / model / GPU architecture / system family / GPU / layout / release / row out, each beside copying the nearest published row it keeps, with its 80 % band held out and a bootstrap over setups): results/projection/validation.md
 	@$(PY) -m optbench.report.validation_report --update-docs --from-make
 
 #   make study [SIZE=cpu|gpu] [hydra overrides for every run, e.g. train.iters=300]

@@ -158,4 +158,5 @@ def test_an_efficiency_on_a_gpu_without_the_models_row_comes_from_the_carried_ta
     p = project(resolve(run), row_runs=COMPOSED_ROWS)
     assert p.available
     assert p.efficiency.status == "carried: gpu as blackwell, model fitted, release fitted"
-    assert p.expected_error.scheme == "leave one setup out"
+    assert p.expected_error.scheme == "leave one GPU out"  # another GPU of an architecture with rows
+    assert p.expected_error.band.case_class == "another GPU of a published family"

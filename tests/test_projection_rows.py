@@ -100,7 +100,8 @@ def test_summary_counts_only_the_validated_domain():
     def record(error, outside=None, optimizer="adamw"):
         result = {"error_percent": error, "anchor": f"a{error}", "parameters": 2,
                   "copy": {"error_percent": 2 * error, "copied_from": "another row"}}
-        return {"row": str(error), "optimizer": optimizer, "outside_domain": outside, "in_sample": result}
+        return {"row": str(error), "optimizer": optimizer, "outside_domain": outside, "in_sample": result,
+                "model": "m", "gpu": "g", "release": "r", "setup": ["m", "g", error, "p"], "layout": None}
 
     records = [record(1.0), record(-4.0), record(12.0), record(50.0, outside="25.11"), record(2.0, optimizer="muon")]
     s = summary(records, "in_sample")
@@ -172,18 +173,30 @@ def test_leave_one_gpu_out_carries_every_row_from_the_table_of_the_other_gpus():
 
 def test_a_plan_states_the_error_of_its_own_case():
     """Kimi K2 is published on GB300 only: on B200 its efficiency comes from the carried table and the plan prints
-    the leave-one-setup-out figure; at 512 GPUs (a count nobody published) too; the recipe itself at the blog's
-    release is its anchor's own configuration (leave one row out)."""
+    the leave-one-GPU-out figure and band (another GPU of an architecture with rows); at 512 GPUs (a count nobody
+    published for any model and GPU at two counts) the setup figure, marked untested, with the widest band; the
+    recipe itself at the blog's release is its anchor's own configuration (leave one row out)."""
+    from optbench.projection.expected_error import with_band_tflops
+
     _, moved = plan_run("kimi_k2_muon", ["cluster=b200"])
     _, wider = plan_run("kimi_k2_muon", ["parallel.num_gpus=512", "train.gbs=8192"])
     _, own = plan_run("kimi_k2_muon", ["cluster.container=nemo:26.02"])
     _, layout = plan_run("qwen3_30b_a3b_muon", ["parallel.ep=4"])
     assert moved.projection.efficiency.status == "carried: gpu as blackwell, model fitted, release fitted"
-    setup = expected_error("setup", matrix_optimizer="muon")
-    assert moved.projection.expected_error == setup and wider.projection.expected_error == setup
-    assert moved.projection.expected_error.scheme == "leave one setup out"
-    assert own.projection.expected_error == expected_error("row", matrix_optimizer="muon")
-    assert layout.projection.expected_error == expected_error("layout", matrix_optimizer="muon")
+    gpu = expected_error("gpu", matrix_optimizer="muon")
+    assert moved.projection.expected_error == with_band_tflops(gpu, moved.projection.step.tflops_per_gpu)
+    assert moved.projection.expected_error.scheme == "leave one GPU out"
+    untested = "no model and GPU is published at two GPU counts"
+    setup = expected_error("setup", matrix_optimizer="muon", untested=untested)
+    assert wider.projection.expected_error == with_band_tflops(setup, wider.projection.step.tflops_per_gpu)
+    band = wider.projection.expected_error.band
+    assert band.untested == untested and band.case_class == "another GPU count or TP/CP"
+    low, high = band.tflops_per_gpu
+    assert low < wider.projection.step.tflops_per_gpu < high
+    for plan, case in ((own, "row"), (layout, "layout")):
+        assert plan.projection.expected_error == with_band_tflops(expected_error(case, matrix_optimizer="muon"),
+                                                                  plan.projection.step.tflops_per_gpu)
+        assert plan.projection.expected_error.band.untested is None
     # A Muon plan also states what the Muon rows alone score in its scheme (Muon is predicted, never fitted).
     assert own.projection.expected_error.muon_rows.rows >= 1
 

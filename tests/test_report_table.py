@@ -118,7 +118,7 @@ def test_measured_rows_beside_published(measured):
     assert text.splitlines()[2].startswith("Measured here: local engine on cpu; megatron log on gb300 (3 run(s)).")
     assert "% of cpu_fp32_probe 85.0 GFLOP/s" in text
     assert "none published" in text and "not measured" in text
-    assert f"| {muon['git_commit'].partition('+')[0][:12]}+dirty |" in squeezed(text)  # the Runs table keeps the mark
+    assert f"| `{muon['git_commit'].partition('+')[0][:12]}+dirty` |" in squeezed(text)  # the Runs table keeps the mark
 
 
 def test_raw_log_row_compares_like_with_like(measured):

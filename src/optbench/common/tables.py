@@ -52,8 +52,9 @@ def _text(value: object, escape: bool) -> str:
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_MARKDOWN_ACTIVE = re.compile(r"([\\`*_{}\[\]<>()#+!~])")
-"""What markdown or HTML acts on in text (a table's pipe is escaped by the table itself)."""
+_MARKDOWN_ACTIVE = re.compile(r"([\\`\[\]<>])")
+"""What would make text a link, HTML, an autolink or code (a table's pipe is escaped by the table itself); emphasis
+marks are left as they are, so that a reason reads as written (``*.log``)."""
 
 
 def one_line(text: str) -> str:

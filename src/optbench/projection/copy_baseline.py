@@ -14,7 +14,7 @@ from typing import Any
 
 from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.carried import precision_class
-from optbench.projection.interconnect import interconnect_for
+from optbench.projection.interconnect import system_family
 from optbench.projection.row_config import RowRuns, layout_key, release_order
 from optbench.catalog.published import PublishedRow, row_id
 
@@ -24,9 +24,8 @@ def _gpu_distance(a: str, b: str) -> tuple[bool, bool, bool]:
     if a == b:
         return False, False, False
     catalog = gpu_catalog()
-    nets = interconnect_for(a), interconnect_for(b)
-    domain = None in nets or nets[0].nvlink_domain_gpus != nets[1].nvlink_domain_gpus
-    return True, domain, a not in catalog or b not in catalog or catalog[a].arch != catalog[b].arch
+    families = system_family(a), system_family(b)
+    return True, None in families or families[0] != families[1], a not in catalog or b not in catalog or catalog[a].arch != catalog[b].arch
 
 
 def nearest(

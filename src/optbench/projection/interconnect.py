@@ -131,6 +131,15 @@ def interconnect_catalog() -> dict[str, Interconnect]:
     return catalog
 
 
+def system_family(gpu: str) -> str | None:
+    """The system shape a GPU ships in: ``NVL72`` (a rack-scale NVLink domain) or ``8-GPU node`` (HGX/DGX); None for a
+    GPU without interconnect figures. The validation's leave-one-system-family-out scheme holds out one."""
+    spec = interconnect_catalog().get(gpu)
+    if spec is None:
+        return None
+    return f"NVL{spec.nvlink_domain_gpus}" if spec.nvlink_domain_gpus > 8 else f"{spec.nvlink_domain_gpus}-GPU node"
+
+
 def interconnect_for(gpu: str, nvlink_domain_gpus: int | None = None) -> Interconnect | None:
     """The system of ``gpu``; None when it is not in the catalog (``auto``, ``cpu``).
 

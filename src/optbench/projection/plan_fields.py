@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from optbench.config.optimizers import entry
 from optbench.config.schema import MATRIX_FLOPS_LABELS, OPTIMIZER_LABELS
-from optbench.projection.expected_error import expected_error_text
+from optbench.projection.expected_error import band_text, expected_error_text
 from optbench.projection.section import Projection, ProjectionSection, SiblingProjection, Unavailable
 
 SHORT_NAMES = {
@@ -53,6 +53,7 @@ def projection_summary_lines(p: Projection, name: str) -> list[str]:
         f"  projection  step {step.step_time_s:.2f} s: {step.tflops_per_gpu:.1f} model{ns} TFLOP/s/GPU; MFU {_mfu(step.mfu)}",
         f"              GEMM efficiency {eff.value:.3f} of {eff.of_peak} ({eff.status} on {eff.calibrated_on})",
         f"              {expected_error_text(p.expected_error)}",
+        *([f"              {band}"] if (band := band_text(p.expected_error)) else []),
         "  breakdown   "
         + ", ".join(f"{SHORT_NAMES[k]} {_ms_or_s(v)}" for k, v in p.breakdown_s.items() if v > 0),
     ]

@@ -19,7 +19,7 @@ from optbench.common.errors import UserError
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, EAGER_OP_OVERHEAD_MEASURED_ON, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Calibration, Holdout, calibrate
 from optbench.projection.counterparts import Counterparts
-from optbench.projection.expected_error import across_precision, error_case, expected_error
+from optbench.projection.expected_error import across_precision, error_case, expected_error, with_band_tflops
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.row_config import RowRuns, run_layout_key
 from optbench.projection.section import (
@@ -116,10 +116,35 @@ def _error_case(resolved: ResolvedRun, calibration: Calibration) -> str:
     """How far the run is from what calibrated it (:func:`optbench.projection.expected_error.error_case`)."""
     run = resolved.run
     if calibration.is_carried or not calibration.anchor_num_gpus:
-        return error_case(False, dict(calibration.carried).get("model") == "fitted", False, False, False)
+        carried = dict(calibration.carried)
+        return error_case(False, carried.get("model") == "fitted", False, False, False, gpu_term=carried.get("gpu", ""))
     return error_case(True, True, calibration.anchor_num_gpus == run.parallel.num_gpus,
                       calibration.anchor_layout == run_layout_key(resolved), calibration.anchor_container == run.cluster.container,
                       calibration.same_preset)
+
+
+def _untested(resolved: ResolvedRun, case: str) -> str | None:
+    """Why no published row tests what the run changes (its band is then the widest tested one), or None: a TP or CP
+    no published row runs, or another GPU count where no model x GPU was published at two counts."""
+    from optbench.catalog.published import default_published_dir, load_published
+    from optbench.common.checkout import repo_root
+
+    try:
+        rows = load_published(default_published_dir(repo_root() / "results"))
+    except UserError:
+        return None
+    lay = resolved.layout
+    for knob, value in (("TP", lay.tp), ("CP", lay.cp)):
+        seen = {row.layout.get(knob.lower()) for row in rows} - {None}
+        if value not in seen:
+            return f"no published row runs {knob} {value}; each runs {knob} {' or '.join(map(str, sorted(seen)))}"
+    if case == "setup":
+        counts: dict[tuple[str, str], set[int]] = {}
+        for row in rows:
+            counts.setdefault((row.model, row.gpu), set()).add(row.num_gpus)
+        if all(len(c) < 2 for c in counts.values()):
+            return "no model and GPU is published at two GPU counts"
+    return None
 
 
 def project(
@@ -171,10 +196,12 @@ def project(
         optimizer_mean_s=detail["optimizer_mean_s"],
         interconnect=net.as_dict(),
         assumptions=assumptions.as_dict(),
-        expected_error=(across_precision(len(calibration.precision_ratio.pairs) if calibration.precision_ratio else 0)
-                        if calibration.across_precision(inputs.gemm_peak_key)
-                        else expected_error(_error_case(resolved, calibration),
-                                            matrix_optimizer=run.optimizer.name if run.optimizer.matrix_optimizer else None)),
+        expected_error=with_band_tflops(
+            across_precision(len(calibration.precision_ratio.pairs) if calibration.precision_ratio else 0)
+            if calibration.across_precision(inputs.gemm_peak_key)
+            else expected_error(case := _error_case(resolved, calibration), untested=_untested(resolved, case),
+                                matrix_optimizer=run.optimizer.name if run.optimizer.matrix_optimizer else None),
+            step.tflops_per_gpu),
         compared_with_published=_compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
         adamw_twin=twin,
         muon_overhead=overhead,

@@ -74,6 +74,24 @@ class MuonRowsError(JsonRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
+class BandRecord(JsonRecord):
+    """The 80 % band a plan prints (:mod:`optbench.projection.bands`): the class of its case, the scheme whose held-out
+    errors make it, and how often such bands held on held-out groups."""
+
+    case_class: str
+    """The class of the projection, in increasing distance from what calibrated it."""
+    scheme: str
+    error_percent: tuple[float, ...]
+    """The held-out errors (projected / published - 1) bounding the central 80 %: (low, high)."""
+    coverage: Optional[float] = omitted_when_null()
+    """The share of that scheme's held-out rows inside bands made without their group."""
+    untested: Optional[str] = omitted_when_null()
+    """Why no held-out row tests the class (it then takes the widest tested band)."""
+    tflops_per_gpu: tuple[float, ...] = ()
+    """The band of the projected model TFLOP/s per GPU: (low, high)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExpectedError(JsonRecord):
     """The out-of-sample error of the scheme that matches the projection's case
     (:func:`optbench.projection.expected_error.expected_error`): measured (rows, median, shares, scheme, source), the
@@ -91,6 +109,7 @@ class ExpectedError(JsonRecord):
     reason: Optional[str] = omitted_when_null()
     source: Optional[str] = omitted_when_null()
     muon_rows: Optional[MuonRowsError] = omitted_when_null()
+    band: Optional[BandRecord] = omitted_when_null()
 
 
 @dataclass(frozen=True)

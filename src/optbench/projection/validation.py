@@ -9,12 +9,18 @@ anything):
   once): what a user planning a setup nobody published gets. Each model x GPU here has one GPU count, so the
   efficiency comes from the carried table of the other setups.
 * ``leave_one_model_out``: no row of the row's model (a model the user brings).
+* ``leave_one_architecture_out``: no row of a GPU of the row's architecture (Hopper, Blackwell, Blackwell Ultra).
+* ``leave_one_family_out``: no row of a GPU of the row's system family (NVL72 racks, or 8-GPU nodes).
 * ``leave_one_gpu_out``: no row of the row's GPU, any model.
 * ``leave_one_layout_out``: rows of the same model and GPU whose layout differs from the row's (TP, PP, VPP, CP,
   EP, ETP, MBS, GBS); a row without such a sibling is not projected in this scheme.
 * ``leave_one_release_out``: no row of the row's release (a new container).
 * ``leave_one_row_out``: every row but this one (mostly its own setup at another release: NVIDIA's drift).
 * ``in_sample``: every AdamW row.
+
+Each scheme's summary also has its 80 % band's coverage on rows of groups the band never saw, the band's median
+half width, and a bootstrap 90 % interval over setups of its median and within-5 % share
+(:mod:`optbench.projection.bands`).
 
 Beside each scheme, the copy baseline (:mod:`optbench.projection.copy_baseline`) predicts the row with the nearest
 published row the scheme keeps, with no model at all. Muon rows are never fitted. The summary counts the rows of
@@ -32,7 +38,10 @@ from dataclasses import replace
 
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import Holdout, row_id, solve_on
+from optbench.projection.bands import RESAMPLES, bootstrap, error_band, held_out_coverage
 from optbench.projection.carried import fitted_without, setup_of
+from optbench.projection.interconnect import system_family
+from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.copy_baseline import copied
 from optbench.projection.expected_error import SCHEME_LABELS
 from optbench.projection.published_rows import projection_error
@@ -46,9 +55,23 @@ WITHIN = (3.0, 5.0, 10.0)
 """|error| thresholds the summary counts (percent)."""
 
 
+def gpu_group(scheme: str, gpu: str) -> str | None:
+    """The group of GPUs ``scheme`` holds out with ``gpu``: its architecture or its system family (None: another
+    scheme)."""
+    if scheme == "leave_one_architecture_out":
+        spec = gpu_catalog().get(gpu)
+        return spec.arch if spec else gpu
+    if scheme == "leave_one_family_out":
+        return system_family(gpu) or gpu
+    return None
+
+
 def holdout_for(scheme: str, row: PublishedRow, rows: list[PublishedRow], row_runs: RowRuns) -> Holdout:
     """The rows ``scheme`` holds out when it projects ``row`` (one of ``rows``)."""
     own = frozenset({row_id(row)})
+    group = gpu_group(scheme, row.gpu)
+    if group is not None:
+        return Holdout(gpus=frozenset(r.gpu for r in rows if gpu_group(scheme, r.gpu) == group))
     if scheme == "leave_one_layout_out":  # every row of the row's model and GPU at its layout
         layout = layout_key(row, row_runs)
         return Holdout(rows=own | frozenset(
@@ -121,6 +144,8 @@ def validate_rows(
             "published_model_tflops_per_gpu": row.model_tflops_per_gpu,
             "command": None if isinstance(config, str) else config.command,
             "typed_from_row": [] if isinstance(config, str) else list(config.typed),
+            "setup": list(setup_of(row)),
+            "layout": None if layout_key(row, row_runs) is None else list(layout_key(row, row_runs)),
         }
         for scheme in SCHEMES:
             record[scheme] = _projected(scheme, row, rows, str(directory), row_runs)
@@ -134,6 +159,36 @@ def _scores(errors: list[float]) -> dict[str, Any]:
         "rows": len(errors),
         "median_abs_error_percent": round(statistics.median(errors), 2),
         **{f"within_{t:g}_percent": round(sum(e <= t for e in errors) / len(errors), 3) for t in WITHIN},
+    }
+
+
+def held_out_group(scheme: str, record: dict[str, Any]) -> Any:
+    """What ``scheme`` holds out with the record's row: the unit a band is never made from when it is tested on it."""
+    group = gpu_group(scheme, record["gpu"])
+    if group is not None:
+        return group
+    return {
+        "leave_one_setup_out": tuple(record["setup"]),
+        "leave_one_model_out": record["model"],
+        "leave_one_gpu_out": record["gpu"],
+        "leave_one_layout_out": (record["model"], record["gpu"], str(record["layout"])),
+        "leave_one_release_out": record["release"],
+    }.get(scheme, record["row"])
+
+
+def _band_figures(chosen: list[dict[str, Any]], scheme: str) -> dict[str, Any]:
+    """The band of ``scheme`` (from all its rows), its coverage on held-out groups, and the bootstrap over setups."""
+    errors = [r[scheme]["error_percent"] / 100 for r in chosen]
+    setups = [tuple(r["setup"]) for r in chosen]
+    low, high = error_band(errors)
+    return {
+        "band_80_error_percent": [round(100 * low, 2), round(100 * high, 2)],
+        **held_out_coverage(errors, [held_out_group(scheme, r) for r in chosen]),
+        "bootstrap_90": {
+            "unit": "setup", "setups": len(set(setups)), "resamples": RESAMPLES,
+            "median_abs_error_percent": [round(100 * v, 2) for v in bootstrap(errors, setups, statistics.median)],
+            "within_5_percent": [round(v, 3) for v in bootstrap(errors, setups, lambda s: sum(e <= 0.05 for e in s) / len(s))],
+        },
     }
 
 
@@ -156,6 +211,7 @@ def summary(records: list[dict[str, Any]], scheme: str, optimizer: str | None = 
                                   "MXFP8 M0 (2), or the carried table's GPU, model and release terms and M0",
         "distinct_anchors": len({r[scheme]["anchor"] for r in chosen}),
         "copy_baseline": {**_scores(copies), "fitted_parameters": 0} if copies else {"rows": 0},
+        **_band_figures(chosen, scheme),
     }
 
 

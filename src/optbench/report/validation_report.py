@@ -50,10 +50,18 @@ def summary_table(data: dict[str, Any], worst: bool = True, labels: tuple[str, .
             copied = ([f"{copy['median_abs_error_percent']:.1f} %", f"{100 * copy['within_5_percent']:.0f} %",
                        f"{100 * copy['within_10_percent']:.0f} %"] if copy.get("rows") else ["-", "-", "-"])
             named = "; ".join(f"{w['row']} ({w['error_percent']:+.1f} %)" for w in s["worst"])
+            boot = s.get("bootstrap_90") or {}
+            interval = (f"{boot['median_abs_error_percent'][0]:.1f}-{boot['median_abs_error_percent'][1]:.1f} %, "
+                        f"{100 * boot['within_5_percent'][0]:.0f}-{100 * boot['within_5_percent'][1]:.0f} % "
+                        f"({boot['setups']} setups)" if boot else "-")
+            band = (f"{100 * s['band_80_coverage']:.0f} % (+-{s['band_80_median_half_width_percent']:.1f} %)"
+                    if s.get("band_80_coverage") is not None else "-")
             cells.append([f"{SCHEME_LABELS[scheme]} ({label})", s["rows"], s["fitted_parameters"],
                           f"{s['median_abs_error_percent']:.1f} %",
-                          *(f"{100 * s[f'within_{t:g}_percent']:.0f} %" for t in WITHIN), *copied, *([named] if worst else [])])
+                          *(f"{100 * s[f'within_{t:g}_percent']:.0f} %" for t in WITHIN), interval, band, *copied,
+                          *([named] if worst else [])])
     lines = markdown_table(["scheme", "rows", "fitted parameters", "median abs. error", *(f"within {t:g} %" for t in WITHIN),
+                   "bootstrap 90 %: median, within 5 %", "80 % band held on (half width)",
                    "copying the nearest kept row: median", "within 5 %", "within 10 %", *(["worst rows"] if worst else [])],
                   cells)
     return lines
