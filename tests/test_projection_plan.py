@@ -163,3 +163,39 @@ def test_interconnect_rows_cover_the_gpu_catalog_and_agree_with_cluster_presets(
         if cluster["gpu"] in catalog:
             assert cluster["nvlink_domain_size"] == catalog[cluster["gpu"]].nvlink_domain_gpus, name
     assert catalog["gb300"].network_bytes_per_s == 100e9 and catalog["h100"].nvlink_bytes_per_s == 450e9
+
+
+def test_the_projection_composes_nothing_it_is_handed(monkeypatch):
+    """Issue 79 item 4: the planner composes the run and its AdamW twin first and hands them down; projecting them
+    (the band, the twin, the siblings' absence, the what-ifs) calls neither our composition nor Hydra's."""
+    import hydra
+
+    from optbench.compose.recipe import compose_run
+    from optbench.plan.counterparts import compose_twin
+    from optbench.plan.row_runs import COMPOSED_ROWS
+    from optbench.projection.project import project
+    from optbench.resolve import resolve
+    from optbench.validate import validate
+
+    resolved = validate(compose_run("kimi_k2_muon", []))
+    twin = resolve(compose_twin(resolved.run, [])[2], like=resolved)
+
+    class Handed:
+        def recipes(self):
+            return ["kimi_k2_muon", "kimi_k2_adamw"]
+
+        def twin(self, recipe, overrides, like):
+            return twin
+
+        def sibling(self, recipe, overrides, like):
+            raise AssertionError("no sibling was asked for")
+
+    calls = []
+    monkeypatch.setattr(hydra, "compose", lambda *a, **k: calls.append(a) or pytest.fail("hydra.compose was called"))
+    import sys
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "compose_run", None) is compose_run:
+            monkeypatch.setattr(module, "compose_run", lambda *a, **k: pytest.fail("compose_run was called"))
+    projection = project(resolved, counterparts=Handed(), row_runs=COMPOSED_ROWS)
+    assert projection.twin is not None and projection.expected_error.band.tflops_per_gpu and calls == []
