@@ -52,6 +52,9 @@ def _read_every_file() -> None:
     gpu_catalog(), model_registry(), interconnect.interconnect_catalog()
     nccl_all_to_all.measurements(), hybridep_all_to_all.measurements()
     versions.containers(), presets.recipe_departures(), versions.fields(versions.runnable()[0].bridge), presets.load(versions.runnable()[0].bridge)
+    from optbench.releases.release_notes import notes_for
+
+    notes_for("nemo:26.10.01", versions.runnable()[0].name, "kimi_k2", "gb300")
 
 
 def _refusal(name: str) -> str:

@@ -141,6 +141,10 @@ class ClusterConfig(Frozen):
     """NeMo container release (optbench/data/bridge/containers.json): picks the Megatron Bridge and Core field
     names the adapter emits and NVIDIA's preset of that release. The default is the newest container checked
     against its real Megatron Bridge in CI; nemo:26.02 reproduces the blog's runs."""
+    unverified_container: bool = setting(False, Flag(), readers=BRIDGE)
+    """Accept a cluster.container newer than the newest checked one: the plan is built on the newest checked
+    release's facts, says so, prints what NVIDIA's public notes say changed (optbench/data/release_notes.csv) and
+    takes the widest projection band (docs/containers.md)."""
     container_image: Optional[str] = setting(
         None,
         Text(512, r"\S+", "an image reference without spaces", min_len=1),

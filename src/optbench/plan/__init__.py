@@ -248,6 +248,7 @@ def format_summary(plan: Plan) -> str:
         if recipe.hf_config:
             lines.append(f"  hub config  {recipe.hf_config} config.json, from the hub or a cache mounted at HF_HOME "
                          "(docs/cluster.md)")
+        lines += unverified_lines(bridge.unverified)
     lines += format_launch_lines(plan)
     return "\n".join(lines)
 
@@ -281,6 +282,20 @@ def intent_line(bridge: BridgeSetup, optimizer: str = "muon") -> str:
     if respelled:
         line += f" ({', '.join(respelled)}: NVIDIA's dist_muon as Megatron Core >= 0.18 spells it)"
     return line
+
+
+def unverified_lines(unverified: dict | None) -> list[str]:
+    """An unchecked container's lines: what the plan assumes, and each public note that applies, with its source."""
+    if not unverified:
+        return []
+    lines = [f"  release     {unverified['container']} is a release we did not check: planned on "
+             f"{unverified['assumed_from']}'s facts (Megatron Bridge {unverified['bridge']}, Megatron Core "
+             f"{unverified['core']}); the job compares them with the container's own (docs/containers.md)"]
+    notes = unverified["notes"] or [{"container": unverified["container"], "topic": "notes",
+                                     "change": "none of optbench/data/release_notes.csv applies to this model and GPU",
+                                     "source": "optbench/data/release_notes.csv"}]
+    lines += [f"              {n['container']} {n['topic']}: {n['change']} ({n['source']})" for n in notes]
+    return lines
 
 
 def format_launch_lines(plan: Plan) -> list[str]:

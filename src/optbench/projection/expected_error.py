@@ -74,6 +74,8 @@ errors make its band (the widest where there are two). A run that changes what n
 CP none runs, another GPU count where none was published at two) keeps its class, marked untested, and takes the
 widest band any scheme measured; so does a run whose efficiency crosses precision (:data:`UNTESTED_CLASS`)."""
 UNTESTED_CLASS = "settings NVIDIA never ran"
+UNVERIFIED_CLASS = "software NVIDIA ran that we did not check"
+"""The class of a run of a container newer than the newest checked one (cluster.unverified_container=true)."""
 
 
 def _width(band: list[float]) -> float:

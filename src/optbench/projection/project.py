@@ -19,7 +19,10 @@ from optbench.common.errors import UserError
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, EAGER_OP_OVERHEAD_MEASURED_ON, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Calibration, Holdout, calibrate
 from optbench.projection.counterparts import Counterparts
-from optbench.projection.expected_error import across_precision, error_case, expected_error, with_band_tflops
+from optbench.projection.expected_error import (
+    UNVERIFIED_CLASS, across_precision, error_case, expected_error, with_band_tflops,
+)
+from optbench.releases.versions import container_of
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.row_config import RowRuns, run_layout_key
 from optbench.projection.section import (
@@ -123,6 +126,20 @@ def _error_case(resolved: ResolvedRun, calibration: Calibration) -> str:
                       calibration.same_preset)
 
 
+def _unverified(resolved: ResolvedRun) -> str | None:
+    """Why a run of a container newer than the newest checked one is untested (None for a checked container)."""
+    container = container_of(resolved.run)
+    return (f"{container.name} is a release we did not check, planned on {container.assumed_from}'s facts"
+            if container.assumed_from else None)
+
+
+def unverified_release(resolved: ResolvedRun, expected):
+    """The expected error of a run of an unchecked container: its band in the class of software we did not check."""
+    if expected is None or expected.band is None or not _unverified(resolved):
+        return expected
+    return replace(expected, band=replace(expected.band, case_class=UNVERIFIED_CLASS))
+
+
 def _untested(resolved: ResolvedRun, case: str) -> str | None:
     """Why no published row tests what the run changes (its band is then the widest tested one), or None: a TP or CP
     no published row runs, or another GPU count where no model x GPU was published at two counts."""
@@ -199,8 +216,9 @@ def project(
         expected_error=with_band_tflops(
             across_precision(len(calibration.precision_ratio.pairs) if calibration.precision_ratio else 0)
             if calibration.across_precision(inputs.gemm_peak_key)
-            else expected_error(case := _error_case(resolved, calibration), untested=_untested(resolved, case),
-                                matrix_optimizer=run.optimizer.name if run.optimizer.matrix_optimizer else None),
+            else unverified_release(resolved, expected_error(
+                case := _error_case(resolved, calibration), untested=_unverified(resolved) or _untested(resolved, case),
+                matrix_optimizer=run.optimizer.name if run.optimizer.matrix_optimizer else None)),
             step.tflops_per_gpu),
         compared_with_published=_compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
         adamw_twin=twin,

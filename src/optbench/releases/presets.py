@@ -162,7 +162,7 @@ def provenance(release: str = RELEASE) -> dict[str, Any]:
 
 def release_of(run: RunConfig) -> str:
     """The Bridge release whose presets apply to the run's container (26.02 and 26.02.01: the executed 0.3.1 ones)."""
-    return release_of_container(versions.container_of(run).name)
+    return versions.container_of(run).bridge
 
 
 def release_of_container(name: str) -> str:

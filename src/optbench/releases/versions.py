@@ -14,6 +14,7 @@ version lacks is a one-line error naming the containers that have it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -40,6 +41,9 @@ class Container:
     """Megatron Core as Bridge's software-versions page lists it for the container (None: not listed)."""
     runnable: bool
     """False for containers older than our adapter (kept for their published rows)."""
+    assumed_from: Optional[str] = None
+    """For a container newer than the newest checked one (cluster.unverified_container=true): the checked container
+    whose Bridge, Core and presets the plan assumes."""
 
     @property
     def core_minor(self) -> tuple[int, int]:
@@ -50,6 +54,9 @@ class Container:
         return release_line(self.bridge)
 
     def label(self) -> str:
+        if self.assumed_from:
+            return (f"{self.name} (unverified: planned on {self.assumed_from}'s Megatron Bridge {self.bridge}, "
+                    f"Megatron Core {self.core})")
         return f"{self.name} (Megatron Bridge {self.bridge}, Megatron Core {self.core})"
 
 
@@ -76,10 +83,30 @@ def core_main() -> dict[str, Any]:
     return _data()["core_main"]
 
 
+def release_key(name: str) -> tuple[int, ...] | None:
+    """``nemo:26.10.01`` -> (26, 10, 1); None for a name of another form."""
+    match = re.fullmatch(r"nemo:(\d\d)\.(\d\d)(?:\.(\d\d))?", name)
+    return None if match is None else tuple(int(part or 0) for part in match.groups())
+
+
 def container_of(run: RunConfig) -> Container:
-    """The run's container (cluster.container); an unknown or too old one is a one-line error."""
+    """The run's container (cluster.container); an unknown or too old one is a one-line error. A release newer than
+    the newest checked one is planned on that one's facts only with cluster.unverified_container=true."""
     name = run.cluster.container
     found = containers().get(name)
+    newest = runnable()[0]
+    newer = found is None and (release_key(name) or ()) > (release_key(newest.name) or ())
+    if run.cluster.unverified_container:
+        if not newer:
+            what = "a release we checked" if found else "not newer than the newest release we checked"
+            raise UserError(Problem("cluster.unverified_container",
+                                    f"{name} is {what} ({newest.name}); drop cluster.unverified_container"))
+        return Container(name, newest.bridge, newest.core, None, True, assumed_from=newest.name)
+    if newer:
+        raise UserError(Problem("cluster.container", f"'{name}' is newer than the newest release we checked "
+                                                     f"({newest.name}); to plan it on {newest.name}'s facts add "
+                                                     "cluster.unverified_container=true (the job checks them in the "
+                                                     "container; docs/containers.md)"))
     if found is None or not found.runnable:
         names = ", ".join(c.name for c in runnable())
         why = "predates Megatron Bridge 0.3 (kept for its published rows only)" if found else "is not a NeMo container we know"

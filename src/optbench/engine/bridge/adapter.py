@@ -17,6 +17,7 @@ Pure Python: nothing here imports Bridge, Megatron Core or torch.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -57,6 +58,9 @@ class BridgeSetup:
     """reproduce or train (:mod:`optbench.releases.presets`)."""
     preset: Optional[dict[str, Any]] = None
     """Which NVIDIA preset the overrides start from, and where the run departs from it (None: no preset)."""
+    unverified: Optional[dict[str, Any]] = None
+    """For a container newer than the newest checked one: the container, the checked one whose facts the plan
+    assumes (its Bridge and Core), and the public notes that apply to this run (None: a checked container)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The ``bridge`` section of plan.json."""
@@ -72,6 +76,7 @@ class BridgeSetup:
             "mixed_precision_preset": self.mixed_precision,
             "sections_created_if_missing": list(SECTIONS_CREATED_IF_MISSING),
             "overrides": list(self.overrides),
+            **({"unverified": self.unverified} if self.unverified else {}),
         }
 
 
@@ -85,6 +90,7 @@ class BridgeSetup:
             overrides=tuple(section["overrides"]),
             intent=section["intent"],
             preset=section["preset"],
+            unverified=section.get("unverified"),
         )
 
 
@@ -286,4 +292,17 @@ def bridge_setup(run: RunConfig) -> BridgeSetup:
         overrides=tuple(format_override(key, value) for key, value in items),
         intent=run.intent,
         preset=preset_summary(run, preset, ours, items),
+        unverified=unverified_section(run),
     )
+
+
+def unverified_section(run: RunConfig) -> Optional[dict[str, Any]]:
+    """What a plan of an unchecked container assumes, and what the public notes say changed for this run."""
+    from optbench.releases.release_notes import notes_for
+
+    container = versions.container_of(run)
+    if not container.assumed_from:
+        return None
+    notes = notes_for(container.name, container.assumed_from, run.model.name, run.cluster.gpu)
+    return {"container": container.name, "assumed_from": container.assumed_from, "bridge": container.bridge,
+            "core": container.core, "notes": [dataclasses.asdict(note) for note in notes]}
