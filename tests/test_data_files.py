@@ -55,6 +55,10 @@ def _read_every_file() -> None:
     from optbench.releases.release_notes import notes_for
 
     notes_for("nemo:26.10.01", versions.runnable()[0].name, "kimi_k2", "gb300")
+    from optbench.compose.recipe import compose_run
+    from optbench.releases.known_issues import issues_for
+
+    issues_for(compose_run("qwen3_30b_a3b_adamw", ["cluster=b200", "cluster.container=nemo:26.04.01"]))
 
 
 def _refusal(name: str) -> str:

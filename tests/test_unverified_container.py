@@ -63,3 +63,20 @@ def test_the_job_names_the_bridge_it_found_instead_of_refusing_it(capsys):
     assert capsys.readouterr().out.startswith(f"note: unverified container {NEWER}: it has Megatron Bridge 0.7.1")
     with pytest.raises(UserError, match="the plan was made for nemo:26.08"):  # a checked container still must match
         check_release(compose_run("kimi_k2_muon", ["cluster.container=nemo:26.08"]), "0.7.1")
+
+
+def test_known_issues_apply_where_their_row_says_and_only_there():
+    """Issue 80 item 3: a Muon run resuming on an unverified container is warned of Megatron-LM PR #6920 with its
+    source; not without resume, not on a checked container (whose Core lacks the code it fixes); Bridge #4439 only
+    for Qwen3-30B-A3B on B200 MXFP8 in the container it was reported on."""
+    from optbench.releases.known_issues import issues_for
+
+    unverified = [f"cluster.container={NEWER}", "cluster.unverified_container=true"]
+    [issue] = issues_for(compose_run("kimi_k2_muon", [*unverified, "resume=true", "intent=train"]))
+    assert issue.id == "megatron-lm#6920" and issue.source == "https://github.com/NVIDIA/Megatron-LM/pull/6920"
+    assert issues_for(compose_run("kimi_k2_muon", unverified)) == []
+    assert issues_for(compose_run("kimi_k2_muon", ["resume=true", "intent=train"])) == []
+    assert issues_for(compose_run("kimi_k2_adamw", [*unverified, "resume=true"])) == []
+    b200 = ["cluster=b200", "cluster.container=nemo:26.04.01"]
+    assert [i.id for i in issues_for(compose_run("qwen3_30b_a3b_adamw", b200))] == ["megatron-bridge#4439"]
+    assert issues_for(compose_run("qwen3_30b_a3b_adamw", ["cluster=b200"])) == []

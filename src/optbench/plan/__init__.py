@@ -249,6 +249,8 @@ def format_summary(plan: Plan) -> str:
             lines.append(f"  hub config  {recipe.hf_config} config.json, from the hub or a cache mounted at HF_HOME "
                          "(docs/cluster.md)")
         lines += unverified_lines(bridge.unverified)
+        lines += [f"  known issue {issue['id']}: {issue['effect']} ({issue['source']}; {issue['evidence']})"
+                  for issue in bridge.known_issues]
     lines += format_launch_lines(plan)
     return "\n".join(lines)
 

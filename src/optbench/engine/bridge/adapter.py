@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from optbench.releases import presets, versions
+from optbench.releases.known_issues import issues_for
 from optbench.releases.hydra_values import format_override
 from optbench.engine.bridge.sections import Item, our_items, switched_off
 from optbench.config.schema import RunConfig
@@ -61,6 +62,8 @@ class BridgeSetup:
     unverified: Optional[dict[str, Any]] = None
     """For a container newer than the newest checked one: the container, the checked one whose facts the plan
     assumes (its Bridge and Core), and the public notes that apply to this run (None: a checked container)."""
+    known_issues: tuple[dict[str, Any], ...] = ()
+    """Upstream issues that apply to this run (:mod:`optbench.releases.known_issues`)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The ``bridge`` section of plan.json."""
@@ -77,6 +80,7 @@ class BridgeSetup:
             "sections_created_if_missing": list(SECTIONS_CREATED_IF_MISSING),
             "overrides": list(self.overrides),
             **({"unverified": self.unverified} if self.unverified else {}),
+            **({"known_issues": list(self.known_issues)} if self.known_issues else {}),
         }
 
 
@@ -91,6 +95,7 @@ class BridgeSetup:
             intent=section["intent"],
             preset=section["preset"],
             unverified=section.get("unverified"),
+            known_issues=tuple(section.get("known_issues") or ()),
         )
 
 
@@ -293,6 +298,7 @@ def bridge_setup(run: RunConfig) -> BridgeSetup:
         intent=run.intent,
         preset=preset_summary(run, preset, ours, items),
         unverified=unverified_section(run),
+        known_issues=tuple(dataclasses.asdict(issue) for issue in issues_for(run)),
     )
 
 
