@@ -261,7 +261,7 @@ def test_the_table_puts_each_plans_matrix_optimizers_side_by_side(results_dir):
     from optbench.validate import validate
 
     _published(results_dir)
-    assert "No plan yet" in write_throughput(results_dir).markdown.read_text()
+    assert "No plan with COMPARE= yet" in write_throughput(results_dir).markdown.read_text()
     typed = [f"results_dir={results_dir}"]
     plan = build_plan(validate(compose_run("qwen3_30b_a3b_muon", typed)), [], compare=("adaptive_muon", "soap"))
     (results_dir / "plans" / "qwen3_30b_a3b_muon").mkdir(parents=True)

@@ -36,8 +36,11 @@ def cmd_table(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     out = write_throughput(args.results_dir, warmup, args.logs, say=lambda line: print(line, flush=True))
     measured = len(out.table.runs)
-    for folder, reason in out.skipped:
-        print(f"skipped {folder}: {' '.join(reason.split())}")
+    from optbench.report.table_format import skipped_groups
+
+    for folders, reason in skipped_groups(out.skipped):  # a study's 66 runs keep curves, no step records: one line
+        shown = folders[0] if len(folders) == 1 else f"{len(folders)} folders, {folders[0]} to {folders[-1]}"
+        print(f"skipped {shown}: {' '.join(reason.split())}")
     print(f"wrote {out.markdown} and {out.csv} ({len(out.table.rows)} rows, {measured} measured run(s)) "
           f"and {len(out.plots)} plot(s) in {time.perf_counter() - started:.1f} s")
     return 0

@@ -219,7 +219,8 @@ def _planned_section(rows: Sequence[PlannedRow]) -> list[str]:
            "projections of our step model, not measurements (docs/projection.md: `projection.optimizers`). One row per "
            "plan in results/plans/; NVIDIA publishes a figure for Muon only.", ""]
     if not rows:
-        return [*out, "No plan yet: `make plan RECIPE=qwen3_30b_a3b_muon` (or any matrix-optimizer recipe) adds one."]
+        return [*out, "No plan with COMPARE= yet: `make plan RECIPE=qwen3_30b_a3b_muon COMPARE=soap,adaptive_muon` (or any "
+                      "matrix-optimizer recipe with COMPARE=) adds one; a plan without COMPARE= adds no row."]
     header = ["plan", "container", "GPUs", "AdamW twin TFLOP/s/GPU", *(OPTIMIZER_LABELS[n] for n in MATRIX_OPTIMIZERS)]
     cells = [[code(r.command), escaped(r.container), r.gpus, f"{r.adamw_tflops:.1f}", *r.cells.values()] for r in rows]
     return [*out, *markdown_table(header, cells)]
@@ -351,15 +352,18 @@ SKIPPED_LISTED = 3
 are counted on one line that names the first and the last."""
 
 
-def _skipped_lines(skipped: Sequence[tuple[str, str]]) -> list[str]:
-    """The skipped folders, one line each, or one line for each reason more than :data:`SKIPPED_LISTED` share."""
+def skipped_groups(skipped: Sequence[tuple[str, str]]) -> list[tuple[list[str], str]]:
+    """The skipped folders by reason: (folders, reason), a reason's folders listed alone when few share it."""
     by_reason: dict[str, list[str]] = {}
     for path, reason in skipped:
         by_reason.setdefault(reason, []).append(path)
-    lines = []
+    groups: list[tuple[list[str], str]] = []
     for reason, paths in by_reason.items():
-        if len(paths) > SKIPPED_LISTED:
-            lines.append(f"- {len(paths)} folders, {code(paths[0])} to {code(paths[-1])}: {escaped(reason)}")
-        else:
-            lines += [f"- {code(path)}: {escaped(reason)}" for path in paths]
-    return lines
+        groups += [(paths, reason)] if len(paths) > SKIPPED_LISTED else [([path], reason) for path in paths]
+    return groups
+
+
+def _skipped_lines(skipped: Sequence[tuple[str, str]]) -> list[str]:
+    """The skipped folders, one line each, or one line for each reason more than :data:`SKIPPED_LISTED` share."""
+    return [f"- {len(paths)} folders, {code(paths[0])} to {code(paths[-1])}: {escaped(reason)}" if len(paths) > 1
+            else f"- {code(paths[0])}: {escaped(reason)}" for paths, reason in skipped_groups(skipped)]
