@@ -229,3 +229,47 @@ def test_expert_slices_hold_exactly_what_dealing_the_inventory_expert_by_expert_
     for r, held in enumerate(placement.ranks):
         assert len(held.experts) == p.ep
         assert [list(held.experts[k]) for k in range(p.ep)] == expected[r]
+
+
+def test_cubic5_counts_two_products_per_step_two_thirds_of_quintic_for_a_square_matrix():
+    """Issue 80 item 4: Emerging-Optimizers 0.4.0's cubic5 has c = 0 at every step and skips A A."""
+    from optbench.accounting.ns_flops import ns_flops, ns_gram_iteration_flops
+
+    n = 4096
+    assert ns_flops(n, n, 5, cubic=True) == pytest.approx(ns_flops(n, n, 5) * 2 / 3)
+    assert ns_gram_iteration_flops(1024, 7168, cubic=True) == 4 * 1024**2 * 7168
+    assert ns_gram_iteration_flops(1024, 7168, syrk=True, cubic=True) == 3 * 1024**2 * 7168
+
+
+def test_a_cubic5_run_is_planned_with_its_count_and_refused_where_no_container_ships_it():
+    from optbench.accounting.ns_flops import ns_flops_per_step_per_gpu
+    from optbench.common.errors import UserError
+    from optbench.compose.recipe import compose_run
+    from optbench.validate import validate
+
+    quintic = ns_flops_per_step_per_gpu(compose_run("kimi_k2_tiny_muon", []))["mean"]
+    cubic = ns_flops_per_step_per_gpu(compose_run("kimi_k2_tiny_muon", ["optimizer.muon.coefficients=cubic5"]))["mean"]
+    assert cubic < quintic * 0.8  # the proxy's matrices are not square: between 1/2 and 2/3 of quintic's
+    with pytest.raises(UserError, match="cubic5 arrives with Emerging-Optimizers 0.4.0"):
+        validate(compose_run("kimi_k2_muon", ["optimizer.muon.coefficients=cubic5"]))
+    with pytest.raises(UserError, match="must be 5 with the cubic5 coefficients"):
+        validate(compose_run("kimi_k2_tiny_muon", ["optimizer.muon.coefficients=cubic5", "optimizer.muon.ns_steps=10"]))
+
+
+def test_the_local_cubic5_step_is_emerging_optimizers_0_4_0s():
+    """X' = a X + b (X X^T) X with 0.4.0's five tuples (muon_utils.py), after the same Frobenius normalisation; the
+    singular values end in the relaxed band the schedule targets."""
+    import torch
+
+    from optbench.optim.newton_schulz import COEFFICIENT_SETS, newton_schulz
+
+    torch.manual_seed(0)
+    x = torch.randn(48, 96)
+    X = x / x.norm().clamp_min(1e-7)
+    for a, b, c in COEFFICIENT_SETS["cubic5"]:
+        assert c == 0.0
+        X = a * X + b * (X @ X.mT) @ X
+    ours = newton_schulz(x, 5, "cubic5")
+    assert torch.allclose(ours, X, atol=1e-5)
+    singular = torch.linalg.svdvals(ours)
+    assert singular.min() > 0.5 and singular.max() < 1.5

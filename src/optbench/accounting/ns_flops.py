@@ -6,6 +6,9 @@ Newton-Schulz iteration computes A = X X^T (s x l times l x s: 2*s^2*l FLOPs), B
 
     flops_per_iteration = 4 * s^2 * l + 2 * s^3.
 
+Emerging-Optimizers 0.4.0's ``cubic5`` has c = 0 at every step and skips A A (X' = a*X + b*A X): 4 * s^2 * l, two
+thirds of the quintic count for a square matrix (SYRK: 3 * s^2 * l).
+
 X X^T and A A are symmetric: a SYRK-style kernel computes one triangle, ideally halving them:
 
     flops_per_iteration_syrk = 3 * s^2 * l + s^3.
@@ -60,22 +63,25 @@ from optbench.config.schema import MUON_TP_MODES, ModelConfig, RunConfig
 from optbench.accounting.assignment import pingpong_owners
 
 
-def ns_gram_iteration_flops(gram: int, contraction: int, syrk: bool = False) -> float:
-    """One Newton-Schulz iteration with X of shape gram x contraction (orientation given, not chosen)."""
+def ns_gram_iteration_flops(gram: int, contraction: int, syrk: bool = False, cubic: bool = False) -> float:
+    """One Newton-Schulz iteration with X of shape gram x contraction (orientation given, not chosen). ``cubic``: the
+    c = 0 step of Emerging-Optimizers 0.4.0's cubic5 (X' = a X + b A X: no A A product, 4 r^2 c; SYRK 3 r^2 c)."""
     r, c = float(gram), float(contraction)
+    if cubic:
+        return (3.0 if syrk else 4.0) * r * r * c
     if syrk:
         return 3.0 * r * r * c + r**3
     return 4.0 * r * r * c + 2.0 * r**3
 
 
-def ns_iteration_flops(rows: int, cols: int, syrk: bool = False) -> float:
+def ns_iteration_flops(rows: int, cols: int, syrk: bool = False, cubic: bool = False) -> float:
     """FLOPs of one Newton-Schulz iteration on a rows x cols matrix."""
-    return ns_gram_iteration_flops(min(rows, cols), max(rows, cols), syrk)
+    return ns_gram_iteration_flops(min(rows, cols), max(rows, cols), syrk, cubic)
 
 
-def ns_flops(rows: int, cols: int, steps: int, syrk: bool = False) -> float:
+def ns_flops(rows: int, cols: int, steps: int, syrk: bool = False, cubic: bool = False) -> float:
     """FLOPs of a full orthogonalization (``steps`` iterations) of a rows x cols matrix."""
-    return steps * ns_iteration_flops(rows, cols, syrk)
+    return steps * ns_iteration_flops(rows, cols, syrk, cubic)
 
 
 def orthogonalized_matrices(spec: ParamSpec, model: ModelConfig, split_qkv: bool = True) -> list[tuple[int, int]]:
@@ -115,7 +121,8 @@ def megatron_partition_dim(spec: ParamSpec, ep: int, etp: int) -> int | None:
 
 @lru_cache(maxsize=4096)
 def rank_matrix_ns_work(
-    local_shape: tuple[int, int], partition_dim: int | None, group_size: int, tp_mode: str, steps: int, syrk: bool
+    local_shape: tuple[int, int], partition_dim: int | None, group_size: int, tp_mode: str, steps: int, syrk: bool,
+    cubic: bool = False,
 ) -> tuple[int, float]:
     """(Gram size, Newton-Schulz FLOPs) of one rank's orthogonalization of a matrix whose local shard is
     ``local_shape``: the Gram matrix ``X X^T`` is what the iteration's GEMMs produce, and its size is what makes
@@ -124,12 +131,12 @@ def rank_matrix_ns_work(
         raise ValueError(f"unknown tp_mode {tp_mode!r}; choose one of {list(MUON_TP_MODES)}")
     rows, cols = local_shape
     if tp_mode == "blockwise" or partition_dim is None:
-        return min(rows, cols), ns_flops(rows, cols, steps, syrk)
+        return min(rows, cols), ns_flops(rows, cols, steps, syrk, cubic)
     if tp_mode == "duplicated":
         gathered = (rows * group_size, cols) if partition_dim == 0 else (rows, cols * group_size)
-        return min(gathered), ns_flops(*gathered, steps, syrk)
+        return min(gathered), ns_flops(*gathered, steps, syrk, cubic)
     gram, contraction = (cols, rows) if partition_dim == 0 else (rows, cols)
-    return gram, steps * ns_gram_iteration_flops(gram, contraction, syrk)
+    return gram, steps * ns_gram_iteration_flops(gram, contraction, syrk, cubic)
 
 
 def local_param_ns_flops(
@@ -163,7 +170,8 @@ def local_param_ns_calls(
         blocks = [(q_rows, cols), (groups * kv, cols), (groups * kv, cols)]
     else:
         blocks = [(rows, cols)]
-    return tuple(rank_matrix_ns_work(b, dim, group, tp_mode, muon.ns_steps, syrk) for b in blocks)
+    cubic = muon.coefficients == "cubic5"
+    return tuple(rank_matrix_ns_work(b, dim, group, tp_mode, muon.ns_steps, syrk, cubic) for b in blocks)
 
 
 class OwnedItem(NamedTuple):

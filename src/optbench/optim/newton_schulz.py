@@ -40,7 +40,18 @@ COEFFICIENT_SETS: dict[str, tuple[tuple[float, float, float], ...]] = {
         (2.8769, -3.1427, 1.2046),
         (2.8366, -3.0525, 1.2012),
     ),
+    # Emerging-Optimizers 0.4.0 (muon_utils.py, "cubic5": arXiv:2606.00371): a fixed five-step cubic schedule;
+    # c = 0 selects the cubic step, X' = a X + b (X X^T) X, two products instead of three.
+    "cubic5": (
+        (3.3656576, -3.3420992, 0.0),
+        (2.5744352, -1.4957376, 0.0),
+        (2.5368962, -1.4312570, 0.0),
+        (2.4418906, -1.2764040, 0.0),
+        (2.2230472, -0.9630650, 0.0),
+    ),
 }
+FIXED_SCHEDULES = ("cubic5",)
+"""Coefficient types whose steps are exactly their tuples (Emerging-Optimizers 0.4.0 refuses any other count)."""
 MATMUL_PRECISIONS = ("medium", "high", "highest")
 SCALE_MODES = ("spectral", "shape_scaling", "unit_rms_norm")
 NORM_EPS = 1e-7
@@ -58,6 +69,8 @@ def coefficient_schedule(coefficients: str, steps: int) -> tuple[tuple[float, fl
     if coefficients not in COEFFICIENT_SETS:
         raise ValueError(f"unknown Newton-Schulz coefficients {coefficients!r}; choose one of {sorted(COEFFICIENT_SETS)}")
     sets = COEFFICIENT_SETS[coefficients]
+    if coefficients in FIXED_SCHEDULES and steps != len(sets):
+        raise ValueError(f"ns_steps={steps}: {coefficients!r} is a fixed {len(sets)}-step schedule")
     if steps % len(sets):
         raise ValueError(
             f"ns_steps={steps} must be a multiple of {len(sets)} with the {coefficients!r} coefficients "
@@ -231,6 +244,8 @@ def _step(X: torch.Tensor, a: float, b: float, c: float, tp_group, syrk: bool) -
     A = symmetric_product(X) if syrk else X @ X.mT
     if tp_group is not None:
         _all_reduce_sum(A, tp_group)
+    if c == 0.0:  # the cubic step (Emerging-Optimizers 0.4.0): no A A product
+        return _addmm(X, A, X, beta=a, alpha=b)
     if syrk:
         # A A is symmetric too: compute one triangle of it, then B = b*A + c*A A.
         B = symmetric_product(A).mul_(c).add_(A, alpha=b)

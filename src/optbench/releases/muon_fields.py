@@ -83,6 +83,13 @@ def muon_problems(run: RunConfig) -> Iterable[Problem]:
                 "coefficients=quintic"),
             ("cluster.container",),
         )
+    if muon.coefficients == "cubic5" and versions.emerging_optimizers_line(container) < (0, 4):
+        yield Problem(
+            "optimizer.muon.coefficients",
+            f"cubic5 arrives with Emerging-Optimizers 0.4.0; {container.label()} ships "
+            f"{versions.emerging_optimizers(container)} (no container we checked ships 0.4); use quintic, or "
+            "engine=local, whose Muon runs it", ("cluster.container",),
+        )
     if muon.overlap_param_gather:
         if not muon.layer_wise:
             yield Problem("optimizer.muon.overlap_param_gather", "overlaps the layer-wise optimizer's all-gather; "

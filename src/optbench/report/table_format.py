@@ -219,8 +219,8 @@ def _planned_section(rows: Sequence[PlannedRow]) -> list[str]:
            "projections of our step model, not measurements (docs/projection.md: `projection.optimizers`). One row per "
            "plan in results/plans/; NVIDIA publishes a figure for Muon only.", ""]
     if not rows:
-        return [*out, "No plan with COMPARE= yet: `make plan RECIPE=qwen3_30b_a3b_muon COMPARE=soap,adaptive_muon` (or any "
-                      "matrix-optimizer recipe with COMPARE=) adds one; a plan without COMPARE= adds no row."]
+        return [*out, f"No plan with COMPARE= yet: `make plan RECIPE=qwen3_30b_a3b_muon COMPARE={','.join(MATRIX_OPTIMIZERS[-2:])}`"
+                      " (or any matrix-optimizer recipe with COMPARE=) adds one; a plan without COMPARE= adds no row."]
     header = ["plan", "container", "GPUs", "AdamW twin TFLOP/s/GPU", *(OPTIMIZER_LABELS[n] for n in MATRIX_OPTIMIZERS)]
     cells = [[code(r.command), escaped(r.container), r.gpus, f"{r.adamw_tflops:.1f}", *r.cells.values()] for r in rows]
     return [*out, *markdown_table(header, cells)]

@@ -12,7 +12,9 @@ from optbench.config.field_spec import BRIDGE, PROBABILITY, setting
 from optbench.config.frozen import Frozen
 from optbench.config.optimizers.entry import FP32, OptimizerEntry, StudyArm
 
-MUON_COEFFICIENTS = ("quintic", "simple")
+MUON_COEFFICIENTS = ("quintic", "simple", "cubic5")
+"""Emerging-Optimizers' coefficient types we run: quintic (Megatron's default), simple, and 0.4.0's cubic5 (five fixed
+cubic steps, c = 0: two products per step instead of three)."""
 MUON_SCALE_MODES = ("spectral", "shape_scaling", "unit_rms_norm")
 MUON_MATMUL_PRECISIONS = ("auto", "medium", "high", "highest")
 MUON_TP_MODES = ("blockwise", "duplicated", "distributed")
