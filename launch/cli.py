@@ -52,8 +52,12 @@ def wants_debug(overrides: Sequence[str]) -> bool:
 
 
 def cmd_recipes(_: argparse.Namespace) -> int:
-    for name in list_recipes():
-        print(name)
+    from optbench.compose.recipe import recipe_description
+
+    names = list_recipes()
+    width = max(map(len, names), default=0)
+    for name in names:
+        print(f"{name:<{width}}  {recipe_description(name) or '-'}".rstrip())
     return 0
 
 

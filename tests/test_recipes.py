@@ -228,3 +228,16 @@ def test_a_typed_run_is_never_changed_in_place() -> None:
             setattr(section, name, getattr(section, name))
     changed = dataclasses.replace(run, parallel=dataclasses.replace(run.parallel, tp=2))
     assert (changed.parallel.tp, run.parallel.tp) == (2, compose_run("kimi_k2_muon").parallel.tp)
+
+
+def test_make_recipes_gives_each_recipe_its_description(capsys):
+    """Issue 81 item 9: the list printed bare names; each line now carries the recipe's own description line."""
+    from launch.cli import main
+    from optbench.compose.recipe import list_recipes
+
+    assert main(["recipes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list_recipes()
+    mine = next(line for line in lines if line.startswith("kimi_k2_muon "))
+    assert mine.split(None, 1)[1] == "Kimi K2 + Muon (layer-wise), 256 GB300, MXFP8 - NVIDIA blog Table 1 / Bridge perf preset"
+    assert all(len(line.split(None, 1)) == 2 for line in lines)  # every committed recipe has a description

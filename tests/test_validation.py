@@ -188,3 +188,16 @@ def test_muon_without_its_layer_wise_optimizer_keeps_mxfp8_parameters_with_the_r
     """What the FP8 parameter rules suggest is accepted (26.08's real Bridge took it: docs/cluster.md)."""
     assert problems_for("qwen3_30b_a3b_muon", ["optimizer.muon.layer_wise=false", "precision.fp8_param_gather=true",
                                                "precision.reuse_grad_buf_for_mxfp8_param_ag=true"]) == []
+
+
+def test_problems_of_one_field_share_its_line_so_the_fix_is_shown_without_debug():
+    """Issue 81 item 8: 'and 1 more problem (parallel.ep)' hid the problem that carried the fix (the valid ep values)."""
+    from optbench.common.errors import Problem, UserError
+
+    err = UserError([Problem("parallel.ep", "384 experts are not divisible by ep=7"),
+                     Problem("optimizer.lr", "must be finite"),
+                     Problem("parallel.ep", "ep*etp = 7*1 must divide 64; valid ep here: 1, 2, 4, 8, 16, 32, 64")])
+    line, more = err.report()
+    assert line == ("error: parallel.ep: 384 experts are not divisible by ep=7; also ep*etp = 7*1 must divide 64; valid "
+                    "ep here: 1, 2, 4, 8, 16, 32, 64")
+    assert more == "  and 1 more problem (optimizer.lr); debug=true lists them all"

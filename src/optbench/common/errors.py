@@ -73,9 +73,15 @@ class UserError(Exception):
         return UserError([p.named_for(typed) for p in ranked])
 
     def report(self) -> list[str]:
-        """What a command prints: the first problem as the error line, the others named on one line."""
-        first, *rest = self.lines()
+        """What a command prints: the first problem as the error line, with every other problem of the same field on
+        it (one of them may carry the fix: ``valid ep here: ...``), and the others named on one line."""
+        head, *others = self.problems
+        same = [p for p in others if p.field == head.field]
+        rest = [p for p in others if p.field != head.field]
+        first = "error: " + " ".join(str(head).split())
+        if same:
+            first += "; also " + "; ".join(" ".join(p.message.split()) for p in same)
         if not rest:
             return [first]
-        names = ", ".join(dict.fromkeys(p.field or "config" for p in self.problems[1:]))
+        names = ", ".join(dict.fromkeys(p.field or "config" for p in rest))
         return [first, f"  and {len(rest)} more problem{'s' if len(rest) > 1 else ''} ({names}); debug=true lists them all"]

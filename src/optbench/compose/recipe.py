@@ -34,6 +34,23 @@ def list_recipes() -> list[str]:
     return sorted(p.stem for p in (repo_root() / "recipes").glob("*.yaml"))
 
 
+def recipe_description(name: str) -> str:
+    """A recipe's ``description:`` line as written (read as text, not composed: listing never runs Hydra), or ""."""
+    import re
+
+    path = repo_root() / "recipes" / f"{name}.yaml"
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")[:MAX_LISTED_BYTES]
+    except OSError:
+        return ""
+    match = re.search(r"^description:[ \t]*(.*)$", text, re.MULTILINE)
+    return " ".join(match.group(1).strip().strip("'\"").split()) if match else ""
+
+
+MAX_LISTED_BYTES = 1 << 16
+"""How much of a recipe file ``make recipes`` reads for its description (a recipe is a few KB)."""
+
+
 def list_group_options(group: str) -> list[str]:
     """Names of every option of one config group under conf/<group>/."""
     return sorted(p.stem for p in (repo_root() / "conf" / group).glob("*.yaml"))
