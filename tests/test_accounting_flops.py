@@ -100,5 +100,5 @@ def test_mla_moe_first_k_dense_shared_experts_and_mtp() -> None:
 def test_flops_per_step_is_per_token_times_tokens_per_step() -> None:
     run = compose_run("kimi_k2_muon")
     per_token = model_flops_per_token(run.model, 4096, 1)
-    assert per_token == pytest.approx(2.045e11, rel=1e-3)  # FACTS.md section 4
+    assert per_token == pytest.approx(2.045e11, rel=1e-3)  # Bridge's FLOPs rule for Kimi K2 (docs/accounting.md)
     assert model_flops_per_step(run) == pytest.approx(per_token * 4096 * 4096)

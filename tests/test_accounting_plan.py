@@ -67,6 +67,6 @@ def test_bad_step_time_is_one_line() -> None:
 def test_blog_ns_comparison_is_computed_not_fitted() -> None:
     rows = dict((name, ours) for name, ours, _ in blog_comparison(compose_run("kimi_k2_muon"), 1029, 51))
     textbook = rows["ours: textbook 4s^2l+2s^3, recipe TP mode, mean over GPUs"]
-    assert 20 < textbook < 35  # about half of the blog's 51 (FACTS.md section 1)
+    assert 20 < textbook < 35  # about half of the blog's 51 (results/published/published.csv)
     assert rows["multiply-add counted as 4 FLOPs (x2)"] == pytest.approx(2 * textbook)
     assert rows["busiest GPU instead of the mean"] >= textbook > rows["SYRK kernel (3s^2l+s^3)"]

@@ -1,6 +1,6 @@
 """The Bridge adapter: every override names a real field of Megatron Bridge 0.3.1 / Megatron Core 0.16.1,
 applies through Bridge's own override mechanism, passes Megatron Core's own validation, and the GB300
-recipes reproduce the published presets (FACTS.md section 1) exactly."""
+recipes reproduce the published presets (src/optbench/data/bridge/presets-*.json) exactly."""
 
 from __future__ import annotations
 
@@ -216,7 +216,7 @@ def test_ddp_validation_would_catch_an_inconsistent_mxfp8_setting() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The published GB300 presets (FACTS.md section 1) and the recipe functions
+# The published GB300 presets (src/optbench/data/bridge/presets-0.3.1.json) and the recipe functions
 # ---------------------------------------------------------------------------------------------
 
 KIMI_K2_GB300 = {

@@ -1,6 +1,6 @@
 """MFU denominators: the dense peak tensor throughput of a GPU at a precision, always named.
 
-Peaks come from ``optbench/data/gpus.csv`` (FACTS.md section 3; datasheet or vendor figures, rack
+Peaks come from ``optbench/data/gpus.csv`` (datasheet or vendor figures, rack
 NVL72 figures divided by 72, no sparsity). MFU = achieved TFLOP/s per GPU / peak TFLOP/s per GPU.
 Under FP8 (current scaling) or MXFP8 a run is reported against the FP8 peak (as Megatron Bridge's
 team quotes it) and against the BF16 peak, so that it can be set beside a BF16 run.

@@ -3,7 +3,7 @@
 The one registry of GPU facts: src, tools (NVIDIA's system names, GPUs per node) and tests (the cluster preset of
 each GPU, the device properties the CPU stand-ins fake) read it; the network figures are in interconnect.csv.
 
-The peaks are the MFU denominators (FACTS.md section 3): dense (no sparsity) tensor-core
+The peaks are the MFU denominators (each row names its source): dense (no sparsity) tensor-core
 TFLOP/s per GPU, each row with its source and how sure that source is. Rack-level
 NVL72 figures are divided by 72.
 """

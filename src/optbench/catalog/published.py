@@ -1,7 +1,7 @@
 """The published side of the tables: ``results/published/published.csv`` and ``sources.csv``.
 
 Every published figure keeps its source and release; the same configuration published for
-several releases stays several rows (FACTS.md section 1). Nothing here is computed: the loader
+several releases stays several rows. Nothing here is computed: the loader
 only parses and checks the files (a malformed row is a one-line error naming file, line and column).
 """
 

@@ -36,7 +36,7 @@ PIPELINE_LAYOUT_ENTRIES = ("embedding", "decoder", "mtp", "loss")
 
 @dataclass
 class ModelConfig(Frozen):
-    """Model shape, in Megatron Core's vocabulary (FACTS.md section 4)."""
+    """Model shape, in Megatron Core's vocabulary (the shapes of conf/model/*.yaml, each with its source)."""
 
     name: str = setting("???", IDENTIFIER)
     """Model id, e.g. kimi_k2 or qwen3_moe_tiny."""

@@ -1,6 +1,6 @@
 """Parse the throughput lines of a raw Megatron Bridge (or Megatron-LM) training log.
 
-Two lines carry the numbers (FACTS.md section 2; Bridge 0.3.1 ``training/utils/train_utils.py``
+Two lines carry the numbers (Bridge 0.3.1 ``training/utils/train_utils.py``
 ``training_log``), both printed every ``log_interval`` iterations:
 
 * rank 0: ``Step Time : 12.92s GPU utilization: 1037.0MODEL_TFLOP/s/GPU``

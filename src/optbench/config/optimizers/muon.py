@@ -1,4 +1,4 @@
-"""Muon: momentum orthogonalized by Newton-Schulz (Megatron Core's ``muon``, FACTS.md section 5), everything the
+"""Muon: momentum orthogonalized by Newton-Schulz (Megatron Core's ``muon``, docs/optimizer.md), everything the
 stages need to know about it. Its FLOPs are counted per tensor-parallel mode in
 :mod:`optbench.accounting.ns_flops`; its state is an fp32 main copy and momentum, 8 bytes per element."""
 
@@ -23,7 +23,7 @@ MUON_ASSIGNMENTS = ("pingpong", "cost_aware")
 
 @dataclass
 class MuonConfig(Frozen):
-    """Muon as Megatron Core 0.16.1 implements it (FACTS.md section 5); defaults as the Kimi K2 recipe."""
+    """Muon as Megatron Core 0.16.1 implements it (docs/optimizer.md, Semantics); defaults as the Kimi K2 recipe."""
 
     momentum: float = setting(0.95, PROBABILITY, bridge="optimizer.muon_momentum")
     """Momentum beta (Megatron muon_momentum)."""
