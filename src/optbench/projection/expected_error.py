@@ -141,7 +141,19 @@ def expected_error(
 
 
 def _validation(results_dir: str | Path | None = None) -> dict:
-    return json.loads((Path(results_dir or repo_root() / "results") / VALIDATION).read_text(encoding="utf-8"))
+    """validation.json, parsed once per content of the file (a search projects hundreds of layouts, each reading it:
+    parsing its ~9,000 lines each time took 2 s of a 24 s kimi_k2_muon search). Callers only read it."""
+    path = Path(results_dir or repo_root() / "results") / VALIDATION
+    data = path.read_bytes()
+    key = (str(path), hash(data))  # the bytes themselves: a file rewritten within a clock tick is read again
+    if key not in _parsed:
+        _parsed.clear()
+        _parsed[key] = json.loads(data.decode("utf-8"))
+    return _parsed[key]
+
+
+_parsed: dict[tuple[str, int], dict] = {}
+"""The last validation.json parsed, by (path, hash of its bytes)."""
 
 
 def across_precision(pairs: int) -> ExpectedError:

@@ -9,6 +9,7 @@ same efficiency, and with the published figures of its setup (never used to fit 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from dataclasses import replace
 from pathlib import Path
 
@@ -143,25 +144,43 @@ def unverified_release(resolved: ResolvedRun, expected):
 def _untested(resolved: ResolvedRun, case: str) -> str | None:
     """Why no published row tests what the run changes (its band is then the widest tested one), or None: a TP or CP
     no published row runs, or another GPU count where no model x GPU was published at two counts."""
-    from optbench.catalog.published import default_published_dir, load_published
-    from optbench.common.checkout import repo_root
-
-    try:
-        rows = load_published(default_published_dir(repo_root() / "results"))
-    except UserError:
+    tested = _tested_knobs()
+    if tested is None:
         return None
     lay = resolved.layout
     for knob, value in (("TP", lay.tp), ("CP", lay.cp)):
-        seen = {row.layout.get(knob.lower()) for row in rows} - {None}
+        seen = tested[knob]
         if value not in seen:
             return f"no published row runs {knob} {value}; each runs {knob} {' or '.join(map(str, sorted(seen)))}"
-    if case == "setup":
-        counts: dict[tuple[str, str], set[int]] = {}
-        for row in rows:
-            counts.setdefault((row.model, row.gpu), set()).add(row.num_gpus)
-        if all(len(c) < 2 for c in counts.values()):
-            return "no model and GPU is published at two GPU counts"
+    if case == "setup" and not tested["counts"]:
+        return "no model and GPU is published at two GPU counts"
     return None
+
+
+def _tested_knobs() -> dict[str, Any] | None:
+    """What the published rows vary: the TP and CP values they run, and whether any model x GPU is published at two
+    GPU counts; parsed once per content of published.csv (every projection of a search asks), None without the file."""
+    from optbench.catalog.published import PUBLISHED_CSV, default_published_dir, load_published
+    from optbench.common.checkout import repo_root
+
+    directory = default_published_dir(repo_root() / "results")
+    try:
+        key = (str(directory), hash((directory / PUBLISHED_CSV).read_bytes()))
+        if key not in _knobs:
+            rows = load_published(directory)
+            counts: dict[tuple[str, str], set[int]] = {}
+            for row in rows:
+                counts.setdefault((row.model, row.gpu), set()).add(row.num_gpus)
+            _knobs.clear()
+            _knobs[key] = {knob: {row.layout.get(knob.lower()) for row in rows} - {None} for knob in ("TP", "CP")}
+            _knobs[key]["counts"] = any(len(c) > 1 for c in counts.values())
+    except (OSError, UserError):
+        return None
+    return _knobs[key]
+
+
+_knobs: dict[tuple[str, int], dict[str, Any]] = {}
+"""The last published.csv's knobs (:func:`_tested_knobs`), by (folder, hash of its bytes)."""
 
 
 def project(
