@@ -79,3 +79,16 @@ def test_only_the_wheels_it_downloaded_are_replaced_and_only_after_a_complete_do
     with pytest.raises(UserError, match="did not download"):  # a download would replace the user's file: refused
         tool.download(made, fetch=fetches)
     assert (made / "new.whl").read_text() == "the user's own build of it, after the run"
+
+
+def test_a_marker_line_naming_a_place_outside_the_folder_is_never_acted_on(tmp_path):
+    """A marker edited (or forged) to list /abs/path.whl or ../x.whl must not make a download delete that file."""
+    tool = _tool()
+    victim, sibling = tmp_path / "victim.whl", tmp_path / "sibling.whl"
+    victim.write_text("the user's")
+    sibling.write_text("the user's")
+    made = tool._folder(tmp_path / "out")
+    tool._record(made, [str(victim), "../sibling.whl", "other/x.whl", "bridge/ok.whl", "ok.whl"])
+    assert tool._downloaded(made) == ["bridge/ok.whl", "ok.whl"]
+    tool.download(made, fetch=lambda staging: (staging / "new.whl").write_text("downloaded"))
+    assert victim.read_text() == sibling.read_text() == "the user's"

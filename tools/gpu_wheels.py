@@ -101,7 +101,15 @@ def _folder(path: Path) -> Path:
 def _downloaded(out: Path) -> list[str]:
     """The wheels (paths relative to ``out``) the last complete run of this tool put there, as its marker lists them."""
     lines = (out / MARKER).read_text(encoding="utf-8", errors="replace").splitlines()
-    return [line[2:] for line in lines if line.startswith("- ") and line.endswith(".whl") and ".." not in line]
+    return [line[2:] for line in lines if line.startswith("- ") and _wheel_place(line[2:])]
+
+
+def _wheel_place(name: str) -> bool:
+    """Whether ``name`` is where this tool puts a wheel: ``<wheel>`` or ``bridge/<wheel>`` under its folder. A marker
+    line naming anything else (an absolute path, a parent, another folder) is never acted on."""
+    parts = name.split("/")
+    return (name.endswith(".whl") and parts[-1] not in ("", ".whl") and "\\" not in name
+            and (len(parts) == 1 or (len(parts) == 2 and parts[0] == "bridge")))
 
 
 def _record(out: Path, wheels: list[str]) -> None:
