@@ -52,6 +52,11 @@ def number(low: float, high: float, optional: bool = False) -> Column:
     return Column("float", low, high, optional)
 
 
+def listed(cell: str, value: str) -> bool:
+    """Whether a cell that lists ids (space-separated, or ``*`` for every one) names ``value``."""
+    return cell == "*" or value in cell.split()
+
+
 class DamagedData(UserError):
     """A package data file that is not as committed."""
 
@@ -91,7 +96,7 @@ def _text(name: str) -> str:
         raise damaged(name, "is empty")
     if "\x00" in text:
         raise damaged(name, "holds NUL bytes (binary, not text)")
-    if text and not text.endswith("\n"):
+    if not text.endswith("\n"):
         raise damaged(name, "does not end in a line break: it was cut short")
     return text
 

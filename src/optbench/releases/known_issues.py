@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optbench.common.data_files import TEXT, Column, read_table
+from optbench.common.data_files import TEXT, Column, listed, read_table
 from optbench.config.schema import RunConfig
 from optbench.releases.versions import container_of
 
@@ -27,10 +27,6 @@ class KnownIssue:
     evidence: str
 
 
-def _matches(listed: str, value: str) -> bool:
-    return listed == "*" or value in listed.split()
-
-
 def issues_for(run: RunConfig) -> list[KnownIssue]:
     """The known issues that apply to ``run`` (a Megatron Bridge run), in file order."""
     container = container_of(run)
@@ -39,7 +35,7 @@ def issues_for(run: RunConfig) -> list[KnownIssue]:
         where = row["containers"]
         if not (where == "*" or (where == "unverified" and container.assumed_from) or container.name in where.split()):
             continue
-        if not all(_matches(row[column], value) for column, value in (
+        if not all(listed(row[column], value) for column, value in (
                 ("models", run.model.name), ("gpus", run.cluster.gpu), ("precisions", run.precision.name),
                 ("optimizers", run.optimizer.name))):
             continue

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optbench.common.data_files import TEXT, Column, read_table
+from optbench.common.data_files import TEXT, listed, read_table
 from optbench.releases.versions import release_key
 
-COLUMNS = {"container": Column("text"), "bridge": TEXT, "released": TEXT, "models": TEXT, "gpus": TEXT,
+COLUMNS = {"container": TEXT, "bridge": TEXT, "released": TEXT, "models": TEXT, "gpus": TEXT,
            "topic": TEXT, "change": TEXT, "source": TEXT}
 
 
@@ -34,9 +34,7 @@ def notes_for(container: str, assumed_from: str, model: str, gpu: str) -> list[R
         key = release_key(row["container"]) or ()
         if not low < key <= high:
             continue
-        if row["models"] != "*" and model not in row["models"].split():
-            continue
-        if row["gpus"] != "*" and gpu not in row["gpus"].split():
+        if not (listed(row["models"], model) and listed(row["gpus"], gpu)):
             continue
         found.append(ReleaseNote(row["container"], row["bridge"], row["topic"], row["change"], row["source"]))
     return sorted(found, key=lambda n: release_key(n.container) or ())

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from optbench.engine.bridge.one_gpu import page
-from optbench.engine.bridge.one_gpu.arms import RECIPES, Arm, cluster_of, overrides, prepare
+from optbench.engine.bridge.one_gpu.arms import LOOPS, RECIPES, Arm, cluster_of, overrides, prepare
 from optbench.common.checkout import repo_root
 from optbench.common.errors import Problem, UserError
 from optbench.common.exits import exit_on_user_error
@@ -74,7 +74,6 @@ def run_arm(arm: Arm, timeout: float, env: dict[str, str] | None = None) -> dict
     }
 
 
-LOOPS = ("core", "bridge")
 MAX_STEPS = 10_000
 MAX_TIMEOUT_S = 3600.0
 """An arm's time limit: a lent GPU's lease is 15 minutes, so an hour is never what a user meant."""
@@ -83,9 +82,7 @@ MAX_TIMEOUT_S = 3600.0
 def _earlier_smokes(out: Path) -> list[dict[str, Any]]:
     """The invocations a results file already holds (a later one adds to them, as a second lease finishes arms the
     first could not); a file that is not one, or one the page cannot render, is refused before any GPU time."""
-    if out.is_symlink() or (out.exists() and not out.is_file()):
-        raise UserError(Problem("--out", f"{out} is not a regular file; name a .json file of make gpu-smoke's"))
-    if not out.exists():
+    if not (out.exists() or out.is_symlink()):
         return []
     return page.read_result(out, "--out")["smokes"]
 

@@ -28,6 +28,10 @@ micro-batches of 4), small enough for 4 optimizers x 30 steps in about a minute.
 stream's 512 tokens, so the loss can fall."""
 
 
+LOOPS = ("core", "bridge")
+"""The training loops an arm runs in: Megatron Core's step as Bridge builds it, or Bridge's own pretrain()."""
+
+
 def cluster_of(device_name: str) -> str:
     """Our cluster config for the GPU torch names (the registry's device_name and cluster preset), e.g. 'NVIDIA H200'
     -> h200."""

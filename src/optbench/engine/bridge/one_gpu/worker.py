@@ -92,9 +92,11 @@ def run_bridge(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> int:
+    from optbench.engine.bridge.one_gpu.arms import LOOPS
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="the run folder (config.yaml and plan.json)")
-    parser.add_argument("--loop", choices=("core", "bridge"), required=True)
+    parser.add_argument("--loop", choices=LOOPS, required=True)
     parser.add_argument("--report", type=Path, required=True)
     args = parser.parse_args(argv)
     from optbench.common.exits import exit_on_user_error
