@@ -65,7 +65,7 @@ class UserError(Exception):
 
     def lines(self) -> list[str]:
         """One line per problem, newlines flattened so each really is one line."""
-        return ["error: " + " ".join(str(p).split()) for p in self.problems]
+        return ["error: " + _flat(str(p)) for p in self.problems]
 
     def focused(self, typed: Sequence[str]) -> "UserError":
         """The same problems, those involving a typed key first and named on it."""
@@ -78,10 +78,15 @@ class UserError(Exception):
         head, *others = self.problems
         same = [p for p in others if p.field == head.field]
         rest = [p for p in others if p.field != head.field]
-        first = "error: " + " ".join(str(head).split())
+        first = "error: " + _flat(str(head))
         if same:
-            first += "; also " + "; ".join(" ".join(p.message.split()) for p in same)
+            first += "; also " + "; ".join(_flat(p.message) for p in same)
         if not rest:
             return [first]
         names = ", ".join(dict.fromkeys(p.field or "config" for p in rest))
         return [first, f"  and {len(rest)} more problem{'s' if len(rest) > 1 else ''} ({names}); debug=true lists them all"]
+
+
+def _flat(text: str) -> str:
+    """``text`` on one line: every run of whitespace (line breaks included) one space."""
+    return " ".join(text.split())

@@ -27,7 +27,7 @@ from optbench.releases.versions import container_of
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.row_config import RowRuns, run_layout_key
 from optbench.projection.section import (
-    MatrixOverhead, OpOverheadRange, Projection, ProjectionSection, PublishedComparison, TwinProjection, Unavailable,
+    ExpectedError, MatrixOverhead, OpOverheadRange, Projection, ProjectionSection, PublishedComparison, TwinProjection, Unavailable,
 )
 from optbench.projection.siblings import side_by_side
 from optbench.projection.step_model import StepBreakdown, evaluate
@@ -134,11 +134,18 @@ def _unverified(resolved: ResolvedRun) -> str | None:
             if container.assumed_from else None)
 
 
-def unverified_release(resolved: ResolvedRun, expected):
-    """The expected error of a run of an unchecked container: its band in the class of software we did not check."""
-    if expected is None or expected.band is None or not _unverified(resolved):
-        return expected
-    return replace(expected, band=replace(expected.band, case_class=UNVERIFIED_CLASS))
+def _expected_error(resolved: ResolvedRun, calibration: Calibration, gemm_peak_key: str) -> ExpectedError | None:
+    """The expected error of the run's case: the precision note where its efficiency crosses precision; else its
+    scheme's figure and band, untested where the container is unchecked (then in the class of software we did not
+    check) or no published row changes what the run changes."""
+    if calibration.across_precision(gemm_peak_key):
+        return across_precision(len(calibration.precision_ratio.pairs) if calibration.precision_ratio else 0)
+    run, case, unverified = resolved.run, _error_case(resolved, calibration), _unverified(resolved)
+    expected = expected_error(case, untested=unverified or _untested(resolved, case),
+                              matrix_optimizer=run.optimizer.name if run.optimizer.matrix_optimizer else None)
+    if unverified and expected is not None and expected.band is not None:
+        expected = replace(expected, band=replace(expected.band, case_class=UNVERIFIED_CLASS))
+    return expected
 
 
 def _untested(resolved: ResolvedRun, case: str) -> str | None:
@@ -232,13 +239,7 @@ def project(
         optimizer_mean_s=detail["optimizer_mean_s"],
         interconnect=net.as_dict(),
         assumptions=assumptions.as_dict(),
-        expected_error=with_band_tflops(
-            across_precision(len(calibration.precision_ratio.pairs) if calibration.precision_ratio else 0)
-            if calibration.across_precision(inputs.gemm_peak_key)
-            else unverified_release(resolved, expected_error(
-                case := _error_case(resolved, calibration), untested=_unverified(resolved) or _untested(resolved, case),
-                matrix_optimizer=run.optimizer.name if run.optimizer.matrix_optimizer else None)),
-            step.tflops_per_gpu),
+        expected_error=with_band_tflops(_expected_error(resolved, calibration, inputs.gemm_peak_key), step.tflops_per_gpu),
         compared_with_published=_compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
         adamw_twin=twin,
         muon_overhead=overhead,
