@@ -74,3 +74,22 @@ def test_a_typed_dispatcher_reaches_the_plans_bridge_overrides_as_typed(tmp_path
     assert not [o for o in plan["bridge"]["overrides"] if REDACTED in o]
     assert plan["overrides"][0] == "parallel.moe_token_dispatcher=alltoall"
     assert plan["config"]["parallel"]["moe_token_dispatcher"] == "alltoall"
+
+
+def test_no_piece_of_a_secret_survives_an_error_line_that_cuts_a_typed_word(monkeypatch):
+    """A typed word cut to fit an error line was cut before it was redacted: 'make plan EP=<prefix><account>' printed
+    the first 20 characters, half of the account, which the output's redaction (whole secrets only) let through; so
+    could Hydra's message about a long unreadable override, cut at 160 characters inside the secret."""
+    from optbench.common.make_args import check_make_variables
+    from optbench.config.overrides import check_syntax
+
+    secret = "AcctLongSecretValue1234567890"
+    monkeypatch.setenv("SBATCH_ACCOUNT", secret)
+    pieces = {secret[i:i + 8].casefold() for i in range(len(secret) - 7)}
+    with pytest.raises(UserError) as refused:
+        check_make_variables({"OPTBENCH_MAKE_GOALS": "plan", "OPTBENCH_MAKE_OVERRIDES": f"EP=abcdefghij{secret.lower()}"})
+    [line] = refused.value.report()
+    assert "parallel.ep=" in line and not any(p in line.casefold() for p in pieces), line
+    for padding in range(140, 170, 3):  # Hydra's message cut anywhere around the secret
+        [problem] = check_syntax([f"cluster.partition=[{'A' * padding}{secret}"])
+        assert not any(p in str(problem).casefold() for p in pieces), (padding, str(problem))

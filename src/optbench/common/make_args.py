@@ -101,6 +101,7 @@ def check_make_variables(environ: Mapping[str, str] | None = None) -> None:
     import difflib
 
     from optbench.common.errors import Problem, UserError
+    from optbench.common.redact import clipped
 
     environ = os.environ if environ is None else environ
     goals = [g for g in environ.get(MAKE_GOALS_ENV, "").split() if g in MAKE_VARIABLES]
@@ -112,7 +113,7 @@ def check_make_variables(environ: Mapping[str, str] | None = None) -> None:
         if not is_make_variable(word) or name in known:
             continue
         if name in NVIDIA_NAMES:
-            fix = f"this project's key is {NVIDIA_NAMES[name]} (type {NVIDIA_NAMES[name]}={word.split('=', 1)[1][:20]})"
+            fix = f"this project's key is {NVIDIA_NAMES[name]} (type {NVIDIA_NAMES[name]}={clipped(word.split('=', 1)[1], 20)})"
         else:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             options = ", ".join(f"{n}=" for n in MAKE_VARIABLES[goals[0]]) or "none"

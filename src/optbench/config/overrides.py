@@ -152,7 +152,7 @@ def check_syntax(overrides: Sequence[str], sweeping: bool = False) -> Iterable[P
                 yield Problem(key or "overrides", "holds characters Hydra's unquoted values cannot take (letters outside "
                                                   f"ASCII); quote the value inside the override: {key}='...'")
                 continue
-            reason = " ".join(str(err).split())[:160]
+            reason = clipped(" ".join(str(err).split()), 160)  # Hydra's message quotes the typed text
             yield Problem(key or "overrides", f"cannot read '{clipped(text, 60)}': {reason}; quote values with spaces or commas")
             continue
         yield from _override_problems(override, key, sweeping)
