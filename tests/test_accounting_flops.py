@@ -19,11 +19,29 @@ def _pairs() -> list[dict[str, str]]:
         return [r for r in csv.DictReader(handle) if r["tokens_per_s_per_gpu"] and r["tflops_per_gpu"]]
 
 
+def _projected(row: dict[str, str]) -> bool:
+    from optbench.catalog.models import model_registry
+
+    return not model_registry()[row["model"]].not_projected
+
+
 def test_every_model_has_published_pairs() -> None:
-    assert {r["model"] for r in _pairs()} == {"kimi_k2", "qwen3_30b_a3b", "deepseek_v3"}
+    from optbench.catalog.models import model_registry
+
+    assert {r["model"] for r in _pairs()} == set(model_registry())
 
 
-@pytest.mark.parametrize("row", _pairs(), ids=lambda r: f"{r['model']}-{r['gpu']}-{r['release']}")
+def test_gpt_oss_rows_count_fewer_flops_than_our_rule_as_the_catalog_says() -> None:
+    """GPT-OSS is data only because Bridge 0.6 counts its sliding-window attention over the window: each published
+    figure is at least 5 % below what its tokens/s gives under our (Bridge 0.3.1's) rule."""
+    rows = [r for r in _pairs() if r["model"] == "gpt_oss_120b"]
+    model = compose_run("qwen3_30b_a3b_adamw", ["model=gpt_oss_120b"]).model
+    ratios = [float(r["tokens_per_s_per_gpu"]) * model_flops_per_token(model, int(r["seq_length"])) / 1e12
+              / float(r["tflops_per_gpu"]) for r in rows]
+    assert len(rows) == 31 and min(ratios) > 1.05
+
+
+@pytest.mark.parametrize("row", [r for r in _pairs() if _projected(r)], ids=lambda r: f"{r['model']}-{r['gpu']}-{r['release']}")
 @pytest.mark.slow  # every published row / preset / invalid input: `make test` runs it
 def test_published_tokens_times_flops_per_token_gives_published_tflops(row: dict[str, str]) -> None:
     # 25.11's DeepSeek-V3 rows say "w/o MTP": the multi-token-prediction layer is not in the model they count.

@@ -2,9 +2,19 @@
 
 Reads ``docs/performance-summary.md`` and ``docs/performance-summary-archive.md`` at the mirror's HEAD of
 NVIDIA-NeMo/Megatron-Bridge: one "## <release> NeMo Container" section per release, pre-training tables
-per model (from 26.02) or per system (25.11, with a Model column). Keeps Kimi K2, Qwen3 30B-A3B and
-DeepSeek-V3 on GB300, GB200, B300, B200 and H100 from 25.11 on; every number is copied as published.
+per model (from 26.02) or per system (25.11, with a Model column). Keeps every pre-training row, from 25.11
+on, of each transformer model of the catalog (optbench/data/models.csv: Kimi K2, DeepSeek-V3, Qwen3
+30B-A3B and 235B-A22B, GPT-OSS 120B, Llama 3 8B and 70B, Llama 3.1 405B) on GB300, GB200, B300, B200 and
+H100, NVFP4 rows included; every number is copied as published, a footnote's text goes into the row's note.
 The blog's rows (source nvidia_blog_table1) are kept as they are.
+
+Left out, each for its reason:
+
+* hybrid Mamba models (Nemotron 3 Nano, Super, Ultra, 3.5 Lightning) and DeepSeek-V4 Flash: no catalog entry
+  (their layers are not the transformer our FLOPs rule and step model describe);
+* 25.09's tables: they state no precision (the notes say only that a figure in parentheses used another
+  quantization granularity), and several cells give two layouts for one row ("FSDP 64 (0)", "TP 1 (2)"), so a
+  figure's configuration is not given; 25.09 is also older than every container we run or compose.
 
     python tools/bridge_perf_rows.py
 """
@@ -31,9 +41,10 @@ MODELS = {entry.nvidia_table_key: model for model, entry in model_registry().ite
 """NVIDIA's table name (normalised as model_key does) -> our model id (the model registry, optbench/data/models.csv)."""
 SYSTEMS = {spec.nvidia_system: gpu for gpu, spec in gpu_catalog().items()}
 """NVIDIA's system name -> our GPU id (the GPU registry, optbench/data/gpus.csv)."""
-PRECISIONS = {"MXFP8": "mxfp8", "FP8-MX": "mxfp8", "FP8-CS": "fp8_cs", "FP8": "fp8", "BF16": "bf16"}
+PRECISIONS = {"MXFP8": "mxfp8", "FP8-MX": "mxfp8", "FP8-CS": "fp8_cs", "FP8": "fp8", "BF16": "bf16", "NVFP4": "nvfp4"}
+"""NVIDIA's precision name -> the row's precision id (published.csv names FP8 current scaling 'fp8' as 26.02 on do)."""
 COLUMNS = {"System": "system", "Model": "model", "#-GPUs": "num_gpus", "Precision": "precision", "GBS": "gbs", "MBS": "mbs",
-           "Sequence Length": "seq_length", "TP": "tp", "PP": "pp", "CP": "cp", "VP": "vpp", "EP": "ep",
+           "Sequence Length": "seq_length", "FSDP": "fsdp", "TP": "tp", "PP": "pp", "CP": "cp", "VP": "vpp", "EP": "ep",
            "Tokens / sec / GPU": "tokens", "Model TFLOP / sec / GPU": "tflops"}
 
 
@@ -48,6 +59,14 @@ def number(text: str) -> str:
     """The first number of a cell ('37556 (36108)' -> '37556'); '' for n/a."""
     match = re.match(r"\s*([\d.]+)", text)
     return match.group(1) if match else ""
+
+
+FOOTNOTE = re.compile(r"\[\^([\w-]+)\]")
+
+
+def footnotes(text: str) -> dict[str, str]:
+    """A page's footnotes: '[^gpt-oss-note]: Performance regression ...' -> {'gpt-oss-note': 'Performance ...'}."""
+    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\[\^([\w-]+)\]:\s*(.+)$", text, re.MULTILINE)}
 
 
 def rows_of(text: str, path: str) -> list[dict[str, str]]:
@@ -84,7 +103,9 @@ def published_rows() -> list[dict[str, str]]:
     commit = git(BRIDGE_REPO, "rev-parse", "HEAD").strip()
     rows = []
     for path in FILES:
-        for raw in rows_of(git(BRIDGE_REPO, "show", f"HEAD:{path}"), path):
+        page = git(BRIDGE_REPO, "show", f"HEAD:{path}")
+        notes_of = footnotes(page)
+        for raw in rows_of(page, path):
             if tuple(int(x) for x in raw["release"].split(".")[:2]) < FIRST_RELEASE:
                 continue
             model, variant = model_key(raw["model_text"])
@@ -95,6 +116,8 @@ def published_rows() -> list[dict[str, str]]:
             notes = [f"{path} at {commit[:9]}"]
             if variant:
                 notes.append(variant)
+            notes += [f"footnote: {notes_of[name]}" for name in dict.fromkeys(FOOTNOTE.findall("|".join(raw.values())))
+                      if name in notes_of]
             if model == "kimi_k2":
                 notes.append("table footnote: Muon optimizer was used")
             else:
@@ -106,7 +129,7 @@ def published_rows() -> list[dict[str, str]]:
                 "num_gpus": number(raw["num_gpus"]), "precision": precision, "gbs": number(raw["gbs"]),
                 "mbs": number(raw["mbs"]), "seq_length": number(raw["seq_length"]), "tp": number(raw["tp"]),
                 "pp": number(raw["pp"]), "vpp": number(raw["vpp"]), "cp": number(raw["cp"]), "ep": number(raw["ep"]),
-                "etp": "", "optimizer": "muon" if model == "kimi_k2" else "adamw",
+                "etp": "", "fsdp": number(raw.get("fsdp", "")), "optimizer": "muon" if model == "kimi_k2" else "adamw",
                 "tokens_per_s_per_gpu": number(raw["tokens"]), "tflops_per_gpu": number(raw["tflops"]),
                 "note": "; ".join(notes), "flops_counted": "model",
                 "model_tflops_per_gpu": number(raw["tflops"]), "ns_tflops_per_gpu": "",
@@ -119,6 +142,7 @@ def main() -> int:
     with path.open() as f:
         reader = csv.DictReader(f)
         fields = list(reader.fieldnames or [])
+        fields += [column for column in ("fsdp",) if column not in fields]
         kept = [row for row in reader if row["source"] != "bridge_perf_summary"]
     rows = published_rows()
     rows.sort(key=lambda r: (r["model"], tuple(int(x) for x in r["release"].split(".")), r["gpu"], r["precision"]))

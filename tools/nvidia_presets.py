@@ -97,6 +97,8 @@ def cases() -> list[tuple[str, str, str, str]]:
 
     found = []
     for model, (family, recipe) in FAMILIES.items():
+        if not model_recipes(model):
+            continue  # a catalog model without a recipe of ours (Llama 3): nothing composes from its preset
         for gpu in GPUS_PER_NODE:
             for precision, dtype in PRECISIONS.items():
                 try:
@@ -247,8 +249,12 @@ def plain_recipe(model: str, precision: str, optimizer: str) -> Any:
     return config
 
 
-RECIPES = {"kimi_k2": ("kimi_k2_muon", "kimi_k2_adamw"), "qwen3_30b_a3b": ("qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw"),
-           "deepseek_v3": ("deepseek_v3_muon", "deepseek_v3_adamw")}
+def model_recipes(model: str) -> list[str]:
+    """The model's cluster recipes whose fields our adapter sets: ``<model>_muon`` and ``<model>_adamw``, where
+    there are (a catalog model may have none: its rows are data, not projected)."""
+    from optbench.compose.recipe import list_recipes
+
+    return [name for name in (f"{model}_muon", f"{model}_adamw") if name in list_recipes()]
 
 
 def adapter_keys(model: str) -> set[str]:
@@ -263,8 +269,8 @@ def adapter_keys(model: str) -> set[str]:
     saved = presets.load
     presets.load = lambda release=presets.RELEASE: {"presets": {}, "provenance": {}}
     try:
-        for recipe in RECIPES[model]:
-            run = compose_run(recipe, ["intent=train", f"cluster.container={launcher_container()}"])
+        for recipe in model_recipes(model):
+            run = compose_run(recipe, ["intent=train", f"cluster.container={launcher_container()}", f"run_id={recipe}"])
             keys |= {key for key, _ in adapter.override_items(run)}
     finally:
         presets.load = saved

@@ -59,6 +59,7 @@ def layout_matches(run: RunConfig, layout: dict[str, int | None], lay: Layout | 
         "cp": lay.cp,
         "ep": lay.ep,
         "etp": lay.etp,
+        "fsdp": 0,  # Megatron FSDP is not in our config: a run matches only a row that ran DDP or does not say
     }
     return all(value is None or ours[key] == value for key, value in layout.items())
 

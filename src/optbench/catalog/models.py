@@ -1,5 +1,8 @@
 """Model registry: the full-size models with a Megatron Bridge recipe and NVIDIA's names for them (data/models.csv).
 
+Every model of NVIDIA's performance summary with a public transformer config is a catalog entry (its shape in
+conf/model); those without a recipe of ours say why (``not_projected``): their rows are data.
+
 One source for what src, tools and tests need to know about a model besides its shape (the shape is the Hydra
 group ``conf/model/<model>.yaml``): the Bridge recipe function our adapter starts from, the Hugging Face config
 Bridge reads, and the names NVIDIA's performance scripts and tables use.
@@ -33,15 +36,18 @@ class ModelEntry:
     """The model's name in Bridge's docs/performance-summary.md, lowercased without spaces or its "(...)" variant."""
     source: str
     """Where these names come from."""
+    not_projected: str = ""
+    """Why the model is a catalog entry only, its published rows data that the projection does not score (empty: it
+    has recipes, and the projection scores its rows)."""
 
 
 @lru_cache(maxsize=1)
 def model_registry() -> dict[str, ModelEntry]:
     """Every model with a Megatron Bridge recipe, by our id."""
-    columns = {name: Column(optional=True) if name == "hf_config" else TEXT for name in MODEL_COLUMNS}
+    columns = {name: Column(optional=True) if name in ("hf_config", "not_projected") else TEXT for name in MODEL_COLUMNS}
     return {row["model"]: ModelEntry(**{name: row[name] or "" for name in MODEL_COLUMNS})
             for row in read_table("models.csv", columns)}
 
 
 MODEL_COLUMNS = ("model", "bridge_recipe_module", "bridge_recipe_function", "hf_config", "nvidia_family",
-                 "nvidia_recipe", "nvidia_table_key", "source")
+                 "nvidia_recipe", "nvidia_table_key", "source", "not_projected")

@@ -68,7 +68,8 @@ class PublishedRow:
     tokens_per_s_per_gpu: float | None
     """Tokens per second per GPU where published."""
     layout: dict[str, int | None]
-    """gbs, mbs, seq_length, tp, pp, vpp, cp, ep, etp as published (None: not stated)."""
+    """gbs, mbs, seq_length, tp, pp, vpp, cp, ep, etp, fsdp as published (None: not stated; fsdp 0: DDP, else Megatron
+    FSDP's sharding group)."""
     note: str
     """Free-text caveat from the source row."""
 
@@ -89,7 +90,7 @@ class PublishedRow:
         return self.source, self.model, self.gpu, self.num_gpus, self.precision
 
 
-LAYOUT_COLUMNS = ("gbs", "mbs", "seq_length", "tp", "pp", "vpp", "cp", "ep", "etp")
+LAYOUT_COLUMNS = ("gbs", "mbs", "seq_length", "tp", "pp", "vpp", "cp", "ep", "etp", "fsdp")
 
 
 def default_published_dir(results_dir: str | Path = "results") -> Path:

@@ -27,7 +27,7 @@ from optbench.config.field_spec import (
 )
 
 
-ARCHITECTURES = ("deepseek_v3", "qwen3_moe")
+ARCHITECTURES = ("deepseek_v3", "qwen3_moe", "llama", "gpt_oss")
 DISPATCHERS = ("alltoall", "allgather", "flex")
 FLEX_BACKENDS = ("deepep", "hybridep")
 RECOMPUTE_GRANULARITIES = ("selective", "full")
@@ -41,7 +41,9 @@ class ModelConfig(Frozen):
     name: str = setting("???", IDENTIFIER)
     """Model id, e.g. kimi_k2 or qwen3_moe_tiny."""
     architecture: str = setting("???", Choice(ARCHITECTURES))
-    """deepseek_v3 (MLA + MoE with shared expert; Kimi K2, DeepSeek-V3) or qwen3_moe (GQA + MoE)."""
+    """deepseek_v3 (MLA + MoE with shared expert; Kimi K2, DeepSeek-V3), qwen3_moe (GQA + MoE; Qwen3 30B-A3B and
+    235B-A22B), llama (dense GQA; Llama 3 and 3.1) or gpt_oss (GQA + MoE with biases, sinks and a sliding window;
+    GPT-OSS 120B). The local engine builds proxies of the first two."""
     proxy_of: Optional[str] = setting(None, IDENTIFIER)
     """For a small local proxy: the full-size model whose architecture it mirrors."""
     num_layers: int = setting(1, LAYERS, bridge="model.num_layers")

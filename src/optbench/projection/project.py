@@ -165,8 +165,9 @@ def _untested(resolved: ResolvedRun, case: str) -> str | None:
 
 
 def _tested_knobs() -> dict[str, Any] | None:
-    """What the published rows vary: the TP and CP values they run, and whether any model x GPU is published at two
+    """What the published rows the projection scores vary: the TP and CP values they run, and whether any model x GPU is published at two
     GPU counts; parsed once per content of published.csv (every projection of a search asks), None without the file."""
+    from optbench.catalog.models import model_registry
     from optbench.catalog.published import PUBLISHED_CSV, default_published_dir, load_published
     from optbench.common.checkout import repo_root
 
@@ -174,7 +175,10 @@ def _tested_knobs() -> dict[str, Any] | None:
     try:
         key = (str(directory), hash((directory / PUBLISHED_CSV).read_bytes()))
         if key not in _knobs:
-            rows = load_published(directory)
+            registry = model_registry()
+            # A catalog model's rows are data the projection never scores: a knob only they run is untested.
+            rows = [row for row in load_published(directory)
+                    if row.model in registry and not registry[row.model].not_projected and not row.layout.get("fsdp")]
             counts: dict[tuple[str, str], set[int]] = {}
             for row in rows:
                 counts.setdefault((row.model, row.gpu), set()).add(row.num_gpus)
