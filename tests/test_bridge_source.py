@@ -49,6 +49,7 @@ MODEL_PROVIDER = {
     "kimi_k2": ("models/kimi/kimi_provider.py", "KimiK2Provider"),
     "deepseek_v3": ("models/mla_provider.py", "MLAModelProvider"),
     "qwen3_30b_a3b": ("models/gpt_provider.py", "GPTModelProvider"),  # AutoBridge's Qwen3 MoE provider class
+    "qwen3_235b_a22b": ("models/gpt_provider.py", "GPTModelProvider"),
 }
 
 

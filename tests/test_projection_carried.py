@@ -49,7 +49,7 @@ def test_the_committed_table_is_fitted_on_adamw_rows_only_and_counts_its_paramet
     table = committed_table()
     assert table is not None and table.rows
     assert all(" adamw " in row for row in table.rows)  # never a Muon row
-    assert table.parameter_count == len(table.arch) + len(table.model) - 1 + len(table.release) - 1 + 1 == 12
+    assert table.parameter_count == len(table.arch) + len(table.model) - 1 + len(table.release) - 1 + 1 == 13
     data = json.loads((REPO / "results" / "projection" / "calibration.json").read_text())
     assert data["table"]["parameter_count"] == table.parameter_count and data["command"] == "make projection"
 
@@ -158,7 +158,8 @@ def test_leave_one_setup_out_never_anchors_on_the_setup_it_holds_out():
         result = record["leave_one_setup_out"]
         if "error_percent" in result and record["outside_domain"] is None:
             assert result["anchor"].startswith("the carried table"), record["row"]
-            assert f" {record['model']} {record['gpu']} " not in result["copy"].get("copied_from", "")
+            model, gpu, count, precision = record["setup"]
+            assert f" {model} {gpu} x{count} {precision} " not in result["copy"].get("copied_from", "")
 
 
 @pytest.mark.slow  # about 6 s: every published row's executed layout composed

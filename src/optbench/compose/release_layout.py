@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from optbench.compose.pipeline import balanced_pipeline_layout
 from optbench.releases import presets
 from optbench.releases.hydra_values import format_override
 from optbench.config.field_table import preset_fields, value_at
@@ -47,6 +48,8 @@ def release_values(run: RunConfig) -> dict[str, Any]:
     # Muon on an Adam preset keeps its own optimizer settings and the MXFP8 workaround layer-wise Muon needs.
     skip = presets.is_muon_field if preset.adapted_from_adam else (lambda key: False)
     values.update({field: nvidia[key] for key, field in fields.items() if key in nvidia and not skip(key)})
+    if values.get("parallel.etp", 1) is None:  # Megatron's "as TP" (a dense model's presets): ours is 1 without experts
+        del values["parallel.etp"]
     scope = values.get("parallel.cuda_graph_scope", [])
     if values.get("parallel.cuda_graph_impl") == "none" or scope is None:
         scope = []  # no graphs: the scope ("full", None in Bridge 0.6's flat recipes) decides nothing
@@ -57,8 +60,21 @@ def release_values(run: RunConfig) -> dict[str, Any]:
     if isinstance(layout, (str, list)):
         values["parallel.pipeline_layout"] = presets.normalised(layout)
     elif (values.get("parallel.pp", run.parallel.pp), values.get("parallel.vpp", run.parallel.vpp)) != (run.parallel.pp, run.parallel.vpp):
-        values["parallel.pipeline_layout"] = None  # Bridge's recipe derives its own for the new (pp, vpp)
+        values["parallel.pipeline_layout"] = _derived_layout(run, values["parallel.pp"] if "parallel.pp" in values
+                                                             else run.parallel.pp, values["parallel.vpp"])
     return values
+
+
+def _derived_layout(run: RunConfig, pp: int, vpp: int | None) -> list[list[str]] | None:
+    """The layout of a release's new (pp, vpp) that names none: None (Bridge's recipe splits the decoder layers
+    evenly) where they split evenly, else the balanced one with the embedding and the loss as a stage's share, as
+    Bridge's ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split`` place them
+    (Qwen3 235B-A22B: 94 layers over PP4 VPP12)."""
+    stages = pp * (vpp or 1)
+    layers = run.model.num_layers + run.model.mtp_num_layers
+    if stages == 1 or layers % stages == 0:
+        return None
+    return balanced_pipeline_layout(run.model.num_layers, pp, vpp or 1, run.model.mtp_num_layers)
 
 
 def layout_values(run: RunConfig, user_overrides: Sequence[str]) -> dict[str, Any]:

@@ -111,10 +111,11 @@ class Assumptions:
     off sooner than this."""
     small_expert_gemm_power: float = 1.4
     """``p`` of the slowdown above (same fit)."""
-    small_expert_gemm_rows_mxfp8: float = 1073.9
+    small_expert_gemm_rows_mxfp8: float = 1438.4
     """``M0`` of the same slowdown for MXFP8 grouped GEMMs (Blackwell), which nobody here has measured. Fitted by
     ``make projection`` with the carried calibration table (:mod:`optbench.projection.carried`: the grid value whose
-    table of architecture, model and release efficiencies leaves the smallest residual over every published AdamW row; never a
+    table of architecture, model and release efficiencies leaves the smallest residual over every published AdamW row it can
+    solve them all at (1073.9 on the 52 rows of three models; 1438.4 since Qwen3 235B-A22B's 24 joined); never a
     Muon row), and held to results/projection/calibration.json by a test. The H200's FP8 grouped GEMMs (torch's
     kernel, results/bench/grouped_gemm.md) also fall off sooner than its BF16 ones (2.6x at 1,024 rows for
     Qwen3's shapes, 1.1-1.2x at 512-1,024 for DeepSeek-V3's); re-measure on a Blackwell GPU when one is lent."""

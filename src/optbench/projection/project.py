@@ -24,6 +24,7 @@ from optbench.projection.expected_error import (
     UNVERIFIED_CLASS, across_precision, error_case, expected_error, with_band_tflops,
 )
 from optbench.releases.versions import container_of
+from optbench.releases.versions import runnable as runnable_containers
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.row_config import RowRuns, run_layout_key
 from optbench.projection.section import (
@@ -177,8 +178,12 @@ def _tested_knobs() -> dict[str, Any] | None:
         if key not in _knobs:
             registry = model_registry()
             # A catalog model's rows are data the projection never scores: a knob only they run is untested.
+            runnable = {container.name for container in runnable_containers()}
+            # Only rows the validation scores in its domain test a knob: a catalog model's rows are data, and a
+            # release without an executed preset (25.11) is projected at its stated layout but outside the domain.
             rows = [row for row in load_published(directory)
-                    if row.model in registry and not registry[row.model].not_projected and not row.layout.get("fsdp")]
+                    if row.model in registry and not registry[row.model].not_projected and not row.layout.get("fsdp")
+                    and f"nemo:{row.release}" in runnable]
             counts: dict[tuple[str, str], set[int]] = {}
             for row in rows:
                 counts.setdefault((row.model, row.gpu), set()).add(row.num_gpus)
