@@ -28,7 +28,7 @@ LAUNCH := $(PY) -m launch
 # unrelated MODEL or TARGET in your shell's environment is ignored.
 typed = $(if $(filter command line,$(origin $(1))),$($(1)))
 
-TARGETS := help setup setup-venv setup-submit bridge-env setup-container test test-fast recipes plan pretrain sweep bench bench-gpu gpu-smoke table projection search search-ranks compare study data clean
+TARGETS := help setup setup-venv setup-submit bridge-env setup-container test test-fast recipes plan pretrain sweep bench bench-gpu gpu-smoke table projection docs-projection search search-ranks compare study data clean
 .PHONY: $(TARGETS)
 
 # A word without '=' after a target is another goal to make, which would run after the first target had
@@ -80,7 +80,7 @@ setup-container: ## Inside the NeMo container: install optbench with --no-deps (
 test: ## Run the test suite (no GPU, no cluster, no network; one worker per core, at most 4)
 	$(PY) -m pytest -n auto --maxprocesses=4 --dist loadgroup
 
-test-fast: ## The inner loop: every test not marked slow (under a minute on 2 cores; `make test` runs them all)
+test-fast: ## The inner loop: every test not marked slow (about 2 min on 2 idle cores; `make test` runs them all, about 11 min)
 	$(PY) -m pytest -n auto --maxprocesses=4 --dist loadgroup -m "not slow"
 
 recipes: ## List the recipes
@@ -132,7 +132,10 @@ search-ranks: export OPTBENCH_SEARCH_MODELS = $(call typed,MODELS)
 search-ranks: ## Where NVIDIA's own layout ranks in `make search`, for every published row: results/projection/search_ranks.md
 	@$(PY) -m optbench.report.search_ranks --from-make
 
-projection: ## The projection against every published row, in sample and out of sample (leave one setup / model / GPU architecture / system family / GPU / layout / release / row out, each beside copying the nearest published row it keeps, with its 80 % band held out and a bootstrap over setups): results/projection/validation.md
+projection: ## The projection against every published row, in sample and out of sample (leave one setup / model / GPU architecture / system family / GPU / layout / release / row out, each beside copying the nearest published row it keeps, with its 80 % band held out and a bootstrap over setups): results/projection/validation.md (~1 min on 2 cores; writes results/ only)
+	@$(PY) -m optbench.report.validation_report --from-make
+
+docs-projection: ## Maintainers: make projection, then rewrite the summary block of README.md and docs/projection.md from it (commit them together)
 	@$(PY) -m optbench.report.validation_report --update-docs --from-make
 
 #   make study [SIZE=cpu|gpu] [hydra overrides for every run, e.g. train.iters=300]

@@ -158,11 +158,12 @@ def nvidia_performance_env(run: RunConfig, preset_env: dict[str, str]) -> dict[s
     """
     parallel, gpu = run.parallel, run.cluster.gpu
     env = dict(preset_env)
-    flex = parallel.moe_flex_dispatcher_backend if parallel.moe_token_dispatcher == "flex" else None
-    connections = 32 if flex in ("deepep", "hybridep") else 8
+    # NVIDIA's plugin reads the configured backend whatever the dispatcher type: Qwen3 235B-A22B's H100 preset runs
+    # alltoall with deepep set, and renders 32.
+    connections = 32 if parallel.moe_flex_dispatcher_backend in ("deepep", "hybridep") else 8
     if gpu in SM100_OR_NEWER:
         connections = 32
-    elif parallel.tp > 1 or parallel.cp > 1:  # (NVIDIA: unless MoE all-to-all overlap, which we do not configure)
+    elif (parallel.tp > 1 or parallel.cp > 1) and not parallel.ep_comm_overlap:  # NVIDIA's moe_a2a_overlap keeps it
         connections = 1  # Hopper: kernel queue order = execution order, so TP/CP communication overlaps its GEMM
     env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(connections)
     if "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN" in env:

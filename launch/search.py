@@ -78,21 +78,29 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
                            ("right", "left", "right", "right", "right", "right", "left", "right"))
     expected = result.get("expected_error")
     if expected is not None and expected.median_abs_error_percent is not None:
+        band = expected.band
+        how = (f"their 80 % bands ({band.error_percent[0]:+.1f} to {band.error_percent[1]:+.1f} %, {band.scheme}) overlap"
+               f" the best's" if band is not None and len(band.error_percent) == 2 else
+               f"they project within the expected error (median {expected.median_abs_error_percent:.1f} %,"
+               f" {expected.scheme}) of the best")
         lines.append(
-            f"  ~ ties      {result['within_expected_error_of_best']} layouts project within the expected error (median"
-            f" {expected.median_abs_error_percent:.1f} %, {expected.scheme}) of the best: the model does not"
+            f"  ~ ties      {result['within_expected_error_of_best']} layouts tie with the best: {how}; the model does not"
             " resolve their order" + (f"; ! above {100 * HBM_WARNING:g} % of HBM by an estimate of +-20 %: may not fit"
                                       if any((r.get('hbm_percent') or 0) > 100 * HBM_WARNING for r in result['top']) else "")
         )
+        stability = result.get("top_stability") or []
+        if stability:
+            lines.append("  top 3       under the band, " + ", ".join(
+                f"#{i} overlaps {n} other layout{'' if n == 1 else 's'}" for i, n in enumerate(stability, start=1))
+                + (": the top 3 are stable" if not any(stability) else ": any of those could run fastest"))
     where = "not a valid point of the search"
     if result.get("own_problem") is not None:
         where += f" ({result['own_problem']})"
     if own is not None:
         where = (f"rank {own.rank} of {result['valid']} (equal projections share a rank), {own.tflops_per_gpu:.1f}"
                  f" TFLOP/s/GPU, {own.gap_to_best_percent:+.2f} % from the best")
-        band = expected.median_abs_error_percent if expected is not None else None
-        if within_expected_error(own.tflops_per_gpu, own.best_tflops_per_gpu, band):
-            where += f": within the expected error ({band:.1f} %), a tie with the best (~)"
+        if within_expected_error(own.tflops_per_gpu, own.best_tflops_per_gpu, expected):
+            where += ": its band overlaps the best's, a tie (~)"
         if "ep" not in result["fixed"] and at_ep is not None:
             where += f"; among the {at_ep.layouts} layouts of its EP {own_point.ep}, rank {at_ep.rank} (FIX=ep)"
     lines.append(f"  recipe's own layout {own_point.label}: {where}")

@@ -123,12 +123,14 @@ def test_sweep_points_ranked_by_projected_throughput(tmp_path: Path) -> None:
     for line, (_, _, projection) in zip(lines[2:4], ranked):
         error = projection.expected_error
         assert expected_error_cell(error) in line and f"{error.median_abs_error_percent:.1f} % ({error.scheme}" in line, line
-    gap = 100 * (1 - tflops[1] / tflops[0])
-    bands = [p.expected_error.median_abs_error_percent for _, _, p in ranked]
-    assert lines[3].rstrip().endswith("~") == (gap <= max(bands))
-    assert any(line.startswith("  ~ ties      1 point projects within") for line in lines) == (gap <= max(bands))
+    # A tie: the published figures the two 80 % bands allow overlap (each point its own band).
+    (low_1, high_1), (low_2, high_2) = (tuple(e / 100 for e in p.expected_error.band.error_percent) for _, _, p in ranked)
+    tie = tflops[1] / (1 + low_2) >= tflops[0] / (1 + high_1)
+    assert lines[3].rstrip().endswith("~") == tie
+    assert any(line.startswith("  ~ ties      1 point whose 80 % band overlaps") for line in lines) == tie
+    bands = [100 * max(abs(low_1), high_1)] * 2
     close = replace(ranked[1][2], step=replace(ranked[1][2].step, tflops_per_gpu=tflops[0] * (1 - bands[0] / 200)))
-    far = replace(ranked[1][2], step=replace(ranked[1][2].step, tflops_per_gpu=tflops[0] * (1 - 2 * max(bands) / 100)))
+    far = replace(ranked[1][2], step=replace(ranked[1][2].step, tflops_per_gpu=tflops[0] * (1 + low_1) / (1 + high_2) * 0.9))
     assert ranking_lines([ranked[0], (ranked[1][0], ranked[1][1], close)])[3].rstrip().endswith("~")
     assert not ranking_lines([ranked[0], (ranked[1][0], ranked[1][1], far)])[3].rstrip().endswith("~")
     unranked = ranking_lines([("x", valid[0][1], Unavailable(reason="not calibrated"))])

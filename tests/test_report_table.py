@@ -43,11 +43,12 @@ def _local_run(results: Path, run_id: str) -> Path:
     return directory
 
 
-def _log_run(results: Path, intent: str = "reproduce") -> Path:
+def _log_run(results: Path, intent: str = "reproduce", *overrides: str) -> Path:
     directory = marked_results(results) / "runs" / LOG_RUN
     directory.mkdir(parents=True)
     shutil.copy(FIXTURES / "logs" / "bridge_kimi_k2_restart.log", directory / "log-kimi_k2_muon_0.out")
-    save_resolved_config(compose_run("kimi_k2_muon", [f"run_id={LOG_RUN}", f"intent={intent}"]), directory / "config.yaml")
+    save_resolved_config(compose_run("kimi_k2_muon", [f"run_id={LOG_RUN}", f"intent={intent}", *overrides]),
+                         directory / "config.yaml")
     return directory
 
 
@@ -146,6 +147,18 @@ def test_a_train_run_is_never_compared_with_a_published_figure(results_dir):
     assert rows and all(r["run_intent"] == "train" and r["delta_to_published"] == "" for r in rows)
     assert all(r["measured_tflops_per_gpu_median"] for r in rows)  # measured, shown, but not compared
     assert "not comparable: intent=train" in written.markdown.read_text()
+    assert "unverified container" not in written.markdown.read_text()  # nemo:26.08, a checked one: no mark
+
+
+def test_a_run_on_an_unverified_container_is_marked(results_dir):
+    _published(results_dir)
+    _log_run(results_dir, "reproduce", "cluster.container=nemo:26.10.01", "cluster.unverified_container=true")
+    written = write_throughput(results_dir)
+    rows = [r for r in _rows(written.csv) if r["run_id"] == LOG_RUN]
+    assert rows and all(r["run_container"] == "nemo:26.10.01" and r["run_container_unverified"] == "true" for r in rows)
+    assert "(unverified container nemo:26.10.01: planned on the newest checked release's facts)" in written.markdown.read_text()
+    run = next(r for r in collect_runs(results_dir).runs if r.run_id == LOG_RUN)
+    assert (run.container, run.unverified_container) == ("nemo:26.10.01", True)
 
 
 def test_plots_written(measured):

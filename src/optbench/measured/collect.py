@@ -159,10 +159,21 @@ def _identity(run_id: str, config: RunConfig | None, summary: dict[str, Any]) ->
         "intent": str(_first(summary, "intent", default=config.intent if config else "")),
         "world_size": _first(summary, "world_size", default=config.parallel.num_gpus if config else None),
         "command": str(_first(summary, "command", default="")),
+        **_container(config, summary),
         "date": str(_first(summary, "started", default="")),
         "git_commit": _git_text(summary.get("git")),
         "versions": dict(summary.get("versions") or {}),
     }
+
+
+def _container(config: RunConfig | None, summary: dict[str, Any]) -> dict[str, Any]:
+    """A Bridge run's container, and whether it was one we never checked (summary.json, else config.yaml)."""
+    engine = str(_first(summary, "engine", default=config.engine if config else ""))
+    if engine != "megatron_bridge":
+        return {}
+    container = _first(summary, "container", default=config.cluster.container if config else "")
+    unverified = _first(summary, "unverified_container", default=config.cluster.unverified_container if config else False)
+    return {"container": str(container or ""), "unverified_container": bool(unverified)}
 
 
 def read_metrics_run(directory: Path) -> MeasuredRun:

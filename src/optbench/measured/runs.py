@@ -93,6 +93,11 @@ class MeasuredRun:
     """Primary MFU peak."""
     command: str = ""
     """Command line that launched the run."""
+    container: str = ""
+    """Bridge runs: the NeMo container it ran in (cluster.container); "" for the local engine."""
+    unverified_container: bool = False
+    """Bridge runs: the container is newer than any we checked (cluster.unverified_container=true): its plan assumed
+    the newest checked release's facts."""
     date: str = ""
     """When it ran (start timestamp, UTC where known)."""
     git_commit: str = ""

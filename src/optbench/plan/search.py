@@ -33,6 +33,7 @@ from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem, UserError
 from optbench.common.redact import clipped
 from optbench.catalog.hardware import gpu_catalog
+from optbench.projection.bands import bands_overlap, top_stability
 from optbench.projection.expected_error import CARRIED_SCHEMES, expected_error
 from optbench.releases.hydra_values import format_override
 from optbench.plan.row_runs import COMPOSED_ROWS
@@ -292,11 +293,10 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         rows.append(row)
     matrix = run.optimizer.name if run.optimizer.matrix_optimizer else None
     expected = search_expected_error(scored[0].projection.expected_error, matrix) if scored else None
-    band = expected.median_abs_error_percent if expected is not None else None
     best = scored[0].projection.step.tflops_per_gpu if scored else 0.0
     for row in rows:
         row["hbm_percent"] = round(100 * row["memory_gb"] / spec.hbm_gb, 1) if spec is not None else None
-        row["within_expected_error_of_best"] = within_expected_error(row["tflops_per_gpu"], best, band)
+        row["within_expected_error_of_best"] = within_expected_error(row["tflops_per_gpu"], best, expected)
     own_values = dataclasses.asdict(own)
     return {
         "fixed": {name: own_values[name] for name in DIMENSIONS if name in fixed},
@@ -311,8 +311,9 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         # Every point is projected at the same calibrated efficiency: the absolute figures share its expected error.
         "efficiency": scored[0].projection.efficiency if scored else None,
         "expected_error": expected,
-        "within_expected_error_of_best": sum(within_expected_error(s.projection.step.tflops_per_gpu, best, band)
+        "within_expected_error_of_best": sum(within_expected_error(s.projection.step.tflops_per_gpu, best, expected)
                                              for s in scored),
+        "top_stability": top_stability([s.projection.step.tflops_per_gpu for s in scored], error_band_of(expected)),
         "ranked": [Ranked(rank, s.point, s.projection.step.tflops_per_gpu,
                           s.resolved.memory.total_gb / spec.hbm_gb if spec is not None else None)
                    for rank, s in zip(ranks, scored)],
@@ -320,10 +321,21 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
     }
 
 
-def within_expected_error(tflops: float, best: float, band: float | None) -> bool:
-    """Whether a layout projecting ``tflops`` lies within ``band`` (the expected error's median, percent) of the best:
-    a tie the model does not resolve (``~``)."""
-    return band is not None and 100 * (1 - tflops / best) <= band
+def error_band_of(expected: ExpectedError | None) -> tuple[float, ...] | None:
+    """The (low, high) signed error band of an expected error, fractions; None where it has none."""
+    if expected is None or expected.band is None or len(expected.band.error_percent) != 2:
+        return None
+    return tuple(e / 100 for e in expected.band.error_percent)
+
+
+def within_expected_error(tflops: float, best: float, expected: ExpectedError | None) -> bool:
+    """Whether a layout projecting ``tflops`` ties with the best (``~``): their 80 % bands overlap
+    (:func:`~optbench.projection.bands.bands_overlap`); without a band, within the expected error's median."""
+    band = error_band_of(expected)
+    if band is not None:
+        return bands_overlap(tflops, best, band)
+    median = expected.median_abs_error_percent if expected is not None else None
+    return median is not None and 100 * (1 - tflops / best) <= median
 
 
 def search_expected_error(of_best: ExpectedError | None, matrix_optimizer: str | None = None) -> ExpectedError | None:

@@ -75,3 +75,24 @@ def bootstrap(errors: Sequence[float], setups: Sequence[Any], score: Callable[[l
         scores.append(score(sample))
     scores.sort()
     return [round(scores[int(0.05 * (RESAMPLES - 1))], 5), round(scores[int(0.95 * (RESAMPLES - 1))], 5)]
+
+
+def bands_overlap(tflops: float, best: float, band: tuple[float, ...] | None) -> bool:
+    """Whether a layout projecting ``tflops`` ties with the best (``best``) under the error band ``band`` (low, high
+    signed errors, fractions): the published figures each projection's band allows overlap, so the model does not
+    resolve their order. Both carry the same band (one scheme, one calibrated efficiency), so it is
+    ``tflops >= best (1 + low) / (1 + high)``. The errors of two layouts at one efficiency are correlated, so this
+    names more ties than independent errors would: it errs toward saying the order is not resolved."""
+    if band is None or len(band) != 2:
+        return False
+    low_best, _ = band_of(best, band)
+    _, high = band_of(tflops, band)
+    return high >= low_best
+
+
+def top_stability(tflops: Sequence[float], band: tuple[float, ...] | None, top: int = 3) -> list[int]:
+    """For each of the ``top`` best projections (``tflops`` best first): how many of the others its band overlaps,
+    i.e. how many layouts could take its place."""
+    return [sum(1 for j, other in enumerate(tflops) if j != i and
+                (bands_overlap(other, value, band) if other <= value else bands_overlap(value, other, band)))
+            for i, value in enumerate(tflops[:top])]

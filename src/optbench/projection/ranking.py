@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from optbench.config.layout import Layout
 from optbench.common.tables import console_table
+from optbench.projection.bands import band_of
 from optbench.projection.expected_error import CARRIED_SCHEMES, expected_error_cell
 from optbench.projection.section import ExpectedError, Projection, ProjectionSection
 
@@ -37,13 +38,11 @@ def ranking_lines(points: Sequence[Point]) -> list[str]:
     if ranked:
         cells = []
         best = ranked[0][2].step.tflops_per_gpu
-        band_of_best = expected[0][1].median_abs_error_percent
         ties = 0
         for index, ((name, lay, p), (_, error)) in enumerate(zip(ranked, expected), start=1):
             step = p.step
             key, mfu = next(iter(step.mfu.items()), ("-", 0.0))
-            tie = index > 1 and _within_band(100 * (1 - step.tflops_per_gpu / best), band_of_best,
-                                             error.median_abs_error_percent)
+            tie = index > 1 and _tie(step.tflops_per_gpu, best, error, expected[0][1])
             ties += tie
             cells.append([index, name, _layout(lay), f"{step.step_time_s:.2f}", f"{step.tflops_per_gpu:.1f}",
                           f"{step.tflops_per_gpu_with_ns:.1f}", f"{100 * mfu:.1f} % of {key}", expected_error_cell(error),
@@ -51,8 +50,8 @@ def ranking_lines(points: Sequence[Point]) -> list[str]:
         lines += console_table(["#", "point", "layout", "step s", "model", "with NS", "MFU", "expected error", ""],
                                cells, ("right", "left", "left", "right", "right", "right", "left", "left", "left"))
         if ties:
-            lines.append(f"  ~ ties      {ties} point{' projects' if ties == 1 else 's project'} within the expected error"
-                         " of the best (either one's median): the model does not resolve their order")
+            lines.append(f"  ~ ties      {ties} point{'' if ties == 1 else 's'} whose 80 % band overlaps the best's (or,"
+                         " without a band, within either one's median error): the model does not resolve their order")
     crossing = [name for name, e in expected if e.measured is False and e.scheme not in CARRIED_SCHEMES]
     if crossing:
         lines.append(_first_guess(crossing, "across precision (expected error not measured, docs/projection.md section 6)"))
@@ -68,10 +67,16 @@ def ranking_lines(points: Sequence[Point]) -> list[str]:
     return lines
 
 
-def _within_band(gap_percent: float, *medians: float | None) -> bool:
-    """Whether a point ``gap_percent`` below the best is within the larger of the two projections' median errors."""
-    known = [m for m in medians if m is not None]
-    return bool(known) and gap_percent <= max(known)
+def _tie(tflops: float, best: float, error: ExpectedError, best_error: ExpectedError) -> bool:
+    """Whether a point projecting ``tflops`` ties with the best: the published figures their 80 % bands allow overlap
+    (each its own band: a sweep's points may fall in different classes); without bands, the gap is within the larger
+    of the two median errors."""
+    bands = [e.band.error_percent for e in (error, best_error) if e.band is not None and len(e.band.error_percent) == 2]
+    if len(bands) == 2:
+        own, of_best = (tuple(x / 100 for x in b) for b in bands)
+        return band_of(tflops, own)[1] >= band_of(best, of_best)[0]
+    known = [e.median_abs_error_percent for e in (error, best_error) if e.median_abs_error_percent is not None]
+    return bool(known) and 100 * (1 - tflops / best) <= max(known)
 
 
 def _first_guess(names: Sequence[str], how: str) -> str:

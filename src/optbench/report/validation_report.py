@@ -68,7 +68,8 @@ def summary_table(data: dict[str, Any], worst: bool = True, labels: tuple[str, .
 
 
 BEGIN, END = "<!-- make projection: begin -->", "<!-- make projection: end -->"
-"""The block of a document that ``make projection --update-docs`` rewrites (README.md, docs/projection.md)."""
+"""The block of a document that ``make docs-projection`` (``--update-docs``) rewrites (README.md, docs/projection.md);
+``make projection``, a user's command, writes results/ only."""
 DOCS = ("README.md", "docs/projection.md")
 
 

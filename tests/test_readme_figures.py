@@ -1,0 +1,67 @@
+"""The README's figures come out of the commands it shows beside them: each is run here and must print them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def _plan(tmp_path: Path, recipe: str, *overrides: str) -> str:
+    # The results folder from the environment, not an override: the plan's twin line repeats the overrides typed.
+    done = subprocess.run([sys.executable, "-m", "launch", "plan", recipe, *overrides], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "OPTBENCH_RESULTS_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_every_line_of_the_plan_excerpt_is_what_make_plan_prints(tmp_path: Path) -> None:
+    block = README.split("$ make plan RECIPE=kimi_k2_muon ", 1)[1].split("```", 1)[0]
+    shown = [line for line in block.splitlines()[1:] if line.strip()]
+    assert len(shown) >= 10
+    printed = set(_plan(tmp_path, "kimi_k2_muon").splitlines())
+    assert [line for line in shown if line not in printed] == []
+
+
+@pytest.mark.parametrize("model, recipe", [("Kimi K2", "kimi_k2_muon"), ("Qwen3 30B-A3B", "qwen3_30b_a3b_muon")])
+def test_the_headline_muon_figures_are_what_their_commands_print(tmp_path: Path, model: str, recipe: str) -> None:
+    figure = re.search(rf"{re.escape(model)} ([\d.]+) vs (?:published )?(\d+) \(([-+]?[\d.]+) %\)", README)
+    assert figure is not None, model
+    command = f"make plan RECIPE={recipe} cluster.container=nemo:26.02"
+    assert command in README
+    projected, published, error = figure.groups()
+    out = _plan(tmp_path, recipe, "cluster.container=nemo:26.02")
+    assert f"published   nvidia_blog_table1 26.02: {published} model TFLOP/s/GPU; projected {projected} ({error} %)" in out
+
+
+def test_the_default_containers_figure_the_readme_names_is_printed(tmp_path: Path) -> None:
+    shown = re.search(r"make plan RECIPE=qwen3_30b_a3b_muon cluster.container=nemo:26.02 +# the default container, "
+                      r"nemo:(\S+), prints ([\d.]+)", README)
+    assert shown is not None
+    container, projected = shown.groups()
+    out = _plan(tmp_path, "qwen3_30b_a3b_muon")
+    assert f"nemo:{container}" in out and "  projection  step " in out and f": {projected} model + " in out
+
+
+def test_make_projection_writes_results_only_and_the_readme_block_is_the_committed_validations() -> None:
+    """A user's `make projection` never rewrites README.md or docs/ (`make docs-projection` is the maintainers'), and
+    the committed block is what the committed results/projection/validation.json gives: regenerated together."""
+    import json
+
+    from optbench.report.validation_report import with_block
+
+    user = subprocess.run(["make", "-n", "projection"], cwd=REPO, capture_output=True, text=True, timeout=60).stdout
+    maintainer = subprocess.run(["make", "-n", "docs-projection"], cwd=REPO, capture_output=True, text=True,
+                                timeout=60).stdout
+    assert "validation_report" in user and "--update-docs" not in user and "--update-docs" in maintainer
+    data = json.loads((REPO / "results" / "projection" / "validation.json").read_text(encoding="utf-8"))
+    for name in ("README.md", "docs/projection.md"):
+        text = (REPO / name).read_text(encoding="utf-8")
+        assert with_block(text, data) == text, f"{name}: run make docs-projection and commit it with validation.json"
