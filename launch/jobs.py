@@ -158,8 +158,10 @@ def nvidia_performance_env(run: RunConfig, preset_env: dict[str, str]) -> dict[s
     """
     parallel, gpu = run.parallel, run.cluster.gpu
     env = dict(preset_env)
-    # NVIDIA's plugin reads the configured backend whatever the dispatcher type: Qwen3 235B-A22B's H100 preset runs
-    # alltoall with deepep set, and renders 32.
+    # NVIDIA's plugin reads its workload config's backend whatever the dispatcher type (Bridge 0.3.1's Qwen3 235B-A22B
+    # H100 preset: alltoall with deepep, 32). We hold one backend, the recipe's and the workload's merged, so where a
+    # recipe sets one its workload config leaves unset the rule says 32 and NVIDIA 8: 0.3.0's two Qwen3 235B-A22B H100
+    # presets, of the 444 every release holds.
     connections = 32 if parallel.moe_flex_dispatcher_backend in ("deepep", "hybridep") else 8
     if gpu in SM100_OR_NEWER:
         connections = 32

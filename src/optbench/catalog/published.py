@@ -200,6 +200,19 @@ def load_inconsistent(directory: str | Path) -> dict[str, str]:
     return {row["row"].strip(): (row.get("reason") or "").strip() for _, row in _read_rows(path, ("row", "reason"))}
 
 
+def data_only_reason(row: PublishedRow) -> str | None:
+    """Why the projection keeps ``row`` as data and scores nothing of it (None when it scores it): its model is a
+    catalog entry only (models.csv's ``not_projected``), or it ran Megatron FSDP, which our config does not hold."""
+    from optbench.catalog.models import model_registry
+
+    entry = model_registry().get(row.model)
+    if entry is not None and entry.not_projected:
+        return f"{row.model} is a catalog model, {entry.not_projected}"
+    if row.layout.get("fsdp"):
+        return f"Megatron FSDP (sharding group {row.layout['fsdp']}) is not in our config: the row is data, not projected"
+    return None
+
+
 def row_id(row: PublishedRow) -> str:
     """A published row's name, unique in published.csv: '<source> <release> <model> <gpu> x<n> <precision> <optimizer>'."""
     return f"{row.label} {row.model} {row.gpu} x{row.num_gpus} {row.precision} {row.optimizer} {row.model_tflops_per_gpu:g}"

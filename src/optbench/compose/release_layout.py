@@ -59,9 +59,8 @@ def release_values(run: RunConfig) -> dict[str, Any]:
     layout = nvidia.get("model.pipeline_model_parallel_layout")
     if isinstance(layout, (str, list)):
         values["parallel.pipeline_layout"] = presets.normalised(layout)
-    elif (values.get("parallel.pp", run.parallel.pp), values.get("parallel.vpp", run.parallel.vpp)) != (run.parallel.pp, run.parallel.vpp):
-        values["parallel.pipeline_layout"] = _derived_layout(run, values["parallel.pp"] if "parallel.pp" in values
-                                                             else run.parallel.pp, values["parallel.vpp"])
+    elif (pp := values.get("parallel.pp", run.parallel.pp), values["parallel.vpp"]) != (run.parallel.pp, run.parallel.vpp):
+        values["parallel.pipeline_layout"] = _derived_layout(run, pp, values["parallel.vpp"])
     return values
 
 

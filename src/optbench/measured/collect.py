@@ -145,6 +145,7 @@ def _identity(run_id: str, config: RunConfig | None, summary: dict[str, Any]) ->
         optimizer = optimizer.get("name")
     proxy_of = config.model.proxy_of if config else None
     gpu = _first(summary, "gpu", default=config.cluster.gpu if config else None)
+    engine = str(_first(summary, "engine", default=config.engine if config else ""))
     return {
         "run_id": str(_first(summary, "run_id", default=run_id)),
         "model": str(model or "unknown"),
@@ -155,11 +156,11 @@ def _identity(run_id: str, config: RunConfig | None, summary: dict[str, Any]) ->
         "precision": str(_first(summary, "precision", default=config.precision.name if config else "unknown")).split()[0],
         "optimizer": str(optimizer or "unknown"),
         "recipe": str(_first(summary, "recipe", default=config.recipe if config else "")),
-        "engine": str(_first(summary, "engine", default=config.engine if config else "")),
+        "engine": engine,
         "intent": str(_first(summary, "intent", default=config.intent if config else "")),
         "world_size": _first(summary, "world_size", default=config.parallel.num_gpus if config else None),
         "command": str(_first(summary, "command", default="")),
-        **_container(config, summary),
+        **(_container(config, summary) if engine == "megatron_bridge" else {}),
         "date": str(_first(summary, "started", default="")),
         "git_commit": _git_text(summary.get("git")),
         "versions": dict(summary.get("versions") or {}),
@@ -168,9 +169,6 @@ def _identity(run_id: str, config: RunConfig | None, summary: dict[str, Any]) ->
 
 def _container(config: RunConfig | None, summary: dict[str, Any]) -> dict[str, Any]:
     """A Bridge run's container, and whether it was one we never checked (summary.json, else config.yaml)."""
-    engine = str(_first(summary, "engine", default=config.engine if config else ""))
-    if engine != "megatron_bridge":
-        return {}
     container = _first(summary, "container", default=config.cluster.container if config else "")
     unverified = _first(summary, "unverified_container", default=config.cluster.unverified_container if config else False)
     return {"container": str(container or ""), "unverified_container": bool(unverified)}

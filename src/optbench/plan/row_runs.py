@@ -23,8 +23,7 @@ from functools import lru_cache
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
 from optbench.catalog.hardware import gpu_catalog
-from optbench.catalog.models import model_registry
-from optbench.catalog.published import PublishedRow
+from optbench.catalog.published import PublishedRow, data_only_reason
 from optbench.common.errors import UserError
 from optbench.compose.recipe import compose_run, list_recipes
 from optbench.compose.recipe_choice import recipe_group_choice
@@ -48,20 +47,10 @@ class ComposedRowRuns:
     """:class:`~optbench.projection.row_config.RowRuns` composed through Hydra from the recipes on disk."""
 
     def config(self, row: PublishedRow) -> RowConfig | str:
-        return _unmodelled(row) or _row(*row_key(row))[0]
+        return data_only_reason(row) or _row(*row_key(row))[0]
 
     def run(self, row: PublishedRow) -> ResolvedRun | str:
-        return _unmodelled(row) or _row(*row_key(row))[1]
-
-
-def _unmodelled(row: PublishedRow) -> str | None:
-    """Why a row is kept as data but not composed: what it ran is not in our config (None when it is)."""
-    entry = model_registry().get(row.model)
-    if entry is not None and entry.not_projected:
-        return f"{row.model} is a catalog model, {entry.not_projected}"
-    if row.layout.get("fsdp"):
-        return f"Megatron FSDP (sharding group {row.layout['fsdp']}) is not in our config: the row is data, not projected"
-    return None
+        return data_only_reason(row) or _row(*row_key(row))[1]
 
 
 COMPOSED_ROWS = ComposedRowRuns()

@@ -33,7 +33,8 @@ from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem, UserError
 from optbench.common.redact import clipped
 from optbench.catalog.hardware import gpu_catalog
-from optbench.projection.bands import bands_overlap, top_stability
+from optbench.projection.bands import top_stability
+from optbench.projection.ranking import error_band_of, ties_with_best
 from optbench.projection.expected_error import CARRIED_SCHEMES, expected_error
 from optbench.releases.hydra_values import format_override
 from optbench.plan.row_runs import COMPOSED_ROWS
@@ -321,21 +322,10 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
     }
 
 
-def error_band_of(expected: ExpectedError | None) -> tuple[float, ...] | None:
-    """The (low, high) signed error band of an expected error, fractions; None where it has none."""
-    if expected is None or expected.band is None or len(expected.band.error_percent) != 2:
-        return None
-    return tuple(e / 100 for e in expected.band.error_percent)
-
-
 def within_expected_error(tflops: float, best: float, expected: ExpectedError | None) -> bool:
-    """Whether a layout projecting ``tflops`` ties with the best (``~``): their 80 % bands overlap
-    (:func:`~optbench.projection.bands.bands_overlap`); without a band, within the expected error's median."""
-    band = error_band_of(expected)
-    if band is not None:
-        return bands_overlap(tflops, best, band)
-    median = expected.median_abs_error_percent if expected is not None else None
-    return median is not None and 100 * (1 - tflops / best) <= median
+    """Whether a layout projecting ``tflops`` ties with the best (``~``): every layout of a search shares one expected
+    error, so their 80 % bands are one band (:func:`~optbench.projection.ranking.ties_with_best`)."""
+    return ties_with_best(tflops, best, expected)
 
 
 def search_expected_error(of_best: ExpectedError | None, matrix_optimizer: str | None = None) -> ExpectedError | None:

@@ -77,17 +77,17 @@ def bootstrap(errors: Sequence[float], setups: Sequence[Any], score: Callable[[l
     return [round(scores[int(0.05 * (RESAMPLES - 1))], 5), round(scores[int(0.95 * (RESAMPLES - 1))], 5)]
 
 
-def bands_overlap(tflops: float, best: float, band: tuple[float, ...] | None) -> bool:
-    """Whether a layout projecting ``tflops`` ties with the best (``best``) under the error band ``band`` (low, high
-    signed errors, fractions): the published figures each projection's band allows overlap, so the model does not
-    resolve their order. Both carry the same band (one scheme, one calibrated efficiency), so it is
+def bands_overlap(tflops: float, best: float, band: tuple[float, ...] | None,
+                  best_band: tuple[float, ...] | None = None) -> bool:
+    """Whether a layout projecting ``tflops`` ties with the best (``best``): the published figures its error band
+    ``band`` (low, high signed errors, fractions) allows reach those the best's (``best_band``, else the same band)
+    allows, so the model does not resolve their order. With one band (one scheme, one calibrated efficiency) it is
     ``tflops >= best (1 + low) / (1 + high)``. The errors of two layouts at one efficiency are correlated, so this
     names more ties than independent errors would: it errs toward saying the order is not resolved."""
-    if band is None or len(band) != 2:
+    best_band = best_band or band
+    if band is None or len(band) != 2 or best_band is None or len(best_band) != 2:
         return False
-    low_best, _ = band_of(best, band)
-    _, high = band_of(tflops, band)
-    return high >= low_best
+    return band_of(tflops, band)[1] >= band_of(best, best_band)[0]
 
 
 def top_stability(tflops: Sequence[float], band: tuple[float, ...] | None, top: int = 3) -> list[int]:

@@ -169,21 +169,18 @@ def _tested_knobs() -> dict[str, Any] | None:
     """What the published rows the projection scores vary: the TP and CP values they run, and whether any model x GPU is published at two
     GPU counts; parsed once per content of published.csv (every projection of a search asks), None without the file."""
     from optbench.catalog.models import model_registry
-    from optbench.catalog.published import PUBLISHED_CSV, default_published_dir, load_published
+    from optbench.catalog.published import PUBLISHED_CSV, data_only_reason, default_published_dir, load_published
     from optbench.common.checkout import repo_root
 
     directory = default_published_dir(repo_root() / "results")
     try:
         key = (str(directory), hash((directory / PUBLISHED_CSV).read_bytes()))
         if key not in _knobs:
-            registry = model_registry()
-            # A catalog model's rows are data the projection never scores: a knob only they run is untested.
             runnable = {container.name for container in runnable_containers()}
             # Only rows the validation scores in its domain test a knob: a catalog model's rows are data, and a
             # release without an executed preset (25.11) is projected at its stated layout but outside the domain.
             rows = [row for row in load_published(directory)
-                    if row.model in registry and not registry[row.model].not_projected and not row.layout.get("fsdp")
-                    and f"nemo:{row.release}" in runnable]
+                    if row.model in model_registry() and data_only_reason(row) is None and f"nemo:{row.release}" in runnable]
             counts: dict[tuple[str, str], set[int]] = {}
             for row in rows:
                 counts.setdefault((row.model, row.gpu), set()).add(row.num_gpus)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from optbench.config.layout import Layout
 from optbench.common.tables import console_table
-from optbench.projection.bands import band_of
+from optbench.projection.bands import bands_overlap
 from optbench.projection.expected_error import CARRIED_SCHEMES, expected_error_cell
 from optbench.projection.section import ExpectedError, Projection, ProjectionSection
 
@@ -42,7 +42,7 @@ def ranking_lines(points: Sequence[Point]) -> list[str]:
         for index, ((name, lay, p), (_, error)) in enumerate(zip(ranked, expected), start=1):
             step = p.step
             key, mfu = next(iter(step.mfu.items()), ("-", 0.0))
-            tie = index > 1 and _tie(step.tflops_per_gpu, best, error, expected[0][1])
+            tie = index > 1 and ties_with_best(step.tflops_per_gpu, best, error, expected[0][1])
             ties += tie
             cells.append([index, name, _layout(lay), f"{step.step_time_s:.2f}", f"{step.tflops_per_gpu:.1f}",
                           f"{step.tflops_per_gpu_with_ns:.1f}", f"{100 * mfu:.1f} % of {key}", expected_error_cell(error),
@@ -67,15 +67,24 @@ def ranking_lines(points: Sequence[Point]) -> list[str]:
     return lines
 
 
-def _tie(tflops: float, best: float, error: ExpectedError, best_error: ExpectedError) -> bool:
-    """Whether a point projecting ``tflops`` ties with the best: the published figures their 80 % bands allow overlap
-    (each its own band: a sweep's points may fall in different classes); without bands, the gap is within the larger
-    of the two median errors."""
-    bands = [e.band.error_percent for e in (error, best_error) if e.band is not None and len(e.band.error_percent) == 2]
-    if len(bands) == 2:
-        own, of_best = (tuple(x / 100 for x in b) for b in bands)
-        return band_of(tflops, own)[1] >= band_of(best, of_best)[0]
-    known = [e.median_abs_error_percent for e in (error, best_error) if e.median_abs_error_percent is not None]
+def error_band_of(expected: ExpectedError | None) -> tuple[float, ...] | None:
+    """The (low, high) signed error band of an expected error, fractions; None where it has none."""
+    if expected is None or expected.band is None or len(expected.band.error_percent) != 2:
+        return None
+    return tuple(e / 100 for e in expected.band.error_percent)
+
+
+def ties_with_best(tflops: float, best: float, error: ExpectedError | None,
+                   best_error: ExpectedError | None = None) -> bool:
+    """Whether a point projecting ``tflops`` ties with the best (``~``): their 80 % bands overlap (each its own band,
+    ``best_error``'s else ``error``'s: a sweep's points may fall in different classes,
+    :func:`~optbench.projection.bands.bands_overlap`); without both bands, the gap is within the larger of the two
+    median errors."""
+    best_error = best_error or error
+    own, of_best = error_band_of(error), error_band_of(best_error)
+    if own is not None and of_best is not None:
+        return bands_overlap(tflops, best, own, of_best)
+    known = [e.median_abs_error_percent for e in (error, best_error) if e is not None and e.median_abs_error_percent is not None]
     return bool(known) and 100 * (1 - tflops / best) <= max(known)
 
 
