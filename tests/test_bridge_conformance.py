@@ -75,14 +75,14 @@ def report_of(target: Target, tmp_path_factory: pytest.TempPathFactory, only: st
     silently spread them with pytest 9.2, hence the pin in pyproject.toml), and any other distribution can hand them
     to two, so the first one computes under a lock and the others read its file. ``only``: "search", the report of
     every ``make search`` layout alone; "overrides", that of every single-field override; "pairs", that of a fixed
-    sample of pairs of them (:data:`CI_PAIRS` per recipe, seed 0)."""
+    sample of pairs of them (:data:`CI_PAIRS` per recipe, seed 0); "job", the job's own check before step 1."""
     key = f"{target.name}{'-' + only if only else ''}"
     if key not in _reports:
         if not target.installed:
             pytest.fail(f"the Bridge environment of {target.name} is missing: run `make setup` (or `make bridge-env`)")
         out = _session_folder(tmp_path_factory) / f"conformance-{key.replace(':', '_')}.json"
         search = {"": [], "search": ["--search-only", "--stride", str(CI_SEARCH_STRIDE)], "overrides": ["--overrides-only"],
-                  "pairs": ["--overrides-only", "--pairs", str(CI_PAIRS), "--seed", "0"]}[only]
+                  "pairs": ["--overrides-only", "--pairs", str(CI_PAIRS), "--seed", "0"], "job": ["--job-check-only"]}[only]
         with open(out.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not out.is_file():
@@ -357,3 +357,27 @@ def test_moe_graph_and_precision_rules_match_the_installed_bridge_and_core(targe
                      "disable full recomputation when enabling overlap_moe_expert_parallel_comm",
                      "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm"):
         assert asserted in overlap, (target.bridge, asserted)
+
+
+UNSEEN = next(t for t in TARGETS if t.name == NEXT["name"])
+"""A Bridge no container we checked ships (0.6.2 with Core 0.19.2): it stands in for an unseen release."""
+
+
+@pytest.mark.xdist_group(f"bridge-{UNSEEN.name}")
+def test_the_unseen_release_stand_in_runs_the_jobs_check_and_stops_on_a_removed_field(tmp_path_factory) -> None:
+    """Issue 80 item 2: a plan of an unverified container (the fixture's), run in an environment whose Bridge and Core
+    differ from the ones it assumed; the job's check writes conformance.json and trains; with a field the plan sets
+    removed from the recipe's config, it stops in one line naming it, and nothing trains."""
+    report = report_of(UNSEEN, tmp_path_factory, only="job")["job_check"]
+    fixture = report["fixture"]
+    ran, removed = report["as_installed"], report["field_removed"]
+    assert ran["returned"] == 0 and ran["trained"] is True
+    found = ran["conformance"]
+    assert found["status"] == "ok" and found["unverified"] is True and found["container"] == fixture["unseen_container"]
+    assert found["installed_versions"]["bridge"] == NEXT["bridge"] != found["planned_versions"]["bridge"]
+    assert "bridge" in found["versions_differ"] and found["fields_checked"] > 100
+    assert found["optimizer"] == {"planned": "muon", "built": "muon"}
+    assert removed["trained"] is False and len(removed["error_lines"]) == 1
+    assert f"has no field {fixture['field']}, which the plan sets" in removed["error_lines"][0]
+    assert removed["conformance"]["status"] == "stopped"
+    assert [m["field"] for m in removed["conformance"]["missing_fields"]] == [fixture["field"]]

@@ -71,8 +71,36 @@ class FakeBridge:
     def installed_version(self):
         return self.installed
 
+    def installed_versions(self):
+        return {"bridge": self.installed, "core": "0.16.1", "emerging_optimizers": "0.1.0"}
+
     def pretrain(self, config, callbacks):
         self.calls.append(("pretrain", (config, callbacks)))
+
+
+class StandInBridge(FakeBridge):
+    """The recipe builds a config with exactly Bridge 0.3.1's field names, and Bridge's own override function applies
+    the plan to it: what the job's checks read in a container."""
+
+    def __init__(self, *, without: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.without = without
+
+    def recipe_function(self, recipe):
+        def recipe_fn(**kwargs):
+            self.calls.append(("recipe", (recipe.module, recipe.function, kwargs)))
+            self.built = stand_in_container("kimi_k2", without=self.without)
+            return self.built
+
+        return recipe_fn
+
+    def mixed_precision(self, preset):
+        self.calls.append(("mixed_precision", preset))
+        return self.built.mixed_precision  # the preset's section, with Bridge's field names
+
+    def apply_overrides(self, config, overrides):
+        self.calls.append(("overrides", list(overrides)))
+        return bridge_override_module().process_config_with_overrides(config, cli_overrides=list(overrides))
 
 
 def test_config_container_is_built_in_bridges_order(tmp_path: Path) -> None:
@@ -104,12 +132,7 @@ def _job_folder(tmp_path: Path, *overrides: str) -> Path:
 
 def test_run_bridge_applies_the_plans_overrides_and_registers_the_callback(tmp_path: Path) -> None:
     path = _job_folder(tmp_path)
-
-    # Bridge's real override function on a container with Bridge's field names stands in for the recipe's.
-    def apply(config, overrides):
-        return bridge_override_module().process_config_with_overrides(stand_in_container("kimi_k2"), cli_overrides=list(overrides))
-
-    fake = FakeBridge(apply=apply)
+    fake = StandInBridge()
     assert run_bridge(path, api=fake) == 0
     name, (config, callbacks) = fake.calls[-1]
     assert name == "pretrain" and callbacks is fake.manager
@@ -119,6 +142,54 @@ def test_run_bridge_applies_the_plans_overrides_and_registers_the_callback(tmp_p
     assert config.logger.wandb_exp_name == "entry-test"
     recorded = json.loads((path.parent / "plan.json").read_text())["bridge"]["overrides"]
     assert [c for c in fake.calls if c[0] == "overrides"] == [("overrides", recorded)]
+    report = json.loads((path.parent / "conformance.json").read_text())
+    assert report["status"] == "ok" and report["missing_fields"] == [] and report["values_not_landed"] == []
+    assert report["fields_checked"] == len(recorded) and report["optimizer"] == {"planned": "dist_muon", "built": "dist_muon"}
+    assert report["installed_versions"]["bridge"] == report["planned_versions"]["bridge"] == "0.3.1"
+
+
+def test_a_field_the_container_lacks_stops_the_job_before_step_1_in_one_line(tmp_path: Path) -> None:
+    """A release that dropped a field the plan sets (as Core 0.19.0's adaptive Muon lacks scale_mode): the job writes
+    conformance.json, stops in one line naming the field, and never calls pretrain."""
+    path = _job_folder(tmp_path)
+    fake = StandInBridge(without=("optimizer.muon_scale_mode",))
+    with pytest.raises(UserError) as caught:
+        run_bridge(path, api=fake)
+    line, = caught.value.lines()
+    assert "has no field optimizer.muon_scale_mode, which the plan sets" in line and "nothing was trained" in line
+    assert not any(name in ("overrides", "pretrain") for name, _ in fake.calls)
+    report = json.loads((path.parent / "conformance.json").read_text())
+    assert report["status"] == "stopped" and [m["field"] for m in report["missing_fields"]] == ["optimizer.muon_scale_mode"]
+
+
+def test_an_optimizer_other_than_the_plans_stops_the_job(tmp_path: Path) -> None:
+    path = _job_folder(tmp_path)
+
+    class AdamBridge(StandInBridge):
+        def apply_overrides(self, config, overrides):
+            config = super().apply_overrides(config, overrides)
+            config.optimizer.optimizer = "adam"  # a release whose recipe resets the optimizer after the overrides
+            return config
+
+    fake = AdamBridge()
+    with pytest.raises(UserError) as caught:
+        run_bridge(path, api=fake)
+    assert "optimizer.optimizer: the plan runs dist_muon but this container's Megatron Bridge built 'adam'" in \
+        caught.value.lines()[0]
+    assert not any(name == "pretrain" for name, _ in fake.calls)
+    assert json.loads((path.parent / "conformance.json").read_text())["status"] == "stopped"
+
+
+def test_a_value_of_another_kind_is_listed_not_fatal() -> None:
+    from optbench.engine.bridge import conformance
+
+    report = conformance.Conformance("nemo:x", {"bridge": "0.3.1"}, {"bridge": "0.3.1"}, False, "m.f")
+    config = SimpleNamespace(train=SimpleNamespace(train_iters=10, note="text", flag=True), env_vars={})
+    conformance.check_fields(report, config, ["train.train_iters=abc", "train.note=5", "train.flag=true", "train.note=null",
+                                              "++env_vars.X=1", "train.gone=1", "++absent.Y=2"])
+    assert [d["field"] for d in report.kind_differs] == ["train.train_iters", "train.note"]
+    assert [m["field"] for m in report.missing] == ["train.gone", "absent.Y"]
+    assert report.fields_checked == 7 and report.status == "differs"
 
 
 def test_the_job_applies_what_the_plan_recorded_not_a_recomputation(tmp_path: Path) -> None:
@@ -126,7 +197,7 @@ def test_the_job_applies_what_the_plan_recorded_not_a_recomputation(tmp_path: Pa
     plan = json.loads((path.parent / "plan.json").read_text())
     plan["bridge"]["overrides"].append("train.train_iters=7")  # the plan, not config.yaml, decides
     (path.parent / "plan.json").write_text(json.dumps(plan))
-    fake = FakeBridge()
+    fake = StandInBridge()
     run_bridge(path, api=fake)
     assert dict(fake.calls)["overrides"][-1] == "train.train_iters=7"
 

@@ -187,12 +187,14 @@ def bridge_override_module() -> ModuleType:
     return module
 
 
-def stand_in_container(model: str) -> Any:
-    """A ConfigContainer stand-in: one dataclass per section with exactly Bridge's field names (all None)."""
+def stand_in_container(model: str, without: tuple[str, ...] = ()) -> Any:
+    """A ConfigContainer stand-in: one dataclass per section with exactly Bridge's field names (all None), less the
+    ``section.field`` names in ``without`` (a release that dropped them)."""
     sections = {}
     for section, names in section_fields(model).items():
+        kept = sorted(n for n in names if f"{section}.{n}" not in without)
         cls = dataclasses.make_dataclass(
-            f"StandIn_{section}", [(name, Any, dataclasses.field(default=None)) for name in sorted(names)]
+            f"StandIn_{section}", [(name, Any, dataclasses.field(default=None)) for name in kept]
         )
         sections[section] = cls()
     container = dataclasses.make_dataclass("StandInContainer", [(s, Any, dataclasses.field(default=None)) for s in sections])

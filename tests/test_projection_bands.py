@@ -27,6 +27,31 @@ def test_the_band_is_the_conformal_quantile_of_the_absolute_log_errors():
     assert band_of(110.0, (math.expm1(-math.log(1.1)), 0.1)) == pytest.approx((100.0, 121.0))
 
 
+def test_each_held_out_group_counts_once_in_the_band():
+    """Ten rows of one model within 1 % and one row each of four other models at 20-40 %: weighing rows, the band
+    is the many-row model's +-1 %; weighing groups (5 groups, level 0.8 x 6 / 5 > 1), it is the largest error."""
+    errors = [0.01] * 10 + [0.2, 0.25, 0.3, 0.4]
+    groups = ["a"] * 10 + ["b", "c", "d", "e"]
+    assert error_band(errors)[1] == pytest.approx(0.25)  # 12th of 14 rows
+    assert error_band(errors, groups)[1] == pytest.approx(0.4)
+    # nine groups (level 0.8 x 10 / 9 = 8/9): the eighth-smallest group's score when each group has one row
+    nine = [0.01 * k for k in range(1, 10)]
+    assert error_band(nine, list("abcdefghi"))[1] == pytest.approx(0.08) == error_band(nine)[1]
+    # nor does a group of many wide rows set it: ten rows of one group at 30 % weigh as one of nine groups
+    wide = [0.3] * 10 + nine[:8]
+    assert error_band(wide)[1] == pytest.approx(0.3)
+    assert error_band(wide, ["a"] * 10 + list("bcdefghi"))[1] == pytest.approx(0.08)
+
+
+def test_every_scheme_band_holds_on_three_quarters_of_rows_it_never_saw():
+    """Issue 79's bar: the printed 80 % band covers >= 75 % of held-out rows in every out-of-sample scheme."""
+    data = json.loads(VALIDATION.read_text())
+    for scheme in data["schemes"]:
+        summary = data["summary"][scheme]["all"]
+        assert summary["band_80_coverage"] >= 0.75, scheme
+        assert summary["band_80_groups"] >= 2, scheme
+
+
 def test_coverage_never_uses_the_rows_own_group():
     """Two groups whose errors sit far apart: each group's band comes from the other's errors only, so the narrow
     group's band misses the wide group's rows (the wide one's band covers the narrow rows), although a band made from

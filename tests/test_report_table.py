@@ -161,6 +161,20 @@ def test_a_run_on_an_unverified_container_is_marked(results_dir):
     assert (run.container, run.unverified_container) == ("nemo:26.10.01", True)
 
 
+def test_a_bridge_runs_container_check_is_shown_beside_its_row(results_dir):
+    """Issue 80 item 2: make table shows what the job's check found (conformance.json), and nothing without one."""
+    _published(results_dir)
+    directory = _log_run(results_dir, "reproduce", "cluster.container=nemo:26.10.01", "cluster.unverified_container=true")
+    written = write_throughput(results_dir)
+    assert all(r["run_conformance"] == "" for r in _rows(written.csv) if r["run_id"] == LOG_RUN)
+    (directory / "conformance.json").write_text(json.dumps({
+        "status": "differs", "kind_differs": [{"field": "model.x"}], "values_not_landed": [], "missing_fields": []}))
+    written = write_throughput(results_dir)
+    rows = [r for r in _rows(written.csv) if r["run_id"] == LOG_RUN]
+    assert rows and all(r["run_conformance"] == "differs (1 of another kind)" for r in rows)
+    assert "(container check: differs (1 of another kind))" in written.markdown.read_text()
+
+
 def test_plots_written(measured):
     out = write_throughput(measured)
     names = {p.name for p in out.plots}

@@ -17,6 +17,10 @@ intents it:
    ``Timers`` for a few steps, creating the optimizer timer as Bridge's train step does;
 
 and runs two negative controls (a misspelled override key, an impossible pipeline layout).
+
+``--job-check-only`` runs the job's own check instead (``entry.run_bridge`` with its conformance step, training
+replaced by a record): this environment stands in for a release we never checked, planned as the fixture's
+unverified container, once as it is and once with the fixture's field removed from the recipe's config.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tools"))  # nvidia_presets.flat_config: the same flattening as NVIDIA's fixtures
 
 from optbench.engine.bridge.cpu_check import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
-from optbench.engine.bridge.cpu_check.readback import comparable, lookup, read_back  # noqa: E402
+from optbench.engine.bridge.readback import comparable, lookup, read_back  # noqa: E402
 from optbench.engine.bridge.cpu_check.runtime import update_at  # noqa: E402
 
 RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
@@ -48,6 +52,7 @@ INTENTS = ("reproduce", "train")
 OPTIMIZER_IDENTITY = ("optimizer.optimizer", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer")
 """What makes a run Adam or Muon after Bridge's runtime update (Bridge 0.6's Kimi recipe is Muon unless overridden)."""
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia"
+REMOVED_FIELD = ROOT / "tests" / "fixtures" / "conformance" / "removed_field.json"
 
 
 def flat(config: Any) -> dict[str, Any]:
@@ -498,6 +503,69 @@ def negative_controls(results: Path, container: str) -> dict[str, Any]:
     return out
 
 
+def without_field(config: Any, dotted: str) -> Any:
+    """``config`` with the section field ``dotted`` gone, as a release that dropped it would build it: the section
+    becomes an instance of a dataclass of the other fields (none with a class default, so the name is truly absent)."""
+    section_name, name = dotted.split(".")
+    section = getattr(config, section_name)
+    kept = [f for f in dataclasses.fields(section) if f.name != name]
+    cls = dataclasses.make_dataclass(type(section).__name__, [(f.name, Any) for f in kept])
+    copy = object.__new__(cls)
+    copy.__dict__.update({k: v for k, v in vars(section).items() if k != name})
+    setattr(config, section_name, copy)
+    return config
+
+
+def job_check_cases(results: Path) -> dict[str, Any]:
+    """The job's check before step 1, in this environment standing in for the fixture's unseen release."""
+    from optbench.compose.recipe import compose_run
+    from optbench.common.errors import UserError
+    from optbench.engine.bridge.entry import BridgeAPI, run_bridge
+    from optbench.plan import build_plan
+    from optbench.runs import save_resolved_config
+    from optbench.validate import validate
+
+    fixture = json.loads(REMOVED_FIELD.read_text())
+
+    class NoTraining(BridgeAPI):
+        trained = False
+
+        def pretrain(self, config: Any, callbacks: Any) -> None:
+            NoTraining.trained = True
+
+    class Removed(NoTraining):
+        def recipe_function(self, recipe: Any) -> Any:
+            function = super().recipe_function(recipe)
+
+            def without(**kwargs: Any) -> Any:
+                return without_field(function(**kwargs), fixture["field"])
+
+            without.__signature__ = __import__("inspect").signature(function)
+            return without
+
+    out: dict[str, Any] = {"fixture": fixture}
+    for name, api in (("as_installed", NoTraining), ("field_removed", Removed)):
+        run_id = f"job-{name}"
+        resolved = validate(compose_run(fixture["recipe"], [
+            f"results_dir={results}", f"run_id={run_id}", f"cluster.container={fixture['unseen_container']}",
+            "cluster.unverified_container=true"]))
+        stand_ins.install(resolved.run.cluster.gpu)
+        folder = results / "runs" / run_id
+        path = save_resolved_config(resolved.run, folder / "config.yaml")
+        (folder / "plan.json").write_text(json.dumps(build_plan(resolved).to_json()))
+        api.trained = False
+        case: dict[str, Any] = {}
+        try:
+            case["returned"] = run_bridge(path, api=api())
+        except UserError as err:
+            case["error_lines"] = err.lines()
+        case["trained"] = api.trained
+        conformance_file = folder / "conformance.json"
+        case["conformance"] = json.loads(conformance_file.read_text()) if conformance_file.is_file() else None
+        out[name] = case
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="write the JSON report here (default: stdout)")
@@ -515,6 +583,8 @@ def main() -> int:
                         help="with --overrides-only: also send what our checks refuse to Bridge and list what it accepts")
     parser.add_argument("--search-only", action="store_true",
                         help="report only whether Bridge judges the make search layouts as our checks do")
+    parser.add_argument("--job-check-only", action="store_true",
+                        help="report only the job's own check before step 1, this environment standing in for an unseen release")
     parser.add_argument("--stride", type=int, default=1,
                         help="with --search-only: every that many-th distinct layout (default 1: all)")
     args = parser.parse_args()
@@ -529,14 +599,17 @@ def main() -> int:
         from optbench.common.outputs import claim
 
         claim(Path(tmp) / "results", "results_dir", "results")  # the cases write into it before composing again
-        for recipe in [] if args.search_only or args.overrides_only else args.recipes:
+        only = args.search_only or args.overrides_only or args.job_check_only
+        for recipe in [] if only else args.recipes:
             for intent in INTENTS:
                 try:
                     report["cases"].append(check_case(recipe, intent, Path(tmp) / "results", args.container))
                 except Exception as err:
                     report["cases"].append({"recipe": recipe, "intent": intent, "error": f"{type(err).__name__}: {err}",
                                             "traceback": traceback.format_exc()[-2000:]})
-        if args.search_only:
+        if args.job_check_only:
+            report["job_check"] = job_check_cases(Path(tmp) / "results")
+        elif args.search_only:
             report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container, args.stride)
         elif args.overrides_only:
             report["typed_overrides"] = typed_override_cases(Path(tmp) / "results", args.container, args.pairs, args.seed,

@@ -28,7 +28,7 @@ from optbench.common.redact import clipped
 from optbench.metrics.jsonl import read_metrics
 from optbench.measured.megatron_log import MegatronLog, parse_megatron_log
 from optbench.measured.runs import KIND_BRIDGE, KIND_LOCAL, KIND_LOG, MeasuredRun, PeakInfo, StepRecord
-from optbench.runs import load_resolved_config
+from optbench.runs import CONFORMANCE_FILE, load_resolved_config
 
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
@@ -174,6 +174,15 @@ def _container(config: RunConfig | None, summary: dict[str, Any]) -> dict[str, A
     return {"container": str(container or ""), "unverified_container": bool(unverified)}
 
 
+def conformance_status(directory: Path) -> str:
+    """conformance.json's status in a run folder, with what differed ("" without the file)."""
+    found = _read_json(directory / CONFORMANCE_FILE)
+    status = str(found.get("status") or "")
+    counted = [f"{len(found[key])} {label}" for key, label in (("kind_differs", "of another kind"),
+               ("values_not_landed", "not landed")) if isinstance(found.get(key), list) and found[key]]
+    return f"{status} ({', '.join(counted)})" if status == "differs" and counted else status
+
+
 def read_metrics_run(directory: Path) -> MeasuredRun:
     """A run written by the local engine or our Bridge callback."""
     summary = _read_json(directory / SUMMARY)
@@ -186,7 +195,8 @@ def read_metrics_run(directory: Path) -> MeasuredRun:
     except ValueError as err:  # a broken line before the last: corruption, not a killed writer
         raise UserError(str(err), "metrics") from None
     kind = KIND_BRIDGE if identity["engine"] == "megatron_bridge" else KIND_LOCAL
-    run = MeasuredRun(kind=kind, path=str(directory), peak=peak, steps=steps_from_metrics(rows, peak), **identity)
+    run = MeasuredRun(kind=kind, path=str(directory), peak=peak, steps=steps_from_metrics(rows, peak),
+                      conformance=conformance_status(directory), **identity)
     run.extra = {k: v for k, v in summary.items() if k not in ("peak",)}
     run.notes += notes
     if not summary:
@@ -207,7 +217,8 @@ def read_log_run(log_paths: list[Path], directory: Path, run_id: str) -> Measure
     notes: list[str] = []
     config = _load_config(directory, notes)
     identity = _identity(run_id, config, {})
-    run = MeasuredRun(kind=KIND_LOG, path=", ".join(str(p) for p in log_paths), notes=notes, **identity)
+    run = MeasuredRun(kind=KIND_LOG, path=", ".join(str(p) for p in log_paths), notes=notes,
+                      conformance=conformance_status(directory), **identity)
     for path in log_paths:
         log: MegatronLog = parse_megatron_log(path)
         steps, peak, notes = steps_from_log(log, config)

@@ -98,6 +98,9 @@ class MeasuredRun:
     unverified_container: bool = False
     """Bridge runs: the container is newer than any we checked (cluster.unverified_container=true): its plan assumed
     the newest checked release's facts."""
+    conformance: str = ""
+    """Bridge runs: what the job's check of its container found before step 1 (conformance.json's status: ok,
+    differs, stopped); "" where the run folder holds none (the local engine, or a run older than the check)."""
     date: str = ""
     """When it ran (start timestamp, UTC where known)."""
     git_commit: str = ""

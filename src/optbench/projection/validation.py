@@ -180,10 +180,12 @@ def _band_figures(chosen: list[dict[str, Any]], scheme: str) -> dict[str, Any]:
     """The band of ``scheme`` (from all its rows), its coverage on held-out groups, and the bootstrap over setups."""
     errors = [r[scheme]["error_percent"] / 100 for r in chosen]
     setups = [tuple(r["setup"]) for r in chosen]
-    low, high = error_band(errors)
+    groups = [held_out_group(scheme, r) for r in chosen]
+    low, high = error_band(errors, groups)
     return {
         "band_80_error_percent": [round(100 * low, 2), round(100 * high, 2)],
-        **held_out_coverage(errors, [held_out_group(scheme, r) for r in chosen]),
+        "band_80_groups": len(set(groups)),
+        **held_out_coverage(errors, groups),
         "bootstrap_90": {
             "unit": "setup", "setups": len(set(setups)), "resamples": RESAMPLES,
             "median_abs_error_percent": [round(100 * v, 2) for v in bootstrap(errors, setups, statistics.median)],

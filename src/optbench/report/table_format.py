@@ -112,6 +112,8 @@ def _row_cells(row: TableRow) -> list[str]:
     run = code(row.run.run_id) if row.run else "-"
     if row.run is not None and row.run.unverified_container:
         run += f" (unverified container {escaped(row.run.container)}: planned on the newest checked release's facts)"
+    if row.run is not None and row.run.conformance:
+        run += f" (container check: {escaped(row.run.conformance)})"
     if row.other_runs:
         run += f" (+{len(row.other_runs)} older)"
     return [
@@ -311,7 +313,7 @@ CSV_FIELDS = [
     "published_muon_adamw_ratio_model", "published_muon_adamw_ratio_headline",
     "measured_muon_adamw_ratio_model", "measured_muon_adamw_ratio_with_ns", "measured_ratio_note",
     "run_id", "run_kind", "run_intent", "other_run_ids", "command", "date", "git_commit", "versions", "run_path",
-    "run_container", "run_container_unverified",
+    "run_container", "run_container_unverified", "run_conformance",
 ]
 
 
@@ -344,6 +346,7 @@ def csv_record(row: TableRow, warmup: int) -> dict[str, object]:
             run_id=run.run_id, run_kind=run.kind, run_intent=run.intent, other_run_ids=" ".join(row.other_runs), command=run.command,
             date=run.date, git_commit=run.git_commit, versions=versions_text(run.versions), run_path=run.path,
             run_container=run.container, run_container_unverified="true" if run.unverified_container else "",
+            run_conformance=run.conformance,
         )
     record.update(
         delta_to_published="" if row.delta is None else row.delta, delta_basis=row.delta_basis,

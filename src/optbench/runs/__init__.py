@@ -21,6 +21,8 @@ from optbench.common.io import atomic_write_text
 from optbench.common.redact import redact_config, redact_text, run_secrets
 from optbench.common.yaml_aliases import yaml_alias_used
 
+CONFORMANCE_FILE = "conformance.json"
+"""What a Bridge job found in its container before step 1 (:mod:`optbench.engine.bridge.conformance`)."""
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 """One folder name: never a path, never '..', at most 128 characters."""
 

@@ -7,8 +7,10 @@ Runs on every rank inside the NeMo container (one Slurm task per GPU, or torchru
 2. check that this container's Megatron Bridge is the release the plan was made for (one line if not),
    and take the Bridge recipe call and overrides the plan recorded (the ``bridge`` section
    :func:`optbench.engine.bridge.adapter.bridge_setup` wrote): what `make plan` showed is what runs;
-3. call the recipe function, put in the mixed-precision preset and any missing section, and apply
-   the overrides with Bridge's own ``process_config_with_overrides``;
+3. call the recipe function, put in the mixed-precision preset and any missing section, check every field the
+   plan sets against that config, apply the overrides with Bridge's own ``process_config_with_overrides`` and
+   read them back; ``conformance.json`` in the run folder says what was found, and a field that is gone or an
+   optimizer that is not the plan's stops the job in one line (:mod:`optbench.engine.bridge.conformance`);
 4. register :class:`optbench.engine.bridge.callback.MetricsCallback` and call Bridge's ``pretrain`` with
    its GPT ``forward_step``.
 
@@ -33,6 +35,7 @@ if __package__ in (None, ""):  # run by path: make the package importable from t
 
 from optbench.engine.bridge.adapter import SECTIONS_CREATED_IF_MISSING, BridgeRecipe, BridgeSetup  # noqa: E402
 from optbench.engine.bridge.callback import MetricsCallback  # noqa: E402
+from optbench.engine.bridge import conformance  # noqa: E402
 from optbench.config.schema import RunConfig  # noqa: E402
 from optbench.common.errors import Problem, UserError  # noqa: E402
 from optbench.common.exits import exit_on_user_error  # noqa: E402
@@ -69,14 +72,13 @@ class BridgeAPI:
 
         return CallbackManager()
 
+    def installed_versions(self) -> dict[str, str | None]:
+        """Megatron Bridge's, Core's and Emerging-Optimizers' versions installed here (None: not installed)."""
+        return conformance.installed_versions()
+
     def installed_version(self) -> str | None:
         """The megatron-bridge version installed here (None when it is not installed)."""
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("megatron-bridge")
-        except PackageNotFoundError:
-            return None
+        return self.installed_versions()["bridge"]
 
     def pretrain(self, config: Any, callbacks: Any) -> None:
         from megatron.bridge.training.gpt_step import forward_step
@@ -95,15 +97,45 @@ def accepted_kwargs(function: Callable[..., Any], kwargs: dict[str, Any]) -> dic
     return {key: value for key, value in kwargs.items() if key in parameters}
 
 
-def build_config_container(setup: BridgeSetup, api: BridgeAPI) -> Any:
-    """Recipe function -> mixed-precision preset -> missing sections -> overrides (Bridge's mechanism)."""
-    function = api.recipe_function(setup.recipe)
+def base_config(setup: BridgeSetup, api: BridgeAPI, function: Callable[..., Any] | None = None) -> Any:
+    """Recipe function -> mixed-precision preset -> missing sections: the config the overrides then apply to."""
+    function = function or api.recipe_function(setup.recipe)
     config = function(**accepted_kwargs(function, setup.recipe.kwargs))
     config.mixed_precision = api.mixed_precision(setup.mixed_precision)
     for name in SECTIONS_CREATED_IF_MISSING:
         if getattr(config, name) is None:
             setattr(config, name, api.new_section(name))
-    return api.apply_overrides(config, setup.overrides)
+    return config
+
+
+def build_config_container(setup: BridgeSetup, api: BridgeAPI) -> Any:
+    """Recipe function -> mixed-precision preset -> missing sections -> overrides (Bridge's mechanism)."""
+    return api.apply_overrides(base_config(setup, api), setup.overrides)
+
+
+def checked_config(run: RunConfig, setup: BridgeSetup, api: BridgeAPI, folder: Path) -> Any:
+    """:func:`build_config_container` with the container checked at each stage; conformance.json in ``folder``."""
+    container = container_of(run)
+    report = conformance.Conformance(
+        container=container.name, planned=conformance.planned_versions(container), installed=api.installed_versions(),
+        unverified=bool(container.assumed_from), recipe=f"{setup.recipe.module}.{setup.recipe.function}")
+    try:
+        function = api.recipe_function(setup.recipe)
+    except (ImportError, AttributeError) as err:
+        report.stop = f"this container's Megatron Bridge has no recipe {report.recipe} ({err}); nothing was trained"
+        conformance.finish(report, folder)
+    config = base_config(setup, api, function)
+    conformance.check_fields(report, config, list(setup.overrides))
+    conformance.stop_for_missing(report)
+    if report.stop:
+        conformance.finish(report, folder)
+    config = api.apply_overrides(config, setup.overrides)
+    conformance.check_built(report, config, list(setup.overrides))
+    conformance.finish(report, folder)
+    for item in report.kind_differs:
+        print(f"note: {item['field']}: planned {item['planned']!r} ({item['planned_kind']}), this container's "
+              f"default is a {item['container_kind']} (conformance.json)", flush=True)
+    return config
 
 
 def check_release(run: RunConfig, installed: str | None) -> None:
@@ -131,7 +163,7 @@ def run_bridge(config_path: Path, api: Optional[BridgeAPI] = None, callback: Opt
     run = load_resolved_config(config_path)
     plan = read_plan(config_path.parent)
     check_release(run, api.installed_version())
-    config = build_config_container(BridgeSetup.from_dict(plan["bridge"]), api)
+    config = checked_config(run, BridgeSetup.from_dict(plan["bridge"]), api, config_path.parent)
     manager = api.callback_manager()
     (callback or MetricsCallback(run)).register(manager)
     api.pretrain(config, manager)

@@ -91,7 +91,7 @@ def _check_one(plan: dict[str, Any], run, api, installed: dict[str, str]) -> dic
 
 def _build_and_update(setup, api, run, world_size: int) -> dict[str, Any]:
     from optbench.engine.bridge.adapter import override_items
-    from optbench.engine.bridge.cpu_check.readback import read_back
+    from optbench.engine.bridge.readback import read_back
     from optbench.engine.bridge.cpu_check.runtime import update_at
     from optbench.engine.bridge.entry import build_config_container
 
