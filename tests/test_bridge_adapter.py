@@ -269,6 +269,18 @@ def test_kimi_k2_pipeline_layout_is_bridges_own() -> None:
     assert items["model.pipeline_model_parallel_layout"] == kimi_k2_layout(4, 4)
 
 
+def test_an_explicit_pipeline_layout_turns_the_recipes_own_split_off() -> None:
+    """Megatron Core refuses a layout beside account_for_embedding/loss_in_pipeline_split (TransformerConfig:
+    "pipeline_model_parallel_layout cannot be set with other pipeline layout arguments"), which the Llama 3.1 405B
+    and Qwen3 235B-A22B recipes turn on: the plan turns them off wherever it writes a layout out (the real Bridge
+    0.6.0 built qwen3_235b_a22b_adamw only so: tests/test_bridge_conformance.py)."""
+    flags = ("model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split")
+    with_layout = items_of("kimi_k2_muon")
+    assert with_layout["model.pipeline_model_parallel_layout"] and all(with_layout[f] is False for f in flags)
+    without = items_of("qwen3_30b_a3b_muon")
+    assert without.get("model.pipeline_model_parallel_layout") is None and not any(f in without for f in flags)
+
+
 def test_kimi_k2_model_shape_matches_bridges_provider() -> None:
     provider = literal_defaults("models/kimi/kimi_provider.py", "KimiK2Provider")
     items = items_of("kimi_k2_muon")

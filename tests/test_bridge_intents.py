@@ -35,7 +35,8 @@ def items(recipe: str, *overrides: str) -> dict:
 def test_the_preset_data_says_where_it_came_from() -> None:
     source = provenance()
     assert source["release"] == "0.3.1" and source["commit"].startswith("9c9dd84")
-    assert len(load()["presets"]) == 64 and "scripts/performance" in source["source"]  # 50 + Qwen3 235B-A22B's 14
+    # 50 + Qwen3 235B-A22B's 14 + Llama 3 70B's and 3.1 405B's 14 each
+    assert len(load()["presets"]) == 92 and "scripts/performance" in source["source"]
 
 
 @pytest.mark.parametrize("recipe", CLUSTER_RECIPES)
@@ -116,10 +117,17 @@ def test_nvidias_layout_notation_expands() -> None:
     assert len(stages) == 16 and stages[0] == ["embedding"] + ["decoder"] * 4 and stages[-1] == ["decoder", "mtp", "loss"]
 
 
+LOCAL_FULL_ITERATION_GRAPHS = {"llama3_70b/b200/bf16/adam"}
+"""The one preset of 0.3.1 that graphs the whole iteration with Megatron's own graphs (cuda_graph_impl local, scope
+full_iteration), which our config does not hold: a plan of it is refused in one line (no published row runs it)."""
+
+
 @pytest.mark.parametrize("key", sorted(load()["presets"]))
 @pytest.mark.slow  # every published row / preset / invalid input: `make test` runs it
 def test_job_environment_is_nvidias_for_every_preset(key: str) -> None:
     """NVIDIA's rules for the layout-dependent variables, applied to each preset's own layout, give its rendering."""
+    if key in LOCAL_FULL_ITERATION_GRAPHS:
+        pytest.skip("Megatron's local full-iteration CUDA graph (impl local, scope full_iteration): not in our config")
     model, gpu, precision, optimizer = key.split("/")
     preset = find_preset(compose_run(f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}", [ON_0_3_1]))
     entry = load()["presets"][key]

@@ -50,6 +50,8 @@ MODEL_PROVIDER = {
     "deepseek_v3": ("models/mla_provider.py", "MLAModelProvider"),
     "qwen3_30b_a3b": ("models/gpt_provider.py", "GPTModelProvider"),  # AutoBridge's Qwen3 MoE provider class
     "qwen3_235b_a22b": ("models/gpt_provider.py", "GPTModelProvider"),
+    "llama3_70b": ("models/gpt_provider.py", "GPTModelProvider"),  # Llama3ModelProvider70B adds RoPE scaling only
+    "llama31_405b": ("models/gpt_provider.py", "GPTModelProvider"),
 }
 
 

@@ -97,13 +97,17 @@ def test_holding_out_an_architecture_holds_out_each_of_its_gpus():
 def test_a_plan_prints_its_band_and_class_and_says_untested_where_no_row_changes_the_knob(capsys):
     from launch.cli import main
 
-    # Qwen3 235B-A22B's H100 rows run TP 2 (the rows of Llama 3's TP 4 and 8 are data the projection never scores).
+    # Llama 3's rows run TP 4 and 8 and CP 2 (scored since 2026-12-07); none runs CP 4.
+    assert main(["plan", "qwen3_30b_a3b_muon", "parallel.cp=4", "description=band"]) == 0
+    out = capsys.readouterr().out
+    assert "expected error untested (no published row runs CP 4; each runs CP 1 or 2)" in out
+    band = next(line for line in out.splitlines() if "80 % band [" in line)
+    assert "class: the same model x GPU x GPU count, another layout; untested: no published row runs CP 4" in band
     assert main(["plan", "qwen3_30b_a3b_muon", "parallel.tp=4", "parallel.sequence_parallel=true",
                  "description=band"]) == 0
-    out = capsys.readouterr().out
-    assert "expected error untested (no published row runs TP 4; each runs TP 1 or 2)" in out
-    band = next(line for line in out.splitlines() if "80 % band [" in line)
-    assert "class: the same model x GPU x GPU count, another layout; untested: no published row runs TP 4" in band
+    band = next(line for line in capsys.readouterr().out.splitlines() if "80 % band [" in line)
+    assert "class: the same model x GPU x GPU count, another layout; leave one layout out" in band
+    assert "untested" not in band
     assert main(["plan", "kimi_k2_muon", "parallel.ep=32", "description=band"]) == 0
     band = next(line for line in capsys.readouterr().out.splitlines() if "80 % band [" in line)
     assert "class: the same model x GPU x GPU count, another layout; leave one layout out" in band

@@ -49,7 +49,7 @@ def test_the_committed_table_is_fitted_on_adamw_rows_only_and_counts_its_paramet
     table = committed_table()
     assert table is not None and table.rows
     assert all(" adamw " in row for row in table.rows)  # never a Muon row
-    assert table.parameter_count == len(table.arch) + len(table.model) - 1 + len(table.release) - 1 + 1 == 13
+    assert table.parameter_count == len(table.arch) + len(table.model) - 1 + len(table.release) - 1 + 1 == 15  # 6 models
     data = json.loads((REPO / "results" / "projection" / "calibration.json").read_text())
     assert data["table"]["parameter_count"] == table.parameter_count and data["command"] == "make projection"
 
@@ -157,8 +157,11 @@ def test_leave_one_setup_out_never_anchors_on_the_setup_it_holds_out():
     for record in data["rows"]:
         result = record["leave_one_setup_out"]
         if "error_percent" in result and record["outside_domain"] is None:
-            assert result["anchor"].startswith("the carried table"), record["row"]
             model, gpu, count, precision = record["setup"]
+            if not result["anchor"].startswith("the carried table"):
+                # only the same model, GPU and count in another precision may anchor it (Llama's FP8 and MXFP8 rows)
+                assert any(r["outside_domain"] is None and r["optimizer"] == "adamw" and r["precision"] != precision
+                           and (r["model"], r["gpu"], r["num_gpus"]) == (model, gpu, count) for r in data["rows"]), record["row"]
             assert f" {model} {gpu} x{count} {precision} " not in result["copy"].get("copied_from", "")
 
 

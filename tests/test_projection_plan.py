@@ -201,3 +201,14 @@ def test_the_projection_composes_nothing_it_is_handed(monkeypatch):
             monkeypatch.setattr(module, "compose_run", lambda *a, **k: pytest.fail("compose_run was called"))
     projection = project(resolved, counterparts=Handed(), row_runs=COMPOSED_ROWS)
     assert projection.twin is not None and projection.expected_error.band.tflops_per_gpu and calls == []
+
+
+def test_a_preset_running_megatron_fsdp_gets_no_projection_and_says_why(capsys):
+    """Llama 3 70B's FP8 preset on GB300 runs Megatron FSDP, which the step model has no term for: the plan is built,
+    the projection is refused with the reason (and the published rows of that setup stay data)."""
+    from launch.cli import main
+
+    assert main(["plan", "llama3_70b_adamw", "precision=fp8_cs", "cluster.container=nemo:26.04.01", "force=true",
+                 "description=fsdp"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  projection"))
+    assert "none: NVIDIA's llama3_70b/gb300/fp8_cs/adam preset runs Megatron FSDP (ddp.use_megatron_fsdp)" in line

@@ -29,7 +29,10 @@ def test_recipe_composes_validates_and_plans(recipe: str) -> None:
     assert collect_problems(run) == []
     plan = build_plan(resolve(run))
     assert plan.recipe == recipe
-    assert plan.model.total_params > plan.model.active_params > 0
+    if run.model.num_moe_experts:  # a MoE model activates a share of its parameters; a dense one all of them
+        assert plan.model.total_params > plan.model.active_params > 0
+    else:
+        assert plan.model.total_params == plan.model.active_params > 0
 
 
 @pytest.mark.parametrize("recipe", list_recipes())
@@ -118,6 +121,10 @@ BRIDGE_030_BATCH = {("26.02.01", "qwen3_30b_a3b", "b200"), ("26.02", "deepseek_v
                     ("26.02.01", "deepseek_v3", "b200"), ("26.02.01", "deepseek_v3", "b300")}
 """Batch sizes our 26.02 train presets do not hold: Qwen3 on B200 keeps 26.02's MBS 1 (26.02.01: 4); DeepSeek-V3 on
 B200/B300 has no train preset (a command line sets train.gbs/mbs; the plan lists the departure from the preset)."""
+PUBLISHED_NOT_EXECUTED = {("26.02.01", "llama31_405b", "gb300", "fp8"), ("26.02.01", "llama3_70b", "gb300", "mxfp8")}
+"""Rows whose stated layout is not what NVIDIA's 0.3.1 launcher executes for that case (405B FP8: TP2 CP2 stated, TP4
+CP1 executed; 70B MXFP8: MBS 2 without VPP stated, MBS 1 VPP 5 executed): the projection types the stated values
+(plan/row_runs.py), so these rows are scored at the layout NVIDIA published."""
 NON_DEFAULT_VARIANT_GBS = {"15360"}
 """DeepSeek-V3 26.06 GB300 at GBS 15360: NVIDIA's named variant (DEEPSEEK_V3_..._GB300_FP8_MX_GBS15360), not the default."""
 
@@ -129,8 +136,16 @@ def test_published_row_layout_matches(row: dict[str, str]) -> None:
     container = f"nemo:{row['release']}"
     if container not in {c.name for c in versions.runnable()}:
         pytest.skip(f"{container} predates Megatron Bridge 0.3: published rows only")
+    if (row["release"], row["model"], row["gpu"], row["precision"]) in PUBLISHED_NOT_EXECUTED:
+        pytest.skip("NVIDIA published another layout than its launcher executes (PUBLISHED_NOT_EXECUTED)")
+    if row["fsdp"] not in ("", "0"):
+        pytest.skip("Megatron FSDP: our config does not hold it (the row is data)")
+    precision = {"fp8": "fp8_cs"}.get(row["precision"], row["precision"])
+    if precision not in list_group_options("precision"):
+        pytest.skip(f"precision {row['precision']}: no option of ours (the row is data)")
     layout = f"{row['model']}_{row['gpu']}_{row['num_gpus']}"
     recipe, overrides = _layout_overrides(layout)
+    overrides = [o for o in overrides if not o.startswith("precision=")] + [f"precision={precision}"]
     if presets.release_of_container(container) != presets.RELEASE:
         overrides = [o for o in overrides if not o.startswith(("parallel=", "train="))]  # the release's preset decides
     if row["optimizer"] == "muon":
@@ -139,9 +154,9 @@ def test_published_row_layout_matches(row: dict[str, str]) -> None:
     lay = derive_layout(run)
     assert lay.world_size == int(row["num_gpus"])
     for key in ("tp", "pp", "cp", "ep"):
-        assert getattr(lay, key) == int(row[key]), key
+        assert getattr(lay, key) == int(row[key] or 1), key  # a dense model states no EP
     assert lay.vpp == int(row["vpp"] or 1)
-    assert run.precision.name == {"fp8": "fp8_cs"}.get(row["precision"], row["precision"])
+    assert run.precision.name == precision
     if (row["release"], row["model"], row["gpu"]) in BRIDGE_030_BATCH or row["gbs"] in NON_DEFAULT_VARIANT_GBS:
         return
     assert (run.train.gbs, run.train.mbs, run.train.seq_length) == (int(row["gbs"]), int(row["mbs"]), int(row["seq_length"]))
@@ -163,7 +178,7 @@ def test_each_registry_model_has_its_model_preset_and_the_catalog_only_ones_are_
     assert set(model_registry()) <= set(list_group_options("model"))
     catalog_only = {model for model in model_registry() if f"{model}_adamw" not in list_recipes()}
     assert catalog_only == {model for model, entry in model_registry().items() if entry.not_projected}
-    assert catalog_only == {"llama3_8b", "llama3_70b", "llama31_405b", "gpt_oss_120b"}
+    assert catalog_only == {"llama3_8b", "gpt_oss_120b"}
 
 
 @pytest.mark.parametrize("restated", ["precision=mxfp8", "parallel=qwen3_30b_a3b_gb300_8", "logger=wandb_offline"])

@@ -30,7 +30,7 @@ from optbench.compose.recipe_choice import recipe_group_choice
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
 from optbench.projection.row_config import STATED, RowConfig, release_order, row_key
-from optbench.releases import versions
+from optbench.releases import presets, versions
 from optbench.releases.hydra_values import format_override
 from optbench.resolve import ResolvedRun
 from optbench.validate import validate
@@ -111,6 +111,8 @@ def _row(
         if no_mtp and layout and not rebalanced and any("mtp" in stage for stage in layout):  # the preset places MTP
             typed.append(format_override("parallel.pipeline_layout", [[e for e in s if e != "mtp"] for s in layout]))
         config = RowConfig(recipe, tuple(base + typed), own, tuple(typed))
+        if (unpriced := presets.unpriced_setting(composed)) is not None:
+            return unpriced, unpriced
         return config, validate(compose_run(recipe, list(config.overrides)) if typed else composed)
     except UserError as err:
         reason = err.lines()[0].removeprefix("error: ")

@@ -23,6 +23,7 @@ from optbench.projection.counterparts import Counterparts
 from optbench.projection.expected_error import (
     UNVERIFIED_CLASS, across_precision, error_case, expected_error, with_band_tflops,
 )
+from optbench.releases import presets
 from optbench.releases.versions import container_of
 from optbench.releases.versions import runnable as runnable_containers
 from optbench.projection.interconnect import interconnect_for
@@ -219,6 +220,8 @@ def project(
     net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
     if net is None:
         return Unavailable(reason=f"no interconnect figures for gpu {run.cluster.gpu!r} in optbench/data/interconnect.csv")
+    if (unpriced := presets.unpriced_setting(run)) is not None:
+        return Unavailable(reason=unpriced)
     calibration = calibrate(run, assumptions, published_dir, holdout, row_runs=row_runs)
     if calibration is None:
         return Unavailable(reason=(

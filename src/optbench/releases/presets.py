@@ -294,9 +294,52 @@ def normalised(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-NONE_IS_EMPTY = ("model.cuda_graph_scope",)
+GRAPH_SCOPE, GRAPH_IMPL = "model.cuda_graph_scope", "model.cuda_graph_impl"
+NONE_IS_EMPTY = (GRAPH_SCOPE,)
 """Fields where Bridge's None and [] are one setting (no graph scope: the effective configs agree, conformance-tested);
 Bridge 0.6's flat recipes write None where we write []."""
+
+
+UNPRICED = {
+    "ddp.use_megatron_fsdp": (
+        "Megatron FSDP (ddp.use_megatron_fsdp), which the step model does not price: it prices the distributed "
+        "optimizer's reduce-scatter and all-gather, not FSDP's per-layer parameter gathers"),
+}
+"""Settings of NVIDIA's presets the step model has no term for, with why: a run under one has no projection."""
+
+
+def unpriced_setting(run: RunConfig) -> Optional[str]:
+    """Why the projection cannot price ``run``'s preset (one of :data:`UNPRICED` on), or None."""
+    preset = preset_or_none(run)
+    if preset is None:
+        return None
+    values = {**preset.recipe_values, **preset.settings}
+    return next((f"NVIDIA's {preset.key} preset runs {why}" for key, why in UNPRICED.items() if values.get(key)), None)
+
+
+NOT_EMITTED = {
+    "comm_overlap.tp_comm_overlap_cfg.": (
+        "NVIDIA's launcher assigns one of Bridge's named userbuffers_* TP-overlap objects (training/comm_overlap.py) "
+        "whose nested SM counts and methods differ from the recipe's; an override cannot name an object, so the "
+        "recipe's own TP-overlap configuration runs (the step model prices TP overlap on or off, not this tuning)"),
+}
+"""Prefixes of preset settings no override reproduces, with why: each is one departure of the plan, never silent."""
+
+
+def not_emitted(key: str) -> Optional[str]:
+    """The prefix of :data:`NOT_EMITTED` that ``key`` falls under, or None."""
+    return next((prefix for prefix in NOT_EMITTED if key.startswith(prefix)), None)
+
+
+def unreproduced(preset: Preset) -> list[dict[str, Any]]:
+    """One departure per :data:`NOT_EMITTED` prefix the preset sets, with its field count and reason."""
+    counts: dict[str, int] = {}
+    for key in preset.settings:
+        prefix = not_emitted(key)
+        if prefix:
+            counts[prefix] = counts.get(prefix, 0) + 1
+    return [{"field": prefix + "*", "ours": "the recipe's", "nvidia": f"{count} nested fields",
+             "reason": NOT_EMITTED[prefix]} for prefix, count in counts.items()]
 
 
 def departures(items: list[tuple[str, Any]], preset: Preset) -> list[dict[str, Any]]:
@@ -308,9 +351,21 @@ def departures(items: list[tuple[str, Any]], preset: Preset) -> list[dict[str, A
         nvidia = preset.nvidia_value(key)
         if key in NONE_IS_EMPTY and value in (None, []) and nvidia in (None, []):
             continue
+        if key == GRAPH_SCOPE and value in (None, []) and preset.nvidia_value(GRAPH_IMPL) == "none":
+            continue  # no graphs: the scope NVIDIA's recipe leaves behind ("full") decides nothing
         if normalised(value) != normalised(nvidia):
             out.append({"field": key, "ours": normalised(value), "nvidia": nvidia})
+            if (key == LAYOUT and nvidia is None) or key in ACCOUNT_FLAGS:
+                out[-1]["reason"] = RECIPE_SPLIT
     return out
+
+
+LAYOUT = "model.pipeline_model_parallel_layout"
+ACCOUNT_FLAGS = ("model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split")
+RECIPE_SPLIT = ("NVIDIA's preset gives no layout: Bridge's recipe splits the layers itself (Llama 3 and Qwen3 "
+                "recipes count the embedding and the loss as a layer each); ours is written out, with those two flags "
+                "off, as Megatron requires beside a layout (make plan prints the stages)")
+"""Why an explicit layout departs from a preset that has none."""
 
 
 MUON_WORKAROUND = ("mixed_precision.fp8_param_gather", "mixed_precision.fp8_param", "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag")

@@ -157,7 +157,7 @@ def preset_items(run: RunConfig, ours: list[Item], preset: Optional[presets.Pres
     # optimizer is refused by Megatron for anything but Adam); Muon's come from our config.
     adam_only = preset.adapted_from_adam
     items = [(key, value) for key, value in preset.settings.items()
-             if key not in emitted and not (adam_only and key.startswith("optimizer."))]
+             if key not in emitted and not (adam_only and key.startswith("optimizer.")) and not presets.not_emitted(key)]
     if run.intent == "train":
         train = dict(presets.TRAIN_SETTINGS)
         items = [(key, train.pop(key, value)) for key, value in items] + list(train.items())
@@ -240,12 +240,13 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
     reasons = presets.departure_reasons(run.recipe)
     for d in departures:
         reason = reasons.get(d["field"]) or presets.derived_reason(d["field"], run.intent, preset.adapted_from_adam,
-                                                                      run.optimizer.name)
+                                                                      run.optimizer.name) or d.get("reason")
         if reason:
             d["reason"] = reason
     # NVIDIA's dist_muon, written as Megatron Core >= 0.18 spells it, is the same optimizer: not a departure.
     respelled = [d for d in departures if presets.is_respelling(d["field"], preset.adapted_from_adam)]
     departures = [d for d in departures if d not in respelled]
+    departures += presets.unreproduced(preset)
     muon_own = [preset.adapted_from_adam and presets.is_muon_field(d["field"]) for d in departures]
     if preset.launcher_optimizer:  # NVIDIA's launcher trains another optimizer for this case: a departure to name
         departures.append({"field": "optimizer (NVIDIA's launcher)", "ours": preset.key.rsplit("/", 1)[1],
