@@ -105,7 +105,7 @@ bench-gpu: ## On a GPU machine: measure only the benchmarks' GPU sections, keep 
 
 # make gpu-smoke [SMOKE="--steps 20 --optimizers muon,adamw --loops core,bridge"]; the wheels and the command: docs/gpu.md
 gpu-smoke: ## On a GPU: the real Megatron Bridge + Core train the Qwen3 proxy (Muon, AdamW, SOAP, AdaMuon) -> results/bench/megatron_one_gpu.json
-	$(PY) -m optbench.engine.bridge.one_gpu $(SMOKE)
+	$(PY) -m optbench.experiments.one_gpu $(SMOKE)
 
 #   make data [INPUT=<folder of .txt/.jsonl>] [OUT=data/<name>] [TOKENIZER=<tokenizer.json or folder>] [VOCAB=512]
 data: export OPTBENCH_DATA_INPUT = $(call typed,INPUT)

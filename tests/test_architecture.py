@@ -134,3 +134,16 @@ def test_composition_uses_hydras_public_api_only():
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              for word in PRIVATE_MACHINERY if word in line]
     assert found == []
+
+
+def test_every_code_folder_is_a_package_the_contract_sees():
+    """A folder of Python modules without an ``__init__.py`` is invisible to lint-imports (``one_gpu/`` was, with
+    imports from above its layer and from the other engine). Hub snapshots under ``hf_configs/`` are data."""
+    missing = [
+        str(folder.relative_to(REPO))
+        for base in (REPO / "src" / "optbench", REPO / "launch")
+        for folder in [base, *base.rglob("*")]
+        if folder.is_dir() and "__pycache__" not in folder.parts and "hf_configs" not in folder.parts
+        and any(folder.glob("*.py")) and not (folder / "__init__.py").is_file()
+    ]
+    assert missing == []

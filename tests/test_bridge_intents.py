@@ -10,7 +10,7 @@ from conftest import ON_0_3_1
 from launch.jobs import job_env
 from optbench.catalog.hardware import gpu_spec
 from optbench.engine.bridge.adapter import bridge_setup, override_items
-from optbench.releases.presets import recipe_departures, find_preset, layout_from_string, load, provenance
+from optbench.releases.presets import recipe_departures, find_preset, layout_from_string, load, provenance, unheld_reason
 from optbench.compose.recipe import compose_run
 from optbench.validate import validate
 from optbench.resolve import resolve
@@ -117,17 +117,12 @@ def test_nvidias_layout_notation_expands() -> None:
     assert len(stages) == 16 and stages[0] == ["embedding"] + ["decoder"] * 4 and stages[-1] == ["decoder", "mtp", "loss"]
 
 
-LOCAL_FULL_ITERATION_GRAPHS = {"llama3_70b/b200/bf16/adam"}
-"""The one preset of 0.3.1 that graphs the whole iteration with Megatron's own graphs (cuda_graph_impl local, scope
-full_iteration), which our config does not hold: a plan of it is refused in one line (no published row runs it)."""
-
-
 @pytest.mark.parametrize("key", sorted(load()["presets"]))
 @pytest.mark.slow  # every published row / preset / invalid input: `make test` runs it
 def test_job_environment_is_nvidias_for_every_preset(key: str) -> None:
     """NVIDIA's rules for the layout-dependent variables, applied to each preset's own layout, give its rendering."""
-    if key in LOCAL_FULL_ITERATION_GRAPHS:
-        pytest.skip("Megatron's local full-iteration CUDA graph (impl local, scope full_iteration): not in our config")
+    if (why := unheld_reason(load()["presets"][key])) is not None:
+        pytest.skip(why)
     model, gpu, precision, optimizer = key.split("/")
     preset = find_preset(compose_run(f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}", [ON_0_3_1]))
     entry = load()["presets"][key]

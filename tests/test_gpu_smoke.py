@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from conftest import REPO
-from optbench.engine.bridge.one_gpu import arms, no_te, page
+from optbench.experiments.one_gpu import arms, no_te, page
 from optbench.common.errors import UserError
 
 
@@ -67,7 +67,7 @@ def test_the_worker_builds_the_real_config_and_stops_only_at_the_gpu(folders, tm
         pytest.skip(f"make bridge-env has not built Bridge {target.bridge}")
     report = tmp_path / "report.json"
     env = {**target.environment(), "OPTBENCH_REAL_CUDA": "0", "OPTBENCH_FAKE_GPU": "h200"}
-    subprocess.run([str(target.python), str(REPO / "src/optbench/engine/bridge/one_gpu/worker.py"), str(folders["adamw"]),
+    subprocess.run([str(target.python), str(REPO / "src/optbench/experiments/one_gpu/worker.py"), str(folders["adamw"]),
                     "--loop", "core", "--report", str(report)], env=env, check=True, timeout=600, capture_output=True)
     found = json.loads(report.read_text())
     assert found["reached"] == ["config container", "runtime_config_update"], found.get("error")
@@ -153,7 +153,7 @@ def test_every_arm_is_checked_before_the_first_trains(tmp_path, monkeypatch, cap
     any arm runs, and nothing of the run folders is written."""
     import torch
 
-    from optbench.engine.bridge.one_gpu import __main__ as smoke
+    from optbench.experiments.one_gpu import __main__ as smoke
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
@@ -173,7 +173,7 @@ def test_the_worker_never_replaces_a_file_and_the_page_refuses_what_it_cannot_re
     import os
     import sys
 
-    worker = REPO / "src" / "optbench" / "engine" / "bridge" / "one_gpu" / "worker.py"  # in its own process, as the
+    worker = REPO / "src" / "optbench" / "experiments" / "one_gpu" / "worker.py"  # in its own process, as the
     # smoke runs it: importing it installs the CPU check's Transformer Engine stand-ins in this one
     folder = tmp_path / "run"
     folder.mkdir()
@@ -204,7 +204,7 @@ def test_the_entry_points_answer_outside_a_checkout(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     env.pop("OPTBENCH_ROOT", None)
-    done = subprocess.run([sys.executable, "-m", "optbench.engine.bridge.one_gpu", "--help"], cwd=tmp_path, env=env,
+    done = subprocess.run([sys.executable, "-m", "optbench.experiments.one_gpu", "--help"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "--optimizers" in done.stdout and "Traceback" not in done.stderr
     done = subprocess.run([sys.executable, "-m", "optbench.report", "table"], cwd=tmp_path, env=env,

@@ -19,7 +19,7 @@ from launch.jobs import numa_binding, numa_rule, segment_size
 from optbench.catalog.hardware import gpu_spec
 from optbench.config.layout import derive_layout
 from optbench.releases import versions
-from optbench.releases.presets import find_preset, load
+from optbench.releases.presets import find_preset, load, unheld_reason
 from optbench.compose.recipe import compose_run
 
 pytestmark = pytest.mark.slow  # renders NVIDIA's own job and ours for every preset of every release; `make test-fast` skips it
@@ -145,6 +145,8 @@ def test_segment_and_numa_rules_reproduce_every_preset(release: str, key: str) -
     """NVIDIA's --segment and NUMA rules, applied by us, give what its launcher rendered for every preset of every release."""
     model, gpu, precision, optimizer = key.split("/")
     preset = load(release)["presets"][key]
+    if (why := unheld_reason(preset)) is not None:
+        pytest.skip(why)
     cluster = gpu_spec(gpu).cluster_preset
     recipe = f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}"
     run = compose_run(recipe, [f"cluster={cluster}", f"precision={precision}", f"parallel.num_gpus={preset['num_gpus']}",

@@ -212,3 +212,9 @@ def test_a_preset_running_megatron_fsdp_gets_no_projection_and_says_why(capsys):
                  "description=fsdp"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  projection"))
     assert "none: NVIDIA's llama3_70b/gb300/fp8_cs/adam preset runs Megatron FSDP (ddp.use_megatron_fsdp)" in line
+    # without force the memory refusal says why its estimate is no better: FSDP's sharding is not in it either
+    with pytest.raises(SystemExit) as stopped:
+        main(["plan", "llama3_70b_adamw", "precision=fp8_cs", "cluster.container=nemo:26.04.01", "description=fsdp"])
+    assert stopped.value.code == 2
+    refusal = capsys.readouterr().err.strip()
+    assert len(refusal.splitlines()) == 1 and "runs Megatron FSDP" in refusal and "nor does the memory estimate" in refusal

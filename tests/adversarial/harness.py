@@ -268,7 +268,7 @@ def run_in_process(case: Case, words: list[str]) -> int:
 
         argv = [case.target, "--from-make"]
     elif case.target == "gpu-smoke":  # make gpu-smoke SMOKE="<words>"
-        from optbench.engine.bridge.one_gpu.__main__ import main
+        from optbench.experiments.one_gpu.__main__ import main
 
         argv = list(words)
     elif case.target == "study":

@@ -1,1 +1,2 @@
-"""Experiments that train on this machine (make compare, make study): they sit above the launcher and the report."""
+"""Experiments that train on this machine (make compare, make study, make gpu-smoke): beside the launcher and the report
+(independent of both), above the planner they prepare runs with."""

@@ -300,6 +300,16 @@ NONE_IS_EMPTY = (GRAPH_SCOPE,)
 Bridge 0.6's flat recipes write None where we write []."""
 
 
+def unheld_reason(entry: dict[str, Any]) -> Optional[str]:
+    """Why our config cannot hold a preset entry of presets-<bridge>.json (None when it can): Megatron's own
+    full-iteration CUDA graph (cuda_graph_impl local, Llama 3 70B's B200 BF16 preset), which our
+    ``parallel.cuda_graph_impl`` does not offer; a plan of it is refused in one line (no published row runs it)."""
+    values = {**entry.get("recipe_values", {}), **entry.get("settings", {})}
+    if values.get(GRAPH_IMPL) == "local":
+        return "Megatron's local full-iteration CUDA graph (cuda_graph_impl local), which our config does not hold"
+    return None
+
+
 UNPRICED = {
     "ddp.use_megatron_fsdp": (
         "Megatron FSDP (ddp.use_megatron_fsdp), which the step model does not price: it prices the distributed "

@@ -18,6 +18,7 @@ from optbench.common.checkout import repo_root
 from optbench.releases.graph_rules import graph_problems, recompute_problems
 from optbench.releases.moe_rules import moe_problems
 from optbench.releases.precision_rules import precision_problems
+from optbench.releases.presets import unpriced_setting
 from optbench.config.data_path import split_weights
 from optbench.config.domains import MAX_EXPERT_LAYERS, check_domains
 from optbench.config.layout import gpus_per_node
@@ -275,11 +276,13 @@ def check_memory(resolved: ResolvedRun) -> Iterable[Problem]:
         return  # what NVIDIA ran fits, whatever our estimate says; the plan says both
     term = estimate.largest_term
     total = above(estimate.total_gb, estimate.hbm_gb)
+    unpriced = unpriced_setting(run)  # e.g. Megatron FSDP's sharding, which the estimate does not hold either
     yield Problem(
         "parallel",
         f"estimated memory per GPU {total} GB exceeds the {estimate.hbm_gb:g} GB HBM of "
         f"{run.cluster.gpu} (pipeline rank {estimate.worst_pipeline_rank}; largest term: {term} "
-        f"{estimate.breakdown_gb[term]:.0f} GB; estimate +-{100 * estimate.expected_error:.0f} %); use more GPUs, "
+        f"{estimate.breakdown_gb[term]:.0f} GB; estimate +-{100 * estimate.expected_error:.0f} %"
+        f"{'; ' + unpriced + ', nor does the memory estimate' if unpriced else ''}); use more GPUs, "
         "more pp or ep, recompute or a smaller train.mbs, or set force=true to launch anyway",
         ("train", "model", "precision", "optimizer", "cluster", "force"),
     )

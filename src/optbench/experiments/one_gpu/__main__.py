@@ -1,6 +1,6 @@
 """``make gpu-smoke``: the real Megatron Bridge and Core train our recipe on one GPU (issue 55).
 
-    python -m optbench.engine.bridge.one_gpu [--optimizers adamw,muon,...] [--loops core[,bridge]]
+    python -m optbench.experiments.one_gpu [--optimizers adamw,muon,...] [--loops core[,bridge]]
                                       [--steps 20] [--timeout 200] [--set KEY=VALUE ...]
                                       [--out results/bench/megatron_one_gpu.json]
 
@@ -24,8 +24,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Sequence
 
-from optbench.engine.bridge.one_gpu import page
-from optbench.engine.bridge.one_gpu.arms import LOOPS, RECIPES, Arm, cluster_of, overrides, prepare
+from optbench.experiments.one_gpu import page
+from optbench.experiments.one_gpu.arms import LOOPS, RECIPES, Arm, cluster_of, overrides, prepare
 from optbench.common.checkout import repo_root
 from optbench.common.errors import Problem, UserError
 from optbench.common.exits import exit_on_user_error
@@ -137,7 +137,7 @@ def _check_arms(optimizers: list[str], loops: list[str], cluster: str, steps: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m optbench.engine.bridge.one_gpu", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m optbench.experiments.one_gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--optimizers", default=",".join(RECIPES))
     parser.add_argument("--loops", default="core", help="core: Megatron Core's step as Bridge builds it; bridge: "
                         "Bridge's own pretrain() (needs a Makefile in megatron/core/datasets: docs/gpu.md)")
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_arms(optimizers, loops, cluster, steps, args.extra)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         head = {
-            "command": "python -m optbench.engine.bridge.one_gpu " + shlex.join(argv if argv is not None else sys.argv[1:]),
+            "command": "python -m optbench.experiments.one_gpu " + shlex.join(argv if argv is not None else sys.argv[1:]),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": device, "gpu": cluster,
             "python": platform.python_version(), "versions": {name: _version(name) for name in PACKAGES},
             "steps": steps,

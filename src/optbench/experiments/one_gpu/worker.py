@@ -1,4 +1,4 @@
-"""One arm of ``make gpu-smoke`` in its own process: ``python src/optbench/engine/bridge/one_gpu/worker.py <run folder>
+"""One arm of ``make gpu-smoke`` in its own process: ``python src/optbench/experiments/one_gpu/worker.py <run folder>
 --loop core|bridge --report <file>``.
 
 The run folder holds what a Bridge job's folder holds (config.yaml and the plan.json the launcher writes). The worker
@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run by path: make the package importable from the checkout
-    sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from optbench.engine.bridge.one_gpu.core_first import core_has_transformer_engine, import_core  # noqa: E402
+from optbench.experiments.one_gpu.core_first import core_has_transformer_engine, import_core  # noqa: E402
 
 CORE_IMPORT_FAILURES = import_core()  # before the stand-ins: Core must see no Transformer Engine
 os.environ.setdefault("OPTBENCH_REAL_CUDA", "1")  # read by the stand-ins at import: the GPU's own CUDA stays
@@ -46,7 +46,7 @@ class NoTransformerEngineAPI(BridgeAPI):
         """The stages passed, in order (kept in the report when a later one fails)."""
 
     def apply_overrides(self, config: Any, overrides: Any) -> Any:
-        from optbench.engine.bridge.one_gpu.no_te import adapt
+        from optbench.experiments.one_gpu.no_te import adapt
 
         config = super().apply_overrides(config, overrides)
         self.changes = adapt(config)
@@ -63,7 +63,7 @@ def run_core(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]:
     from optbench.engine.bridge.adapter import BridgeSetup
     from optbench.engine.bridge.callback import MetricsCallback
     from optbench.engine.bridge.entry import build_config_container, check_release
-    from optbench.engine.bridge.one_gpu.core_loop import init_single_process, train
+    from optbench.experiments.one_gpu.core_loop import init_single_process, train
     from optbench.engine.local.data import SyntheticStream
     from optbench.runs.plan_file import read_plan
     from optbench.runs import load_resolved_config
@@ -84,7 +84,7 @@ def run_core(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]:
 
 def run_bridge(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]:
     from optbench.engine.bridge.entry import run_bridge as job
-    from optbench.engine.bridge.one_gpu.core_loop import single_process_env
+    from optbench.experiments.one_gpu.core_loop import single_process_env
 
     single_process_env()
     job(config_path, api=api)
@@ -92,7 +92,7 @@ def run_bridge(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from optbench.engine.bridge.one_gpu.arms import LOOPS
+    from optbench.experiments.one_gpu.arms import LOOPS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="the run folder (config.yaml and plan.json)")

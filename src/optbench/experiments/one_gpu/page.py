@@ -1,8 +1,8 @@
 """results/bench/megatron_one_gpu.md from its JSON: what the real Megatron did on a lent GPU, beside the projection.
 
-    python -m optbench.engine.bridge.one_gpu.page [results/bench/megatron_one_gpu.json]
+    python -m optbench.experiments.one_gpu.page [results/bench/megatron_one_gpu.json]
 
-Every number is read from the file :mod:`optbench.engine.bridge.one_gpu` wrote on the GPU (our callback's summary of each
+Every number is read from the file :mod:`optbench.experiments.one_gpu` wrote on the GPU (our callback's summary of each
 run, and the projection its plan.json made of the same setup on that GPU); nothing is measured here.
 """
 
