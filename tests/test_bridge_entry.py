@@ -68,9 +68,6 @@ class FakeBridge:
     def callback_manager(self):
         return self.manager
 
-    def installed_version(self):
-        return self.installed
-
     def installed_versions(self):
         return {"bridge": self.installed, "core": "0.16.1", "emerging_optimizers": "0.1.0"}
 

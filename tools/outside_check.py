@@ -22,7 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from optbench.catalog.published import default_published_dir, load_published  # noqa: E402
+from optbench.common.errors import Problem, UserError  # noqa: E402
+from optbench.common.exits import exit_on_user_error  # noqa: E402
 from optbench.common.io import atomic_write_json  # noqa: E402
+from optbench.common.outputs import check_output, claim  # noqa: E402
+from optbench.common.replace import replacing  # noqa: E402
 from optbench.plan.row_runs import COMPOSED_ROWS  # noqa: E402
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS  # noqa: E402
 from optbench.projection.bands import error_band  # noqa: E402
@@ -31,20 +35,29 @@ from optbench.projection.carried import fitted_without  # noqa: E402
 from optbench.projection.published_rows import projection_error  # noqa: E402
 from optbench.projection.validation import SCHEMES, held_out_group  # noqa: E402
 
-OUT = ROOT / "results" / "projection" / "outside_check.json"
+OUT = Path("projection") / "outside_check.json"
+"""Under the results folder."""
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", required=True, help="comma-separated models whose rows are held back from every fit")
     args = parser.parse_args()
-    models = frozenset(m for m in args.models.split(",") if m)
-    directory = default_published_dir(ROOT / "results")
-    validation = json.loads((ROOT / "results" / "projection" / "validation.json").read_text())
+    with exit_on_user_error():  # every refusal before the first write
+        return check(args.models)
+
+
+def check(names: str) -> int:
+    """The outside check of ``names`` (comma-separated models), written to results/projection/outside_check.json."""
+    models = frozenset(m for m in names.split(",") if m)
+    results = check_output(ROOT / "results", "results", "results")
+    directory = default_published_dir(results)
+    validation = json.loads((results / "projection" / "validation.json").read_text())
     scored = {r["row"] for r in validation["rows"] if r["outside_domain"] is None}
     held = [r for r in load_published(directory) if r.model in models and row_id(r) in scored]
     if not held:
-        parser.error(f"--models: no scored row of {sorted(models)} in validation.json; run make projection first")
+        raise UserError(Problem("--models", f"no scored row of {', '.join(sorted(models)) or 'no model'} in "
+                                            "results/projection/validation.json; name scored models, after make projection"))
     holdout = Holdout(models=models)
     table = fitted_without(str(directory), holdout, COMPOSED_ROWS)
     assumptions = replace(DEFAULT_ASSUMPTIONS, small_expert_gemm_rows_mxfp8=table.mxfp8_expert_rows)
@@ -69,8 +82,11 @@ def main() -> int:
                "median_abs_error_percent": round(100 * statistics.median(abs(e) for e in errors), 2),
                "error_range_percent": [round(100 * min(errors), 2), round(100 * max(errors), 2)]}
     print(f"median |error| {summary['median_abs_error_percent']} %, range {summary['error_range_percent']}")
-    atomic_write_json(OUT, {"about": __doc__.split("\n\n")[0], "summary": summary, "bands": bands, "rows": rows})
-    print(f"wrote {OUT}")
+    out = results / OUT
+    with replacing(files=[out]):
+        claim(results, "results", "results")
+        atomic_write_json(out, {"about": __doc__.split("\n\n")[0], "summary": summary, "bands": bands, "rows": rows})
+    print(f"wrote {out}")
     return 0
 
 

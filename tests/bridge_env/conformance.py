@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import inspect
 import json
 import sys
 import tempfile
@@ -540,7 +541,7 @@ def job_check_cases(results: Path) -> dict[str, Any]:
             def without(**kwargs: Any) -> Any:
                 return without_field(function(**kwargs), fixture["field"])
 
-            without.__signature__ = __import__("inspect").signature(function)
+            without.__signature__ = inspect.signature(function)
             return without
 
     out: dict[str, Any] = {"fixture": fixture}

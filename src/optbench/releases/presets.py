@@ -323,8 +323,8 @@ def unpriced_setting(run: RunConfig) -> Optional[str]:
     preset = preset_or_none(run)
     if preset is None:
         return None
-    values = {**preset.recipe_values, **preset.settings}
-    return next((f"NVIDIA's {preset.key} preset runs {why}" for key, why in UNPRICED.items() if values.get(key)), None)
+    return next((f"NVIDIA's {preset.key} preset runs {why}" for key, why in UNPRICED.items()
+                 if preset.knows(key) and preset.nvidia_value(key)), None)
 
 
 NOT_EMITTED = {
@@ -352,6 +352,14 @@ def unreproduced(preset: Preset) -> list[dict[str, Any]]:
              "reason": NOT_EMITTED[prefix]} for prefix, count in counts.items()]
 
 
+LAYOUT = "model.pipeline_model_parallel_layout"
+ACCOUNT_FLAGS = ("model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split")
+RECIPE_SPLIT = ("NVIDIA's preset gives no layout: Bridge's recipe splits the layers itself (Llama 3 and Qwen3 "
+                "recipes count the embedding and the loss as a layer each); ours is written out, with those two flags "
+                "off, as Megatron requires beside a layout (make plan prints the stages)")
+"""Why an explicit layout departs from a preset that has none."""
+
+
 def departures(items: list[tuple[str, Any]], preset: Preset) -> list[dict[str, Any]]:
     """Our fields whose value differs from NVIDIA's (outside the documented list OURS)."""
     out = []
@@ -368,14 +376,6 @@ def departures(items: list[tuple[str, Any]], preset: Preset) -> list[dict[str, A
             if (key == LAYOUT and nvidia is None) or key in ACCOUNT_FLAGS:
                 out[-1]["reason"] = RECIPE_SPLIT
     return out
-
-
-LAYOUT = "model.pipeline_model_parallel_layout"
-ACCOUNT_FLAGS = ("model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split")
-RECIPE_SPLIT = ("NVIDIA's preset gives no layout: Bridge's recipe splits the layers itself (Llama 3 and Qwen3 "
-                "recipes count the embedding and the loss as a layer each); ours is written out, with those two flags "
-                "off, as Megatron requires beside a layout (make plan prints the stages)")
-"""Why an explicit layout departs from a preset that has none."""
 
 
 MUON_WORKAROUND = ("mixed_precision.fp8_param_gather", "mixed_precision.fp8_param", "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag")

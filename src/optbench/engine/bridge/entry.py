@@ -76,10 +76,6 @@ class BridgeAPI:
         """Megatron Bridge's, Core's and Emerging-Optimizers' versions installed here (None: not installed)."""
         return conformance.installed_versions()
 
-    def installed_version(self) -> str | None:
-        """The megatron-bridge version installed here (None when it is not installed)."""
-        return self.installed_versions()["bridge"]
-
     def pretrain(self, config: Any, callbacks: Any) -> None:
         from megatron.bridge.training.gpt_step import forward_step
         from megatron.bridge.training.pretrain import pretrain
@@ -113,11 +109,13 @@ def build_config_container(setup: BridgeSetup, api: BridgeAPI) -> Any:
     return api.apply_overrides(base_config(setup, api), setup.overrides)
 
 
-def checked_config(run: RunConfig, setup: BridgeSetup, api: BridgeAPI, folder: Path) -> Any:
-    """:func:`build_config_container` with the container checked at each stage; conformance.json in ``folder``."""
+def checked_config(run: RunConfig, setup: BridgeSetup, api: BridgeAPI, folder: Path,
+                   installed: dict[str, str | None]) -> Any:
+    """:func:`build_config_container` with the container checked at each stage (``installed``: the versions
+    :meth:`BridgeAPI.installed_versions` read); conformance.json in ``folder``."""
     container = container_of(run)
     report = conformance.Conformance(
-        container=container.name, planned=conformance.planned_versions(container), installed=api.installed_versions(),
+        container=container.name, planned=conformance.planned_versions(container), installed=installed,
         unverified=bool(container.assumed_from), recipe=f"{setup.recipe.module}.{setup.recipe.function}")
     try:
         function = api.recipe_function(setup.recipe)
@@ -162,8 +160,9 @@ def run_bridge(config_path: Path, api: Optional[BridgeAPI] = None, callback: Opt
     api = api or BridgeAPI()
     run = load_resolved_config(config_path)
     plan = read_plan(config_path.parent)
-    check_release(run, api.installed_version())
-    config = checked_config(run, BridgeSetup.from_dict(plan["bridge"]), api, config_path.parent)
+    installed = api.installed_versions()
+    check_release(run, installed["bridge"])
+    config = checked_config(run, BridgeSetup.from_dict(plan["bridge"]), api, config_path.parent, installed)
     manager = api.callback_manager()
     (callback or MetricsCallback(run)).register(manager)
     api.pretrain(config, manager)

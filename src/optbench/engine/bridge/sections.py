@@ -53,14 +53,15 @@ def _parallel(run: RunConfig) -> list[Item]:
         *bridge_items(run, "parallel.cp", "parallel.ep"),
         # Megatron's ETP of a dense model is None ("as TP"): an ETP of 1 beside TP 4 would depart from the recipe.
         (bridge_name("parallel.etp"), p.etp if run.model.num_moe_experts else None),
-        *bridge_items(run, "parallel.sequence_parallel", "parallel.pipeline_layout", "parallel.recompute_granularity", "parallel.recompute_modules",
-                      "parallel.recompute_method", "parallel.recompute_num_layers", "parallel.moe_token_dispatcher"),
+        *bridge_items(run, "parallel.sequence_parallel", "parallel.pipeline_layout", "parallel.recompute_granularity",
+                      "parallel.recompute_modules", "parallel.recompute_method", "parallel.recompute_num_layers",
+                      "parallel.moe_token_dispatcher"),
     ]
     if p.pipeline_layout:
         # Megatron Core refuses an explicit layout beside the account-for-embedding/loss split some recipes turn on
         # (Llama 3, Qwen3 235B-A22B: TransformerConfig raises "pipeline_model_parallel_layout cannot be set with
         # other pipeline layout arguments"); the layout already places the embedding and the loss.
-        items += [(f"model.account_for_{part}_in_pipeline_split", False) for part in ("embedding", "loss")]
+        items += [(flag, False) for flag in presets.ACCOUNT_FLAGS]
     if p.moe_token_dispatcher == "flex":
         # As Bridge's apply_flex_dispatcher_backend: the flex dispatcher cannot overlap the shared expert.
         items += [*bridge_items(run, "parallel.moe_flex_dispatcher_backend"), ("model.moe_shared_expert_overlap", False)]

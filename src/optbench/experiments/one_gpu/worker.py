@@ -69,7 +69,7 @@ def run_core(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]:
     from optbench.runs import load_resolved_config
 
     run = load_resolved_config(config_path)
-    check_release(run, api.installed_version())
+    check_release(run, api.installed_versions()["bridge"])
     config = build_config_container(BridgeSetup.from_dict(read_plan(config_path.parent)["bridge"]), api)
     api.reached.append("config container")
     from optbench.engine.bridge.cpu_check.runtime import update_at

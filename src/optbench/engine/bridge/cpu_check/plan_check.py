@@ -55,7 +55,7 @@ def check(folders: list[Path]) -> list[dict[str, Any]]:
     plans = [read_plan(folder) for folder in folders]
     runs = [to_run_config(OmegaConf.create(plan["config"])) for plan in plans]
     api = BridgeAPI()
-    installed = {"megatron_bridge": api.installed_version(), "megatron_core": version("megatron-core")}
+    installed = {"megatron_bridge": api.installed_versions()["bridge"], "megatron_core": version("megatron-core")}
     for run in runs:  # before anything is checked: a plan of another release is refused in one line
         check_release(run, installed["megatron_bridge"])
     os.environ.setdefault("RANK", "0")  # the one process checking is rank 0 (Core warns when it cannot tell)
