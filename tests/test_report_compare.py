@@ -138,7 +138,10 @@ def _fake_launcher(run: RunConfig) -> Path:
             handle.write(json.dumps({"step": step, "loss": loss, "step_time_s": step_time, "tokens": tokens,
                                      "ns_time_s": 0.2 if muon else None}) + "\n")
     summary = {"run_id": run.run_id, "engine": "local", "model": run.model.name, "optimizer": run.optimizer.name,
-               "gpu": "cpu", "precision": "fp32", "loss_floor": 1.37, "command": "make compare"}
+               "gpu": "cpu", "precision": "fp32", "loss_floor": 1.37, "command": "make compare",
+               "started": f"2026-12-07T10:0{run.train.seed}:00+00:00", "device": "cpu: test machine",
+               "git": {"commit": "abcdef0123456789", "dirty": run.train.seed == 2},
+               "versions": {"python": "3.11.7", "torch": "2.13.0+cpu"}, "data": {"description": "a stream"}}
     (directory / "summary.json").write_text(json.dumps(summary))
     return directory
 
@@ -159,6 +162,9 @@ def test_compare_pipeline_writes_tables_and_plot(tmp_path):
     lines = (tmp_path / "results" / "compare.csv").read_text().splitlines()
     assert len(lines) == 7 and lines[0].startswith("model,optimizer,seed")
     assert paths[-1].read_bytes().startswith(PNG)
+    assert ("Runs started 2026-12-07T10:01:00+00:00 to 2026-12-07T10:03:00+00:00; code abcdef0; abcdef0 with "
+            "uncommitted changes; machine cpu: test machine; Python 3.11.7, torch 2.13.0+cpu; data: a stream.") in markdown
+    assert "What a re-run should match" in markdown
 
     # a new target without training again
     prefix = runs[0].run_id.rsplit("-", 2)[0]

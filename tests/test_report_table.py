@@ -200,6 +200,29 @@ def test_plots_stay_readable_with_every_published_row(measured):
     assert any(g["local"] for g in _groups(out.table, "kimi_k2")) and len(_groups(out.table, "qwen3_30b_a3b")) > 20
 
 
+def test_plots_draw_the_pairs_and_newest_releases_and_say_what_they_draw(measured):
+    """Qwen3's 30-odd AdamW release bars swamped its one Muon pair: a plot keeps every pair and measured configuration,
+    and of one-optimizer published rows the newest release per setup; its titles say who produced what is drawn
+    (a panel with no measured cluster run does not say "measured by Megatron Bridge")."""
+    from optbench.report.plots import _cluster_title, _groups, newest_per_setup
+
+    out = write_throughput(measured, published_dir=REPO / "results" / "published")
+    groups = _groups(out.table, "qwen3_30b_a3b")
+    kept, left_out = newest_per_setup(groups)
+    assert left_out > 20 and len(kept) + left_out == len(groups)
+    pairs = [g for g in groups if len(g["published"]) == 2]
+    assert pairs and all(g in kept for g in pairs) and all(g in kept for g in groups if g["measured"])
+    setups = [g["setup"] for g in kept if "setup" in g and len(g["published"]) == 1]
+    assert len(setups) == len(set(setups))
+    newest_gb300 = max(g["release"] for g in groups if g.get("setup", ("",))[2:4] == ("gb300", 8)
+                       and g["setup"][0] == "bridge_perf_summary")
+    assert any(g.get("setup", ())[2:3] == ("gb300",) and g["release"] == newest_gb300 for g in kept)
+    published_only = [g for g in kept if not g["measured"]]
+    assert "measured" not in _cluster_title("qwen3_30b_a3b", published_only, left_out)
+    assert f"{left_out} older release(s)" in _cluster_title("qwen3_30b_a3b", published_only, left_out)
+    assert "measured here by Megatron Bridge" in _cluster_title("x", [{"published": {}, "measured": {"muon": 1}}], 0)
+
+
 def test_most_recent_run_wins_and_others_are_listed(measured):
     newer = "kimi_k2_tiny_adamw-20261121-090000"
     shutil.copytree(measured / "runs" / ADAMW_RUN, measured / "runs" / newer)

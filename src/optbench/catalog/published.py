@@ -39,6 +39,11 @@ class Source:
     """What the figures are and how they count FLOPs."""
 
 
+def release_order(release: str) -> tuple[int, ...]:
+    """A release's place in time: '26.02.01' -> (26, 2, 1)."""
+    return tuple(int(part) for part in release.split("."))
+
+
 @dataclass(frozen=True)
 class PublishedRow:
     """One published throughput figure."""

@@ -115,6 +115,25 @@ class CompareResult:
         return asdict(self)
 
 
+def provenance(runs: list[MeasuredRun]) -> dict[str, list[str]]:
+    """Where the runs' figures come from, each distinct value once: when they started, the code (commit, and whether
+    it had uncommitted changes), the machine, Python and torch, threads, and the data the corpus held. A page rebuilt
+    from older runs says so, and a re-run can be set beside it."""
+    def distinct(value) -> list[str]:
+        return sorted({str(v) for run in runs if (v := value(run.extra)) not in (None, "")})
+
+    started = distinct(lambda extra: extra.get("started"))
+    return {
+        "started": [started[0], started[-1]] if started else [],
+        "code": distinct(lambda extra: (extra.get("git") or {}).get("commit", "")[:7]
+                         + (" with uncommitted changes" if (extra.get("git") or {}).get("dirty") else "")),
+        "machine": distinct(lambda extra: extra.get("device")),
+        "python": distinct(lambda extra: (extra.get("versions") or {}).get("python")),
+        "torch": distinct(lambda extra: (extra.get("versions") or {}).get("torch")),
+        "data": distinct(lambda extra: (extra.get("data") or {}).get("description")),
+    }
+
+
 def _smoothed_curve(run: MeasuredRun, window: int):
     curve = [r for r in loss_curve(run.steps) if r.loss is not None]
     return curve, smoothed([r.loss for r in curve], window)

@@ -27,6 +27,28 @@ def _ratio(value: float | None) -> str:
     return f"{value:.3f}" if value is not None else "-"
 
 
+def _provenance(found: dict[str, list[str]]) -> list[str]:
+    """Which runs, code, machine and data the figures come from, and what a re-run should match."""
+    if not found:
+        return []
+    def said(key: str) -> str:
+        return "; ".join(found.get(key) or ["not recorded"])
+    started = found.get("started") or []
+    when = " to ".join(dict.fromkeys(started)) or "not recorded"
+    return [
+        "", "## Where these figures come from", "",
+        f"Runs started {when}; code {said('code')}; machine {said('machine')}; Python {said('python')}, "
+        f"torch {said('torch')}; data: {said('data')}.",
+        "",
+        "What a re-run should match: on the same code, the same corpus and the same threads, every loss repeats bit "
+        "for bit (tests/test_engine_runs.py holds it), so the tokens to target repeat exactly; the seconds move with "
+        "the machine and its load. The pydocs corpus is built from the docstrings of the Python that runs `make data`, "
+        "so another Python version trains on other tokens, as does code that changes the corpus, the model or the "
+        "optimizers: expect the tokens ratio within the per-seed range above rather than the same median. The time "
+        "ratio is this CPU's: Newton-Schulz and the model's GEMMs speed up differently on another CPU.",
+    ]
+
+
 def render_compare_markdown(result: CompareResult, plot: str | None = None) -> str:
     ctx = result.context
     muon, adamw = result.summaries[MUON], result.summaries[ADAMW]
@@ -74,6 +96,7 @@ def render_compare_markdown(result: CompareResult, plot: str | None = None) -> s
             *markdown_table(["run", "optimizer", "seed", "steps", "final loss (smoothed)", "step reached", "tokens", "seconds"], runs)]
     if ctx.get("reused"):
         out += ["", f"Analysed again from the runs of `{ctx['reused']}` (no training in this invocation)."]
+    out += _provenance(ctx.get("provenance") or {})
     commands = ctx.get("commands") or {}
     if any(commands.values()):
         out += ["", "Commands: " + "; ".join(f"`{c}`" for c in dict.fromkeys(commands.values()) if c)]

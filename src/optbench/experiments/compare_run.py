@@ -20,7 +20,7 @@ from optbench.compose.recipe import compose_run, list_recipes
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem, UserError
 from optbench.measured.collect import read_metrics_run
-from optbench.experiments.compare import ADAMW, MUON, CompareResult, analyse
+from optbench.experiments.compare import ADAMW, MUON, CompareResult, analyse, provenance
 from optbench.measured.runs import MeasuredRun
 from optbench.runs import load_resolved_config
 from optbench.validate import validate
@@ -224,6 +224,7 @@ def run_compare(
         "reused": spec.reuse,
         "runs": timings,
         "commands": {run.run_id: run.command for _, run in measured},
+        "provenance": provenance([run for _, run in measured]),
     }
     return result, [run for _, run in measured]
 

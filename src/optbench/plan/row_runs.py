@@ -23,13 +23,13 @@ from functools import lru_cache
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
 from optbench.catalog.hardware import gpu_catalog
-from optbench.catalog.published import PublishedRow, data_only_reason
+from optbench.catalog.published import PublishedRow, data_only_reason, release_order
 from optbench.common.errors import UserError
 from optbench.compose.recipe import compose_run, list_recipes
 from optbench.compose.recipe_choice import recipe_group_choice
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
-from optbench.projection.row_config import STATED, RowConfig, release_order, row_key
+from optbench.projection.row_config import STATED, RowConfig, row_key
 from optbench.releases import presets, versions
 from optbench.releases.hydra_values import format_override
 from optbench.resolve import ResolvedRun

@@ -49,8 +49,9 @@ from optbench.projection.row_solve import solve_at
 from optbench.projection.section import EfficiencyRecord
 from optbench.projection.work import gemm_peak
 from optbench.projection.release_drift import same_configuration
-from optbench.projection.row_config import RowRuns, release_order, run_layout_key
-from optbench.catalog.published import PublishedRow, default_published_dir, load_inconsistent, load_published, row_id
+from optbench.projection.row_config import RowRuns, run_layout_key
+from optbench.catalog.published import (
+    PublishedRow, default_published_dir, load_inconsistent, load_published, release_order, row_id)
 from optbench.resolve import ResolvedRun
 
 

@@ -47,9 +47,10 @@ from optbench.catalog.hardware import gpu_catalog
 from optbench.config.schema import ModelConfig
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.expert_rates import ExpertRates
-from optbench.projection.row_config import RowRuns, release_order
+from optbench.projection.row_config import RowRuns
 from optbench.projection.row_solve import solve_at
-from optbench.catalog.published import PublishedRow, default_published_dir, load_inconsistent, load_published, row_id
+from optbench.catalog.published import (
+    PublishedRow, default_published_dir, load_inconsistent, load_published, release_order, row_id)
 
 CALIBRATION = Path("projection") / "calibration.json"
 """Where ``make projection`` writes the table, under a results folder."""

@@ -15,8 +15,8 @@ from typing import Any
 from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.carried import precision_class
 from optbench.projection.interconnect import system_family
-from optbench.projection.row_config import RowRuns, layout_key, release_order
-from optbench.catalog.published import PublishedRow, row_id
+from optbench.projection.row_config import RowRuns, layout_key
+from optbench.catalog.published import PublishedRow, release_order, row_id
 
 
 def _gpu_distance(a: str, b: str) -> tuple[bool, bool, bool]:

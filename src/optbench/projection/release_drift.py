@@ -15,9 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from optbench.accounting.plan_fields import PRECISION_ALIASES
-from optbench.projection.row_config import release_order
 from optbench.common.tables import markdown_table
-from optbench.catalog.published import PublishedRow
+from optbench.catalog.published import PublishedRow, release_order
 from optbench.releases.presets import case_key, executed_configuration
 
 T = TypeVar("T")

@@ -52,11 +52,6 @@ class RowRuns(Protocol):
         ...
 
 
-def release_order(release: str) -> tuple[int, ...]:
-    """A release's place in time: '26.02.01' -> (26, 2, 1)."""
-    return tuple(int(part) for part in release.split("."))
-
-
 def row_key(row: PublishedRow) -> tuple:
     """What of a row decides its configuration (hashable: two rows of one setup share one composition)."""
     stated = tuple((column, row.layout[column]) for column in STATED if row.layout.get(column) is not None)

@@ -46,9 +46,9 @@ from optbench.projection.copy_baseline import copied
 from optbench.projection.expected_error import SCHEME_LABELS
 from optbench.projection.published_rows import projection_error
 from optbench.projection.release_drift import release_drift
-from optbench.projection.row_config import RowRuns, layout_key, release_order
+from optbench.projection.row_config import RowRuns, layout_key
 from optbench.common.checkout import repo_root
-from optbench.catalog.published import PublishedRow, default_published_dir, load_inconsistent
+from optbench.catalog.published import PublishedRow, default_published_dir, load_inconsistent, release_order
 
 SCHEMES = tuple(SCHEME_LABELS)
 WITHIN = (3.0, 5.0, 10.0)

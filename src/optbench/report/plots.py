@@ -12,6 +12,7 @@ from pathlib import Path
 from optbench.measured.loss_plot import COLORS, save_png  # first: it chooses matplotlib's Agg backend
 import matplotlib.pyplot as plt  # noqa: E402,I001 - after the backend is chosen
 
+from optbench.catalog.published import release_order  # noqa: E402
 from optbench.report.table import ADAMW, MUON, Table  # noqa: E402
 
 SHORT = {"nvidia_blog_table1": "NVIDIA blog T1", "bridge_perf_summary": "Bridge perf"}
@@ -34,9 +35,11 @@ def _groups(table: Table, family: str) -> list[dict]:
         if row.published is not None:
             pub = row.published
             key = ("published", row.model, row.gpu, row.precision, pub.source, pub.release)
-            group = groups.setdefault(key, {"label": f"{row.model} {row.gpu} {row.precision}, "
+            group = groups.setdefault(key, {"label": f"{row.model} {row.gpu} x{pub.num_gpus} {row.precision}, "
                                                      f"{SHORT.get(pub.source, pub.source)} {pub.release}",
-                                            "published": {}, "measured": {}, "local": False})
+                                            "published": {}, "measured": {}, "local": False,
+                                            "setup": (pub.source, row.model, row.gpu, pub.num_gpus, row.precision),
+                                            "release": release_order(pub.release)})
             group["published"][row.optimizer] = pub
         if row.throughput is not None and row.throughput.tflops_per_gpu is not None:
             local = row.run is not None and row.run.engine == "local"
@@ -47,6 +50,30 @@ def _groups(table: Table, family: str) -> list[dict]:
             if row.optimizer == MUON:
                 group["ratio_note"] = row.ratio_note
     return list(groups.values())
+
+
+def newest_per_setup(groups: list[dict]) -> tuple[list[dict], int]:
+    """The groups a plot draws, and how many published ones it leaves out: every pair of Muon and AdamW (the answer),
+    every measured configuration, and of the published rows with one optimizer only the newest release per setup
+    (source, model, GPU, count, precision), so that a model's 30 AdamW releases do not swamp its one Muon pair.
+    results/throughput.md lists every release."""
+    newest: dict[tuple, tuple] = {}
+    for group in groups:
+        if "setup" in group and len(group["published"]) == 1:
+            newest[group["setup"]] = max(newest.get(group["setup"], ()), group["release"])
+    kept = [g for g in groups if "setup" not in g or len(g["published"]) > 1 or g["release"] == newest[g["setup"]]]
+    return kept, len(groups) - len(kept)
+
+
+def _cluster_title(family: str, groups: list[dict], left_out: int) -> str:
+    """What the cluster panel draws, in its words: published by NVIDIA, and measured here only where it was."""
+    drawn = []
+    if any(g["published"] for g in groups):
+        older = f"; {left_out} older release(s) in results/throughput.md" if left_out else ""
+        drawn.append(f"published by NVIDIA (black edge; one-optimizer rows: newest release per setup{older})")
+    if any(g["measured"] for g in groups):
+        drawn.append("measured here by Megatron Bridge")
+    return f"{family} on GPUs: " + (" and ".join(drawn) or "no figure")
 
 
 def _figures(group: dict, optimizer: str) -> tuple[float, float | None, bool] | None:
@@ -113,11 +140,13 @@ def plot_throughput(table: Table, family: str, path: str | Path) -> Path:
     """TFLOP/s per GPU and Muon/AdamW per configuration of one family: the cluster's rows (published, and measured by
     Megatron Bridge) and the local engine's runs on axes of their own, each linear (a laptop's GFLOP/s beside a
     GB300's 1,000 TFLOP/s would need a log axis nobody reads at a glance); one row per configuration."""
-    groups = _groups(table, family)
-    sections = [(f"{family} on clusters: published (black edge) and measured by Megatron Bridge",
-                 [g for g in groups if not g["local"]], "TFLOP/s per GPU", 1.0),
-                (f"{family}'s small stand-ins measured by the local engine (its own axis)",
-                 [g for g in groups if g["local"]], "GFLOP/s per device", 1e3)]
+    groups, left_out = newest_per_setup(_groups(table, family))
+    cluster = [g for g in groups if not g["local"]]
+    local = [g for g in groups if g["local"]]
+    stand_ins = ", ".join(dict.fromkeys(g["label"].removesuffix(", measured") for g in local))
+    sections = [(_cluster_title(family, cluster, left_out), cluster, "TFLOP/s per GPU", 1.0),
+                (f"{family}'s small stand-ins ({stand_ins}) measured here by the local engine: their own axis, "
+                 "not the full model's speed", local, "GFLOP/s per device", 1e3)]
     sections = [section for section in sections if section[1]] or sections[:1]  # nothing with a figure: one empty panel
     heights = [max(2.0, ROW_INCHES * len(section[1]) + 1.0) for section in sections]
     figure, axes = plt.subplots(len(sections), 2, figsize=(WIDTH_INCHES, sum(heights)), squeeze=False,

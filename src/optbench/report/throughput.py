@@ -78,7 +78,8 @@ def write_throughput(
         measured = [r.run for r in table.rows if r.family == family and r.run is not None]
         if any(step.loss is not None for run in measured for step in run.steps):
             unique = list({run.run_id: run for run in measured}.values())
-            title = f"{family}: measured runs used in the table"
+            drawn_runs = ", ".join(sorted({f"{run.model} on {run.gpu} ({run.engine or 'unknown'} engine)" for run in unique}))
+            title = f"{family}'s measured runs used in the table: {drawn_runs}"
             drawn.append((plots_dir / f"loss_{_slug(family)}.png", lambda path, u=unique, t=title: plot_loss(u, path, t)))
     plots = [path for path, _ in drawn]
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
