@@ -71,3 +71,27 @@ def test_steady_state_skips_warmup_and_takes_medians():
 
 def test_flatten_nests_with_slashes():
     assert flatten({"mfu": {"h100_bf16": 0.4}, "loss": 1.0}) == {"mfu/h100_bf16": 0.4, "loss": 1.0}
+
+
+def test_a_run_calls_its_code_dirty_only_for_changes_outside_results(tmp_path, monkeypatch):
+    """make table and make compare rewrite committed pages under results/; a run after them ran clean code, and its
+    summary (and the compare page that quotes it) must not say "uncommitted changes"."""
+    import subprocess
+
+    import optbench.common.checkout as checkout
+    from optbench.metrics.summary import git_commit
+
+    def git(*words):
+        subprocess.run(["git", "-C", str(tmp_path), *words], check=True, capture_output=True)
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "page.md").write_text("a\n")
+    (tmp_path / "code.py").write_text("a = 1\n")
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    monkeypatch.setattr(checkout, "repo_root", lambda: tmp_path)
+    (tmp_path / "results" / "page.md").write_text("b\n")
+    assert git_commit()["dirty"] is False
+    (tmp_path / "code.py").write_text("a = 2\n")
+    assert git_commit()["dirty"] is True

@@ -76,7 +76,8 @@ def launch_command() -> str:
 
 
 def git_commit() -> dict[str, Any] | None:
-    """The checkout's commit and whether it has uncommitted changes (None outside a git checkout)."""
+    """The checkout's commit and whether its code has uncommitted changes (None outside a git checkout). results/
+    does not count: runs and make table rewrite the committed pages there, which changes no run."""
     from optbench.common.checkout import repo_root
 
     try:
@@ -85,7 +86,7 @@ def git_commit() -> dict[str, Any] | None:
             ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
             capture_output=True, text=True, timeout=10, check=True,
         ).stdout.strip()
     except Exception:  # no git binary, not a checkout, or no repo root: provenance says so with None
