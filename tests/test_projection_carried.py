@@ -218,7 +218,7 @@ def test_tensor_parallelism_is_not_free_even_with_its_communication_overlapped()
     four = _projection("qwen3_30b_a3b_adamw", eager, "parallel.tp=4", "parallel.sequence_parallel=true")
     assert four.breakdown_s["dense_gemm_fixed"] == pytest.approx(4 * one.breakdown_s["dense_gemm_fixed"], rel=1e-4)  # DP 8 -> 2
     assert four.step.tflops_per_gpu < 0.95 * one.step.tflops_per_gpu
-    graphed = _projection("qwen3_30b_a3b_adamw", "parallel.tp=4", "parallel.sequence_parallel=true")  # nemo:26.08
+    graphed = _projection("qwen3_30b_a3b_adamw", "parallel.tp=4", "parallel.sequence_parallel=true")  # the default container
     assert graphed.breakdown_s["dense_gemm_fixed"] == 0  # a full-iteration CUDA graph replays every launch
 
 

@@ -147,7 +147,7 @@ def test_a_train_run_is_never_compared_with_a_published_figure(results_dir):
     assert rows and all(r["run_intent"] == "train" and r["delta_to_published"] == "" for r in rows)
     assert all(r["measured_tflops_per_gpu_median"] for r in rows)  # measured, shown, but not compared
     assert "not comparable: intent=train" in written.markdown.read_text()
-    assert "unverified container" not in written.markdown.read_text()  # nemo:26.08, a checked one: no mark
+    assert "unverified container" not in written.markdown.read_text()  # the default container, a checked one: no mark
 
 
 def test_a_run_on_an_unverified_container_is_marked(results_dir):

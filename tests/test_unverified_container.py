@@ -8,10 +8,22 @@ import pytest
 
 from optbench.common.errors import UserError
 from optbench.compose.recipe import compose_run
+from optbench.config.schema import DEFAULT_CONTAINER
 from optbench.releases import versions
 from optbench.releases.release_notes import notes_for
 
 NEWER = "nemo:26.10.01"
+
+
+def test_the_default_container_is_the_newest_checked_one_and_defined_once():
+    """A run that names no container gets the newest release checked against its real Bridge; the cluster configs
+    leave the field to the schema's one default rather than each writing it again."""
+    from conftest import REPO
+
+    assert DEFAULT_CONTAINER == versions.runnable()[0].name
+    assert compose_run("kimi_k2_muon", []).cluster.container == DEFAULT_CONTAINER
+    written = [p.name for p in (REPO / "conf" / "cluster").glob("*.yaml") if "\ncontainer:" in p.read_text()]
+    assert written == [], f"conf/cluster/{written} write cluster.container again: leave it to DEFAULT_CONTAINER"
 
 
 def test_a_newer_container_needs_the_word_and_the_word_needs_a_newer_container():
@@ -61,8 +73,8 @@ def test_the_job_names_the_bridge_it_found_instead_of_refusing_it(capsys):
     run = compose_run("kimi_k2_muon", [f"cluster.container={NEWER}", "cluster.unverified_container=true"])
     check_release(run, "0.7.1")
     assert capsys.readouterr().out.startswith(f"note: unverified container {NEWER}: it has Megatron Bridge 0.7.1")
-    with pytest.raises(UserError, match="the plan was made for nemo:26.08"):  # a checked container still must match
-        check_release(compose_run("kimi_k2_muon", ["cluster.container=nemo:26.08"]), "0.7.1")
+    with pytest.raises(UserError, match=f"the plan was made for {DEFAULT_CONTAINER}"):  # a checked one must match
+        check_release(compose_run("kimi_k2_muon", [f"cluster.container={DEFAULT_CONTAINER}"]), "0.7.1")
 
 
 def test_known_issues_apply_where_their_row_says_and_only_there():

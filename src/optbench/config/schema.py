@@ -119,6 +119,12 @@ class PrecisionConfig(Frozen):
     """Which peak tensor throughput MFU divides by first: bf16 or fp8 (the other is reported too)."""
 
 
+DEFAULT_CONTAINER = "nemo:26.08"
+"""The NeMo container a run gets when it names none: the newest one checked against its real Megatron Bridge in CI
+(tests/test_bridge_conformance.py holds it to optbench/data/bridge/containers.json). Its one definition: the cluster
+configs leave cluster.container to it, and tests import it."""
+
+
 @dataclass
 class ClusterConfig(Frozen):
     """Where the run executes. Account and partition come from conf/local/<cluster>.yaml or the environment."""
@@ -134,7 +140,7 @@ class ClusterConfig(Frozen):
     nvlink_domain_size: int = setting(8, Integer(1, 1152))
     """GPUs joined by NVLink (NVL72: 72; HGX: 8)."""
     container: str = setting(
-        "nemo:26.08",
+        DEFAULT_CONTAINER,
         Text(32, r"nemo:\d\d\.\d\d(\.\d\d)?", "a NeMo container release such as nemo:26.06", min_len=1),
         readers=BRIDGE,
     )

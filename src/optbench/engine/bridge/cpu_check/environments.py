@@ -47,7 +47,7 @@ TRANSFORMERS = {"0.3": None, "0.4": "5.3.0", "0.5": "5.8.1", "0.6": "5.12.1"}
 """transformers each Bridge line's uv.lock pins (None: the tf4 base's 4.57.6, as 0.3.x pins it)."""
 EMERGING_OPTIMIZERS = "0.3.0"
 """Installed with Core >= 0.17 in place of the git-only 0.1.0 / 0.2.0 the containers ship."""
-NEXT = {"name": "next", "bridge": "0.6.2", "core": "0.19.2", "plan_container": "nemo:26.08",
+NEXT = {"name": "next", "bridge": "0.6.2", "core": "0.19.2",
         "why": "on PyPI (September 2026); Megatron Bridge's docs/versions1.json at 067f987 (2026-08-22), the newest "
                "version data we have, lists no container with it"}
 
@@ -112,7 +112,7 @@ def targets() -> list[Target]:
     """Every runnable container, then the next release."""
     data = json.loads(CONTAINERS.read_text())
     found = [Target(c["container"], c["container"], c["bridge"], shipped_core(c)) for c in data["containers"] if c["runnable"]]
-    return [*reversed(found), Target(NEXT["name"], NEXT["plan_container"], NEXT["bridge"], NEXT["core"])]
+    return [*reversed(found), Target(NEXT["name"], found[-1].container, NEXT["bridge"], NEXT["core"])]
 
 
 def _pip(python: Path, *args: str) -> None:
