@@ -44,8 +44,13 @@ def wanted_check(value: str) -> bool:
     """Whether CHECK= asks for the Bridge check ('' = no check); anything else is a one-line error."""
     value = value.strip()
     if value and value not in CHECKS:
-        raise UserError(Problem("CHECK", f"'{clipped(value, 40)}' is not a check; CHECK=bridge builds the plan with its "
-                                         "container's real Megatron Bridge and Core on this CPU"))
+        raise UserError(
+            Problem(
+                "CHECK",
+                f"'{clipped(value, 40)}' is not a check; CHECK=bridge builds the plan with its "
+                "container's real Megatron Bridge and Core on this CPU",
+            )
+        )
     return bool(value)
 
 
@@ -54,11 +59,21 @@ def environment_for(run: RunConfig) -> Target:
     container = container_of(run)
     target = next((t for t in targets() if t.name == container.name), None)
     if target is None:
-        raise UserError(Problem("CHECK", f"no Megatron Bridge environment is defined for {container.name}; "
-                                         "`python src/optbench/engine/bridge/cpu_check/environments.py list` names those there are"))
+        raise UserError(
+            Problem(
+                "CHECK",
+                f"no Megatron Bridge environment is defined for {container.name}; "
+                "`python src/optbench/engine/bridge/cpu_check/environments.py list` names those there are",
+            )
+        )
     if not target.installed:
-        raise UserError(Problem("CHECK", f"the Megatron Bridge {target.bridge} environment of {container.name} is not "
-                                         "built on this machine; run `make bridge-env` (make setup does) and check again"))
+        raise UserError(
+            Problem(
+                "CHECK",
+                f"the Megatron Bridge {target.bridge} environment of {container.name} is not "
+                "built on this machine; run `make bridge-env` (make setup does) and check again",
+            )
+        )
     return target
 
 
@@ -68,19 +83,31 @@ def check_plans(items: Sequence[tuple[RunConfig, Plan]]) -> list[dict[str, Any]]
     that process's time. Raises UserError when a check cannot run at all (no environment, no report)."""
     for run, _ in items:
         if run.engine != "megatron_bridge":
-            raise UserError(Problem("CHECK", f"CHECK=bridge checks a Megatron Bridge plan and this run's engine is "
-                                             f"{run.engine}; drop CHECK or plan a megatron_bridge recipe"))
+            raise UserError(
+                Problem(
+                    "CHECK",
+                    f"CHECK=bridge checks a Megatron Bridge plan and this run's engine is "
+                    f"{run.engine}; drop CHECK or plan a megatron_bridge recipe",
+                )
+            )
     groups: dict[str, list[int]] = {}
     for index, (run, _) in enumerate(items):
         groups.setdefault(container_of(run).name, []).append(index)
-    group_targets = [environment_for(items[indices[0]][0]) for indices in groups.values()]  # every one refused before any runs
-    print(f"  checking {len(items)} plan(s) with the real Megatron Bridge and Core of {', '.join(groups)} on this CPU "
-          f"(importing them takes most of the 20-60 s)", flush=True)
+    group_targets = [
+        environment_for(items[indices[0]][0]) for indices in groups.values()
+    ]  # every one refused before any runs
+    print(
+        f"  checking {len(items)} plan(s) with the real Megatron Bridge and Core of {', '.join(groups)} on this CPU "
+        f"(importing them takes most of the 20-60 s)",
+        flush=True,
+    )
     # One process per container, side by side (each is a subprocess, mostly importing): a sweep over two releases
     # takes about the time of one on 2 cores.
     with ThreadPoolExecutor(max_workers=max(1, min(len(groups), os.cpu_count() or 1))) as pool:
-        done = [pool.submit(_run_check, target, [items[i] for i in indices])
-                for target, indices in zip(group_targets, groups.values())]
+        done = [
+            pool.submit(_run_check, target, [items[i] for i in indices])
+            for target, indices in zip(group_targets, groups.values())
+        ]
         reports: list[dict[str, Any]] = [{} for _ in items]
         for indices, future in zip(groups.values(), done):
             for index, report in zip(indices, future.result()):
@@ -100,12 +127,22 @@ def _run_check(target: Target, items: Sequence[tuple[RunConfig, Plan]]) -> list[
         out = Path(folder) / "reports.json"
         started = time.perf_counter()
         try:
-            done = subprocess.run([str(target.python), str(SCRIPT), *map(str, folders), "--out", str(out)],
-                                  capture_output=True, text=True, timeout=timeout,
-                                  env=target.environment(), check=False)
+            done = subprocess.run(
+                [str(target.python), str(SCRIPT), *map(str, folders), "--out", str(out)],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=target.environment(),
+                check=False,
+            )
         except subprocess.TimeoutExpired:
-            raise UserError(Problem("CHECK", f"the Bridge check of {target.name} did not finish in {timeout} s; "
-                                             "add debug=true to see where it stops")) from None
+            raise UserError(
+                Problem(
+                    "CHECK",
+                    f"the Bridge check of {target.name} did not finish in {timeout} s; "
+                    "add debug=true to see where it stops",
+                )
+            ) from None
         if debug:
             sys.stderr.write(done.stderr)
         if done.returncode != 0 or not out.is_file():
@@ -146,15 +183,19 @@ def outcome_text(report: dict[str, Any]) -> str:
         return f"did not build: {report['build']}"
     landed = report["overrides"] - len(report["missing"])
     update = report["runtime_config_update"]
-    return (f"{landed} of {report['overrides']} overrides read back; runtime_config_update "
-            + ("passed" if update == "ok" else f"refused: {update}")
-            + f" at world size {report['world_size']} on {report['gpu']}")
+    return (
+        f"{landed} of {report['overrides']} overrides read back; runtime_config_update "
+        + ("passed" if update == "ok" else f"refused: {update}")
+        + f" at world size {report['world_size']} on {report['gpu']}"
+    )
 
 
 def report_lines(report: dict[str, Any]) -> list[str]:
     """What the check found, as plan lines."""
-    lines = [f"  bridge check {versions_text(report)} on this CPU ({report['wall_s']} s; Transformer Engine and CUDA "
-             f"are stand-ins): {outcome_text(report)}"]
+    lines = [
+        f"  bridge check {versions_text(report)} on this CPU ({report['wall_s']} s; Transformer Engine and CUDA "
+        f"are stand-ins): {outcome_text(report)}"
+    ]
     lines += [f"              warned: {warning}" for warning in report["warnings"]]
     return lines
 
@@ -167,15 +208,21 @@ def checked_lines(names: Sequence[str], reports: Sequence[dict[str, Any]], noun:
     for versions in dict.fromkeys(versions_text(r) for r in reports):
         group = [(name, r) for name, r in zip(names, reports) if versions_text(r) == versions]
         plans = f"{len(group)} plan{'s' if len(group) > 1 else ''}"
-        lines.append(f"Bridge check: {versions} on this CPU, {plans} in {group[0][1]['wall_s']} s "
-                     "(Transformer Engine and CUDA are stand-ins)")
-        lines += [f"  {'refused' if refusal(r) else 'passed':<8} {name:<{width}}  {outcome_text(r)}" for name, r in group]
+        lines.append(
+            f"Bridge check: {versions} on this CPU, {plans} in {group[0][1]['wall_s']} s "
+            "(Transformer Engine and CUDA are stand-ins)"
+        )
+        lines += [
+            f"  {'refused' if refusal(r) else 'passed':<8} {name:<{width}}  {outcome_text(r)}" for name, r in group
+        ]
         warned: dict[str, list[str]] = {}
         for name, report in group:
             for warning in report["warnings"]:
                 warned.setdefault(warning, []).append(name)
         for warning, named in warned.items():
-            which = "" if len(group) == 1 else f" (every {noun})" if len(named) == len(group) else f" ({', '.join(named)})"
+            which = (
+                "" if len(group) == 1 else f" (every {noun})" if len(named) == len(group) else f" ({', '.join(named)})"
+            )
             lines.append(f"  warned{which}: {warning}")
     return lines
 
@@ -190,9 +237,13 @@ def refusal(report: dict[str, Any]) -> str | None:
     if report["missing"]:
         first = report["missing"][0]
         got = first.get("error") or f"it holds {first.get('actual')!r}"
-        return (f"{len(report['missing'])} override(s) did not land in {bridge}'s config; first {first['field']}"
-                f"={first['expected']!r}: {got}")
+        return (
+            f"{len(report['missing'])} override(s) did not land in {bridge}'s config; first {first['field']}"
+            f"={first['expected']!r}: {got}"
+        )
     if report["runtime_config_update"] != "ok":
-        return (f"{bridge} refuses this plan at world size {report['world_size']}: {report['runtime_config_update']}; "
-                "change the setting it names (plan.json bridge.overrides shows each Bridge name we set)")
+        return (
+            f"{bridge} refuses this plan at world size {report['world_size']}: {report['runtime_config_update']}; "
+            "change the setting it names (plan.json bridge.overrides shows each Bridge name we set)"
+        )
     return None

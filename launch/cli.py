@@ -45,7 +45,6 @@ from optbench.metrics.summary import COMMAND_ENV
 from optbench.common.redact import recorded_overrides, remember_typed_secrets
 
 
-
 def wants_debug(overrides: Sequence[str]) -> bool:
     """debug=true must be known before composing, so that composition errors keep their traceback."""
     return any(key == "debug" and value.strip().lower() == "true" for key, value in map(split_override, overrides))
@@ -66,8 +65,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from launch.dispatch import compose_and_plan
     from optbench.plan import compared_optimizers
 
-    compose_and_plan(args.recipe, args.overrides, check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)),
-                     compare=compared_optimizers(_option(args, "compare", PLAN_COMPARE_ENV)))
+    compose_and_plan(
+        args.recipe,
+        args.overrides,
+        check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)),
+        compare=compared_optimizers(_option(args, "compare", PLAN_COMPARE_ENV)),
+    )
     return 0
 
 
@@ -76,16 +79,25 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     from launch.dispatch import pretrain
     from optbench.plan import compared_optimizers
 
-    return pretrain(args.recipe, args.overrides, check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)),
-                    compare=compared_optimizers(_option(args, "compare", PLAN_COMPARE_ENV)))
+    return pretrain(
+        args.recipe,
+        args.overrides,
+        check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)),
+        compare=compared_optimizers(_option(args, "compare", PLAN_COMPARE_ENV)),
+    )
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     from launch.bridge_check import wanted_check
     from launch.search import run_search
 
-    return run_search(args.recipe, args.overrides, _option(args, "fix", SEARCH_FIX_ENV), _option(args, "hbm", SEARCH_HBM_ENV),
-                      check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)))
+    return run_search(
+        args.recipe,
+        args.overrides,
+        _option(args, "fix", SEARCH_FIX_ENV),
+        _option(args, "hbm", SEARCH_HBM_ENV),
+        check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)),
+    )
 
 
 def _option(args: argparse.Namespace, name: str, make_env: str) -> str:
@@ -107,7 +119,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad command line as one error line (exit 2), not its usage text."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"error: arguments: {message}; `python -m launch --help` (or `make help`) lists the commands", file=sys.stderr)
+        print(
+            f"error: arguments: {message}; `python -m launch --help` (or `make help`) lists the commands",
+            file=sys.stderr,
+        )
         raise SystemExit(EXIT_USER_ERROR)
 
 
@@ -127,18 +142,30 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. parallel.pp=8")
         command.set_defaults(func=func)
         if name in ("plan", "pretrain", "sweep", "search"):
-            command.add_argument("--check", help="bridge: build the plan (each valid point's for a sweep, the ten best "
-                                 "layouts' for a search) with its container's real Megatron Bridge and Core on this CPU "
-                                 "(make bridge-env) before going on (make: CHECK=bridge)")
+            command.add_argument(
+                "--check",
+                help="bridge: build the plan (each valid point's for a sweep, the ten best "
+                "layouts' for a search) with its container's real Megatron Bridge and Core on this CPU "
+                "(make bridge-env) before going on (make: CHECK=bridge)",
+            )
         if name in ("plan", "pretrain"):
-            command.add_argument("--compare", help=f"comma-separated matrix optimizers ({', '.join(MATRIX_OPTIMIZERS)}) "
-                                 "to project beside a matrix-optimizer run's AdamW twin, each as its recipe configures "
-                                 f"it (make: COMPARE={','.join(MATRIX_OPTIMIZERS[-2:])}; default none)")
+            command.add_argument(
+                "--compare",
+                help=f"comma-separated matrix optimizers ({', '.join(MATRIX_OPTIMIZERS)}) "
+                "to project beside a matrix-optimizer run's AdamW twin, each as its recipe configures "
+                f"it (make: COMPARE={','.join(MATRIX_OPTIMIZERS[-2:])}; default none)",
+            )
         if name == "search":
-            command.add_argument("--fix", help="comma-separated dimensions held at the recipe's values "
-                                 "(tp, pp, vpp, cp, ep, mbs; make: FIX=ep,mbs)")
-            command.add_argument("--hbm", help="the largest share of HBM a kept layout's memory estimate may take, "
-                                 "a fraction up to 1 (make: HBM=0.9; default 1)")
+            command.add_argument(
+                "--fix",
+                help="comma-separated dimensions held at the recipe's values "
+                "(tp, pp, vpp, cp, ep, mbs; make: FIX=ep,mbs)",
+            )
+            command.add_argument(
+                "--hbm",
+                help="the largest share of HBM a kept layout's memory estimate may take, "
+                "a fraction up to 1 (make: HBM=0.9; default 1)",
+            )
     return parser
 
 

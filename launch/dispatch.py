@@ -72,8 +72,9 @@ def plan_run(recipe: str, overrides: Sequence[str], compare: Sequence[str] = ())
     return resolved, build_plan(resolved, overrides, compare=compare)
 
 
-def compose_and_plan(recipe: str, overrides: Sequence[str], check: bool = False,
-                     compare: Sequence[str] = ()) -> tuple[RunConfig, Plan]:
+def compose_and_plan(
+    recipe: str, overrides: Sequence[str], check: bool = False, compare: Sequence[str] = ()
+) -> tuple[RunConfig, Plan]:
     """Compose, validate, plan and print the plan; ``check``: through its container's real Bridge (CHECK=bridge);
     ``compare``: the matrix optimizers projected beside the AdamW twin (COMPARE); then write it (a refused check
     writes nothing); return both."""
@@ -105,7 +106,10 @@ def check_launch(resolved: ResolvedRun) -> tuple[RunConfig, tuple[str, ...], Job
         folder = job_folder(run)
         if not run.dryrun and (folder / "sbatch.sh").exists() and not run.resume:
             raise UserError(
-                Problem("run_id", f"{run.run_id} was already submitted ({shown(folder)}); pick a new run_id or add resume=true")
+                Problem(
+                    "run_id",
+                    f"{run.run_id} was already submitted ({shown(folder)}); pick a new run_id or add resume=true",
+                )
             )
         parts = job_parts(resolved)
         check_path("results_dir", JobSpec(str(run.run_id), run, folder, parts).log_dir)
@@ -113,9 +117,14 @@ def check_launch(resolved: ResolvedRun) -> tuple[RunConfig, tuple[str, ...], Job
         if not run.dryrun:
             missing = [name for name in LOCAL_ENGINE_NEEDS if not _importable(name)]
             if missing:
-                raise UserError(Problem("engine", f"the local engine needs {' and '.join(missing)}, which this "
-                                        "environment lacks (make setup-submit installs planning and submission only); "
-                                        "run `make setup`, or plan and submit a cluster recipe (RECIPE=kimi_k2_muon)"))
+                raise UserError(
+                    Problem(
+                        "engine",
+                        f"the local engine needs {' and '.join(missing)}, which this "
+                        "environment lacks (make setup-submit installs planning and submission only); "
+                        "run `make setup`, or plan and submit a cluster recipe (RECIPE=kimi_k2_muon)",
+                    )
+                )
             from optbench.engine.local import check_local_launch
 
             run = check_local_launch(run)
@@ -289,7 +298,8 @@ def launch_bridge_local(run: RunConfig, plan: Plan) -> int:
     launch = {
         "executor": "local",
         "dryrun": run.dryrun,
-        "summary": f"torchrun on this machine, {run.parallel.num_gpus} processes" + ("; dry run, nothing launched" if run.dryrun else ""),
+        "summary": f"torchrun on this machine, {run.parallel.num_gpus} processes"
+        + ("; dry run, nothing launched" if run.dryrun else ""),
         "command": command,
         "env": job_env(run),
         "config": str(config_path),
@@ -301,4 +311,3 @@ def launch_bridge_local(run: RunConfig, plan: Plan) -> int:
     if run.dryrun:
         return 0
     return subprocess.run(command, env={**os.environ, **launch["env"]}, check=False).returncode
-

@@ -56,8 +56,13 @@ def job_parts(resolved: ResolvedRun) -> JobParts:
     """Every part of the run's Slurm job, from the layout resolve derived; a bad value is a UserError here,
     before anything is written."""
     run, layout = resolved.run, resolved.layout
-    return JobParts(env=job_env(run), mounts=job_mounts(run), resources=slurm_resources(run, layout),
-                    segment=segment_size(run, layout.nodes), numa=numa_binding(run))
+    return JobParts(
+        env=job_env(run),
+        mounts=job_mounts(run),
+        resources=slurm_resources(run, layout),
+        segment=segment_size(run, layout.nodes),
+        numa=numa_binding(run),
+    )
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,9 @@ def check_path(field: str, path: Path) -> Path:
     """A path NeMo-Run writes unquoted (Slurm's --output): only plain characters."""
     if not SAFE_PATH.match(str(path)):
         raise UserError(
-            Problem(field, f"'{path}' has characters a job script cannot carry unquoted; use letters, digits, . _ - / only")
+            Problem(
+                field, f"'{path}' has characters a job script cannot carry unquoted; use letters, digits, . _ - / only"
+            )
         )
     return path
 
@@ -115,7 +122,9 @@ def require_slurm(run: RunConfig, dryrun: bool) -> tuple[str, ...]:
             )
         )
     if not cluster.gpus_per_node:
-        raise UserError(Problem("cluster.gpus_per_node", f"cluster {cluster.name} runs on Slurm and needs gpus_per_node"))
+        raise UserError(
+            Problem("cluster.gpus_per_node", f"cluster {cluster.name} runs on Slurm and needs gpus_per_node")
+        )
     if not dryrun and shutil.which("sbatch") is None:
         raise UserError(
             Problem(
@@ -126,8 +135,10 @@ def require_slurm(run: RunConfig, dryrun: bool) -> tuple[str, ...]:
         )
     if not cluster.account and dryrun:
         # The rendered script never holds the account (sbatch gets it from SBATCH_ACCOUNT at submission).
-        return (f"note: cluster.account: not set; submitting to {cluster.name} will need SBATCH_ACCOUNT or "
-                f"account: in conf/local/{cluster.name}.yaml",)
+        return (
+            f"note: cluster.account: not set; submitting to {cluster.name} will need SBATCH_ACCOUNT or "
+            f"account: in conf/local/{cluster.name}.yaml",
+        )
     if not cluster.account:
         raise UserError(
             Problem(
@@ -224,7 +235,11 @@ def job_env(run: RunConfig) -> dict[str, str]:
     nvidia_env = preset.job.get("env") if preset else None
     env: dict[str, str] = nvidia_performance_env(run, nvidia_env) if nvidia_env is not None else {}
     per_node = cluster.gpus_per_node or parallel.num_gpus
-    if nvidia_env is None and parallel.moe_flex_dispatcher_backend == "hybridep" and cluster.nvlink_domain_size > per_node:
+    if (
+        nvidia_env is None
+        and parallel.moe_flex_dispatcher_backend == "hybridep"
+        and cluster.nvlink_domain_size > per_node
+    ):
         # Multi-node NVLink (GB200/GB300 NVL72): hybrid EP runs its all-to-all over the whole domain.
         env["NVLINK_DOMAIN_SIZE"] = str(cluster.nvlink_domain_size)
         env["USE_MNNVL"] = "1"

@@ -24,8 +24,12 @@ CREDENTIALS_GUIDE = "docs/cluster.md section 1"
 def cluster_notes(run: RunConfig, env: dict[str, str], mounts: list[str], segment: int | None) -> tuple[str, ...]:
     """The notes for a Slurm job with environment ``env``, container ``mounts`` (host:container) and
     ``#SBATCH --segment`` (None: not asked for)."""
-    found = [_hub_cache_note(run, env, mounts), _enroot_credentials_note(run.cluster.container_image),
-             _pyxis_note(), _segment_note(segment)]
+    found = [
+        _hub_cache_note(run, env, mounts),
+        _enroot_credentials_note(run.cluster.container_image),
+        _pyxis_note(),
+        _segment_note(segment),
+    ]
     return tuple(note for note in found if note)
 
 
@@ -37,17 +41,25 @@ def _hub_cache_note(run: RunConfig, env: dict[str, str], mounts: list[str]) -> s
     hub = bridge_recipe(run).hf_config
     if not hub:
         return None
-    offline = " (the job sets TRANSFORMERS_OFFLINE=1, as NVIDIA's launcher does)" if env.get("TRANSFORMERS_OFFLINE") == "1" else ""
+    offline = (
+        " (the job sets TRANSFORMERS_OFFLINE=1, as NVIDIA's launcher does)"
+        if env.get("TRANSFORMERS_OFFLINE") == "1"
+        else ""
+    )
     variable = next((name for name in HF_CACHE_VARIABLES if env.get(name)), None)
     if variable is None:
-        return (f"note: hub config: Bridge reads {hub}'s config.json when it builds the model and the job names no "
-                f"Hugging Face cache{offline}; download it once and mount it (cluster.env.HF_HOME and "
-                "cluster.container_mounts: docs/cluster.md, 'The Hugging Face configs the recipes read')")
+        return (
+            f"note: hub config: Bridge reads {hub}'s config.json when it builds the model and the job names no "
+            f"Hugging Face cache{offline}; download it once and mount it (cluster.env.HF_HOME and "
+            "cluster.container_mounts: docs/cluster.md, 'The Hugging Face configs the recipes read')"
+        )
     cache = Path(env[variable])
     inside = [mount.split(":")[1] if ":" in mount else mount for mount in mounts]
     if not any(cache == Path(path) or Path(path) in cache.parents for path in inside):
-        return (f"note: hub config: cluster.env.{variable}={cache} is inside no container mount, so the job cannot "
-                f"read {hub}'s config.json from it{offline}; add the folder to cluster.container_mounts")
+        return (
+            f"note: hub config: cluster.env.{variable}={cache} is inside no container mount, so the job cannot "
+            f"read {hub}'s config.json from it{offline}; add the folder to cluster.container_mounts"
+        )
     return None
 
 
@@ -62,14 +74,23 @@ def _enroot_credentials_note(image: str | None) -> str | None:
     credentials = folder / ".credentials"
     text = _credentials_text(credentials)
     if text is None:
-        return (f"note: enroot: {credentials} is not a regular file optbench can read; pyxis pulls {image} with the "
-                f"logins enroot reads from it ({CREDENTIALS_GUIDE})") if os.path.lexists(credentials) else (
+        return (
+            (
+                f"note: enroot: {credentials} is not a regular file optbench can read; pyxis pulls {image} with the "
+                f"logins enroot reads from it ({CREDENTIALS_GUIDE})"
+            )
+            if os.path.lexists(credentials)
+            else (
                 f"note: enroot: no {credentials}; pyxis pulls {image} with the logins enroot reads from it: add the "
-                f"line 'machine {registry} login $oauthtoken password <your NGC API key>' ({CREDENTIALS_GUIDE})")
+                f"line 'machine {registry} login $oauthtoken password <your NGC API key>' ({CREDENTIALS_GUIDE})"
+            )
+        )
     if any(line.split()[:2] == ["machine", registry] for line in text.splitlines()):
         return None
-    return (f"note: enroot: no login for {registry} in {credentials}; pyxis pulls {image} with it: add the line "
-            f"'machine {registry} login $oauthtoken password <your NGC API key>' ({CREDENTIALS_GUIDE})")
+    return (
+        f"note: enroot: no login for {registry} in {credentials}; pyxis pulls {image} with it: add the line "
+        f"'machine {registry} login $oauthtoken password <your NGC API key>' ({CREDENTIALS_GUIDE})"
+    )
 
 
 MAX_CREDENTIALS_BYTES = 1 << 20
@@ -114,8 +135,10 @@ def _pyxis_note() -> str | None:
     text = _help_text("srun")
     if text is None or "--container-image" in text:
         return None
-    return ("note: pyxis: this machine's srun has no --container-image, which the job's srun line uses to run the NeMo "
-            f"container; ask the cluster's admins for pyxis and enroot ({CREDENTIALS_GUIDE})")
+    return (
+        "note: pyxis: this machine's srun has no --container-image, which the job's srun line uses to run the NeMo "
+        f"container; ask the cluster's admins for pyxis and enroot ({CREDENTIALS_GUIDE})"
+    )
 
 
 def _segment_note(segment: int | None) -> str | None:
@@ -125,6 +148,8 @@ def _segment_note(segment: int | None) -> str | None:
     text = _help_text("sbatch")
     if text is None or "--segment" in text:
         return None
-    return (f"note: slurm: this machine's sbatch has no --segment (Slurm before 23.11), and the job asks for "
-            f"--segment={segment} to keep its nodes in whole NVLink domains; sbatch will refuse the script "
-            "(docs/cluster.md section 1)")
+    return (
+        f"note: slurm: this machine's sbatch has no --segment (Slurm before 23.11), and the job asks for "
+        f"--segment={segment} to keep its nodes in whole NVLink domains; sbatch will refuse the script "
+        "(docs/cluster.md section 1)"
+    )

@@ -49,14 +49,20 @@ def all_to_all_prices(net: Interconnect | None) -> str:
     """How the two dispatchers' all-to-alls are priced over the run's NVLink, for the search's caveat."""
     if net is None:
         return "for both dispatchers at the ring collectives' NVLink rate"
-    nccl = ("its published rates (src/optbench/data/nccl_all_to_all.csv)" if nccl_measured(net)
-            else f"the ring collectives' rate (no published NCCL all-to-all on NVLink {net.nvlink_generation})")
-    return (f"for the flex dispatcher (HybridEP, DeepEP: NVIDIA's presets) at {price_against_measurement(net)};"
-            f" NCCL's (moe_token_dispatcher=alltoall) at {nccl}")
+    nccl = (
+        "its published rates (src/optbench/data/nccl_all_to_all.csv)"
+        if nccl_measured(net)
+        else f"the ring collectives' rate (no published NCCL all-to-all on NVLink {net.nvlink_generation})"
+    )
+    return (
+        f"for the flex dispatcher (HybridEP, DeepEP: NVIDIA's presets) at {price_against_measurement(net)};"
+        f" NCCL's (moe_token_dispatcher=alltoall) at {nccl}"
+    )
 
 
-def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | None, at_ep: Among | None,
-                 prices: str) -> list[str]:
+def search_lines(
+    recipe: str, result: dict, own_point: Point, own: Standing | None, at_ep: Among | None, prices: str
+) -> list[str]:
     """The printed report of a search (``at_ep``: the recipe's layout among the layouts of its EP; ``prices``: how
     the all-to-alls are priced on the run's GPU, :func:`all_to_all_prices`)."""
     fixed = ", ".join(f"{name.upper()} {value}" for name, value in result["fixed"].items())
@@ -68,37 +74,68 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
     ]
     cells = []
     for row in result["top"]:
-        marks = " ".join(m for m, on in (("~", row.get("within_expected_error_of_best")),
-                                          ("!", (row.get("hbm_percent") or 0) > 100 * HBM_WARNING)) if on)
+        marks = " ".join(
+            m
+            for m, on in (
+                ("~", row.get("within_expected_error_of_best")),
+                ("!", (row.get("hbm_percent") or 0) > 100 * HBM_WARNING),
+            )
+            if on
+        )
         hbm = f"{row['hbm_percent']:.0f} %" if row.get("hbm_percent") is not None else "-"
-        cells.append([row["rank"], row["layout"], f"{row['step_time_s']:.2f}", f"{row['tflops_per_gpu']:.1f}",
-                      f"{row['memory_gb']:.1f}", hbm, marks,
-                      f"{row['muon_vs_adamw_percent']:+.2f} %" if "muon_vs_adamw_percent" in row else "-"])
-    lines += console_table(["#", "layout", "step s", "model TFLOP/s", "memory GB", "of HBM", "", "Muon vs AdamW"], cells,
-                           ("right", "left", "right", "right", "right", "right", "left", "right"))
+        cells.append(
+            [
+                row["rank"],
+                row["layout"],
+                f"{row['step_time_s']:.2f}",
+                f"{row['tflops_per_gpu']:.1f}",
+                f"{row['memory_gb']:.1f}",
+                hbm,
+                marks,
+                f"{row['muon_vs_adamw_percent']:+.2f} %" if "muon_vs_adamw_percent" in row else "-",
+            ]
+        )
+    lines += console_table(
+        ["#", "layout", "step s", "model TFLOP/s", "memory GB", "of HBM", "", "Muon vs AdamW"],
+        cells,
+        ("right", "left", "right", "right", "right", "right", "left", "right"),
+    )
     expected = result.get("expected_error")
     if expected is not None and expected.median_abs_error_percent is not None:
         band = expected.band
-        how = (f"their 80 % bands ({band.error_percent[0]:+.1f} to {band.error_percent[1]:+.1f} %, {band.scheme}) overlap"
-               f" the best's" if band is not None and len(band.error_percent) == 2 else
-               f"they project within the expected error (median {expected.median_abs_error_percent:.1f} %,"
-               f" {expected.scheme}) of the best")
+        how = (
+            f"their 80 % bands ({band.error_percent[0]:+.1f} to {band.error_percent[1]:+.1f} %, {band.scheme}) overlap"
+            f" the best's"
+            if band is not None and len(band.error_percent) == 2
+            else f"they project within the expected error (median {expected.median_abs_error_percent:.1f} %,"
+            f" {expected.scheme}) of the best"
+        )
         lines.append(
             f"  ~ ties      {result['within_expected_error_of_best']} layouts tie with the best: {how}; the model does not"
-            " resolve their order" + (f"; ! above {100 * HBM_WARNING:g} % of HBM by an estimate of +-20 %: may not fit"
-                                      if any((r.get('hbm_percent') or 0) > 100 * HBM_WARNING for r in result['top']) else "")
+            " resolve their order"
+            + (
+                f"; ! above {100 * HBM_WARNING:g} % of HBM by an estimate of +-20 %: may not fit"
+                if any((r.get("hbm_percent") or 0) > 100 * HBM_WARNING for r in result["top"])
+                else ""
+            )
         )
         stability = result.get("top_stability") or []
         if stability:
-            lines.append("  top 3       under the band, " + ", ".join(
-                f"#{i} overlaps {n} other layout{'' if n == 1 else 's'}" for i, n in enumerate(stability, start=1))
-                + (": the top 3 are stable" if not any(stability) else ": any of those could run fastest"))
+            lines.append(
+                "  top 3       under the band, "
+                + ", ".join(
+                    f"#{i} overlaps {n} other layout{'' if n == 1 else 's'}" for i, n in enumerate(stability, start=1)
+                )
+                + (": the top 3 are stable" if not any(stability) else ": any of those could run fastest")
+            )
     where = "not a valid point of the search"
     if result.get("own_problem") is not None:
         where += f" ({result['own_problem']})"
     if own is not None:
-        where = (f"rank {own.rank} of {result['valid']} (equal projections share a rank), {own.tflops_per_gpu:.1f}"
-                 f" TFLOP/s/GPU, {own.gap_to_best_percent:+.2f} % from the best")
+        where = (
+            f"rank {own.rank} of {result['valid']} (equal projections share a rank), {own.tflops_per_gpu:.1f}"
+            f" TFLOP/s/GPU, {own.gap_to_best_percent:+.2f} % from the best"
+        )
         if within_expected_error(own.tflops_per_gpu, own.best_tflops_per_gpu, expected):
             where += ": its band overlaps the best's, a tie (~)"
         if "ep" not in result["fixed"] and at_ep is not None:
@@ -106,8 +143,10 @@ def search_lines(recipe: str, result: dict, own_point: Point, own: Standing | No
     lines.append(f"  recipe's own layout {own_point.label}: {where}")
     if result.get("efficiency"):
         efficiency = result["efficiency"]
-        lines.append(f"  efficiency  {efficiency.value:.3f} of {efficiency.of_peak}, {efficiency.status} on"
-                     f" {efficiency.calibrated_on}; {expected_error_text(result.get('expected_error'))}")
+        lines.append(
+            f"  efficiency  {efficiency.value:.3f} of {efficiency.of_peak}, {efficiency.status} on"
+            f" {efficiency.calibrated_on}; {expected_error_text(result.get('expected_error'))}"
+        )
     if "ep" not in result["fixed"]:
         lines.append(
             f"  caveat      the all-to-all a lower EP saves is priced from bandwidths: {prices}; expert GEMMs with few"
@@ -156,10 +195,13 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "", hbm: str = 
     fixed, max_hbm = fixed_dimensions(fix), hbm_share(hbm)  # before composing: a typo costs nothing
     run = compose_run(recipe, overrides)
     if run.engine != "megatron_bridge" or run.cluster.gpu == "auto":
-        raise UserError(Problem(
-            "RECIPE", f"{recipe} runs on the local engine (it measures itself, nothing to project); "
-            "search a cluster recipe, e.g. make search RECIPE=qwen3_30b_a3b_muon",
-        ))
+        raise UserError(
+            Problem(
+                "RECIPE",
+                f"{recipe} runs on the local engine (it measures itself, nothing to project); "
+                "search a cluster recipe, e.g. make search RECIPE=qwen3_30b_a3b_muon",
+            )
+        )
     if check:  # before the search: a missing Bridge environment costs nothing
         from launch.bridge_check import environment_for
 
@@ -185,11 +227,15 @@ def run_search(recipe: str, overrides: Sequence[str], fix: str = "", hbm: str = 
     claim_results(run)
     path = plan_path(run).with_name("search.json")
     record = {k: v for k, v in result.items() if k not in ("ranked", "first_problems", "space", "own_problem")}
-    record.update(recipe=recipe, overrides=list(overrides), own_layout=own.label,
-                  own_rank=standing.rank if standing else None,
-                  own_gap_to_best_percent=standing.gap_to_best_percent if standing else None,
-                  own_rank_at_its_ep=at_ep.rank if at_ep else None,
-                  own_problem=str(result["own_problem"]) if result["own_problem"] else None)
+    record.update(
+        recipe=recipe,
+        overrides=list(overrides),
+        own_layout=own.label,
+        own_rank=standing.rank if standing else None,
+        own_gap_to_best_percent=standing.gap_to_best_percent if standing else None,
+        own_rank_at_its_ep=at_ep.rank if at_ep else None,
+        own_problem=str(result["own_problem"]) if result["own_problem"] else None,
+    )
     for key in ("efficiency", "expected_error"):  # the projection's typed records, as plan.json writes them
         record[key] = record[key].to_json() if record[key] is not None else None
     print(f"  search.json {atomic_write_json(path, record)}")

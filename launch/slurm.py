@@ -110,7 +110,9 @@ def _redact_tree(root: Path, secrets: list[str]) -> None:
     for path in root.rglob("*"):
         if path.is_file() and not path.is_symlink():
             data = path.read_bytes()
-            clean = redact_text(data.decode("utf-8", errors="surrogateescape"), secrets).encode("utf-8", "surrogateescape")
+            clean = redact_text(data.decode("utf-8", errors="surrogateescape"), secrets).encode(
+                "utf-8", "surrogateescape"
+            )
             if clean != data:
                 mode = path.stat().st_mode
                 atomic_write_bytes(path, clean)

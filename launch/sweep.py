@@ -117,8 +117,13 @@ def expand_overrides(overrides: Sequence[str]) -> tuple[list[str], list[list[str
             continue
         key = override.get_key_element()
         if is_secret_name(key.lstrip("+~")):
-            raise UserError(Problem(key.lstrip("+~"), "is a secret and cannot be swept: its values would name the sweep's "
-                                                      "points, folders and job files; set one value and sweep other keys"))
+            raise UserError(
+                Problem(
+                    key.lstrip("+~"),
+                    "is a secret and cannot be swept: its values would name the sweep's "
+                    "points, folders and job files; set one value and sweep other keys",
+                )
+            )
         try:
             values = list(itertools.islice(override.sweep_string_iterator(), MAX_POINTS + 1))
         except HydraException as err:
@@ -126,7 +131,10 @@ def expand_overrides(overrides: Sequence[str]) -> tuple[list[str], list[list[str
         points *= len(values)
         if points > MAX_POINTS:
             raise UserError(
-                Problem(key, f"the sweep has more than {MAX_POINTS} points; sweep fewer values or split it into several sweeps")
+                Problem(
+                    key,
+                    f"the sweep has more than {MAX_POINTS} points; sweep fewer values or split it into several sweeps",
+                )
             )
         axes.append([f"{key}={value}" for value in values])
     if not axes:
@@ -232,7 +240,11 @@ def launch_slurm_points(recipe: str, points: list[SweepPoint], folder: Path, dry
     from launch import slurm
 
     jobs = _point_jobs(points, folder, dryrun)
-    base = folder / "nemo_run" if dryrun else Path(points[0].run.results_dir) / "sweeps" / str(jobs[0].run.run_id) / "nemo_run"
+    base = (
+        folder / "nemo_run"
+        if dryrun
+        else Path(points[0].run.results_dir) / "sweeps" / str(jobs[0].run.run_id) / "nemo_run"
+    )
     rendered = slurm.render(jobs, base, title=f"{recipe}-sweep", submit=not dryrun)
     for point, job, result in zip(points, jobs, rendered):
         point.job_script = shown(result.script)
@@ -242,7 +254,11 @@ def launch_slurm_points(recipe: str, points: list[SweepPoint], folder: Path, dry
             launch["job_ids"] = [result.job_id]
         point.plan = point.plan.with_launch(launch)
         atomic_write_json(job.folder / "plan.json", point.plan.to_json())
-    state = "rendered as one NeMo-Run experiment (dry run, not submitted)" if dryrun else "submitted as one NeMo-Run experiment"
+    state = (
+        "rendered as one NeMo-Run experiment (dry run, not submitted)"
+        if dryrun
+        else "submitted as one NeMo-Run experiment"
+    )
     print(f"  {len(jobs)} job scripts {state}:")
     for point in points:
         print(f"    {point.name}: {point.job_script}" + (f" (Slurm job {point.job_id})" if point.job_id else ""))
@@ -310,5 +326,3 @@ def sweep(recipe: str, overrides: Sequence[str], check: bool = False) -> int:
             launch_local_engine(point.run)
     print(f"  sweep.json  {shown(path)}")
     return 0
-
-

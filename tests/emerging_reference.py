@@ -88,13 +88,24 @@ def upstream(eo):
     def make(params, case):
         lr = LR[case["optimizer"]]
         if case["optimizer"] == "soap":
-            extra = {"precondition_frequency": case["precondition_frequency"]} if case["precondition_frequency"] > 1 else {}
-            return SOAP(params, lr=lr, betas=(0.9, 0.95), shampoo_beta=0.95, eps=1e-8, weight_decay=WEIGHT_DECAY,
-                        use_kl_shampoo=case["use_kl_shampoo"], **extra)
+            extra = (
+                {"precondition_frequency": case["precondition_frequency"]} if case["precondition_frequency"] > 1 else {}
+            )
+            return SOAP(
+                params,
+                lr=lr,
+                betas=(0.9, 0.95),
+                shampoo_beta=0.95,
+                eps=1e-8,
+                weight_decay=WEIGHT_DECAY,
+                use_kl_shampoo=case["use_kl_shampoo"],
+                **extra,
+            )
         if case["optimizer"] == "lion":
             return Lion(params, lr=lr, betas=(0.95, 0.98), weight_decay=WEIGHT_DECAY)
-        return megatron_adaptive_muon(params, lr=lr, momentum=0.95, weight_decay=WEIGHT_DECAY,
-                                      moment2_method=case["moment2_method"])
+        return megatron_adaptive_muon(
+            params, lr=lr, momentum=0.95, weight_decay=WEIGHT_DECAY, moment2_method=case["moment2_method"]
+        )
 
     return make
 
@@ -110,13 +121,31 @@ def ours(emerging_optimizers_version: str):
     def make(params, case):
         lr = LR[case["optimizer"]]
         if case["optimizer"] == "soap":
-            return SOAP(params, lr=lr, betas=(0.9, 0.95), shampoo_beta=0.95, eps=1e-8, weight_decay=WEIGHT_DECAY,
-                        use_kl_shampoo=case["use_kl_shampoo"], precondition_frequency=case["precondition_frequency"],
-                        stabilized_eigh=not later)
+            return SOAP(
+                params,
+                lr=lr,
+                betas=(0.9, 0.95),
+                shampoo_beta=0.95,
+                eps=1e-8,
+                weight_decay=WEIGHT_DECAY,
+                use_kl_shampoo=case["use_kl_shampoo"],
+                precondition_frequency=case["precondition_frequency"],
+                stabilized_eigh=not later,
+            )
         if case["optimizer"] == "lion":
             return Lion(params, lr=lr, betas=(0.95, 0.98), weight_decay=WEIGHT_DECAY)
-        return AdaptiveMuon(params, lr=lr, momentum=0.95, weight_decay=WEIGHT_DECAY, nesterov=True,
-                            fp32_matmul_prec="highest", split_qkv=False, moment2_method=case["moment2_method"],
-                            beta2=0.95, eps=1e-8, scale_after_moment2=later)
+        return AdaptiveMuon(
+            params,
+            lr=lr,
+            momentum=0.95,
+            weight_decay=WEIGHT_DECAY,
+            nesterov=True,
+            fp32_matmul_prec="highest",
+            split_qkv=False,
+            moment2_method=case["moment2_method"],
+            beta2=0.95,
+            eps=1e-8,
+            scale_after_moment2=later,
+        )
 
     return make

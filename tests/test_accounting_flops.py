@@ -36,12 +36,19 @@ def test_gpt_oss_rows_count_fewer_flops_than_our_rule_as_the_catalog_says() -> N
     figure is at least 5 % below what its tokens/s gives under our (Bridge 0.3.1's) rule."""
     rows = [r for r in _pairs() if r["model"] == "gpt_oss_120b"]
     model = compose_run("qwen3_30b_a3b_adamw", ["model=gpt_oss_120b"]).model
-    ratios = [float(r["tokens_per_s_per_gpu"]) * model_flops_per_token(model, int(r["seq_length"])) / 1e12
-              / float(r["tflops_per_gpu"]) for r in rows]
+    ratios = [
+        float(r["tokens_per_s_per_gpu"])
+        * model_flops_per_token(model, int(r["seq_length"]))
+        / 1e12
+        / float(r["tflops_per_gpu"])
+        for r in rows
+    ]
     assert len(rows) == 31 and min(ratios) > 1.05
 
 
-@pytest.mark.parametrize("row", [r for r in _pairs() if _projected(r)], ids=lambda r: f"{r['model']}-{r['gpu']}-{r['release']}")
+@pytest.mark.parametrize(
+    "row", [r for r in _pairs() if _projected(r)], ids=lambda r: f"{r['model']}-{r['gpu']}-{r['release']}"
+)
 @pytest.mark.slow  # every published row / preset / invalid input: `make test` runs it
 def test_published_tokens_times_flops_per_token_gives_published_tflops(row: dict[str, str]) -> None:
     # 25.11's DeepSeek-V3 rows say "w/o MTP": the multi-token-prediction layer is not in the model they count.
@@ -58,12 +65,17 @@ def test_published_tokens_times_flops_per_token_gives_published_tflops(row: dict
 
 
 PAIR_INCONSISTENT_IN_SOURCE = {
-    "qwen3_30b_a3b-b200-26.04.01-mxfp8": 0.0086, "qwen3_30b_a3b-gb200-26.06.01-mxfp8": 0.0057,
+    "qwen3_30b_a3b-b200-26.04.01-mxfp8": 0.0086,
+    "qwen3_30b_a3b-gb200-26.06.01-mxfp8": 0.0057,
     # Llama's 26.04.01 rows: every other release of the same setups agrees to 0.12 %
-    "llama31_405b-gb200-26.04.01-fp8": 0.0171, "llama31_405b-gb200-26.04.01-mxfp8": 0.0126,
-    "llama31_405b-gb200-26.04.01-nvfp4": 0.0096, "llama31_405b-gb300-26.04.01-fp8": -0.0124,
-    "llama31_405b-gb300-26.04.01-mxfp8": -0.0122, "llama31_405b-gb300-26.04.01-nvfp4": -0.0051,
-    "llama3_70b-gb200-26.04.01-nvfp4": -0.0077, "llama3_70b-gb300-26.04.01-nvfp4": 0.0075,
+    "llama31_405b-gb200-26.04.01-fp8": 0.0171,
+    "llama31_405b-gb200-26.04.01-mxfp8": 0.0126,
+    "llama31_405b-gb200-26.04.01-nvfp4": 0.0096,
+    "llama31_405b-gb300-26.04.01-fp8": -0.0124,
+    "llama31_405b-gb300-26.04.01-mxfp8": -0.0122,
+    "llama31_405b-gb300-26.04.01-nvfp4": -0.0051,
+    "llama3_70b-gb200-26.04.01-nvfp4": -0.0077,
+    "llama3_70b-gb300-26.04.01-nvfp4": 0.0075,
     "llama3_70b-h100-26.04.01-fp8": 0.0226,
 }
 """Published rows whose tokens/s x FLOPs/token misses their own TFLOP/s by this fraction (Bridge's tables)."""
@@ -71,8 +83,16 @@ PAIR_INCONSISTENT_IN_SOURCE = {
 
 def _gqa() -> ModelConfig:
     return ModelConfig(
-        name="gqa", architecture="qwen3_moe", num_layers=2, hidden_size=64, ffn_hidden_size=128,
-        num_attention_heads=4, num_query_groups=2, kv_channels=16, vocab_size=250, make_vocab_size_divisible_by=128,
+        name="gqa",
+        architecture="qwen3_moe",
+        num_layers=2,
+        hidden_size=64,
+        ffn_hidden_size=128,
+        num_attention_heads=4,
+        num_query_groups=2,
+        kv_channels=16,
+        vocab_size=250,
+        make_vocab_size_divisible_by=128,
     )
 
 
@@ -100,18 +120,36 @@ def test_vocabulary_is_padded_to_a_multiple_of_divisor_times_tp() -> None:
 
 def test_mla_moe_first_k_dense_shared_experts_and_mtp() -> None:
     m = ModelConfig(
-        name="mla", architecture="deepseek_v3", num_layers=3, hidden_size=64, ffn_hidden_size=96,
-        num_attention_heads=4, multi_latent_attention=True, q_lora_rank=24, kv_lora_rank=16, qk_head_dim=8,
-        qk_pos_emb_head_dim=4, v_head_dim=8, num_moe_experts=8, moe_ffn_hidden_size=16,
-        moe_shared_expert_intermediate_size=32, moe_router_topk=2, first_k_dense_layers=1, vocab_size=100,
-        make_vocab_size_divisible_by=64, mtp_num_layers=1,
+        name="mla",
+        architecture="deepseek_v3",
+        num_layers=3,
+        hidden_size=64,
+        ffn_hidden_size=96,
+        num_attention_heads=4,
+        multi_latent_attention=True,
+        q_lora_rank=24,
+        kv_lora_rank=16,
+        qk_head_dim=8,
+        qk_pos_emb_head_dim=4,
+        v_head_dim=8,
+        num_moe_experts=8,
+        moe_ffn_hidden_size=16,
+        moe_shared_expert_intermediate_size=32,
+        moe_router_topk=2,
+        first_k_dense_layers=1,
+        vocab_size=100,
+        make_vocab_size_divisible_by=64,
+        mtp_num_layers=1,
     )
     s, h, n, ql, kvl, qk, r, v = 16, 64, 4, 24, 16, 8, 4, 8
     attention = (
-        h * ql + ql * n * (qk + r)  # q down, q up
-        + h * (kvl + r) + kvl * n * (qk + v)  # kv down (latent + shared rotary key), kv up
+        h * ql
+        + ql * n * (qk + r)  # q down, q up
+        + h * (kvl + r)
+        + kvl * n * (qk + v)  # kv down (latent + shared rotary key), kv up
         + n * v * h  # output projection
-        + n * (qk + r) * s / 2 + n * v * s / 2  # causal scores and values
+        + n * (qk + r) * s / 2
+        + n * v * s / 2  # causal scores and values
     )
     norms = ql + kvl  # Bridge's +1 per q / kv latent (their norms)
     dense_ffn = 3 * h * 96

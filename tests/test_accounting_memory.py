@@ -25,10 +25,19 @@ def _memory(run):
     """The resolved run's memory estimate (what the plan and the memory check read)."""
     return resolve(run).memory
 
+
 REPO = Path(__file__).resolve().parents[1]
 KIMI_ON_64_H100 = (
-    "cluster=h100", "precision=fp8_cs", "parallel.num_gpus=64", "parallel.tp=8", "parallel.pp=1", "parallel.vpp=null",
-    "parallel.ep=64", "parallel.pipeline_layout=null", "parallel.sequence_parallel=true", "train.gbs=512",
+    "cluster=h100",
+    "precision=fp8_cs",
+    "parallel.num_gpus=64",
+    "parallel.tp=8",
+    "parallel.pp=1",
+    "parallel.vpp=null",
+    "parallel.ep=64",
+    "parallel.pipeline_layout=null",
+    "parallel.sequence_parallel=true",
+    "train.gbs=512",
     "train.mbs=1",
 )
 
@@ -58,7 +67,10 @@ def test_published_layouts_fit(row) -> None:
     assert {key: getattr(lay, key) for key in stated} == stated
     assert lay.vpp == (row.layout["vpp"] or 1) or row.layout["vpp"] is None
     estimate = resolved.memory
-    assert estimate.total_gb <= estimate.hbm_gb * (1 + estimate.expected_error), (estimate.total_gb, estimate.breakdown_gb)
+    assert estimate.total_gb <= estimate.hbm_gb * (1 + estimate.expected_error), (
+        estimate.total_gb,
+        estimate.breakdown_gb,
+    )
     assert estimate.total_gb > 0.25 * estimate.hbm_gb  # a real estimate, not an empty one
     assert resolved.run.force and collect_problems(resolved.run) == []  # every other check passes
 
@@ -70,7 +82,9 @@ def test_nvidias_own_configuration_is_not_refused_for_memory_but_a_departure_fro
     typed = ["cluster=gb200_nvl72", "cluster.container=nemo:26.04"]
     resolved = validate(compose_run("deepseek_v3_adamw", typed))
     assert not resolved.memory.fits and resolved.memory.total_gb > 190
-    assert executed_by_nvidia(resolved.run).startswith("deepseek_v3/gb200/mxfp8/adam, nemo:26.04 (Megatron Bridge 0.4.0")
+    assert executed_by_nvidia(resolved.run).startswith(
+        "deepseek_v3/gb200/mxfp8/adam, nemo:26.04 (Megatron Bridge 0.4.0"
+    )
     summary = format_summary(build_plan(resolved, typed))
     assert "DOES NOT FIT" in summary and "not refused: NVIDIA ran this very configuration (deepseek_v3/gb200" in summary
     for departure in (["train.mbs=2"], ["parallel.num_gpus=512"], ["intent=train"]):

@@ -177,12 +177,15 @@ def test_kimi_k2_published_layout_ns_per_gpu() -> None:
     assert ns_flops_per_step_per_gpu(run, "distributed")["mean"] > stats["mean"]
 
 
-@pytest.mark.parametrize("recipe, overrides", [
-    ("kimi_k2_muon", []),
-    ("qwen3_30b_a3b_muon", ["parallel.tp=2", "parallel.etp=2", "parallel.ep=4"]),
-    ("deepseek_v3_muon", []),
-    ("qwen3_moe_tiny_muon", []),
-])
+@pytest.mark.parametrize(
+    "recipe, overrides",
+    [
+        ("kimi_k2_muon", []),
+        ("qwen3_30b_a3b_muon", ["parallel.tp=2", "parallel.etp=2", "parallel.ep=4"]),
+        ("deepseek_v3_muon", []),
+        ("qwen3_moe_tiny_muon", []),
+    ],
+)
 def test_groups_of_one_shape_class_deal_alike_items(recipe, overrides) -> None:
     """The plan, the memory estimate and the projection price one group per shape class and reuse it for the
     others (DpGroupWork.shape_class): that is exact only if every group of a class deals items of the same
@@ -202,8 +205,10 @@ def test_groups_of_one_shape_class_deal_alike_items(recipe, overrides) -> None:
     [
         ("kimi_k2_muon", []),  # PP4 VPP4 EP64 with a pipeline layout and dense first layer
         ("deepseek_v3_muon", ["parallel.ep=32"]),  # MTP layer on the loss stage
-        ("qwen3_moe_tiny_muon", ["engine=megatron_bridge", "parallel.num_gpus=4", "parallel.ep=4", "parallel.etp=2",
-                                 "parallel.tp=2"]),
+        (
+            "qwen3_moe_tiny_muon",
+            ["engine=megatron_bridge", "parallel.num_gpus=4", "parallel.ep=4", "parallel.etp=2", "parallel.tp=2"],
+        ),
     ],
 )
 def test_expert_slices_hold_exactly_what_dealing_the_inventory_expert_by_expert_gives(recipe, overrides) -> None:

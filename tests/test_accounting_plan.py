@@ -12,7 +12,11 @@ from optbench.report.ns_report import blog_comparison
 from optbench.compose.recipe import compose_run
 
 ACCOUNTING_FIELDS = {
-    "model_flops_per_token", "model_flops_per_step", "ns_flops_per_step_per_gpu", "memory_per_gpu_gb", "peaks",
+    "model_flops_per_token",
+    "model_flops_per_step",
+    "ns_flops_per_step_per_gpu",
+    "memory_per_gpu_gb",
+    "peaks",
     "throughput_at",
 }
 

@@ -15,8 +15,11 @@ pytestmark = pytest.mark.slow  # runs the 500-command adversarial corpus through
 CASES = load_corpora()
 ONLY = set(os.environ.get("OPTBENCH_CORPUS_LINES", "").replace(",", " ").split())
 """OPTBENCH_CORPUS_LINES="91 205 corpus_surfaces:12": run only these lines (of corpus.txt unless the file is named)."""
-SELECTED = [case for case in CASES if not ONLY or str(case.number) in ONLY and case.corpus == "corpus"
-            or f"{case.corpus}:{case.number}" in ONLY]
+SELECTED = [
+    case
+    for case in CASES
+    if not ONLY or str(case.number) in ONLY and case.corpus == "corpus" or f"{case.corpus}:{case.number}" in ONLY
+]
 
 
 @pytest.fixture(scope="module")

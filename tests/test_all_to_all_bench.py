@@ -29,16 +29,28 @@ def test_the_recipes_cases_send_topk_copies_of_a_microbatch_in_bf16():
 def test_the_price_is_the_step_models_all_to_all_of_the_same_bytes():
     """What the model charges a pipeline rank per MoE layer and microbatch (4 all-to-alls) is 4 x the bench's price of
     the recipe's case: the bench measures the very term the search trades against a lower EP."""
-    run = compose_run("qwen3_30b_a3b_muon", ["cluster=h100", "precision=bf16", "parallel.num_gpus=8", "parallel.ep=8",
-                                             "parallel.pp=1", "parallel.vpp=1", "train.mbs=2",
-                                             "parallel.moe_token_dispatcher=alltoall"])
+    run = compose_run(
+        "qwen3_30b_a3b_muon",
+        [
+            "cluster=h100",
+            "precision=bf16",
+            "parallel.num_gpus=8",
+            "parallel.ep=8",
+            "parallel.pp=1",
+            "parallel.vpp=1",
+            "train.mbs=2",
+            "parallel.moe_token_dispatcher=alltoall",
+        ],
+    )
     net = interconnect_for("h100")
     ep_s, _, _ = stage_comm(run, net, DEFAULT_ASSUMPTIONS, [SimpleNamespace(moe_layers=1, layers=1)], 8)
     case = {c["case"]: c for c in all_to_all.recipe_cases(quick=False)}["qwen3_30b_a3b MBS 2"]
     priced = all_to_all.price({"sent_bytes": case["send_bytes"], "seconds": 1.0}, 8, "h100")
     assert ep_s[0] == pytest.approx(4 * priced["model_s"], rel=1e-12)
     # by hand: 7/8 of the bytes leave each rank at 450 GB/s x 0.80, after one step of NCCL's latency over NVLink
-    assert priced["model_s"] == pytest.approx(case["send_bytes"] * 7 / 8 / (450e9 * 0.80) + (8.4 + 3.4) * 1e-6, rel=1e-12)
+    assert priced["model_s"] == pytest.approx(
+        case["send_bytes"] * 7 / 8 / (450e9 * 0.80) + (8.4 + 3.4) * 1e-6, rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("gpu", ["b200", "h100"])  # NVLink 5: NCCL's published rate; NVLink 4: the ring assumption
@@ -53,13 +65,14 @@ def test_a_measurement_at_the_models_price_gives_back_the_assumed_efficiency(gpu
     assert at_price["nvlink_efficiency_measured"] == pytest.approx(assumed)
     slower = all_to_all.price({"sent_bytes": sent, "seconds": 2 * model_s}, 8, gpu)
     latency = (8.4 + 3.4) * 1e-6
-    assert slower["nvlink_efficiency_measured"] == pytest.approx(assumed * (model_s - latency) / (2 * model_s - latency))
+    assert slower["nvlink_efficiency_measured"] == pytest.approx(
+        assumed * (model_s - latency) / (2 * model_s - latency)
+    )
 
 
 def test_fewer_than_two_gpus_is_not_a_measurement_and_the_page_says_how_to_get_one():
     result = all_to_all.measure(device_count=1)
-    assert result == {"measured": False,
-                      "reason": "an all-to-all needs 2 or more GPUs in one node; this one has 1"}
+    assert result == {"measured": False, "reason": "an all-to-all needs 2 or more GPUs in one node; this one has 1"}
     page = markdown({"benchmark": "all_to_all", **result})
     assert "Not measured: an all-to-all needs 2 or more GPUs in one node; this one has 1." in page
     assert "make bench-gpu" in page
@@ -67,13 +80,31 @@ def test_fewer_than_two_gpus_is_not_a_measurement_and_the_page_says_how_to_get_o
 
 def test_the_page_summarizes_the_recipes_cases_not_the_sweep():
     def case(name, ratio, model="m"):
-        return {"case": name, "model": model, "sent_bytes": 2**20, "seconds": ratio * 1e-3, "spread": [1e-3, 2e-3],
-                "arrived": True, "model_s": 1e-3, "measured_over_model": ratio, "achieved_gb_s": 100.0,
-                "nvlink_efficiency_measured": 0.5}
+        return {
+            "case": name,
+            "model": model,
+            "sent_bytes": 2**20,
+            "seconds": ratio * 1e-3,
+            "spread": [1e-3, 2e-3],
+            "arrived": True,
+            "model_s": 1e-3,
+            "measured_over_model": ratio,
+            "achieved_gb_s": 100.0,
+            "nvlink_efficiency_measured": 0.5,
+        }
 
-    data = {"measured": True, "device": "GPU", "ranks": 8, "backend": "nccl", "nccl": "2.27.3", "host_cpu": "x86",
-            "gpu": "h100", "nvlink_gb_s_per_direction": 450.0, "assumed_nvlink_efficiency": 0.8,
-            "cases": [case("a", 1.2), case("b", 1.6), case("c", 1.3), case("sweep", 9.0, model=None)]}
+    data = {
+        "measured": True,
+        "device": "GPU",
+        "ranks": 8,
+        "backend": "nccl",
+        "nccl": "2.27.3",
+        "host_cpu": "x86",
+        "gpu": "h100",
+        "nvlink_gb_s_per_direction": 450.0,
+        "assumed_nvlink_efficiency": 0.8,
+        "cases": [case("a", 1.2), case("b", 1.6), case("c", 1.3), case("sweep", 9.0, model=None)],
+    }
     assert summary(data) == {"median": 1.3, "low": 1.2, "high": 1.6, "cases": 3}
     page = markdown(data)
     assert "**1.30x** the model's price (median; 1.20-1.60x)" in page
@@ -97,6 +128,7 @@ def test_a_collective_that_does_not_permute_is_caught():
 
     class Identity:
         """A 'collective' that hands each rank its own data back."""
+
         ReduceOp = SimpleNamespace(MAX="max", MIN="min")
 
         def all_to_all_single(self, received, sent):

@@ -17,8 +17,14 @@ PATHS = {"PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
 
 def test_import_contract_is_kept():
     """`lint-imports` reads [tool.importlinter] from pyproject.toml; a broken layer names the import."""
-    done = subprocess.run([sys.executable, "-c", LINT_IMPORTS, "--no-cache"], cwd=REPO, capture_output=True,
-                          text=True, env={**os.environ, **PATHS}, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", LINT_IMPORTS, "--no-cache"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **PATHS},
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "3 kept, 0 broken" in done.stdout
 
@@ -64,7 +70,9 @@ def test_the_docs_table_lists_the_contracts_layers():
     rows = [line.split(" | ", 1)[0] for line in table.strip().splitlines()[1:]]
     documented = [{name.rstrip("/").replace("/", ".") for name in re.findall(r"`([a-z_/]+)/`", row)} for row in rows]
     layers = _contracts()["layers"]["layers"]
-    expected = [{name.strip().removeprefix("optbench.") for name in layer.replace(":", "|").split("|")} for layer in layers]
+    expected = [
+        {name.strip().removeprefix("optbench.") for name in layer.replace(":", "|").split("|")} for layer in layers
+    ]
     assert documented == expected[::-1]
 
 
@@ -129,10 +137,14 @@ and pickled configs (a cache a maintainer would carry across upgrades of either)
 
 
 def test_composition_uses_hydras_public_api_only():
-    found = [f"{path.relative_to(REPO)}:{number}: {word}"
-             for folder in ("src", "launch") for path in sorted((REPO / folder).rglob("*.py"))
-             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-             for word in PRIVATE_MACHINERY if word in line]
+    found = [
+        f"{path.relative_to(REPO)}:{number}: {word}"
+        for folder in ("src", "launch")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        for word in PRIVATE_MACHINERY
+        if word in line
+    ]
     assert found == []
 
 
@@ -143,7 +155,10 @@ def test_every_code_folder_is_a_package_the_contract_sees():
         str(folder.relative_to(REPO))
         for base in (REPO / "src" / "optbench", REPO / "launch")
         for folder in [base, *base.rglob("*")]
-        if folder.is_dir() and "__pycache__" not in folder.parts and "hf_configs" not in folder.parts
-        and any(folder.glob("*.py")) and not (folder / "__init__.py").is_file()
+        if folder.is_dir()
+        and "__pycache__" not in folder.parts
+        and "hf_configs" not in folder.parts
+        and any(folder.glob("*.py"))
+        and not (folder / "__init__.py").is_file()
     ]
     assert missing == []

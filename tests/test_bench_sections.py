@@ -45,7 +45,8 @@ def test_gpu_only_names_the_benchmarks_that_have_a_gpu_section(capsys):
         main(["--only", "emerging", "--gpu-only"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip() == (
-        "error: --gpu-only: 'emerging' has no GPU section; choose one of grouped_gemm, dense_gemm, muon_matrices, all_to_all, optim, pretrain")
+        "error: --gpu-only: 'emerging' has no GPU section; choose one of grouped_gemm, dense_gemm, muon_matrices, all_to_all, optim, pretrain"
+    )
 
 
 def test_rows_per_expert_keep_the_work_per_gpu_whatever_the_ep():
@@ -67,14 +68,36 @@ def test_the_model_floor_is_the_slower_of_compute_and_hbm():
 
 def test_totals_sum_both_gemms_and_three_passes_and_compare_at_equal_work():
     def case(ep, gemm, seconds, flops=1e12):
-        return {"model": "m", "precision": "bf16", "routed_tokens": 4096, "ep": ep, "groups": 8 // ep, "rows": 512 * ep,
-                "gemm": gemm, "flops_per_pass": flops, "seconds": {p: seconds for p in grouped_gemm.PASSES},
-                "model_floor_s": {p: seconds / 2 for p in grouped_gemm.PASSES}}
+        return {
+            "model": "m",
+            "precision": "bf16",
+            "routed_tokens": 4096,
+            "ep": ep,
+            "groups": 8 // ep,
+            "rows": 512 * ep,
+            "gemm": gemm,
+            "flops_per_pass": flops,
+            "seconds": {p: seconds for p in grouped_gemm.PASSES},
+            "model_floor_s": {p: seconds / 2 for p in grouped_gemm.PASSES},
+        }
 
-    cases = [case(1, "fc1", 3e-3), case(1, "fc2", 3e-3), case(8, "fc1", 2e-3), case(8, "fc2", 2e-3),
-             {**case(2, "fc1", 1e-3), "seconds": {}, "errors": {"forward": "no kernel"}},
-             {"model": "m", "precision": "bf16", "routed_tokens": 4096, "ep": 4, "groups": 2, "rows": 2048,
-              "gemm": "fc1", "skipped": "operands 99 GB"}]
+    cases = [
+        case(1, "fc1", 3e-3),
+        case(1, "fc2", 3e-3),
+        case(8, "fc1", 2e-3),
+        case(8, "fc2", 2e-3),
+        {**case(2, "fc1", 1e-3), "seconds": {}, "errors": {"forward": "no kernel"}},
+        {
+            "model": "m",
+            "precision": "bf16",
+            "routed_tokens": 4096,
+            "ep": 4,
+            "groups": 2,
+            "rows": 2048,
+            "gemm": "fc1",
+            "skipped": "operands 99 GB",
+        },
+    ]
     rows = totals(cases)
     one = rows[("m", "bf16", 4096, 1)]
     assert one["seconds"] == pytest.approx(6 * 3e-3) and one["flops"] == pytest.approx(6e12)
@@ -109,7 +132,9 @@ def test_bench_on_a_cpu_keeps_the_stored_gpu_measurement(tmp_path):
     assert main(["--only", "grouped_gemm", "--out", str(out)]) == 0
     written = json.loads((out / "grouped_gemm.json").read_text())
     assert written["cases"] == stored["cases"] and "no CUDA device" in written["kept"]
-    assert "Kept from an earlier run: not remeasured by this run (no CUDA device" in (out / "grouped_gemm.md").read_text()
+    assert (
+        "Kept from an earlier run: not remeasured by this run (no CUDA device" in (out / "grouped_gemm.md").read_text()
+    )
 
 
 @pytest.mark.slow
@@ -135,17 +160,44 @@ def test_a_run_past_its_time_is_stopped_with_its_process_group(tmp_path):
     assert running() == []
 
 
-@pytest.mark.parametrize("name", ["optim", "pretrain", "grouped_gemm", "callback", "emerging", "muon_matrices",
-                                  "all_to_all", "dense_gemm", "h100/grouped_gemm", "h100/muon_matrices"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "optim",
+        "pretrain",
+        "grouped_gemm",
+        "callback",
+        "emerging",
+        "muon_matrices",
+        "all_to_all",
+        "dense_gemm",
+        "h100/grouped_gemm",
+        "h100/muon_matrices",
+    ],
+)
 def test_each_committed_bench_page_is_the_rendering_of_its_json(name):
     """results/bench/<name>.md is what the current code renders from <name>.json: no hand edit, and no renderer
     change left unapplied to the committed pages (a GPU section measured elsewhere included)."""
-    from optbench.bench import all_to_all_report, callback, dense_gemm_report, emerging, muon_matrices_report, optim_report, pretrain
+    from optbench.bench import (
+        all_to_all_report,
+        callback,
+        dense_gemm_report,
+        emerging,
+        muon_matrices_report,
+        optim_report,
+        pretrain,
+    )
     from optbench.compose.recipe import repo_root
 
-    render = {"optim": optim_report.markdown, "pretrain": pretrain.markdown, "grouped_gemm": markdown,
-              "callback": callback.markdown, "emerging": emerging._markdown,
-              "muon_matrices": muon_matrices_report.markdown, "all_to_all": all_to_all_report.markdown,
-              "dense_gemm": dense_gemm_report.markdown}[name.rsplit("/", 1)[-1]]
+    render = {
+        "optim": optim_report.markdown,
+        "pretrain": pretrain.markdown,
+        "grouped_gemm": markdown,
+        "callback": callback.markdown,
+        "emerging": emerging._markdown,
+        "muon_matrices": muon_matrices_report.markdown,
+        "all_to_all": all_to_all_report.markdown,
+        "dense_gemm": dense_gemm_report.markdown,
+    }[name.rsplit("/", 1)[-1]]
     folder = repo_root() / "results" / "bench"
     assert render(json.loads((folder / f"{name}.json").read_text())) == (folder / f"{name}.md").read_text()

@@ -38,8 +38,12 @@ from optbench.resolve import resolve
 
 RESULTS = "/nonexistent/optbench-results"
 """Overrides only name paths under results_dir; nothing is written there."""
-BRIDGE_RECIPES = [r for r in list_recipes() if "engine: megatron_bridge" in (REPO / "recipes" / f"{r}.yaml").read_text()
-                  and not r.endswith(("_soap", "_adaptive_muon"))]
+BRIDGE_RECIPES = [
+    r
+    for r in list_recipes()
+    if "engine: megatron_bridge" in (REPO / "recipes" / f"{r}.yaml").read_text()
+    and not r.endswith(("_soap", "_adaptive_muon"))
+]
 """Recipes Bridge 0.3.1 can run (SOAP and AdaMuon arrive with Core 0.18: test_bridge_conformance checks them there)."""
 
 
@@ -51,14 +55,31 @@ def _composed(recipe: str, overrides: tuple[str, ...]) -> RunConfig:
 def composed(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
     """A resolved copy of a composed run (composition is cached; resolving copies it and fixes the job's run id)."""
     return resolve(_composed(recipe, tuple(overrides))).run
+
+
 VARIANTS = [
     ("kimi_k2_muon", []),
     ("kimi_k2_muon", ["optimizer.muon.layer_wise=false", "optimizer.muon.fp32_matmul_prec=high", "precision=bf16"]),
-    ("kimi_k2_muon", ["optimizer.muon.qk_clip=true", "optimizer.muon.qk_clip_threshold=50", "train.eval_interval=100",
-                      "train.eval_iters=2"]),
+    (
+        "kimi_k2_muon",
+        [
+            "optimizer.muon.qk_clip=true",
+            "optimizer.muon.qk_clip_threshold=50",
+            "train.eval_interval=100",
+            "train.eval_iters=2",
+        ],
+    ),
     ("kimi_k2_adamw", ["precision=fp8_cs", "train.save_interval=50", "train.async_save=true", "resume=true"]),
-    ("qwen3_30b_a3b_muon", ["data=indexed", "data.path=[0.3,/data/a_text_document,0.7,/data/b_text_document]",
-                            "data.tokenizer=Qwen/Qwen3-30B-A3B", "logger=none", "data.split='90,8,2'"]),
+    (
+        "qwen3_30b_a3b_muon",
+        [
+            "data=indexed",
+            "data.path=[0.3,/data/a_text_document,0.7,/data/b_text_document]",
+            "data.tokenizer=Qwen/Qwen3-30B-A3B",
+            "logger=none",
+            "data.split='90,8,2'",
+        ],
+    ),
     ("qwen3_30b_a3b_adamw", ["parallel.moe_token_dispatcher=alltoall", "parallel.moe_flex_dispatcher_backend=null"]),
 ]
 
@@ -109,14 +130,44 @@ def test_overrides_apply_through_bridges_own_mechanism(recipe: str, overrides: l
 def test_a_misspelled_key_is_refused_by_bridges_mechanism() -> None:
     module = bridge_override_module()
     with pytest.raises(module.OverridesError):
-        module.process_config_with_overrides(stand_in_container("kimi_k2"), cli_overrides=["model.tensor_parallel_size=2"])
+        module.process_config_with_overrides(
+            stand_in_container("kimi_k2"), cli_overrides=["model.tensor_parallel_size=2"]
+        )
 
 
 @pytest.mark.parametrize(
     "value",
-    [None, True, False, 0, 64, -1, 3e-4, 1e-8, 2.827, "dist_muon", "none", "true", "null", "1.5", "nan",
-     "/lustre/data/x-y_text_document", "nvcr.io/nvidia/nemo:26.02", "it's", "a\\b", "back\\", "a\\'b",
-     'x"; rm -rf / #', "a,b", "[x]", "hello world", [], [1, 2], [[0, 1], ["embedding", "loss"]], [["a b"], None]],
+    [
+        None,
+        True,
+        False,
+        0,
+        64,
+        -1,
+        3e-4,
+        1e-8,
+        2.827,
+        "dist_muon",
+        "none",
+        "true",
+        "null",
+        "1.5",
+        "nan",
+        "/lustre/data/x-y_text_document",
+        "nvcr.io/nvidia/nemo:26.02",
+        "it's",
+        "a\\b",
+        "back\\",
+        "a\\'b",
+        'x"; rm -rf / #',
+        "a,b",
+        "[x]",
+        "hello world",
+        [],
+        [1, 2],
+        [[0, 1], ["embedding", "loss"]],
+        [["a b"], None],
+    ],
 )
 def test_hydra_values_read_back_exactly(value: Any) -> None:
     [parsed] = OverridesParser.create().parse_overrides([f"k={hydra_value(value)}"])
@@ -147,7 +198,9 @@ def _section(items: dict[str, Any], section: str, allowed: set[str]) -> dict[str
         s, field = section_and_field(key)
         if s == section and field in allowed and field not in NEEDS_TE_KERNELS:
             # Bridge turns "torch.float32" back into a dtype when it applies the override.
-            values[field] = getattr(torch, value[6:]) if isinstance(value, str) and value.startswith("torch.") else value
+            values[field] = (
+                getattr(torch, value[6:]) if isinstance(value, str) and value.startswith("torch.") else value
+            )
     return values
 
 
@@ -180,7 +233,12 @@ def test_kimi_k2_model_config_passes_megatron_core_validation(recipe: str, te_is
     items = items_of(recipe)
     m = mcore()
     provider = literal_defaults("models/kimi/kimi_provider.py", "KimiK2Provider")
-    config = _instantiate(m.MLATransformerConfig, provider, _section(items, "model", mcore_fields(m.MLATransformerConfig)), _mixed_precision(items))
+    config = _instantiate(
+        m.MLATransformerConfig,
+        provider,
+        _section(items, "model", mcore_fields(m.MLATransformerConfig)),
+        _mixed_precision(items),
+    )
     assert config.pipeline_model_parallel_layout is not None and config.recompute_modules == ["mla_up_proj"]
     assert config.fp8_recipe == "mxfp8" and config.moe_flex_dispatcher_backend == "hybridep"
 
@@ -190,8 +248,18 @@ def test_qwen3_model_config_passes_megatron_core_validation(recipe: str, te_is_n
     items = items_of(recipe)
     m = mcore()
     # What AutoBridge derives from the Hugging Face config besides our shape fields (Qwen3 MoE: SwiGLU, RMSNorm, no bias).
-    hf_derived = {"gated_linear_unit": True, "normalization": "RMSNorm", "add_bias_linear": False, "moe_grouped_gemm": True}
-    config = _instantiate(m.TransformerConfig, hf_derived, _section(items, "model", mcore_fields(m.TransformerConfig)), _mixed_precision(items))
+    hf_derived = {
+        "gated_linear_unit": True,
+        "normalization": "RMSNorm",
+        "add_bias_linear": False,
+        "moe_grouped_gemm": True,
+    }
+    config = _instantiate(
+        m.TransformerConfig,
+        hf_derived,
+        _section(items, "model", mcore_fields(m.TransformerConfig)),
+        _mixed_precision(items),
+    )
     assert [scope.name for scope in config.cuda_graph_scope] == ["moe_router", "moe_preprocess"]
 
 
@@ -200,8 +268,14 @@ def test_optimizer_and_ddp_configs_pass_megatron_core_validation(recipe: str) ->
     items = items_of(recipe)
     m = mcore()
     precision = _mixed_precision(items)
-    optimizer = _instantiate(m.OptimizerConfig, precision, _section(items, "optimizer", mcore_fields(m.OptimizerConfig)))
-    ddp = _instantiate(m.DistributedDataParallelConfig, precision, _section(items, "ddp", mcore_fields(m.DistributedDataParallelConfig)))
+    optimizer = _instantiate(
+        m.OptimizerConfig, precision, _section(items, "optimizer", mcore_fields(m.OptimizerConfig))
+    )
+    ddp = _instantiate(
+        m.DistributedDataParallelConfig,
+        precision,
+        _section(items, "ddp", mcore_fields(m.DistributedDataParallelConfig)),
+    )
     if "muon" in optimizer.optimizer:
         # Megatron's Muon refuses the element-wise distributed optimizer and FP8 parameter gather.
         assert not optimizer.use_distributed_optimizer and not ddp.use_distributed_optimizer
@@ -220,43 +294,69 @@ def test_ddp_validation_would_catch_an_inconsistent_mxfp8_setting() -> None:
 # ---------------------------------------------------------------------------------------------
 
 KIMI_K2_GB300 = {
-    "model.tensor_model_parallel_size": 1, "model.pipeline_model_parallel_size": 4,
-    "model.virtual_pipeline_model_parallel_size": 4, "model.expert_model_parallel_size": 64,
-    "model.expert_tensor_parallel_size": 1, "model.context_parallel_size": 1,
-    "train.global_batch_size": 4096, "train.micro_batch_size": 2,
-    "model.seq_length": 4096, "dataset.sequence_length": 4096,
-    "mixed_precision.fp8": "e4m3", "mixed_precision.fp8_recipe": "mxfp8",
-    "model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": "hybridep",
-    "model.recompute_granularity": "selective", "model.recompute_modules": ["mla_up_proj"],
+    "model.tensor_model_parallel_size": 1,
+    "model.pipeline_model_parallel_size": 4,
+    "model.virtual_pipeline_model_parallel_size": 4,
+    "model.expert_model_parallel_size": 64,
+    "model.expert_tensor_parallel_size": 1,
+    "model.context_parallel_size": 1,
+    "train.global_batch_size": 4096,
+    "train.micro_batch_size": 2,
+    "model.seq_length": 4096,
+    "dataset.sequence_length": 4096,
+    "mixed_precision.fp8": "e4m3",
+    "mixed_precision.fp8_recipe": "mxfp8",
+    "model.moe_token_dispatcher_type": "flex",
+    "model.moe_flex_dispatcher_backend": "hybridep",
+    "model.recompute_granularity": "selective",
+    "model.recompute_modules": ["mla_up_proj"],
     "model.cuda_graph_impl": "none",
 }
 QWEN3_GB300 = {
-    "model.tensor_model_parallel_size": 1, "model.pipeline_model_parallel_size": 1,
-    "model.virtual_pipeline_model_parallel_size": None, "model.expert_model_parallel_size": 8,
-    "model.expert_tensor_parallel_size": 1, "train.global_batch_size": 512, "train.micro_batch_size": 8,
-    "model.seq_length": 4096, "dataset.sequence_length": 4096,
-    "mixed_precision.fp8": "e4m3", "mixed_precision.fp8_recipe": "mxfp8",
-    "model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": "hybridep",
-    "model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": ["moe_router", "moe_preprocess"],
+    "model.tensor_model_parallel_size": 1,
+    "model.pipeline_model_parallel_size": 1,
+    "model.virtual_pipeline_model_parallel_size": None,
+    "model.expert_model_parallel_size": 8,
+    "model.expert_tensor_parallel_size": 1,
+    "train.global_batch_size": 512,
+    "train.micro_batch_size": 8,
+    "model.seq_length": 4096,
+    "dataset.sequence_length": 4096,
+    "mixed_precision.fp8": "e4m3",
+    "mixed_precision.fp8_recipe": "mxfp8",
+    "model.moe_token_dispatcher_type": "flex",
+    "model.moe_flex_dispatcher_backend": "hybridep",
+    "model.cuda_graph_impl": "transformer_engine",
+    "model.cuda_graph_scope": ["moe_router", "moe_preprocess"],
     "comm_overlap.tp_comm_overlap": True,
 }
 MUON = {
-    "optimizer.optimizer": "dist_muon", "optimizer.use_distributed_optimizer": False,
-    "ddp.use_distributed_optimizer": False, "ddp.overlap_param_gather": False,
-    "mixed_precision.fp8_param_gather": False, "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": False,
+    "optimizer.optimizer": "dist_muon",
+    "optimizer.use_distributed_optimizer": False,
+    "ddp.use_distributed_optimizer": False,
+    "ddp.overlap_param_gather": False,
+    "mixed_precision.fp8_param_gather": False,
+    "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": False,
 }
 ADAM = {
-    "optimizer.optimizer": "adam", "optimizer.use_distributed_optimizer": True,
-    "ddp.use_distributed_optimizer": True, "ddp.overlap_param_gather": True,
+    "optimizer.optimizer": "adam",
+    "optimizer.use_distributed_optimizer": True,
+    "ddp.use_distributed_optimizer": True,
+    "ddp.overlap_param_gather": True,
     # bf16_with_mxfp8_mixed's own values: only the layer-wise Muon optimizer needs them off.
-    "mixed_precision.fp8_param_gather": True, "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": True,
+    "mixed_precision.fp8_param_gather": True,
+    "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": True,
 }
 
 
 @pytest.mark.parametrize(
     "recipe,expected",
-    [("kimi_k2_muon", KIMI_K2_GB300 | MUON), ("kimi_k2_adamw", KIMI_K2_GB300 | ADAM),
-     ("qwen3_30b_a3b_muon", QWEN3_GB300 | MUON), ("qwen3_30b_a3b_adamw", QWEN3_GB300 | ADAM)],
+    [
+        ("kimi_k2_muon", KIMI_K2_GB300 | MUON),
+        ("kimi_k2_adamw", KIMI_K2_GB300 | ADAM),
+        ("qwen3_30b_a3b_muon", QWEN3_GB300 | MUON),
+        ("qwen3_30b_a3b_adamw", QWEN3_GB300 | ADAM),
+    ],
 )
 def test_gb300_recipes_reproduce_the_published_presets(recipe: str, expected: dict[str, Any]) -> None:
     items = items_of(recipe)
@@ -284,12 +384,23 @@ def test_an_explicit_pipeline_layout_turns_the_recipes_own_split_off() -> None:
 def test_kimi_k2_model_shape_matches_bridges_provider() -> None:
     provider = literal_defaults("models/kimi/kimi_provider.py", "KimiK2Provider")
     items = items_of("kimi_k2_muon")
-    shape = {k.split(".", 1)[1]: v for k, v in items.items() if k.startswith("model.") and k.split(".", 1)[1] in provider}
-    shape.pop("moe_shared_expert_overlap")  # the flex dispatcher turns it off, as Bridge's apply_flex_dispatcher_backend
+    shape = {
+        k.split(".", 1)[1]: v for k, v in items.items() if k.startswith("model.") and k.split(".", 1)[1] in provider
+    }
+    shape.pop(
+        "moe_shared_expert_overlap"
+    )  # the flex dispatcher turns it off, as Bridge's apply_flex_dispatcher_backend
     shape.pop("apply_rope_fusion")  # NVIDIA's preset turns it on (a kernel choice, not the shape)
     shape.pop("seq_length")
-    for field in ("moe_token_dispatcher_type", "recompute_granularity", "recompute_modules", "recompute_method",
-                  "recompute_num_layers", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"):
+    for field in (
+        "moe_token_dispatcher_type",
+        "recompute_granularity",
+        "recompute_modules",
+        "recompute_method",
+        "recompute_num_layers",
+        "num_layers_in_first_pipeline_stage",
+        "num_layers_in_last_pipeline_stage",
+    ):
         shape.pop(field, None)  # parallel settings, checked against the preset above
     assert len(shape) >= 25
     assert {k: provider[k] for k in shape} == shape
@@ -304,8 +415,10 @@ def test_recipe_functions_exist_in_bridge(recipe: str) -> None:
 
 
 def test_every_precision_preset_is_registered_in_bridge() -> None:
-    presets = {composed("kimi_k2_adamw", [f"precision={name}"]).precision.bridge_mixed_precision
-               for name in list_group_options("precision")}
+    presets = {
+        composed("kimi_k2_adamw", [f"precision={name}"]).precision.bridge_mixed_precision
+        for name in list_group_options("precision")
+    }
     assert presets <= registered_mixed_precision_presets()
 
 
@@ -322,8 +435,15 @@ def test_every_muon_field_of_megatron_core_is_set() -> None:
 
 
 def test_muon_variants() -> None:
-    items = items_of("kimi_k2_muon", ["optimizer.muon.layer_wise=false", "optimizer.muon.fp32_matmul_prec=high",
-                                      "optimizer.muon.tp_mode=duplicated", "optimizer.muon.extra_scale_factor=0.2"])
+    items = items_of(
+        "kimi_k2_muon",
+        [
+            "optimizer.muon.layer_wise=false",
+            "optimizer.muon.fp32_matmul_prec=high",
+            "optimizer.muon.tp_mode=duplicated",
+            "optimizer.muon.extra_scale_factor=0.2",
+        ],
+    )
     assert items["optimizer.optimizer"] == "muon"
     assert items["optimizer.muon_fp32_matmul_prec"] == "high"
     assert items["optimizer.muon_tp_mode"] == "duplicated" and items["optimizer.muon_extra_scale_factor"] == 0.2
@@ -371,7 +491,9 @@ def test_logger_and_checkpoint() -> None:
     assert items["logger.wandb_exp_name"] == "r1" and items["logger.wandb_save_dir"] == f"{RESULTS}/wandb"
     assert items["logger.log_throughput"] is True and items["logger.wandb_project"] == "optbench"
     fresh = items_of("kimi_k2_adamw", ["logger=none"])
-    assert fresh["checkpoint.save"] is None and fresh["checkpoint.load"] is None and fresh["logger.wandb_project"] is None
+    assert (
+        fresh["checkpoint.save"] is None and fresh["checkpoint.load"] is None and fresh["logger.wandb_project"] is None
+    )
 
 
 def test_free_text_with_interpolation_is_refused() -> None:

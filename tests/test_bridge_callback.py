@@ -74,7 +74,9 @@ class Clock:
 def context(step: int, timer: FakeTimer, wandb: Any, loss: Any = 2.5) -> SimpleNamespace:
     optimizer = SimpleNamespace(param_groups=[{"lr": 1e-4, "is_decoupled_lr": False}])
     state = SimpleNamespace(train_state=SimpleNamespace(step=step), timers=FakeTimers(timer), wandb_logger=wandb)
-    return SimpleNamespace(state=state, loss_dict={"lm loss": loss}, grad_norm=1.25, optimizer=optimizer, skipped_iter=False)
+    return SimpleNamespace(
+        state=state, loss_dict={"lm loss": loss}, grad_norm=1.25, optimizer=optimizer, skipped_iter=False
+    )
 
 
 def drive(callback: MetricsCallback, clock: Clock, steps: list[tuple[float, float]], wandb: Any) -> None:

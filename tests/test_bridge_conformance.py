@@ -29,11 +29,22 @@ REPORT_TIMEOUT_S = 1500
 """How long one container's conformance report may take: about 3 min alone on 2 cores, 7+ beside other work (443 s
 seen for the search report). The first test that needs a report computes it inside its own time limit, so every
 test of the module gets this limit plus a margin (pyproject's 300 s default killed them on a busy machine)."""
-pytestmark = pytest.mark.slow  # runs the real Megatron Bridge of every container in its own environment; `make test-fast` skips it
+pytestmark = (
+    pytest.mark.slow
+)  # runs the real Megatron Bridge of every container in its own environment; `make test-fast` skips it
 pytestmark = [pytestmark, pytest.mark.timeout(REPORT_TIMEOUT_S + 120)]
 
-RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
-           "deepseek_v3_adamw", "qwen3_235b_a22b_adamw", "llama31_405b_adamw", "llama3_70b_adamw")
+RECIPES = (
+    "kimi_k2_muon",
+    "kimi_k2_adamw",
+    "qwen3_30b_a3b_muon",
+    "qwen3_30b_a3b_adamw",
+    "deepseek_v3_muon",
+    "deepseek_v3_adamw",
+    "qwen3_235b_a22b_adamw",
+    "llama31_405b_adamw",
+    "llama3_70b_adamw",
+)
 TARGETS = targets()
 _reports: dict[str, dict] = {}
 
@@ -41,7 +52,8 @@ _reports: dict[str, dict] = {}
 def per_target(*marks):
     """Parametrize over every target, each on one xdist worker."""
     return pytest.mark.parametrize(
-        "target", [pytest.param(t, id=t.name, marks=[pytest.mark.xdist_group(f"bridge-{t.name}"), *marks]) for t in TARGETS]
+        "target",
+        [pytest.param(t, id=t.name, marks=[pytest.mark.xdist_group(f"bridge-{t.name}"), *marks]) for t in TARGETS],
     )
 
 
@@ -81,16 +93,32 @@ def report_of(target: Target, tmp_path_factory: pytest.TempPathFactory, only: st
         if not target.installed:
             pytest.fail(f"the Bridge environment of {target.name} is missing: run `make setup` (or `make bridge-env`)")
         out = _session_folder(tmp_path_factory) / f"conformance-{key.replace(':', '_')}.json"
-        search = {"": [], "search": ["--search-only", "--stride", str(CI_SEARCH_STRIDE)], "overrides": ["--overrides-only"],
-                  "pairs": ["--overrides-only", "--pairs", str(CI_PAIRS), "--seed", "0"], "job": ["--job-check-only"]}[only]
+        search = {
+            "": [],
+            "search": ["--search-only", "--stride", str(CI_SEARCH_STRIDE)],
+            "overrides": ["--overrides-only"],
+            "pairs": ["--overrides-only", "--pairs", str(CI_PAIRS), "--seed", "0"],
+            "job": ["--job-check-only"],
+        }[only]
         with open(out.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not out.is_file():
                 partial = out.with_suffix(".partial")
                 done = subprocess.run(
-                    [str(target.python), str(ROOT / "tests" / "bridge_env" / "conformance.py"), "--container",
-                     target.container, *search, "--out", str(partial)],
-                    capture_output=True, text=True, timeout=REPORT_TIMEOUT_S, cwd=ROOT, env=target.environment(),
+                    [
+                        str(target.python),
+                        str(ROOT / "tests" / "bridge_env" / "conformance.py"),
+                        "--container",
+                        target.container,
+                        *search,
+                        "--out",
+                        str(partial),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=REPORT_TIMEOUT_S,
+                    cwd=ROOT,
+                    env=target.environment(),
                 )
                 assert done.returncode == 0, done.stderr[-3000:]
                 partial.replace(out)
@@ -146,8 +174,10 @@ def test_effective_config_differs_from_nvidias_executed_preset_only_by_documente
     target: Target, intent: str, tmp_path_factory
 ) -> None:
     if target.name == NEXT["name"]:
-        pytest.skip(f"Bridge {target.bridge}: {NEXT['why']}; its scripts are not in that data either, so there is no "
-                    "executed preset of it (its library defaults already differ from 0.6.0's)")
+        pytest.skip(
+            f"Bridge {target.bridge}: {NEXT['why']}; its scripts are not in that data either, so there is no "
+            "executed preset of it (its library defaults already differ from 0.6.0's)"
+        )
     report = report_of(target, tmp_path_factory)
     compared = [case(report, recipe, intent) for recipe in RECIPES if "differences" in case(report, recipe, intent)]
     if not compared:
@@ -166,7 +196,9 @@ def test_effective_config_differs_from_nvidias_executed_preset_only_by_documente
             assert {"model.moe_router_force_load_balancing", "ddp.check_for_nan_in_grad"} <= fields
             assert fields & {"train.eval_iters", "validation.eval_iters"}  # Bridge >= 0.4 keeps eval in validation
         if c["preset_release"] == "0.3.1":  # the recipes' reference release: every documented departure is there
-            assert fields & set(recipe_departures().get(c["recipe"], {})) == set(recipe_departures().get(c["recipe"], {}))
+            assert fields & set(recipe_departures().get(c["recipe"], {})) == set(
+                recipe_departures().get(c["recipe"], {})
+            )
 
 
 @per_target()
@@ -175,7 +207,9 @@ def test_metrics_callback_runs_on_bridges_own_objects(target: Target, intent: st
     report = report_of(target, tmp_path_factory)
     for recipe in RECIPES:
         cb = case(report, recipe, intent)["callback"]
-        assert cb["records"] == 3 and cb["summary"] and cb["syncs"] == 4, recipe  # start + one per step at log_interval 1
+        assert cb["records"] == 3 and cb["summary"] and cb["syncs"] == 4, (
+            recipe
+        )  # start + one per step at log_interval 1
         if intent == "reproduce":  # the preset's timing level 0: Megatron times no optimizer step, we invent none
             assert cb["timing_log_level"] == 0 and cb["optimizer_time_s"] == [None, None, None], recipe
         else:  # level 1: Bridge's optimizer timer (created by Bridge, read by us) measured the 2 ms step
@@ -222,7 +256,10 @@ def test_soap_and_adaptive_muon_land_where_core_has_them_and_are_refused_where_i
             c = adaptive[intent]
             assert c["optimizer"]["optimizer.optimizer"] == "adaptive_muon" and c["scalar_optimizer"] == "lion"
             assert {k: c["constructor"][k] for k in ("moment2_method", "beta2", "eps")} == {
-                "moment2_method": "adamuon", "beta2": 0.95, "eps": 1e-8}
+                "moment2_method": "adamuon",
+                "beta2": 0.95,
+                "eps": 1e-8,
+            }
             assert c["lion_betas"] == [0.95, 0.98]
     elif core >= (0, 18):  # 26.06: AdaMuon is there, Lion for the scalars is not
         assert "optimizer.scalar_optimizer" in adaptive["refusal"] and "nemo:26.08" in adaptive["refusal"]
@@ -273,8 +310,13 @@ def test_a_fixed_sample_of_override_pairs_we_accept_the_default_containers_bridg
 @per_target()
 def test_negative_controls_are_caught_by_bridge(target: Target, tmp_path_factory) -> None:
     controls = report_of(target, tmp_path_factory)["negative_controls"]
-    assert controls["misspelled_key"]["caught"] and "moe_router_force_load_balancng" in controls["misspelled_key"]["error"]
-    assert controls["impossible_layout"]["caught"] and "pipeline_model_parallel_layout" in controls["impossible_layout"]["error"]
+    assert (
+        controls["misspelled_key"]["caught"] and "moe_router_force_load_balancng" in controls["misspelled_key"]["error"]
+    )
+    assert (
+        controls["impossible_layout"]["caught"]
+        and "pipeline_model_parallel_layout" in controls["impossible_layout"]["error"]
+    )
 
 
 def first_last_bf16_presets(source: Path) -> set[str]:
@@ -284,8 +326,13 @@ def first_last_bf16_presets(source: Path) -> set[str]:
     from optbench.config.field_spec import BRIDGE_MIXED_PRECISION_PRESETS
 
     text = source.read_text()
-    return {f.name for f in ast.parse(text).body if isinstance(f, ast.FunctionDef) and f.name in BRIDGE_MIXED_PRECISION_PRESETS
-            and "first_last_layers_bf16 = True" in (ast.get_source_segment(text, f) or "")}
+    return {
+        f.name
+        for f in ast.parse(text).body
+        if isinstance(f, ast.FunctionDef)
+        and f.name in BRIDGE_MIXED_PRECISION_PRESETS
+        and "first_last_layers_bf16 = True" in (ast.get_source_segment(text, f) or "")
+    }
 
 
 @pytest.mark.parametrize("target", [t for t in TARGETS if t.name != NEXT["name"]], ids=lambda t: t.name)
@@ -317,45 +364,59 @@ def test_moe_graph_and_precision_rules_match_the_installed_bridge_and_core(targe
     assert versions.behaviour(container, DEEPEP) == ("DeepEP dispatcher requires TPxEP > 1" in text)
     config = (core.parents[1] / "transformer_config.py").read_text()
     assert versions.behaviour(container, MOE_RECOMPUTE) == (
-        "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm" in config)
+        "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm" in config
+    )
     assert versions.behaviour(container, FULL_ITERATION) == ('cuda_graph_impl == "full_iteration"' in config)
     ddp = (core.parents[2] / "distributed" / "distributed_data_parallel_config.py").read_text()
     assert "Reuse grad buffer only when keeping params in MXFP8." in ddp, target.core
     assert versions.behaviour(container, OVERLAP_MTP_NEEDS_PP) == (
-        "when enabling overlap_moe_expert_parallel_comm with MTP layer" in config)
+        "when enabling overlap_moe_expert_parallel_comm with MTP layer" in config
+    )
     assert versions.behaviour(container, OVERLAP_GRAPHS_TE_ONLY) == (
-        "and CudaGraphScope.moe not in self.cuda_graph_scope" in config)
+        "and CudaGraphScope.moe not in self.cuda_graph_scope" in config
+    )
     assert "CUDA graph scope on moe and mlp is not" in config, target.core
     assert versions.behaviour(container, RANK_CAPACITY) == (
-        "moe_expert_rank_capacity_factor requires moe_flex_dispatcher_backend" in config)
+        "moe_expert_rank_capacity_factor requires moe_flex_dispatcher_backend" in config
+    )
     assert "Delayed scaling does not support first / last layer in BF16." in config, target.core
     assert "mla_up_proj in recompute_modules is only supported with" in config, target.core
     assert "Delayed scaling does not support moe_act and layernorm recompute" in config, target.core
-    assert ("fp8_output_proj requires fp8_recipe='mxfp8'" in config) == versions.has_field(container, "model.fp8_output_proj")
+    assert ("fp8_output_proj requires fp8_recipe='mxfp8'" in config) == versions.has_field(
+        container, "model.fp8_output_proj"
+    )
     from optbench.validate.optimizer import MUON_REFUSES_DIST_OPTIMIZER
 
     optimizers = " ".join(path.read_text() for path in (core.parents[2] / "optimizer").glob("*.py"))
     assert versions.behaviour(container, MUON_REFUSES_DIST_OPTIMIZER) == (
-        "muon with dist optimizer is not supported" in optimizers)
+        "muon with dist optimizer is not supported" in optimizers
+    )
     parallel = (core.parents[2] / "model_parallel_config.py").read_text()
     assert "Cannot use sequence parallelism without tensor parallelism" in parallel, target.core
     optimizer = (core.parents[2] / "optimizer" / "optimizer_config.py").read_text()
     assert "--use-precision-aware-optimizer only supported with distributed optimizer" in optimizer, target.core
     training = root / "megatron" / "bridge" / "training"
     assert first_last_bf16_presets(training / "mixed_precision.py") == set(FIRST_LAST_BF16_PRESETS), target.bridge
-    assert any("reuse_grad_buf_for_mxfp8_param_ag must be set to True" in (training / name).read_text()
-               for name in ("config.py", "mixed_precision.py")), target.bridge
+    assert any(
+        "reuse_grad_buf_for_mxfp8_param_ag must be set to True" in (training / name).read_text()
+        for name in ("config.py", "mixed_precision.py")
+    ), target.bridge
     graphs = root / "megatron" / "bridge" / "utils" / "cuda_graph.py"
     assert versions.behaviour(container, LOCAL_FULL_ITERATION_ONLY) == (
-        graphs.exists() and 'cuda_graph_impl="local" only for' in graphs.read_text())
-    for asserted in ("full recompute is only supported with full iteration CUDA graph",
-                     "moe recompute is not supported with moe_router CUDA graph"):
+        graphs.exists() and 'cuda_graph_impl="local" only for' in graphs.read_text()
+    )
+    for asserted in (
+        "full recompute is only supported with full iteration CUDA graph",
+        "moe recompute is not supported with moe_router CUDA graph",
+    ):
         assert asserted in config, (target.core, asserted)
     overlap = " ".join(bridge.read_text().split())
-    for asserted in ("overlap_moe_expert_parallel_comm is only supported when expert_model_parallel_size > 1",
-                     "must be specified when pipeline_model_parallel_size > 1",
-                     "disable full recomputation when enabling overlap_moe_expert_parallel_comm",
-                     "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm"):
+    for asserted in (
+        "overlap_moe_expert_parallel_comm is only supported when expert_model_parallel_size > 1",
+        "must be specified when pipeline_model_parallel_size > 1",
+        "disable full recomputation when enabling overlap_moe_expert_parallel_comm",
+        "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm",
+    ):
         assert asserted in overlap, (target.bridge, asserted)
 
 

@@ -120,7 +120,9 @@ def test_an_existing_comm_overlap_section_is_kept(tmp_path: Path) -> None:
 
 def _job_folder(tmp_path: Path, *overrides: str) -> Path:
     """A job folder as the launcher leaves it: config.yaml and plan.json side by side; returns config.yaml."""
-    resolved = validate(compose_run("kimi_k2_muon", [ON_0_3_1, f"results_dir={tmp_path}", "run_id=entry-test", *overrides]))
+    resolved = validate(
+        compose_run("kimi_k2_muon", [ON_0_3_1, f"results_dir={tmp_path}", "run_id=entry-test", *overrides])
+    )
     folder = tmp_path / "runs" / "entry-test"
     path = save_resolved_config(resolved.run, folder / "config.yaml")
     (folder / "plan.json").write_text(json.dumps(build_plan(resolved).to_json()))
@@ -141,7 +143,10 @@ def test_run_bridge_applies_the_plans_overrides_and_registers_the_callback(tmp_p
     assert [c for c in fake.calls if c[0] == "overrides"] == [("overrides", recorded)]
     report = json.loads((path.parent / "conformance.json").read_text())
     assert report["status"] == "ok" and report["missing_fields"] == [] and report["values_not_landed"] == []
-    assert report["fields_checked"] == len(recorded) and report["optimizer"] == {"planned": "dist_muon", "built": "dist_muon"}
+    assert report["fields_checked"] == len(recorded) and report["optimizer"] == {
+        "planned": "dist_muon",
+        "built": "dist_muon",
+    }
     assert report["installed_versions"]["bridge"] == report["planned_versions"]["bridge"] == "0.3.1"
 
 
@@ -152,11 +157,13 @@ def test_a_field_the_container_lacks_stops_the_job_before_step_1_in_one_line(tmp
     fake = StandInBridge(without=("optimizer.muon_scale_mode",))
     with pytest.raises(UserError) as caught:
         run_bridge(path, api=fake)
-    line, = caught.value.lines()
+    (line,) = caught.value.lines()
     assert "has no field optimizer.muon_scale_mode, which the plan sets" in line and "nothing was trained" in line
     assert not any(name in ("overrides", "pretrain") for name, _ in fake.calls)
     report = json.loads((path.parent / "conformance.json").read_text())
-    assert report["status"] == "stopped" and [m["field"] for m in report["missing_fields"]] == ["optimizer.muon_scale_mode"]
+    assert report["status"] == "stopped" and [m["field"] for m in report["missing_fields"]] == [
+        "optimizer.muon_scale_mode"
+    ]
 
 
 def test_an_optimizer_other_than_the_plans_stops_the_job(tmp_path: Path) -> None:
@@ -171,8 +178,10 @@ def test_an_optimizer_other_than_the_plans_stops_the_job(tmp_path: Path) -> None
     fake = AdamBridge()
     with pytest.raises(UserError) as caught:
         run_bridge(path, api=fake)
-    assert "optimizer.optimizer: the plan runs dist_muon but this container's Megatron Bridge built 'adam'" in \
-        caught.value.lines()[0]
+    assert (
+        "optimizer.optimizer: the plan runs dist_muon but this container's Megatron Bridge built 'adam'"
+        in caught.value.lines()[0]
+    )
     assert not any(name == "pretrain" for name, _ in fake.calls)
     assert json.loads((path.parent / "conformance.json").read_text())["status"] == "stopped"
 
@@ -182,8 +191,19 @@ def test_a_value_of_another_kind_is_listed_not_fatal() -> None:
 
     report = conformance.Conformance("nemo:x", {"bridge": "0.3.1"}, {"bridge": "0.3.1"}, False, "m.f")
     config = SimpleNamespace(train=SimpleNamespace(train_iters=10, note="text", flag=True), env_vars={})
-    conformance.check_fields(report, config, ["train.train_iters=abc", "train.note=5", "train.flag=true", "train.note=null",
-                                              "++env_vars.X=1", "train.gone=1", "++absent.Y=2"])
+    conformance.check_fields(
+        report,
+        config,
+        [
+            "train.train_iters=abc",
+            "train.note=5",
+            "train.flag=true",
+            "train.note=null",
+            "++env_vars.X=1",
+            "train.gone=1",
+            "++absent.Y=2",
+        ],
+    )
     assert [d["field"] for d in report.kind_differs] == ["train.train_iters", "train.note"]
     assert [m["field"] for m in report.missing] == ["train.gone", "absent.Y"]
     assert report.fields_checked == 7 and report.status == "differs"
@@ -199,12 +219,18 @@ def test_the_job_applies_what_the_plan_recorded_not_a_recomputation(tmp_path: Pa
     assert dict(fake.calls)["overrides"][-1] == "train.train_iters=7"
 
 
-@pytest.mark.parametrize("change, fragment", [
-    ("missing", "error: plan: no plan.json in "),
-    ("version", "is plan format 0, this checkout reads format 1; plan again"),
-    ("release", "error: cluster.container: the plan was made for nemo:26.02.01 (Megatron Bridge 0.3.1) but this "
-                "environment has Megatron Bridge 0.6.0; run the job in the nemo:26.02.01 image"),
-])
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ("missing", "error: plan: no plan.json in "),
+        ("version", "is plan format 0, this checkout reads format 1; plan again"),
+        (
+            "release",
+            "error: cluster.container: the plan was made for nemo:26.02.01 (Megatron Bridge 0.3.1) but this "
+            "environment has Megatron Bridge 0.6.0; run the job in the nemo:26.02.01 image",
+        ),
+    ],
+)
 def test_a_job_refuses_a_plan_it_cannot_apply_in_one_line(tmp_path: Path, change: str, fragment: str) -> None:
     path = _job_folder(tmp_path)
     plan_file = path.parent / "plan.json"
@@ -227,8 +253,17 @@ def test_entry_runs_by_path_without_an_install_and_fails_in_one_line(tmp_path: P
     """
     site_packages = next(p for p in sys.path if p.endswith("site-packages"))
     done = subprocess.run(
-        [sys.executable, "-S", str(REPO / "src" / "optbench" / "engine" / "bridge" / "entry.py"), str(tmp_path / "missing.yaml")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": site_packages},
+        [
+            sys.executable,
+            "-S",
+            str(REPO / "src" / "optbench" / "engine" / "bridge" / "entry.py"),
+            str(tmp_path / "missing.yaml"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": site_packages},
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"error: config: no resolved config at {tmp_path / 'missing.yaml'}"]

@@ -10,18 +10,38 @@ from conftest import ON_0_3_1
 from launch.jobs import job_env
 from optbench.catalog.hardware import gpu_spec
 from optbench.engine.bridge.adapter import bridge_setup, override_items
-from optbench.releases.presets import recipe_departures, find_preset, layout_from_string, load, provenance, unheld_reason
+from optbench.releases.presets import (
+    recipe_departures,
+    find_preset,
+    layout_from_string,
+    load,
+    provenance,
+    unheld_reason,
+)
 from optbench.compose.recipe import compose_run
 from optbench.validate import validate
 from optbench.resolve import resolve
 
-CLUSTER_RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
-                   "deepseek_v3_adamw")
+CLUSTER_RECIPES = (
+    "kimi_k2_muon",
+    "kimi_k2_adamw",
+    "qwen3_30b_a3b_muon",
+    "qwen3_30b_a3b_adamw",
+    "deepseek_v3_muon",
+    "deepseek_v3_adamw",
+)
 PRESET_SETTINGS = {
-    "model.moe_router_force_load_balancing": True, "model.moe_router_fusion": True, "model.apply_rope_fusion": True,
-    "model.moe_hybridep_num_sms": 32, "rng.te_rng_tracker": True, "dist.enable_megatron_core_experimental": True,
-    "train.manual_gc_interval": 100, "train.eval_iters": 0, "ddp.check_for_nan_in_grad": False,
-    "rerun_state_machine.check_for_nan_in_loss": False, "ddp.grad_reduce_in_fp32": False,
+    "model.moe_router_force_load_balancing": True,
+    "model.moe_router_fusion": True,
+    "model.apply_rope_fusion": True,
+    "model.moe_hybridep_num_sms": 32,
+    "rng.te_rng_tracker": True,
+    "dist.enable_megatron_core_experimental": True,
+    "train.manual_gc_interval": 100,
+    "train.eval_iters": 0,
+    "ddp.check_for_nan_in_grad": False,
+    "rerun_state_machine.check_for_nan_in_loss": False,
+    "ddp.grad_reduce_in_fp32": False,
 }
 """What issue 12 found missing from our Kimi K2 + Muon job, as NVIDIA's preset sets it."""
 
@@ -64,19 +84,30 @@ def test_train_turns_on_real_routing_checks_evaluation_and_the_optimizer_timer()
     assert got["rerun_state_machine.check_for_nan_in_loss"] is True and got["train.eval_iters"] == 32
     assert got["logger.timing_log_level"] == 1
     # Same layout and kernels as reproduce.
-    for key in ("model.moe_hybridep_num_sms", "model.moe_router_fusion", "model.expert_model_parallel_size",
-                "model.pipeline_model_parallel_layout", "train.manual_gc_interval"):
+    for key in (
+        "model.moe_hybridep_num_sms",
+        "model.moe_router_fusion",
+        "model.expert_model_parallel_size",
+        "model.pipeline_model_parallel_layout",
+        "train.manual_gc_interval",
+    ):
         assert got[key] == items("kimi_k2_muon")[key], key
 
 
 def test_a_typed_layout_is_listed_as_a_departure() -> None:
-    preset = bridge_setup(resolve(compose_run("kimi_k2_muon", [ON_0_3_1, "parallel.pp=8", "parallel.ep=32"])).run).preset
-    assert {"model.pipeline_model_parallel_size", "model.expert_model_parallel_size"} <= {d["field"] for d in preset["departures"]}
+    preset = bridge_setup(
+        resolve(compose_run("kimi_k2_muon", [ON_0_3_1, "parallel.pp=8", "parallel.ep=32"])).run
+    ).preset
+    assert {"model.pipeline_model_parallel_size", "model.expert_model_parallel_size"} <= {
+        d["field"] for d in preset["departures"]
+    }
 
 
 def test_muon_on_an_adam_preset_drops_adams_precision_aware_optimizer() -> None:
     got = items("deepseek_v3_muon")
-    assert got["optimizer.use_precision_aware_optimizer"] is False and got["optimizer.main_grads_dtype"] == "torch.float32"
+    assert (
+        got["optimizer.use_precision_aware_optimizer"] is False and got["optimizer.main_grads_dtype"] == "torch.float32"
+    )
     assert got["optimizer.optimizer"] == "dist_muon"
 
 
@@ -104,17 +135,29 @@ def plan(capsys, *args: str) -> tuple[int, str]:
 
 @pytest.mark.slow  # several seconds: `make test` runs it
 def test_reproduce_without_a_preset_names_the_field_and_the_way_out(tmp_path, capsys) -> None:
-    common = ("kimi_k2_muon", f"results_dir={tmp_path}", "cluster=h200", "precision=bf16", "parallel.num_gpus=512",
-              "force=true")
+    common = (
+        "kimi_k2_muon",
+        f"results_dir={tmp_path}",
+        "cluster=h200",
+        "precision=bf16",
+        "parallel.num_gpus=512",
+        "force=true",
+    )
     code, err = plan(capsys, *common)
     # Named after what the user typed (cluster), with the way out.
-    assert code == 2 and err.startswith("error: cluster: NVIDIA measured no kimi_k2/h200/bf16/muon") and "intent=train" in err
+    assert (
+        code == 2
+        and err.startswith("error: cluster: NVIDIA measured no kimi_k2/h200/bf16/muon")
+        and "intent=train" in err
+    )
     assert plan(capsys, *common, "intent=train")[0] == 0
 
 
 def test_nvidias_layout_notation_expands() -> None:
     stages = layout_from_string("Et*4|(t*4|)*14tmL")
-    assert len(stages) == 16 and stages[0] == ["embedding"] + ["decoder"] * 4 and stages[-1] == ["decoder", "mtp", "loss"]
+    assert (
+        len(stages) == 16 and stages[0] == ["embedding"] + ["decoder"] * 4 and stages[-1] == ["decoder", "mtp", "loss"]
+    )
 
 
 @pytest.mark.parametrize("key", sorted(load()["presets"]))
@@ -128,12 +171,18 @@ def test_job_environment_is_nvidias_for_every_preset(key: str) -> None:
     entry = load()["presets"][key]
     value = lambda field: entry["settings"].get(field, entry["recipe_values"].get(field))  # noqa: E731
     cluster = gpu_spec(gpu).cluster_preset
-    run = compose_run(f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}", [f"cluster={cluster}", f"precision={precision}", ON_0_3_1])
+    run = compose_run(
+        f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}",
+        [f"cluster={cluster}", f"precision={precision}", ON_0_3_1],
+    )
     parallel = dataclasses.replace(
-        run.parallel, tp=value("model.tensor_model_parallel_size"), cp=value("model.context_parallel_size"),
+        run.parallel,
+        tp=value("model.tensor_model_parallel_size"),
+        cp=value("model.context_parallel_size"),
         ep=value("model.expert_model_parallel_size"),
         moe_token_dispatcher=value("model.moe_token_dispatcher_type"),
-        moe_flex_dispatcher_backend=value("model.moe_flex_dispatcher_backend") or run.parallel.moe_flex_dispatcher_backend,
+        moe_flex_dispatcher_backend=value("model.moe_flex_dispatcher_backend")
+        or run.parallel.moe_flex_dispatcher_backend,
     )
     env = job_env(dataclasses.replace(run, parallel=parallel))
     assert preset is not None
@@ -153,7 +202,9 @@ def test_every_printed_claim_follows_from_the_overrides_the_plan_emits() -> None
         for container in containers():
             for intent in ("reproduce", "train"):
                 try:
-                    run = validate(compose_run(recipe, [f"cluster.container={container}", f"intent={intent}", "force=true"])).run
+                    run = validate(
+                        compose_run(recipe, [f"cluster.container={container}", f"intent={intent}", "force=true"])
+                    ).run
                     setup = bridge_setup(run)
                 except Exception:  # noqa: BLE001 - a container that refuses the recipe says so elsewhere
                     continue
@@ -163,7 +214,10 @@ def test_every_printed_claim_follows_from_the_overrides_the_plan_emits() -> None
                 line = intent_line(setup, run.optimizer.name)
                 loss = final.get("rerun_state_machine.check_for_nan_in_loss", True)
                 if intent == "train":
-                    assert preset["train_changes"]["rerun_state_machine.check_for_nan_in_loss"] == loss, (recipe, container)
+                    assert preset["train_changes"]["rerun_state_machine.check_for_nan_in_loss"] == loss, (
+                        recipe,
+                        container,
+                    )
                     assert ("the loss NaN check stays off" in line) == (not loss), (recipe, container, line)
                     assert preset["train_changes"]["ddp.check_for_nan_in_grad"] == final["ddp.check_for_nan_in_grad"]
                 else:

@@ -199,7 +199,9 @@ def stand_in_container(model: str, without: tuple[str, ...] = ()) -> Any:
             f"StandIn_{section}", [(name, Any, dataclasses.field(default=None)) for name in kept]
         )
         sections[section] = cls()
-    container = dataclasses.make_dataclass("StandInContainer", [(s, Any, dataclasses.field(default=None)) for s in sections])
+    container = dataclasses.make_dataclass(
+        "StandInContainer", [(s, Any, dataclasses.field(default=None)) for s in sections]
+    )
     return container(**sections)
 
 
@@ -217,7 +219,9 @@ def test_ast_reading_finds_known_fields() -> None:
     assert {"tensor_model_parallel_size", "seq_length", "vocab_size"} <= section_fields("kimi_k2")["model"]
     assert {"q_lora_rank", "rotary_scaling_factor"} <= section_fields("kimi_k2")["model"]
     assert "q_lora_rank" not in section_fields("qwen3_30b_a3b")["model"]
-    assert {"wandb_project", "wandb_exp_name", "wandb_save_dir", "log_throughput"} <= section_fields("kimi_k2")["logger"]
+    assert {"wandb_project", "wandb_exp_name", "wandb_save_dir", "log_throughput"} <= section_fields("kimi_k2")[
+        "logger"
+    ]
     assert "muon_tp_mode" in section_fields("kimi_k2")["optimizer"]
     assert {"model", "optimizer", "ddp", "mixed_precision", "comm_overlap"} <= container_sections()
     assert literal_defaults("models/kimi/kimi_provider.py", "KimiK2Provider")["moe_layer_freq"] == [0] + [1] * 60

@@ -18,8 +18,14 @@ from optbench.resolve import resolve
 
 pytestmark = pytest.mark.slow  # checks every container's Bridge fields; `make test-fast` skips it
 
-CLUSTER_RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
-                   "deepseek_v3_adamw")
+CLUSTER_RECIPES = (
+    "kimi_k2_muon",
+    "kimi_k2_adamw",
+    "qwen3_30b_a3b_muon",
+    "qwen3_30b_a3b_adamw",
+    "deepseek_v3_muon",
+    "deepseek_v3_adamw",
+)
 CONTAINERS = [c.name for c in versions.runnable()]
 
 
@@ -35,7 +41,9 @@ def test_every_override_is_a_field_of_the_container(recipe: str, container: str,
     keys = dict(items)
     if run.optimizer.name == "muon":
         if c.core_minor >= (0, 18):
-            assert keys["optimizer.optimizer"] == "muon" and keys["optimizer.use_layer_wise_distributed_optimizer"] is True
+            assert (
+                keys["optimizer.optimizer"] == "muon" and keys["optimizer.use_layer_wise_distributed_optimizer"] is True
+            )
             assert "optimizer.muon_nesterov" in keys and "optimizer.muon_use_nesterov" not in keys
         else:
             assert keys["optimizer.optimizer"] == "dist_muon" and "optimizer.muon_use_nesterov" in keys
@@ -47,8 +55,12 @@ def test_every_override_is_a_field_of_the_container(recipe: str, container: str,
 
 def test_an_option_a_release_lacks_names_the_release_that_has_it() -> None:
     with pytest.raises(UserError) as err:
-        compose_and_validate("kimi_k2_muon", ["cluster.container=nemo:26.02.01", "optimizer.muon.overlap_param_gather=true"])
-    assert "nemo:26.04" in err.value.lines()[0] and err.value.lines()[0].startswith("error: optimizer.muon.overlap_param_gather:")
+        compose_and_validate(
+            "kimi_k2_muon", ["cluster.container=nemo:26.02.01", "optimizer.muon.overlap_param_gather=true"]
+        )
+    assert "nemo:26.04" in err.value.lines()[0] and err.value.lines()[0].startswith(
+        "error: optimizer.muon.overlap_param_gather:"
+    )
     run = compose_run("kimi_k2_muon", ["cluster.container=nemo:26.04", "optimizer.muon.overlap_param_gather=true"])
     keys = dict(override_items(resolve(run).run))
     assert keys["optimizer.overlap_param_gather"] is True and keys["ddp.overlap_param_gather"] is True
@@ -112,7 +124,10 @@ def test_every_runnable_container_has_nvidias_executed_presets() -> None:
     for container in versions.runnable():
         data = presets.load(container.bridge)
         assert data["provenance"]["release"] == container.bridge and data["presets"], container.name
-        assert container.bridge in data["provenance"]["placeholders"]["image"] or container.name in data["provenance"]["placeholders"]["image"]
+        assert (
+            container.bridge in data["provenance"]["placeholders"]["image"]
+            or container.name in data["provenance"]["placeholders"]["image"]
+        )
 
 
 def test_kimi_k2s_preset_arrives_with_0_3_1_and_serves_nemo_26_02() -> None:
@@ -151,15 +166,22 @@ def test_the_default_container_is_the_newest_one_checked_against_its_real_bridge
     assert {f.default for f in fields(ClusterConfig) if f.name == "container"} == {newest}
     for recipe in CLUSTER_RECIPES:
         assert compose_run(recipe, []).cluster.container == newest, recipe
-    assert compose_run("kimi_k2_muon", ["cluster.container=nemo:26.02"]).cluster.container_image == "nvcr.io/nvidia/nemo:26.02"
+    assert (
+        compose_run("kimi_k2_muon", ["cluster.container=nemo:26.02"]).cluster.container_image
+        == "nvcr.io/nvidia/nemo:26.02"
+    )
 
 
-@pytest.mark.parametrize("recipe", ["qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon", "deepseek_v3_adamw"])
+@pytest.mark.parametrize(
+    "recipe", ["qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon", "deepseek_v3_adamw"]
+)
 @pytest.mark.parametrize("intent", ["reproduce", "train"])
 def test_full_iteration_cuda_graphs_turn_the_loss_nan_check_off(recipe: str, intent: str) -> None:
     """Regression: on 26.06.01 (Bridge 0.5.1) every Qwen3 and DeepSeek-V3 plan failed Bridge's validation (full-iteration
     graphs with check_for_nan_in_loss on); intent=train keeps the gradient NaN check."""
-    items = dict(override_items(resolve(compose_run(recipe, ["cluster.container=nemo:26.06.01", f"intent={intent}"])).run))
+    items = dict(
+        override_items(resolve(compose_run(recipe, ["cluster.container=nemo:26.06.01", f"intent={intent}"])).run)
+    )
     if items.get("model.cuda_graph_impl") == "full_iteration":
         assert items["rerun_state_machine.check_for_nan_in_loss"] is False
         assert items["ddp.check_for_nan_in_grad"] is (intent == "train")
@@ -175,7 +197,8 @@ def test_kimi_k2_on_26_08_calls_bridges_argument_free_recipe() -> None:
     for recipe in ("kimi_k2_muon", "kimi_k2_adamw"):
         assert bridge_setup(resolve(compose_run(recipe, [])).run).recipe.kwargs == {}
         assert bridge_setup(resolve(compose_run(recipe, ["cluster.container=nemo:26.06.01"])).run).recipe.kwargs == {
-            "optimizer_type": "muon" if recipe.endswith("muon") else "adam"}
+            "optimizer_type": "muon" if recipe.endswith("muon") else "adam"
+        }
 
     def argument_free():
         return "config"
@@ -191,7 +214,11 @@ def test_kimi_k2_on_26_08_calls_bridges_argument_free_recipe() -> None:
     ("container", "overrides", "refused"),
     [
         ("nemo:26.02", ["parallel.ep=1"], True),  # Core 0.16: the flex dispatcher asserts TPxEP > 1 for every backend
-        ("nemo:26.04", ["parallel.ep=1", "parallel.tp=2"], True),  # the TP there is the expert TP: TP2 ETP1 EP1 is one expert rank
+        (
+            "nemo:26.04",
+            ["parallel.ep=1", "parallel.tp=2"],
+            True,
+        ),  # the TP there is the expert TP: TP2 ETP1 EP1 is one expert rank
         ("nemo:26.02", ["parallel.ep=1", "parallel.moe_token_dispatcher=alltoall"], False),
         ("nemo:26.04.01", ["parallel.ep=1"], False),  # Core 0.17.1: only DeepEP asserts it; the preset's HybridEP runs
         ("nemo:26.08", ["parallel.ep=1", "parallel.moe_flex_dispatcher_backend=deepep"], True),
@@ -214,9 +241,18 @@ def test_a_flex_dispatcher_on_one_expert_rank_is_refused_where_core_asserts(cont
     [
         (["parallel.ep=1"], "parallel.ep"),
         (["parallel.pp=2", "parallel.vpp=null", "parallel.ep=4"], "parallel.vpp"),
-        (["parallel.recompute_granularity=full", "parallel.recompute_method=uniform", "parallel.recompute_num_layers=1"],
-         "parallel.recompute_granularity"),
-        (["parallel.recompute_granularity=selective", "parallel.recompute_modules=[moe]"], "parallel.recompute_modules"),
+        (
+            [
+                "parallel.recompute_granularity=full",
+                "parallel.recompute_method=uniform",
+                "parallel.recompute_num_layers=1",
+            ],
+            "parallel.recompute_granularity",
+        ),
+        (
+            ["parallel.recompute_granularity=selective", "parallel.recompute_modules=[moe]"],
+            "parallel.recompute_modules",
+        ),
         (["parallel.moe_token_dispatcher=allgather"], "parallel.moe_token_dispatcher"),
     ],
 )
@@ -231,8 +267,10 @@ def test_ep_communication_overlap_is_refused_where_bridge_asserts(overrides, fie
     problems = [p for p in collect_problems(run) if "EP-communication overlap" in p.message]
     assert [p.field for p in problems] == [field], [p.message for p in problems]
     assert problems[0].message.endswith("parallel.ep_comm_overlap=false")
-    off = compose_run("qwen3_30b_a3b_adamw", ["cluster.container=nemo:26.08", *overrides, "parallel.ep_comm_overlap=false",
-                                              "force=true"])
+    off = compose_run(
+        "qwen3_30b_a3b_adamw",
+        ["cluster.container=nemo:26.08", *overrides, "parallel.ep_comm_overlap=false", "force=true"],
+    )
     assert not [p for p in collect_problems(off) if "EP-communication overlap" in p.message]
 
 
@@ -240,12 +278,18 @@ def test_turning_off_a_presets_ep_overlap_reaches_bridge_with_its_delayed_wgrad(
     """Regression: parallel.ep_comm_overlap=false on 26.08's Qwen3 preset (which overlaps the EP all-to-all and delays
     the expert weight gradients) still emitted the preset's overlap, said "no departure" and projected without it.
     Off now reaches Bridge, and so does the delay's off (Core asserts the delay needs the overlap)."""
+
     def overlap(extra: list[str], container: str = "nemo:26.08") -> tuple[list[str], list[str]]:
-        setup = bridge_setup(resolve(compose_run("qwen3_30b_a3b_adamw", [f"cluster.container={container}", *extra])).run)
+        setup = bridge_setup(
+            resolve(compose_run("qwen3_30b_a3b_adamw", [f"cluster.container={container}", *extra])).run
+        )
         emitted = [o for o in setup.overrides if "overlap_moe_expert" in o or "delay_wgrad" in o]
         return emitted, [d["field"] for d in setup.preset["departures"]]
 
-    assert overlap([]) == (["comm_overlap.delay_wgrad_compute=true", "comm_overlap.overlap_moe_expert_parallel_comm=true"], [])
+    assert overlap([]) == (
+        ["comm_overlap.delay_wgrad_compute=true", "comm_overlap.overlap_moe_expert_parallel_comm=true"],
+        [],
+    )
     assert overlap(["parallel.ep_comm_overlap=false"]) == (
         ["comm_overlap.overlap_moe_expert_parallel_comm=false", "comm_overlap.delay_wgrad_compute=false"],
         ["comm_overlap.overlap_moe_expert_parallel_comm", "comm_overlap.delay_wgrad_compute"],
@@ -257,16 +301,42 @@ def test_turning_off_a_presets_ep_overlap_reaches_bridge_with_its_delayed_wgrad(
 @pytest.mark.parametrize(
     ("container", "overrides", "field"),
     [
-        ("nemo:26.02", ["parallel.cuda_graph_impl=full_iteration", "parallel.cuda_graph_scope=[]"], "parallel.cuda_graph_impl"),
-        ("nemo:26.04.01", ["parallel.cuda_graph_impl=full_iteration", "parallel.cuda_graph_scope=[]"], "parallel.cuda_graph_impl"),
+        (
+            "nemo:26.02",
+            ["parallel.cuda_graph_impl=full_iteration", "parallel.cuda_graph_scope=[]"],
+            "parallel.cuda_graph_impl",
+        ),
+        (
+            "nemo:26.04.01",
+            ["parallel.cuda_graph_impl=full_iteration", "parallel.cuda_graph_scope=[]"],
+            "parallel.cuda_graph_impl",
+        ),
         ("nemo:26.06", ["parallel.cuda_graph_impl=full_iteration", "parallel.cuda_graph_scope=[]"], None),
-        ("nemo:26.04", ["parallel.recompute_granularity=full", "parallel.recompute_method=uniform",
-                        "parallel.recompute_num_layers=1"], "parallel.recompute_granularity"),
-        ("nemo:26.04", ["parallel.recompute_granularity=full", "parallel.recompute_method=uniform",
-                        "parallel.recompute_num_layers=1", "parallel.cuda_graph_impl=none", "parallel.cuda_graph_scope=[]"],
-         None),
-        ("nemo:26.04", ["parallel.recompute_granularity=selective", "parallel.recompute_modules=[moe]"],
-         "parallel.recompute_modules"),
+        (
+            "nemo:26.04",
+            [
+                "parallel.recompute_granularity=full",
+                "parallel.recompute_method=uniform",
+                "parallel.recompute_num_layers=1",
+            ],
+            "parallel.recompute_granularity",
+        ),
+        (
+            "nemo:26.04",
+            [
+                "parallel.recompute_granularity=full",
+                "parallel.recompute_method=uniform",
+                "parallel.recompute_num_layers=1",
+                "parallel.cuda_graph_impl=none",
+                "parallel.cuda_graph_scope=[]",
+            ],
+            None,
+        ),
+        (
+            "nemo:26.04",
+            ["parallel.recompute_granularity=selective", "parallel.recompute_modules=[moe]"],
+            "parallel.recompute_modules",
+        ),
     ],
 )
 def test_cuda_graph_rules_of_each_core_are_refused_before_launch(container, overrides, field) -> None:

@@ -39,9 +39,14 @@ def test_the_working_directory_wins_over_the_imported_source(other_checkout, mon
 def test_a_plan_typed_in_another_checkout_is_written_there(other_checkout):
     mine = SOURCE / "results" / "plans" / "kimi_k2_tiny_muon" / "plan.json"
     before = mine.read_bytes() if mine.is_file() else None
-    done = subprocess.run([sys.executable, "-m", "launch", "plan", "kimi_k2_tiny_muon", "description=other-checkout"],
-                          cwd=other_checkout, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(SOURCE)})
+    done = subprocess.run(
+        [sys.executable, "-m", "launch", "plan", "kimi_k2_tiny_muon", "description=other-checkout"],
+        cwd=other_checkout,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(SOURCE)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     written = other_checkout / "results" / "plans" / "kimi_k2_tiny_muon" / "plan.json"
     assert "other-checkout" in written.read_text()

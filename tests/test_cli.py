@@ -15,8 +15,20 @@ from optbench.common.exits import exit_on_user_error
 pytestmark = pytest.mark.slow  # runs the launcher in subprocesses; `make test-fast` skips it
 
 PLAN_FIELDS = {
-    "recipe", "overrides", "world_size", "nodes", "gpus_per_node", "gpu", "precision", "layout", "gbs", "mbs",
-    "seq_length", "num_microbatches", "model", "optimizer",
+    "recipe",
+    "overrides",
+    "world_size",
+    "nodes",
+    "gpus_per_node",
+    "gpu",
+    "precision",
+    "layout",
+    "gbs",
+    "mbs",
+    "seq_length",
+    "num_microbatches",
+    "model",
+    "optimizer",
 }
 
 
@@ -45,7 +57,9 @@ def test_make_forwards_overrides_exactly_as_typed(results_dir: Path) -> None:
 
 
 def test_later_override_wins_as_in_hydra(results_dir: Path) -> None:
-    done = run_make("plan", "RECIPE=qwen3_moe_tiny_muon", "train.iters=5", "train.iters=7", f"results_dir={results_dir}")
+    done = run_make(
+        "plan", "RECIPE=qwen3_moe_tiny_muon", "train.iters=5", "train.iters=7", f"results_dir={results_dir}"
+    )
     assert done.returncode == 0, done.stderr
     plan = json.loads((results_dir / "plans" / "qwen3_moe_tiny_muon" / "plan.json").read_text())
     assert plan["config"]["train"]["iters"] == 7

@@ -22,10 +22,15 @@ def test_every_matrix_optimizer_recipe_names_an_adamw_recipe_of_its_model(recipe
 def test_the_twin_keeps_the_users_overrides_but_the_optimizer_ones():
     run = compose_run("kimi_k2_muon", ["parallel.ep=32", "optimizer.lr=1e-3"])
     assert twin_recipe(run, ["parallel.ep=32", "optimizer.lr=1e-3", "compare_with=kimi_k2_adamw"]) == (
-        "kimi_k2_adamw", ("parallel.ep=32",))
+        "kimi_k2_adamw",
+        ("parallel.ep=32",),
+    )
     adamw = compose_run("kimi_k2_adamw", ["optimizer=muon"])
     assert adamw.compare_with is None
-    assert twin_recipe(adamw, ["optimizer=muon", "train.mbs=1"]) == ("kimi_k2_adamw", ("train.mbs=1", "optimizer=adamw"))
+    assert twin_recipe(adamw, ["optimizer=muon", "train.mbs=1"]) == (
+        "kimi_k2_adamw",
+        ("train.mbs=1", "optimizer=adamw"),
+    )
 
 
 def test_a_compare_with_that_is_no_recipe_is_one_line():
@@ -34,10 +39,19 @@ def test_a_compare_with_that_is_no_recipe_is_one_line():
     assert result.stderr.strip().splitlines()[0].startswith("error: compare_with: 'kimi_k2_adam' is not a recipe")
 
 
-@pytest.mark.parametrize(("named", "says"), [
-    ("qwen3_30b_a3b_adamw", "error: compare_with: qwen3_30b_a3b_adamw trains qwen3_30b_a3b, not this run's kimi_k2: "),
-    ("kimi_k2_muon", "error: compare_with: kimi_k2_muon trains with muon, not AdamW: name an AdamW recipe of kimi_k2"),
-])
+@pytest.mark.parametrize(
+    ("named", "says"),
+    [
+        (
+            "qwen3_30b_a3b_adamw",
+            "error: compare_with: qwen3_30b_a3b_adamw trains qwen3_30b_a3b, not this run's kimi_k2: ",
+        ),
+        (
+            "kimi_k2_muon",
+            "error: compare_with: kimi_k2_muon trains with muon, not AdamW: name an AdamW recipe of kimi_k2",
+        ),
+    ],
+)
 def test_a_compare_with_that_is_no_adamw_run_of_the_model_is_refused_not_a_plan_note(tmp_path, named, says):
     """A wrong twin is a bad input: one line, exit 2, nothing written (a twin that merely fails to compose at the
     user's overrides stays a note in the plan)."""

@@ -98,6 +98,8 @@ def test_pp_one_drops_the_layout() -> None:
 
 
 def test_a_typed_layout_is_validated_not_replaced() -> None:
-    run = compose_run("kimi_k2_muon", ["parallel.pp=8", "parallel.ep=32", "parallel.pipeline_layout=[[embedding],[loss]]"])
+    run = compose_run(
+        "kimi_k2_muon", ["parallel.pp=8", "parallel.ep=32", "parallel.pipeline_layout=[[embedding],[loss]]"]
+    )
     messages = [problem.message for problem in collect_problems(run)]
     assert any("has 2 stages but pp*vpp = 8*4 = 32" in message for message in messages)

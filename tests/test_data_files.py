@@ -23,9 +23,20 @@ def _clear_caches() -> None:
     from optbench.projection import hybridep_all_to_all, interconnect, nccl_all_to_all
     from optbench.releases import presets, versions
 
-    for cached in (data_files._read_table, data_files.read_json, gpu_catalog, model_registry,
-                   interconnect.interconnect_catalog, nccl_all_to_all.measurements, hybridep_all_to_all.measurements,
-                   versions._data, versions.containers, versions.fields, presets.load, presets._recipe_reasons):
+    for cached in (
+        data_files._read_table,
+        data_files.read_json,
+        gpu_catalog,
+        model_registry,
+        interconnect.interconnect_catalog,
+        nccl_all_to_all.measurements,
+        hybridep_all_to_all.measurements,
+        versions._data,
+        versions.containers,
+        versions.fields,
+        presets.load,
+        presets._recipe_reasons,
+    ):
         cached.cache_clear()
 
 
@@ -51,7 +62,12 @@ def _read_every_file() -> None:
 
     gpu_catalog(), model_registry(), interconnect.interconnect_catalog()
     nccl_all_to_all.measurements(), hybridep_all_to_all.measurements()
-    versions.containers(), presets.recipe_departures(), versions.fields(versions.runnable()[0].bridge), presets.load(versions.runnable()[0].bridge)
+    (
+        versions.containers(),
+        presets.recipe_departures(),
+        versions.fields(versions.runnable()[0].bridge),
+        presets.load(versions.runnable()[0].bridge),
+    )
     from optbench.releases.release_notes import notes_for
 
     notes_for("nemo:26.10.01", versions.runnable()[0].name, "kimi_k2", "gb300")
@@ -91,9 +107,15 @@ def test_a_damaged_csv_is_one_line_naming_the_file(data, name):
         assert said in _refusal(name), damage[:80]
 
 
-@pytest.mark.parametrize("name, column", [("nccl_all_to_all.csv", "busbw_gb_s"),
-                                          ("hybridep_all_to_all.csv", "combine_kernel_gb_s"),
-                                          ("interconnect.csv", "hbm_tb_s"), ("gpus.csv", "peak_bf16_tflops")])
+@pytest.mark.parametrize(
+    "name, column",
+    [
+        ("nccl_all_to_all.csv", "busbw_gb_s"),
+        ("hybridep_all_to_all.csv", "combine_kernel_gb_s"),
+        ("interconnect.csv", "hbm_tb_s"),
+        ("gpus.csv", "peak_bf16_tflops"),
+    ],
+)
 def test_a_value_out_of_its_domain_is_refused_not_used(data, name, column):
     import csv
     import io
@@ -128,8 +150,12 @@ def test_rows_lost_at_a_line_break_are_said_of_the_file_not_of_the_users_gpu(dat
 
 @pytest.mark.parametrize("name", ["bridge/containers.json", "bridge/fields-0.6.0.json", "bridge/presets-0.6.0.json"])
 def test_a_damaged_json_is_one_line_naming_the_file(data, name):
-    for damage, said in ((b"\xff\xfe{", "is not UTF-8"), (b"[1, 2]\n", "holds a list"), (b"{\"x\": 1\n", "is not JSON"),
-                         (b"{}\n", "lacks")):
+    for damage, said in (
+        (b"\xff\xfe{", "is not UTF-8"),
+        (b"[1, 2]\n", "holds a list"),
+        (b'{"x": 1\n', "is not JSON"),
+        (b"{}\n", "lacks"),
+    ):
         (data / name).write_bytes(damage)
         _clear_caches()
         assert said in _refusal(name)

@@ -60,8 +60,14 @@ def test_every_leaf_field_has_exactly_one_domain() -> None:
         ("cluster.time=soon", "cluster.time: 'soon' is not a Slurm time"),
         ("cluster.mem=lots", "cluster.mem: 'lots' is not a Slurm memory size"),
         ("logger.wandb_project='a/b'", "logger.wandb_project: 'a/b' is not a wandb name"),
-        ("precision.fp8_recipe=fancy", "precision.fp8_recipe: 'fancy' is not one of delayed, tensorwise, mxfp8, blockwise"),
-        ("parallel.recompute_modules=[everything]", "parallel.recompute_modules.0: 'everything' is not one of core_attn"),
+        (
+            "precision.fp8_recipe=fancy",
+            "precision.fp8_recipe: 'fancy' is not one of delayed, tensorwise, mxfp8, blockwise",
+        ),
+        (
+            "parallel.recompute_modules=[everything]",
+            "parallel.recompute_modules.0: 'everything' is not one of core_attn",
+        ),
         ("data.path=[[a,b]]", "data.path.0: expected text"),
         ("run_id=" + "r" * 300, "run_id: must be 1 to 128 characters long, got 300"),
     ],
@@ -102,7 +108,9 @@ def test_settings_the_local_engine_never_reads_are_refused_there(override: str) 
 
 
 def test_cross_field_rules() -> None:
-    assert first("kimi_k2_muon", "optimizer.min_lr=1").startswith("optimizer.min_lr: must not exceed optimizer.lr=0.0003")
+    assert first("kimi_k2_muon", "optimizer.min_lr=1").startswith(
+        "optimizer.min_lr: must not exceed optimizer.lr=0.0003"
+    )
     assert first("kimi_k2_tiny_muon", "optimizer.muon.ns_steps=7").startswith(
         "optimizer.muon.ns_steps: must be a multiple of 5 with the quintic coefficients"
     )
@@ -135,7 +143,9 @@ def test_the_error_line_names_the_field_the_user_typed(overrides: list[str], fie
 
 
 def test_several_problems_give_one_error_line_and_one_compact_line(tmp_path: Path) -> None:
-    done = run_cli("plan", "kimi_k2_muon", "parallel.tp=0", "optimizer.lr=nan", "train.gbs=0", f"results_dir={tmp_path}")
+    done = run_cli(
+        "plan", "kimi_k2_muon", "parallel.tp=0", "optimizer.lr=nan", "train.gbs=0", f"results_dir={tmp_path}"
+    )
     assert done.returncode == 2
     lines = done.stderr.splitlines()
     assert lines[0] == "error: parallel.tp: must be a whole number from 1 to 1,024, got 0"

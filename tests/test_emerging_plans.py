@@ -27,8 +27,11 @@ def _items(recipe: str, *overrides: str) -> dict:
 def test_soap_plans_with_its_fields_where_core_has_it(container):
     items = _items("qwen3_30b_a3b_soap", f"cluster.container={container}")
     assert items["optimizer.optimizer"] == "soap" and items["optimizer.use_layer_wise_distributed_optimizer"] is True
-    assert (items["optimizer.soap_shampoo_beta"], items["optimizer.soap_precondition_frequency"],
-            items["optimizer.soap_use_kl_shampoo"]) == (0.95, 1, True)
+    assert (
+        items["optimizer.soap_shampoo_beta"],
+        items["optimizer.soap_precondition_frequency"],
+        items["optimizer.soap_use_kl_shampoo"],
+    ) == (0.95, 1, True)
     assert items["optimizer.use_distributed_optimizer"] is False and "optimizer.muon_momentum" not in items
 
 
@@ -36,8 +39,11 @@ def test_soap_plans_with_its_fields_where_core_has_it(container):
 def test_adaptive_muon_plans_with_muons_fields_and_its_second_moment(container):
     items = _items("qwen3_30b_a3b_adaptive_muon", f"cluster.container={container}")
     assert items["optimizer.optimizer"] == "adaptive_muon" and items["optimizer.muon_momentum"] == 0.95
-    assert (items["optimizer.adaptive_muon_moment2_method"], items["optimizer.adaptive_muon_beta2"],
-            items["optimizer.adaptive_muon_eps"]) == ("adamuon", 0.95, 1e-8)
+    assert (
+        items["optimizer.adaptive_muon_moment2_method"],
+        items["optimizer.adaptive_muon_beta2"],
+        items["optimizer.adaptive_muon_eps"],
+    ) == ("adamuon", 0.95, 1e-8)
     assert "optimizer.muon_scalar_optimizer" not in items  # adam: every release's default, older ones lack the field
 
 
@@ -55,19 +61,28 @@ def test_the_refusal_is_one_line_with_exit_code_2():
     assert "soap arrives with nemo:26.06" in done.stderr and "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize(("container", "why"), [
-    ("nemo:26.02", "has no muon_scalar_optimizer"),
-    ("nemo:26.04.01", "lacks (Megatron asserts >= 0.2)"),
-    ("nemo:26.06", "never passes it on: Adam would run"),
-])
+@pytest.mark.parametrize(
+    ("container", "why"),
+    [
+        ("nemo:26.02", "has no muon_scalar_optimizer"),
+        ("nemo:26.04.01", "lacks (Megatron asserts >= 0.2)"),
+        ("nemo:26.06", "never passes it on: Adam would run"),
+    ],
+)
 def test_lion_for_the_scalars_is_refused_until_26_08(container, why):
-    problems = collect_problems(compose_run("qwen3_30b_a3b_muon", [RESULTS, f"cluster.container={container}",
-                                                                   "optimizer.scalar_optimizer=lion"]))
+    problems = collect_problems(
+        compose_run(
+            "qwen3_30b_a3b_muon", [RESULTS, f"cluster.container={container}", "optimizer.scalar_optimizer=lion"]
+        )
+    )
     assert [p.field for p in problems] == ["optimizer.scalar_optimizer"]
     assert why in problems[0].message and "arrives with nemo:26.08" in problems[0].message
     items = _items("qwen3_30b_a3b_muon", "cluster.container=nemo:26.08", "optimizer.scalar_optimizer=lion")
     assert (items["optimizer.muon_scalar_optimizer"], items["optimizer.lion_beta1"], items["optimizer.lion_beta2"]) == (
-        "lion", 0.95, 0.98)
+        "lion",
+        0.95,
+        0.98,
+    )
 
 
 def test_soap_on_tensor_parallel_shards_is_refused_in_reproduce_and_taken_in_train():
@@ -118,7 +133,9 @@ def test_plan_prices_soap_and_adaptive_muon_against_their_adamw_twin():
     for recipe in ("qwen3_30b_a3b_muon", "qwen3_30b_a3b_adaptive_muon", "qwen3_30b_a3b_soap"):
         plans[recipe] = build_plan(validate(compose_run(recipe, [RESULTS])), [], compare=ALL_MATRIX)
     muon, adaptive, soap = (plans[r].projection for r in plans)
-    step = {name: sum(p.optimizer_mean_s.values()) for name, p in (("muon", muon), ("adaptive", adaptive), ("soap", soap))}
+    step = {
+        name: sum(p.optimizer_mean_s.values()) for name, p in (("muon", muon), ("adaptive", adaptive), ("soap", soap))
+    }
     assert step["adaptive"] > step["muon"] and step["soap"] > step["adaptive"]
     assert soap.twin.recipe.startswith("qwen3_30b_a3b_adamw")
     assert soap.muon_overhead.parts_s["newton_schulz_compute"] > 0 and soap.what_if is None
@@ -132,7 +149,11 @@ def test_plan_prices_soap_and_adaptive_muon_against_their_adamw_twin():
     assert all(side[name].tflops_per_gpu_change_percent == change[name] for side in sides for name in side)
     assert change["soap"] < change["adaptive_muon"] < change["muon"] < 0
     assert sides[0]["soap"].recipe == "qwen3_30b_a3b_soap" and sides[2]["soap"].recipe == "this run"
-    assert sides[0]["soap"].optimizer_state_gb > sides[0]["adaptive_muon"].optimizer_state_gb > sides[0]["muon"].optimizer_state_gb
+    assert (
+        sides[0]["soap"].optimizer_state_gb
+        > sides[0]["adaptive_muon"].optimizer_state_gb
+        > sides[0]["muon"].optimizer_state_gb
+    )
     assert "  optimizers  model TFLOP/s/GPU vs the AdamW twin" in text and "AdaMuon -" in text
 
 
@@ -174,10 +195,16 @@ def test_a_matrix_optimizer_plan_composes_the_run_and_its_adamw_twin_only(monkey
     assert both.step.tflops_per_gpu == plain.step.tflops_per_gpu
 
 
-@pytest.mark.parametrize("compare, says", [
-    ("lion", "COMPARE: 'lion' is not a matrix optimizer"),
-    ("soap", "COMPARE: projects matrix optimizers beside a matrix-optimizer run's AdamW twin; qwen3_30b_a3b_adamw trains adamw"),
-])
+@pytest.mark.parametrize(
+    "compare, says",
+    [
+        ("lion", "COMPARE: 'lion' is not a matrix optimizer"),
+        (
+            "soap",
+            "COMPARE: projects matrix optimizers beside a matrix-optimizer run's AdamW twin; qwen3_30b_a3b_adamw trains adamw",
+        ),
+    ],
+)
 def test_a_bad_compare_is_one_line(compare, says):
     result = run_cli("plan", "qwen3_30b_a3b_adamw", RESULTS, "--compare", compare)
     assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr
@@ -187,9 +214,19 @@ def test_side_by_side_names_why_a_sibling_has_no_number():
     from optbench.plan import build_plan
 
     typed = [RESULTS, "cluster.container=nemo:26.02"]
-    old = {s.optimizer: s for s in build_plan(validate(compose_run("qwen3_30b_a3b_muon", typed)), typed, compare=ALL_MATRIX).projection.optimizers}
+    old = {
+        s.optimizer: s
+        for s in build_plan(
+            validate(compose_run("qwen3_30b_a3b_muon", typed)), typed, compare=ALL_MATRIX
+        ).projection.optimizers
+    }
     assert old["muon"].available and not old["soap"].available and "soap arrives with nemo:26.06" in old["soap"].reason
-    kimi = {s.optimizer: s for s in build_plan(validate(compose_run("kimi_k2_muon", [RESULTS])), [], compare=("soap", "adaptive_muon")).projection.optimizers}
+    kimi = {
+        s.optimizer: s
+        for s in build_plan(
+            validate(compose_run("kimi_k2_muon", [RESULTS])), [], compare=("soap", "adaptive_muon")
+        ).projection.optimizers
+    }
     assert not kimi["soap"].available and "largest term: optimizer_state" in kimi["soap"].reason
     assert kimi["adaptive_muon"].available and kimi["adaptive_muon"].recipe == "kimi_k2_muon optimizer=adaptive_muon"
 
@@ -199,15 +236,27 @@ def test_the_support_table_is_what_plan_accepts():
     from conftest import REPO
     from optbench.releases import versions
 
-    text = (REPO / "docs" / "optimizer.md").read_text().split("## SOAP, AdaMuon and Lion per container", 1)[1].split("\n## ", 1)[0]
+    text = (
+        (REPO / "docs" / "optimizer.md")
+        .read_text()
+        .split("## SOAP, AdaMuon and Lion per container", 1)[1]
+        .split("\n## ", 1)[0]
+    )
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| nemo:")]
     assert [r[0] for r in rows] == [c.name for c in reversed(versions.runnable())]
     for container, components, adamw, muon, adaptive, soap, lion in rows:
         target = versions.containers()[container]
-        assert components == f"{target.bridge} / {target.core.removesuffix('rc0')} / {versions.emerging_optimizers(target)}"
-        for recipe, extra, cell in (("qwen3_30b_a3b_adamw", [], adamw), ("qwen3_30b_a3b_muon", [], muon),
-                                    ("qwen3_30b_a3b_adaptive_muon", [], adaptive), ("qwen3_30b_a3b_soap", [], soap),
-                                    ("qwen3_30b_a3b_muon", ["optimizer.scalar_optimizer=lion"], lion)):
+        assert (
+            components
+            == f"{target.bridge} / {target.core.removesuffix('rc0')} / {versions.emerging_optimizers(target)}"
+        )
+        for recipe, extra, cell in (
+            ("qwen3_30b_a3b_adamw", [], adamw),
+            ("qwen3_30b_a3b_muon", [], muon),
+            ("qwen3_30b_a3b_adaptive_muon", [], adaptive),
+            ("qwen3_30b_a3b_soap", [], soap),
+            ("qwen3_30b_a3b_muon", ["optimizer.scalar_optimizer=lion"], lion),
+        ):
             problems = collect_problems(compose_run(recipe, [RESULTS, f"cluster.container={container}", *extra]))
             assert (cell == "yes") == (problems == []), (container, recipe, cell, problems)
 
@@ -217,12 +266,21 @@ def test_the_support_table_is_what_plan_accepts():
 def test_a_scale_adamuon_divides_out_again_is_refused(container, method):
     """Emerging-Optimizers 0.2.0 applies Muon's scale before the second moment, which divides it out: a typed
     extra_scale_factor would change nothing (the local engine's AdaMuon, the same semantics, shows it below)."""
-    run = compose_run("qwen3_30b_a3b_adaptive_muon", [f"cluster.container={container}", "optimizer.muon.extra_scale_factor=0.2",
-                                                      f"optimizer.adaptive_muon.moment2_method={method}"])
+    run = compose_run(
+        "qwen3_30b_a3b_adaptive_muon",
+        [
+            f"cluster.container={container}",
+            "optimizer.muon.extra_scale_factor=0.2",
+            f"optimizer.adaptive_muon.moment2_method={method}",
+        ],
+    )
     [problem] = [p for p in collect_problems(run) if p.field == "optimizer.muon.extra_scale_factor"]
     assert problem.message.startswith(f"changes nothing for AdaMuon with Emerging-Optimizers 0.2.0 ({container})")
-    assert not [p for p in collect_problems(compose_run("qwen3_30b_a3b_adaptive_muon", [f"cluster.container={container}"]))
-                if p.field == "optimizer.muon.extra_scale_factor"]
+    assert not [
+        p
+        for p in collect_problems(compose_run("qwen3_30b_a3b_adaptive_muon", [f"cluster.container={container}"]))
+        if p.field == "optimizer.muon.extra_scale_factor"
+    ]
 
 
 @pytest.mark.parametrize("method", ["adamuon", "normuon"])
@@ -239,7 +297,9 @@ def test_adamuon_before_emerging_optimizers_0_3_is_scale_free(method):
         weight = torch.nn.Parameter(torch.randn(24, 16))
         weight.grad = torch.randn(24, 16)
         before = weight.detach().clone()
-        AdaptiveMuon([weight], lr=0.1, moment2_method=method, extra_scale_factor=extra, scale_after_moment2=after).step()
+        AdaptiveMuon(
+            [weight], lr=0.1, moment2_method=method, extra_scale_factor=extra, scale_after_moment2=after
+        ).step()
         return weight.detach() - before
 
     assert torch.allclose(step(1.0, False), step(0.2, False), rtol=5e-3, atol=1e-6)  # eps and fp32 rounding
@@ -249,9 +309,12 @@ def test_adamuon_before_emerging_optimizers_0_3_is_scale_free(method):
 def test_normuon_checkpoints_are_refused_with_the_reason_and_adamuons_taken():
     """NorMuon's reduced second moment cannot pass Core's torch_dist shape assert; AdaMuon's is parameter-shaped."""
     typed = [RESULTS, "train.save_interval=100", "cluster.container=nemo:26.08"]
-    problems = collect_problems(compose_run("qwen3_30b_a3b_adaptive_muon",
-                                            [*typed, "optimizer.adaptive_muon.moment2_method=normuon"]))
-    assert [p.field for p in problems] == ["train.save_interval"] and "make_sharded_optimizer_tensor" in problems[0].message
+    problems = collect_problems(
+        compose_run("qwen3_30b_a3b_adaptive_muon", [*typed, "optimizer.adaptive_muon.moment2_method=normuon"])
+    )
+    assert [p.field for p in problems] == ["train.save_interval"] and "make_sharded_optimizer_tensor" in problems[
+        0
+    ].message
     assert collect_problems(compose_run("qwen3_30b_a3b_adaptive_muon", typed)) == []
 
 

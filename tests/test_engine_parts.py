@@ -70,10 +70,18 @@ def test_yarn_and_router_settings_reach_transformers():
 @pytest.mark.parametrize(
     "recipe, overrides, field",
     [
-        ("qwen3_moe_tiny_muon", ["model.moe_shared_expert_intermediate_size=128"], "model.moe_shared_expert_intermediate_size"),
+        (
+            "qwen3_moe_tiny_muon",
+            ["model.moe_shared_expert_intermediate_size=128"],
+            "model.moe_shared_expert_intermediate_size",
+        ),
         ("qwen3_moe_tiny_muon", ["model.moe_router_score_function=sigmoid"], "model.moe_router_score_function"),
         ("kimi_k2_tiny_muon", ["model.moe_router_score_function=softmax"], "model.moe_router_score_function"),
-        ("kimi_k2_tiny_muon", ["model.moe_shared_expert_intermediate_size=100"], "model.moe_shared_expert_intermediate_size"),
+        (
+            "kimi_k2_tiny_muon",
+            ["model.moe_shared_expert_intermediate_size=100"],
+            "model.moe_shared_expert_intermediate_size",
+        ),
         ("kimi_k2_tiny_muon", ["model.qk_layernorm=false"], "model.qk_layernorm"),
     ],
 )
@@ -107,14 +115,20 @@ def test_synthetic_chain_has_the_documented_entropy():
 
     def conditional(table):
         total = sum(sum(c.values()) for c in table.values())
-        return sum(sum(c.values()) / total * entropy(np.array(list(c.values())) / sum(c.values())) for c in table.values())
+        return sum(
+            sum(c.values()) / total * entropy(np.array(list(c.values())) / sum(c.values())) for c in table.values()
+        )
 
     assert len({n for c in given_one.values() for n in c}) <= 64
     assert max(len(c) for c in given_one.values()) <= SUCCESSORS
     assert conditional(given_two) == pytest.approx(entropy(stream.weights), abs=0.08)
     assert entropy(stream.weights) + 0.3 < conditional(given_one) <= math.log(SUCCESSORS) + 0.01
     floor = stream.loss_floor()
-    assert entropy(stream.weights) < floor < entropy(stream.weights) + (math.log(SUCCESSORS) - entropy(stream.weights)) / 256 + 1e-9
+    assert (
+        entropy(stream.weights)
+        < floor
+        < entropy(stream.weights) + (math.log(SUCCESSORS) - entropy(stream.weights)) / 256 + 1e-9
+    )
 
 
 def test_data_parallel_ranks_split_each_global_batch_without_overlap():

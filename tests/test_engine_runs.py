@@ -26,10 +26,20 @@ pytestmark = pytest.mark.slow  # trains the local engine end to end; `make test-
 
 REPO = Path(__file__).resolve().parents[1]
 MICRO_KIMI = [
-    "model.num_layers=2", "model.hidden_size=64", "model.ffn_hidden_size=128", "model.num_moe_experts=4",
-    "model.moe_ffn_hidden_size=32", "model.moe_shared_expert_intermediate_size=32", "model.moe_router_topk=2",
-    "model.q_lora_rank=32", "model.kv_lora_rank=16", "model.qk_head_dim=16", "model.qk_pos_emb_head_dim=8",
-    "model.v_head_dim=16", "model.vocab_size=256", "data.vocab_size=128",
+    "model.num_layers=2",
+    "model.hidden_size=64",
+    "model.ffn_hidden_size=128",
+    "model.num_moe_experts=4",
+    "model.moe_ffn_hidden_size=32",
+    "model.moe_shared_expert_intermediate_size=32",
+    "model.moe_router_topk=2",
+    "model.q_lora_rank=32",
+    "model.kv_lora_rank=16",
+    "model.qk_head_dim=16",
+    "model.qk_pos_emb_head_dim=8",
+    "model.v_head_dim=16",
+    "model.vocab_size=256",
+    "data.vocab_size=128",
 ]
 MICRO_TRAIN = ["train.gbs=8", "train.mbs=2", "train.seq_length=32", "train.iters=4", "train.warmup_iters=1"]
 
@@ -56,11 +66,15 @@ def _losses(directory: Path) -> list[float]:
     return [r["loss"] for r in read_metrics(directory / "metrics.jsonl")]
 
 
-@pytest.mark.parametrize(("recipe", "optimizer"), [
-    ("kimi_k2_tiny_muon", []),
-    ("kimi_k2_tiny_adamw", []),
-    ("kimi_k2_tiny_muon", ["optimizer=adaptive_muon", "optimizer.scalar_optimizer=lion"]),
-], ids=["muon", "adamw", "adaptive_muon+lion"])
+@pytest.mark.parametrize(
+    ("recipe", "optimizer"),
+    [
+        ("kimi_k2_tiny_muon", []),
+        ("kimi_k2_tiny_adamw", []),
+        ("kimi_k2_tiny_muon", ["optimizer=adaptive_muon", "optimizer.scalar_optimizer=lion"]),
+    ],
+    ids=["muon", "adamw", "adaptive_muon+lion"],
+)
 def test_two_gloo_processes_train_like_one(tmp_path, recipe, optimizer):
     """torchrun with 2 processes (layer-wise Muon or AdaMuon: each rank updates the parameters it owns) gives
     the losses of a single process accumulating the same global batch, up to float summation order (AdaMuon with
@@ -80,8 +94,9 @@ def test_layer_wise_soap_on_two_processes_equals_replicated_soap(tmp_path):
     (layer-wise) and two that each update everything see the same reduced gradients: the same losses, exactly."""
     shared = ["optimizer=soap", "parallel.num_gpus=2"]
     owned = launch_local(_run(tmp_path, "kimi_k2_tiny_muon", *shared, "run_id=owned"))
-    replicated = launch_local(_run(tmp_path, "kimi_k2_tiny_muon", *shared, "optimizer.soap.layer_wise=false",
-                                   "run_id=replicated"))
+    replicated = launch_local(
+        _run(tmp_path, "kimi_k2_tiny_muon", *shared, "optimizer.soap.layer_wise=false", "run_id=replicated")
+    )
     assert _losses(owned) == _losses(replicated)
     assert _losses(owned)[-1] < _losses(owned)[0]
 
@@ -134,8 +149,10 @@ def test_killed_run_leaves_no_corrupt_file_and_resumes_bit_for_bit(tmp_path, mon
     run = _run(tmp_path, "kimi_k2_tiny_muon", *steps, "run_id=killed")
     config = save_resolved_config(run, run_dir(run) / "config.yaml")
     process = subprocess.Popen(
-        [sys.executable, "-m", "optbench.engine.local", str(config)], cwd=REPO,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "optbench.engine.local", str(config)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     metrics = run_dir(run) / "metrics.jsonl"
     deadline = time.time() + 120
@@ -160,12 +177,23 @@ def test_launch_refuses_reuse_resume_of_nothing_and_models_that_do_not_fit(tmp_p
     with pytest.raises(UserError, match="already holds a run"):
         launch_local(_run(tmp_path, "kimi_k2_tiny_adamw", "run_id=once", "train.iters=1"))
     with pytest.raises(UserError) as err:
-        launch_local(_run(tmp_path, "kimi_k2_tiny_adamw", "run_id=once", "train.iters=1", "resume=true", "train.gbs=16"))
+        launch_local(
+            _run(tmp_path, "kimi_k2_tiny_adamw", "run_id=once", "train.iters=1", "resume=true", "train.gbs=16")
+        )
     assert err.value.problems[0].field == "train.gbs"
     with pytest.raises(UserError, match="no run to resume"):
         launch_local(_run(tmp_path, "kimi_k2_tiny_adamw", "run_id=never", "resume=true"))
-    huge = compose_run("kimi_k2_muon", [f"results_dir={tmp_path}", "engine=local", "parallel=single",
-                                        "cluster=local", "precision=bf16", "logger=none"])
+    huge = compose_run(
+        "kimi_k2_muon",
+        [
+            f"results_dir={tmp_path}",
+            "engine=local",
+            "parallel=single",
+            "cluster=local",
+            "precision=bf16",
+            "logger=none",
+        ],
+    )
     with pytest.raises(UserError) as err:
         launch_local(huge)
     assert err.value.problems[0].field == "model" and "cluster" in str(err.value)
@@ -176,9 +204,13 @@ def test_cpu_runs_repeat_bit_for_bit_with_several_threads(tmp_path, monkeypatch)
     Newton-Schulz GEMMs differed between two runs from the second step on (measured)."""
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     losses = [
-        _losses(launch_local(compose_run(
-            "kimi_k2_tiny_muon", ["train.iters=3", f"results_dir={tmp_path}", "logger=none", f"run_id=again{i}"]
-        )))
+        _losses(
+            launch_local(
+                compose_run(
+                    "kimi_k2_tiny_muon", ["train.iters=3", f"results_dir={tmp_path}", "logger=none", f"run_id=again{i}"]
+                )
+            )
+        )
         for i in range(2)
     ]
     assert losses[0] == losses[1]

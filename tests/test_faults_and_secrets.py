@@ -59,7 +59,9 @@ INTERPOLATED = [
 
 @pytest.mark.parametrize(("field", "override"), INTERPOLATED, ids=[o for _, o in INTERPOLATED])
 @pytest.mark.parametrize("command", ["plan", "pretrain", "sweep"])
-def test_a_secret_in_any_field_is_refused_and_never_printed_or_written(secrets, capsys, tmp_path, field, override, command):
+def test_a_secret_in_any_field_is_refused_and_never_printed_or_written(
+    secrets, capsys, tmp_path, field, override, command
+):
     extra = {"pretrain": ["dryrun=true"], "sweep": ["dryrun=true", "train.seed=1,2"]}.get(command, [])
     code, out, err = launch(capsys, command, "kimi_k2_muon", override, *extra, f"results_dir={tmp_path}")
     assert code == 2 and err.startswith(f"error: {field}: "), err
@@ -94,8 +96,14 @@ def test_no_secret_reaches_any_file_of_a_dry_run_a_sweep_a_local_run_or_a_table(
 
 @pytest.mark.parametrize(
     ("override", "field"),
-    [("recipe=../../escape", "recipe"), ("recipe=kimi_k2_adamw", "recipe"), ("recipe=", "recipe"),
-     ("run_id=" + "r" * 300, "run_id"), ("run_id=" + "r" * 100_000, "run_id"), ("run_id=../x", "run_id")],
+    [
+        ("recipe=../../escape", "recipe"),
+        ("recipe=kimi_k2_adamw", "recipe"),
+        ("recipe=", "recipe"),
+        ("run_id=" + "r" * 300, "run_id"),
+        ("run_id=" + "r" * 100_000, "run_id"),
+        ("run_id=../x", "run_id"),
+    ],
 )
 def test_recipe_names_and_run_ids_stay_in_their_folders(capsys, tmp_path, override, field):
     code, _, err = launch(capsys, "plan", "kimi_k2_muon", override, f"results_dir={tmp_path / 'results'}")
@@ -167,8 +175,18 @@ def _break(root: Path, how: str) -> None:
         (root / LATEST).write_text("step_000099\n")
 
 
-CORRUPTIONS = ["truncated", "garbage", "empty shard", "missing shard", "wrong shape", "no manifest", "empty latest",
-               "binary latest", "escaping latest", "latest names nothing"]
+CORRUPTIONS = [
+    "truncated",
+    "garbage",
+    "empty shard",
+    "missing shard",
+    "wrong shape",
+    "no manifest",
+    "empty latest",
+    "binary latest",
+    "escaping latest",
+    "latest names nothing",
+]
 
 
 @pytest.mark.parametrize("how", CORRUPTIONS)
@@ -177,9 +195,19 @@ def test_a_corrupt_checkpoint_is_named_in_one_line_and_the_last_complete_one_off
     root = checkpoint_dir(_micro(results, "run_id=base"))
     assert complete_steps(root) == [2, 4]
     _break(root, how)
-    code, _, err = launch(capsys, "pretrain", "kimi_k2_tiny_muon", *MICRO_KIMI, *micro_train(iters=6), "train.lr_decay_iters=6",
-                          "logger=none", "run_id=base", "resume=true", "train.save_interval=2",
-                          f"results_dir={results}")
+    code, _, err = launch(
+        capsys,
+        "pretrain",
+        "kimi_k2_tiny_muon",
+        *MICRO_KIMI,
+        *micro_train(iters=6),
+        "train.lr_decay_iters=6",
+        "logger=none",
+        "run_id=base",
+        "resume=true",
+        "train.save_interval=2",
+        f"results_dir={results}",
+    )
     assert code == 2, err
     [line] = err.splitlines()
     offered = 4 if "latest" in how else 2  # a broken pointer leaves both checkpoints complete
@@ -191,8 +219,9 @@ def test_resume_from_the_offered_checkpoint_continues_bit_for_bit(saved, tmp_pat
     results = _copy(saved, tmp_path)
     whole = launch_local(_micro(results, "run_id=whole", "train.iters=6"))
     _break(checkpoint_dir(_micro(results, "run_id=base")), "truncated")
-    resumed = launch_local(_micro(results, "run_id=base", "resume=true", "train.iters=6", "train.save_interval=2",
-                                  "train.resume_step=2"))
+    resumed = launch_local(
+        _micro(results, "run_id=base", "resume=true", "train.iters=6", "train.save_interval=2", "train.resume_step=2")
+    )
     records = read_metrics(resumed / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
     assert [r["loss"] for r in records] == [r["loss"] for r in read_metrics(whole / "metrics.jsonl")]
@@ -216,8 +245,16 @@ def test_two_runs_with_one_run_id_cannot_write_at_once(tmp_path, capsys):
     directory = marked_results(tmp_path / "results") / "runs" / "twice"
     handle = lock_run_dir(directory)
     try:
-        code, _, err = launch(capsys, "pretrain", "kimi_k2_tiny_muon", *MICRO_KIMI, *MICRO_TRAIN, "logger=none",
-                              "run_id=twice", f"results_dir={tmp_path / 'results'}")
+        code, _, err = launch(
+            capsys,
+            "pretrain",
+            "kimi_k2_tiny_muon",
+            *MICRO_KIMI,
+            *MICRO_TRAIN,
+            "logger=none",
+            "run_id=twice",
+            f"results_dir={tmp_path / 'results'}",
+        )
     finally:
         unlock_run_dir(handle)
     assert code == 2 and err.startswith("error: run_id: ") and "being written by another process" in err
@@ -228,9 +265,14 @@ def test_a_diverging_run_ends_in_one_line(tmp_path, capsys, monkeypatch):
     from optbench.engine.local import trainer
 
     monkeypatch.setattr(trainer.Trainer, "_forward_backward", lambda self, step: torch.tensor(float("nan")))
-    code, _, err = launch(capsys, "pretrain", "kimi_k2_tiny_muon", *MICRO_KIMI, *MICRO_TRAIN, "logger=none",
-                          f"results_dir={tmp_path}")
-    assert code == 2 and err.startswith("error: optimizer.lr: the loss became nan at step 1") and len(err.splitlines()) == 1
+    code, _, err = launch(
+        capsys, "pretrain", "kimi_k2_tiny_muon", *MICRO_KIMI, *MICRO_TRAIN, "logger=none", f"results_dir={tmp_path}"
+    )
+    assert (
+        code == 2
+        and err.startswith("error: optimizer.lr: the loss became nan at step 1")
+        and len(err.splitlines()) == 1
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,9 +286,11 @@ def test_make_table_skips_broken_runs_with_a_reason_and_reads_any_bridge_log(sav
     good = results / "runs" / "base"
     for name, files in {
         "bad-yaml": {"config.yaml": "model: [unclosed\n  : :"},
-        "list-line": {"metrics.jsonl": "[1, 2, 3]\n{\"step\": 1}\n"},
-        "negative-time": {"job.log": " [2026-04-01 12:00:00] iteration 10/ 100 | elapsed time per iteration (ms): -12.5 |"
-                                     " throughput per GPU (TFLOP/s/GPU): -3.0 | lm loss: 9.8E+00 |\n"},
+        "list-line": {"metrics.jsonl": '[1, 2, 3]\n{"step": 1}\n'},
+        "negative-time": {
+            "job.log": " [2026-04-01 12:00:00] iteration 10/ 100 | elapsed time per iteration (ms): -12.5 |"
+            " throughput per GPU (TFLOP/s/GPU): -3.0 | lm loss: 9.8E+00 |\n"
+        },
     }.items():
         folder = results / "runs" / name
         folder.mkdir()
@@ -259,7 +303,9 @@ def test_make_table_skips_broken_runs_with_a_reason_and_reads_any_bridge_log(sav
     (binary / "metrics.jsonl").write_bytes(bytes(range(256)) * 8)
     log = tmp_path / "anywhere" / "job.out"
     log.parent.mkdir()
-    log.write_text("Step Time : 12.78s GPU utilization: 528.1 TFLOP/s/GPU\nStep Time : 12.92s GPU utilization: 1037.0MODEL_TFLOP/s/GPU\n")
+    log.write_text(
+        "Step Time : 12.78s GPU utilization: 528.1 TFLOP/s/GPU\nStep Time : 12.92s GPU utilization: 1037.0MODEL_TFLOP/s/GPU\n"
+    )
     out = write_throughput(results, warmup=0, extra_logs=[log])
     reasons = dict(out.skipped)
     assert "a metrics line must be a JSON object" in reasons[str(results / "runs" / "list-line")]
@@ -284,7 +330,11 @@ def test_dollar_values_reach_hydra_exactly_as_typed_through_make(tmp_path):
     plan = json.loads((results / "plans" / "kimi_k2_tiny_muon" / "plan.json").read_text())
     assert plan["description"] == f"cost $5 {Path.home()}"
     done = run_make("plan", "RECIPE=kimi_k2_tiny_muon", "description=${description}", f"results_dir={results}")
-    assert done.returncode == 2 and done.stderr.startswith("error: description: ") and "Recursive variable" not in done.stderr
+    assert (
+        done.returncode == 2
+        and done.stderr.startswith("error: description: ")
+        and "Recursive variable" not in done.stderr
+    )
 
 
 def test_the_makefile_keeps_every_top_level_field_out_of_makes_exports() -> None:

@@ -40,8 +40,13 @@ def test_every_leaf_field_declares_its_spec_beside_its_type() -> None:
 
 def test_engine_scopes_are_the_schemas_readers() -> None:
     assert set(BRIDGE_ONLY) == {k for k, s in TABLE.items() if s.readers == {"megatron_bridge"}}
-    assert set(LOCAL_ONLY) == {"data.vocab_size", "data.valid_seed", "train.resume_step", "model.norm_topk_prob",
-                               "model.max_position_embeddings"}
+    assert set(LOCAL_ONLY) == {
+        "data.vocab_size",
+        "data.valid_seed",
+        "train.resume_step",
+        "model.norm_topk_prob",
+        "model.max_position_embeddings",
+    }
     assert "cluster.account" in SLURM_ONLY and "cluster.container" in BRIDGE_ONLY
     assert spec_of("cluster.env.NCCL_DEBUG") is TABLE["cluster.env"] and spec_of("cluster") is None
     assert TABLE["parallel.tp"].readers == EVERYONE
@@ -66,22 +71,35 @@ def test_every_declared_bridge_name_is_emitted_for_some_run(tmp_path) -> None:
     emitted = set().union(
         _emitted("kimi_k2_muon"),
         _emitted("kimi_k2_muon", "cluster.container=nemo:26.02"),
-        _emitted("kimi_k2_muon", "optimizer.muon.qk_clip=true", "optimizer.muon.layer_wise=true",
-                 "optimizer.muon.overlap_param_gather=true", "parallel.moe_token_dispatcher=flex",
-                 "parallel.moe_flex_dispatcher_backend=deepep"),
+        _emitted(
+            "kimi_k2_muon",
+            "optimizer.muon.qk_clip=true",
+            "optimizer.muon.layer_wise=true",
+            "optimizer.muon.overlap_param_gather=true",
+            "parallel.moe_token_dispatcher=flex",
+            "parallel.moe_flex_dispatcher_backend=deepep",
+        ),
         _emitted("qwen3_30b_a3b_soap", "cluster.container=nemo:26.08"),
         _emitted("deepseek_v3_adamw", "cluster.container=nemo:26.08"),  # NVIDIA's MXFP8 preset: FP8 output projection
         _emitted("qwen3_30b_a3b_adaptive_muon", "cluster.container=nemo:26.08", "optimizer.scalar_optimizer=lion"),
-        _emitted("qwen3_30b_a3b_adamw", "data=indexed", blend, "data.tokenizer=Qwen/Qwen3-30B-A3B",
-                 "logger.wandb_entity=team", "intent=train", "train.eval_interval=50"),
+        _emitted(
+            "qwen3_30b_a3b_adamw",
+            "data=indexed",
+            blend,
+            "data.tokenizer=Qwen/Qwen3-30B-A3B",
+            "logger.wandb_entity=team",
+            "intent=train",
+            "train.eval_interval=50",
+        ),
     )
     declared = {name for spec in TABLE.values() for name in spec.bridge}
     declared |= {spec.renamed_from for spec in TABLE.values() if spec.renamed_from}
     assert sorted(declared - emitted) == []
 
 
-@pytest.mark.parametrize(("container", "name"), [("nemo:26.02", "optimizer.muon_use_nesterov"),
-                                                 ("nemo:26.08", "optimizer.muon_nesterov")])
+@pytest.mark.parametrize(
+    ("container", "name"), [("nemo:26.02", "optimizer.muon_use_nesterov"), ("nemo:26.08", "optimizer.muon_nesterov")]
+)
 def test_a_renamed_bridge_field_takes_the_containers_name(container: str, name: str) -> None:
     release = versions.containers()[container]
     assert bridge_name("optimizer.muon.nesterov", lambda field: versions.has_field(release, field)) == name
@@ -91,22 +109,51 @@ def test_presets_are_read_through_the_declared_bridge_names() -> None:
     every, reproduce = preset_fields("train"), preset_fields("reproduce")
     assert every["model.pipeline_model_parallel_size"] == "parallel.pp"
     assert every["mixed_precision.fp8_param_gather"] == "precision.fp8_param_gather"
-    assert set(reproduce) - set(every) == set(release_layout.REPRODUCE_FIELDS) == {
-        "model.init_method_std", "model.moe_aux_loss_coeff", "optimizer.adam_eps"}
+    assert (
+        set(reproduce) - set(every)
+        == set(release_layout.REPRODUCE_FIELDS)
+        == {"model.init_method_std", "model.moe_aux_loss_coeff", "optimizer.adam_eps"}
+    )
     assert all(ours in TABLE and TABLE[ours].bridge[0] == bridge for bridge, ours in reproduce.items())
 
 
 NOT_WRITTEN_INTO_BRIDGE = {
-    "labels": ("recipe", "description", "model.name", "model.proxy_of", "parallel.name", "precision.name",
-               "train.name", "data.name"),
+    "labels": (
+        "recipe",
+        "description",
+        "model.name",
+        "model.proxy_of",
+        "parallel.name",
+        "precision.name",
+        "train.name",
+        "data.name",
+    ),
     "choose what the adapter starts from (the Bridge recipe, the mixed-precision preset, the MLA fields)": (
-        "engine", "intent", "model.architecture", "model.multi_latent_attention", "precision.params_dtype",
-        "precision.bridge_mixed_precision"),
+        "engine",
+        "intent",
+        "model.architecture",
+        "model.multi_latent_attention",
+        "precision.params_dtype",
+        "precision.bridge_mixed_precision",
+    ),
     "planning and the job around Bridge (world size, folders, run id, flags of the command)": (
-        "parallel.num_gpus", "train.checkpoint_dir", "data.kind", "run_id", "results_dir", "debug", "dryrun",
-        "force", "resume", "step_time_s", "precision.peak", "compare_with"),
+        "parallel.num_gpus",
+        "train.checkpoint_dir",
+        "data.kind",
+        "run_id",
+        "results_dir",
+        "debug",
+        "dryrun",
+        "force",
+        "resume",
+        "step_time_s",
+        "precision.peak",
+        "compare_with",
+    ),
     "refused on Megatron Bridge unless left at the default (validation names the engine that has it)": (
-        "optimizer.muon.assignment", "optimizer.muon.syrk"),
+        "optimizer.muon.assignment",
+        "optimizer.muon.syrk",
+    ),
 }
 """Fields a Bridge run reads that are not a Bridge field of their own, each group with the reason."""
 
@@ -115,6 +162,9 @@ def test_a_field_bridge_reads_is_written_into_bridge_or_has_a_reason() -> None:
     """A new field that Bridge runs accept must name its Bridge field, or say here why it needs none; otherwise a
     typed value would be silently ignored by the job (a field only the local engine reads declares readers=LOCAL)."""
     reasoned = {key for keys in NOT_WRITTEN_INTO_BRIDGE.values() for key in keys}
-    unwritten = {key for key, spec in TABLE.items() if "megatron_bridge" in spec.readers and not spec.bridge
-                 and not key.startswith(("cluster.", "logger."))}  # the job and its logging around Bridge
+    unwritten = {
+        key
+        for key, spec in TABLE.items()
+        if "megatron_bridge" in spec.readers and not spec.bridge and not key.startswith(("cluster.", "logger."))
+    }  # the job and its logging around Bridge
     assert sorted(unwritten - reasoned) == [] and sorted(reasoned - unwritten) == []

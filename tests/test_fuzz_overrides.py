@@ -50,14 +50,50 @@ ERROR_LINE = re.compile(r"^error: ([A-Za-z_][A-Za-z0-9_.\-]*|RECIPE|overrides|ar
 # Values
 # ---------------------------------------------------------------------------------------------
 
-NASTY_TEXT = ["", "null", "true", "a b", "x,y", "[1,2]", "{a: 1}", "${oc.env:HOME}", "'quoted'", '"dq"', "a\\b",
-              "${missing.key}", "\u00e9t\u00e9", "x\ny", "../../etc", "$(rm -rf /)", "a" * 300]
+NASTY_TEXT = [
+    "",
+    "null",
+    "true",
+    "a b",
+    "x,y",
+    "[1,2]",
+    "{a: 1}",
+    "${oc.env:HOME}",
+    "'quoted'",
+    '"dq"',
+    "a\\b",
+    "${missing.key}",
+    "\u00e9t\u00e9",
+    "x\ny",
+    "../../etc",
+    "$(rm -rf /)",
+    "a" * 300,
+]
 
 
 def _numbers(key: str) -> st.SearchStrategy[str]:
     domain = DOMAINS.get(key)
-    picks = ["-1", "0", "1", "2", "3", "7", "8", "64", "1024", "10**6", "1000000000000", "1" + "0" * 30,
-             "1.5", "nan", "inf", "-inf", "1e400", "true", "abc"]
+    picks = [
+        "-1",
+        "0",
+        "1",
+        "2",
+        "3",
+        "7",
+        "8",
+        "64",
+        "1024",
+        "10**6",
+        "1000000000000",
+        "1" + "0" * 30,
+        "1.5",
+        "nan",
+        "inf",
+        "-inf",
+        "1e400",
+        "true",
+        "abc",
+    ]
     if isinstance(domain, Integer):
         picks += [str(domain.low), str(domain.high), str(domain.high + 1), str(domain.low - 1)]
     if isinstance(domain, Real):
@@ -72,8 +108,21 @@ def _words(key: str) -> st.SearchStrategy[str]:
 
 
 def _lists(key: str) -> st.SearchStrategy[str]:
-    return st.sampled_from(["[]", "null", "[a]", "[[embedding,decoder]]", "[[embedding],[decoder,loss]]", "[1,2]",
-                            "['--mpi=pmix']", "[mla_up_proj]", "[moe_router,moe_preprocess]", "[foo]", "{a: 1}"])
+    return st.sampled_from(
+        [
+            "[]",
+            "null",
+            "[a]",
+            "[[embedding,decoder]]",
+            "[[embedding],[decoder,loss]]",
+            "[1,2]",
+            "['--mpi=pmix']",
+            "[mla_up_proj]",
+            "[moe_router,moe_preprocess]",
+            "[foo]",
+            "{a: 1}",
+        ]
+    )
 
 
 def _value(key: str) -> st.SearchStrategy[str]:
@@ -98,19 +147,63 @@ GROUP_OVERRIDES = st.one_of(
     st.sampled_from(CONFIG_GROUPS).flatmap(
         lambda g: st.sampled_from([f"{g}=nope", f"{g}=null", f"~{g}", f"{g}=[a,b]", f"{g}="])
     ),
-    st.sampled_from(["cluster=h100", "cluster=local", "precision=fp8_cs", "precision=fp16", "optimizer=adamw",
-                     "optimizer=muon", "parallel=single", "data=indexed", "data=mock", "logger=none", "model=kimi_k2_tiny",
-                     "train=tiny", "parallel=kimi_k2_gb300_256"]),
+    st.sampled_from(
+        [
+            "cluster=h100",
+            "cluster=local",
+            "precision=fp8_cs",
+            "precision=fp16",
+            "optimizer=adamw",
+            "optimizer=muon",
+            "parallel=single",
+            "data=indexed",
+            "data=mock",
+            "logger=none",
+            "model=kimi_k2_tiny",
+            "train=tiny",
+            "parallel=kimi_k2_gb300_256",
+        ]
+    ),
 )
-SYNTAX = st.sampled_from([
-    "~parallel.tp", "+parallel.tp=2", "++parallel.tp=2", "parallel.tp@pkg=2", "hydra.job.name=x", "hydra/launcher=basic",
-    "parallel.ep=32,64", "parallel.ep=range(1,100000)", "parallel.tpp=2", "+train.gbs_typo=3", "recipe=kimi_k2_adamw",
-    "recipe=../../x", "recipe=", "noequals", "--foo", "=1", "a=b=c", "parallel.tp='1'", "parallel.pp=${parallel.tp}",
-    "model.num_layers=${oc.decode:'61'}", "+cluster.env.HF_TOKEN=x", "+cluster.env.1BAD=x", "cluster.env.X=${oc.env:HOME}",
-    "description=${oc.env:HOME}", "run_id=a/b", "run_id=" + "r" * 300, "parallel.pipeline_layout.0.0=embeding",
-    "optimizer.muon.ns_steps=7", "parallel.num_gpus=1000000000000", "model.num_layers=100000000", "parallel.vpp=1000000",
-    "model.num_moe_experts=4096", "train.gbs=" + "9" * 31, "parallel.pp=8", "parallel.pp=8 parallel.ep=32",
-])
+SYNTAX = st.sampled_from(
+    [
+        "~parallel.tp",
+        "+parallel.tp=2",
+        "++parallel.tp=2",
+        "parallel.tp@pkg=2",
+        "hydra.job.name=x",
+        "hydra/launcher=basic",
+        "parallel.ep=32,64",
+        "parallel.ep=range(1,100000)",
+        "parallel.tpp=2",
+        "+train.gbs_typo=3",
+        "recipe=kimi_k2_adamw",
+        "recipe=../../x",
+        "recipe=",
+        "noequals",
+        "--foo",
+        "=1",
+        "a=b=c",
+        "parallel.tp='1'",
+        "parallel.pp=${parallel.tp}",
+        "model.num_layers=${oc.decode:'61'}",
+        "+cluster.env.HF_TOKEN=x",
+        "+cluster.env.1BAD=x",
+        "cluster.env.X=${oc.env:HOME}",
+        "description=${oc.env:HOME}",
+        "run_id=a/b",
+        "run_id=" + "r" * 300,
+        "parallel.pipeline_layout.0.0=embeding",
+        "optimizer.muon.ns_steps=7",
+        "parallel.num_gpus=1000000000000",
+        "model.num_layers=100000000",
+        "parallel.vpp=1000000",
+        "model.num_moe_experts=4096",
+        "train.gbs=" + "9" * 31,
+        "parallel.pp=8",
+        "parallel.pp=8 parallel.ep=32",
+    ]
+)
 OVERRIDE = st.one_of(
     st.sampled_from(FIELDS).flatmap(_assignment),
     st.sampled_from(FIELDS).flatmap(_assignment),
@@ -125,8 +218,16 @@ def _results_dir_value(tmp: Path) -> st.SearchStrategy[list[str]]:
     """Mostly no override; sometimes a results_dir that must be refused (or a fresh folder, which is fine)."""
     return st.one_of(
         st.just([]),
-        st.sampled_from([str(tmp / "a_file"), "/dev/null", "/proc/x", str(tmp / ("d" * 300)), str(tmp / "a_file" / "x"),
-                         str(tmp / "fresh")]).map(lambda v: [f"results_dir={v}"]),
+        st.sampled_from(
+            [
+                str(tmp / "a_file"),
+                "/dev/null",
+                "/proc/x",
+                str(tmp / ("d" * 300)),
+                str(tmp / "a_file" / "x"),
+                str(tmp / "fresh"),
+            ]
+        ).map(lambda v: [f"results_dir={v}"]),
     )
 
 

@@ -30,9 +30,32 @@ FUZZ = settings(
     report_multiple_bugs=False,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-PLACES = ["{canary}", "{checkout}", "{checkout}/conf", "{input}", "{input}/sub", "{userdir}", "{userfile}", "{device}", "{fifo}",
-          "{link}", "{resultslike}", "{results}", "{results}/runs", "{corpus}", "{scratch}", "/", "/dev/null", "/proc/self",
-          "/sys", "/etc", ".", "..", "{repo}/src", "{logs}"]
+PLACES = [
+    "{canary}",
+    "{checkout}",
+    "{checkout}/conf",
+    "{input}",
+    "{input}/sub",
+    "{userdir}",
+    "{userfile}",
+    "{device}",
+    "{fifo}",
+    "{link}",
+    "{resultslike}",
+    "{results}",
+    "{results}/runs",
+    "{corpus}",
+    "{scratch}",
+    "/",
+    "/dev/null",
+    "/proc/self",
+    "/sys",
+    "/etc",
+    ".",
+    "..",
+    "{repo}/src",
+    "{logs}",
+]
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
 """No NUL: no command line or environment variable can carry one (make passes values through the environment)."""
 
@@ -42,9 +65,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     return build_world(tmp_path_factory.mktemp("fuzz-surfaces"))
 
 
-def _run(world: World, tmp_path_factory: pytest.TempPathFactory, capsys, target: str, words: list[str],
-         setups: list[str] = ()) -> None:
-    case = Case(0, "any", None, target, (*words, *(f"@{s}" for s in setups)), " ".join(map(shlex.quote, [target, *words])))
+def _run(
+    world: World,
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys,
+    target: str,
+    words: list[str],
+    setups: list[str] = (),
+) -> None:
+    case = Case(
+        0, "any", None, target, (*words, *(f"@{s}" for s in setups)), " ".join(map(shlex.quote, [target, *words]))
+    )
     with pytest.MonkeyPatch.context() as monkeypatch:
         execute(case, world, tmp_path_factory.mktemp("case"), capsys, monkeypatch)
 
@@ -56,19 +87,45 @@ def _path(scratch_share: float = 0.5) -> st.SearchStrategy[str]:
 @FUZZ
 @given(data=st.data())
 def test_make_data_with_drawn_paths_and_options(world, tmp_path_factory, capsys, data) -> None:
-    words = [f"INPUT={data.draw(st.one_of(st.sampled_from(['{input}', '{badinput}', '{link}']), _path()))}",
-             f"OUT={data.draw(_path())}"]
+    words = [
+        f"INPUT={data.draw(st.one_of(st.sampled_from(['{input}', '{badinput}', '{link}']), _path()))}",
+        f"OUT={data.draw(_path())}",
+    ]
     if data.draw(st.booleans()):
         words.append(f"TOKENIZER={data.draw(st.one_of(st.just('{tokenizer}'), _path()))}")
     if data.draw(st.booleans()):
-        words.append(f"VOCAB={data.draw(st.one_of(st.integers(-5, 2 ** 21).map(str), TEXT))}")
+        words.append(f"VOCAB={data.draw(st.one_of(st.integers(-5, 2**21).map(str), TEXT))}")
     _run(world, tmp_path_factory, capsys, "data", words)
 
 
-LOG_PIECES = [" iteration ", "10", "/", " 100 |", " elapsed time per iteration (ms): ", "12920.3", " | ",
-              "throughput per GPU (TFLOP/s/GPU): ", "1037.0", " lm loss: ", "nan", "inf", "-1", "1e400", "9" * 400,
-              "Step Time : ", "12.92s GPU utilization: ", "MODEL_TFLOP/s/GPU", "\n", "\r\n", "\x00", "[2026-04-01 12:00:00]",
-              "[rank3]: ", " " * 200, "|" * 50, "wk-adv-0123456789abcdef"]
+LOG_PIECES = [
+    " iteration ",
+    "10",
+    "/",
+    " 100 |",
+    " elapsed time per iteration (ms): ",
+    "12920.3",
+    " | ",
+    "throughput per GPU (TFLOP/s/GPU): ",
+    "1037.0",
+    " lm loss: ",
+    "nan",
+    "inf",
+    "-1",
+    "1e400",
+    "9" * 400,
+    "Step Time : ",
+    "12.92s GPU utilization: ",
+    "MODEL_TFLOP/s/GPU",
+    "\n",
+    "\r\n",
+    "\x00",
+    "[2026-04-01 12:00:00]",
+    "[rank3]: ",
+    " " * 200,
+    "|" * 50,
+    "wk-adv-0123456789abcdef",
+]
 
 
 @FUZZ
@@ -76,7 +133,9 @@ LOG_PIECES = [" iteration ", "10", "/", " 100 |", " elapsed time per iteration (
 def test_make_table_with_drawn_log_text(world, tmp_path_factory, capsys, data) -> None:
     pieces = data.draw(st.lists(st.one_of(st.sampled_from(LOG_PIECES), TEXT), max_size=60))
     log = tmp_path_factory.mktemp("log") / "drawn.log"
-    log.write_text("".join(pieces) * data.draw(st.sampled_from([1, 3, 200])), encoding="utf-8", errors="surrogateescape")
+    log.write_text(
+        "".join(pieces) * data.draw(st.sampled_from([1, 3, 200])), encoding="utf-8", errors="surrogateescape"
+    )
     words = [f"LOGS={log}"] + ([f"WARMUP={data.draw(st.integers(0, 5))}"] if data.draw(st.booleans()) else [])
     _run(world, tmp_path_factory, capsys, "table", words)
 
@@ -87,7 +146,14 @@ JSON = st.recursive(
     max_leaves=12,
 )
 MANIFEST_KEYS = st.fixed_dictionaries({}, optional={"step": JSON, "world": JSON, "files": JSON, "run": JSON})
-RESUME = ["RECIPE=kimi_k2_tiny_muon", "{micro}", "train.iters=6", "train.save_interval=2", "run_id=saved", "resume=true"]
+RESUME = [
+    "RECIPE=kimi_k2_tiny_muon",
+    "{micro}",
+    "train.iters=6",
+    "train.save_interval=2",
+    "run_id=saved",
+    "resume=true",
+]
 
 
 @FUZZ
@@ -96,7 +162,9 @@ def test_resume_over_drawn_manifests_and_pointers(world, tmp_path_factory, capsy
     from adversarial import setups
 
     manifest = data.draw(st.one_of(JSON, MANIFEST_KEYS))
-    latest = data.draw(st.one_of(st.none(), st.binary(max_size=80), st.sampled_from([b"step_000004\n", b"step_000002"])))
+    latest = data.draw(
+        st.one_of(st.none(), st.binary(max_size=80), st.sampled_from([b"step_000004\n", b"step_000002"]))
+    )
 
     def corrupt(places) -> None:
         root = places.results / "checkpoints" / "saved"
@@ -108,8 +176,18 @@ def test_resume_over_drawn_manifests_and_pointers(world, tmp_path_factory, capsy
     _run(world, tmp_path_factory, capsys, "pretrain", list(RESUME), ["drawn"])
 
 
-CONTAINERS = ["nemo:26.02", "nemo:26.02.01", "nemo:26.04", "nemo:26.04.01", "nemo:26.06", "nemo:26.06.01", "nemo:26.08",
-              "nemo:25.11", "nemo:99.99", "NEMO:26.02"]
+CONTAINERS = [
+    "nemo:26.02",
+    "nemo:26.02.01",
+    "nemo:26.04",
+    "nemo:26.04.01",
+    "nemo:26.06",
+    "nemo:26.06.01",
+    "nemo:26.08",
+    "nemo:25.11",
+    "nemo:99.99",
+    "NEMO:26.02",
+]
 
 
 @FUZZ
@@ -118,6 +196,8 @@ def test_container_and_image_pairs(world, tmp_path_factory, capsys, data) -> Non
     container = data.draw(st.one_of(st.sampled_from(CONTAINERS), TEXT), label="container")
     words = ["RECIPE=qwen3_30b_a3b_adamw", f"cluster.container='{container}'".replace("\\", "")]
     if data.draw(st.booleans()):
-        image = data.draw(st.one_of(st.sampled_from(CONTAINERS).map(lambda c: f"nvcr.io/nvidia/{c}"), TEXT), label="image")
+        image = data.draw(
+            st.one_of(st.sampled_from(CONTAINERS).map(lambda c: f"nvcr.io/nvidia/{c}"), TEXT), label="image"
+        )
         words.append(f"cluster.container_image='{image}'".replace("\\", ""))
     _run(world, tmp_path_factory, capsys, data.draw(st.sampled_from(["plan", "pretrain"])), [*words, "dryrun=true"])

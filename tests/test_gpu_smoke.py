@@ -38,7 +38,9 @@ def test_each_arm_is_planned_as_a_cluster_job_of_the_newest_container(folders):
         plan = json.loads((folder / "plan.json").read_text())
         assert (folder / "config.yaml").is_file()
         assert plan["engine"] == "megatron_bridge" and plan["gpu"] == "h200" and plan["world_size"] == 1
-        assert plan["bridge"]["recipe"]["function"].startswith("qwen3_30b_a3b")  # the proxy starts from its model's recipe
+        assert plan["bridge"]["recipe"]["function"].startswith(
+            "qwen3_30b_a3b"
+        )  # the proxy starts from its model's recipe
         overrides = plan["bridge"]["overrides"]
         assert "model.num_moe_experts=32" in overrides and "model.hidden_size=1024" in overrides
         assert f"optimizer.optimizer={'adam' if optimizer == 'adamw' else 'muon'}" in overrides
@@ -67,8 +69,21 @@ def test_the_worker_builds_the_real_config_and_stops_only_at_the_gpu(folders, tm
         pytest.skip(f"make bridge-env has not built Bridge {target.bridge}")
     report = tmp_path / "report.json"
     env = {**target.environment(), "OPTBENCH_REAL_CUDA": "0", "OPTBENCH_FAKE_GPU": "h200"}
-    subprocess.run([str(target.python), str(REPO / "src/optbench/experiments/one_gpu/worker.py"), str(folders["adamw"]),
-                    "--loop", "core", "--report", str(report)], env=env, check=True, timeout=600, capture_output=True)
+    subprocess.run(
+        [
+            str(target.python),
+            str(REPO / "src/optbench/experiments/one_gpu/worker.py"),
+            str(folders["adamw"]),
+            "--loop",
+            "core",
+            "--report",
+            str(report),
+        ],
+        env=env,
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
     found = json.loads(report.read_text())
     assert found["reached"] == ["config container", "runtime_config_update"], found.get("error")
     assert found["core_sees_transformer_engine"] is False and found["core_import_failures"] == []
@@ -86,7 +101,9 @@ def test_the_committed_page_is_the_rendering_of_its_json():
         assert arm["summary"]["final_loss"] < arm["summary"]["initial_loss"]
         assert arm["summary"]["peak"]["key"] == "h200_bf16" and arm["records"][0]["tflops_per_gpu"] > 0
     # "no Transformer Engine" is said from the versions recorded on the GPU, not written in
-    assert data["smokes"][0]["versions"]["transformer-engine"] is None and ", no Transformer Engine." in page.markdown(data)
+    assert data["smokes"][0]["versions"]["transformer-engine"] is None and ", no Transformer Engine." in page.markdown(
+        data
+    )
     data["smokes"][0]["versions"]["transformer-engine"] = "2.12.0"
     assert "no Transformer Engine." not in page.markdown(data)
 
@@ -95,11 +112,18 @@ def test_a_variant_arm_and_bridges_own_pretrain_are_listed_apart_never_in_place_
     data = json.loads((REPO / "results" / "bench" / "megatron_one_gpu.json").read_text())
     data["smokes"] = data["smokes"][:2]  # the first lease's: Core-loop arms only, no variant
     plain = page.finished(data)
-    variant = {**plain["adamw"], "extra": ["ddp.grad_reduce_in_fp32=true"], "summary": {**plain["adamw"]["summary"], "step_time_s": 9.0}}
+    variant = {
+        **plain["adamw"],
+        "extra": ["ddp.grad_reduce_in_fp32=true"],
+        "summary": {**plain["adamw"]["summary"], "step_time_s": 9.0},
+    }
     bridge = [{**plain[name], "loop": "bridge"} for name in ("muon", "adamw")]
     data["smokes"].append({**data["smokes"][-1], "arms": [variant, *bridge]})
     done = page.finished(data)
-    assert done["adamw"] is plain["adamw"] and done["adamw (ddp.grad_reduce_in_fp32=true)"]["summary"]["step_time_s"] == 9.0
+    assert (
+        done["adamw"] is plain["adamw"]
+        and done["adamw (ddp.grad_reduce_in_fp32=true)"]["summary"]["step_time_s"] == 9.0
+    )
     text = page.markdown(data)
     assert "| adamw (ddp.grad_reduce_in_fp32=true) |" in text and "9.000" in text
     assert text.count("Muon vs AdamW, model TFLOP/s per GPU") == 2  # the Core loop's pair, and Bridge's pretrain()'s
@@ -139,13 +163,20 @@ def test_the_stand_in_model_optimizer_answers_no_distillation_as_the_real_one_do
     run of 2026-11-28 stopped there while the stand-in answered with a class)."""
     import sys
 
-    code = ("from optbench.engine.bridge.cpu_check import stand_ins\n"
-            "from modelopt.torch.distill.plugins.megatron import get_tensor_shapes_adjust_fn_for_distillation as f\n"
-            "import modelopt.torch.distill as other\n"
-            "assert f([object()], seq_length=8, micro_batch_size=1) is None\n"
-            "assert other.anything is not None\n")  # every other name stays the generic stand-in
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=REPO,
-                   env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin", "OPTBENCH_FAKE_GPU": "h200"})
+    code = (
+        "from optbench.engine.bridge.cpu_check import stand_ins\n"
+        "from modelopt.torch.distill.plugins.megatron import get_tensor_shapes_adjust_fn_for_distillation as f\n"
+        "import modelopt.torch.distill as other\n"
+        "assert f([object()], seq_length=8, micro_batch_size=1) is None\n"
+        "assert other.anything is not None\n"
+    )  # every other name stays the generic stand-in
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        timeout=120,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin", "OPTBENCH_FAKE_GPU": "h200"},
+    )
 
 
 def test_every_arm_is_checked_before_the_first_trains(tmp_path, monkeypatch, capsys):
@@ -161,8 +192,17 @@ def test_every_arm_is_checked_before_the_first_trains(tmp_path, monkeypatch, cap
     monkeypatch.setattr(smoke, "run_arm", lambda arm, timeout, env=None: ran.append(arm) or {})
     out = tmp_path / "bench" / "smoke.json"
     with pytest.raises(SystemExit) as stopped:
-        smoke.main(["--optimizers", "muon,adamw", f"--out={out}", "--set", f"results_dir={tmp_path / 'results'}",
-                    "--set", "optimizer.muon.momentum=0.9"])  # Muon's arm takes it; AdamW's, second, refuses it
+        smoke.main(
+            [
+                "--optimizers",
+                "muon,adamw",
+                f"--out={out}",
+                "--set",
+                f"results_dir={tmp_path / 'results'}",
+                "--set",
+                "optimizer.muon.momentum=0.9",
+            ]
+        )  # Muon's arm takes it; AdamW's, second, refuses it
     assert stopped.value.code == 2 and ran == []
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: optimizer.muon.momentum: "), line
@@ -181,13 +221,27 @@ def test_the_worker_never_replaces_a_file_and_the_page_refuses_what_it_cannot_re
         (folder / name).write_text("{}")
     mine = tmp_path / "notes.json"
     mine.write_text("the user's")
-    for report, said in ((mine, "exists"), (tmp_path / "no" / "r.json", "is not a folder"), (tmp_path / "r.txt", ".json")):
-        done = subprocess.run([sys.executable, str(worker), str(folder), "--loop", "core", "--report", str(report)],
-                              capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "PYTHONWARNINGS": "ignore"})  # Core's import warnings
+    for report, said in (
+        (mine, "exists"),
+        (tmp_path / "no" / "r.json", "is not a folder"),
+        (tmp_path / "r.txt", ".json"),
+    ):
+        done = subprocess.run(
+            [sys.executable, str(worker), str(folder), "--loop", "core", "--report", str(report)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )  # Core's import warnings
         assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert mine.read_text() == "the user's"
-    for damaged in ('{"smokes": [{"arms": [1]}]}', '{"smokes": []}', "[]", "{oops", '{"smokes": [{"arms": [{"loop": 1}]}]}'):
+    for damaged in (
+        '{"smokes": [{"arms": [1]}]}',
+        '{"smokes": []}',
+        "[]",
+        "{oops",
+        '{"smokes": [{"arms": [{"loop": 1}]}]}',
+    ):
         (tmp_path / "r.json").write_text(damaged)
         with pytest.raises(SystemExit) as stopped:
             page.main([str(tmp_path / "r.json")])
@@ -204,11 +258,23 @@ def test_the_entry_points_answer_outside_a_checkout(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     env.pop("OPTBENCH_ROOT", None)
-    done = subprocess.run([sys.executable, "-m", "optbench.experiments.one_gpu", "--help"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "optbench.experiments.one_gpu", "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "--optimizers" in done.stdout and "Traceback" not in done.stderr
-    done = subprocess.run([sys.executable, "-m", "optbench.report", "table"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "optbench.report", "table"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "is not the results/ folder of an optbench checkout" in done.stderr and "git" not in done.stderr
     assert list(tmp_path.iterdir()) == []  # the refusal wrote nothing (it made results/ here before)

@@ -31,7 +31,10 @@ def test_every_carried_wheel_is_an_exact_pin_of_what_the_project_runs():
 
     newest = versions.runnable()[0]  # make gpu-smoke plans for it, and the job refuses any other Bridge
     assert (pins["megatron-core"], pins["megatron-bridge"], pins["emerging-optimizers"]) == (
-        tool.newest_container().core, newest.bridge, EMERGING_OPTIMIZERS)
+        tool.newest_container().core,
+        newest.bridge,
+        EMERGING_OPTIMIZERS,
+    )
     assert len(pins) == len(wanted)  # no package twice
     overlay = dict(spec.split("==") for spec in tool.bridge_overlay())
     assert overlay["transformers"] == TRANSFORMERS[".".join(newest.bridge.split(".")[:2])]
@@ -45,7 +48,6 @@ def test_a_folder_the_tool_did_not_make_is_refused_and_left_alone(tmp_path):
     with pytest.raises(UserError, match="did not make it"):
         tool._folder(mine)
     assert [p.name for p in mine.iterdir()] == ["keep.whl"]
-
 
 
 def test_only_the_wheels_it_downloaded_are_replaced_and_only_after_a_complete_download(tmp_path):

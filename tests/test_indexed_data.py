@@ -46,14 +46,18 @@ def test_our_files_read_back_with_megatron_cores_reader_and_theirs_with_ours(tmp
     assert theirs.index.dtype == (np.uint16 if vocab < 65500 else np.int32)
 
     builder_prefix = tmp_path / "megatron_text_document"
-    builder = megatron_indexed.IndexedDatasetBuilder(str(builder_prefix) + ".bin", dtype=megatron_indexed.DType.optimal_dtype(vocab))
+    builder = megatron_indexed.IndexedDatasetBuilder(
+        str(builder_prefix) + ".bin", dtype=megatron_indexed.DType.optimal_dtype(vocab)
+    )
     for doc in docs:
         builder.add_document(np.asarray(doc), [len(doc)])
     builder.finalize(str(builder_prefix) + ".idx")
     mine = read_index(builder_prefix)
     assert mine.documents == 50 and all(np.array_equal(mine.document(i), docs[i]) for i in range(50))
     for suffix in (".bin", ".idx"):  # byte for byte the file Megatron's own builder writes
-        assert (tmp_path / f"ours_text_document{suffix}").read_bytes() == (tmp_path / f"megatron_text_document{suffix}").read_bytes()
+        assert (tmp_path / f"ours_text_document{suffix}").read_bytes() == (
+            tmp_path / f"megatron_text_document{suffix}"
+        ).read_bytes()
 
 
 def _corrupt(prefix: Path, how: str) -> None:
@@ -101,7 +105,9 @@ def corpus(tmp_path_factory) -> dict:
     words = "the of and a to in is you that it he was for on are as with his they at be this have from".split()
     for i in range(40):
         (source / "prose" / f"doc{i}.txt").write_text(" ".join(rng.choice(words, size=400)) + "\n")
-    (source / "notes.jsonl").write_text("".join(json.dumps({"text": " ".join(rng.choice(words, 200))}) + "\n" for _ in range(30)))
+    (source / "notes.jsonl").write_text(
+        "".join(json.dumps({"text": " ".join(rng.choice(words, 200))}) + "\n" for _ in range(30))
+    )
     return prepare(parts_from_folder(source), root / "built", vocab_size=300)
 
 
@@ -148,7 +154,9 @@ def test_splits_cut_documents_as_megatron_core_does(split, documents):
     )
 
     matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(split))
-    expected = [(int(round(m[0] * float(documents))), int(round(m[1] * float(documents)))) if m else None for m in matrix]
+    expected = [
+        (int(round(m[0] * float(documents))), int(round(m[1] * float(documents)))) if m else None for m in matrix
+    ]
     for ours, theirs in zip(split_ranges(documents, split_weights(split)), expected):
         assert ours == theirs if theirs is not None else ours[0] == ours[1]  # Megatron's None: an empty split
 
@@ -163,10 +171,22 @@ def test_bad_data_settings_are_one_line_errors(corpus, tmp_path):
         build_indexed_stream(_data(corpus), TrainConfig(name="t", seq_length=1 << 20), 300)
     common = ["data=indexed", f"results_dir={tmp_path}", "logger=none"]
     for overrides, expected in (
-        ([f"data.path=[{tmp_path / 'nowhere'}]", f"data.tokenizer={corpus['tokenizer']['path']}"], "error: data.path: no nowhere.idx"),
-        ([f"data.path=[{corpus['parts'][0]['prefix']}]", f"data.tokenizer={tmp_path}"], "error: data.tokenizer: no Hugging Face tokenizer"),
-        ([f"data.path=[{corpus['parts'][0]['prefix']}]", f"data.tokenizer={corpus['tokenizer']['path']}", "model.vocab_size=100"],
-         "error: model.vocab_size: the tokenizer has"),
+        (
+            [f"data.path=[{tmp_path / 'nowhere'}]", f"data.tokenizer={corpus['tokenizer']['path']}"],
+            "error: data.path: no nowhere.idx",
+        ),
+        (
+            [f"data.path=[{corpus['parts'][0]['prefix']}]", f"data.tokenizer={tmp_path}"],
+            "error: data.tokenizer: no Hugging Face tokenizer",
+        ),
+        (
+            [
+                f"data.path=[{corpus['parts'][0]['prefix']}]",
+                f"data.tokenizer={corpus['tokenizer']['path']}",
+                "model.vocab_size=100",
+            ],
+            "error: model.vocab_size: the tokenizer has",
+        ),
     ):
         code, _, err = _run_cli(["pretrain", "kimi_k2_tiny_muon", *common, *overrides])
         assert code == 2 and err.splitlines()[0].startswith(expected), err
@@ -187,11 +207,28 @@ def _run_cli(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-MICRO = ["model.num_layers=2", "model.hidden_size=64", "model.ffn_hidden_size=128", "model.num_moe_experts=4",
-         "model.moe_ffn_hidden_size=32", "model.moe_shared_expert_intermediate_size=32", "model.moe_router_topk=2",
-         "model.q_lora_rank=32", "model.kv_lora_rank=16", "model.qk_head_dim=16", "model.qk_pos_emb_head_dim=8",
-         "model.v_head_dim=16", "train.gbs=4", "train.mbs=2", "train.seq_length=32", "train.warmup_iters=1",
-         "train.lr_decay_iters=6", "logger=none", "train.eval_interval=2", "train.eval_iters=1"]
+MICRO = [
+    "model.num_layers=2",
+    "model.hidden_size=64",
+    "model.ffn_hidden_size=128",
+    "model.num_moe_experts=4",
+    "model.moe_ffn_hidden_size=32",
+    "model.moe_shared_expert_intermediate_size=32",
+    "model.moe_router_topk=2",
+    "model.q_lora_rank=32",
+    "model.kv_lora_rank=16",
+    "model.qk_head_dim=16",
+    "model.qk_pos_emb_head_dim=8",
+    "model.v_head_dim=16",
+    "train.gbs=4",
+    "train.mbs=2",
+    "train.seq_length=32",
+    "train.warmup_iters=1",
+    "train.lr_decay_iters=6",
+    "logger=none",
+    "train.eval_interval=2",
+    "train.eval_iters=1",
+]
 
 
 def test_the_local_engine_trains_on_it_logs_validation_and_resumes_to_the_same_sample(corpus, tmp_path, monkeypatch):
@@ -206,7 +243,9 @@ def test_the_local_engine_trains_on_it_logs_validation_and_resumes_to_the_same_s
     assert [r["step"] for r in whole if "val_loss" in r] == [2, 4, 6]
     assert whole[-1]["loss"] < whole[0]["loss"]
     launch_local(run("run_id=split", "train.iters=4", "train.save_interval=2"))
-    resumed = read_metrics(launch_local(run("run_id=split", "train.iters=6", "train.save_interval=2", "resume=true")) / "metrics.jsonl")
+    resumed = read_metrics(
+        launch_local(run("run_id=split", "train.iters=6", "train.save_interval=2", "resume=true")) / "metrics.jsonl"
+    )
     assert [r["loss"] for r in resumed] == [r["loss"] for r in whole]
     assert [r.get("val_loss") for r in resumed] == [r.get("val_loss") for r in whole]
     summary = json.loads((tmp_path / "runs" / "whole" / "summary.json").read_text())
@@ -216,8 +255,17 @@ def test_the_local_engine_trains_on_it_logs_validation_and_resumes_to_the_same_s
 def test_a_cluster_plan_says_whether_the_data_exists_here_and_the_dry_run_warns(corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("SBATCH_ACCOUNT", "acct")
     for prefix, found in ((corpus["parts"][0]["prefix"], True), ("/lustre/nowhere/x_text_document", False)):
-        code, out, err = _run_cli(["pretrain", "kimi_k2_muon", "data=indexed", f"data.path=[{prefix}]",
-                                   "data.tokenizer=moonshotai/Kimi-K2-Instruct", "dryrun=true", f"results_dir={tmp_path}"])
+        code, out, err = _run_cli(
+            [
+                "pretrain",
+                "kimi_k2_muon",
+                "data=indexed",
+                f"data.path=[{prefix}]",
+                "data.tokenizer=moonshotai/Kimi-K2-Instruct",
+                "dryrun=true",
+                f"results_dir={tmp_path}",
+            ]
+        )
         assert code == 0, err
         plan = json.loads((tmp_path / "plans" / "kimi_k2_muon" / "plan.json").read_text())
         assert plan["data"]["prefixes"][0]["exists_here"] is found

@@ -37,8 +37,13 @@ def test_a_record_writes_its_fields_in_order_and_reads_back_to_itself():
 
 
 def test_a_field_with_a_default_may_be_absent_and_one_without_may_not():
-    data = {"name": "x", "inner": {"key": "a", "value": 1.0}, "maybe": {"key": "m", "value": 0.0}, "many": [],
-            "shares": {}}
+    data = {
+        "name": "x",
+        "inner": {"key": "a", "value": 1.0},
+        "maybe": {"key": "m", "value": 0.0},
+        "many": [],
+        "shares": {},
+    }
     assert _Outer.from_json(data).labels == () and _Outer.from_json(data).maybe == _Inner("m", 0.0)
     with pytest.raises(KeyError, match="inner"):
         _Outer.from_json({k: v for k, v in data.items() if k != "inner"})

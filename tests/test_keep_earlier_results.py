@@ -17,7 +17,9 @@ pytestmark = pytest.mark.slow  # launches and kills runs; `make test-fast` skips
 
 def snapshot(root: Path) -> dict[str, str]:
     return {
-        str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()
+        str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
     }
 
 
@@ -41,7 +43,9 @@ def earlier(capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ["optimizer.muon.ns_steps=7", "dryrun=true"],
     ],
 )
-def test_a_refused_pretrain_changes_no_file(earlier: Path, capsys, monkeypatch, tmp_path: Path, overrides: list[str]) -> None:
+def test_a_refused_pretrain_changes_no_file(
+    earlier: Path, capsys, monkeypatch, tmp_path: Path, overrides: list[str]
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no sbatch
     before = snapshot(earlier)
     code, _, err = launch(capsys, "pretrain", "kimi_k2_muon", f"results_dir={earlier}", *overrides)
@@ -49,13 +53,22 @@ def test_a_refused_pretrain_changes_no_file(earlier: Path, capsys, monkeypatch, 
     assert snapshot(earlier) == before
 
 
-def test_a_sweep_that_fails_at_launch_keeps_the_previous_sweep(earlier: Path, capsys, monkeypatch, tmp_path: Path) -> None:
+def test_a_sweep_that_fails_at_launch_keeps_the_previous_sweep(
+    earlier: Path, capsys, monkeypatch, tmp_path: Path
+) -> None:
     before = snapshot(earlier)
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # submitting needs sbatch
     code, _, err = launch(capsys, "sweep", "kimi_k2_muon", "parallel.ep=32,64", "force=true", f"results_dir={earlier}")
     assert code == 2 and "no sbatch on PATH" in err
-    code, _, err = launch(capsys, "sweep", "kimi_k2_muon", "parallel.ep=32,64", "+cluster.env.1BAD=x", "dryrun=true",
-                          f"results_dir={earlier}")
+    code, _, err = launch(
+        capsys,
+        "sweep",
+        "kimi_k2_muon",
+        "parallel.ep=32,64",
+        "+cluster.env.1BAD=x",
+        "dryrun=true",
+        f"results_dir={earlier}",
+    )
     assert code == 2 and "cluster.env.1BAD" in err
     assert snapshot(earlier) == before
 

@@ -27,8 +27,9 @@ def test_local_engine_dry_run_does_not_import_nemo_run(tmp_path: Path) -> None:
 def test_bridge_on_this_machine_needs_the_container(capsys, tmp_path: Path) -> None:
     code, out, err = launch(capsys, "pretrain", "qwen3_30b_a3b_muon", "cluster=local", f"results_dir={tmp_path}")
     assert code == 2 and error_line(err).startswith("error: cluster.gpu: is auto: name this machine's GPU")
-    code, out, err = launch(capsys, "pretrain", "qwen3_30b_a3b_muon", "cluster=local", "cluster.gpu=b300",
-                            f"results_dir={tmp_path}")
+    code, out, err = launch(
+        capsys, "pretrain", "qwen3_30b_a3b_muon", "cluster=local", "cluster.gpu=b300", f"results_dir={tmp_path}"
+    )
     assert code == 2 and "Plan: qwen3_30b_a3b_muon" in out
     line = error_line(err)
     assert line.startswith("error: cluster: engine=megatron_bridge on cluster=local needs the NeMo container")
@@ -36,8 +37,15 @@ def test_bridge_on_this_machine_needs_the_container(capsys, tmp_path: Path) -> N
 
 
 def test_bridge_on_this_machine_dry_run_shows_the_torchrun_command(capsys, tmp_path: Path) -> None:
-    code, out, err = launch(capsys, "pretrain", "qwen3_30b_a3b_muon", "cluster=local", "cluster.gpu=b300", "dryrun=true",
-                            f"results_dir={tmp_path}")
+    code, out, err = launch(
+        capsys,
+        "pretrain",
+        "qwen3_30b_a3b_muon",
+        "cluster=local",
+        "cluster.gpu=b300",
+        "dryrun=true",
+        f"results_dir={tmp_path}",
+    )
     assert code == 0, err
     folder = tmp_path / "plans" / "qwen3_30b_a3b_muon"
     command = ["torchrun", "--nproc-per-node=8", ENTRY, str(folder / "config.yaml")]

@@ -68,16 +68,23 @@ def all_files_text(root: Path) -> str:
 
 def test_kimi_k2_dry_run_renders_the_published_job(account: str, capsys, tmp_path: Path) -> None:
     results = tmp_path / "results"
-    code, out, err = launch(capsys, "pretrain", "kimi_k2_muon", "cluster=gb300_nvl72", "dryrun=true", f"results_dir={results}",
-                            ON_0_3_1)
+    code, out, err = launch(
+        capsys, "pretrain", "kimi_k2_muon", "cluster=gb300_nvl72", "dryrun=true", f"results_dir={results}", ON_0_3_1
+    )
     assert code == 0, err
     folder = results / "plans" / "kimi_k2_muon"
     script = (folder / "sbatch.sh").read_text()
     assert f"job script  {folder / 'sbatch.sh'}" in out
     for flag in ("--nodes=64", "--ntasks-per-node=4", "--gpus-per-node=4", "--exclusive", "--mem=0", "--time=01:00:00"):
         assert f"#SBATCH {flag}\n" in script, flag
-    for export in ("NVLINK_DOMAIN_SIZE=72", "USE_MNNVL=1", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64",
-                   "WANDB_RUN_GROUP=kimi_k2-gb300-mxfp8", "WANDB_TAGS=kimi_k2,muon,gb300,mxfp8,intent-reproduce", "WANDB_JOB_TYPE=pretrain"):
+    for export in (
+        "NVLINK_DOMAIN_SIZE=72",
+        "USE_MNNVL=1",
+        "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64",
+        "WANDB_RUN_GROUP=kimi_k2-gb300-mxfp8",
+        "WANDB_TAGS=kimi_k2,muon,gb300,mxfp8,intent-reproduce",
+        "WANDB_JOB_TYPE=pretrain",
+    ):
         assert f"\nexport {export}\n" in script, export
     argv = srun_argv(script)
     assert argv[argv.index("--container-image") + 1] == "nvcr.io/nvidia/nemo:26.02.01"
@@ -95,10 +102,15 @@ def test_kimi_k2_dry_run_renders_the_published_job(account: str, capsys, tmp_pat
     assert plan["bridge"]["recipe"]["function"] == "kimi_k2_pretrain_config"
     overrides = set(plan["bridge"]["overrides"])
     assert {
-        "model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=4",
-        "model.virtual_pipeline_model_parallel_size=4", "model.expert_model_parallel_size=64",
-        "train.global_batch_size=4096", "train.micro_batch_size=2", "optimizer.optimizer=dist_muon",
-        "optimizer.use_distributed_optimizer=false", "ddp.use_distributed_optimizer=false",
+        "model.tensor_model_parallel_size=1",
+        "model.pipeline_model_parallel_size=4",
+        "model.virtual_pipeline_model_parallel_size=4",
+        "model.expert_model_parallel_size=64",
+        "train.global_batch_size=4096",
+        "train.micro_batch_size=2",
+        "optimizer.optimizer=dist_muon",
+        "optimizer.use_distributed_optimizer=false",
+        "ddp.use_distributed_optimizer=false",
     } <= overrides
     assert plan["launch"]["nodes"] == 64 and plan["launch"]["job_script"] == str(folder / "sbatch.sh")
 
@@ -107,17 +119,26 @@ def test_kimi_k2_dry_run_renders_the_published_job(account: str, capsys, tmp_pat
     assert ACCOUNT not in text and WANDB_KEY not in text
 
 
-@pytest.mark.parametrize("recipe,optimizer,distributed", [("qwen3_30b_a3b_muon", "dist_muon", "false"),
-                                                          ("qwen3_30b_a3b_adamw", "adam", "true")])
+@pytest.mark.parametrize(
+    "recipe,optimizer,distributed",
+    [("qwen3_30b_a3b_muon", "dist_muon", "false"), ("qwen3_30b_a3b_adamw", "adam", "true")],
+)
 def test_qwen3_dry_run(recipe: str, optimizer: str, distributed: str, account: str, capsys, tmp_path: Path) -> None:
-    code, out, err = launch(capsys, "pretrain", recipe, "cluster=gb300_nvl72", "dryrun=true", f"results_dir={tmp_path}", ON_0_3_1)
+    code, out, err = launch(
+        capsys, "pretrain", recipe, "cluster=gb300_nvl72", "dryrun=true", f"results_dir={tmp_path}", ON_0_3_1
+    )
     assert code == 0, err
     script = (tmp_path / "plans" / recipe / "sbatch.sh").read_text()
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=4\n" in script
     assert "\nexport NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8\n" in script
     overrides = set(json.loads((tmp_path / "plans" / recipe / "plan.json").read_text())["bridge"]["overrides"])
-    assert {"model.expert_model_parallel_size=8", "train.global_batch_size=512", "train.micro_batch_size=8",
-            f"optimizer.optimizer={optimizer}", f"ddp.use_distributed_optimizer={distributed}"} <= overrides
+    assert {
+        "model.expert_model_parallel_size=8",
+        "train.global_batch_size=512",
+        "train.micro_batch_size=8",
+        f"optimizer.optimizer={optimizer}",
+        f"ddp.use_distributed_optimizer={distributed}",
+    } <= overrides
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,25 +158,38 @@ def test_missing_account_stops_a_submission(monkeypatch: pytest.MonkeyPatch, cap
     (fake / "sbatch").write_text("#!/bin/sh\necho should-not-run >&2\nexit 1\n")
     (fake / "sbatch").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
-    code, _, err = launch(capsys, "pretrain", "kimi_k2_muon", "cluster.account=null", f"results_dir={tmp_path / 'results'}")
+    code, _, err = launch(
+        capsys, "pretrain", "kimi_k2_muon", "cluster.account=null", f"results_dir={tmp_path / 'results'}"
+    )
     assert code == 2 and error_line(err).startswith("error: cluster.account: no Slurm account for gb300_nvl72")
     assert "should-not-run" not in err
 
 
 def test_dry_run_needs_no_account_and_says_so(monkeypatch: pytest.MonkeyPatch, capsys, tmp_path: Path) -> None:
     monkeypatch.delenv("SBATCH_ACCOUNT", raising=False)
-    code, _, err = launch(capsys, "pretrain", "kimi_k2_muon", "cluster.account=null", "dryrun=true", f"results_dir={tmp_path}")
+    code, _, err = launch(
+        capsys, "pretrain", "kimi_k2_muon", "cluster.account=null", "dryrun=true", f"results_dir={tmp_path}"
+    )
     assert code == 0, err
     assert "note: cluster.account: not set" in err
     assert (tmp_path / "plans" / "kimi_k2_muon" / "sbatch.sh").is_file()
 
 
 def test_no_container_image(account: str, capsys, tmp_path: Path) -> None:
-    code, _, err = launch(capsys, "pretrain", "qwen3_30b_a3b_muon", "cluster.container_image=null", "dryrun=true", f"results_dir={tmp_path}")
+    code, _, err = launch(
+        capsys,
+        "pretrain",
+        "qwen3_30b_a3b_muon",
+        "cluster.container_image=null",
+        "dryrun=true",
+        f"results_dir={tmp_path}",
+    )
     assert code == 2 and error_line(err).startswith("error: cluster.container_image:")
 
 
-def test_no_sbatch_prints_the_plan_then_one_line(account: str, monkeypatch: pytest.MonkeyPatch, capsys, tmp_path: Path) -> None:
+def test_no_sbatch_prints_the_plan_then_one_line(
+    account: str, monkeypatch: pytest.MonkeyPatch, capsys, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without sbatch
     code, out, err = launch(capsys, "pretrain", "kimi_k2_muon", f"results_dir={tmp_path}")
     assert code == 2 and "Plan: kimi_k2_muon" in out
@@ -165,7 +199,9 @@ def test_no_sbatch_prints_the_plan_then_one_line(account: str, monkeypatch: pyte
 
 
 def test_credentials_in_cluster_env_are_refused(account: str, capsys, tmp_path: Path) -> None:
-    code, _, err = launch(capsys, "pretrain", "kimi_k2_muon", "+cluster.env.HF_TOKEN=hf_abc", "dryrun=true", f"results_dir={tmp_path}")
+    code, _, err = launch(
+        capsys, "pretrain", "kimi_k2_muon", "+cluster.env.HF_TOKEN=hf_abc", "dryrun=true", f"results_dir={tmp_path}"
+    )
     assert code == 2 and error_line(err).startswith("error: cluster.env.HF_TOKEN: looks like a credential")
 
 
@@ -188,7 +224,9 @@ def _fake_bin(folder: Path) -> Path:
     scripts = {
         "srun": FAKE_SRUN,
         "scontrol": "#!/bin/bash\necho node1\n",
-        **{name: '#!/bin/bash\necho "$0 $*" >> "$LOG_DIR/unexpected.txt"\n' for name in ("rm", "python", "touch", "sh")},
+        **{
+            name: '#!/bin/bash\necho "$0 $*" >> "$LOG_DIR/unexpected.txt"\n' for name in ("rm", "python", "touch", "sh")
+        },
     }
     for name, text in scripts.items():
         path = bin_dir / name
@@ -201,15 +239,27 @@ def test_injected_override_values_reach_the_job_verbatim_and_run_nothing(account
     quoted = "'" + PAYLOAD + "'"
     # Slurm names and wandb names have a domain the payload is outside of: refused before anything is written.
     for field in ("cluster.partition", "logger.wandb_group"):
-        code, _, err = launch(capsys, "pretrain", "kimi_k2_muon", "dryrun=true", f"results_dir={tmp_path / 'results'}",
-                              f"{field}={quoted}")
+        code, _, err = launch(
+            capsys,
+            "pretrain",
+            "kimi_k2_muon",
+            "dryrun=true",
+            f"results_dir={tmp_path / 'results'}",
+            f"{field}={quoted}",
+        )
         assert code == 2 and error_line(err).startswith(f"error: {field}: "), err
         assert not (tmp_path / "results" / "plans").exists()
     # Free text (job variables, srun arguments, mounts) reaches the job verbatim and runs nothing.
     code, _, err = launch(
-        capsys, "pretrain", "kimi_k2_muon", "dryrun=true", f"results_dir={tmp_path / 'results'}",
-        "cluster.partition='batch,gpu'", f"+cluster.env.EXTRA={quoted}",
-        f"cluster.srun_args=['--mpi=pmix',{quoted}]", f"cluster.container_mounts=[{quoted}]",
+        capsys,
+        "pretrain",
+        "kimi_k2_muon",
+        "dryrun=true",
+        f"results_dir={tmp_path / 'results'}",
+        "cluster.partition='batch,gpu'",
+        f"+cluster.env.EXTRA={quoted}",
+        f"cluster.srun_args=['--mpi=pmix',{quoted}]",
+        f"cluster.container_mounts=[{quoted}]",
     )
     assert code == 0, err
     path = tmp_path / "results" / "plans" / "kimi_k2_muon" / "sbatch.sh"
@@ -237,17 +287,35 @@ def test_injected_override_values_reach_the_job_verbatim_and_run_nothing(account
     numactl = tmp_path / "fakebin" / "numactl"
     numactl.write_text('#!/bin/bash\nprintf "%s\\0" "$@" > "$LOG_DIR/numactl"\n')
     numactl.chmod(0o755)
-    done = subprocess.run(["/bin/bash", str(task_script(folder))], env={**env, "SLURM_LOCALID": "3"}, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        ["/bin/bash", str(task_script(folder))],
+        env={**env, "SLURM_LOCALID": "3"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert (logs / "numactl").read_text().split("\0")[:-1] == [
-        "--cpunodebind=1", "--membind=1", "python", ENTRY, str(folder / "config.yaml")]
+        "--cpunodebind=1",
+        "--membind=1",
+        "python",
+        ENTRY,
+        str(folder / "config.yaml"),
+    ]
 
 
 def test_control_characters_cannot_reach_the_script(account: str, capsys, tmp_path: Path) -> None:
-    code, _, err = launch(capsys, "pretrain", "kimi_k2_muon", "dryrun=true", f"results_dir={tmp_path}",
-                          "cluster.time='01:00:00\nrm -rf /'")  # a real newline would end the #SBATCH comment
-    assert code == 2 and error_line(err).startswith("error: cluster.time: must be one line without control characters"), err
+    code, _, err = launch(
+        capsys,
+        "pretrain",
+        "kimi_k2_muon",
+        "dryrun=true",
+        f"results_dir={tmp_path}",
+        "cluster.time='01:00:00\nrm -rf /'",
+    )  # a real newline would end the #SBATCH comment
+    assert code == 2 and error_line(err).startswith(
+        "error: cluster.time: must be one line without control characters"
+    ), err
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,8 +332,19 @@ def test_submission_passes_the_account_only_through_sbatchs_environment(tmp_path
     (fake / "sbatch").chmod(0o755)
     log, results, home = tmp_path / "sbatch.log", tmp_path / "results", tmp_path / "nemo_run_home"
     env = {k: v for k, v in os.environ.items() if k != "SBATCH_ACCOUNT"}
-    env |= {"PATH": f"{fake}:{os.environ['PATH']}", "LOG_FILE": str(log), "NEMORUN_HOME": str(home), "WANDB_API_KEY": WANDB_KEY}
-    args = ["pretrain", "qwen3_30b_a3b_adamw", f"results_dir={results}", "run_id=submit-test", f"cluster.account={ACCOUNT}"]
+    env |= {
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "LOG_FILE": str(log),
+        "NEMORUN_HOME": str(home),
+        "WANDB_API_KEY": WANDB_KEY,
+    }
+    args = [
+        "pretrain",
+        "qwen3_30b_a3b_adamw",
+        f"results_dir={results}",
+        "run_id=submit-test",
+        f"cluster.account={ACCOUNT}",
+    ]
     done = run_cli(*args, env=env)
     assert done.returncode == 0, done.stderr
     assert "submitted as Slurm job 4242" in done.stdout
@@ -278,5 +357,7 @@ def test_submission_passes_the_account_only_through_sbatchs_environment(tmp_path
     assert ACCOUNT not in text and WANDB_KEY not in text
 
     again = run_cli(*args, env=env)
-    assert again.returncode == 2 and error_line(again.stderr).startswith("error: run_id: submit-test was already submitted")
+    assert again.returncode == 2 and error_line(again.stderr).startswith(
+        "error: run_id: submit-test was already submitted"
+    )
     assert sys.executable  # the CLI ran under this interpreter (conftest.run_cli)

@@ -18,8 +18,10 @@ def test_expansion_is_the_cartesian_product_in_typed_order() -> None:
     fixed, points = expand_overrides(["parallel.ep=32,64", "dryrun=true", "parallel.pp=4,8"])
     assert fixed == ["dryrun=true"]
     assert points == [
-        ["parallel.ep=32", "parallel.pp=4"], ["parallel.ep=32", "parallel.pp=8"],
-        ["parallel.ep=64", "parallel.pp=4"], ["parallel.ep=64", "parallel.pp=8"],
+        ["parallel.ep=32", "parallel.pp=4"],
+        ["parallel.ep=32", "parallel.pp=8"],
+        ["parallel.ep=64", "parallel.pp=4"],
+        ["parallel.ep=64", "parallel.pp=8"],
     ]
 
 
@@ -55,8 +57,15 @@ def test_invalid_points_keep_their_reason_and_valid_points_their_plan(tmp_path: 
 
 def test_sweep_dry_run_renders_every_valid_point_in_one_experiment(monkeypatch, capsys, tmp_path: Path) -> None:
     monkeypatch.setenv("SBATCH_ACCOUNT", ACCOUNT)
-    code, out, err = launch(capsys, "sweep", "qwen3_30b_a3b_muon", "train.mbs=4,8", "parallel.ep=8,16",
-                            "dryrun=true", f"results_dir={tmp_path}")
+    code, out, err = launch(
+        capsys,
+        "sweep",
+        "qwen3_30b_a3b_muon",
+        "train.mbs=4,8",
+        "parallel.ep=8,16",
+        "dryrun=true",
+        f"results_dir={tmp_path}",
+    )
     assert code == 0, err
     assert "4 points, 2 valid" in out
     progress = [line for line in out.splitlines() if "planning point" in line]  # a long sweep says where it is
@@ -69,7 +78,9 @@ def test_sweep_dry_run_renders_every_valid_point_in_one_experiment(monkeypatch, 
     experiments = set()
     for point in valid:
         plan = json.loads((folder / point["name"] / "plan.json").read_text())
-        assert plan["mbs"] == int(point["name"][3]) and plan["launch"]["job_script"] == str(folder / point["name"] / "sbatch.sh")
+        assert plan["mbs"] == int(point["name"][3]) and plan["launch"]["job_script"] == str(
+            folder / point["name"] / "sbatch.sh"
+        )
         assert (folder / point["name"] / "config.yaml").is_file()
         script = (folder / point["name"] / "sbatch.sh").read_text()
         assert "#SBATCH --nodes=2\n" in script
@@ -82,14 +93,23 @@ def test_sweep_dry_run_renders_every_valid_point_in_one_experiment(monkeypatch, 
 
 def test_a_sweep_with_no_valid_point_fails_in_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
     monkeypatch.setenv("SBATCH_ACCOUNT", ACCOUNT)
-    code, out, err = launch(capsys, "sweep", "kimi_k2_muon", "parallel.pp=8,16", "dryrun=true", f"results_dir={tmp_path}")
+    code, out, err = launch(
+        capsys, "sweep", "kimi_k2_muon", "parallel.pp=8,16", "dryrun=true", f"results_dir={tmp_path}"
+    )
     assert code == 2 and "2 points, 0 valid" in out
     assert err.strip() == "error: sweep: none of the 2 points is valid; see the reasons above"
 
 
 def test_a_sweep_says_each_note_once(monkeypatch, capsys, tmp_path: Path) -> None:
     monkeypatch.delenv("SBATCH_ACCOUNT", raising=False)
-    code, _, err = launch(capsys, "sweep", "qwen3_30b_a3b_muon", "train.mbs=4,8", "cluster.account=null",
-                          "dryrun=true", f"results_dir={tmp_path}")
+    code, _, err = launch(
+        capsys,
+        "sweep",
+        "qwen3_30b_a3b_muon",
+        "train.mbs=4,8",
+        "cluster.account=null",
+        "dryrun=true",
+        f"results_dir={tmp_path}",
+    )
     assert code == 0, err
     assert err.count("note: cluster.account: not set") == 1  # two points, one note

@@ -19,8 +19,17 @@ def _check(goals: str, typed: str) -> None:
     check_make_variables({"OPTBENCH_MAKE_GOALS": goals, "OPTBENCH_MAKE_OVERRIDES": typed})
 
 
-@pytest.mark.parametrize("word, key", [("TP", "parallel.tp"), ("PP", "parallel.pp"), ("EP", "parallel.ep"),
-                                       ("VP", "parallel.vpp"), ("MBS", "train.mbs"), ("GBS", "train.gbs")])
+@pytest.mark.parametrize(
+    "word, key",
+    [
+        ("TP", "parallel.tp"),
+        ("PP", "parallel.pp"),
+        ("EP", "parallel.ep"),
+        ("VP", "parallel.vpp"),
+        ("MBS", "train.mbs"),
+        ("GBS", "train.gbs"),
+    ],
+)
 def test_nvidias_layout_words_point_at_the_hydra_key(word: str, key: str) -> None:
     with pytest.raises(UserError) as refused:
         _check("plan", f"{word}=32 RECIPE=kimi_k2_muon")
@@ -57,9 +66,25 @@ def test_make_keeps_the_last_of_a_repeated_key_and_the_cli_refuses_the_repeat(tm
     assert done.returncode == 0, done.stderr
     import json
 
-    assert json.loads((results / "plans" / "kimi_k2_tiny_muon" / "plan.json").read_text())["config"]["train"]["iters"] == 6
-    direct = subprocess.run([sys.executable, "-m", "launch", "plan", "kimi_k2_tiny_muon", "train.iters=5", "train.iters=6",
-                             f"results_dir={tmp_path / 'direct'}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert (
+        json.loads((results / "plans" / "kimi_k2_tiny_muon" / "plan.json").read_text())["config"]["train"]["iters"] == 6
+    )
+    direct = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch",
+            "plan",
+            "kimi_k2_tiny_muon",
+            "train.iters=5",
+            "train.iters=6",
+            f"results_dir={tmp_path / 'direct'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert direct.returncode == 2 and direct.stderr.startswith("error: train.iters: is typed more than once")
 
 

@@ -13,8 +13,15 @@ from optbench.metrics.wandb_run import flatten
 
 def _records(n: int) -> list[dict]:
     return [
-        {"step": i, "loss": 10.0 - i, "step_time_s": 1.0 + (5.0 if i == 1 else 0.0), "optimizer_time_s": 0.25,
-         "tokens_per_s": 100.0 * i, "tflops_per_gpu": 0.5, "mfu": {"cpu_fp32_probe": 0.1}}
+        {
+            "step": i,
+            "loss": 10.0 - i,
+            "step_time_s": 1.0 + (5.0 if i == 1 else 0.0),
+            "optimizer_time_s": 0.25,
+            "tokens_per_s": 100.0 * i,
+            "tflops_per_gpu": 0.5,
+            "mfu": {"cpu_fp32_probe": 0.1},
+        }
         for i in range(1, n + 1)
     ]
 

@@ -177,11 +177,24 @@ def test_a_launch_bound_plan_says_what_the_measured_op_overheads_would_give():
     from optbench.projection.project import project
     from optbench.resolve import resolve
 
-    qwen = project(resolve(compose_run("qwen3_30b_a3b_muon", [])), with_what_ifs=False, counterparts=ComposedCounterparts(), row_runs=COMPOSED_ROWS)
+    qwen = project(
+        resolve(compose_run("qwen3_30b_a3b_muon", [])),
+        with_what_ifs=False,
+        counterparts=ComposedCounterparts(),
+        row_runs=COMPOSED_ROWS,
+    )
     measured = qwen.muon_overhead.at_measured_op_overhead
     at_low, at_high = measured.tflops_per_gpu_change_percent
     assert at_high < at_low < qwen.muon_overhead.tflops_per_gpu_change_percent < 0
     line = next(x for x in projection_summary_lines(qwen, "muon") if "launch-bound" in x)
     assert f"{at_low:+.2f} to {at_high:+.2f} %" in line and "13.1-32.1 us per eager op" in line
-    kimi = project(resolve(compose_run("kimi_k2_muon", [])), with_what_ifs=False, counterparts=ComposedCounterparts(), row_runs=COMPOSED_ROWS)
-    assert kimi.muon_overhead.at_measured_op_overhead is None and "at_measured_op_overhead" not in kimi.to_json()["muon_overhead"]
+    kimi = project(
+        resolve(compose_run("kimi_k2_muon", [])),
+        with_what_ifs=False,
+        counterparts=ComposedCounterparts(),
+        row_runs=COMPOSED_ROWS,
+    )
+    assert (
+        kimi.muon_overhead.at_measured_op_overhead is None
+        and "at_measured_op_overhead" not in kimi.to_json()["muon_overhead"]
+    )

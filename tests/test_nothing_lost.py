@@ -32,8 +32,10 @@ def _run(*argv: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def _tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def _corpus(out: Path) -> dict[str, str]:
@@ -77,12 +79,23 @@ def test_a_strangers_journal_beside_out_is_reported_and_never_followed(tmp_path:
 
     for name, record in {
         f"{JOURNAL_PREFIX}424242.json": {  # the earlier format: absolute paths
-            "pid": 424242, "host": socket.gethostname(), "state": "started",
-            "entries": [{"path": str(victim), "aside": str(tmp_path / "w" / ".victim.previous-424242"), "existed": False}]},
+            "pid": 424242,
+            "host": socket.gethostname(),
+            "state": "started",
+            "entries": [
+                {"path": str(victim), "aside": str(tmp_path / "w" / ".victim.previous-424242"), "existed": False}
+            ],
+        },
         f"{JOURNAL_PREFIX}424243-{'a' * 32}.json": {  # today's format, naming a place outside its folder
-            "format": 2, "pid": 424243, "token": "a" * 32, "host": socket.gethostname(), "folder": os.path.realpath(shared),
-            "folder_id": [shared.stat().st_dev, shared.stat().st_ino], "state": "started",
-            "entries": [{"name": "../victim", "kind": "folder", "existed": False}]},
+            "format": 2,
+            "pid": 424243,
+            "token": "a" * 32,
+            "host": socket.gethostname(),
+            "folder": os.path.realpath(shared),
+            "folder_id": [shared.stat().st_dev, shared.stat().st_ino],
+            "state": "started",
+            "entries": [{"name": "../victim", "kind": "folder", "existed": False}],
+        },
     }.items():
         (shared / name).write_text(json.dumps(record))
     done = make_data(source, shared / "ds")
@@ -158,8 +171,9 @@ def checkout_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.mark.parametrize("damage", ["missing", "not utf-8"])
-def test_make_projection_refuses_a_damaged_readme_before_writing(checkout_copy: Path, tmp_path: Path, damage: str,
-                                                                capsys) -> None:
+def test_make_projection_refuses_a_damaged_readme_before_writing(
+    checkout_copy: Path, tmp_path: Path, damage: str, capsys
+) -> None:
     from optbench.report import validation_report
 
     readme = checkout_copy / "README.md"
@@ -179,7 +193,9 @@ def test_make_projection_refuses_a_stray_word_as_make_table_does(monkeypatch, ca
     with pytest.raises(SystemExit) as stopped:
         validation_report.main(["--results", "/nonexistent/never-written", "--from-make"])
     assert stopped.value.code == 2
-    assert capsys.readouterr().err.startswith("error: projection: make projection takes no Hydra overrides (got 'foo=1')")
+    assert capsys.readouterr().err.startswith(
+        "error: projection: make projection takes no Hydra overrides (got 'foo=1')"
+    )
 
 
 def test_a_replacement_with_one_read_only_file_writes_none_of_the_others(tmp_path: Path) -> None:
@@ -189,14 +205,22 @@ def test_a_replacement_with_one_read_only_file_writes_none_of_the_others(tmp_pat
     first, locked = tmp_path / "results" / "validation.md", tmp_path / "README.md"
     first.write_text("earlier table\n")
     locked.write_text("the readme\n")
-    code = ("import sys; from optbench.common.replace import replacing; from optbench.common.io import atomic_write_text\n"
-            "from optbench.common.exits import exit_on_user_error\n"
-            "with exit_on_user_error():\n"
-            "    with replacing(files=[sys.argv[1], sys.argv[2]]):\n"
-            "        atomic_write_text(sys.argv[1], 'new'); atomic_write_text(sys.argv[2], 'new')\n")
+    code = (
+        "import sys; from optbench.common.replace import replacing; from optbench.common.io import atomic_write_text\n"
+        "from optbench.common.exits import exit_on_user_error\n"
+        "with exit_on_user_error():\n"
+        "    with replacing(files=[sys.argv[1], sys.argv[2]]):\n"
+        "        atomic_write_text(sys.argv[1], 'new'); atomic_write_text(sys.argv[2], 'new')\n"
+    )
     script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" && shift && exec "$@"'
-    done = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(locked), PY, "-c", code, str(first), str(locked)],
-                          env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", str(locked), PY, "-c", code, str(first), str(locked)],
+        env=_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if "mount" in done.stderr and done.returncode != 2:
         pytest.skip(f"mount refused here: {done.stderr.strip()[:120]}")
     assert done.returncode == 2 and "is a mount point or read-only" in done.stderr, done.stderr
@@ -217,7 +241,9 @@ def test_bench_refuses_a_thread_count_before_creating_its_folder(tmp_path: Path,
     assert not out.exists()
 
 
-@pytest.mark.parametrize("text", ["", "{}", "[]", '{"rows": [], "layout_changes": []}', '{"rows": [{"row": 1}], "layout_changes": []}'])
+@pytest.mark.parametrize(
+    "text", ["", "{}", "[]", '{"rows": [], "layout_changes": []}', '{"rows": [{"row": 1}], "layout_changes": []}']
+)
 def test_search_ranks_refuses_a_table_it_cannot_keep_rows_from_before_searching(tmp_path: Path, text: str) -> None:
     from conftest import marked_results
 
@@ -253,9 +279,29 @@ def test_make_data_on_a_full_disk_ends_in_one_line_naming_out(tmp_path: Path) ->
         (source / f"more{i}.txt").write_text(" ".join(f"word{i}x{j}" for j in range(400)))
     full.mkdir()
     script = 'mount -t tmpfs -o size=16k tmpfs "$1" && shift && exec "$@"'
-    done = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(full), PY, "-m", "optbench.corpus", "--input",
-                           str(source), "--out", str(full / "ds")], env=_env(), cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            str(full),
+            PY,
+            "-m",
+            "optbench.corpus",
+            "--input",
+            str(source),
+            "--out",
+            str(full / "ds"),
+        ],
+        env=_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if "mount" in done.stderr and done.returncode != 2:
         pytest.skip(f"mount refused here: {done.stderr.strip()[:120]}")
     _one_line_refusal(done, "OUT")
@@ -267,8 +313,17 @@ def test_make_data_on_a_full_disk_ends_in_one_line_naming_out(tmp_path: Path) ->
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("override", ["optimizer.lr=0.01", "train.seed=3", "run_id=fz3_one", "optimizer=soap",
-                                      "optimizer.muon.extra_scale_factor=0.5", "results_dir=/tmp/elsewhere"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "optimizer.lr=0.01",
+        "train.seed=3",
+        "run_id=fz3_one",
+        "optimizer=soap",
+        "optimizer.muon.extra_scale_factor=0.5",
+        "results_dir=/tmp/elsewhere",
+    ],
+)
 def test_the_study_refuses_a_typed_value_of_what_it_sets_per_run(override: str) -> None:
     from optbench.common.errors import UserError
     from optbench.experiments.study_plan import StudySpec, check
@@ -317,14 +372,26 @@ def test_a_secret_with_a_trailing_newline_is_never_printed(tmp_path: Path) -> No
 
 def test_a_secret_reached_through_another_variable_is_refused_before_any_logger_sees_it(tmp_path: Path) -> None:
     key = "wk-alias-0123456789abcdef"
-    done = _run("-m", "launch", "pretrain", "kimi_k2_tiny_muon", "description=${oc.env:FZ_ALIAS}", "train.iters=1",
-                "logger=wandb_offline", f"results_dir={tmp_path / 'results'}", WANDB_API_KEY=key, FZ_ALIAS=key)
+    done = _run(
+        "-m",
+        "launch",
+        "pretrain",
+        "kimi_k2_tiny_muon",
+        "description=${oc.env:FZ_ALIAS}",
+        "train.iters=1",
+        "logger=wandb_offline",
+        f"results_dir={tmp_path / 'results'}",
+        WANDB_API_KEY=key,
+        FZ_ALIAS=key,
+    )
     _one_line_refusal(done, "description")
     assert "interpolates a secret" in done.stderr and not (tmp_path / "results").exists()
 
 
 def test_a_path_holding_the_accounts_word_is_refused_naming_the_variable_not_rewritten(tmp_path: Path) -> None:
     source = _corpus_input(tmp_path / "research")
-    done = _run("-m", "optbench.corpus", "--input", str(source), "--out", str(tmp_path / "ds"), SBATCH_ACCOUNT="research")
+    done = _run(
+        "-m", "optbench.corpus", "--input", str(source), "--out", str(tmp_path / "ds"), SBATCH_ACCOUNT="research"
+    )
     _one_line_refusal(done, "INPUT")
     assert "$SBATCH_ACCOUNT" in done.stderr and not (tmp_path / "ds").exists()

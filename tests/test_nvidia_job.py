@@ -22,7 +22,9 @@ from optbench.releases import versions
 from optbench.releases.presets import find_preset, load, unheld_reason
 from optbench.compose.recipe import compose_run
 
-pytestmark = pytest.mark.slow  # renders NVIDIA's own job and ours for every preset of every release; `make test-fast` skips it
+pytestmark = (
+    pytest.mark.slow
+)  # renders NVIDIA's own job and ours for every preset of every release; `make test-fast` skips it
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia"
 CONTAINERS = {c.bridge: c.name for c in versions.runnable()}
@@ -83,7 +85,9 @@ def parse_job(sbatch: str, task: str) -> dict[str, str]:
                     name, value = option, ""
                     index += 1
                 out[f"srun.{name}"] = value
-            out["srun.command"] = re.sub(r"/nemo_run/scripts/\S+\.sh$", "/nemo_run/scripts/<task>.sh", " ".join(words[index:]))
+            out["srun.command"] = re.sub(
+                r"/nemo_run/scripts/\S+\.sh$", "/nemo_run/scripts/<task>.sh", " ".join(words[index:])
+            )
     body = [line for line in task.splitlines() if line.strip() and not line.startswith("#") and "set -euo" not in line]
     command = body[-1]
     out["task.wrapper"] = "bash -c" if command.startswith("bash -c") else "none"
@@ -99,15 +103,30 @@ def parse_job(sbatch: str, task: str) -> dict[str, str]:
 def ours(tmp_path: Path, recipe: str, container: str = "nemo:26.02.01") -> dict[str, str]:
     from launch.cli import main
 
-    assert main(["pretrain", recipe, "dryrun=true", f"results_dir={tmp_path}", "run_id=job-test",
-                 f"cluster.container={container}"]) == 0
+    assert (
+        main(
+            [
+                "pretrain",
+                recipe,
+                "dryrun=true",
+                f"results_dir={tmp_path}",
+                "run_id=job-test",
+                f"cluster.container={container}",
+            ]
+        )
+        == 0
+    )
     folder = tmp_path / "plans" / recipe
     task = next((folder / "nemo_run").rglob("scripts/*.sh"))
     return parse_job((folder / "sbatch.sh").read_text(), task.read_text())
 
 
-JOB_CASES = [(release, recipe) for release in CONTAINERS for recipe in sorted(CASES)
-             if (FIXTURES / release / CASES[recipe]).is_dir()]
+JOB_CASES = [
+    (release, recipe)
+    for release in CONTAINERS
+    for recipe in sorted(CASES)
+    if (FIXTURES / release / CASES[recipe]).is_dir()
+]
 
 
 @pytest.mark.parametrize(("release", "recipe"), JOB_CASES, ids=[f"{r}-{c}" for r, c in JOB_CASES])
@@ -122,9 +141,15 @@ def test_rendered_job_matches_nvidia_up_to_the_documented_list(tmp_path: Path, r
     differing = {key for key in set(mine) | set(nvidia) if mine.get(key) != nvidia.get(key)}
     assert differing - set(DOCUMENTED) == set(), {k: (mine.get(k), nvidia.get(k)) for k in differing - set(DOCUMENTED)}
     # What the issue names must be there, equal to NVIDIA's.
-    for key in ("sbatch.segment", "task.numa", "export.CUDA_DEVICE_MAX_CONNECTIONS", "export.NCCL_NVLS_ENABLE",
-                "export.TORCH_NCCL_AVOID_RECORD_STREAMS", "export.TORCH_NCCL_HIGH_PRIORITY",
-                "export.NVTE_FWD_LAYERNORM_SM_MARGIN"):
+    for key in (
+        "sbatch.segment",
+        "task.numa",
+        "export.CUDA_DEVICE_MAX_CONNECTIONS",
+        "export.NCCL_NVLS_ENABLE",
+        "export.TORCH_NCCL_AVOID_RECORD_STREAMS",
+        "export.TORCH_NCCL_HIGH_PRIORITY",
+        "export.NVTE_FWD_LAYERNORM_SM_MARGIN",
+    ):
         assert mine[key] == nvidia[key], key
 
 
@@ -134,7 +159,10 @@ def test_parser_sees_a_difference_that_is_not_documented(tmp_path: Path) -> None
     sbatch, task = (fixture / "sbatch.sh").read_text(), (fixture / "task.sh").read_text()
     base = parse_job(sbatch, task)
     changed = parse_job(sbatch.replace("export NCCL_NVLS_ENABLE=0\n", ""), task.replace("/2))", "/4))"))
-    assert {k for k in set(base) | set(changed) if base.get(k) != changed.get(k)} == {"export.NCCL_NVLS_ENABLE", "task.numa"}
+    assert {k for k in set(base) | set(changed) if base.get(k) != changed.get(k)} == {
+        "export.NCCL_NVLS_ENABLE",
+        "task.numa",
+    }
 
 
 PRESET_CASES = [(release, key) for release in CONTAINERS for key in sorted(load(release)["presets"])]
@@ -149,8 +177,16 @@ def test_segment_and_numa_rules_reproduce_every_preset(release: str, key: str) -
         pytest.skip(why)
     cluster = gpu_spec(gpu).cluster_preset
     recipe = f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}"
-    run = compose_run(recipe, [f"cluster={cluster}", f"precision={precision}", f"parallel.num_gpus={preset['num_gpus']}",
-                               f"cluster.container={CONTAINERS[release]}", "intent=train"])
+    run = compose_run(
+        recipe,
+        [
+            f"cluster={cluster}",
+            f"precision={precision}",
+            f"parallel.num_gpus={preset['num_gpus']}",
+            f"cluster.container={CONTAINERS[release]}",
+            "intent=train",
+        ],
+    )
     assert segment_size(run, derive_layout(run).nodes) == preset["job"]["segment"]
     assert numa_binding(run) == preset["job"]["numa"]["command"]  # NVIDIA's rendering of the release, taken over
     if release.startswith("0.3."):  # our rule for runs without a preset is NVIDIA's 0.3 rule, exactly

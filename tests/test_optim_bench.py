@@ -123,7 +123,7 @@ def test_gpu_section_renders_with_its_own_provenance_and_bound():
     data = {**stored, "gpu": gpu}
     data["targets"] = optim._targets(data["cpu"]["blocks"], gpu, data["imbalance"])
     text = markdown(data)
-    section = text[text.index("## GPU"):text.index("## Layer-wise")]
+    section = text[text.index("## GPU") : text.index("## Layer-wise")]
     assert "Device: cpu." in section and "no bound" in section and "Measured by `" in section
     assert "| kimi_k2_tiny | bf16 | ours |" in squeezed(section)
     assert "ours >= 3x torch.optim.Muon, GPU bf16, kimi_k2_tiny" in data["targets"]

@@ -15,7 +15,9 @@ import emerging_reference as reference
 
 
 def _flat(trajectory) -> torch.Tensor:
-    return torch.tensor([x for step in trajectory for matrix in step for row in matrix for x in row], dtype=torch.float64)
+    return torch.tensor(
+        [x for step in trajectory for matrix in step for row in matrix for x in row], dtype=torch.float64
+    )
 
 
 def _close(ours, theirs) -> float:
@@ -51,7 +53,9 @@ def test_matches_the_frozen_0_2_0_the_containers_ship(name):
     path a CPU takes is not told by the capability torch reports, so the check does not pick the file by it. A CPU on
     a path not recorded yet fails here: record it with tools/emerging_reference.py."""
     paths = reference.frozen_paths("0.2.0")
-    assert paths and all(f["provenance"]["commit"].startswith("1effa026f") for f in paths.values())  # Bridge 0.5.0-0.6.0's uv.lock pin
+    assert paths and all(
+        f["provenance"]["commit"].startswith("1effa026f") for f in paths.values()
+    )  # Bridge 0.5.0-0.6.0's uv.lock pin
     ours = reference.run(reference.ours("0.2.0"), reference.CASES[name])
     excess = {file: _close(ours, f["trajectories"][name]) for file, f in paths.items()}
     assert min(excess.values()) <= 0, excess

@@ -110,7 +110,12 @@ def test_update_rule_is_megatrons():
     for nesterov in (True, False):
         param = nn.Parameter(w0.clone())
         opt = Muon(
-            [param], lr=lr, weight_decay=wd, momentum=beta, nesterov=nesterov, extra_scale_factor=extra,
+            [param],
+            lr=lr,
+            weight_decay=wd,
+            momentum=beta,
+            nesterov=nesterov,
+            extra_scale_factor=extra,
             fp32_matmul_prec="highest",
         )
         w, m = w0.clone(), torch.zeros_like(w0)
@@ -211,8 +216,12 @@ def test_split_qkv_orthogonalizes_q_k_v_blocks_separately():
     for split in (True, False):
         p = nn.Parameter(torch.zeros_like(g))
         opt = Muon(
-            [{"params": [p], "qkv_split_shapes": shapes}], lr=1.0, momentum=0.0, weight_decay=0.0,
-            split_qkv=split, fp32_matmul_prec="highest",
+            [{"params": [p], "qkv_split_shapes": shapes}],
+            lr=1.0,
+            momentum=0.0,
+            weight_decay=0.0,
+            split_qkv=split,
+            fp32_matmul_prec="highest",
         )
         p.grad = g.clone()
         opt.step()

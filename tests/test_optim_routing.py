@@ -18,8 +18,14 @@ TINY = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_he
 def _qwen3(**extra) -> nn.Module:
     torch.manual_seed(0)
     config = Qwen3MoeConfig(
-        **TINY, intermediate_size=48, moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2,
-        num_key_value_heads=2, head_dim=8, **extra,
+        **TINY,
+        intermediate_size=48,
+        moe_intermediate_size=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        num_key_value_heads=2,
+        head_dim=8,
+        **extra,
     )
     return Qwen3MoeForCausalLM(config)
 
@@ -27,9 +33,21 @@ def _qwen3(**extra) -> nn.Module:
 def _deepseek_v3() -> nn.Module:
     torch.manual_seed(0)
     config = DeepseekV3Config(
-        **TINY, intermediate_size=48, moe_intermediate_size=16, n_routed_experts=4, n_shared_experts=1,
-        num_experts_per_tok=2, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8,
-        qk_rope_head_dim=4, v_head_dim=8, n_group=1, topk_group=1, first_k_dense_replace=1,
+        **TINY,
+        intermediate_size=48,
+        moe_intermediate_size=16,
+        n_routed_experts=4,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        num_key_value_heads=4,
+        q_lora_rank=16,
+        kv_lora_rank=8,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=4,
+        v_head_dim=8,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=1,
     )
     return DeepseekV3ForCausalLM(config)
 

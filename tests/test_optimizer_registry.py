@@ -14,8 +14,11 @@ from optbench.config.schema import OptimizerConfig
 from optbench.optim.training import local_builder
 
 SOAP_FILES = {
-    "src/optbench/config/optimizers/__init__.py", "src/optbench/config/optimizers/soap.py",
-    "src/optbench/config/schema_optimizer.py", "src/optbench/optim/soap.py", "src/optbench/bench/emerging.py",
+    "src/optbench/config/optimizers/__init__.py",
+    "src/optbench/config/optimizers/soap.py",
+    "src/optbench/config/schema_optimizer.py",
+    "src/optbench/optim/soap.py",
+    "src/optbench/bench/emerging.py",
     "src/optbench/releases/emerging_fields.py",
 }
 """Where one optimizer's name may appear in the code (docs/architecture.md section 6 says why each)."""
@@ -37,8 +40,10 @@ def test_each_entry_names_sections_the_schema_has_with_its_own_dataclass():
     for name, e in REGISTRY.items():
         assert set(e.sections) <= fields, name
         for section in e.sections:
-            assert dataclasses.is_dataclass(_section_class(section)) and hints[section] == typing.Optional[
-                _section_class(section)], (name, section)
+            assert (
+                dataclasses.is_dataclass(_section_class(section))
+                and hints[section] == typing.Optional[_section_class(section)]
+            ), (name, section)
         assert e.matrix == bool(e.sections) == bool(e.local_builder), name
 
 
@@ -49,8 +54,17 @@ def _config(name: str) -> OptimizerConfig:
 
 def test_each_matrix_optimizer_builds_its_local_implementation_from_the_entry():
     weight = torch.nn.Parameter(torch.randn(8, 4))
-    route = type("Route", (), {"param": weight, "weight_decay_mult": 1.0, "qkv_split_shapes": None,
-                               "partition_dim": None, "is_expert": False})()
+    route = type(
+        "Route",
+        (),
+        {
+            "param": weight,
+            "weight_decay_mult": 1.0,
+            "qkv_split_shapes": None,
+            "partition_dim": None,
+            "is_expert": False,
+        },
+    )()
     for name in MATRIX_OPTIMIZERS:
         built = local_builder(name)([route], _config(name), None, False)
         assert isinstance(built, torch.optim.Optimizer) and built.param_groups[0]["params"] == [weight], name
@@ -72,6 +86,10 @@ def test_the_matrix_optimizers_are_listed_in_words_from_the_registry():
 def test_no_stage_outside_the_entry_names_an_optimizer_of_its_own():
     """A stage that tests ``name == "soap"`` again fails here: it belongs in the entry."""
     root = repo_root()
-    found = {str(p.relative_to(root)) for folder in ("src", "launch") for p in (root / folder).rglob("*.py")
-             if "soap" in p.read_text(encoding="utf-8").lower()}
+    found = {
+        str(p.relative_to(root))
+        for folder in ("src", "launch")
+        for p in (root / folder).rglob("*.py")
+        if "soap" in p.read_text(encoding="utf-8").lower()
+    }
     assert found <= SOAP_FILES, sorted(found - SOAP_FILES)

@@ -67,7 +67,9 @@ def test_a_folder_is_new_empty_or_marked_and_never_a_place_that_holds_something_
 
 def test_a_path_holding_a_secret_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_API_KEY", "wk-outputs-0123456789")
-    assert "holds the value of $WANDB_API_KEY, a secret" in output_problem(tmp_path / "wk-outputs-0123456789", "results")
+    assert "holds the value of $WANDB_API_KEY, a secret" in output_problem(
+        tmp_path / "wk-outputs-0123456789", "results"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -76,7 +78,11 @@ def test_a_path_holding_a_secret_is_refused(tmp_path: Path, monkeypatch: pytest.
 
 
 def _tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 KILLED_IN_BLOCK = """
@@ -109,7 +115,9 @@ def killed_in_block(out: Path, moment: str) -> None:
     assert done.returncode == -signal.SIGKILL, done.stderr
 
 
-@pytest.mark.parametrize("moment", ["before set-aside", "set aside, block half done", "committed, aside not yet removed"])
+@pytest.mark.parametrize(
+    "moment", ["before set-aside", "set aside, block half done", "committed, aside not yet removed"]
+)
 def test_a_kill_at_any_moment_of_a_replacement_is_repaired_by_the_next_command(tmp_path: Path, moment: str) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -117,8 +125,11 @@ def test_a_kill_at_any_moment_of_a_replacement_is_repaired_by_the_next_command(t
     killed_in_block(out, moment)
     assert [p for p in tmp_path.iterdir() if p.name.startswith(JOURNAL_PREFIX)]
     recover(tmp_path, [out])
-    expected = {"new.txt": hashlib.sha1(b"complete new output").hexdigest()} if moment.startswith("committed") else {
-        "old.txt": hashlib.sha1(b"earlier output").hexdigest()}
+    expected = (
+        {"new.txt": hashlib.sha1(b"complete new output").hexdigest()}
+        if moment.startswith("committed")
+        else {"old.txt": hashlib.sha1(b"earlier output").hexdigest()}
+    )
     assert _tree(out) == expected
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
@@ -127,10 +138,20 @@ def test_a_journal_of_a_running_process_is_a_refusal_and_foreign_journals_are_le
     out = tmp_path / "out"
     token = "0" * 32
     journal = tmp_path / f"{JOURNAL_PREFIX}{os.getppid()}-{token}.json"
-    journal.write_text(json.dumps({
-        "format": 2, "pid": os.getppid(), "token": token, "host": socket.gethostname(), "folder": os.path.realpath(tmp_path),
-        "folder_id": [tmp_path.stat().st_dev, tmp_path.stat().st_ino], "state": "started",
-        "entries": [{"name": "out", "kind": "folder", "existed": True}]}))
+    journal.write_text(
+        json.dumps(
+            {
+                "format": 2,
+                "pid": os.getppid(),
+                "token": token,
+                "host": socket.gethostname(),
+                "folder": os.path.realpath(tmp_path),
+                "folder_id": [tmp_path.stat().st_dev, tmp_path.stat().st_ino],
+                "state": "started",
+                "entries": [{"name": "out", "kind": "folder", "existed": True}],
+            }
+        )
+    )
     with pytest.raises(UserError, match="being written by process"):
         recover(tmp_path, [out])
     journal.unlink()
@@ -144,7 +165,8 @@ def _complete_corpus(out: Path) -> bool:
     manifest = json.loads((out / "corpus.json").read_text())
     return all(
         hashlib.sha256(Path(part["prefix"] + suffix).read_bytes()).hexdigest() == digest
-        for part in manifest["parts"] for suffix, digest in part["sha256"].items()
+        for part in manifest["parts"]
+        for suffix, digest in part["sha256"].items()
     )
 
 
@@ -168,12 +190,23 @@ def test_make_data_killed_at_any_instant_leaves_the_earlier_corpus_or_the_new_on
         assert _complete_corpus(out), fraction
         assert not [p.name for p in tmp_path.iterdir() if ASIDE_INFIX in p.name or p.name.startswith(JOURNAL_PREFIX)]
     assert _tree(source) == inputs
-    assert subprocess.run(command, env=_env(), capture_output=True, timeout=120).returncode == 0 and _complete_corpus(out)
+    assert subprocess.run(command, env=_env(), capture_output=True, timeout=120).returncode == 0 and _complete_corpus(
+        out
+    )
 
 
 def test_a_sweep_killed_at_any_instant_keeps_the_previous_sweep_or_the_new_one(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    command = [PY, "-m", "launch", "sweep", "qwen3_30b_a3b_adamw", "parallel.ep=4,8", "dryrun=true", f"results_dir={results}"]
+    command = [
+        PY,
+        "-m",
+        "launch",
+        "sweep",
+        "qwen3_30b_a3b_adamw",
+        "parallel.ep=4,8",
+        "dryrun=true",
+        f"results_dir={results}",
+    ]
     env = _env(SBATCH_ACCOUNT="acct")
     assert subprocess.run(command, env=env, capture_output=True, timeout=120, cwd=REPO).returncode == 0
     folder = results / "plans" / "qwen3_30b_a3b_adamw" / "sweep"
@@ -189,7 +222,9 @@ def test_a_sweep_killed_at_any_instant_keeps_the_previous_sweep_or_the_new_one(t
         summary = json.loads((folder / "sweep.json").read_text())
         assert [p["name"] for p in summary["points"]] == ["ep4", "ep8"]
         assert all((folder / name / "sbatch.sh").is_file() for name in ("ep4", "ep8"))
-        assert not [p.name for p in folder.parent.iterdir() if ASIDE_INFIX in p.name or p.name.startswith(JOURNAL_PREFIX)]
+        assert not [
+            p.name for p in folder.parent.iterdir() if ASIDE_INFIX in p.name or p.name.startswith(JOURNAL_PREFIX)
+        ]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -200,8 +235,14 @@ def test_a_sweep_killed_at_any_instant_keeps_the_previous_sweep_or_the_new_one(t
 def _read_only_run(read_only: Path, argv: list[str]) -> subprocess.CompletedProcess:
     if os.geteuid() == 0:
         script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" && shift && exec "$@"'
-        return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(read_only), *argv], env=_env(), cwd=REPO,
-                              capture_output=True, text=True, timeout=180)
+        return subprocess.run(
+            ["unshare", "-m", "sh", "-c", script, "sh", str(read_only), *argv],
+            env=_env(),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     mode = read_only.stat().st_mode
     read_only.chmod(mode & ~0o222)
     try:
@@ -220,11 +261,28 @@ def _can_make_read_only(tmp_path: Path) -> bool:
     return shutil.which("unshare") is not None and "Read-only" in done.stderr
 
 
-MICRO = ["model.num_layers=2", "model.hidden_size=64", "model.ffn_hidden_size=128", "model.num_moe_experts=4",
-         "model.moe_ffn_hidden_size=32", "model.moe_shared_expert_intermediate_size=32", "model.moe_router_topk=2",
-         "model.q_lora_rank=32", "model.kv_lora_rank=16", "model.qk_head_dim=16", "model.qk_pos_emb_head_dim=8",
-         "model.v_head_dim=16", "model.vocab_size=256", "data.vocab_size=128", "train.gbs=8", "train.mbs=2",
-         "train.seq_length=32", "train.iters=2", "train.warmup_iters=1", "logger=none"]
+MICRO = [
+    "model.num_layers=2",
+    "model.hidden_size=64",
+    "model.ffn_hidden_size=128",
+    "model.num_moe_experts=4",
+    "model.moe_ffn_hidden_size=32",
+    "model.moe_shared_expert_intermediate_size=32",
+    "model.moe_router_topk=2",
+    "model.q_lora_rank=32",
+    "model.kv_lora_rank=16",
+    "model.qk_head_dim=16",
+    "model.qk_pos_emb_head_dim=8",
+    "model.v_head_dim=16",
+    "model.vocab_size=256",
+    "data.vocab_size=128",
+    "train.gbs=8",
+    "train.mbs=2",
+    "train.seq_length=32",
+    "train.iters=2",
+    "train.warmup_iters=1",
+    "logger=none",
+]
 
 
 @pytest.mark.parametrize("where", ["results", "results/runs", "results/throughput.md", "data-parent"])
@@ -240,19 +298,32 @@ def test_an_unwritable_place_ends_in_one_line_and_loses_nothing(tmp_path: Path, 
     (tmp_path / "input" / "a.txt").write_text("some text to tokenize " * 50)
     before = _tree(tmp_path)
     commands = {
-        "results": [[PY, "-m", "optbench.report", "table", "--results-dir", str(results)],
-                    [PY, "-m", "launch", "pretrain", "kimi_k2_tiny_muon", *MICRO, f"results_dir={results}"],
-                    [PY, "-m", "launch", "plan", "kimi_k2_tiny_muon", f"results_dir={results}"]],
+        "results": [
+            [PY, "-m", "optbench.report", "table", "--results-dir", str(results)],
+            [PY, "-m", "launch", "pretrain", "kimi_k2_tiny_muon", *MICRO, f"results_dir={results}"],
+            [PY, "-m", "launch", "plan", "kimi_k2_tiny_muon", f"results_dir={results}"],
+        ],
         "results/runs": [[PY, "-m", "launch", "pretrain", "kimi_k2_tiny_muon", *MICRO, f"results_dir={results}"]],
         "results/throughput.md": [[PY, "-m", "optbench.report", "table", "--results-dir", str(results)]],
-        "data-parent": [[PY, "-m", "optbench.corpus", "--input", str(tmp_path / "input"), "--out",
-                         str(tmp_path / "data-parent" / "corpus")]],
+        "data-parent": [
+            [
+                PY,
+                "-m",
+                "optbench.corpus",
+                "--input",
+                str(tmp_path / "input"),
+                "--out",
+                str(tmp_path / "data-parent" / "corpus"),
+            ]
+        ],
     }[where]
     for argv in commands:
         done = _read_only_run(tmp_path / where, argv)
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and "Traceback" not in done.stderr and len(lines) == 1, done.stderr[-1500:]
-        assert lines[0].startswith(("error: results_dir: ", "error: OUT: ")) and any(w in lines[0] for w in ("read-only", "not writable", "busy")), lines
+        assert lines[0].startswith(("error: results_dir: ", "error: OUT: ")) and any(
+            w in lines[0] for w in ("read-only", "not writable", "busy")
+        ), lines
         assert _tree(tmp_path) == before
 
 
@@ -269,8 +340,14 @@ def test_a_debug_traceback_and_a_lexer_error_never_show_a_secret(tmp_path: Path)
         (["debug=true", f"cluster.account={secret}", "description=${oc.select:cluster.account}"], True),
         (["debug=true", f"cluster.account={secret}", "parallel.tp=0"], True),
     ):
-        done = subprocess.run([PY, "-m", "launch", "plan", "qwen3_30b_a3b_adamw", *words, f"results_dir={tmp_path / 'r'}"],
-                              env=_env(WANDB_API_KEY=key), cwd=REPO, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [PY, "-m", "launch", "plan", "qwen3_30b_a3b_adamw", *words, f"results_dir={tmp_path / 'r'}"],
+            env=_env(WANDB_API_KEY=key),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode != 0 and ("Traceback" in done.stderr) == traceback, done.stderr[-800:]
         assert secret not in done.stdout + done.stderr and key not in done.stdout + done.stderr, done.stderr[-800:]
 
@@ -281,7 +358,9 @@ def test_a_debug_traceback_and_a_lexer_error_never_show_a_secret(tmp_path: Path)
 
 
 def test_threads_follow_the_cores_other_processes_leave_free() -> None:
-    assert threads_for(2, 0.0) == 2 and threads_for(2, 0.7) == 1 and threads_for(2, 2.0) == 1 and threads_for(2, None) == 2
+    assert (
+        threads_for(2, 0.0) == 2 and threads_for(2, 0.7) == 1 and threads_for(2, 2.0) == 1 and threads_for(2, None) == 2
+    )
     assert threads_for(16, 3.2) == 13 and threads_for(4, 1.5) == 3 and threads_for(4, 1.6) == 2
     assert others_busy_cores(CpuSample(0.0, 10.0, 1.0), CpuSample(2.0, 14.0, 2.0)) == pytest.approx(1.5)
     applied: list[int] = []
@@ -292,8 +371,13 @@ def test_threads_follow_the_cores_other_processes_leave_free() -> None:
 def test_the_governor_samples_the_load_at_start_and_moves_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from optbench.engine.local import threads
 
-    samples = iter([CpuSample(0.0, 0.0, 0.0), CpuSample(1.0, 2.0, 0.0),  # start: the others keep 2 cores busy
-                    CpuSample(20.0, 20.0, 19.0)])  # 19 s later: only we were busy
+    samples = iter(
+        [
+            CpuSample(0.0, 0.0, 0.0),
+            CpuSample(1.0, 2.0, 0.0),  # start: the others keep 2 cores busy
+            CpuSample(20.0, 20.0, 19.0),
+        ]
+    )  # 19 s later: only we were busy
     monkeypatch.setattr(threads, "_sample", lambda: next(samples))
     monkeypatch.setattr(threads.time, "sleep", lambda _: None)
     monkeypatch.setattr(threads.time, "monotonic", lambda: 100.0)
@@ -309,12 +393,15 @@ def test_the_governor_samples_the_load_at_start_and_moves_with_it(monkeypatch: p
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv", [
-    ["-m", "optbench.bench", "--only", "callback", "--quick", "--out", "{place}"],
-    ["-m", "optbench.experiments", "compare", "--results-dir", "{place}", "--iters", "2", "--seeds", "1"],
-    ["-m", "optbench.experiments", "study", "--results-dir", "{place}"],
-    ["-m", "optbench.report", "table", "--results-dir", "{place}"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-m", "optbench.bench", "--only", "callback", "--quick", "--out", "{place}"],
+        ["-m", "optbench.experiments", "compare", "--results-dir", "{place}", "--iters", "2", "--seeds", "1"],
+        ["-m", "optbench.experiments", "study", "--results-dir", "{place}"],
+        ["-m", "optbench.report", "table", "--results-dir", "{place}"],
+    ],
+)
 def test_bench_compare_study_and_table_refuse_a_place_that_is_not_theirs(tmp_path: Path, argv: list[str]) -> None:
     import stat
 
@@ -329,8 +416,16 @@ def test_bench_compare_study_and_table_refuse_a_place_that_is_not_theirs(tmp_pat
     before = {p: (p.lstat().st_mode, p.lstat().st_size) for p in canary.rglob("*")}
     for place in ("user", "file.txt", "device", "."):
         target = str(canary / place) if place != "." else "."
-        done = subprocess.run([PY, *(a.replace("{place}", target) for a in argv)], env=_env(), cwd=REPO,
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr, done.stderr
+        done = subprocess.run(
+            [PY, *(a.replace("{place}", target) for a in argv)],
+            env=_env(),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr, (
+            done.stderr
+        )
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert {p: (p.lstat().st_mode, p.lstat().st_size) for p in canary.rglob("*")} == before

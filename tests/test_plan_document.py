@@ -24,7 +24,12 @@ def test_a_plan_read_back_is_the_plan_that_was_written(recipe: str) -> None:
     written = _written(plan)
     again = Plan.from_json(written)
     assert again.to_json() == written
-    assert (again.layout, again.optimizer, again.model, again.bridge) == (plan.layout, plan.optimizer, plan.model, plan.bridge)
+    assert (again.layout, again.optimizer, again.model, again.bridge) == (
+        plan.layout,
+        plan.optimizer,
+        plan.model,
+        plan.bridge,
+    )
     assert again.accounting == plan.accounting  # the typed section, record for record
     assert format_summary(again) == format_summary(plan)
 
@@ -43,7 +48,7 @@ def test_plan_json_keeps_its_documented_key_order() -> None:
     keys = list(written)
     assert keys[:2] == ["plan_version", "recipe"] and written["plan_version"] == PLAN_VERSION
     data = keys.index("data")
-    assert keys[data + 1: data + 1 + len(ACCOUNTING_KEYS)] == list(ACCOUNTING_KEYS)
+    assert keys[data + 1 : data + 1 + len(ACCOUNTING_KEYS)] == list(ACCOUNTING_KEYS)
     assert keys[-3:] == ["projection", "config", "bridge"]
     assert "muon" in written["optimizer"] and "soap" not in written["optimizer"]  # a null section is left out
 

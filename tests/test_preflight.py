@@ -45,7 +45,10 @@ def test_a_prepared_cluster_gets_no_note(login_node):
 
 def test_a_hub_config_without_a_mounted_cache_is_said(login_node):
     [note] = notes("kimi_k2_muon")
-    assert note.startswith("note: hub config: Bridge reads moonshotai/Kimi-K2-Instruct's config.json") and "HF_HOME" in note
+    assert (
+        note.startswith("note: hub config: Bridge reads moonshotai/Kimi-K2-Instruct's config.json")
+        and "HF_HOME" in note
+    )
     [note] = notes("qwen3_30b_a3b_muon", "+cluster.env.HF_HOME=/lustre/hf_cache")
     assert "cluster.env.HF_HOME=/lustre/hf_cache is inside no container mount" in note
     # Kimi K2's recipe reads no hub config before Bridge 0.4 (nemo:26.02): nothing to say there.

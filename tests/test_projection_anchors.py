@@ -8,7 +8,12 @@ import pytest
 
 from optbench.common.checkout import repo_root
 from optbench.projection.anchors import (
-    ANCHORS, FIELDS, anchor_record, committed_anchors, committed_gemm_rates, committed_unsolved,
+    ANCHORS,
+    FIELDS,
+    anchor_record,
+    committed_anchors,
+    committed_gemm_rates,
+    committed_unsolved,
 )
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.plan.row_runs import COMPOSED_ROWS
@@ -31,7 +36,8 @@ def test_every_committed_anchor_is_what_live_solving_gives():
         assert kept["efficiency"] == pytest.approx(live.efficiency, rel=1e-12), row_id(row)
         fresh = json.loads(json.dumps(anchor_record(live)))
         assert {k: v for k, v in fresh.items() if k != "efficiency"} == {
-            k: list(v) if isinstance(v, tuple) else v for k, v in kept.items() if k != "efficiency"}
+            k: list(v) if isinstance(v, tuple) else v for k, v in kept.items() if k != "efficiency"
+        }
 
 
 @pytest.mark.xdist_group("carried-table")

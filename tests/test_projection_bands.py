@@ -79,8 +79,12 @@ def test_every_scheme_states_its_band_coverage_and_bootstrap():
         low, high = summary["band_80_error_percent"]
         assert low < 0 < high
         boot = summary["bootstrap_90"]
-        assert boot["unit"] == "setup" and boot["median_abs_error_percent"][0] <= summary["median_abs_error_percent"] \
+        assert (
+            boot["unit"] == "setup"
+            and boot["median_abs_error_percent"][0]
+            <= summary["median_abs_error_percent"]
             <= boot["median_abs_error_percent"][1]
+        )
         assert summary["copy_baseline"]["rows"] == summary["rows"]
 
 
@@ -103,8 +107,10 @@ def test_a_plan_prints_its_band_and_class_and_says_untested_where_no_row_changes
     assert "expected error untested (no published row runs CP 4; each runs CP 1 or 2)" in out
     band = next(line for line in out.splitlines() if "80 % band [" in line)
     assert "class: the same model x GPU x GPU count, another layout; untested: no published row runs CP 4" in band
-    assert main(["plan", "qwen3_30b_a3b_muon", "parallel.tp=4", "parallel.sequence_parallel=true",
-                 "description=band"]) == 0
+    assert (
+        main(["plan", "qwen3_30b_a3b_muon", "parallel.tp=4", "parallel.sequence_parallel=true", "description=band"])
+        == 0
+    )
     band = next(line for line in capsys.readouterr().out.splitlines() if "80 % band [" in line)
     assert "class: the same model x GPU x GPU count, another layout; leave one layout out" in band
     assert "untested" not in band

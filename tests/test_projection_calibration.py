@@ -99,28 +99,46 @@ def test_muon_prediction_ignores_published_muon_figures(model, tmp_path):
 
     def scramble_muon(row):
         if row["optimizer"] == "muon":
-            row.update(tflops_per_gpu="2000", model_tflops_per_gpu="1950", ns_tflops_per_gpu="50", tokens_per_s_per_gpu="")
+            row.update(
+                tflops_per_gpu="2000", model_tflops_per_gpu="1950", ns_tflops_per_gpu="50", tokens_per_s_per_gpu=""
+            )
         return row
 
-    scrambled = project(resolve(run), published_dir=_copy_published(tmp_path, scramble_muon), with_what_ifs=False, row_runs=COMPOSED_ROWS)
+    scrambled = project(
+        resolve(run),
+        published_dir=_copy_published(tmp_path, scramble_muon),
+        with_what_ifs=False,
+        row_runs=COMPOSED_ROWS,
+    )
     assert scrambled.step.tflops_per_gpu == baseline.step.tflops_per_gpu
     assert scrambled.efficiency == baseline.efficiency
-    assert project(resolve(run), with_what_ifs=False, row_runs=COMPOSED_ROWS).step.tflops_per_gpu == baseline.step.tflops_per_gpu  # deterministic
+    assert (
+        project(resolve(run), with_what_ifs=False, row_runs=COMPOSED_ROWS).step.tflops_per_gpu
+        == baseline.step.tflops_per_gpu
+    )  # deterministic
 
 
 @pytest.mark.slow  # several seconds: `make test` runs it
 def test_muon_prediction_moves_with_the_adamw_anchor(tmp_path):
     typed = ["cluster.container=nemo:26.02"]  # the anchor's release: its twin is the anchor's configuration
     run = compose_run("kimi_k2_muon", typed)
-    baseline = project(resolve(run), typed, with_what_ifs=False, counterparts=ComposedCounterparts(), row_runs=COMPOSED_ROWS)
+    baseline = project(
+        resolve(run), typed, with_what_ifs=False, counterparts=ComposedCounterparts(), row_runs=COMPOSED_ROWS
+    )
 
     def slower_adamw(row):
         if row["optimizer"] == "adamw" and row["model"] == "kimi_k2":
             row.update(tflops_per_gpu="900", model_tflops_per_gpu="900")
         return row
 
-    moved = project(resolve(run), typed, published_dir=_copy_published(tmp_path, slower_adamw), with_what_ifs=False,
-                    counterparts=ComposedCounterparts(), row_runs=COMPOSED_ROWS)
+    moved = project(
+        resolve(run),
+        typed,
+        published_dir=_copy_published(tmp_path, slower_adamw),
+        with_what_ifs=False,
+        counterparts=ComposedCounterparts(),
+        row_runs=COMPOSED_ROWS,
+    )
     assert moved.twin.step.tflops_per_gpu == pytest.approx(900.0, abs=0.01)
     assert moved.step.tflops_per_gpu < baseline.step.tflops_per_gpu - 100
 
@@ -133,13 +151,16 @@ def test_a_model_without_rows_is_carried_at_the_term_of_the_model_of_its_gemm_sh
         return row
 
     run = compose_run("kimi_k2_muon", [])
-    calibration = calibrate(run, DEFAULT_ASSUMPTIONS, _copy_published(tmp_path, drop_kimi_adamw), row_runs=COMPOSED_ROWS)
+    calibration = calibrate(
+        run, DEFAULT_ASSUMPTIONS, _copy_published(tmp_path, drop_kimi_adamw), row_runs=COMPOSED_ROWS
+    )
     # A model without rows takes the carried table's term of the model with its GEMM shapes (Kimi K2: DeepSeek-V3's;
     # fitted on this folder's rows, not the committed table): its expected error is the leave-one-model-out figure.
     assert calibration.is_carried and dict(calibration.carried)["model"] == "as deepseek_v3 (same GEMM shapes)"
     p = project(resolve(run), published_dir=tmp_path / "published", row_runs=COMPOSED_ROWS)
     assert p.available and p.efficiency.status.startswith(
-        "carried: gpu as blackwell_ultra, model as deepseek_v3 (same GEMM shapes)")
+        "carried: gpu as blackwell_ultra, model as deepseek_v3 (same GEMM shapes)"
+    )
     assert p.expected_error is None or p.expected_error.scheme == "leave one model out"
 
 

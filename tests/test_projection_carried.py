@@ -39,7 +39,9 @@ def _row(release: str, model: str, gpu: str, optimizer: str = "adamw"):
 @pytest.mark.slow  # about 30 s alone: every AdamW row solved at 25 values of M0 (kept for the validation test)
 @pytest.mark.xdist_group("carried-table")
 def test_the_committed_table_is_what_make_projection_fits_and_the_step_model_uses_its_m0():
-    fitted = fitted_without(str(PUBLISHED), Holdout(), COMPOSED_ROWS)  # what make projection writes, and what its in-sample scheme uses
+    fitted = fitted_without(
+        str(PUBLISHED), Holdout(), COMPOSED_ROWS
+    )  # what make projection writes, and what its in-sample scheme uses
     committed = committed_table()
     assert committed is not None and fitted.as_dict() == committed.as_dict()
     assert DEFAULT_ASSUMPTIONS.small_expert_gemm_rows_mxfp8 == committed.mxfp8_expert_rows
@@ -49,7 +51,9 @@ def test_the_committed_table_is_fitted_on_adamw_rows_only_and_counts_its_paramet
     table = committed_table()
     assert table is not None and table.rows
     assert all(" adamw " in row for row in table.rows)  # never a Muon row
-    assert table.parameter_count == len(table.arch) + len(table.model) - 1 + len(table.release) - 1 + 1 == 15  # 6 models
+    assert (
+        table.parameter_count == len(table.arch) + len(table.model) - 1 + len(table.release) - 1 + 1 == 15
+    )  # 6 models
     data = json.loads((REPO / "results" / "projection" / "calibration.json").read_text())
     assert data["table"]["parameter_count"] == table.parameter_count and data["command"] == "make projection"
 
@@ -59,12 +63,17 @@ def test_a_gpu_takes_its_architectures_term_and_unknown_terms_fall_back_to_means
         arch=(("blackwell", math.log(0.2)), ("hopper", math.log(0.1))),
         model=(("deepseek_v3", 0.0), ("qwen3_30b_a3b", math.log(0.5))),
         release=(("26.02", 0.0), ("26.06", math.log(1.1))),
-        mxfp8_expert_rows=928.0, rows=("r",), rms_residual=0.0,
+        mxfp8_expert_rows=928.0,
+        rows=("r",),
+        rms_residual=0.0,
     )
     for gpu in ("b200", "gb200"):  # one Blackwell die in two systems: one term, the systems priced by the step model
         eff, how = table.efficiency("qwen3_30b_a3b", gpu, "26.06")
-        assert eff == pytest.approx(0.2 * 0.5 * 1.1) and how == {"gpu": "as blackwell", "model": "fitted",
-                                                                  "release": "fitted"}
+        assert eff == pytest.approx(0.2 * 0.5 * 1.1) and how == {
+            "gpu": "as blackwell",
+            "model": "fitted",
+            "release": "fitted",
+        }
     eff, how = table.efficiency("kimi_k2", "h200", "26.08")  # hopper's term; model: mean; release: 26.06's
     assert how == {"gpu": "as hopper", "model": "mean of every model", "release": "as release 26.06"}
     assert eff == pytest.approx(0.1 * math.sqrt(0.5) * 1.1)
@@ -80,7 +89,10 @@ def test_a_model_without_rows_takes_the_term_of_the_fitted_models_of_its_gemm_sh
     table = CarriedTable(
         arch=(("blackwell", math.log(0.2)),),
         model=(("deepseek_v3", 0.0), ("qwen3_30b_a3b", math.log(0.5))),
-        release=(("26.02", 0.0),), mxfp8_expert_rows=928.0, rows=("r",), rms_residual=0.0,
+        release=(("26.02", 0.0),),
+        mxfp8_expert_rows=928.0,
+        rows=("r",),
+        rms_residual=0.0,
         model_shapes=(("deepseek_v3", gemm_shape(deepseek)), ("qwen3_30b_a3b", gemm_shape(qwen))),
     )
     eff, how = table.efficiency("kimi_k2", "b200", "26.02", gemm_shape(kimi))
@@ -108,7 +120,10 @@ def test_a_model_of_other_shapes_takes_the_fitted_terms_moved_by_its_measured_ex
     table = CarriedTable(
         arch=(("blackwell", math.log(0.2)),),
         model=(("deepseek_v3", 0.0), ("kimi_k2", math.log(1.1))),
-        release=(("26.02", 0.0),), mxfp8_expert_rows=928.0, rows=("r",), rms_residual=0.0,
+        release=(("26.02", 0.0),),
+        mxfp8_expert_rows=928.0,
+        rows=("r",),
+        rms_residual=0.0,
     )
     rates = (("deepseek_v3", 0.5), ("kimi_k2", 0.4), ("qwen3_30b_a3b", 0.25))
 
@@ -118,8 +133,10 @@ def test_a_model_of_other_shapes_takes_the_fitted_terms_moved_by_its_measured_ex
 
     eff, how = qwen(0.5)  # time per FLOP, half of it at 1/0.25: x1.5 against 1/0.5, x1.3 against 1/0.4
     assert eff == pytest.approx(0.2 * math.exp((math.log(1 / 1.5) + math.log(1.1 / 1.3)) / 2))
-    assert how["model"] == "as deepseek_v3 and kimi_k2 at its fp8 expert GEMMs measured on an H200 " \
-                           "(results/bench/grouped_gemm.json)"
+    assert (
+        how["model"] == "as deepseek_v3 and kimi_k2 at its fp8 expert GEMMs measured on an H200 "
+        "(results/bench/grouped_gemm.json)"
+    )
     assert qwen(0.8)[0] < eff < qwen(0.2)[0] < table.efficiency("x", "b200", "26.02")[0]  # the slower share, the lower
     assert qwen(0.0)[0] == pytest.approx(table.efficiency("x", "b200", "26.02")[0])  # no routed experts: the mean
     assert qwen(0.5, rates[:2])[1]["model"] == "mean of every model"  # the bench did not measure it
@@ -133,11 +150,22 @@ def test_a_model_of_other_shapes_takes_the_fitted_terms_moved_by_its_measured_ex
 def test_validation_json_holds_every_scheme_with_the_keys_other_tools_read():
     data = json.loads((REPO / "results" / "projection" / "validation.json").read_text())
     assert data["schemes"] == list(SCHEME_LABELS)
-    for name in ("leave_one_setup_out", "leave_one_gpu_out", "leave_one_model_out", "leave_one_layout_out",
-                 "leave_one_row_out", "leave_one_release_out"):
+    for name in (
+        "leave_one_setup_out",
+        "leave_one_gpu_out",
+        "leave_one_model_out",
+        "leave_one_layout_out",
+        "leave_one_row_out",
+        "leave_one_release_out",
+    ):
         summary = data["summary"][name]["all"]
         for keys in (summary, summary["copy_baseline"]):
-            assert {"median_abs_error_percent", "within_5_percent", "within_10_percent", "fitted_parameters"} <= keys.keys()
+            assert {
+                "median_abs_error_percent",
+                "within_5_percent",
+                "within_10_percent",
+                "fitted_parameters",
+            } <= keys.keys()
         # The model is set beside copying in every scheme; where it does not beat it, the README must say so.
         assert summary["median_abs_error_percent"] < summary["copy_baseline"]["median_abs_error_percent"], name
 
@@ -146,10 +174,16 @@ def test_the_readme_says_whether_the_issues_bars_are_met_as_validation_json_scor
     summary = json.loads((REPO / "results" / "projection" / "validation.json").read_text())["summary"]
     setup, model = summary["leave_one_setup_out"]["all"], summary["leave_one_model_out"]["all"]
     readme = " ".join((REPO / "README.md").read_text().split())
-    setup_met = setup["median_abs_error_percent"] <= 6 and setup["within_5_percent"] >= 0.5 and setup["within_10_percent"] >= 0.8
+    setup_met = (
+        setup["median_abs_error_percent"] <= 6
+        and setup["within_5_percent"] >= 0.5
+        and setup["within_10_percent"] >= 0.8
+    )
     assert ("gets (within the <= 6 % median" if setup_met else "gets (short of the <= 6 % median") in readme
     model_met = model["median_abs_error_percent"] <= 15
-    assert ("a model you bring (within the <= 15 %" if model_met else "a model you bring (short of the <= 15 %") in readme
+    assert (
+        "a model you bring (within the <= 15 %" if model_met else "a model you bring (short of the <= 15 %"
+    ) in readme
 
 
 def test_leave_one_setup_out_never_anchors_on_the_setup_it_holds_out():
@@ -160,8 +194,13 @@ def test_leave_one_setup_out_never_anchors_on_the_setup_it_holds_out():
             model, gpu, count, precision = record["setup"]
             if not result["anchor"].startswith("the carried table"):
                 # only the same model, GPU and count in another precision may anchor it (Llama's FP8 and MXFP8 rows)
-                assert any(r["outside_domain"] is None and r["optimizer"] == "adamw" and r["precision"] != precision
-                           and (r["model"], r["gpu"], r["num_gpus"]) == (model, gpu, count) for r in data["rows"]), record["row"]
+                assert any(
+                    r["outside_domain"] is None
+                    and r["optimizer"] == "adamw"
+                    and r["precision"] != precision
+                    and (r["model"], r["gpu"], r["num_gpus"]) == (model, gpu, count)
+                    for r in data["rows"]
+                ), record["row"]
             assert f" {model} {gpu} x{count} {precision} " not in result["copy"].get("copied_from", "")
 
 
@@ -207,29 +246,42 @@ def test_a_smaller_microbatch_is_not_faster_per_token():
 
 def test_tensor_parallelism_without_comm_overlap_is_not_free():
     one = _projection("qwen3_30b_a3b_adamw", "parallel.tp_comm_overlap=false")
-    four = _projection("qwen3_30b_a3b_adamw", "parallel.tp=4", "parallel.sequence_parallel=true",
-                       "parallel.tp_comm_overlap=false")
+    four = _projection(
+        "qwen3_30b_a3b_adamw", "parallel.tp=4", "parallel.sequence_parallel=true", "parallel.tp_comm_overlap=false"
+    )
     assert four.breakdown_s["tensor_parallel"] > 0 and four.step.step_time_s > one.step.step_time_s
 
 
 def test_tensor_parallelism_is_not_free_even_with_its_communication_overlapped():
-    eager = "cluster.container=nemo:26.04.01"  # its preset graphs the router only: the attention GEMMs launch one by one
+    eager = (
+        "cluster.container=nemo:26.04.01"  # its preset graphs the router only: the attention GEMMs launch one by one
+    )
     one = _projection("qwen3_30b_a3b_adamw", eager)
     four = _projection("qwen3_30b_a3b_adamw", eager, "parallel.tp=4", "parallel.sequence_parallel=true")
-    assert four.breakdown_s["dense_gemm_fixed"] == pytest.approx(4 * one.breakdown_s["dense_gemm_fixed"], rel=1e-4)  # DP 8 -> 2
+    assert four.breakdown_s["dense_gemm_fixed"] == pytest.approx(
+        4 * one.breakdown_s["dense_gemm_fixed"], rel=1e-4
+    )  # DP 8 -> 2
     assert four.step.tflops_per_gpu < 0.95 * one.step.tflops_per_gpu
-    graphed = _projection("qwen3_30b_a3b_adamw", "parallel.tp=4", "parallel.sequence_parallel=true")  # the default container
+    graphed = _projection(
+        "qwen3_30b_a3b_adamw", "parallel.tp=4", "parallel.sequence_parallel=true"
+    )  # the default container
     assert graphed.breakdown_s["dense_gemm_fixed"] == 0  # a full-iteration CUDA graph replays every launch
 
 
 def test_more_microbatches_pay_more_dense_gemm_calls():
-    small, large = (_projection("qwen3_30b_a3b_adamw", "cluster.container=nemo:26.04.01", f"train.mbs={mbs}").breakdown_s
-                    for mbs in (1, 8))
+    small, large = (
+        _projection("qwen3_30b_a3b_adamw", "cluster.container=nemo:26.04.01", f"train.mbs={mbs}").breakdown_s
+        for mbs in (1, 8)
+    )
     assert large["dense_gemm_fixed"] > 0
-    assert small["dense_gemm_fixed"] == pytest.approx(8 * large["dense_gemm_fixed"], rel=1e-4)  # plan.json keeps 5 digits
+    assert small["dense_gemm_fixed"] == pytest.approx(
+        8 * large["dense_gemm_fixed"], rel=1e-4
+    )  # plan.json keeps 5 digits
 
 
 def test_overlapped_tensor_parallelism_exposes_what_qwen3s_small_gemms_cannot_hide():
-    two, four = (_projection("qwen3_30b_a3b_adamw", f"parallel.tp={tp}", "parallel.sequence_parallel=true").breakdown_s
-                 for tp in (2, 4))
+    two, four = (
+        _projection("qwen3_30b_a3b_adamw", f"parallel.tp={tp}", "parallel.sequence_parallel=true").breakdown_s
+        for tp in (2, 4)
+    )
     assert two["tensor_parallel"] == 0 < four["tensor_parallel"]  # hidden 2048: at TP4 the GEMMs are too short

@@ -96,8 +96,9 @@ def test_weight_traffic_binds_only_below_the_ridge_by_hand():
     # so each pass takes 0.476 ms of kernel time; 1 GB of weights at 1 TB/s (1 ms) binds forward and
     # data gradient, 4 GB of main-gradient traffic (4 ms) binds the weight gradient.
     third = 1e12 / 3 / 0.7e15
-    bound = synthetic(stage_weight_traffic=((WeightTraffic(1e12, 1e9, 4e9),),) * 4, hbm_bytes_per_s=1e12,
-                      gemm_kernel_efficiency=0.7)
+    bound = synthetic(
+        stage_weight_traffic=((WeightTraffic(1e12, 1e9, 4e9),),) * 4, hbm_bytes_per_s=1e12, gemm_kernel_efficiency=0.7
+    )
     step = evaluate(bound, 0.5)
     per_mb = 2 * (1e-3 - third) + (4e-3 - third)
     assert step.parts["compute"] == pytest.approx(0.016)
@@ -108,7 +109,9 @@ def test_weight_traffic_binds_only_below_the_ridge_by_hand():
     assert evaluate(light, 0.5).total_s == pytest.approx(evaluate(synthetic(), 0.5).total_s, rel=1e-15)
     # A calibrated rate above the kernel's is the one the bytes are set against.
     fast = evaluate(bound, 0.9)
-    assert fast.parts["gemm_weight_bound"] == pytest.approx(8 * (2 * (1e-3 - 1e12 / 3 / 0.9e15) + 4e-3 - 1e12 / 3 / 0.9e15))
+    assert fast.parts["gemm_weight_bound"] == pytest.approx(
+        8 * (2 * (1e-3 - 1e12 / 3 / 0.9e15) + 4e-3 - 1e12 / 3 / 0.9e15)
+    )
 
 
 def test_weight_traffic_penalises_few_rows_per_expert():
@@ -137,8 +140,9 @@ def test_fp8_attention_removes_the_bf16_attention_term():
     cases = ((["cluster.container=nemo:26.04"], True), (["cluster.container=nemo:26.08"], False), (QWEN_BF16, False))
     for overrides, slower in cases:
         run = compose_run("qwen3_30b_a3b_adamw", overrides)
-        inputs = build_inputs(resolve(run), interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size),
-                              DEFAULT_ASSUMPTIONS)
+        inputs = build_inputs(
+            resolve(run), interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size), DEFAULT_ASSUMPTIONS
+        )
         assert (evaluate(inputs, 0.3).parts["bf16_attention"] > 0) == slower, overrides
     # The core is Bridge's causal score and value products: 6 s kv heads per token and layer (GQA).
     model = run.model
@@ -154,24 +158,46 @@ def test_single_gpu_is_gemms_plus_adamw_update():
     assert step.parts["compute"] == pytest.approx(expected_compute, rel=1e-9)
     assert step.parts["optimizer"] == pytest.approx(expected_optimizer, rel=1e-9)
     # One GPU holds all 128 experts: 8 x 4096 x 8 / 128 = 2048 rows each, s(2048) = 1.019
-    slow = sum(inputs.stage_expert_flops_mb) * inputs.microbatches / (0.5 * GB300_BF16) * (inputs.expert_gemm_slowdown - 1)
+    slow = (
+        sum(inputs.stage_expert_flops_mb) * inputs.microbatches / (0.5 * GB300_BF16) * (inputs.expert_gemm_slowdown - 1)
+    )
     assert inputs.expert_gemm_slowdown == pytest.approx(1 + (120 / 2048) ** 1.4) and slow > 0
     assert step.parts["small_expert_gemms"] == pytest.approx(slow, rel=1e-9)
     calls = sum(dense_gemm_calls(run, resolve(run).placement)) * DEFAULT_ASSUMPTIONS.dense_gemm_fixed_s
     assert step.parts["dense_gemm_fixed"] == pytest.approx(inputs.microbatches * calls, rel=1e-9)
     # Every layer's element-wise bytes per token (the inventory), every token of a microbatch, at the HBM bandwidth.
-    elementwise = sum(bytes_per_token(run.model, layer) for layer in range(run.model.num_layers)) * run.train.mbs * run.train.seq_length / HBM
+    elementwise = (
+        sum(bytes_per_token(run.model, layer) for layer in range(run.model.num_layers))
+        * run.train.mbs
+        * run.train.seq_length
+        / HBM
+    )
     assert step.parts["activation_traffic"] == pytest.approx(inputs.microbatches * elementwise, rel=1e-9)
-    assert step.total_s == pytest.approx(expected_compute + expected_optimizer + slow + step.parts["dense_gemm_fixed"]
-                                         + step.parts["activation_traffic"], rel=1e-9)
-    for part in ("pipeline_bubble", "moe_all_to_all", "dp_grad_reduce_exposed", "param_gather_exposed", "fp8_weight_cast"):
+    assert step.total_s == pytest.approx(
+        expected_compute
+        + expected_optimizer
+        + slow
+        + step.parts["dense_gemm_fixed"]
+        + step.parts["activation_traffic"],
+        rel=1e-9,
+    )
+    for part in (
+        "pipeline_bubble",
+        "moe_all_to_all",
+        "dp_grad_reduce_exposed",
+        "param_gather_exposed",
+        "fp8_weight_cast",
+    ):
         assert step.parts[part] == 0.0
 
 
 def test_pure_data_parallel_exposed_communication():
     # 8 GPUs, DP8, no overlap: reduce-scatter fp32 gradients + all-gather bf16 parameters, all exposed.
     run, inputs = _inputs(
-        "parallel.num_gpus=8", "parallel.ep=1", "optimizer.overlap_grad_reduce=false", "optimizer.overlap_param_gather=false",
+        "parallel.num_gpus=8",
+        "parallel.ep=1",
+        "optimizer.overlap_grad_reduce=false",
+        "optimizer.overlap_param_gather=false",
         "optimizer.grad_reduce_in_fp32=true",
     )
     params = parameter_counts(run.model).total
@@ -199,8 +225,10 @@ def test_bubble_only_pipeline_fraction():
     m, pp, vpp = 32, 4, 2
     assert inputs.microbatches == m
     # EP1 MBS1: the expert GEMMs are weight-bound and small (256 rows per expert)
-    busy = sum(step.parts[k] for k in ("compute", "gemm_weight_bound", "small_expert_gemms", "dense_gemm_fixed",
-                                       "activation_traffic"))
+    busy = sum(
+        step.parts[k]
+        for k in ("compute", "gemm_weight_bound", "small_expert_gemms", "dense_gemm_fixed", "activation_traffic")
+    )
     assert step.parts["gemm_weight_bound"] > 0
     assert step.parts["pipeline_bubble"] / busy == pytest.approx((pp - 1) / (vpp * m), rel=1e-12)
     slowest = max(inputs.stage_flops_mb)
@@ -239,7 +267,8 @@ def test_collective_formulas_by_hand():
     network = 100e9 * 0.85
     latency = (8.4 + (2 * 127 - 2) * 3.4 + 2 * 9.6) * 1e-6
     assert comm.all_reduce_s(1e9, across, net) == pytest.approx(
-        2 * 63 / 64 * 1e9 / NVLINK + 2 * 1 / 2 * 1e9 / 64 / network + latency)
+        2 * 63 / 64 * 1e9 / NVLINK + 2 * 1 / 2 * 1e9 / 64 / network + latency
+    )
     # A small collective over many ranks is latency-bound, and a larger group pays more of it.
     assert comm.reduce_scatter_s(1e3, tuple(range(512)), net) > 4 * comm.reduce_scatter_s(1e3, tuple(range(64)), net)
     # All-to-all inside a block: 7/8 of the data leaves the rank over NVLink, at NCCL's measured 8-GPU rate.
@@ -254,7 +283,10 @@ def test_nccl_all_to_all_is_priced_at_the_published_measurements():
     for m in measurements():
         # The system priced is the system measured: its NVLink generation and rate, and its NIC.
         assert (net.nvlink_generation, net.nvlink_bytes_per_s, net.network_bytes_per_s) == (
-            m.nvlink_generation, m.nvlink_bytes_per_s, m.network_bytes_per_s), m
+            m.nvlink_generation,
+            m.nvlink_bytes_per_s,
+            m.network_bytes_per_s,
+        ), m
         priced = m.bytes_per_gpu / comm.all_to_all_s(m.bytes_per_gpu, tuple(range(m.gpus)), net) * (m.gpus - 1) / m.gpus
         # One node reads the table (plus one step of NCCL's latency, 0.5-1.4 % at 1 GiB); across nodes the NIC price
         # was set before the table and agrees within 7 %.
@@ -265,7 +297,9 @@ def test_nccl_all_to_all_is_priced_at_the_published_measurements():
     # Unmeasured: NVLink 4 keeps the ring collectives' rate; so does a group of one.
     h100 = interconnect_for("h100")
     assert nvlink_rate(h100, 8) == h100.nvlink_effective
-    assert comm.all_to_all_s(1e9, (0, 8), net) == pytest.approx(1 / 2 * 1e9 / net.network_effective + (8.4 + 9.6) * 1e-6)
+    assert comm.all_to_all_s(1e9, (0, 8), net) == pytest.approx(
+        1 / 2 * 1e9 / net.network_effective + (8.4 + 9.6) * 1e-6
+    )
     # A point-to-point hop pays one step too, across the network dearer than over NVLink.
     assert comm.p2p_s(0.0, 0, 1, net) == pytest.approx((8.4 + 3.4) * 1e-6)
     assert comm.p2p_s(0.0, 0, 8, net) == pytest.approx((8.4 + 9.6) * 1e-6)
@@ -309,8 +343,9 @@ def test_flex_dispatch_sends_a_token_once_per_rank_and_once_per_remote_domain():
     ranks = tuple(range(16))
     remote = 1 - comb(64, 8) / comb(128, 8)
     network = comm.flex_all_to_all_s(1e8, 8, 128, ranks, h100)
-    assert network == pytest.approx(max(7 * (1 - comb(120, 8) / comb(128, 8)) * 1e8 / h100.nvlink_effective,
-                                        remote * 1e8 / h100.network_effective))
+    assert network == pytest.approx(
+        max(7 * (1 - comb(120, 8) / comb(128, 8)) * 1e8 / h100.nvlink_effective, remote * 1e8 / h100.network_effective)
+    )
     assert comm.flex_all_to_all_s(1e8, 8, 128, (5,), net) == 0.0
 
 
@@ -339,16 +374,21 @@ def test_rows_per_expert_and_their_slowdown():
 
     # Qwen3 30B-A3B (128 experts, top-8, seq 4096): NVIDIA's EP8 MBS8 runs 16384 rows per expert; EP1 MBS1 256;
     # TP2 with sequence parallelism splits the tokens (ETP1), expert TP2 gathers them again.
-    cases = {("parallel.ep=8", "train.mbs=8"): 16384, ("parallel.ep=1", "train.mbs=1"): 256,
-             ("parallel.ep=2", "train.mbs=8", "parallel.tp=2", "parallel.sequence_parallel=true"): 2048,
-             ("parallel.ep=2", "train.mbs=8", "parallel.tp=2", "parallel.sequence_parallel=true", "parallel.etp=2"): 4096,
-             ("parallel.ep=2", "train.mbs=8", "parallel.tp=2", "parallel.sequence_parallel=false"): 4096}
+    cases = {
+        ("parallel.ep=8", "train.mbs=8"): 16384,
+        ("parallel.ep=1", "train.mbs=1"): 256,
+        ("parallel.ep=2", "train.mbs=8", "parallel.tp=2", "parallel.sequence_parallel=true"): 2048,
+        ("parallel.ep=2", "train.mbs=8", "parallel.tp=2", "parallel.sequence_parallel=true", "parallel.etp=2"): 4096,
+        ("parallel.ep=2", "train.mbs=8", "parallel.tp=2", "parallel.sequence_parallel=false"): 4096,
+    }
     for overrides, rows in cases.items():
         run = compose_run("qwen3_30b_a3b_adamw", [*QWEN_BF16, *overrides])
         assert rows_per_expert(run) == rows, overrides
     a = DEFAULT_ASSUMPTIONS
     run = compose_run("qwen3_30b_a3b_adamw", [*QWEN_BF16, "parallel.ep=1", "train.mbs=1"])
-    assert expert_gemm_slowdown(run, a) == pytest.approx(1 + (a.small_expert_gemm_rows / 256) ** a.small_expert_gemm_power)
+    assert expert_gemm_slowdown(run, a) == pytest.approx(
+        1 + (a.small_expert_gemm_rows / 256) ** a.small_expert_gemm_power
+    )
     assert expert_gemm_slowdown(run, replace(a, small_expert_gemms=False)) == 1.0
     _, low = _inputs("parallel.ep=1", "train.mbs=1")
     _, high = _inputs("parallel.ep=8", "train.mbs=8")
@@ -419,9 +459,11 @@ def test_the_dense_gemm_bench_times_the_inventorys_weights_split_as_tp_splits_th
     from optbench.bench.dense_gemm import gemm_shapes
 
     qwen = compose_run("qwen3_30b_a3b_muon", []).model
-    assert gemm_shapes(qwen) == [("self_attention.linear_qkv", 2048, (32 + 2 * 4) * 128, "col"),
-                                 ("self_attention.linear_proj", 32 * 128, 2048, "row"),
-                                 ("output_layer", 2048, padded_vocab_size(qwen), "col")]
+    assert gemm_shapes(qwen) == [
+        ("self_attention.linear_qkv", 2048, (32 + 2 * 4) * 128, "col"),
+        ("self_attention.linear_proj", 32 * 128, 2048, "row"),
+        ("output_layer", 2048, padded_vocab_size(qwen), "col"),
+    ]
     kimi = dict((name, split) for name, _, _, split in gemm_shapes(compose_run("kimi_k2_muon", []).model))
     assert kimi["self_attention.linear_kv_down_proj"] == "none"  # MLA's down-projections are replicated over TP
 

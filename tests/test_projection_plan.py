@@ -122,15 +122,21 @@ def test_sweep_points_ranked_by_projected_throughput(tmp_path: Path) -> None:
     # Each point states the expected error of its own case, and a point within it of the best is marked a tie.
     for line, (_, _, projection) in zip(lines[2:4], ranked):
         error = projection.expected_error
-        assert expected_error_cell(error) in line and f"{error.median_abs_error_percent:.1f} % ({error.scheme}" in line, line
+        assert (
+            expected_error_cell(error) in line and f"{error.median_abs_error_percent:.1f} % ({error.scheme}" in line
+        ), line
     # A tie: the published figures the two 80 % bands allow overlap (each point its own band).
-    (low_1, high_1), (low_2, high_2) = (tuple(e / 100 for e in p.expected_error.band.error_percent) for _, _, p in ranked)
+    (low_1, high_1), (low_2, high_2) = (
+        tuple(e / 100 for e in p.expected_error.band.error_percent) for _, _, p in ranked
+    )
     tie = tflops[1] / (1 + low_2) >= tflops[0] / (1 + high_1)
     assert lines[3].rstrip().endswith("~") == tie
     assert any(line.startswith("  ~ ties      1 point whose 80 % band overlaps") for line in lines) == tie
     bands = [100 * max(abs(low_1), high_1)] * 2
     close = replace(ranked[1][2], step=replace(ranked[1][2].step, tflops_per_gpu=tflops[0] * (1 - bands[0] / 200)))
-    far = replace(ranked[1][2], step=replace(ranked[1][2].step, tflops_per_gpu=tflops[0] * (1 + low_1) / (1 + high_2) * 0.9))
+    far = replace(
+        ranked[1][2], step=replace(ranked[1][2].step, tflops_per_gpu=tflops[0] * (1 + low_1) / (1 + high_2) * 0.9)
+    )
     assert ranking_lines([ranked[0], (ranked[1][0], ranked[1][1], close)])[3].rstrip().endswith("~")
     assert not ranking_lines([ranked[0], (ranked[1][0], ranked[1][1], far)])[3].rstrip().endswith("~")
     unranked = ranking_lines([("x", valid[0][1], Unavailable(reason="not calibrated"))])
@@ -139,16 +145,23 @@ def test_sweep_points_ranked_by_projected_throughput(tmp_path: Path) -> None:
     crossing = replace(valid[1][2], expected_error=ExpectedError(measured=False, reason="crosses precision"))
     noted = ranking_lines([valid[0], (valid[1][0], valid[1][1], crossing)])
     assert any(line.startswith(f"  note: {valid[1][0]} carries the efficiency across precision") for line in noted)
-    moved = replace(valid[1][2], expected_error=ExpectedError(rows=52, median_abs_error_percent=8.0, scheme="leave one setup out"))
+    moved = replace(
+        valid[1][2], expected_error=ExpectedError(rows=52, median_abs_error_percent=8.0, scheme="leave one setup out")
+    )
     noted = ranking_lines([valid[0], (valid[1][0], valid[1][1], moved)])
     note = next(line for line in noted if line.startswith("  note:"))
-    assert note.startswith(f"  note: {valid[1][0]} carries the efficiency from the carried table (expected error median "
-                           "8.0 % over 52 rows, leave one setup out")
-    unmeasured = replace(valid[1][2], expected_error=ExpectedError(measured=False, scheme="leave one model out", reason="none"))
+    assert note.startswith(
+        f"  note: {valid[1][0]} carries the efficiency from the carried table (expected error median "
+        "8.0 % over 52 rows, leave one setup out"
+    )
+    unmeasured = replace(
+        valid[1][2], expected_error=ExpectedError(measured=False, scheme="leave one model out", reason="none")
+    )
     noted = ranking_lines([valid[0], (valid[1][0], valid[1][1], unmeasured)])
     assert [line for line in noted if "note:" in line] == [
         f"  note: {valid[1][0]} carries the efficiency from the carried table (expected error not measured;"
-        " docs/projection.md section 7): its place beside the others is a first guess"]
+        " docs/projection.md section 7): its place beside the others is a first guess"
+    ]
 
 
 def test_interconnect_rows_cover_the_gpu_catalog_and_agree_with_cluster_presets() -> None:
@@ -208,8 +221,19 @@ def test_a_preset_running_megatron_fsdp_gets_no_projection_and_says_why(capsys):
     the projection is refused with the reason (and the published rows of that setup stay data)."""
     from launch.cli import main
 
-    assert main(["plan", "llama3_70b_adamw", "precision=fp8_cs", "cluster.container=nemo:26.04.01", "force=true",
-                 "description=fsdp"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "llama3_70b_adamw",
+                "precision=fp8_cs",
+                "cluster.container=nemo:26.04.01",
+                "force=true",
+                "description=fsdp",
+            ]
+        )
+        == 0
+    )
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  projection"))
     assert "none: NVIDIA's llama3_70b/gb300/fp8_cs/adam preset runs Megatron FSDP (ddp.use_megatron_fsdp)" in line
     # without force the memory refusal says why its estimate is no better: FSDP's sharding is not in it either
@@ -217,4 +241,6 @@ def test_a_preset_running_megatron_fsdp_gets_no_projection_and_says_why(capsys):
         main(["plan", "llama3_70b_adamw", "precision=fp8_cs", "cluster.container=nemo:26.04.01", "description=fsdp"])
     assert stopped.value.code == 2
     refusal = capsys.readouterr().err.strip()
-    assert len(refusal.splitlines()) == 1 and "runs Megatron FSDP" in refusal and "nor does the memory estimate" in refusal
+    assert (
+        len(refusal.splitlines()) == 1 and "runs Megatron FSDP" in refusal and "nor does the memory estimate" in refusal
+    )

@@ -61,7 +61,9 @@ def test_a_row_runs_its_release_precision_settings():
     # MXFP8 preset runs FP8 attention from 26.06 (Bridge 0.5), not before; an H100 FP8 row types its precision.
     assert COMPOSED_ROWS.run(_row("26.06", "qwen3_30b_a3b", "gb300")).run.precision.fp8_dot_product_attention
     assert not COMPOSED_ROWS.run(_row("26.04.01", "qwen3_30b_a3b", "gb300")).run.precision.fp8_dot_product_attention
-    assert not any(o.startswith("precision=") for o in COMPOSED_ROWS.config(_row("26.06", "qwen3_30b_a3b", "gb300")).overrides)
+    assert not any(
+        o.startswith("precision=") for o in COMPOSED_ROWS.config(_row("26.06", "qwen3_30b_a3b", "gb300")).overrides
+    )
     assert "precision=fp8_cs" in COMPOSED_ROWS.config(_row("26.02", "qwen3_30b_a3b", "h100")).overrides
 
 
@@ -98,10 +100,23 @@ def test_a_row_the_model_cannot_reach_says_so():
 
 def test_summary_counts_only_the_validated_domain():
     def record(error, outside=None, optimizer="adamw"):
-        result = {"error_percent": error, "anchor": f"a{error}", "parameters": 2,
-                  "copy": {"error_percent": 2 * error, "copied_from": "another row"}}
-        return {"row": str(error), "optimizer": optimizer, "outside_domain": outside, "in_sample": result,
-                "model": "m", "gpu": "g", "release": "r", "setup": ["m", "g", error, "p"], "layout": None}
+        result = {
+            "error_percent": error,
+            "anchor": f"a{error}",
+            "parameters": 2,
+            "copy": {"error_percent": 2 * error, "copied_from": "another row"},
+        }
+        return {
+            "row": str(error),
+            "optimizer": optimizer,
+            "outside_domain": outside,
+            "in_sample": result,
+            "model": "m",
+            "gpu": "g",
+            "release": "r",
+            "setup": ["m", "g", error, "p"],
+            "layout": None,
+        }
 
     records = [record(1.0), record(-4.0), record(12.0), record(50.0, outside="25.11"), record(2.0, optimizer="muon")]
     s = summary(records, "in_sample")
@@ -139,17 +154,37 @@ def test_expected_error_is_read_from_the_validation(tmp_path):
 
 def test_each_case_reads_the_scheme_that_measured_it(tmp_path):
     (tmp_path / "projection").mkdir()
-    figures = {scheme: {"all": {"rows": n, "median_abs_error_percent": float(n), "within_5_percent": 0.5,
-                                "within_10_percent": 0.25}}
-               for n, scheme in enumerate(("leave_one_row_out", "leave_one_release_out", "leave_one_layout_out",
-                                           "leave_one_setup_out", "leave_one_model_out"), start=1)}
-    drift = {"summary": {"preset_unchanged": {"steps": 11, "median_abs_change_percent": 0.62, "max_abs_change_percent": 1.8}}}
+    figures = {
+        scheme: {
+            "all": {"rows": n, "median_abs_error_percent": float(n), "within_5_percent": 0.5, "within_10_percent": 0.25}
+        }
+        for n, scheme in enumerate(
+            (
+                "leave_one_row_out",
+                "leave_one_release_out",
+                "leave_one_layout_out",
+                "leave_one_setup_out",
+                "leave_one_model_out",
+            ),
+            start=1,
+        )
+    }
+    drift = {
+        "summary": {"preset_unchanged": {"steps": 11, "median_abs_change_percent": 0.62, "max_abs_change_percent": 1.8}}
+    }
     path = tmp_path / "projection" / "validation.json"
     path.write_text(json.dumps({"summary": figures, "release_drift": drift}))
     named = {case: expected_error(case, tmp_path).scheme for case in ("row", "release", "layout", "setup", "model")}
-    assert named == {"row": "leave one row out", "release": "leave one release out", "layout": "leave one layout out",
-                     "setup": "leave one setup out", "model": "leave one model out"}
-    assert expected_error_text(expected_error("setup", tmp_path)).startswith("expected error: median 4.0 %, 25 % of rows")
+    assert named == {
+        "row": "leave one row out",
+        "release": "leave one release out",
+        "layout": "leave one layout out",
+        "setup": "leave one setup out",
+        "model": "leave one model out",
+    }
+    assert expected_error_text(expected_error("setup", tmp_path)).startswith(
+        "expected error: median 4.0 %, 25 % of rows"
+    )
     assert "at most 1.8 % (release drift" in expected_error_text(expected_error("drift", tmp_path))
     # How a projection relates to its anchor decides the case.
     assert error_case(True, True, True, True, True) == "row"
@@ -194,8 +229,9 @@ def test_a_plan_states_the_error_of_its_own_case():
     low, high = band.tflops_per_gpu
     assert low < wider.projection.step.tflops_per_gpu < high
     for plan, case in ((own, "row"), (layout, "layout")):
-        assert plan.projection.expected_error == with_band_tflops(expected_error(case, matrix_optimizer="muon"),
-                                                                  plan.projection.step.tflops_per_gpu)
+        assert plan.projection.expected_error == with_band_tflops(
+            expected_error(case, matrix_optimizer="muon"), plan.projection.step.tflops_per_gpu
+        )
         assert plan.projection.expected_error.band.untested is None
     # A Muon plan also states what the Muon rows alone score in its scheme (Muon is predicted, never fitted).
     assert own.projection.expected_error.muon_rows.rows >= 1
@@ -210,7 +246,9 @@ def test_an_efficiency_carried_across_precision_goes_through_the_published_pairs
     assert (crossed.of_peak, own.of_peak, own.status) == ("gb300_bf16", "gb300_fp8", "calibrated")
     ratio = crossed.precision_ratio
     assert [pair.bf16 for pair in ratio.pairs] == [
-        "bridge_perf_summary 25.11 deepseek_v3 gb200 x256 bf16 adamw 782", "bridge_perf_summary 25.11 deepseek_v3 gb300 x256 bf16 adamw 961"]
+        "bridge_perf_summary 25.11 deepseek_v3 gb200 x256 bf16 adamw 782",
+        "bridge_perf_summary 25.11 deepseek_v3 gb300 x256 bf16 adamw 961",
+    ]
     assert ratio.value == pytest.approx(math.prod(pair.ratio for pair in ratio.pairs) ** 0.5, abs=1e-4)
     # The status rounds the ratio to 3 places, the record keeps 4: 0.6355 may print either way.
     assert crossed.status.startswith("transferred from gb300_fp8 at BF16/FP8 rate ratio ")
@@ -228,7 +266,9 @@ def test_the_precision_ratio_leaves_out_held_out_pairs_and_without_one_carries_t
     from optbench.projection.calibration import calibrate
 
     both = calibrate(run, DEFAULT_ASSUMPTIONS, row_runs=COMPOSED_ROWS)
-    one = calibrate(run, DEFAULT_ASSUMPTIONS, holdout=Holdout(rows=frozenset({row_id(bf16_row)})), row_runs=COMPOSED_ROWS)
+    one = calibrate(
+        run, DEFAULT_ASSUMPTIONS, holdout=Holdout(rows=frozenset({row_id(bf16_row)})), row_runs=COMPOSED_ROWS
+    )
     none = calibrate(run, DEFAULT_ASSUMPTIONS, holdout=Holdout(releases=frozenset({"25.11"})), row_runs=COMPOSED_ROWS)
     assert len(both.precision_ratio.pairs) == 2 and len(one.precision_ratio.pairs) == 1
     assert one.precision_ratio.pairs[0][0].startswith("bridge_perf_summary 25.11 deepseek_v3 gb200")
@@ -293,7 +333,9 @@ def test_a_contradicted_row_anchors_nothing_and_is_listed_outside_the_domain_wit
     assert ranked_anchors("qwen3_30b_a3b", "b200", "26.02", ROWS, precision="mxfp8")[0] == b200  # without the list
     # What make plan prints at that release is anchored on the next release's row, not on the contradicted one.
     _, plan = plan_run("qwen3_30b_a3b_adamw", ["cluster=b200", "cluster.container=nemo:26.02"])
-    assert " b200 " in plan.projection.efficiency.calibrated_on and "26.02.01" in plan.projection.efficiency.calibrated_on
+    assert (
+        " b200 " in plan.projection.efficiency.calibrated_on and "26.02.01" in plan.projection.efficiency.calibrated_on
+    )
     from optbench.projection.validation import validate_rows
 
     assert validate_rows([b200], COMPOSED_ROWS)[0]["outside_domain"] == listed[row_id(b200)]

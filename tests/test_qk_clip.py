@@ -69,8 +69,17 @@ def test_gqa_clipping_scales_each_query_group_by_its_largest_heads_eta():
 @pytest.mark.slow  # several seconds: `make test` runs it
 def test_a_run_with_qk_clip_records_and_bounds_the_logits(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    run = compose_run("kimi_k2_tiny_muon", [*MICRO_KIMI, *MICRO_TRAIN, f"results_dir={tmp_path}", "logger=none",
-                                            "optimizer.muon.qk_clip=true", "optimizer.muon.qk_clip_threshold=0.05"])
+    run = compose_run(
+        "kimi_k2_tiny_muon",
+        [
+            *MICRO_KIMI,
+            *MICRO_TRAIN,
+            f"results_dir={tmp_path}",
+            "logger=none",
+            "optimizer.muon.qk_clip=true",
+            "optimizer.muon.qk_clip_threshold=0.05",
+        ],
+    )
     records = read_metrics(launch_local(run) / "metrics.jsonl")
     logits = [r["max_attention_logit"] for r in records]
     assert len(logits) == 4 and logits[0] > 0.05  # the first step's logits exceed the threshold and get clipped
@@ -85,6 +94,10 @@ def test_qk_clip_is_refused_where_it_means_nothing_and_reaches_bridge_where_it_e
     with pytest.raises(UserError, match="uses GQA with QK-norm, which normalises them again, so no logit changes"):
         validate(compose_run("qwen3_moe_tiny_muon", ["optimizer.muon.qk_clip=true"]))
     validate(compose_run("qwen3_moe_tiny_muon", ["optimizer.muon.qk_clip=true", "model.qk_layernorm=false"]))
-    overrides = bridge_overrides(resolve(compose_run("kimi_k2_muon", ["optimizer.muon.qk_clip=true", "optimizer.muon.qk_clip_threshold=50"])).run)
+    overrides = bridge_overrides(
+        resolve(compose_run("kimi_k2_muon", ["optimizer.muon.qk_clip=true", "optimizer.muon.qk_clip_threshold=50"])).run
+    )
     assert {"model.qk_clip=true", "model.qk_clip_threshold=50.0", "model.qk_clip_alpha=0.5"} <= set(overrides)
-    assert not any(o.startswith("model.qk_clip") for o in bridge_overrides(resolve(compose_run("kimi_k2_muon", [])).run))
+    assert not any(
+        o.startswith("model.qk_clip") for o in bridge_overrides(resolve(compose_run("kimi_k2_muon", [])).run)
+    )

@@ -16,8 +16,14 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 
 def _plan(tmp_path: Path, recipe: str, *overrides: str) -> str:
     # The results folder from the environment, not an override: the plan's twin line repeats the overrides typed.
-    done = subprocess.run([sys.executable, "-m", "launch", "plan", recipe, *overrides], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "OPTBENCH_RESULTS_DIR": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-m", "launch", "plan", recipe, *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OPTBENCH_RESULTS_DIR": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -38,12 +44,17 @@ def test_the_headline_muon_figures_are_what_their_commands_print(tmp_path: Path,
     assert command in README
     projected, published, error = figure.groups()
     out = _plan(tmp_path, recipe, "cluster.container=nemo:26.02")
-    assert f"published   nvidia_blog_table1 26.02: {published} model TFLOP/s/GPU; projected {projected} ({error} %)" in out
+    assert (
+        f"published   nvidia_blog_table1 26.02: {published} model TFLOP/s/GPU; projected {projected} ({error} %)" in out
+    )
 
 
 def test_the_default_containers_figure_the_readme_names_is_printed(tmp_path: Path) -> None:
-    shown = re.search(r"make plan RECIPE=qwen3_30b_a3b_muon cluster.container=nemo:26.02 +# the default container, "
-                      r"nemo:(\S+), prints ([\d.]+)", README)
+    shown = re.search(
+        r"make plan RECIPE=qwen3_30b_a3b_muon cluster.container=nemo:26.02 +# the default container, "
+        r"nemo:(\S+), prints ([\d.]+)",
+        README,
+    )
     assert shown is not None
     container, projected = shown.groups()
     out = _plan(tmp_path, "qwen3_30b_a3b_muon")
@@ -58,8 +69,9 @@ def test_make_projection_writes_results_only_and_the_readme_block_is_the_committ
     from optbench.report.validation_report import with_block
 
     user = subprocess.run(["make", "-n", "projection"], cwd=REPO, capture_output=True, text=True, timeout=60).stdout
-    maintainer = subprocess.run(["make", "-n", "docs-projection"], cwd=REPO, capture_output=True, text=True,
-                                timeout=60).stdout
+    maintainer = subprocess.run(
+        ["make", "-n", "docs-projection"], cwd=REPO, capture_output=True, text=True, timeout=60
+    ).stdout
     assert "validation_report" in user and "--update-docs" not in user and "--update-docs" in maintainer
     data = json.loads((REPO / "results" / "projection" / "validation.json").read_text(encoding="utf-8"))
     for name in ("README.md", "docs/projection.md"):

@@ -113,12 +113,20 @@ def _published_rows() -> list[dict[str, str]]:
     other projected models are held to their stated layout by test_accounting_memory.test_published_layouts_fit."""
     named = set(list_group_options("parallel"))
     with open(REPO / "results" / "published" / "published.csv") as handle:
-        return [row for row in csv.DictReader(handle)
-                if row["tp"] and f"{row['model']}_{row['gpu']}_{row['num_gpus']}" in named]
+        return [
+            row
+            for row in csv.DictReader(handle)
+            if row["tp"] and f"{row['model']}_{row['gpu']}_{row['num_gpus']}" in named
+        ]
 
 
-BRIDGE_030_BATCH = {("26.02.01", "qwen3_30b_a3b", "b200"), ("26.02", "deepseek_v3", "b200"), ("26.02", "deepseek_v3", "b300"),
-                    ("26.02.01", "deepseek_v3", "b200"), ("26.02.01", "deepseek_v3", "b300")}
+BRIDGE_030_BATCH = {
+    ("26.02.01", "qwen3_30b_a3b", "b200"),
+    ("26.02", "deepseek_v3", "b200"),
+    ("26.02", "deepseek_v3", "b300"),
+    ("26.02.01", "deepseek_v3", "b200"),
+    ("26.02.01", "deepseek_v3", "b300"),
+}
 """Batch sizes our 26.02 train presets do not hold: Qwen3 on B200 keeps 26.02's MBS 1 (26.02.01: 4); DeepSeek-V3 on
 B200/B300 has no train preset (a command line sets train.gbs/mbs; the plan lists the departure from the preset)."""
 PUBLISHED_NOT_EXECUTED = {("26.02.01", "llama31_405b", "gb300", "fp8"), ("26.02.01", "llama3_70b", "gb300", "mxfp8")}
@@ -159,7 +167,11 @@ def test_published_row_layout_matches(row: dict[str, str]) -> None:
     assert run.precision.name == precision
     if (row["release"], row["model"], row["gpu"]) in BRIDGE_030_BATCH or row["gbs"] in NON_DEFAULT_VARIANT_GBS:
         return
-    assert (run.train.gbs, run.train.mbs, run.train.seq_length) == (int(row["gbs"]), int(row["mbs"]), int(row["seq_length"]))
+    assert (run.train.gbs, run.train.mbs, run.train.seq_length) == (
+        int(row["gbs"]),
+        int(row["mbs"]),
+        int(row["seq_length"]),
+    )
 
 
 @pytest.mark.parametrize("gpu", list(gpu_catalog()))
@@ -217,7 +229,11 @@ def test_sequence_parallelism_without_tensor_parallelism_is_refused_as_megatron_
     run = compose_run("kimi_k2_muon", ["parallel.sequence_parallel=true"])
     assert run.parallel.tp == 1
     problems = [p for p in collect_problems(run) if p.field == "parallel.sequence_parallel"]
-    assert problems and "needs tensor parallelism" in problems[0].message and "sequence_parallel=false" in problems[0].message
+    assert (
+        problems
+        and "needs tensor parallelism" in problems[0].message
+        and "sequence_parallel=false" in problems[0].message
+    )
 
 
 @pytest.mark.parametrize("recipe", list_recipes())
@@ -246,7 +262,12 @@ def test_the_plain_view_of_a_run_is_omegaconfs_structured_view_value_for_value(r
 def test_a_typed_run_is_never_changed_in_place() -> None:
     """Every schema section refuses assignment once built; a change is a new run (dataclasses.replace)."""
     run = compose_run("kimi_k2_muon")
-    for section, name in ((run, "force"), (run.parallel, "tp"), (run.optimizer, "lr"), (run.optimizer.muon, "momentum")):
+    for section, name in (
+        (run, "force"),
+        (run.parallel, "tp"),
+        (run.optimizer, "lr"),
+        (run.optimizer.muon, "momentum"),
+    ):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(section, name, getattr(section, name))
     changed = dataclasses.replace(run, parallel=dataclasses.replace(run.parallel, tp=2))
@@ -262,5 +283,8 @@ def test_make_recipes_gives_each_recipe_its_description(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list_recipes()
     mine = next(line for line in lines if line.startswith("kimi_k2_muon "))
-    assert mine.split(None, 1)[1] == "Kimi K2 + Muon (layer-wise), 256 GB300, MXFP8 - NVIDIA blog Table 1 / Bridge perf preset"
+    assert (
+        mine.split(None, 1)[1]
+        == "Kimi K2 + Muon (layer-wise), 256 GB300, MXFP8 - NVIDIA blog Table 1 / Bridge perf preset"
+    )
     assert all(len(line.split(None, 1)) == 2 for line in lines)  # every committed recipe has a description

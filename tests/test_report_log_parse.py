@@ -124,7 +124,9 @@ def test_missing_throughput_everywhere_uses_the_accounting_rule(kimi_k2_muon):
     steps, _, notes = steps_from_log(parse_megatron_lines([line]), kimi_k2_muon)
     per_token = model_flops_per_token(kimi_k2_muon.model, 4096, 1)
     assert steps[0].tflops_per_gpu == pytest.approx(per_token * 4096 * 4096 / 12.92 / 256 / 1e12)
-    assert steps[0].tflops_per_gpu == pytest.approx(1037, rel=0.01)  # bridge_perf_summary 26.02.01: 5072 tok/s <-> 1037 TFLOP/s (results/published)
+    assert steps[0].tflops_per_gpu == pytest.approx(
+        1037, rel=0.01
+    )  # bridge_perf_summary 26.02.01: 5072 tok/s <-> 1037 TFLOP/s (results/published)
     assert any("computed from elapsed time" in n for n in notes)
 
 

@@ -47,8 +47,9 @@ def _log_run(results: Path, intent: str = "reproduce", *overrides: str) -> Path:
     directory = marked_results(results) / "runs" / LOG_RUN
     directory.mkdir(parents=True)
     shutil.copy(FIXTURES / "logs" / "bridge_kimi_k2_restart.log", directory / "log-kimi_k2_muon_0.out")
-    save_resolved_config(compose_run("kimi_k2_muon", [f"run_id={LOG_RUN}", f"intent={intent}", *overrides]),
-                         directory / "config.yaml")
+    save_resolved_config(
+        compose_run("kimi_k2_muon", [f"run_id={LOG_RUN}", f"intent={intent}", *overrides]), directory / "config.yaml"
+    )
     return directory
 
 
@@ -156,7 +157,10 @@ def test_a_run_on_an_unverified_container_is_marked(results_dir):
     written = write_throughput(results_dir)
     rows = [r for r in _rows(written.csv) if r["run_id"] == LOG_RUN]
     assert rows and all(r["run_container"] == "nemo:26.10.01" and r["run_container_unverified"] == "true" for r in rows)
-    assert "(unverified container nemo:26.10.01: planned on the newest checked release's facts)" in written.markdown.read_text()
+    assert (
+        "(unverified container nemo:26.10.01: planned on the newest checked release's facts)"
+        in written.markdown.read_text()
+    )
     run = next(r for r in collect_runs(results_dir).runs if r.run_id == LOG_RUN)
     assert (run.container, run.unverified_container) == ("nemo:26.10.01", True)
 
@@ -164,11 +168,16 @@ def test_a_run_on_an_unverified_container_is_marked(results_dir):
 def test_a_bridge_runs_container_check_is_shown_beside_its_row(results_dir):
     """Issue 80 item 2: make table shows what the job's check found (conformance.json), and nothing without one."""
     _published(results_dir)
-    directory = _log_run(results_dir, "reproduce", "cluster.container=nemo:26.10.01", "cluster.unverified_container=true")
+    directory = _log_run(
+        results_dir, "reproduce", "cluster.container=nemo:26.10.01", "cluster.unverified_container=true"
+    )
     written = write_throughput(results_dir)
     assert all(r["run_conformance"] == "" for r in _rows(written.csv) if r["run_id"] == LOG_RUN)
-    (directory / "conformance.json").write_text(json.dumps({
-        "status": "differs", "kind_differs": [{"field": "model.x"}], "values_not_landed": [], "missing_fields": []}))
+    (directory / "conformance.json").write_text(
+        json.dumps(
+            {"status": "differs", "kind_differs": [{"field": "model.x"}], "values_not_landed": [], "missing_fields": []}
+        )
+    )
     written = write_throughput(results_dir)
     rows = [r for r in _rows(written.csv) if r["run_id"] == LOG_RUN]
     assert rows and all(r["run_conformance"] == "differs (1 of another kind)" for r in rows)
@@ -214,8 +223,11 @@ def test_plots_draw_the_pairs_and_newest_releases_and_say_what_they_draw(measure
     assert pairs and all(g in kept for g in pairs) and all(g in kept for g in groups if g["measured"])
     setups = [g["setup"] for g in kept if "setup" in g and len(g["published"]) == 1]
     assert len(setups) == len(set(setups))
-    newest_gb300 = max(g["release"] for g in groups if g.get("setup", ("",))[2:4] == ("gb300", 8)
-                       and g["setup"][0] == "bridge_perf_summary")
+    newest_gb300 = max(
+        g["release"]
+        for g in groups
+        if g.get("setup", ("",))[2:4] == ("gb300", 8) and g["setup"][0] == "bridge_perf_summary"
+    )
     assert any(g.get("setup", ())[2:3] == ("gb300",) and g["release"] == newest_gb300 for g in kept)
     published_only = [g for g in kept if not g["measured"]]
     assert "measured" not in _cluster_title("qwen3_30b_a3b", published_only, left_out)
@@ -255,8 +267,10 @@ def test_many_folders_skipped_for_one_reason_are_one_line_and_a_few_are_listed(m
     (measured / "runs" / "empty-run").mkdir()
     text = write_throughput(measured).markdown.read_text()
     skipped = text.split("Skipped:", 1)[1].split("## Sources", 1)[0].strip().splitlines()
-    assert skipped == [f"- 7 folders, `{measured / 'runs' / 'empty-run'}` to `{measured / 'runs' / 'study-s05'}`: "
-                       "no metrics.jsonl and no log file (*.log, *.out, *.txt)"]
+    assert skipped == [
+        f"- 7 folders, `{measured / 'runs' / 'empty-run'}` to `{measured / 'runs' / 'study-s05'}`: "
+        "no metrics.jsonl and no log file (*.log, *.out, *.txt)"
+    ]
     for name in [f"study-s{i:02d}" for i in range(4)]:
         (measured / "runs" / name).rmdir()
     text = write_throughput(measured).markdown.read_text()
@@ -302,7 +316,9 @@ def test_make_table_end_to_end(measured):
     assert any(line.startswith("drawing 1/") for line in lines) and lines[-1].startswith("wrote ")
     assert "after the first 2 of every segment" in (measured / "throughput.md").read_text()
     bad = run_make("table", "WARMUP=x", env={"OPTBENCH_RESULTS_DIR": str(measured)})
-    assert bad.returncode == 2 and bad.stderr.splitlines()[0].startswith("error: WARMUP: 'x' is not a whole number of steps")
+    assert bad.returncode == 2 and bad.stderr.splitlines()[0].startswith(
+        "error: WARMUP: 'x' is not a whole number of steps"
+    )
 
 
 def test_the_table_puts_each_plans_matrix_optimizers_side_by_side(results_dir):
@@ -322,7 +338,10 @@ def test_the_table_puts_each_plans_matrix_optimizers_side_by_side(results_dir):
     line = next(x for x in squeezed(out.markdown.read_text()).splitlines() if x.startswith("| `qwen3_30b_a3b_muon`"))
     siblings = {s.optimizer: s for s in plan.projection.optimizers}
     for name in ("muon", "adaptive_muon", "soap"):
-        assert f"{siblings[name].tflops_per_gpu_change_percent:+.2f} % ({siblings[name].optimizer_state_gb:.1f} GB state)" in line
+        assert (
+            f"{siblings[name].tflops_per_gpu_change_percent:+.2f} % ({siblings[name].optimizer_state_gb:.1f} GB state)"
+            in line
+        )
     assert f"| {plan.projection.twin.step.tflops_per_gpu:.1f} |" in line
     assert any(path.endswith("broken/plan.json") and "JSONDecodeError" in why for path, why in out.skipped)
 
@@ -339,7 +358,9 @@ def test_unlike_runs_are_not_paired_and_the_table_says_why(measured):
     _edit_summary(measured, ADAMW_RUN, data={"kind": "indexed", "description": "Megatron indexed data, pydocs"})
     out = write_throughput(measured)
     [muon] = [r for r in out.table.rows if (r.model, r.optimizer) == ("kimi_k2_tiny", "muon")]
-    assert muon.measured_ratio == (None, None) and muon.ratio_note.startswith("not comparable: data differs (muon: synthetic")
+    assert muon.measured_ratio == (None, None) and muon.ratio_note.startswith(
+        "not comparable: data differs (muon: synthetic"
+    )
     assert "measured (not comparable: data differs" in out.markdown.read_text()
     [csv_row] = [r for r in _rows(out.csv) if (r["model"], r["optimizer"]) == ("kimi_k2_tiny", "muon")]
     assert csv_row["measured_muon_adamw_ratio_model"] == "" and csv_row["measured_ratio_note"] == muon.ratio_note
@@ -354,4 +375,6 @@ def test_comparable_runs_are_paired_and_a_shared_machine_is_flagged(measured):
     [muon] = [r for r in out.table.rows if (r.model, r.optimizer) == ("kimi_k2_tiny", "muon")]
     assert muon.measured_ratio[0] is not None
     assert muon.ratio_note == "shared machine: other processes held 83% of the CPU during the muon run"
-    assert "measured (shared machine: other processes held 83% of the CPU during the muon run)" in out.markdown.read_text()
+    assert (
+        "measured (shared machine: other processes held 83% of the CPU during the muon run)" in out.markdown.read_text()
+    )

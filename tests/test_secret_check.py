@@ -45,20 +45,48 @@ def test_an_interpolation_reaching_a_secret_is_refused_in_a_field_of_any_type(fi
     assert line.startswith(f"error: {field}: interpolates a secret") and not any(v in line for v in SECRETS.values())
 
 
-@pytest.mark.parametrize("override", ["parallel.pp=${oc.env:OPTBENCH_NO_SUCH_VARIABLE,8}", "description=x${cluster.partition}",
-                                      "description=${parallel.ep}"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "parallel.pp=${oc.env:OPTBENCH_NO_SUCH_VARIABLE,8}",
+        "description=x${cluster.partition}",
+        "description=${parallel.ep}",
+    ],
+)
 def test_an_interpolation_reaching_nothing_secret_composes(override: str) -> None:
     compose_run("kimi_k2_muon", [override])
 
 
-@pytest.mark.parametrize("name", ["HF_TOKEN", "GITHUB_TOKEN", "AWS_SESSION_TOKEN", "cluster.env.HF_TOKEN", "WANDB_API_KEY",
-                                  "SBATCH_ACCOUNT", "cluster.account", "DB_PASSWORD", "TOKEN"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "GITHUB_TOKEN",
+        "AWS_SESSION_TOKEN",
+        "cluster.env.HF_TOKEN",
+        "WANDB_API_KEY",
+        "SBATCH_ACCOUNT",
+        "cluster.account",
+        "DB_PASSWORD",
+        "TOKEN",
+    ],
+)
 def test_credential_names_are_secret(name: str) -> None:
     assert is_secret_name(name)
 
 
-@pytest.mark.parametrize("name", ["parallel.moe_token_dispatcher", "model.moe_token_dispatcher_type", "moe_token_drop_policy",
-                                  "pad_token_id", "tokens_per_step", "data.tokenizer", "TOKENIZERS_PARALLELISM"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "parallel.moe_token_dispatcher",
+        "model.moe_token_dispatcher_type",
+        "moe_token_drop_policy",
+        "pad_token_id",
+        "tokens_per_step",
+        "data.tokenizer",
+        "TOKENIZERS_PARALLELISM",
+    ],
+)
 def test_a_models_words_for_its_tokens_are_not_secret(name: str) -> None:
     assert not is_secret_name(name)
 
@@ -66,8 +94,21 @@ def test_a_models_words_for_its_tokens_are_not_secret(name: str) -> None:
 def test_a_typed_dispatcher_reaches_the_plans_bridge_overrides_as_typed(tmp_path: Path) -> None:
     """It once made its value a secret: the plan's Bridge overrides read <redacted>, which the job cannot parse."""
     results = marked_results(tmp_path / "results")
-    done = subprocess.run([sys.executable, "-m", "launch", "plan", "qwen3_30b_a3b_muon", "parallel.moe_token_dispatcher=alltoall",
-                           f"results_dir={results}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch",
+            "plan",
+            "qwen3_30b_a3b_muon",
+            "parallel.moe_token_dispatcher=alltoall",
+            f"results_dir={results}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     plan = json.loads((results / "plans" / "qwen3_30b_a3b_muon" / "plan.json").read_text())
     assert "model.moe_token_dispatcher_type=alltoall" in plan["bridge"]["overrides"]
@@ -85,9 +126,11 @@ def test_no_piece_of_a_secret_survives_an_error_line_that_cuts_a_typed_word(monk
 
     secret = "AcctLongSecretValue1234567890"
     monkeypatch.setenv("SBATCH_ACCOUNT", secret)
-    pieces = {secret[i:i + 8].casefold() for i in range(len(secret) - 7)}
+    pieces = {secret[i : i + 8].casefold() for i in range(len(secret) - 7)}
     with pytest.raises(UserError) as refused:
-        check_make_variables({"OPTBENCH_MAKE_GOALS": "plan", "OPTBENCH_MAKE_OVERRIDES": f"EP=abcdefghij{secret.lower()}"})
+        check_make_variables(
+            {"OPTBENCH_MAKE_GOALS": "plan", "OPTBENCH_MAKE_OVERRIDES": f"EP=abcdefghij{secret.lower()}"}
+        )
     [line] = refused.value.report()
     assert "parallel.ep=" in line and not any(p in line.casefold() for p in pieces), line
     for padding in range(140, 170, 3):  # Hydra's message cut anywhere around the secret

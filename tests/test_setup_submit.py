@@ -45,10 +45,19 @@ def test_plan_search_and_a_slurm_dry_run_need_no_torch_and_the_local_engine_says
     script.write_text(WITHOUT_LOCAL_EXTRA)
 
     def launch(*words: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(script), *words, f"results_dir={results}"], cwd=REPO,
-                              capture_output=True, text=True, timeout=240)
+        return subprocess.run(
+            [sys.executable, str(script), *words, f"results_dir={results}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
 
-    for words in (["plan", "kimi_k2_muon"], ["search", "qwen3_30b_a3b_muon"], ["pretrain", "kimi_k2_muon", "dryrun=true"]):
+    for words in (
+        ["plan", "kimi_k2_muon"],
+        ["search", "qwen3_30b_a3b_muon"],
+        ["pretrain", "kimi_k2_muon", "dryrun=true"],
+    ):
         done = launch(*words)
         assert done.returncode == 0, (words, done.stderr[-2000:])
     assert (results / "plans" / "kimi_k2_muon" / "sbatch.sh").is_file()
@@ -56,7 +65,8 @@ def test_plan_search_and_a_slurm_dry_run_need_no_torch_and_the_local_engine_says
     assert local.returncode == 2 and local.stderr.splitlines() == [
         "error: engine: the local engine needs torch and transformers, which this environment lacks (make setup-submit "
         "installs planning and submission only); run `make setup`, or plan and submit a cluster recipe "
-        "(RECIPE=kimi_k2_muon)"]
+        "(RECIPE=kimi_k2_muon)"
+    ]
 
 
 def test_bridge_env_says_each_environment_and_builds_two_at_a_time(tmp_path, monkeypatch, capsys):
@@ -79,7 +89,9 @@ def test_bridge_env_says_each_environment_and_builds_two_at_a_time(tmp_path, mon
 
     monkeypatch.setattr(environments, "_pip", pip)
     monkeypatch.setattr(environments.venv, "create", lambda folder, with_pip, symlinks: None)
-    monkeypatch.setattr(environments, "BASES", {k: (tmp_path / f"base-{k}", req) for k, (_, req) in environments.BASES.items()})
+    monkeypatch.setattr(
+        environments, "BASES", {k: (tmp_path / f"base-{k}", req) for k, (_, req) in environments.BASES.items()}
+    )
     monkeypatch.setattr(environments, "OVERLAYS", tmp_path / "overlays")
     monkeypatch.setattr(environments, "ROOT", tmp_path)
     for target in environments.targets():
@@ -88,7 +100,9 @@ def test_bridge_env_says_each_environment_and_builds_two_at_a_time(tmp_path, mon
     environments.build()
     lines = capsys.readouterr().out.splitlines()
     overlays = [t for t in environments.targets() if t.overlay is not None]
-    assert len(lines) == 2 + len(overlays) and all(re.match(rf"bridge-env \[\d+/{len(lines)}\] ", line) for line in lines)
+    assert len(lines) == 2 + len(overlays) and all(
+        re.match(rf"bridge-env \[\d+/{len(lines)}\] ", line) for line in lines
+    )
     assert sorted(int(re.search(r"\[(\d+)/", line).group(1)) for line in lines) == list(range(1, len(lines) + 1))
     assert most[0] == 2
     assert all((tmp_path / "overlays" / t.bridge / environments.COMPLETE).is_file() for t in overlays)

@@ -36,21 +36,35 @@ def test_a_document_mostly_inside_a_longer_one_is_dropped_and_the_longer_kept():
 def test_the_corpus_tool_drops_near_copies_across_parts_and_says_so(tmp_path):
     rng = np.random.default_rng(1)
     docs = [_text(rng, 300) for _ in range(6)]
-    manifest = prepare([Part("one", docs[:4]), Part("two", [*docs[4:], " ".join(docs[1].split()[:-5])])], tmp_path / "c", vocab_size=300)
+    manifest = prepare(
+        [Part("one", docs[:4]), Part("two", [*docs[4:], " ".join(docs[1].split()[:-5])])],
+        tmp_path / "c",
+        vocab_size=300,
+    )
     assert manifest["near_duplicates"]["removed"] == {"one": 0, "two": 1}
-    assert [p["documents"] for p in manifest["parts"]] == [4, 2] and "word 8-grams" in manifest["near_duplicates"]["rule"]
+    assert [p["documents"] for p in manifest["parts"]] == [4, 2] and "word 8-grams" in manifest["near_duplicates"][
+        "rule"
+    ]
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> dict:
     rng = np.random.default_rng(2)
-    return prepare([Part("text", [_text(rng, 400) for _ in range(60)])], tmp_path_factory.mktemp("c") / "built", vocab_size=300)
+    return prepare(
+        [Part("text", [_text(rng, 400) for _ in range(60)])], tmp_path_factory.mktemp("c") / "built", vocab_size=300
+    )
 
 
 def _data(corpus: dict, **changes) -> DataConfig:
     part = corpus["parts"][0]
-    return DataConfig(name="c", kind="indexed", path=[part["prefix"]], tokenizer=corpus["tokenizer"]["path"], split="80,20,0",
-                      **changes)
+    return DataConfig(
+        name="c",
+        kind="indexed",
+        path=[part["prefix"]],
+        tokenizer=corpus["tokenizer"]["path"],
+        split="80,20,0",
+        **changes,
+    )
 
 
 def test_a_fixed_valid_seed_gives_every_training_seed_the_same_validation_samples(corpus):
@@ -65,8 +79,12 @@ def test_a_fixed_valid_seed_gives_every_training_seed_the_same_validation_sample
 def _run(corpus: dict, eval_iters: int):
     from optbench.compose.recipe import compose_run
 
-    run = compose_run("kimi_k2_tiny_adamw", ["train.seq_length=32", "train.gbs=4", "train.mbs=4", f"train.eval_iters={eval_iters}"])
-    return dataclasses.replace(run, data=_data(corpus, valid_seed=1), model=dataclasses.replace(run.model, vocab_size=300))
+    run = compose_run(
+        "kimi_k2_tiny_adamw", ["train.seq_length=32", "train.gbs=4", "train.mbs=4", f"train.eval_iters={eval_iters}"]
+    )
+    return dataclasses.replace(
+        run, data=_data(corpus, valid_seed=1), model=dataclasses.replace(run.model, vocab_size=300)
+    )
 
 
 def test_the_validation_set_is_described_and_a_set_that_would_repeat_samples_refused(corpus):
@@ -75,7 +93,9 @@ def test_the_validation_set_is_described_and_a_set_that_would_repeat_samples_ref
     found = validation_set(_run(corpus, 10))
     assert found["sequences"] == 40 and found["tokens_predicted"] == 40 * 32 and found["valid_seed"] == 1
     assert found["seen_in_training"]["sequences"] == 0  # random documents share no 16-token window
-    with pytest.raises(UserError, match=r"^train.eval_iters: a validation pass takes [\d,]+ sequences from .* samples would repeat"):
+    with pytest.raises(
+        UserError, match=r"^train.eval_iters: a validation pass takes [\d,]+ sequences from .* samples would repeat"
+    ):
         validation_set(_run(corpus, 1000))
 
 

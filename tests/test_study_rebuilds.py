@@ -20,8 +20,12 @@ def test_the_committed_study_page_rebuilds_from_the_committed_runs():
     build."""
     results = repo_root() / "results"
     committed = json.loads((results / "study.json").read_text(encoding="utf-8"))
-    study = run_study(StudySpec(results_dir=str(results)), launcher=_refuse, progress=lambda _line: None,
-                      validation=committed["validation"])
+    study = run_study(
+        StudySpec(results_dir=str(results)),
+        launcher=_refuse,
+        progress=lambda _line: None,
+        validation=committed["validation"],
+    )
     page = markdown(study, committed["command"], run_stamp(study))
     assert page == (results / "study.md").read_text(encoding="utf-8")
     # docs/results.md's headline is the same runs' every target, as make study wrote it
@@ -33,10 +37,16 @@ def test_every_committed_study_run_is_tracked_whole():
     import subprocess
 
     root = repo_root()
-    tracked = set(subprocess.run(["git", "ls-files", "results/runs"], cwd=root, capture_output=True, text=True,
-                                 check=True).stdout.split())
-    cited = [run.run_id for run in candidate_runs(StudySpec())
-             if (root / "results" / "runs" / run.run_id / "summary.json").is_file()]
+    tracked = set(
+        subprocess.run(
+            ["git", "ls-files", "results/runs"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
+    cited = [
+        run.run_id
+        for run in candidate_runs(StudySpec())
+        if (root / "results" / "runs" / run.run_id / "summary.json").is_file()
+    ]
     assert len(cited) >= 60
     for run_id in cited:
         for name in ("summary.json", "config.yaml", CURVES):
@@ -53,7 +63,10 @@ def test_a_study_refuses_a_corpus_its_runs_did_not_train_on():
     results = repo_root() / "results"
     committed = json.loads((results / "study.json").read_text(encoding="utf-8"))
     assert committed["validation"]["corpus"].startswith("Megatron indexed data")
-    other = {**committed["validation"], "corpus": "Megatron indexed data, 2 prefix(es), 590 documents, 1,020,000 tokens"}
+    other = {
+        **committed["validation"],
+        "corpus": "Megatron indexed data, 2 prefix(es), 590 documents, 1,020,000 tokens",
+    }
     with pytest.raises(UserError) as refused:
         run_study(StudySpec(results_dir=str(results)), launcher=_refuse, progress=lambda _line: None, validation=other)
     line = refused.value.lines()[0]
@@ -82,8 +95,12 @@ def _refused(results, tmp_path) -> str:
     before = snapshot(results)
     committed = json.loads((repo_root() / "results" / "study.json").read_text(encoding="utf-8"))
     with pytest.raises(UserError) as refused:
-        run_study(StudySpec(results_dir=str(results)), launcher=_refuse, progress=lambda _line: None,
-                  validation=committed["validation"])
+        run_study(
+            StudySpec(results_dir=str(results)),
+            launcher=_refuse,
+            progress=lambda _line: None,
+            validation=committed["validation"],
+        )
     assert snapshot(results) == before, "a refused study wrote"
     [line] = refused.value.report()
     return line
@@ -111,8 +128,11 @@ def test_curves_of_the_wrong_shape_are_refused_in_one_line(tmp_path):
     results = _copied_runs(tmp_path)
     curves = results / "runs" / "study2-cpu-adamw-lr0.0003-s1" / CURVES
     good = json.loads(curves.read_text())
-    for damaged, said in (({**good, "val": [["4", "x"]]}, "(step, loss) pairs"),
-                          ({**good, "step_time_s": ["fast"]}, "step_time_s is not a list of numbers"),
-                          ({**good, "val": []}, "no validation curve"), ([1, 2], "holds a list")):
+    for damaged, said in (
+        ({**good, "val": [["4", "x"]]}, "(step, loss) pairs"),
+        ({**good, "step_time_s": ["fast"]}, "step_time_s is not a list of numbers"),
+        ({**good, "val": []}, "no validation curve"),
+        ([1, 2], "holds a list"),
+    ):
         curves.write_text(json.dumps(damaged))
         assert said in _refused(results, tmp_path)

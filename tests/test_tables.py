@@ -27,8 +27,9 @@ def test_a_row_longer_than_its_header_is_an_error():
 
 
 def test_console_columns_align_as_asked_and_sit_indented():
-    lines = console_table(["#", "layout", "TFLOP/s"], [[1, "TP1 EP8", "936.7"], [10, "TP2", "95.1"]],
-                          ("right", "left", "right"))
+    lines = console_table(
+        ["#", "layout", "TFLOP/s"], [[1, "TP1 EP8", "936.7"], [10, "TP2", "95.1"]], ("right", "left", "right")
+    )
     assert all(line.startswith("  ") for line in lines)
     assert lines[1].index("936.7") + 5 == lines[2].index("95.1") + 4  # right-aligned: the numbers end together
     assert lines[1].index("TP1") == lines[2].index("TP2")
@@ -38,8 +39,12 @@ def test_console_columns_align_as_asked_and_sit_indented():
 
 def test_no_module_builds_a_markdown_table_by_hand():
     rule = re.compile(r"""["']\|-{3}""")
-    hand_built = [str(p.relative_to(REPO)) for folder in ("src", "launch", "tools") for p in (REPO / folder).rglob("*.py")
-                  if rule.search(p.read_text(encoding="utf-8"))]
+    hand_built = [
+        str(p.relative_to(REPO))
+        for folder in ("src", "launch", "tools")
+        for p in (REPO / folder).rglob("*.py")
+        if rule.search(p.read_text(encoding="utf-8"))
+    ]
     assert hand_built == []
 
 

@@ -31,10 +31,14 @@ def test_a_newer_container_needs_the_word_and_the_word_needs_a_newer_container()
     with pytest.raises(UserError) as refused:
         versions.container_of(compose_run("kimi_k2_muon", [f"cluster.container={NEWER}"]))
     [line] = refused.value.report()
-    assert line.startswith(f"error: cluster.container: '{NEWER}' is newer than the newest release we checked ({newest})")
+    assert line.startswith(
+        f"error: cluster.container: '{NEWER}' is newer than the newest release we checked ({newest})"
+    )
     assert "cluster.unverified_container=true" in line
     with pytest.raises(UserError, match="drop cluster.unverified_container"):
-        versions.container_of(compose_run("kimi_k2_muon", [f"cluster.container={newest}", "cluster.unverified_container=true"]))
+        versions.container_of(
+            compose_run("kimi_k2_muon", [f"cluster.container={newest}", "cluster.unverified_container=true"])
+        )
     with pytest.raises(UserError, match="not a NeMo container we know"):  # an unknown older one stays refused
         versions.container_of(compose_run("kimi_k2_muon", ["cluster.container=nemo:26.05"]))
 
@@ -52,12 +56,24 @@ def test_the_notes_that_apply_are_those_after_the_assumed_release_for_the_model_
 def test_the_plan_says_what_it_assumed_what_changed_and_takes_the_widest_band(capsys, tmp_path):
     from launch.cli import main
 
-    assert main(["plan", "kimi_k2_muon", f"cluster.container={NEWER}", "cluster.unverified_container=true",
-                 f"results_dir={tmp_path}"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "kimi_k2_muon",
+                f"cluster.container={NEWER}",
+                "cluster.unverified_container=true",
+                f"results_dir={tmp_path}",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     newest = versions.runnable()[0]
-    assert (f"release     {NEWER} is a release we did not check: planned on {newest.name}'s facts (Megatron Bridge "
-            f"{newest.bridge}, Megatron Core {newest.core})") in out
+    assert (
+        f"release     {NEWER} is a release we did not check: planned on {newest.name}'s facts (Megatron Bridge "
+        f"{newest.bridge}, Megatron Core {newest.core})"
+    ) in out
     assert "nemo:26.10 dispatcher: NVIDIA's Kimi K2 GB300 MXFP8 performance recipe runs the NCCL EP dispatcher" in out
     band = next(line for line in out.splitlines() if "80 % band [" in line)
     assert "class: software NVIDIA ran that we did not check" in band and "the widest held-out band" in band

@@ -43,9 +43,23 @@ SYSTEMS = {spec.nvidia_system: gpu for gpu, spec in gpu_catalog().items()}
 """NVIDIA's system name -> our GPU id (the GPU registry, optbench/data/gpus.csv)."""
 PRECISIONS = {"MXFP8": "mxfp8", "FP8-MX": "mxfp8", "FP8-CS": "fp8_cs", "FP8": "fp8", "BF16": "bf16", "NVFP4": "nvfp4"}
 """NVIDIA's precision name -> the row's precision id (published.csv names FP8 current scaling 'fp8' as 26.02 on do)."""
-COLUMNS = {"System": "system", "Model": "model", "#-GPUs": "num_gpus", "Precision": "precision", "GBS": "gbs", "MBS": "mbs",
-           "Sequence Length": "seq_length", "FSDP": "fsdp", "TP": "tp", "PP": "pp", "CP": "cp", "VP": "vpp", "EP": "ep",
-           "Tokens / sec / GPU": "tokens", "Model TFLOP / sec / GPU": "tflops"}
+COLUMNS = {
+    "System": "system",
+    "Model": "model",
+    "#-GPUs": "num_gpus",
+    "Precision": "precision",
+    "GBS": "gbs",
+    "MBS": "mbs",
+    "Sequence Length": "seq_length",
+    "FSDP": "fsdp",
+    "TP": "tp",
+    "PP": "pp",
+    "CP": "cp",
+    "VP": "vpp",
+    "EP": "ep",
+    "Tokens / sec / GPU": "tokens",
+    "Model TFLOP / sec / GPU": "tflops",
+}
 
 
 def model_key(text: str) -> tuple[str | None, str]:
@@ -92,8 +106,15 @@ def rows_of(text: str, path: str) -> list[dict[str, str]]:
             if header is None or set(cells[0]) <= {"-", ":"}:
                 continue
             row = dict(zip(header, cells))
-            out.append({"release": release, "model_text": row.get("model", model or ""),
-                        "system": row.get("system", system or ""), **row, "where": path})
+            out.append(
+                {
+                    "release": release,
+                    "model_text": row.get("model", model or ""),
+                    "system": row.get("system", system or ""),
+                    **row,
+                    "where": path,
+                }
+            )
         elif line.startswith("- ") and release:
             notes.append(line)
     return out
@@ -116,24 +137,44 @@ def published_rows() -> list[dict[str, str]]:
             notes = [f"{path} at {commit[:9]}"]
             if variant:
                 notes.append(variant)
-            notes += [f"footnote: {notes_of[name]}" for name in dict.fromkeys(FOOTNOTE.findall("|".join(raw.values())))
-                      if name in notes_of]
+            notes += [
+                f"footnote: {notes_of[name]}"
+                for name in dict.fromkeys(FOOTNOTE.findall("|".join(raw.values())))
+                if name in notes_of
+            ]
             if model == "kimi_k2":
                 notes.append("table footnote: Muon optimizer was used")
             else:
                 notes.append("optimizer not stated in the table; NVIDIA's preset is distributed Adam")
             if "(" in raw["precision"] or "(" in raw["tflops"]:
                 notes.append(f"published as '{raw['precision']}' / '{raw['tflops']}': the first figure is kept")
-            rows.append({
-                "source": "bridge_perf_summary", "release": raw["release"], "model": model, "gpu": gpu,
-                "num_gpus": number(raw["num_gpus"]), "precision": precision, "gbs": number(raw["gbs"]),
-                "mbs": number(raw["mbs"]), "seq_length": number(raw["seq_length"]), "tp": number(raw["tp"]),
-                "pp": number(raw["pp"]), "vpp": number(raw["vpp"]), "cp": number(raw["cp"]), "ep": number(raw["ep"]),
-                "etp": "", "fsdp": number(raw.get("fsdp", "")), "optimizer": "muon" if model == "kimi_k2" else "adamw",
-                "tokens_per_s_per_gpu": number(raw["tokens"]), "tflops_per_gpu": number(raw["tflops"]),
-                "note": "; ".join(notes), "flops_counted": "model",
-                "model_tflops_per_gpu": number(raw["tflops"]), "ns_tflops_per_gpu": "",
-            })
+            rows.append(
+                {
+                    "source": "bridge_perf_summary",
+                    "release": raw["release"],
+                    "model": model,
+                    "gpu": gpu,
+                    "num_gpus": number(raw["num_gpus"]),
+                    "precision": precision,
+                    "gbs": number(raw["gbs"]),
+                    "mbs": number(raw["mbs"]),
+                    "seq_length": number(raw["seq_length"]),
+                    "tp": number(raw["tp"]),
+                    "pp": number(raw["pp"]),
+                    "vpp": number(raw["vpp"]),
+                    "cp": number(raw["cp"]),
+                    "ep": number(raw["ep"]),
+                    "etp": "",
+                    "fsdp": number(raw.get("fsdp", "")),
+                    "optimizer": "muon" if model == "kimi_k2" else "adamw",
+                    "tokens_per_s_per_gpu": number(raw["tokens"]),
+                    "tflops_per_gpu": number(raw["tflops"]),
+                    "note": "; ".join(notes),
+                    "flops_counted": "model",
+                    "model_tflops_per_gpu": number(raw["tflops"]),
+                    "ns_tflops_per_gpu": "",
+                }
+            )
     return rows
 
 

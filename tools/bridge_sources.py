@@ -29,8 +29,11 @@ CORE_REPO = "NVIDIA/Megatron-LM"
 def mirror(repo: str) -> Path:
     folder = os.environ.get(MIRRORS_ENV)
     if not folder:
-        print(f"error: {MIRRORS_ENV}: not set; point it at a folder holding <owner>+<name>/repo git mirrors of "
-              f"{BRIDGE_REPO} and {CORE_REPO} (tools/bridge_sources.py says how to make them)", file=sys.stderr)
+        print(
+            f"error: {MIRRORS_ENV}: not set; point it at a folder holding <owner>+<name>/repo git mirrors of "
+            f"{BRIDGE_REPO} and {CORE_REPO} (tools/bridge_sources.py says how to make them)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     return Path(folder) / repo.replace("/", "+") / "repo"
 
@@ -77,7 +80,7 @@ class Source:
 
 
 def path_module(source: Source, path: str) -> str:
-    module = path[len(source.package_root):].removesuffix(".py").replace("/", ".")
+    module = path[len(source.package_root) :].removesuffix(".py").replace("/", ".")
     return module.removesuffix(".__init__")
 
 
@@ -132,7 +135,9 @@ class Resolver:
             path = self.bridge.grep_class(name, "src/megatron/bridge")
             found = self.find(path_module(self.bridge, path), name) if path else None
         if found is None:
-            raise LookupError(f"class {name} not found from {module} at {self.bridge.commit[:9]}/{self.core.commit[:9]}")
+            raise LookupError(
+                f"class {name} not found from {module} at {self.bridge.commit[:9]}/{self.core.commit[:9]}"
+            )
         source, path, node = found
         out: dict[str, Optional[str]] = {}
         for base in node.bases:

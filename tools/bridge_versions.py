@@ -36,13 +36,18 @@ FIRST_RUNNABLE = "26.02"
 
 SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "model_gpt": (("megatron.bridge.models.gpt_provider", "GPTModelProvider"),),
-    "model_mla": (("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
-                  ("megatron.bridge.models.transformer_config", "MLATransformerConfig")),
+    "model_mla": (
+        ("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
+        ("megatron.bridge.models.transformer_config", "MLATransformerConfig"),
+    ),
     "train": (("megatron.bridge.training.config", "TrainingConfig"),),
     "optimizer": (("megatron.bridge.training.config", "OptimizerConfig"),),
     "ddp": (("megatron.bridge.training.config", "DistributedDataParallelConfig"),),
     "scheduler": (("megatron.bridge.training.config", "SchedulerConfig"),),
-    "dataset": (("megatron.bridge.training.config", "GPTDatasetConfig"), ("megatron.bridge.training.config", "DataloaderConfig")),
+    "dataset": (
+        ("megatron.bridge.training.config", "GPTDatasetConfig"),
+        ("megatron.bridge.training.config", "DataloaderConfig"),
+    ),
     "logger": (("megatron.bridge.training.config", "LoggerConfig"),),
     "tokenizer": (("megatron.bridge.training.tokenizers.config", "TokenizerConfig"),),
     "checkpoint": (("megatron.bridge.training.config", "CheckpointConfig"),),
@@ -57,42 +62,92 @@ SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
 
 MARKERS: dict[str, tuple[str, str, str]] = {
     "layer_wise_overlap_param_gather": (
-        "core", "megatron/core/optimizer", r"async_allgather=config\.overlap_param_gather|self\.overlap_param_gather = config\.overlap_param_gather"),
-    "dist_prefix_deprecated": ("core", "megatron/core/optimizer/__init__.py", r"Handle legacy \"dist_\*\" optimizer names"),
-    "layer_wise_size_balanced_layout": ("core", "megatron/core/optimizer/layer_wise_optimizer.py", r"_compute_per_buffer_param_layout"),
-    "layer_wise_ns_cost_balanced_layout": ("core", "megatron/core/optimizer/layer_wise_optimizer.py", r"_ns_compute_cost"),
-    "bridge_builds_layer_wise_layout": ("bridge", "src/megatron/bridge", r"tag_params_for_buffer_routing|compute_full_param_layout"),
+        "core",
+        "megatron/core/optimizer",
+        r"async_allgather=config\.overlap_param_gather|self\.overlap_param_gather = config\.overlap_param_gather",
+    ),
+    "dist_prefix_deprecated": (
+        "core",
+        "megatron/core/optimizer/__init__.py",
+        r"Handle legacy \"dist_\*\" optimizer names",
+    ),
+    "layer_wise_size_balanced_layout": (
+        "core",
+        "megatron/core/optimizer/layer_wise_optimizer.py",
+        r"_compute_per_buffer_param_layout",
+    ),
+    "layer_wise_ns_cost_balanced_layout": (
+        "core",
+        "megatron/core/optimizer/layer_wise_optimizer.py",
+        r"_ns_compute_cost",
+    ),
+    "bridge_builds_layer_wise_layout": (
+        "bridge",
+        "src/megatron/bridge",
+        r"tag_params_for_buffer_routing|compute_full_param_layout",
+    ),
     "kimi_recipe_takes_optimizer_type": (
-        "bridge", "src/megatron/bridge/recipes/kimi/kimi_k2.py", r"optimizer_type: str"),
+        "bridge",
+        "src/megatron/bridge/recipes/kimi/kimi_k2.py",
+        r"optimizer_type: str",
+    ),
     "kimi_recipe_reads_hub_config": ("bridge", "src/megatron/bridge/recipes/kimi", r"moonshotai/Kimi-K2-Instruct"),
-    "emerging_soap": ("core", "megatron/core/optimizer/emerging_optimizers.py", r"from emerging_optimizers\.soap import SOAP"),
+    "emerging_soap": (
+        "core",
+        "megatron/core/optimizer/emerging_optimizers.py",
+        r"from emerging_optimizers\.soap import SOAP",
+    ),
     "emerging_adaptive_muon": (
-        "core", "megatron/core/optimizer/emerging_optimizers.py", r"\"adaptive_muon\": EmergingOptimizerEntry"),
+        "core",
+        "megatron/core/optimizer/emerging_optimizers.py",
+        r"\"adaptive_muon\": EmergingOptimizerEntry",
+    ),
     "muon_scalar_optimizer_routed": (
-        "core", "megatron/core/optimizer",
-        r"override\['optimizer'\] = config\.muon_scalar_optimizer|config\.optimizer = config\.muon_scalar_optimizer"),
+        "core",
+        "megatron/core/optimizer",
+        r"override\['optimizer'\] = config\.muon_scalar_optimizer|config\.optimizer = config\.muon_scalar_optimizer",
+    ),
     "flex_dispatcher_needs_tp_ep": (
-        "core", "megatron/core/transformer/moe/token_dispatcher.py", r"Flex token dispatcher requires TPxEP > 1"),
+        "core",
+        "megatron/core/transformer/moe/token_dispatcher.py",
+        r"Flex token dispatcher requires TPxEP > 1",
+    ),
     "deepep_dispatcher_needs_tp_ep": (
-        "core", "megatron/core/transformer/moe/token_dispatcher.py", r"DeepEP dispatcher requires TPxEP > 1"),
+        "core",
+        "megatron/core/transformer/moe/token_dispatcher.py",
+        r"DeepEP dispatcher requires TPxEP > 1",
+    ),
     "cuda_graph_full_iteration_impl": (
-        "core", "megatron/core/transformer/transformer_config.py", r"cuda_graph_impl == \"full_iteration\""),
+        "core",
+        "megatron/core/transformer/transformer_config.py",
+        r"cuda_graph_impl == \"full_iteration\"",
+    ),
     "ep_overlap_refuses_moe_recompute": (
-        "core", "megatron/core/transformer/transformer_config.py",
-        r"disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm"),
+        "core",
+        "megatron/core/transformer/transformer_config.py",
+        r"disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm",
+    ),
     "local_graphs_full_iteration_only": (
-        "bridge", "src/megatron/bridge/utils/cuda_graph.py", r'cuda_graph_impl="local" only for'),
+        "bridge",
+        "src/megatron/bridge/utils/cuda_graph.py",
+        r'cuda_graph_impl="local" only for',
+    ),
     "ep_overlap_graphs_te_only": (
-        "core", "megatron/core/transformer/transformer_config.py",
-        r"and CudaGraphScope\.moe not in self\.cuda_graph_scope"),
+        "core",
+        "megatron/core/transformer/transformer_config.py",
+        r"and CudaGraphScope\.moe not in self\.cuda_graph_scope",
+    ),
     "ep_overlap_mtp_needs_pp": (
-        "core", "megatron/core/transformer/transformer_config.py",
-        r"when enabling overlap_moe_expert_parallel_comm with MTP layer"),
-    "muon_refuses_dist_optimizer": (
-        "core", "megatron/core/optimizer", r"muon with dist optimizer is not supported"),
+        "core",
+        "megatron/core/transformer/transformer_config.py",
+        r"when enabling overlap_moe_expert_parallel_comm with MTP layer",
+    ),
+    "muon_refuses_dist_optimizer": ("core", "megatron/core/optimizer", r"muon with dist optimizer is not supported"),
     "rank_capacity_needs_hybridep": (
-        "core", "megatron/core/transformer/transformer_config.py",
-        r"moe_expert_rank_capacity_factor requires moe_flex_dispatcher_backend"),
+        "core",
+        "megatron/core/transformer/transformer_config.py",
+        r"moe_expert_rank_capacity_factor requires moe_flex_dispatcher_backend",
+    ),
 }
 """Behaviour that is not a field name (Muon's layer-wise optimizer; what Kimi K2's recipe function takes and reads;
 which emerging optimizers Core registers and whether Muon's scalar-optimizer choice reaches the param groups; which
@@ -177,10 +232,16 @@ def fields_record(bridge_version: str) -> dict[str, Any]:
     return {
         "provenance": {
             "bridge": {"repo": BRIDGE_REPO, "tag": f"v{bridge_version}", "commit": bridge.commit},
-            "core": {"repo": CORE_REPO, "commit": core.commit, "version": core_version(core),
-                     "pinned_by": f"3rdparty/Megatron-LM submodule of Megatron Bridge v{bridge_version}"},
-            "emerging_optimizers": {"version": emerging_optimizers_pin(bridge),
-                                    "pinned_by": f"uv.lock of Megatron Bridge v{bridge_version}"},
+            "core": {
+                "repo": CORE_REPO,
+                "commit": core.commit,
+                "version": core_version(core),
+                "pinned_by": f"3rdparty/Megatron-LM submodule of Megatron Bridge v{bridge_version}",
+            },
+            "emerging_optimizers": {
+                "version": emerging_optimizers_pin(bridge),
+                "pinned_by": f"uv.lock of Megatron Bridge v{bridge_version}",
+            },
             "tool": "tools/bridge_versions.py (ast of the dataclasses, bases included; nothing imported)",
         },
         "container_sections": sorted(container),
@@ -197,7 +258,9 @@ def core_main_record() -> dict[str, Any]:
     bridge, _ = sources("0.6.0")
     names = Resolver(bridge, core).fields("megatron.core.optimizer.optimizer_config", "OptimizerConfig")
     return {
-        "repo": CORE_REPO, "commit": commit, "date": git(CORE_REPO, "log", "-1", "--format=%cs", commit).strip(),
+        "repo": CORE_REPO,
+        "commit": commit,
+        "date": git(CORE_REPO, "log", "-1", "--format=%cs", commit).strip(),
         "version": core_version(core),
         "optimizer_fields": sorted(names),
         "optimizer_defaults": {k: literal(v) for k, v in sorted(names.items()) if k.startswith("muon_")},
@@ -216,7 +279,9 @@ def main() -> int:
     for entry in container_map():
         name, version = entry["container"], entry["bridge"]
         listed = components.get(name, {})
-        runnable = tuple(int(x) for x in name.split(":")[1].split(".")) >= tuple(int(x) for x in FIRST_RUNNABLE.split("."))
+        runnable = tuple(int(x) for x in name.split(":")[1].split(".")) >= tuple(
+            int(x) for x in FIRST_RUNNABLE.split(".")
+        )
         record = {
             **entry,
             "core": core_version(sources(version)[1]) if runnable else listed.get("Megatron Core"),
@@ -230,14 +295,17 @@ def main() -> int:
         if runnable:
             data = fields_record(version)
             outputs[args.out / f"fields-{version}.json"] = json.dumps(data, indent=1, sort_keys=True) + "\n"
-            print(f"{name}: Bridge {version}, Core {data['provenance']['core']['version']}: "
-                  f"{sum(len(v) for v in data['sections'].values())} fields")
+            print(
+                f"{name}: Bridge {version}, Core {data['provenance']['core']['version']}: "
+                f"{sum(len(v) for v in data['sections'].values())} fields"
+            )
     payload = {
         "provenance": {
-            "repo": BRIDGE_REPO, "commit": bridge_head,
+            "repo": BRIDGE_REPO,
+            "commit": bridge_head,
             "container_to_bridge": "docs/versions1.json ('<bridge> · <container>')",
             "components": "docs/releases/software-versions.md (lists 25.09-26.06; 26.02.01, 26.04.01, 26.06.01 and 26.08 "
-                          "are not listed there: their Core is the one the Bridge tag pins)",
+            "are not listed there: their Core is the one the Bridge tag pins)",
             "tool": "tools/bridge_versions.py",
         },
         "containers": containers,

@@ -33,15 +33,21 @@ from optbench.common.io import atomic_write_text  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mirror", type=Path, required=True,
-                        help="the git directory of a clone of NVIDIA-NeMo/Emerging-Optimizers (a bare clone will do)")
+    parser.add_argument(
+        "--mirror",
+        type=Path,
+        required=True,
+        help="the git directory of a clone of NVIDIA-NeMo/Emerging-Optimizers (a bare clone will do)",
+    )
     parser.add_argument("--tag", default="v0.2.0")
     args = parser.parse_args()
     git = ["git", f"--git-dir={args.mirror}"]
-    commit = subprocess.run([*git, "rev-parse", f"{args.tag}^{{commit}}"], check=True, capture_output=True,
-                            text=True).stdout.strip()
-    archive = subprocess.run([*git, "archive", "--format=tar", commit, "emerging_optimizers"], check=True,
-                             capture_output=True).stdout
+    commit = subprocess.run(
+        [*git, "rev-parse", f"{args.tag}^{{commit}}"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    archive = subprocess.run(
+        [*git, "archive", "--format=tar", commit, "emerging_optimizers"], check=True, capture_output=True
+    ).stdout
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(tmp, filter="data")
@@ -52,9 +58,15 @@ def main() -> int:
 
     capability = torch.backends.cpu.get_cpu_capability()
     payload = {
-        "provenance": {"repo": "NVIDIA-NeMo/Emerging-Optimizers", "tag": args.tag, "commit": commit,
-                       "torch": torch.__version__, "cpu_capability": capability, "tool": "tools/emerging_reference.py",
-                       "cases": "tests/emerging_reference.py (CASES, SHAPES, STEPS, seeds)"},
+        "provenance": {
+            "repo": "NVIDIA-NeMo/Emerging-Optimizers",
+            "tag": args.tag,
+            "commit": commit,
+            "torch": torch.__version__,
+            "cpu_capability": capability,
+            "tool": "tools/emerging_reference.py",
+            "cases": "tests/emerging_reference.py (CASES, SHAPES, STEPS, seeds)",
+        },
         "trajectories": trajectories,
     }
     version = args.tag.lstrip("v")

@@ -49,9 +49,19 @@ MARKER = ".optbench-gpu-wheels"
 PROJECT_PACKAGES = ("hydra-core", "omegaconf", "tabulate", "transformers")
 ANTLR = "antlr4-python3-runtime==4.9.3"
 """omegaconf 2.3 requires antlr4-python3-runtime 4.9.*; PyPI has it as an sdist only."""
-EXTRA = ("absl-py==2.5.1", "rich==15.0.0", "markdown-it-py==4.3.0", "mdurl==0.1.2", "datasets==5.2.0", "dill==0.4.1",
-         "multiprocess==0.70.19", "diffusers==0.42.1", "importlib-metadata==10.2.0", "webdataset==1.0.2",
-         "braceexpand==0.1.7")
+EXTRA = (
+    "absl-py==2.5.1",
+    "rich==15.0.0",
+    "markdown-it-py==4.3.0",
+    "mdurl==0.1.2",
+    "datasets==5.2.0",
+    "dill==0.4.1",
+    "multiprocess==0.70.19",
+    "diffusers==0.42.1",
+    "importlib-metadata==10.2.0",
+    "webdataset==1.0.2",
+    "braceexpand==0.1.7",
+)
 """Imported by Emerging-Optimizers (absl), by Megatron Bridge's training (rich) and by its recipes (datasets, diffusers,
 webdataset, with their dependencies the lent machine lacks); versions as the CPU check's Bridge environment has them."""
 
@@ -64,7 +74,9 @@ def project_pins() -> list[str]:
         try:
             found.append(f"{name}=={version(name)}")
         except PackageNotFoundError:
-            raise UserError(Problem(name, "is not installed here; run this tool with .venv/bin/python after make setup")) from None
+            raise UserError(
+                Problem(name, "is not installed here; run this tool with .venv/bin/python after make setup")
+            ) from None
     return found
 
 
@@ -76,15 +88,22 @@ def newest_container():
 def wanted() -> list[str]:
     """Every requirement the lent machine gets into its own site-packages, exact versions."""
     release = newest_container()
-    return [*project_pins(), f"megatron-core=={release.core}", f"megatron-bridge=={release.bridge}",
-            f"emerging-optimizers=={EMERGING_OPTIMIZERS}", *EXTRA]
+    return [
+        *project_pins(),
+        f"megatron-core=={release.core}",
+        f"megatron-bridge=={release.bridge}",
+        f"emerging-optimizers=={EMERGING_OPTIMIZERS}",
+        *EXTRA,
+    ]
 
 
 def bridge_overlay() -> list[str]:
     """What goes into ``bridge/``: the transformers the newest container's Bridge line pins, and the tokenizers the
     CPU check's Bridge environment pins with it (transformers 5.12 refuses the lent machine's tokenizers 0.23.2)."""
     release = newest_container()
-    tokenizers = next(line.strip() for line in BRIDGE_REQUIREMENTS.read_text().splitlines() if line.startswith("tokenizers=="))
+    tokenizers = next(
+        line.strip() for line in BRIDGE_REQUIREMENTS.read_text().splitlines() if line.startswith("tokenizers==")
+    )
     return [f"transformers=={TRANSFORMERS['.'.join(release.bridge.split('.')[:2])]}", tokenizers]
 
 
@@ -108,26 +127,52 @@ def _wheel_place(name: str) -> bool:
     """Whether ``name`` is where this tool puts a wheel: ``<wheel>`` or ``bridge/<wheel>`` under its folder. A marker
     line naming anything else (an absolute path, a parent, another folder) is never acted on."""
     parts = name.split("/")
-    return (name.endswith(".whl") and parts[-1] not in ("", ".whl") and "\\" not in name
-            and (len(parts) == 1 or (len(parts) == 2 and parts[0] == "bridge")))
+    return (
+        name.endswith(".whl")
+        and parts[-1] not in ("", ".whl")
+        and "\\" not in name
+        and (len(parts) == 1 or (len(parts) == 2 and parts[0] == "bridge"))
+    )
 
 
 def _record(out: Path, wheels: list[str]) -> None:
-    (out / MARKER).write_text("made by tools/gpu_wheels.py; it replaces only the wheels listed here, which it "
-                              "downloaded (any other file is left alone)\n" + "".join(f"- {w}\n" for w in wheels))
+    (out / MARKER).write_text(
+        "made by tools/gpu_wheels.py; it replaces only the wheels listed here, which it "
+        "downloaded (any other file is left alone)\n" + "".join(f"- {w}\n" for w in wheels)
+    )
 
 
 def _fetch(staging: Path) -> None:
     """Fetch every wheel (for Python 3.12 on x86-64 Linux) into ``staging`` and ``staging/bridge``, and build antlr's."""
     pip = [sys.executable, "-m", "pip"]
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    download = [*pip, "download", "--quiet", "--no-deps", "--ignore-requires-python", "--only-binary=:all:",
-                "--python-version", PYTHON, "--implementation", "cp", *platforms, "-d"]
-    for step in ([*download, str(staging), *wanted()], [*download, str(staging / "bridge"), *bridge_overlay()],
-                 [*pip, "wheel", "--quiet", "--no-deps", "-w", str(staging), ANTLR]):
+    download = [
+        *pip,
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--ignore-requires-python",
+        "--only-binary=:all:",
+        "--python-version",
+        PYTHON,
+        "--implementation",
+        "cp",
+        *platforms,
+        "-d",
+    ]
+    for step in (
+        [*download, str(staging), *wanted()],
+        [*download, str(staging / "bridge"), *bridge_overlay()],
+        [*pip, "wheel", "--quiet", "--no-deps", "-w", str(staging), ANTLR],
+    ):
         if subprocess.run(step, check=False).returncode:
-            raise UserError(Problem("pip", f"`pip {step[3]}` failed (its message is above); nothing in the folder was "
-                                           "changed: run this tool again once the index answers"))
+            raise UserError(
+                Problem(
+                    "pip",
+                    f"`pip {step[3]}` failed (its message is above); nothing in the folder was "
+                    "changed: run this tool again once the index answers",
+                )
+            )
 
 
 def download(out: Path, fetch=_fetch) -> list[Path]:
@@ -144,8 +189,13 @@ def download(out: Path, fetch=_fetch) -> list[Path]:
         earlier = set(_downloaded(out))
         theirs = [w for w in new if (out / w).exists() and w not in earlier]
         if theirs:
-            raise UserError(Problem("--out", f"{out / theirs[0]} is a file this tool did not download; move it away "
-                                             "(nothing in the folder was changed)"))
+            raise UserError(
+                Problem(
+                    "--out",
+                    f"{out / theirs[0]} is a file this tool did not download; move it away "
+                    "(nothing in the folder was changed)",
+                )
+            )
         for old in earlier - set(new):
             (out / old).unlink(missing_ok=True)
         (out / "bridge").mkdir(exist_ok=True)
@@ -166,10 +216,17 @@ def main() -> int:
         total = sum(w.stat().st_size for w in wheels)
         for wheel in wheels:
             print(f"  {wheel.stat().st_size / 2**20:7.2f} MiB  {wheel.relative_to(args.out)}")
-        print(f"{len(wheels)} wheels, {total / 2**20:.1f} MiB of the {CARRY_LIMIT // 2**20} MiB one call carries -> {args.out}")
+        print(
+            f"{len(wheels)} wheels, {total / 2**20:.1f} MiB of the {CARRY_LIMIT // 2**20} MiB one call carries -> {args.out}"
+        )
         if total > CARRY_LIMIT:
-            raise UserError(Problem("--out", f"the wheels take {total / 2**20:.1f} MiB, over the {CARRY_LIMIT // 2**20} MiB "
-                                             "one call carries; split them over two calls"))
+            raise UserError(
+                Problem(
+                    "--out",
+                    f"the wheels take {total / 2**20:.1f} MiB, over the {CARRY_LIMIT // 2**20} MiB "
+                    "one call carries; split them over two calls",
+                )
+            )
     return 0
 
 

@@ -51,14 +51,27 @@ GPUS_PER_NODE = {gpu: spec.gpus_per_node for gpu, spec in gpu_catalog().items()}
 """GPUs per node of each registry GPU (optbench/data/gpus.csv); a GPU NVIDIA has no workload config for yields no case."""
 PRECISIONS = {"bf16": "bf16", "fp8_cs": "fp8_cs", "mxfp8": "fp8_mx"}
 """Our precision name -> NVIDIA's compute dtype."""
-MIXED_PRECISION_PRESETS = {"bf16": "bf16_mixed", "fp8_cs": "bf16_with_fp8_current_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}
+MIXED_PRECISION_PRESETS = {
+    "bf16": "bf16_mixed",
+    "fp8_cs": "bf16_with_fp8_current_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
+}
 """As conf/precision/*.yaml's bridge_mixed_precision."""
 OPTIMIZERS = {"kimi_k2": ("muon", "adam")}
 """Models whose NVIDIA recipe takes ``optimizer_type`` (the others are Adam only)."""
-FIXTURE_CASES = ("kimi_k2/gb300/mxfp8/muon", "kimi_k2/gb300/mxfp8/adam", "qwen3_30b_a3b/gb300/mxfp8/adam",
-                 "deepseek_v3/gb300/mxfp8/adam")
+FIXTURE_CASES = (
+    "kimi_k2/gb300/mxfp8/muon",
+    "kimi_k2/gb300/mxfp8/adam",
+    "qwen3_30b_a3b/gb300/mxfp8/adam",
+    "deepseek_v3/gb300/mxfp8/adam",
+)
 """Cases whose rendered job and effective config are kept as test fixtures (the published GB300 recipes)."""
-PLACEHOLDERS = {"account": "ACCOUNT", "partition": "PARTITION", "image": "nvcr.io/nvidia/nemo:26.02", "log_dir": "/LOGS"}
+PLACEHOLDERS = {
+    "account": "ACCOUNT",
+    "partition": "PARTITION",
+    "image": "nvcr.io/nvidia/nemo:26.02",
+    "log_dir": "/LOGS",
+}
 DROPPED_ENV = ("WANDB_RUN_ID", "WANDB_RESUME")
 """Per-launch values of NVIDIA's launcher (a random wandb id), not settings."""
 
@@ -120,8 +133,14 @@ class Capture:
     def __call__(self, script, executor=None, plugins=None, dryrun=False, name=None, **_: Any) -> None:
         import nemo_run as run
 
-        with run.Experiment(name, executor=executor, base_dir=str(self.base), log_level="ERROR",
-                            enable_goodbye_message=False, skip_status_at_exit=True) as experiment:
+        with run.Experiment(
+            name,
+            executor=executor,
+            base_dir=str(self.base),
+            log_level="ERROR",
+            enable_goodbye_message=False,
+            skip_status_at_exit=True,
+        ) as experiment:
             experiment.add(script, plugins=plugins or [], name=name)
             experiment.dryrun(log=False, exist_ok=True, delete_exp_dir=False)
             job = experiment.jobs[0]
@@ -141,9 +160,29 @@ class Capture:
 
 def launcher_argv(model: str, gpu: str, precision: str, optimizer: str, num_gpus: int) -> list[str]:
     family, recipe = FAMILIES[model]
-    argv = ["-m", family, "--model_recipe_name", recipe, "-g", gpu, "-c", PRECISIONS[precision],
-            "-ng", str(num_gpus), "-gn", str(GPUS_PER_NODE[gpu]), "-a", PLACEHOLDERS["account"],
-            "-p", PLACEHOLDERS["partition"], "-l", PLACEHOLDERS["log_dir"], "-i", PLACEHOLDERS["image"], "--dryrun"]
+    argv = [
+        "-m",
+        family,
+        "--model_recipe_name",
+        recipe,
+        "-g",
+        gpu,
+        "-c",
+        PRECISIONS[precision],
+        "-ng",
+        str(num_gpus),
+        "-gn",
+        str(GPUS_PER_NODE[gpu]),
+        "-a",
+        PLACEHOLDERS["account"],
+        "-p",
+        PLACEHOLDERS["partition"],
+        "-l",
+        PLACEHOLDERS["log_dir"],
+        "-i",
+        PLACEHOLDERS["image"],
+        "--dryrun",
+    ]
     return argv + (["--optimizer_type", optimizer] if model in OPTIMIZERS else [])
 
 
@@ -194,16 +233,31 @@ def nvidia_config(script_args: list[str]) -> Any:
         if args.compute_dtype == "bf16" and recipe.optimizer.optimizer == "adam":  # as _run_training, before pretrain
             recipe.optimizer.use_precision_aware_optimizer = True
         return recipe, cli_overrides
-    recipe = get_perf_optimized_recipe(**accepted(
-        get_perf_optimized_recipe, model_family_name=args.model_family_name, model_recipe_name=args.model_recipe_name,
-        train_task=args.task, gpu=args.gpu, compute_dtype=args.compute_dtype, mock=args.data == "mock",
-        config_variant=args.config_variant, optimizer_type=getattr(args, "optimizer_type", None),
-    ))
+    recipe = get_perf_optimized_recipe(
+        **accepted(
+            get_perf_optimized_recipe,
+            model_family_name=args.model_family_name,
+            model_recipe_name=args.model_recipe_name,
+            train_task=args.task,
+            gpu=args.gpu,
+            compute_dtype=args.compute_dtype,
+            mock=args.data == "mock",
+            config_variant=args.config_variant,
+            optimizer_type=getattr(args, "optimizer_type", None),
+        )
+    )
     recipe = set_cli_overrides(recipe, cli_overrides)
     recipe = set_user_overrides(recipe, args)
     return set_post_overrides(
-        recipe, args.model_family_name, args.model_recipe_name, args.gpu, args.num_gpus, args.compute_dtype,
-        args.task, user_gbs=args.global_batch_size, config_variant=args.config_variant,
+        recipe,
+        args.model_family_name,
+        args.model_recipe_name,
+        args.gpu,
+        args.num_gpus,
+        args.compute_dtype,
+        args.task,
+        user_gbs=args.global_batch_size,
+        config_variant=args.config_variant,
     ), cli_overrides
 
 
@@ -264,8 +318,11 @@ def adapter_keys(model: str) -> set[str]:
     from optbench.releases import presets
     from optbench.compose.recipe import compose_run
 
-    keys = set(presets.TRAIN_SETTINGS) | set(presets.TRAIN_EVAL_DEFAULTS) | {"logger.timing_log_level",
-                                                                              "optimizer.barrier_with_L1_time"}
+    keys = (
+        set(presets.TRAIN_SETTINGS)
+        | set(presets.TRAIN_EVAL_DEFAULTS)
+        | {"logger.timing_log_level", "optimizer.barrier_with_L1_time"}
+    )
     saved = presets.load
     presets.load = lambda release=presets.RELEASE: {"presets": {}, "provenance": {}}
     try:
@@ -293,7 +350,9 @@ def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path)
     from importlib.metadata import version
 
     from optbench.engine.bridge.cpu_check import hf_cache
-    from optbench.engine.bridge.cpu_check import stand_ins  # before NVIDIA's configs: they import their recipe builders only when Bridge imports
+    from optbench.engine.bridge.cpu_check import (
+        stand_ins,
+    )  # before NVIDIA's configs: they import their recipe builders only when Bridge imports
 
     from utils.utils import get_workload_base_config
 
@@ -327,7 +386,12 @@ def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path)
             "plugin_overrides": plugin_overrides,
             "settings": dict(sorted(settings.items())),
             "recipe_values": recipe_values,
-            "job": {"env": env, "segment": job["segment"], "numa": numa(job["pre_cmds"]), "srun_args": job["srun_args"]},
+            "job": {
+                "env": env,
+                "segment": job["segment"],
+                "numa": numa(job["pre_cmds"]),
+                "srun_args": job["srun_args"],
+            },
         }
         if launcher_optimizer != config.optimizer.optimizer:
             presets[key]["launcher_optimizer"] = launcher_optimizer
@@ -337,11 +401,13 @@ def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "sbatch.sh").write_text(job["sbatch"] or "")
             (folder / "task.sh").write_text(job["task"] or "")
-            (folder / "effective.json").write_text(json.dumps(effective(config, base.num_gpus), indent=1, sort_keys=True) + "\n")
+            (folder / "effective.json").write_text(
+                json.dumps(effective(config, base.num_gpus), indent=1, sort_keys=True) + "\n"
+            )
     document = {
         "provenance": {
             "source": "NVIDIA-NeMo/Megatron-Bridge scripts/performance (setup_experiment.py, run_script.py, "
-                      "utils/overrides.py, utils/executors.py, perf_plugins.py, configs/)",
+            "utils/overrides.py, utils/executors.py, perf_plugins.py, configs/)",
             "release": release,
             "commit": commit,
             "megatron_core": version("megatron-core"),
@@ -350,7 +416,7 @@ def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path)
             "placeholders": PLACEHOLDERS,
             "recipe_values": "the library recipe's value of every other field our adapter sets",
             "settings": "fields where NVIDIA's ConfigContainer (as run_script.py passes it to pretrain) differs from "
-                        "the library recipe + mixed-precision preset our entry point starts from",
+            "the library recipe + mixed-precision preset our entry point starts from",
         },
         "presets": presets,
     }
@@ -373,7 +439,9 @@ def main() -> int:
     sys.path.insert(0, str(scripts))
     os.chdir(scripts)
     out = args.out or ROOT / "src" / "optbench" / "data" / "bridge" / f"presets-{args.release}.json"
-    extract(scripts, args.release, args.commit, out, args.fixtures or ROOT / "tests" / "fixtures" / "nvidia" / args.release)
+    extract(
+        scripts, args.release, args.commit, out, args.fixtures or ROOT / "tests" / "fixtures" / "nvidia" / args.release
+    )
     return 0
 
 

@@ -41,7 +41,9 @@ OUT = Path("projection") / "outside_check.json"
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", required=True, help="comma-separated models whose rows are held back from every fit")
+    parser.add_argument(
+        "--models", required=True, help="comma-separated models whose rows are held back from every fit"
+    )
     args = parser.parse_args()
     with exit_on_user_error():  # every refusal before the first write
         return check(args.models)
@@ -56,8 +58,13 @@ def check(names: str) -> int:
     scored = {r["row"] for r in validation["rows"] if r["outside_domain"] is None}
     held = [r for r in load_published(directory) if r.model in models and row_id(r) in scored]
     if not held:
-        raise UserError(Problem("--models", f"no scored row of {', '.join(sorted(models)) or 'no model'} in "
-                                            "results/projection/validation.json; name scored models, after make projection"))
+        raise UserError(
+            Problem(
+                "--models",
+                f"no scored row of {', '.join(sorted(models)) or 'no model'} in "
+                "results/projection/validation.json; name scored models, after make projection",
+            )
+        )
     holdout = Holdout(models=models)
     table = fitted_without(str(directory), holdout, COMPOSED_ROWS)
     assumptions = replace(DEFAULT_ASSUMPTIONS, small_expert_gemm_rows_mxfp8=table.mxfp8_expert_rows)
@@ -68,19 +75,29 @@ def check(names: str) -> int:
     errors = [r["error_percent"] / 100 for r in rows if r["error_percent"] is not None]
     bands = {}
     for scheme in SCHEMES:
-        kept = [r for r in validation["rows"] if r["outside_domain"] is None and "error_percent" in r[scheme]
-                and r["model"] not in models]
+        kept = [
+            r
+            for r in validation["rows"]
+            if r["outside_domain"] is None and "error_percent" in r[scheme] and r["model"] not in models
+        ]
         band = error_band([r[scheme]["error_percent"] / 100 for r in kept], [held_out_group(scheme, r) for r in kept])
         if band is None:
             continue
         low, high = band
         inside = sum(low <= e <= high for e in errors)
-        bands[scheme] = {"band_80_error_percent": [round(100 * low, 2), round(100 * high, 2)],
-                         "covered": inside, "rows": len(errors), "coverage": round(inside / len(errors), 3)}
+        bands[scheme] = {
+            "band_80_error_percent": [round(100 * low, 2), round(100 * high, 2)],
+            "covered": inside,
+            "rows": len(errors),
+            "coverage": round(inside / len(errors), 3),
+        }
         print(f"{scheme:28s} band [{100 * low:+7.1f}, {100 * high:+7.1f}] % covers {inside} of {len(errors)}")
-    summary = {"models_held_back": sorted(models), "rows": len(errors),
-               "median_abs_error_percent": round(100 * statistics.median(abs(e) for e in errors), 2),
-               "error_range_percent": [round(100 * min(errors), 2), round(100 * max(errors), 2)]}
+    summary = {
+        "models_held_back": sorted(models),
+        "rows": len(errors),
+        "median_abs_error_percent": round(100 * statistics.median(abs(e) for e in errors), 2),
+        "error_range_percent": [round(100 * min(errors), 2), round(100 * max(errors), 2)],
+    }
     print(f"median |error| {summary['median_abs_error_percent']} %, range {summary['error_range_percent']}")
     out = results / OUT
     with replacing(files=[out]):

@@ -75,8 +75,13 @@ def fresh_work() -> Path:
 
 
 def launch(args: list[str], cwd: Path = ROOT) -> str:
-    done = subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"})
+    done = subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"},
+    )
     return stable(f"rc {done.returncode}\n{done.stdout}{done.stderr}")
 
 
@@ -101,8 +106,12 @@ def plans(out: Path) -> None:
         for container in runnable():
             for intent in ("reproduce", "train"):
                 name = f"{recipe}@{container.name}@{intent}"
-                overrides = [f"cluster.container={container.name}", f"intent={intent}",
-                             f"results_dir={WORK}/plans", "run_id=snapshot"]
+                overrides = [
+                    f"cluster.container={container.name}",
+                    f"intent={intent}",
+                    f"results_dir={WORK}/plans",
+                    "run_id=snapshot",
+                ]
                 try:
                     _, plan = plan_run(recipe, overrides)
                 except UserError as error:
@@ -116,8 +125,14 @@ def plans(out: Path) -> None:
 
 
 def jobs(out: Path) -> None:
-    for recipe in ("kimi_k2_muon", "kimi_k2_adamw", "deepseek_v3_muon", "deepseek_v3_adamw",
-                   "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw"):
+    for recipe in (
+        "kimi_k2_muon",
+        "kimi_k2_adamw",
+        "deepseek_v3_muon",
+        "deepseek_v3_adamw",
+        "qwen3_30b_a3b_muon",
+        "qwen3_30b_a3b_adamw",
+    ):
         folder = WORK / "jobs" / recipe
         printed = launch(["launch", "pretrain", recipe, "dryrun=true", f"results_dir={folder}", "run_id=snapshot"])
         copy_tree(folder, out / "jobs" / recipe)

@@ -30,8 +30,14 @@ def _run(root: Path, cache: Path) -> tuple[float, float]:
     env = dict(os.environ, PYTHONPATH=f"{root / 'src'}:{root}", OPTBENCH_COMPOSE_CACHE=str(cache))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "launch", "plan", "kimi_k2_muon", f"results_dir={cache.parent / root.name}"],
-                   cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "launch", "plan", "kimi_k2_muon", f"results_dir={cache.parent / root.name}"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+    )
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -64,8 +70,10 @@ def _cells(sides: dict[str, Path], runs: int, work: Path, cold: bool) -> list[st
     lines = []
     for name, times in cells.items():
         walls = [w for w, _ in times]
-        lines.append(f"{'cold' if cold else 'warm'} {name} ({sides[name]}): wall median {statistics.median(walls):.3f} s "
-                     f"({min(walls):.2f}-{max(walls):.2f}), cpu median {statistics.median(c for _, c in times):.3f} s")
+        lines.append(
+            f"{'cold' if cold else 'warm'} {name} ({sides[name]}): wall median {statistics.median(walls):.3f} s "
+            f"({min(walls):.2f}-{max(walls):.2f}), cpu median {statistics.median(c for _, c in times):.3f} s"
+        )
     return lines
 
 

@@ -42,11 +42,26 @@ SECRETS = {
 """Each must stay out of every output and file in any letter case (a typed word may be lower-cased before it is
 printed: issue 78 item 2); GITHUB_TOKEN is the mixed-case one, ``{mixedsecret}`` in the corpus."""
 MICRO = [
-    "model.num_layers=2", "model.hidden_size=64", "model.ffn_hidden_size=128", "model.num_moe_experts=4",
-    "model.moe_ffn_hidden_size=32", "model.moe_shared_expert_intermediate_size=32", "model.moe_router_topk=2",
-    "model.q_lora_rank=32", "model.kv_lora_rank=16", "model.qk_head_dim=16", "model.qk_pos_emb_head_dim=8",
-    "model.v_head_dim=16", "model.vocab_size=256", "data.vocab_size=128", "train.gbs=8", "train.mbs=2",
-    "train.seq_length=32", "train.warmup_iters=1", "train.lr_decay_iters=6", "logger=none",
+    "model.num_layers=2",
+    "model.hidden_size=64",
+    "model.ffn_hidden_size=128",
+    "model.num_moe_experts=4",
+    "model.moe_ffn_hidden_size=32",
+    "model.moe_shared_expert_intermediate_size=32",
+    "model.moe_router_topk=2",
+    "model.q_lora_rank=32",
+    "model.kv_lora_rank=16",
+    "model.qk_head_dim=16",
+    "model.qk_pos_emb_head_dim=8",
+    "model.v_head_dim=16",
+    "model.vocab_size=256",
+    "data.vocab_size=128",
+    "train.gbs=8",
+    "train.mbs=2",
+    "train.seq_length=32",
+    "train.warmup_iters=1",
+    "train.lr_decay_iters=6",
+    "logger=none",
 ]
 """``{micro}``: a 2-layer Kimi K2 proxy that trains a step in well under a second."""
 TARGETS = ("plan", "pretrain", "sweep", "search", "data", "table", "study", "gpu-smoke", "make")
@@ -97,9 +112,11 @@ def load_corpora() -> list[Case]:
 # -------------------------------------------------------------------------------------------------
 
 
-ITERATION = (" [2026-04-01 12:00:0{i}] iteration {i:8d}/     100 | consumed samples: {s} | elapsed time per iteration "
-             "(ms): 12920.3 | throughput per GPU (TFLOP/s/GPU): 1037.0 | learning rate: 3.000000E-04 | global batch "
-             "size:  4096 | lm loss: 9.876543E+00 | loss scale: 1.0 |")
+ITERATION = (
+    " [2026-04-01 12:00:0{i}] iteration {i:8d}/     100 | consumed samples: {s} | elapsed time per iteration "
+    "(ms): 12920.3 | throughput per GPU (TFLOP/s/GPU): 1037.0 | learning rate: 3.000000E-04 | global batch "
+    "size:  4096 | lm loss: 9.876543E+00 | loss scale: 1.0 |"
+)
 LOGS: dict[str, bytes] = {
     "good": "\n".join(ITERATION.format(i=i, s=i * 4096) for i in range(1, 6)).encode() + b"\n",
     "steptime": b"Step Time : 12.92s GPU utilization: 1037.0MODEL_TFLOP/s/GPU\n" * 5,
@@ -213,20 +230,38 @@ def expand(word: str, world: World, places: Places) -> list[str]:
     if word == "{micro}":
         return list(MICRO)
     values = {
-        "canary": world.canary, "checkout": world.canary / "checkout", "input": world.canary / "input",
-        "badinput": world.canary / "badinput", "userdir": world.canary / "userdir", "userfile": world.canary / "userfile.txt",
-        "device": world.canary / "dev" / "null", "fifo": world.canary / "dev" / "fifo", "link": world.canary / "link",
-        "resultslike": world.canary / "results-like", "logs": world.canary / "logs", "results": places.results,
-        "scratch": places.scratch, "corpus": places.corpus, "tokenizer": world.tokenizer, "repo": REPO,
-        "x300": "x" * 300, "x5000": "x" * 5000, "d5000": "9" * 5000, "account": SECRETS["SBATCH_ACCOUNT"], "wandbkey": SECRETS["WANDB_API_KEY"],
-        "nl": "\n", "cr": "\r", "mixedsecret": SECRETS["GITHUB_TOKEN"], "root": places.scratch / "root",
+        "canary": world.canary,
+        "checkout": world.canary / "checkout",
+        "input": world.canary / "input",
+        "badinput": world.canary / "badinput",
+        "userdir": world.canary / "userdir",
+        "userfile": world.canary / "userfile.txt",
+        "device": world.canary / "dev" / "null",
+        "fifo": world.canary / "dev" / "fifo",
+        "link": world.canary / "link",
+        "resultslike": world.canary / "results-like",
+        "logs": world.canary / "logs",
+        "results": places.results,
+        "scratch": places.scratch,
+        "corpus": places.corpus,
+        "tokenizer": world.tokenizer,
+        "repo": REPO,
+        "x300": "x" * 300,
+        "x5000": "x" * 5000,
+        "d5000": "9" * 5000,
+        "account": SECRETS["SBATCH_ACCOUNT"],
+        "wandbkey": SECRETS["WANDB_API_KEY"],
+        "nl": "\n",
+        "cr": "\r",
+        "mixedsecret": SECRETS["GITHUB_TOKEN"],
+        "root": places.scratch / "root",
     }
     for name, value in values.items():
         word = word.replace("{" + name + "}", str(value))
     while "{log:" in word:
         start = word.index("{log:")
         end = word.index("}", start)
-        word = word[:start] + str(world.canary / "logs" / f"{word[start + 5:end]}.log") + word[end + 1:]
+        word = word[:start] + str(world.canary / "logs" / f"{word[start + 5 : end]}.log") + word[end + 1 :]
     return [word]
 
 
@@ -238,10 +273,16 @@ def make_escaped(words: list[str]) -> str:
 
 RUN_ENV = {"CHECK": "OPTBENCH_CHECK", "COMPARE": "OPTBENCH_PLAN_COMPARE"}
 UPPER_ENV = {
-    "plan": RUN_ENV, "pretrain": RUN_ENV, "sweep": {"CHECK": "OPTBENCH_CHECK"},
+    "plan": RUN_ENV,
+    "pretrain": RUN_ENV,
+    "sweep": {"CHECK": "OPTBENCH_CHECK"},
     "search": {"CHECK": "OPTBENCH_CHECK", "FIX": "OPTBENCH_SEARCH_FIX", "HBM": "OPTBENCH_SEARCH_HBM"},
-    "data": {"INPUT": "OPTBENCH_DATA_INPUT", "OUT": "OPTBENCH_DATA_OUT", "TOKENIZER": "OPTBENCH_DATA_TOKENIZER",
-             "VOCAB": "OPTBENCH_DATA_VOCAB"},
+    "data": {
+        "INPUT": "OPTBENCH_DATA_INPUT",
+        "OUT": "OPTBENCH_DATA_OUT",
+        "TOKENIZER": "OPTBENCH_DATA_TOKENIZER",
+        "VOCAB": "OPTBENCH_DATA_VOCAB",
+    },
     "table": {"WARMUP": "OPTBENCH_TABLE_WARMUP", "LOGS": "OPTBENCH_TABLE_LOGS"},
     "study": {"SIZE": "OPTBENCH_STUDY_SIZE"},
 }
@@ -294,8 +335,14 @@ def run_make(words: list[str]) -> tuple[int, str, str]:
 
     from conftest import make_environment
 
-    done = subprocess.run(["make", "--no-print-directory", f"PY={sys.executable}", *words], cwd=REPO,
-                          capture_output=True, text=True, timeout=60, env=make_environment())
+    done = subprocess.run(
+        ["make", "--no-print-directory", f"PY={sys.executable}", *words],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=make_environment(),
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -350,8 +397,12 @@ def execute(case: Case, world: World, tmp_path: Path, capsys: Any, monkeypatch: 
     places = Places(tmp_path / "results", tmp_path / "scratch", tmp_path / "corpus")
     copy_results(world, places)
     words = [w for word in case.words if not word.startswith(("@", ENV_WORD)) for w in expand(word, world, places)]
-    shell = dict(w.split("=", 1) for word in case.words if word.startswith(ENV_WORD)
-                 for w in expand(word[len(ENV_WORD):], world, places))
+    shell = dict(
+        w.split("=", 1)
+        for word in case.words
+        if word.startswith(ENV_WORD)
+        for w in expand(word[len(ENV_WORD) :], world, places)
+    )
     apply_setups([word[1:] for word in case.words if word.startswith("@")], places)
     if case.target in ("plan", "pretrain", "sweep", "search") and not any(w.startswith("results_dir=") for w in words):
         words.append(f"results_dir={places.results}")

@@ -47,15 +47,22 @@ SETUPS = {
     "manifest-float-world": lambda p: _edit_manifest(p, lambda d: _set(d, "world", 1.0)),
     "manifest-files-list": lambda p: _edit_manifest(p, lambda d: _set(d, "files", ["model.pt"])),
     "manifest-bad-sha": lambda p: _edit_manifest(p, lambda d: _set(d, "files.model.pt.sha256", "zz")),
-    "manifest-escape": lambda p: _edit_manifest(p, lambda d: _set(d, "files", {"../../../canary.txt": {"bytes": 1, "sha256": "0" * 64}})),
+    "manifest-escape": lambda p: _edit_manifest(
+        p, lambda d: _set(d, "files", {"../../../canary.txt": {"bytes": 1, "sha256": "0" * 64}})
+    ),
     "manifest-foreign": lambda p: _edit_manifest(p, lambda d: _set(d, "run.model", {"hidden_size": 4096})),
     "manifest-other-step": lambda p: _edit_manifest(p, lambda d: _set(d, "step", 2)),
     "step-is-file": lambda p: (shutil.rmtree(_manifest(p).parent), _manifest(p).parent.write_text("not a folder")),
     "step-is-link": lambda p: (shutil.rmtree(_manifest(p).parent), _manifest(p).parent.symlink_to(p.scratch)),
     "shard-truncated": lambda p: (_manifest(p).parent / "model.pt").write_bytes(b"\x80\x02"),
-    "latest-dir": lambda p: ((_manifest(p).parents[1] / "latest").unlink(), (_manifest(p).parents[1] / "latest").mkdir()),
-    "latest-link": lambda p: ((_manifest(p).parents[1] / "latest").unlink(),
-                              (_manifest(p).parents[1] / "latest").symlink_to(p.scratch / "elsewhere")),
+    "latest-dir": lambda p: (
+        (_manifest(p).parents[1] / "latest").unlink(),
+        (_manifest(p).parents[1] / "latest").mkdir(),
+    ),
+    "latest-link": lambda p: (
+        (_manifest(p).parents[1] / "latest").unlink(),
+        (_manifest(p).parents[1] / "latest").symlink_to(p.scratch / "elsewhere"),
+    ),
     "latest-huge": lambda p: (_manifest(p).parents[1] / "latest").write_text("step_" + "0" * 5_000_000),
     "latest-empty": lambda p: (_manifest(p).parents[1] / "latest").write_text(""),
     "latest-binary": lambda p: (_manifest(p).parents[1] / "latest").write_bytes(b"\x00\xff\x00"),
@@ -70,28 +77,53 @@ SETUPS = {
     "metrics-deep": lambda p: write(p.results / "runs" / "saved" / "metrics.jsonl", "[" * 100_000 + "\n"),
     "metrics-list": lambda p: write(p.results / "runs" / "saved" / "metrics.jsonl", "[1, 2]\n"),
     "summary-list": lambda p: write(p.results / "runs" / "saved" / "summary.json", "[1]"),
-    "summary-bignum": lambda p: write(p.results / "runs" / "saved" / "summary.json", '{"peak": {"tflops": ' + "9" * 5000 + "}}"),
+    "summary-bignum": lambda p: write(
+        p.results / "runs" / "saved" / "summary.json", '{"peak": {"tflops": ' + "9" * 5000 + "}}"
+    ),
     "run-is-file": lambda p: write(p.results / "runs" / "stray", "a file among the runs"),
     "runs-is-file": lambda p: (shutil.rmtree(p.results / "runs"), write(p.results / "runs", "x")),
     "plans-is-file": lambda p: (shutil.rmtree(p.results / "plans"), write(p.results / "plans", "x")),
-    "plan-is-dir": lambda p: ((p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").unlink(),
-                              (p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").mkdir()),
-    "plan-is-link": lambda p: ((p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").unlink(),
-                               (p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").symlink_to(p.scratch / "target.json")),
-    "sweep-is-file": lambda p: (shutil.rmtree(p.results / "plans" / "qwen3_30b_a3b_muon" / "sweep"),
-                                write(p.results / "plans" / "qwen3_30b_a3b_muon" / "sweep", "x")),
+    "plan-is-dir": lambda p: (
+        (p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").unlink(),
+        (p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").mkdir(),
+    ),
+    "plan-is-link": lambda p: (
+        (p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").unlink(),
+        (p.results / "plans" / "kimi_k2_tiny_muon" / "plan.json").symlink_to(p.scratch / "target.json"),
+    ),
+    "sweep-is-file": lambda p: (
+        shutil.rmtree(p.results / "plans" / "qwen3_30b_a3b_muon" / "sweep"),
+        write(p.results / "plans" / "qwen3_30b_a3b_muon" / "sweep", "x"),
+    ),
     "published-missing": lambda p: shutil.rmtree(p.results / "published"),
     "published-garbage": lambda p: write(p.results / "published" / "published.csv", b"\x00\xff" * 100),
     "unmarked-results": lambda p: (p.results / ".optbench-results").unlink(),
     "user-file-in-results": lambda p: ((p.results / ".optbench-results").unlink(), write(p.results / "mine.txt", "x")),
-    "stale-journal": lambda p: write(p.results / "plans" / "qwen3_30b_a3b_muon" / ".optbench-journal-999999.json", "{oops"),
+    "stale-journal": lambda p: write(
+        p.results / "plans" / "qwen3_30b_a3b_muon" / ".optbench-journal-999999.json", "{oops"
+    ),
     "throughput-is-dir": lambda p: write(p.results / "throughput.md" / "mine.txt", "a file of the user's"),
     "notes-in-corpus": lambda p: write(p.corpus / "NOTES.md", "my notes on this corpus"),
-    "strangers-journal": lambda p: (write(p.scratch / "victim" / "thesis.tex", "years of work"), write(
-        p.scratch / "shared" / ".optbench-journal-424242.json", json.dumps(
-            {"pid": 424242, "host": socket.gethostname(), "state": "started",
-             "entries": [{"path": str(p.scratch / "victim"), "aside": str(p.scratch / ".victim.previous-424242"),
-                          "existed": False}]}))),
+    "strangers-journal": lambda p: (
+        write(p.scratch / "victim" / "thesis.tex", "years of work"),
+        write(
+            p.scratch / "shared" / ".optbench-journal-424242.json",
+            json.dumps(
+                {
+                    "pid": 424242,
+                    "host": socket.gethostname(),
+                    "state": "started",
+                    "entries": [
+                        {
+                            "path": str(p.scratch / "victim"),
+                            "aside": str(p.scratch / ".victim.previous-424242"),
+                            "existed": False,
+                        }
+                    ],
+                }
+            ),
+        ),
+    ),
     "model-of-another": lambda p: _reseal(p, "model.pt", _narrowed_model),
     "rank-not-a-rank-file": lambda p: _reseal(p, "rank0.pt", lambda path: torch_save({"not": "a rank file"}, path)),
     # issue 78's round: a checkout the user edits ({root}, reached with ENV:OPTBENCH_ROOT={root}), enroot's login file,
@@ -104,11 +136,14 @@ SETUPS = {
     "root-no-source": lambda p: shutil.rmtree(_root(p) / "src"),
     "enroot-fifo": lambda p: _enroot(p, lambda path: os.mkfifo(path)),
     "enroot-dir": lambda p: _enroot(p, lambda path: path.mkdir()),
-    "enroot-link-to-fifo": lambda p: _enroot(p, lambda path: (os.mkfifo(path.with_name("fifo")), path.symlink_to("fifo"))),
+    "enroot-link-to-fifo": lambda p: _enroot(
+        p, lambda path: (os.mkfifo(path.with_name("fifo")), path.symlink_to("fifo"))
+    ),
     "study-curves-lost": lambda p: (_study_runs(p) / "study2-cpu-adamw-lr0.0003-s1" / "study_curves.json").unlink(),
-    "study-curves-strings": lambda p: write(_study_runs(p) / "study2-cpu-adamw-lr0.0003-s1" / "study_curves.json",
-                                            json.dumps({"val": [["1", "x"]], "train_loss": [], "step_time_s": [1],
-                                                        "ns_time_s": []})),
+    "study-curves-strings": lambda p: write(
+        _study_runs(p) / "study2-cpu-adamw-lr0.0003-s1" / "study_curves.json",
+        json.dumps({"val": [["1", "x"]], "train_loss": [], "step_time_s": [1], "ns_time_s": []}),
+    ),
     "study-run-linked": lambda p: _linked_study_run(p),
     "smoke-other-json": lambda p: write(p.results / "bench" / "megatron_one_gpu.json", '{"smokes": [{"arms": [1]}]}'),
     "smoke-list-json": lambda p: write(p.results / "bench" / "megatron_one_gpu.json", "[1, 2]"),
@@ -126,8 +161,11 @@ def _root(places: Places) -> Path:
     root = places.scratch / "root"
     if not root.exists():
         shutil.copytree(REPO / "recipes", root / "recipes")
-        shutil.copytree(REPO / "conf", root / "conf", ignore=lambda top, names: [n for n in names if top.endswith("local")
-                                                                              and n.endswith(".yaml")])
+        shutil.copytree(
+            REPO / "conf",
+            root / "conf",
+            ignore=lambda top, names: [n for n in names if top.endswith("local") and n.endswith(".yaml")],
+        )
         (root / "src").mkdir()
         (root / "src" / "optbench").symlink_to(REPO / "src" / "optbench")
     return root
@@ -187,7 +225,9 @@ def _reseal(places: Places, name: str, change) -> None:
     folder = _manifest(places).parent
     change(folder / name)
     data = (folder / name).read_bytes()
-    _edit_manifest(places, lambda d: d["files"].__setitem__(name, {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
+    _edit_manifest(
+        places, lambda d: d["files"].__setitem__(name, {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    )
 
 
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(

@@ -47,8 +47,17 @@ from optbench.engine.bridge.cpu_check import stand_ins  # noqa: E402  (before an
 from optbench.engine.bridge.readback import comparable, lookup, read_back  # noqa: E402
 from optbench.engine.bridge.cpu_check.runtime import update_at  # noqa: E402
 
-RECIPES = ("kimi_k2_muon", "kimi_k2_adamw", "qwen3_30b_a3b_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_muon",
-           "deepseek_v3_adamw", "qwen3_235b_a22b_adamw", "llama31_405b_adamw", "llama3_70b_adamw")
+RECIPES = (
+    "kimi_k2_muon",
+    "kimi_k2_adamw",
+    "qwen3_30b_a3b_muon",
+    "qwen3_30b_a3b_adamw",
+    "deepseek_v3_muon",
+    "deepseek_v3_adamw",
+    "qwen3_235b_a22b_adamw",
+    "llama31_405b_adamw",
+    "llama3_70b_adamw",
+)
 INTENTS = ("reproduce", "train")
 OPTIMIZER_IDENTITY = ("optimizer.optimizer", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer")
 """What makes a run Adam or Muon after Bridge's runtime update (Bridge 0.6's Kimi recipe is Muon unless overridden)."""
@@ -140,8 +149,9 @@ def drive_callback(run: Any, config: Any, steps: int = 3) -> dict[str, Any]:
         timer.start()
         time.sleep(0.002)
         timer.stop()
-        manager.fire("on_train_step_end", context(loss_dict={"lm loss": torch.tensor(2.0)}, grad_norm=1.0,
-                                                  skipped_iter=False))
+        manager.fire(
+            "on_train_step_end", context(loss_dict={"lm loss": torch.tensor(2.0)}, grad_norm=1.0, skipped_iter=False)
+        )
         state.train_state.step += 1
     manager.fire("on_train_end", context())
     folder = run_dir(run)
@@ -181,8 +191,16 @@ def check_case(recipe: str, intent: str, results: Path, container: str, extra: t
     from optbench.compose.recipe import compose_run
     from optbench.validate import validate
 
-    run = compose_run(recipe, [f"intent={intent}", f"results_dir={results}", f"run_id={recipe}-{intent}",
-                               f"cluster.container={container}", *extra])
+    run = compose_run(
+        recipe,
+        [
+            f"intent={intent}",
+            f"results_dir={results}",
+            f"run_id={recipe}-{intent}",
+            f"cluster.container={container}",
+            *extra,
+        ],
+    )
     run = validate(run).run
     stand_ins.install(run.cluster.gpu)
     setup = bridge_setup(run)
@@ -190,12 +208,20 @@ def check_case(recipe: str, intent: str, results: Path, container: str, extra: t
     function = api.recipe_function(setup.recipe)
     with hub_configs_read() as hub:
         config = build_config_container(setup, api)
-    report: dict[str, Any] = {"recipe": recipe, "intent": intent, "preset": setup.preset and setup.preset["key"],
-                              "adapted_from_adam": bool(setup.preset and setup.preset["adapted_from_adam"]),
-                              "overrides": len(setup.overrides)}
+    report: dict[str, Any] = {
+        "recipe": recipe,
+        "intent": intent,
+        "preset": setup.preset and setup.preset["key"],
+        "adapted_from_adam": bool(setup.preset and setup.preset["adapted_from_adam"]),
+        "overrides": len(setup.overrides),
+    }
     # What the plan says the job calls and reads (from the release's source) against the real function.
-    report["recipe_call"] = {"planned": setup.recipe.kwargs, "accepted": accepted_kwargs(function, setup.recipe.kwargs),
-                             "planned_hub": setup.recipe.hf_config, "read_hub": sorted(set(hub))}
+    report["recipe_call"] = {
+        "planned": setup.recipe.kwargs,
+        "accepted": accepted_kwargs(function, setup.recipe.kwargs),
+        "planned_hub": setup.recipe.hf_config,
+        "read_hub": sorted(set(hub)),
+    }
     report["missing"] = read_back(config, override_items(run))
     update_at(config, run.parallel.num_gpus)
     report["optimizer"] = {key: comparable(lookup(config, key)) for key in OPTIMIZER_IDENTITY}
@@ -205,8 +231,11 @@ def check_case(recipe: str, intent: str, results: Path, container: str, extra: t
     if fixture.is_file():
         differences = compare(flat(config), json.loads(fixture.read_text()))
         for d in differences:
-            d["reason"] = (presets.OURS.get(d["field"]) or presets.departure_reasons(recipe).get(d["field"])
-                           or presets.derived_reason(d["field"], intent, report["adapted_from_adam"]))
+            d["reason"] = (
+                presets.OURS.get(d["field"])
+                or presets.departure_reasons(recipe).get(d["field"])
+                or presets.derived_reason(d["field"], intent, report["adapted_from_adam"])
+            )
         report["differences"] = differences
     report["callback"] = drive_callback(run, config)
     if extra or run.optimizer.name in EMERGING_CLASSES:
@@ -219,9 +248,10 @@ EMERGING = {
     "qwen3_30b_a3b_adaptive_muon": ("adaptive_muon", ("optimizer.scalar_optimizer=lion",)),
 }
 """Recipes of Megatron Core's emerging optimizers (>= 0.18), with the overrides each is checked with."""
-EMERGING_CLASSES = {"soap": ("soap", "emerging_optimizers.soap", "SOAP"),
-                    "adaptive_muon": ("adaptive_muon", "megatron.core.optimizer.emerging_optimizers",
-                                      "TensorParallelAdaptiveMuon")}
+EMERGING_CLASSES = {
+    "soap": ("soap", "emerging_optimizers.soap", "SOAP"),
+    "adaptive_muon": ("adaptive_muon", "megatron.core.optimizer.emerging_optimizers", "TensorParallelAdaptiveMuon"),
+}
 """Optimizer -> (Megatron's kwargs prefix, module, class) whose constructor Megatron fills from OptimizerConfig."""
 
 
@@ -250,8 +280,9 @@ def emerging_cases(results: Path, container: str) -> list[dict[str, Any]]:
     for recipe, (optimizer, extra) in EMERGING.items():
         run = compose_run(recipe, [f"results_dir={results}", f"cluster.container={container}", *extra])
         target = versions.container_of(run)
-        supported = has_optimizer(target, optimizer) and ("optimizer.scalar_optimizer=lion" not in extra
-                                                           or runs_lion_for_scalars(target))
+        supported = has_optimizer(target, optimizer) and (
+            "optimizer.scalar_optimizer=lion" not in extra or runs_lion_for_scalars(target)
+        )
         case: dict[str, Any] = {"recipe": recipe, "extra": list(extra), "supported": supported}
         if not supported:
             try:
@@ -323,9 +354,15 @@ def search_layout_cases(results: Path, container: str, stride: int = 1) -> list[
         kept: set[tuple[int, ...]] = set()
         ours_refused: set[tuple[int, ...]] = set()
         order: dict[tuple[int, ...], int] = {}  # each distinct layout's place, for the stride
-        case: dict[str, Any] = {"recipe": recipe, "candidates": len(candidates), "bridge_refused": [],
-                                "bridge_accepted_what_we_refuse": [], "bridge_refused_what_we_refuse": 0,
-                                "refused_when_the_model_is_built": 0, "stride": stride}
+        case: dict[str, Any] = {
+            "recipe": recipe,
+            "candidates": len(candidates),
+            "bridge_refused": [],
+            "bridge_accepted_what_we_refuse": [],
+            "bridge_refused_what_we_refuse": 0,
+            "refused_when_the_model_is_built": 0,
+            "stride": stride,
+        }
         for point in candidates:
             layout = (point.tp, point.pp, point.vpp, point.cp, point.ep)
             if order.setdefault(layout, len(order)) % stride or layout in kept or layout in ours_refused:
@@ -340,7 +377,8 @@ def search_layout_cases(results: Path, container: str, stride: int = 1) -> list[
                     case["refused_when_the_model_is_built"] += 1  # Core asserts it past the config (moe_rules.py)
                 elif verdict is None or verdict.startswith("ours: "):
                     case["bridge_accepted_what_we_refuse"].append(
-                        {"layout": point.label, "ours": err.lines()[0], "bridge": verdict})
+                        {"layout": point.label, "ours": err.lines()[0], "bridge": verdict}
+                    )
                 else:
                     case["bridge_refused_what_we_refuse"] += 1
                 continue
@@ -398,9 +436,15 @@ def single_field_overrides(run: Any) -> list[str]:
     return found
 
 
-def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: int = 0,
-                         recipes: Sequence[str] = OVERRIDE_RECIPES, arity: int = 2,
-                         over_refusals: bool = False) -> list[dict[str, Any]]:
+def typed_override_cases(
+    results: Path,
+    container: str,
+    pairs: int = 0,
+    seed: int = 0,
+    recipes: Sequence[str] = OVERRIDE_RECIPES,
+    arity: int = 2,
+    over_refusals: bool = False,
+) -> list[dict[str, Any]]:
     """Every single-field override (:func:`single_field_overrides`) of each recipe that our checks pass (memory aside,
     force=true) must pass the real Bridge's recipe with our overrides and ``runtime_config_update``: the user's own
     values, where the recipes above try NVIDIA's. What Bridge refuses is listed with its error. ``pairs``: instead,
@@ -427,7 +471,7 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
         tried: list[list[str]] = [[o] for o in singles]
         if pairs and arity == 2:
             draw = random.Random(f"{seed}-{recipe}")
-            every = [[a, b] for i, a in enumerate(singles) for b in singles[i + 1:] if typed_key(a) != typed_key(b)]
+            every = [[a, b] for i, a in enumerate(singles) for b in singles[i + 1 :] if typed_key(a) != typed_key(b)]
             tried = draw.sample(every, min(pairs, len(every)))
         elif pairs:  # tuples of more fields: too many to list, so drawn one at a time (distinct fields, no repeats)
             draw, drawn = random.Random(f"{seed}-{recipe}-{arity}"), set()
@@ -436,7 +480,13 @@ def typed_override_cases(results: Path, container: str, pairs: int = 0, seed: in
                 if len({typed_key(o) for o in pick}) == arity:
                     drawn.add(pick)
             tried = [list(pick) for pick in sorted(drawn)]
-        case: dict[str, Any] = {"recipe": recipe, "checked": 0, "we_refuse": 0, "bridge_refused": [], "known_gaps": KNOWN_GAPS}
+        case: dict[str, Any] = {
+            "recipe": recipe,
+            "checked": 0,
+            "we_refuse": 0,
+            "bridge_refused": [],
+            "known_gaps": KNOWN_GAPS,
+        }
         if over_refusals:
             case["bridge_accepted_what_we_refuse"] = []
         for typed in tried:
@@ -494,8 +544,9 @@ def negative_controls(results: Path, container: str) -> dict[str, Any]:
         ("impossible_layout", "model.pipeline_model_parallel_layout=[[embedding,decoder],[decoder,loss]]", True),
     ):
         try:
-            config = build_config_container(type(setup)(setup.recipe, setup.mixed_precision, (*setup.overrides, extra)),
-                                            BridgeAPI())
+            config = build_config_container(
+                type(setup)(setup.recipe, setup.mixed_precision, (*setup.overrides, extra)), BridgeAPI()
+            )
             if update:
                 update_at(config, run.parallel.num_gpus)
             out[name] = {"caught": False}
@@ -547,9 +598,17 @@ def job_check_cases(results: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"fixture": fixture}
     for name, api in (("as_installed", NoTraining), ("field_removed", Removed)):
         run_id = f"job-{name}"
-        resolved = validate(compose_run(fixture["recipe"], [
-            f"results_dir={results}", f"run_id={run_id}", f"cluster.container={fixture['unseen_container']}",
-            "cluster.unverified_container=true"]))
+        resolved = validate(
+            compose_run(
+                fixture["recipe"],
+                [
+                    f"results_dir={results}",
+                    f"run_id={run_id}",
+                    f"cluster.container={fixture['unseen_container']}",
+                    "cluster.unverified_container=true",
+                ],
+            )
+        )
         stand_ins.install(resolved.run.cluster.gpu)
         folder = results / "runs" / run_id
         path = save_resolved_config(resolved.run, folder / "config.yaml")
@@ -571,23 +630,46 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="write the JSON report here (default: stdout)")
     parser.add_argument("--recipes", nargs="*", default=list(RECIPES))
-    parser.add_argument("--container", default="nemo:26.02.01", help="the NeMo container whose Bridge and Core are installed")
-    parser.add_argument("--overrides-only", action="store_true",
-                        help="report only whether Bridge takes every single-field override our checks pass")
-    parser.add_argument("--pairs", type=int, default=0,
-                        help="with --overrides-only: that many random pairs of single-field overrides per recipe instead")
+    parser.add_argument(
+        "--container", default="nemo:26.02.01", help="the NeMo container whose Bridge and Core are installed"
+    )
+    parser.add_argument(
+        "--overrides-only",
+        action="store_true",
+        help="report only whether Bridge takes every single-field override our checks pass",
+    )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=0,
+        help="with --overrides-only: that many random pairs of single-field overrides per recipe instead",
+    )
     parser.add_argument("--seed", type=int, default=0, help="the seed the --pairs are drawn with")
     parser.add_argument("--arity", type=int, default=2, help="with --pairs: fields per drawn tuple (2: pairs)")
-    parser.add_argument("--override-recipes", nargs="*", default=list(OVERRIDE_RECIPES),
-                        help="with --overrides-only: the recipes whose overrides are tried")
-    parser.add_argument("--over-refusals", action="store_true",
-                        help="with --overrides-only: also send what our checks refuse to Bridge and list what it accepts")
-    parser.add_argument("--search-only", action="store_true",
-                        help="report only whether Bridge judges the make search layouts as our checks do")
-    parser.add_argument("--job-check-only", action="store_true",
-                        help="report only the job's own check before step 1, this environment standing in for an unseen release")
-    parser.add_argument("--stride", type=int, default=1,
-                        help="with --search-only: every that many-th distinct layout (default 1: all)")
+    parser.add_argument(
+        "--override-recipes",
+        nargs="*",
+        default=list(OVERRIDE_RECIPES),
+        help="with --overrides-only: the recipes whose overrides are tried",
+    )
+    parser.add_argument(
+        "--over-refusals",
+        action="store_true",
+        help="with --overrides-only: also send what our checks refuse to Bridge and list what it accepts",
+    )
+    parser.add_argument(
+        "--search-only",
+        action="store_true",
+        help="report only whether Bridge judges the make search layouts as our checks do",
+    )
+    parser.add_argument(
+        "--job-check-only",
+        action="store_true",
+        help="report only the job's own check before step 1, this environment standing in for an unseen release",
+    )
+    parser.add_argument(
+        "--stride", type=int, default=1, help="with --search-only: every that many-th distinct layout (default 1: all)"
+    )
     args = parser.parse_args()
     if args.stride < 1:
         parser.error(f"--stride: {args.stride} is not a layout count; give 1 (every layout) or more")
@@ -606,15 +688,28 @@ def main() -> int:
                 try:
                     report["cases"].append(check_case(recipe, intent, Path(tmp) / "results", args.container))
                 except Exception as err:
-                    report["cases"].append({"recipe": recipe, "intent": intent, "error": f"{type(err).__name__}: {err}",
-                                            "traceback": traceback.format_exc()[-2000:]})
+                    report["cases"].append(
+                        {
+                            "recipe": recipe,
+                            "intent": intent,
+                            "error": f"{type(err).__name__}: {err}",
+                            "traceback": traceback.format_exc()[-2000:],
+                        }
+                    )
         if args.job_check_only:
             report["job_check"] = job_check_cases(Path(tmp) / "results")
         elif args.search_only:
             report["search_layouts"] = search_layout_cases(Path(tmp) / "results", args.container, args.stride)
         elif args.overrides_only:
-            report["typed_overrides"] = typed_override_cases(Path(tmp) / "results", args.container, args.pairs, args.seed,
-                                                            args.override_recipes, args.arity, args.over_refusals)
+            report["typed_overrides"] = typed_override_cases(
+                Path(tmp) / "results",
+                args.container,
+                args.pairs,
+                args.seed,
+                args.override_recipes,
+                args.arity,
+                args.over_refusals,
+            )
         else:
             report["emerging"] = emerging_cases(Path(tmp) / "results", args.container)
             report["negative_controls"] = negative_controls(Path(tmp) / "results", args.container)

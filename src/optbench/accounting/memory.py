@@ -114,9 +114,14 @@ class MemoryEstimate:
     def section(self) -> MemorySection:
         """plan.json's ``memory_per_gpu_gb`` (GB to 0.01)."""
         return MemorySection(
-            total=round(self.total_gb, 2), hbm=self.hbm_gb, fits=self.fits, largest_term=self.largest_term,
-            worst_pipeline_rank=self.worst_pipeline_rank, breakdown={k: round(v, 2) for k, v in self.breakdown_gb.items()},
-            stage_totals=tuple(round(t, 2) for t in self.stage_totals_gb), expected_error=self.expected_error,
+            total=round(self.total_gb, 2),
+            hbm=self.hbm_gb,
+            fits=self.fits,
+            largest_term=self.largest_term,
+            worst_pipeline_rank=self.worst_pipeline_rank,
+            breakdown={k: round(v, 2) for k, v in self.breakdown_gb.items()},
+            stage_totals=tuple(round(t, 2) for t in self.stage_totals_gb),
+            expected_error=self.expected_error,
             omissions=tuple(self.omissions),
         )
 
@@ -125,7 +130,9 @@ def _is_fp8_gemm_weight(spec: ParamSpec) -> bool:
     return len(spec.shape) == 2 and spec.kind not in (EMBEDDING, OUTPUT, ROUTER)
 
 
-def optimizer_bytes_per_rank(run: RunConfig, layout: Layout, groups: Sequence[DpGroupWork], adam_moment_bytes: int) -> list[float]:
+def optimizer_bytes_per_rank(
+    run: RunConfig, layout: Layout, groups: Sequence[DpGroupWork], adam_moment_bytes: int
+) -> list[float]:
     """Optimizer-state bytes of every global rank (:mod:`optbench.accounting.optimizer_work`).
 
     ``adam_moment_bytes``: bytes per element of each AdamW moment, a fact of the run's release
@@ -182,7 +189,9 @@ def _activation_gb(run: RunConfig, layout: Layout, placement: Placement, pp_rank
     held = sum(chunk_bytes(chunks[chunk]) for chunk in in_flight)
     if full:
         # One recompute unit is rebuilt in full during its backward.
-        per_layer = [layer_bytes_per_token(run, layer, p.tp, p.sequence_parallel, p.etp) for layer in range(m.num_layers)]
+        per_layer = [
+            layer_bytes_per_token(run, layer, p.tp, p.sequence_parallel, p.etp) for layer in range(m.num_layers)
+        ]
         held += tokens * max(per_layer) * units
     logits = 0.0
     if any(s.loss for s in chunks):
@@ -190,7 +199,9 @@ def _activation_gb(run: RunConfig, layout: Layout, placement: Placement, pp_rank
     return held / GB, logits / GB, len(in_flight)
 
 
-def estimate_memory(run: RunConfig, layout: Layout, placement: Placement, optimizer_bytes: Sequence[float]) -> MemoryEstimate:
+def estimate_memory(
+    run: RunConfig, layout: Layout, placement: Placement, optimizer_bytes: Sequence[float]
+) -> MemoryEstimate:
     """Per-GPU memory of the busiest GPU of every pipeline rank; the worst one decides whether it fits.
 
     ``layout``, ``placement``, ``optimizer_bytes`` (:func:`optimizer_bytes_per_rank`): the resolved run's

@@ -121,7 +121,12 @@ def megatron_partition_dim(spec: ParamSpec, ep: int, etp: int) -> int | None:
 
 @lru_cache(maxsize=4096)
 def rank_matrix_ns_work(
-    local_shape: tuple[int, int], partition_dim: int | None, group_size: int, tp_mode: str, steps: int, syrk: bool,
+    local_shape: tuple[int, int],
+    partition_dim: int | None,
+    group_size: int,
+    tp_mode: str,
+    steps: int,
+    syrk: bool,
     cubic: bool = False,
 ) -> tuple[int, float]:
     """(Gram size, Newton-Schulz FLOPs) of one rank's orthogonalization of a matrix whose local shard is

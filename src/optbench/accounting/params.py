@@ -95,8 +95,12 @@ def _attention(model: ModelConfig | ModelShape, prefix: str, layer: int) -> list
         kv_lora = model.kv_lora_rank or 0
         if model.q_lora_rank:
             specs += [
-                ParamSpec(f"{prefix}.self_attention.linear_q_down_proj.weight", (model.q_lora_rank, h), ATTENTION, layer),
-                ParamSpec(f"{prefix}.self_attention.linear_q_up_proj.layer_norm_weight", (model.q_lora_rank,), NORM, layer),
+                ParamSpec(
+                    f"{prefix}.self_attention.linear_q_down_proj.weight", (model.q_lora_rank, h), ATTENTION, layer
+                ),
+                ParamSpec(
+                    f"{prefix}.self_attention.linear_q_up_proj.layer_norm_weight", (model.q_lora_rank,), NORM, layer
+                ),
                 ParamSpec(
                     f"{prefix}.self_attention.linear_q_up_proj.weight",
                     (heads * (qk + rope), model.q_lora_rank),
@@ -107,20 +111,28 @@ def _attention(model: ModelConfig | ModelShape, prefix: str, layer: int) -> list
             ]
         else:
             specs.append(
-                ParamSpec(f"{prefix}.self_attention.linear_q_proj.weight", (heads * (qk + rope), h), ATTENTION, layer, COLUMN)
+                ParamSpec(
+                    f"{prefix}.self_attention.linear_q_proj.weight", (heads * (qk + rope), h), ATTENTION, layer, COLUMN
+                )
             )
         specs += [
             ParamSpec(f"{prefix}.self_attention.linear_kv_down_proj.weight", (kv_lora + rope, h), ATTENTION, layer),
             ParamSpec(f"{prefix}.self_attention.linear_kv_up_proj.layer_norm_weight", (kv_lora,), NORM, layer),
             ParamSpec(
-                f"{prefix}.self_attention.linear_kv_up_proj.weight", (heads * (qk + v), kv_lora), ATTENTION, layer, COLUMN
+                f"{prefix}.self_attention.linear_kv_up_proj.weight",
+                (heads * (qk + v), kv_lora),
+                ATTENTION,
+                layer,
+                COLUMN,
             ),
             ParamSpec(f"{prefix}.self_attention.linear_proj.weight", (h, heads * v), ATTENTION, layer, ROW),
         ]
         return specs
     kv = model.kv_channels or h // heads
     groups = model.num_query_groups or heads
-    specs.append(ParamSpec(f"{prefix}.self_attention.linear_qkv.weight", ((heads + 2 * groups) * kv, h), QKV, layer, COLUMN))
+    specs.append(
+        ParamSpec(f"{prefix}.self_attention.linear_qkv.weight", ((heads + 2 * groups) * kv, h), QKV, layer, COLUMN)
+    )
     if model.qk_layernorm:
         specs += [
             ParamSpec(f"{prefix}.self_attention.q_layernorm.weight", (kv,), NORM, layer),
@@ -164,10 +176,26 @@ def _ffn(model: ModelConfig | ModelShape, prefix: str, layer: int) -> list[Param
 
 
 SHAPE_FIELDS = (
-    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
-    "qk_layernorm", "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-    "v_head_dim", "num_moe_experts", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
-    "first_k_dense_layers", "vocab_size", "make_vocab_size_divisible_by", "mtp_num_layers",
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "kv_channels",
+    "qk_layernorm",
+    "multi_latent_attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "num_moe_experts",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "first_k_dense_layers",
+    "vocab_size",
+    "make_vocab_size_divisible_by",
+    "mtp_num_layers",
     "share_embeddings_and_output_weights",
 )
 """The model fields that decide its parameter tensors and their pipeline placement. Two models equal on
@@ -200,7 +228,9 @@ def _inventory(model: ModelShape, tp: int) -> tuple[ParamSpec, ...]:
             ParamSpec(f"{prefix}.hnorm.weight", (h,), NORM, layer),
             ParamSpec(f"{prefix}.eh_proj.weight", (h, 2 * h), MTP_PROJ, layer, COLUMN),
         ]
-        specs += _attention(model, f"{prefix}.transformer_layer", layer) + _ffn(model, f"{prefix}.transformer_layer", layer)
+        specs += _attention(model, f"{prefix}.transformer_layer", layer) + _ffn(
+            model, f"{prefix}.transformer_layer", layer
+        )
         specs.append(ParamSpec(f"{prefix}.final_layernorm.weight", (h,), NORM, layer))
     if not model.share_embeddings_and_output_weights:
         specs.append(ParamSpec("output_layer.weight", (vocab, h), OUTPUT, None, COLUMN))

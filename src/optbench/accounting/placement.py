@@ -77,8 +77,9 @@ class ExpertSlice(Sequence[LocalParam]):
     otherwise build for every point.
     """
 
-    def __init__(self, inventory: tuple[ParamSpec, ...], runs: tuple[tuple[int, int], ...], first: int,
-                 width: int, etp: int) -> None:
+    def __init__(
+        self, inventory: tuple[ParamSpec, ...], runs: tuple[tuple[int, int], ...], first: int, width: int, etp: int
+    ) -> None:
         self._inventory, self._runs, self._first, self._width, self._etp = inventory, runs, first, width, etp
 
     @cached_property
@@ -276,9 +277,7 @@ def dense_dp_groups(layout: Layout) -> list[DataParallelGroup]:
     groups = []
     for pp_r in range(layout.pp):
         for tp_r in range(tp):
-            ranks = tuple(
-                tp_r + tp * (cp_r + cp * (dp_r + dp * pp_r)) for dp_r in range(dp) for cp_r in range(cp)
-            )
+            ranks = tuple(tp_r + tp * (cp_r + cp * (dp_r + dp * pp_r)) for dp_r in range(dp) for cp_r in range(cp))
             groups.append(DataParallelGroup(pp_r, ranks, None))
     return groups
 

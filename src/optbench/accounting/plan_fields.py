@@ -20,8 +20,14 @@ from optbench.accounting.flops import model_flops_per_step, model_flops_per_toke
 from optbench.accounting.memory import MemoryEstimate
 from optbench.accounting.params import padded_vocab_size
 from optbench.accounting.peaks import peaks_for
-from optbench.accounting.plan_section import (AccountingSection, ImpliedThroughput, StepRecord, NsFlopsByMode, NsFlopsStats,
-                                               PeakRecord)
+from optbench.accounting.plan_section import (
+    AccountingSection,
+    ImpliedThroughput,
+    StepRecord,
+    NsFlopsByMode,
+    NsFlopsStats,
+    PeakRecord,
+)
 from optbench.accounting.throughput import step_throughput, step_time_for_tflops, step_time_for_tokens
 from optbench.config.layout import Layout, derive_layout
 from optbench.config.optimizers import MATRIX_OPTIMIZERS, entry
@@ -38,12 +44,14 @@ NsStats = Callable[[str, bool], dict[str, float]]
 
 def ns_by_tp_mode(run: RunConfig, ns_stats: NsStats) -> NsFlopsByMode:
     """Newton-Schulz FLOPs per step per GPU for every TP mode, without and with SYRK."""
+
     def stats(mode: str) -> NsFlopsStats:
         plain, syrk = ns_stats(mode, False), ns_stats(mode, True)
         return NsFlopsStats(**plain, syrk_max=syrk["max"], syrk_mean=syrk["mean"])
 
-    return NsFlopsByMode(run.optimizer.muon.tp_mode if run.optimizer.muon else None,
-                         **{mode: stats(mode) for mode in MUON_TP_MODES})
+    return NsFlopsByMode(
+        run.optimizer.muon.tp_mode if run.optimizer.muon else None, **{mode: stats(mode) for mode in MUON_TP_MODES}
+    )
 
 
 def layout_matches(run: RunConfig, layout: dict[str, int | None], lay: Layout | None = None) -> bool:
@@ -86,7 +94,9 @@ def matching_published_rows(run: RunConfig, lay: Layout | None = None) -> list:
 
 
 def _implied(run: RunConfig, ns_total: float, step_time_s: float, basis: str, **published: Any) -> ImpliedThroughput:
-    return ImpliedThroughput(basis, StepRecord.of(step_throughput(run, step_time_s, ns_flops_total=ns_total)), **published)
+    return ImpliedThroughput(
+        basis, StepRecord.of(step_throughput(run, step_time_s, ns_flops_total=ns_total)), **published
+    )
 
 
 def throughput_at(run: RunConfig, lay: Layout, ns_total: float) -> list[ImpliedThroughput]:
@@ -168,8 +178,10 @@ def accounting_summary_lines(plan: AccountingSection, optimizer: str, executed_a
         lines.append(f"  NS FLOPs    per GPU per step, mean/busiest rank (* recipe's TP mode): {modes}")
     elif optimizer in MATRIX_OPTIMIZERS:  # an own count: one figure, no tensor-parallel modes
         own, e = ns.blockwise, entry(optimizer)
-        lines.append(f"  {e.flops_label + ' FLOPs':<12}per GPU per step, mean/busiest rank: {_si(own.mean)}/"
-                     f"{_si(own.max)} ({e.flops_words} on each local shard)")
+        lines.append(
+            f"  {e.flops_label + ' FLOPs':<12}per GPU per step, mean/busiest rank: {_si(own.mean)}/"
+            f"{_si(own.max)} ({e.flops_words} on each local shard)"
+        )
     mem = plan.memory_per_gpu_gb
     parts = ", ".join(f"{k} {v:.1f}" for k, v in mem.breakdown.items() if v)
     capacity = f" of {mem.hbm:g} GB HBM" if mem.hbm else ""
@@ -179,8 +191,10 @@ def accounting_summary_lines(plan: AccountingSection, optimizer: str, executed_a
         f" {mem.worst_pipeline_rank}){verdict}: {parts}"
     )
     if executed_as and mem.hbm is not None and not mem.fits:
-        lines.append(f"              not refused: NVIDIA ran this very configuration ({executed_as}), so the estimate"
-                     " is high here")
+        lines.append(
+            f"              not refused: NVIDIA ran this very configuration ({executed_as}), so the estimate"
+            " is high here"
+        )
     if plan.peaks:
         peaks = ", ".join(f"{p.key} {p.tflops:g}" for p in plan.peaks)
         lines.append(f"  peaks       {peaks} TFLOP/s dense ({plan.peaks[0].source})")
@@ -188,7 +202,9 @@ def accounting_summary_lines(plan: AccountingSection, optimizer: str, executed_a
     for implied in plan.throughput_at:
         published = ""
         if implied.published_ns_tflops_per_gpu is not None:
-            published = f" [published {implied.published_model_tflops_per_gpu:g} + {implied.published_ns_tflops_per_gpu:g} NS]"
+            published = (
+                f" [published {implied.published_model_tflops_per_gpu:g} + {implied.published_ns_tflops_per_gpu:g} NS]"
+            )
         elif implied.published_tflops_per_gpu is not None:
             published = f" [published {implied.published_tflops_per_gpu:g}]"
         step = implied.step

@@ -16,8 +16,12 @@ from typing import Any, Optional
 from optbench.accounting.throughput import StepThroughput
 from optbench.common.json_record import JsonRecord, inline
 
-PUBLISHED_KEYS = ("published", "published_tflops_per_gpu", "published_model_tflops_per_gpu",
-                  "published_ns_tflops_per_gpu")
+PUBLISHED_KEYS = (
+    "published",
+    "published_tflops_per_gpu",
+    "published_model_tflops_per_gpu",
+    "published_ns_tflops_per_gpu",
+)
 
 
 @dataclass(frozen=True)

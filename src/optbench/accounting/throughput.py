@@ -50,6 +50,7 @@ class StepThroughput:
 
     def as_record(self, rounded: bool = False) -> dict[str, object]:
         """The throughput fields of a metrics record or plan entry (``rounded`` for human-facing plans)."""
+
         def r(value: float, digits: int) -> float:
             return round(value, digits) if rounded else value
 

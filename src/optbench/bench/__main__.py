@@ -19,13 +19,20 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m optbench.bench", description=__doc__.split(":", 1)[1].strip())
     parser.add_argument("--only", metavar="NAME", help=f"run one benchmark: {', '.join(BENCHMARKS)}")
     parser.add_argument("--out", default=None, help="output folder (default: <repo>/results/bench)")
-    parser.add_argument("--gpu-only", action="store_true",
-                        help="on a GPU machine: measure the GPU sections alone and keep every other section of the "
-                        f"stored results ({', '.join(GPU_BENCHMARKS)})")
-    parser.add_argument("--quick", action="store_true", help="smaller models, fewer repetitions and one CPU thread (smoke test)")
+    parser.add_argument(
+        "--gpu-only",
+        action="store_true",
+        help="on a GPU machine: measure the GPU sections alone and keep every other section of the "
+        f"stored results ({', '.join(GPU_BENCHMARKS)})",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller models, fewer repetitions and one CPU thread (smoke test)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, one per core)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    parser.add_argument("--from-make", action="store_true", help="refuse the key=value words make passes (it takes none)")
+    parser.add_argument(
+        "--from-make", action="store_true", help="refuse the key=value words make passes (it takes none)"
+    )
     return parser
 
 
@@ -37,15 +44,23 @@ def main(argv: list[str] | None = None) -> int:
 
             refuse_overrides("bench", "run `python -m optbench.bench --help` for its options")
         if args.only is not None and args.only not in BENCHMARKS:
-            raise UserError(Problem("--only", f"unknown benchmark {args.only!r}; choose one of {', '.join(BENCHMARKS)}"))
+            raise UserError(
+                Problem("--only", f"unknown benchmark {args.only!r}; choose one of {', '.join(BENCHMARKS)}")
+            )
         if args.gpu_only:
             if args.only is not None and args.only not in GPU_BENCHMARKS:
-                raise UserError(Problem("--gpu-only", f"{args.only!r} has no GPU section; choose one of {', '.join(GPU_BENCHMARKS)}"))
+                raise UserError(
+                    Problem(
+                        "--gpu-only", f"{args.only!r} has no GPU section; choose one of {', '.join(GPU_BENCHMARKS)}"
+                    )
+                )
             from optbench.bench.sections import require_cuda
 
             require_cuda()  # before anything is printed or written
         if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
-            raise UserError(Problem("--threads", f"must be from 1 to {MAX_THREADS:,}, got {clipped(str(args.threads), 24)}"))
+            raise UserError(
+                Problem("--threads", f"must be from 1 to {MAX_THREADS:,}, got {clipped(str(args.threads), 24)}")
+            )
         from optbench.common.outputs import claim
 
         if args.out is None:

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 NAME = "all_to_all"
-DESCRIPTION = "NCCL all-to-all of each recipe's MoE dispatch bytes over one node's GPUs vs the step model's price; 2+ GPUs"
+DESCRIPTION = (
+    "NCCL all-to-all of each recipe's MoE dispatch bytes over one node's GPUs vs the step model's price; 2+ GPUs"
+)
 RECIPES = ("qwen3_30b_a3b_muon", "deepseek_v3_muon", "kimi_k2_muon")
 MICRO_BATCHES = (1, 2, 4, 8)
 SWEEP_MIB = (1, 8, 64, 256, 1024)
@@ -57,8 +59,17 @@ def recipe_cases(quick: bool) -> list[dict[str, Any]]:
             run = compose_run(recipe, [f"train.mbs={mbs}"])
             m = run.model
             send = dispatch_copy_bytes(run, DEFAULT_ASSUMPTIONS) * m.moe_router_topk
-            cases.append({"case": f"{m.name} MBS {mbs}", "model": m.name, "mbs": mbs, "seq_length": run.train.seq_length,
-                          "hidden": m.hidden_size, "topk": m.moe_router_topk, "send_bytes": int(send)})
+            cases.append(
+                {
+                    "case": f"{m.name} MBS {mbs}",
+                    "model": m.name,
+                    "mbs": mbs,
+                    "seq_length": run.train.seq_length,
+                    "hidden": m.hidden_size,
+                    "topk": m.moe_router_topk,
+                    "send_bytes": int(send),
+                }
+            )
     cases += [{"case": f"sweep {mib} MiB", "send_bytes": mib * 2**20} for mib in SWEEP_MIB]
     return cases
 
@@ -95,8 +106,12 @@ def _time_case(dist, torch, send_bytes: int, rank: int, world: int, device) -> d
     everywhere = torch.tensor([1.0 if arrived else 0.0], device=device)
     dist.all_reduce(everywhere, op=dist.ReduceOp.MIN)  # every rank's data, not only rank 0's
     trials = slowest.cpu().tolist()
-    return {"sent_bytes": 2 * chunk * world, "seconds": statistics.median(trials), "spread": [min(trials), max(trials)],
-            "arrived": bool(everywhere.item())}
+    return {
+        "sent_bytes": 2 * chunk * world,
+        "seconds": statistics.median(trials),
+        "spread": [min(trials), max(trials)],
+        "arrived": bool(everywhere.item()),
+    }
 
 
 def _worker(rank: int, world: int, backend: str, port: int, cases: list[dict[str, Any]], budget: float, queue) -> None:
@@ -136,8 +151,9 @@ def _run_ranks(world: int, backend: str, cases: list[dict[str, Any]], budget: fl
     context = mp.get_context("spawn")
     queue = context.SimpleQueue()
     # read after the ranks have exited: rank 0's results (a few KB) fit the pipe's buffer, so its put never blocks
-    mp.start_processes(_worker, args=(world, backend, _free_port(), cases, budget, queue), nprocs=world,
-                       start_method="spawn")
+    mp.start_processes(
+        _worker, args=(world, backend, _free_port(), cases, budget, queue), nprocs=world, start_method="spawn"
+    )
     return queue.get()
 
 
@@ -153,9 +169,12 @@ def price(case: dict[str, Any], world: int, gpu: str) -> dict[str, Any]:
     leaving = case["sent_bytes"] * (world - 1) / world
     # The model's NVLink rate is what is left once its one step of latency is taken off the time.
     moving_s = max(case["seconds"] - comm.step_latency_s(False), 1e-9)
-    return {"model_s": model_s, "measured_over_model": case["seconds"] / model_s,
-            "achieved_gb_s": leaving / case["seconds"] / 1e9,
-            "nvlink_efficiency_measured": leaving / moving_s / net.nvlink_bytes_per_s}
+    return {
+        "model_s": model_s,
+        "measured_over_model": case["seconds"] / model_s,
+        "achieved_gb_s": leaving / case["seconds"] / 1e9,
+        "nvlink_efficiency_measured": leaving / moving_s / net.nvlink_bytes_per_s,
+    }
 
 
 def measure(quick: bool = False, backend: str = "nccl", device_count: int | None = None) -> dict[str, Any]:
@@ -178,7 +197,10 @@ def measure(quick: bool = False, backend: str = "nccl", device_count: int | None
     if on_gpu and net is None:
         return {"measured": False, "reason": f"{name} is not in data/interconnect.csv: nothing to price against"}
     if on_gpu and world > net.aligned_block_gpus:
-        return {"measured": False, "reason": f"{world} GPUs exceed one NVLink block of {key} ({net.aligned_block_gpus})"}
+        return {
+            "measured": False,
+            "reason": f"{world} GPUs exceed one NVLink block of {key} ({net.aligned_block_gpus})",
+        }
     budget = MEMORY_SHARE * torch.cuda.get_device_properties(0).total_memory if on_gpu else 1e9
     try:
         cases = _run_ranks(world, backend, recipe_cases(quick), budget)
@@ -186,10 +208,19 @@ def measure(quick: bool = False, backend: str = "nccl", device_count: int | None
         return {"measured": False, "reason": f"the {world} ranks failed: {str(exc).strip().splitlines()[-1][:200]}"}
     if net is not None:
         cases = [{**c, **price(c, world, key)} if "seconds" in c else c for c in cases]
-    return {"measured": True, **provenance(), "device": name, "gpu": key, "ranks": world, "backend": backend,
-            "host_cpu": cpu_name(), "nccl": _nccl_version(torch) if on_gpu else None,
-            "assumed_nvlink_efficiency": nvlink_rate(net, world) / net.nvlink_bytes_per_s if net else None,
-            "nvlink_gb_s_per_direction": net.nvlink_bytes_per_s / 1e9 if net else None, "cases": cases}
+    return {
+        "measured": True,
+        **provenance(),
+        "device": name,
+        "gpu": key,
+        "ranks": world,
+        "backend": backend,
+        "host_cpu": cpu_name(),
+        "nccl": _nccl_version(torch) if on_gpu else None,
+        "assumed_nvlink_efficiency": nvlink_rate(net, world) / net.nvlink_bytes_per_s if net else None,
+        "nvlink_gb_s_per_direction": net.nvlink_bytes_per_s / 1e9 if net else None,
+        "cases": cases,
+    }
 
 
 def _nccl_version(torch) -> str:

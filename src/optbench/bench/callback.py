@@ -57,8 +57,9 @@ def measure(steps: int) -> list[float]:
         timers = SimpleNamespace(_timers={})
         state = SimpleNamespace(train_state=SimpleNamespace(step=0), timers=timers, wandb_logger=None)
         optimizer = SimpleNamespace(param_groups=[{"lr": 3e-4}])
-        context = SimpleNamespace(state=state, loss_dict={"lm loss": 2.0}, grad_norm=1.0, optimizer=optimizer,
-                                  skipped_iter=False)
+        context = SimpleNamespace(
+            state=state, loss_dict={"lm loss": 2.0}, grad_norm=1.0, optimizer=optimizer, skipped_iter=False
+        )
         callback.on_train_start(context)
         times = []
         for step in range(steps):
@@ -77,8 +78,11 @@ def run(out_dir: Path, quick: bool = False) -> list[Path]:
     data = {
         "benchmark": NAME,
         **invocation(),
-        "machine": {"processor": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "python": platform.python_version()},
+        "machine": {
+            "processor": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+        },
         "recipe": RECIPE,
         "records": len(times),
         "host_us_per_record": {"median": median * 1e6, "q1": q1 * 1e6, "q3": q3 * 1e6},
@@ -86,21 +90,26 @@ def run(out_dir: Path, quick: bool = False) -> list[Path]:
         "bound_share_of_step": median / PUBLISHED_STEP_S,
         "not_measured": "the device side (one torch.cuda.synchronize at Bridge's own sync point) needs a GPU",
     }
-    return [atomic_write_json(Path(out_dir) / "callback.json", data), atomic_write_text(Path(out_dir) / "callback.md", markdown(data))]
+    return [
+        atomic_write_json(Path(out_dir) / "callback.json", data),
+        atomic_write_text(Path(out_dir) / "callback.md", markdown(data)),
+    ]
 
 
 def markdown(data: dict[str, Any]) -> str:
     us = data["host_us_per_record"]
-    return "\n".join([
-        "# Bridge metrics callback: host cost per record",
-        "",
-        f"`{data['command']}` ({data['created']}, {data['machine']['processor']}, {data['machine']['cores']} cores, "
-        f"Python {data['machine']['python']}).",
-        "",
-        f"- {data['recipe']}, one record per step: **{us['median']:.0f} us** host time per record "
-        f"(median of {data['records']}, IQR {us['q1']:.0f}-{us['q3']:.0f} us), device calls stubbed out.",
-        f"- Bound on the slowdown of NVIDIA's Kimi K2 + Muon step ({data['published_step_s']:.1f} s at 5072 tokens/s/GPU, "
-        f"Bridge perf summary 26.02.01) if all of it were exposed: **{100 * data['bound_share_of_step']:.4f} %**.",
-        f"- Not measured: {data['not_measured']}.",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# Bridge metrics callback: host cost per record",
+            "",
+            f"`{data['command']}` ({data['created']}, {data['machine']['processor']}, {data['machine']['cores']} cores, "
+            f"Python {data['machine']['python']}).",
+            "",
+            f"- {data['recipe']}, one record per step: **{us['median']:.0f} us** host time per record "
+            f"(median of {data['records']}, IQR {us['q1']:.0f}-{us['q3']:.0f} us), device calls stubbed out.",
+            f"- Bound on the slowdown of NVIDIA's Kimi K2 + Muon step ({data['published_step_s']:.1f} s at 5072 tokens/s/GPU, "
+            f"Bridge perf summary 26.02.01) if all of it were exposed: **{100 * data['bound_share_of_step']:.4f} %**.",
+            f"- Not measured: {data['not_measured']}.",
+            "",
+        ]
+    )

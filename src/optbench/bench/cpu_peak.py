@@ -94,7 +94,11 @@ def cpu_flags() -> set[str]:
 def _reported_ghz() -> float:
     values = []
     try:
-        values += [float(l.split(":")[1]) / 1e3 for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("cpu MHz")]
+        values += [
+            float(l.split(":")[1]) / 1e3
+            for l in Path("/proc/cpuinfo").read_text().splitlines()
+            if l.startswith("cpu MHz")
+        ]
     except (OSError, ValueError):
         pass
     try:
@@ -116,8 +120,14 @@ def measured_clock() -> tuple[float, str]:
                 done = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60)
                 if done.returncode == 0:
                     ghz = float(done.stdout.split()[0])
-                    return ghz, f"measured: 8 dependent 1-cycle adds per loop, best of 7 runs ({Path(compiler).name} -O1)"
-    return _reported_ghz(), "reported (/proc/cpuinfo, cpufreq); not measured: a higher boost clock would exceed this 'peak'"
+                    return (
+                        ghz,
+                        f"measured: 8 dependent 1-cycle adds per loop, best of 7 runs ({Path(compiler).name} -O1)",
+                    )
+    return (
+        _reported_ghz(),
+        "reported (/proc/cpuinfo, cpufreq); not measured: a higher boost clock would exceed this 'peak'",
+    )
 
 
 def cpu_peak(precision: str, threads: int, clock: tuple[float, str] | None = None) -> CpuPeak | None:

@@ -37,7 +37,16 @@ def gemm_shapes(model: Any) -> list[tuple[str, int, int, str]]:
     """(GEMM, K, N, split) of a model's dense GEMMs, from its parameter inventory (one of each distinct layer weight:
     attention projections, dense and shared-expert MLPs; the output head): ``col`` divides N by TP, ``row`` K, and
     ``none`` (a weight TP replicates, as MLA's down-projections) divides neither."""
-    from optbench.accounting.params import ATTENTION, COLUMN, DENSE_MLP, OUTPUT, QKV, ROW, SHARED_EXPERT, model_parameters
+    from optbench.accounting.params import (
+        ATTENTION,
+        COLUMN,
+        DENSE_MLP,
+        OUTPUT,
+        QKV,
+        ROW,
+        SHARED_EXPERT,
+        model_parameters,
+    )
 
     split = {COLUMN: "col", ROW: "row", None: "none"}
     found: dict[str, tuple[str, int, int, str]] = {}
@@ -76,23 +85,55 @@ def measure(quick: bool = False) -> dict[str, Any]:
                     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
                     w = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
                     ms = 1e3 * time_call(partial(torch.matmul, x, w), "cuda", TRIALS, 1, WARMUP)
-                    gemms.append({"model": model_name, "gemm": gemm, "split": split, "tp": tp, "m": m, "k": k, "n": n,
-                                  "ms": round(ms, 4), "tflops": round(2 * m * k * n / ms / 1e9, 1)})
+                    gemms.append(
+                        {
+                            "model": model_name,
+                            "gemm": gemm,
+                            "split": split,
+                            "tp": tp,
+                            "m": m,
+                            "k": k,
+                            "n": n,
+                            "ms": round(ms, 4),
+                            "tflops": round(2 * m * k * n / ms / 1e9, 1),
+                        }
+                    )
                     del x, w
         label, heads, dqk, dv = attention_shapes(model)
         for tp in (1, 8) if quick else TPS:
             for mbs in (1,) if quick else ATTENTION_MBS:
                 q = torch.randn(mbs, heads // tp, SEQUENCE, dqk, device="cuda", dtype=torch.bfloat16)
-                k_, v = torch.randn_like(q), torch.randn(mbs, heads // tp, SEQUENCE, dv, device="cuda", dtype=torch.bfloat16)
-                ms = 1e3 * time_call(partial(F.scaled_dot_product_attention, q, k_, v, is_causal=True), "cuda", TRIALS, 1,
-                                     WARMUP)
+                k_, v = (
+                    torch.randn_like(q),
+                    torch.randn(mbs, heads // tp, SEQUENCE, dv, device="cuda", dtype=torch.bfloat16),
+                )
+                ms = 1e3 * time_call(
+                    partial(F.scaled_dot_product_attention, q, k_, v, is_causal=True), "cuda", TRIALS, 1, WARMUP
+                )
                 flops = 2 * mbs * (heads // tp) * SEQUENCE * SEQUENCE * (dqk + dv) / 2
-                attention.append({"model": model_name, "attention": label, "tp": tp, "mbs": mbs, "seq": SEQUENCE,
-                                  "heads": heads // tp, "d_qk": dqk, "d_v": dv, "ms": round(ms, 4),
-                                  "tflops": round(flops / ms / 1e9, 1)})
+                attention.append(
+                    {
+                        "model": model_name,
+                        "attention": label,
+                        "tp": tp,
+                        "mbs": mbs,
+                        "seq": SEQUENCE,
+                        "heads": heads // tp,
+                        "d_qk": dqk,
+                        "d_v": dv,
+                        "ms": round(ms, 4),
+                        "tflops": round(flops / ms / 1e9, 1),
+                    }
+                )
                 del q, k_, v
-    return {"measured": True, **provenance(), "device": torch.cuda.get_device_name(0), "precision": "bf16",
-            "gemms": gemms, "attention": attention}
+    return {
+        "measured": True,
+        **provenance(),
+        "device": torch.cuda.get_device_name(0),
+        "precision": "bf16",
+        "gemms": gemms,
+        "attention": attention,
+    }
 
 
 def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path]:

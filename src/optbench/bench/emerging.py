@@ -35,7 +35,9 @@ from optbench.optim.routing import MUON, route_parameters
 from optbench.optim.soap import SOAP
 
 NAME = "emerging"
-DESCRIPTION = "SOAP, AdaMuon and Lion steps, ours vs Emerging-Optimizers 0.3.0 at fp32, 1 thread and all cores, vs a peak bound"
+DESCRIPTION = (
+    "SOAP, AdaMuon and Lion steps, ours vs Emerging-Optimizers 0.3.0 at fp32, 1 thread and all cores, vs a peak bound"
+)
 OPTIMIZERS = ("soap", "adamuon", "lion")
 
 
@@ -58,10 +60,18 @@ def _variants(matrices: list[torch.Tensor], scalars: list[torch.Tensor]) -> dict
     return {
         "soap_ours": SOAP(_copies(matrices), betas=(0.9, 0.95), **settings).step,
         "soap_upstream": UpstreamSOAP(_copies(matrices), betas=(0.9, 0.95), use_kl_shampoo=True, **settings).step,
-        "adamuon_ours": AdaptiveMuon(_copies(matrices), nesterov=True, fp32_matmul_prec="highest", split_qkv=False,
-                                     scale_after_moment2=True, **adamuon, **settings).step,
-        "adamuon_upstream": megatron_adaptive_muon(_copies(matrices), fp32_matmul_prec="highest", **adamuon,
-                                                   **settings).step,
+        "adamuon_ours": AdaptiveMuon(
+            _copies(matrices),
+            nesterov=True,
+            fp32_matmul_prec="highest",
+            split_qkv=False,
+            scale_after_moment2=True,
+            **adamuon,
+            **settings,
+        ).step,
+        "adamuon_upstream": megatron_adaptive_muon(
+            _copies(matrices), fp32_matmul_prec="highest", **adamuon, **settings
+        ).step,
         "lion_ours": Lion(_copies(scalars), betas=(0.95, 0.98), **settings).step,
         "lion_upstream": UpstreamLion(_copies(scalars), betas=(0.95, 0.98), **settings).step,
     }
@@ -81,8 +91,10 @@ def _proxy(recipe: str, quick: bool) -> dict:
         "matrices": len(shapes),
         "scalar_elements": sum(p.numel() for p in scalars),
         "step_s": {name: spread(values) for name, values in samples.items()},
-        "executed_gflop": {"soap": sum(soap_flops(r, c).total for r, c in shapes) / 1e9,
-                           "adamuon": sum(ns_flops(r, c, 5) for r, c in shapes) / 1e9},
+        "executed_gflop": {
+            "soap": sum(soap_flops(r, c).total for r, c in shapes) / 1e9,
+            "adamuon": sum(ns_flops(r, c, 5) for r, c in shapes) / 1e9,
+        },
     }
 
 
@@ -121,13 +133,43 @@ def _markdown(data: dict) -> str:
             for o in OPTIMIZERS:
                 ours, theirs = m["step_s"][f"{o}_ours"]["median"], m["step_s"][f"{o}_upstream"]["median"]
                 bound = m.get("bound_s", {}).get(o)
-                cells.append([block["threads"], proxy, o, f"{ours:.4f}", f"{theirs:.4f}", f"{m['speedup_vs_upstream'][o]:.2f}x",
-                              "" if bound is None else f"{bound:.4f}", "" if bound is None else f"{ours / bound:.1f}"])
-    lines += markdown_table(["threads", "proxy", "optimizer", "ours s (median)", "upstream s (median)", "upstream / ours",
-                    "bound s (products at fp32 peak)", "ours / bound"], cells)
-    lines += ["", "Peaks: " + "; ".join(f"{b['threads']} thread(s): {b['peak']['gflops']:.0f} GFLOP/s fp32 "
-                                        f"({b['peak']['isa']}, {b['peak']['clock_ghz']:.2f} GHz)" for b in data["blocks"] if b["peak"]),
-              "Load: the share of the other cores' time other processes took during each block is in emerging.json.", ""]
+                cells.append(
+                    [
+                        block["threads"],
+                        proxy,
+                        o,
+                        f"{ours:.4f}",
+                        f"{theirs:.4f}",
+                        f"{m['speedup_vs_upstream'][o]:.2f}x",
+                        "" if bound is None else f"{bound:.4f}",
+                        "" if bound is None else f"{ours / bound:.1f}",
+                    ]
+                )
+    lines += markdown_table(
+        [
+            "threads",
+            "proxy",
+            "optimizer",
+            "ours s (median)",
+            "upstream s (median)",
+            "upstream / ours",
+            "bound s (products at fp32 peak)",
+            "ours / bound",
+        ],
+        cells,
+    )
+    lines += [
+        "",
+        "Peaks: "
+        + "; ".join(
+            f"{b['threads']} thread(s): {b['peak']['gflops']:.0f} GFLOP/s fp32 "
+            f"({b['peak']['isa']}, {b['peak']['clock_ghz']:.2f} GHz)"
+            for b in data["blocks"]
+            if b["peak"]
+        ),
+        "Load: the share of the other cores' time other processes took during each block is in emerging.json.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -138,15 +180,24 @@ def run(out_dir: Path, quick: bool = False) -> list[Path]:
     data = {
         "benchmark": NAME,
         **invocation(),
-        "quick": quick, "torch": torch.__version__, "python": platform.python_version(),
-        "cpu_model": cpu_name(), "logical_cpus": cores,
+        "quick": quick,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_model": cpu_name(),
+        "logical_cpus": cores,
     }
     folder = overlay_with_emerging_optimizers()
     if folder is None:
         data.update(measured=False, reason="Emerging-Optimizers 0.3.0 is not installed: run `make setup`")
     else:
         load(folder)
-        data.update(measured=True, emerging_optimizers=str(folder),
-                    blocks=[_block(threads, quick) for threads in cpu_thread_counts(cores, quick)])
+        data.update(
+            measured=True,
+            emerging_optimizers=str(folder),
+            blocks=[_block(threads, quick) for threads in cpu_thread_counts(cores, quick)],
+        )
     out_dir = Path(out_dir)
-    return [atomic_write_json(out_dir / "emerging.json", data), atomic_write_text(out_dir / "emerging.md", _markdown(data))]
+    return [
+        atomic_write_json(out_dir / "emerging.json", data),
+        atomic_write_text(out_dir / "emerging.md", _markdown(data)),
+    ]

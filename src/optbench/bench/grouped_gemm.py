@@ -48,8 +48,12 @@ def expert_shapes() -> dict[str, dict[str, int]]:
     shapes = {}
     for model, recipe in MODELS.items():
         m = compose_run(recipe, []).model
-        shapes[model] = {"experts": m.num_moe_experts, "hidden": m.hidden_size, "ffn": m.moe_ffn_hidden_size,
-                         "topk": m.moe_router_topk}
+        shapes[model] = {
+            "experts": m.num_moe_experts,
+            "hidden": m.hidden_size,
+            "ffn": m.moe_ffn_hidden_size,
+            "topk": m.moe_router_topk,
+        }
     return shapes
 
 
@@ -61,12 +65,16 @@ def gemm_problems(hidden: int, ffn: int, groups: int, rows: int) -> dict[str, tu
 def pass_bytes(groups: int, rows: int, k: int, n: int, element: float, out_element: float = 2.0) -> dict[str, float]:
     """Bytes each pass moves at least: its two operands read and its output written once."""
     x, w, y = groups * rows * k, groups * k * n, groups * rows * n
-    return {"forward": (x + w) * element + y * out_element,
-            "dgrad": (y + w) * element + x * out_element,
-            "wgrad": (x + y) * element + w * out_element}
+    return {
+        "forward": (x + w) * element + y * out_element,
+        "dgrad": (y + w) * element + x * out_element,
+        "wgrad": (x + y) * element + w * out_element,
+    }
 
 
-def model_floor_s(flops: float, nbytes: float, peak_flops: float, hbm_bytes_per_s: float, kernel_efficiency: float) -> float:
+def model_floor_s(
+    flops: float, nbytes: float, peak_flops: float, hbm_bytes_per_s: float, kernel_efficiency: float
+) -> float:
     """The step model's floor for one GEMM pass: its FLOPs at the kernel efficiency, or its bytes over HBM."""
     return max(flops / (kernel_efficiency * peak_flops), nbytes / hbm_bytes_per_s)
 
@@ -80,9 +88,11 @@ def _bf16_calls(groups: int, rows: int, k: int, n: int, device) -> dict[str, Any
     w = torch.randn(groups, n, k, device=device, dtype=torch.bfloat16)  # [out, in] as nn.Linear stores it
     dy = torch.randn(groups * rows, n, device=device, dtype=torch.bfloat16)
     offs = _offsets(groups, rows, device)
-    return {"forward": lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs),
-            "dgrad": lambda: torch._grouped_mm(dy, w, offs=offs),
-            "wgrad": lambda: torch._grouped_mm(dy.t(), x, offs=offs)}
+    return {
+        "forward": lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs),
+        "dgrad": lambda: torch._grouped_mm(dy, w, offs=offs),
+        "wgrad": lambda: torch._grouped_mm(dy.t(), x, offs=offs),
+    }
 
 
 def _fp8(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,9 +115,11 @@ def _fp8_calls(groups: int, rows: int, k: int, n: int, device) -> dict[str, Any]
     def call(a, b, sa, sb):
         return lambda: torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=out)
 
-    return {"forward": call(x, w.transpose(-2, -1), sx, sw),
-            "dgrad": call(dy, wt.transpose(-2, -1), sdy, swt),
-            "wgrad": call(dyt, xt.t(), sdyt.repeat(groups), sxt.repeat(groups))}
+    return {
+        "forward": call(x, w.transpose(-2, -1), sx, sw),
+        "dgrad": call(dy, wt.transpose(-2, -1), sdy, swt),
+        "wgrad": call(dyt, xt.t(), sdyt.repeat(groups), sxt.repeat(groups)),
+    }
 
 
 def time_call(call, device, trials: int = TRIALS, repeats: int = REPEATS, warmup: int = WARMUP) -> float:
@@ -190,20 +202,44 @@ def measure(device: str = "cuda", quick: bool = False, gpu: str | None = None) -
                 for gemm, (g, m, k, n) in gemm_problems(shape["hidden"], shape["ffn"], groups, rows).items():
                     footprint = 5 * (g * m * (k + n) + g * k * n)  # bf16 operands + both FP8 layouts
                     for precision, (calls_for, element) in precisions.items():
-                        case = {"model": model, "routed_tokens": routed, "ep": ep, "groups": g, "rows": m,
-                                "gemm": gemm, "k": k, "n": n, "precision": precision}
+                        case = {
+                            "model": model,
+                            "routed_tokens": routed,
+                            "ep": ep,
+                            "groups": g,
+                            "rows": m,
+                            "gemm": gemm,
+                            "k": k,
+                            "n": n,
+                            "precision": precision,
+                        }
                         if footprint > MEMORY_SHARE * memory:
                             cases.append({**case, "skipped": f"operands {footprint / 1e9:.0f} GB"})
                             continue
                         flops = 2.0 * g * m * k * n
                         peak = spec.peak(precision) * 1e12
-                        floors = {p: model_floor_s(flops, b, peak, link.hbm_bytes_per_s, efficiency)
-                                  for p, b in pass_bytes(g, m, k, n, element).items()}
-                        cases.append({**case, **_case(calls_for, g, m, k, n, device), "flops_per_pass": flops,
-                                      "model_floor_s": floors})
-    return {"measured": True, **provenance(), "device": name, "gpu": key,
-            "peak_tflops": {p: spec.peak(p) for p in precisions}, "hbm_tb_s": link.hbm_bytes_per_s / 1e12,
-            "gemm_kernel_efficiency": efficiency, "cases": cases}
+                        floors = {
+                            p: model_floor_s(flops, b, peak, link.hbm_bytes_per_s, efficiency)
+                            for p, b in pass_bytes(g, m, k, n, element).items()
+                        }
+                        cases.append(
+                            {
+                                **case,
+                                **_case(calls_for, g, m, k, n, device),
+                                "flops_per_pass": flops,
+                                "model_floor_s": floors,
+                            }
+                        )
+    return {
+        "measured": True,
+        **provenance(),
+        "device": name,
+        "gpu": key,
+        "peak_tflops": {p: spec.peak(p) for p in precisions},
+        "hbm_tb_s": link.hbm_bytes_per_s / 1e12,
+        "gemm_kernel_efficiency": efficiency,
+        "cases": cases,
+    }
 
 
 def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path]:

@@ -18,7 +18,9 @@ def totals(cases: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
     per_pass: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     for c in cases:
         key = (c["model"], c["precision"], c["routed_tokens"], c["ep"])
-        row = out.setdefault(key, {"groups": c["groups"], "rows": c["rows"], "seconds": 0.0, "flops": 0.0, "floor_s": 0.0})
+        row = out.setdefault(
+            key, {"groups": c["groups"], "rows": c["rows"], "seconds": 0.0, "flops": 0.0, "floor_s": 0.0}
+        )
         if c.get("skipped"):
             row["problem"] = f"skipped: {c['skipped']}"
             continue
@@ -45,8 +47,11 @@ def relative_to_largest_ep(rows: dict[tuple, dict[str, Any]]) -> dict[tuple, flo
         group = (model, precision, routed)
         if group not in best or ep > best[group][0]:
             best[group] = (ep, row["seconds"] / row["flops"])
-    return {key: (row["seconds"] / row["flops"]) / best[key[:3]][1]
-            for key, row in rows.items() if "problem" not in row and row["flops"] and key[:3] in best}
+    return {
+        key: (row["seconds"] / row["flops"]) / best[key[:3]][1]
+        for key, row in rows.items()
+        if "problem" not in row and row["flops"] and key[:3] in best
+    }
 
 
 FIT_BASE_ROWS = 2048
@@ -61,8 +66,11 @@ def slowdown_points(data: dict[str, Any], precision: str = "bf16") -> list[tuple
     for (model, _, routed, _), row in rows.items():
         if row["rows"] >= FIT_BASE_ROWS:
             base[(model, routed)].append(row["seconds"] / row["flops"])
-    return [(row["rows"], row["seconds"] / row["flops"] / statistics.median(base[(model, routed)]))
-            for (model, _, routed, _), row in rows.items() if base.get((model, routed))]
+    return [
+        (row["rows"], row["seconds"] / row["flops"] / statistics.median(base[(model, routed)]))
+        for (model, _, routed, _), row in rows.items()
+        if base.get((model, routed))
+    ]
 
 
 def fit_slowdown(points: list[tuple[int, float]], m0_grid: range = range(20, 400, 5)) -> tuple[float, float]:
@@ -78,8 +86,14 @@ def fit_slowdown(points: list[tuple[int, float]], m0_grid: range = range(20, 400
 def markdown(data: dict[str, Any]) -> str:
     lines = ["# Grouped expert GEMMs per EP at equal work per GPU", ""]
     if not data.get("measured"):
-        return "\n".join([*lines, f"Not measured: {data['reason']}; run `make bench` on a GPU machine (or "
-                                   "`python -m optbench.bench --only grouped_gemm --gpu-only`).", ""])
+        return "\n".join(
+            [
+                *lines,
+                f"Not measured: {data['reason']}; run `make bench` on a GPU machine (or "
+                "`python -m optbench.bench --only grouped_gemm --gpu-only`).",
+                "",
+            ]
+        )
     peaks = ", ".join(f"{p} {v:,.0f} TFLOP/s" for p, v in data["peak_tflops"].items())
     lines += [
         f"Device: {data['device']}; datasheet dense peaks {peaks}; HBM {data['hbm_tb_s']:.2f} TB/s (data/gpus.csv, "
@@ -97,9 +111,12 @@ def markdown(data: dict[str, Any]) -> str:
     points = slowdown_points(data)
     if points:
         m0, p = fit_slowdown(points)
-        lines += [f"Fit of the bf16 rows (time per FLOP over the median at >= {FIT_BASE_ROWS} rows per expert of the same "
-                  f"model and routed tokens, {len(points)} points): `s(M) = 1 + ({m0:g} / M) ^ {p:g}`; the step model's "
-                  "`Assumptions.small_expert_gemm_rows` and `small_expert_gemm_power` (docs/projection.md section 1).", ""]
+        lines += [
+            f"Fit of the bf16 rows (time per FLOP over the median at >= {FIT_BASE_ROWS} rows per expert of the same "
+            f"model and routed tokens, {len(points)} points): `s(M) = 1 + ({m0:g} / M) ^ {p:g}`; the step model's "
+            "`Assumptions.small_expert_gemm_rows` and `small_expert_gemm_power` (docs/projection.md section 1).",
+            "",
+        ]
     rows = totals(data["cases"])
     relative = relative_to_largest_ep(rows)
     for model in dict.fromkeys(k[0] for k in rows):
@@ -109,16 +126,41 @@ def markdown(data: dict[str, Any]) -> str:
                 if key[:2] != (model, precision):
                     continue
                 head = [f"{key[2]:,}", key[3], row["groups"], f"{row['rows']:,}"]
-                passes = " / ".join(f"{row['tflops_per_pass'][p]:,.0f}" if p in row["tflops_per_pass"] else "-"
-                                    for p in ("forward", "dgrad", "wgrad"))
+                passes = " / ".join(
+                    f"{row['tflops_per_pass'][p]:,.0f}" if p in row["tflops_per_pass"] else "-"
+                    for p in ("forward", "dgrad", "wgrad")
+                )
                 if "problem" in row:
                     cells.append([*head, passes, f"not measured: {row['problem']}"])
                     continue
                 share = row["flops"] / row["seconds"] / (data["peak_tflops"][precision] * 1e12)
-                cells.append([*head, passes, f"{row['seconds'] * 1e3:.2f}", f"{share:.0%}",
-                              f"{row['seconds'] / row['floor_s']:.2f}", f"{relative[key]:.2f}x"])
-            lines += [f"## {model}, {precision}", "",
-                      *markdown_table(["T x top-k", "EP", "experts per GPU", "rows per expert", "TFLOP/s fwd / dgrad / wgrad",
-                              "total ms", "% of peak", "x floor", "vs largest EP"], cells)]
+                cells.append(
+                    [
+                        *head,
+                        passes,
+                        f"{row['seconds'] * 1e3:.2f}",
+                        f"{share:.0%}",
+                        f"{row['seconds'] / row['floor_s']:.2f}",
+                        f"{relative[key]:.2f}x",
+                    ]
+                )
+            lines += [
+                f"## {model}, {precision}",
+                "",
+                *markdown_table(
+                    [
+                        "T x top-k",
+                        "EP",
+                        "experts per GPU",
+                        "rows per expert",
+                        "TFLOP/s fwd / dgrad / wgrad",
+                        "total ms",
+                        "% of peak",
+                        "x floor",
+                        "vs largest EP",
+                    ],
+                    cells,
+                ),
+            ]
             lines.append("")
     return "\n".join(lines)

@@ -28,7 +28,9 @@ from typing import Any
 import torch
 
 NAME = "muon_matrices"
-DESCRIPTION = "upstream Muon and fused AdamW per matrix shape of the cluster recipes vs the step model's price; GPU only"
+DESCRIPTION = (
+    "upstream Muon and fused AdamW per matrix shape of the cluster recipes vs the step model's price; GPU only"
+)
 RECIPES = ("kimi_k2_muon", "qwen3_30b_a3b_muon", "deepseek_v3_muon")
 TRIALS, WARMUP = 5, 1
 STATE_BYTES = 12
@@ -95,21 +97,36 @@ def time_steps(step, device: str) -> dict[str, float]:
             device_s.append(start.elapsed_time(end) / 1e3)
         else:
             device_s.append(host_s[-1])
-    return {"seconds": statistics.median(device_s), "host_seconds": statistics.median(host_s),
-            "spread": [min(device_s), max(device_s)]}
+    return {
+        "seconds": statistics.median(device_s),
+        "host_seconds": statistics.median(host_s),
+        "spread": [min(device_s), max(device_s)],
+    }
 
 
 def upstream_muon(params, emerging):
     """Emerging-Optimizers' Muon as Megatron Core configures it for the recipes (no tensor parallelism)."""
     return emerging.orthogonalized_optimizers.Muon(
-        params, lr=3e-4, momentum=0.95, weight_decay=0.033, nesterov=True, fp32_matmul_prec="medium",
-        coefficient_type="quintic", num_ns_steps=5, scale_mode="spectral", extra_scale_factor=1.0)
+        params,
+        lr=3e-4,
+        momentum=0.95,
+        weight_decay=0.033,
+        nesterov=True,
+        fp32_matmul_prec="medium",
+        coefficient_type="quintic",
+        num_ns_steps=5,
+        scale_mode="spectral",
+        extra_scale_factor=1.0,
+    )
 
 
 def _per_matrix(timed: dict[str, Any], copies: int) -> dict[str, Any]:
     """:func:`time_steps`'s figures for a step of ``copies`` matrices, per matrix."""
-    return {"seconds": timed["seconds"] / copies, "host_seconds": timed["host_seconds"] / copies,
-            "spread": [s / copies for s in timed["spread"]]}
+    return {
+        "seconds": timed["seconds"] / copies,
+        "host_seconds": timed["host_seconds"] / copies,
+        "spread": [s / copies for s in timed["spread"]],
+    }
 
 
 def measure_shape(shape: tuple[int, int], copies: int, device: str, emerging) -> dict[str, Any]:
@@ -156,13 +173,25 @@ def measure(device: str = "cuda", quick: bool = False) -> dict[str, Any]:
     shapes = QUICK_SHAPES if quick else recipe_matrices()
     cases = []
     for shape, users in sorted(shapes.items(), key=lambda kv: -kv[0][0] * kv[0][1]):
-        cases.append({"shape": list(shape), "users": users, **measure_shape(shape, copies_for(shape, quick), device,
-                                                                          emerging)})
+        cases.append(
+            {"shape": list(shape), "users": users, **measure_shape(shape, copies_for(shape, quick), device, emerging)}
+        )
     launch_shape = (8, 8) if quick else LAUNCH_SHAPE
-    launch = {"shape": list(launch_shape), "users": {},
-              **measure_shape(launch_shape, 4 if quick else LAUNCH_COPIES, device, emerging)}
-    result = {"measured": True, **provenance(), "device": name, "gpu": key, "host_cpu": cpu_name(),
-              "emerging_optimizers": getattr(emerging, "__version__", "0.3.0"), "cases": cases, "launch": launch}
+    launch = {
+        "shape": list(launch_shape),
+        "users": {},
+        **measure_shape(launch_shape, 4 if quick else LAUNCH_COPIES, device, emerging),
+    }
+    result = {
+        "measured": True,
+        **provenance(),
+        "device": name,
+        "gpu": key,
+        "host_cpu": cpu_name(),
+        "emerging_optimizers": getattr(emerging, "__version__", "0.3.0"),
+        "cases": cases,
+        "launch": launch,
+    }
     return {**result, **model_prices(result)}
 
 

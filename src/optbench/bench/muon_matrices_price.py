@@ -20,9 +20,16 @@ def _price(shape: tuple[int, int], a, rate_ns: float, hbm: float) -> dict[str, f
     flops = ns_flops(rows, cols, NS_STEPS)
     gemm, elementwise, ops = muon_matrix_cost(rows * cols, ((min(shape), flops),), NS_STEPS, a, rate_ns, hbm)
     launch = launch_excess_s(gemm, elementwise, ops, a)
-    return {"ns_flops": flops, "ns_at_efficiency_s": flops / rate_ns, "ns_gemm_s": gemm, "elementwise_s": elementwise,
-            "ops": ops, "launch_s": launch, "muon_s": gemm + elementwise + launch,
-            "adamw_s": rows * cols * a.adam_bytes_per_element / hbm}
+    return {
+        "ns_flops": flops,
+        "ns_at_efficiency_s": flops / rate_ns,
+        "ns_gemm_s": gemm,
+        "elementwise_s": elementwise,
+        "ops": ops,
+        "launch_s": launch,
+        "muon_s": gemm + elementwise + launch,
+        "adamw_s": rows * cols * a.adam_bytes_per_element / hbm,
+    }
 
 
 HOST_BOUND = 0.9
@@ -38,7 +45,9 @@ def gram_slowdown_points(data: dict[str, Any]) -> list[tuple[int, float]]:
         if "muon" not in case or _host_bound(case):
             continue
         price = case["price"]
-        points.append((min(case["shape"]), (case["muon"]["seconds"] - price["elementwise_s"]) / price["ns_at_efficiency_s"]))
+        points.append(
+            (min(case["shape"]), (case["muon"]["seconds"] - price["elementwise_s"]) / price["ns_at_efficiency_s"])
+        )
     return points
 
 
@@ -64,8 +73,10 @@ def weighted_ratios(cases: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             s[1] += count * case["price"]["muon_s"]
             s[2] += count * case["adamw"]["seconds"]
             s[3] += count * case["price"]["adamw_s"]
-    return {m: {"muon": s[0] / s[1], "adamw": s[2] / s[3], "muon_minus_adamw": (s[0] - s[2]) / (s[1] - s[3])}
-            for m, s in sums.items()}
+    return {
+        m: {"muon": s[0] / s[1], "adamw": s[2] / s[3], "muon_minus_adamw": (s[0] - s[2]) / (s[1] - s[3])}
+        for m, s in sums.items()
+    }
 
 
 def model_prices(result: dict[str, Any]) -> dict[str, Any]:
@@ -91,9 +102,18 @@ def model_prices(result: dict[str, Any]) -> dict[str, Any]:
         bound = [c["muon"]["seconds"] / c["price"]["ops"] for c in result["cases"] if _host_bound(c)]
         if bound:
             per_op["recipe_shapes_s"] = [min(bound), max(bound)]
-    return {"priced": True, "peak_bf16_tflops": spec.peak("bf16"), "hbm_effective_tb_s": hbm / 1e12,
-            "assumptions": {"ns_gemm_efficiency": a.ns_gemm_efficiency, "eager_op_overhead_s": a.eager_op_overhead_s,
-                            "ns_small_gram_rows": a.ns_small_gram_rows, "ns_small_gram_power": a.ns_small_gram_power,
-                            "muon_bytes_per_element": a.muon_bytes_per_element,
-                            "adam_bytes_per_element": a.adam_bytes_per_element},
-            "per_op": per_op, "weighted": weighted_ratios(result["cases"])}
+    return {
+        "priced": True,
+        "peak_bf16_tflops": spec.peak("bf16"),
+        "hbm_effective_tb_s": hbm / 1e12,
+        "assumptions": {
+            "ns_gemm_efficiency": a.ns_gemm_efficiency,
+            "eager_op_overhead_s": a.eager_op_overhead_s,
+            "ns_small_gram_rows": a.ns_small_gram_rows,
+            "ns_small_gram_power": a.ns_small_gram_power,
+            "muon_bytes_per_element": a.muon_bytes_per_element,
+            "adam_bytes_per_element": a.adam_bytes_per_element,
+        },
+        "per_op": per_op,
+        "weighted": weighted_ratios(result["cases"]),
+    }

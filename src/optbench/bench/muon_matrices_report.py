@@ -20,18 +20,28 @@ def _row(case: dict[str, Any]) -> list[str]:
         return [shape, _users(case["users"]), case["copies"], case["error"]]
     muon, adamw, price = case["muon"], case["adamw"], case["price"]
     model = f"{price['ns_gemm_s'] * 1e3:.3f} / {price['elementwise_s'] * 1e3:.3f} / {price['launch_s'] * 1e3:.3f}"
-    return [shape, _users(case["users"]), case["copies"],
-            f"{muon['seconds'] * 1e3:.3f} ({muon['host_seconds'] * 1e3:.3f})", f"{case['ns_tflops']:.0f}", model,
-            f"{muon['seconds'] / price['muon_s']:.2f}", f"{adamw['seconds'] * 1e6:.1f} / {price['adamw_s'] * 1e6:.1f}",
-            f"{adamw['seconds'] / price['adamw_s']:.2f}"]
+    return [
+        shape,
+        _users(case["users"]),
+        case["copies"],
+        f"{muon['seconds'] * 1e3:.3f} ({muon['host_seconds'] * 1e3:.3f})",
+        f"{case['ns_tflops']:.0f}",
+        model,
+        f"{muon['seconds'] / price['muon_s']:.2f}",
+        f"{adamw['seconds'] * 1e6:.1f} / {price['adamw_s'] * 1e6:.1f}",
+        f"{adamw['seconds'] / price['adamw_s']:.2f}",
+    ]
 
 
 def markdown(data: dict[str, Any]) -> str:
     lines = ["# Muon and AdamW per matrix on one GPU, against the step model's price", ""]
     if not data.get("measured"):
         return "\n".join([*lines, f"Not measured: {data.get('reason', 'no GPU')}.", ""])
-    lines += [f"Device: {data['device']}; host CPU: {data['host_cpu']}; Emerging-Optimizers "
-              f"{data['emerging_optimizers']}.", *section_notes(data), ""]
+    lines += [
+        f"Device: {data['device']}; host CPU: {data['host_cpu']}; Emerging-Optimizers {data['emerging_optimizers']}.",
+        *section_notes(data),
+        "",
+    ]
     if not data.get("priced"):
         return "\n".join([*lines, f"Not priced: {data['price_reason']}.", ""])
     a = data["assumptions"]
@@ -43,32 +53,57 @@ def markdown(data: dict[str, Any]) -> str:
         f"matrix at {data['peak_bf16_tflops']:.0f} TFLOP/s bf16 x ns_gemm_efficiency {a['ns_gemm_efficiency']} and "
         f"{data['hbm_effective_tb_s']:.2f} TB/s effective HBM, Newton-Schulz slowed by `s(g)` below: NS GEMMs / element-wise "
         f"({a['muon_bytes_per_element']:.0f} B per element) / launches beyond both ({a['eager_op_overhead_s'] * 1e6:.0f}"
-        f" us per eager op); AdamW at {a['adam_bytes_per_element']:.0f} B per element.", "",
-        *markdown_table(["matrix", "in (model:kind x matrices)", "copies", "Muon ms (host issue ms)", "NS TFLOP/s",
-                "model ms: NS / element-wise / launch", "measured / model", "AdamW us: measured / model",
-                "measured / model"], [_row(c) for c in data["cases"]]), "",
+        f" us per eager op); AdamW at {a['adam_bytes_per_element']:.0f} B per element.",
+        "",
+        *markdown_table(
+            [
+                "matrix",
+                "in (model:kind x matrices)",
+                "copies",
+                "Muon ms (host issue ms)",
+                "NS TFLOP/s",
+                "model ms: NS / element-wise / launch",
+                "measured / model",
+                "AdamW us: measured / model",
+                "measured / model",
+            ],
+            [_row(c) for c in data["cases"]],
+        ),
+        "",
     ]
     per_op, launch = data.get("per_op"), data["launch"]
     if per_op:
         shape = " x ".join(str(d) for d in launch["shape"])
-        lines.append(f"Launch-bound probe: {launch['copies']} matrices of {shape}, {launch['price']['ops']} eager ops "
-                     f"each by the model's count: **{per_op['device_s'] * 1e6:.1f} us per op** on the device "
-                     f"({per_op['host_s'] * 1e6:.1f} us of host time to issue it); the model assumes "
-                     f"{a['eager_op_overhead_s'] * 1e6:.0f} us.")
+        lines.append(
+            f"Launch-bound probe: {launch['copies']} matrices of {shape}, {launch['price']['ops']} eager ops "
+            f"each by the model's count: **{per_op['device_s'] * 1e6:.1f} us per op** on the device "
+            f"({per_op['host_s'] * 1e6:.1f} us of host time to issue it); the model assumes "
+            f"{a['eager_op_overhead_s'] * 1e6:.0f} us."
+        )
         if per_op.get("recipe_shapes_s"):
             low, high = per_op["recipe_shapes_s"]
-            lines[-1] += (f" The recipes' launch-bound shapes (host issue time at least {HOST_BOUND:.0%} of the device "
-                          f"time): {low * 1e6:.1f}-{high * 1e6:.1f} us per op.")
+            lines[-1] += (
+                f" The recipes' launch-bound shapes (host issue time at least {HOST_BOUND:.0%} of the device "
+                f"time): {low * 1e6:.1f}-{high * 1e6:.1f} us per op."
+            )
     points = gram_slowdown_points(data)
     if points:
         g0, p = fit_slowdown(points, GRAM_GRID)
-        lines += ["", f"Fit of the GPU-bound shapes (host issue time under {HOST_BOUND:.0%} of the device time, "
-                  f"{len(points)} points; Newton-Schulz time = Muon time less the model's element-wise time, over its "
-                  f"FLOP time at {a['ns_gemm_efficiency']} of the peak): `s(g) = 1 + ({g0:g} / g) ^ {p:g}`, g the Gram "
-                  "size (the smaller side); the step model's `Assumptions.ns_small_gram_rows` and "
-                  f"`ns_small_gram_power` (priced above at {a['ns_small_gram_rows']:g} and {a['ns_small_gram_power']:g})."]
-    lines += ["", "Weighted by every matrix of the model (measured over the model's price, all of its matrices "
-              "on one GPU):", ""]
-    lines += [f"- {model}: Muon {w['muon']:.2f}x, AdamW {w['adamw']:.2f}x, Muon minus AdamW {w['muon_minus_adamw']:.2f}x"
-              for model, w in data["weighted"].items()]
+        lines += [
+            "",
+            f"Fit of the GPU-bound shapes (host issue time under {HOST_BOUND:.0%} of the device time, "
+            f"{len(points)} points; Newton-Schulz time = Muon time less the model's element-wise time, over its "
+            f"FLOP time at {a['ns_gemm_efficiency']} of the peak): `s(g) = 1 + ({g0:g} / g) ^ {p:g}`, g the Gram "
+            "size (the smaller side); the step model's `Assumptions.ns_small_gram_rows` and "
+            f"`ns_small_gram_power` (priced above at {a['ns_small_gram_rows']:g} and {a['ns_small_gram_power']:g}).",
+        ]
+    lines += [
+        "",
+        "Weighted by every matrix of the model (measured over the model's price, all of its matrices on one GPU):",
+        "",
+    ]
+    lines += [
+        f"- {model}: Muon {w['muon']:.2f}x, AdamW {w['adamw']:.2f}x, Muon minus AdamW {w['muon_minus_adamw']:.2f}x"
+        for model, w in data["weighted"].items()
+    ]
     return "\n".join([*lines, ""])

@@ -31,7 +31,10 @@ from optbench.optim.newton_schulz import resolve_matmul_precision
 
 NAME = "optim"
 DESCRIPTION = "Muon step vs torch.optim.Muon at equal precision, 1 thread and all cores, against a peak-based bound"
-PROXIES = {"kimi_k2_tiny": ("kimi_k2_tiny_muon", "kimi_k2_tiny_adamw"), "qwen3_moe_tiny": ("qwen3_moe_tiny_muon", "qwen3_moe_tiny_adamw")}
+PROXIES = {
+    "kimi_k2_tiny": ("kimi_k2_tiny_muon", "kimi_k2_tiny_adamw"),
+    "qwen3_moe_tiny": ("qwen3_moe_tiny_muon", "qwen3_moe_tiny_adamw"),
+}
 """Proxy model -> (Muon recipe, AdamW recipe) whose model and optimizer settings are timed."""
 BOUND_FACTOR = 2.0
 """CPU target: our step within this factor of the peak-based bound."""
@@ -44,8 +47,14 @@ BUSY_WARNING = 0.25
 def _shrunk(model: ModelConfig) -> ModelConfig:
     """A much smaller model of the same architecture, for --quick smoke runs."""
     return dataclasses.replace(
-        model, num_layers=2, hidden_size=64, ffn_hidden_size=128, num_moe_experts=4, moe_ffn_hidden_size=32,
-        moe_router_topk=2, moe_shared_expert_intermediate_size=32 if model.moe_shared_expert_intermediate_size else 0,
+        model,
+        num_layers=2,
+        hidden_size=64,
+        ffn_hidden_size=128,
+        num_moe_experts=4,
+        moe_ffn_hidden_size=32,
+        moe_router_topk=2,
+        moe_shared_expert_intermediate_size=32 if model.moe_shared_expert_intermediate_size else 0,
         vocab_size=256,
     )
 
@@ -56,8 +65,12 @@ def _proxy_times(device: str, quick: bool) -> dict:
         muon_run, adamw_run = compose_run(muon_recipe, []), compose_run(adamw_recipe, [])
         model = _shrunk(muon_run.model) if quick else muon_run.model
         results[proxy] = step_times(
-            model, muon_run.optimizer, adamw_run.optimizer, device=device,
-            rounds=2 if quick else 9, warmup=1 if quick else 2,
+            model,
+            muon_run.optimizer,
+            adamw_run.optimizer,
+            device=device,
+            rounds=2 if quick else 9,
+            warmup=1 if quick else 2,
         )
     return results
 
@@ -76,7 +89,9 @@ def _with_bounds(models: dict, peaks: dict) -> dict:
                 m["bound_s"][name] = bound
                 m["ratio_to_bound"][name] = m["step_s"][name]["median"] / bound
             m["bound_s"][f"torch_{precision}"] = m["executed_gflop"]["plain"] / peak["gflops"]
-            m["ratio_to_bound"][f"torch_{precision}"] = m["step_s"][f"torch_{precision}"]["median"] / m["bound_s"][f"torch_{precision}"]
+            m["ratio_to_bound"][f"torch_{precision}"] = (
+                m["step_s"][f"torch_{precision}"]["median"] / m["bound_s"][f"torch_{precision}"]
+            )
     return models
 
 
@@ -122,8 +137,13 @@ def gpu_measurement(device: str, quick: bool) -> dict:
     key = detect_gpu_key(name, "auto")
     bf16 = [p for p in peaks_for(key, compose_run("kimi_k2_tiny_muon", []).precision) if p.key.endswith("bf16")]
     peaks = {"bf16": {"gflops": bf16[0].tflops * 1e3, "source": bf16[0].source}} if bf16 else {}
-    return {"measured": True, **provenance(), "device": name, "peaks": peaks,
-            "models": _with_bounds(_proxy_times(device, quick), peaks)}
+    return {
+        "measured": True,
+        **provenance(),
+        "device": name,
+        "peaks": peaks,
+        "models": _with_bounds(_proxy_times(device, quick), peaks),
+    }
 
 
 def _targets(cpu_blocks: list[dict], gpu: dict, imbalance: dict) -> dict:
@@ -132,13 +152,17 @@ def _targets(cpu_blocks: list[dict], gpu: dict, imbalance: dict) -> dict:
         for proxy, m in block["models"].items():
             for precision in PRECISIONS:
                 where = f"CPU {block['threads']} thread(s), {proxy}, {precision}"
-                targets[f"ours faster than torch.optim.Muon at equal precision: {where}"] = m["speedup_vs_torch"][precision] > 1.0
+                targets[f"ours faster than torch.optim.Muon at equal precision: {where}"] = (
+                    m["speedup_vs_torch"][precision] > 1.0
+                )
                 ratio = m["ratio_to_bound"].get(f"ours_{precision}")
                 if ratio is not None:
                     targets[f"ours within {BOUND_FACTOR:g}x of the peak-based bound: {where}"] = ratio <= BOUND_FACTOR
     if gpu["measured"]:
         for proxy, m in gpu["models"].items():
-            targets[f"ours >= {GPU_SPEEDUP_TARGET:g}x torch.optim.Muon, GPU bf16, {proxy}"] = m["speedup_vs_torch"]["bf16"] >= GPU_SPEEDUP_TARGET
+            targets[f"ours >= {GPU_SPEEDUP_TARGET:g}x torch.optim.Muon, GPU bf16, {proxy}"] = (
+                m["speedup_vs_torch"]["bf16"] >= GPU_SPEEDUP_TARGET
+            )
     return {
         **targets,
         "cost_aware never worse than pingpong": all(v["cost_aware"] <= v["pingpong"] for v in imbalance.values()),

@@ -55,13 +55,22 @@ def imbalance(recipe: str) -> dict:
             costs = [item.ns_flops for item in group.items]
             bound = max(bound, max_load_lower_bound(costs, [fixed[r] for r in group.ranks]))
             dealt_bound = max(dealt_bound, max_load_lower_bound(costs, [0.0] * len(group.ranks)))
-    dealt = {name: _dealt_loads(groups, world, fn) for name, fn in (("pingpong", pingpong_by_numel), ("cost_aware", cost_aware_owners))}
+    dealt = {
+        name: _dealt_loads(groups, world, fn)
+        for name, fn in (("pingpong", pingpong_by_numel), ("cost_aware", cost_aware_owners))
+    }
     dealt_mean = sum(dealt["pingpong"]) / world
     return {
         "recipe": recipe,
         "layout": {
-            "gpus": world, "tp": layout.tp, "pp": layout.pp, "vpp": layout.vpp, "ep": layout.ep, "etp": layout.etp,
-            "dp": layout.dp, "edp": layout.edp,
+            "gpus": world,
+            "tp": layout.tp,
+            "pp": layout.pp,
+            "vpp": layout.vpp,
+            "ep": layout.ep,
+            "etp": layout.etp,
+            "dp": layout.dp,
+            "edp": layout.edp,
         },
         "ns_steps": run.optimizer.muon.ns_steps,
         "tp_mode": run.optimizer.muon.tp_mode,

@@ -21,8 +21,10 @@ def _cell(spread: dict) -> str:
 
 
 def _peaks_line(peaks: dict) -> str:
-    parts = [f"{p} {v['gflops']:,.0f} GFLOP/s = {v['threads']} x {v['clock_ghz']:.2f} GHz x {v['flops_per_cycle']} FLOP/cycle ({v['isa']})"
-             for p, v in peaks.items()]
+    parts = [
+        f"{p} {v['gflops']:,.0f} GFLOP/s = {v['threads']} x {v['clock_ghz']:.2f} GHz x {v['flops_per_cycle']} FLOP/cycle ({v['isa']})"
+        for p, v in peaks.items()
+    ]
     return "; ".join(parts)
 
 
@@ -63,13 +65,43 @@ def _table(models: dict) -> list[str]:
                 bound = m.get("bound_s", {}).get(name)
                 ratio = f"{m['ratio_to_bound'][name]:.2f}x" if bound else "-"
                 speed = {"ours": m["speedup_vs_torch"][p], "ours + SYRK": m["speedup_vs_torch_syrk"][p]}.get(label)
-                cells.append([proxy, p, label, _cell(m["step_s"][name]), f"{flops:.1f}", _ms(bound) if bound else "-",
-                              ratio, f"{speed:.2f}x" if speed is not None else "-"])
-        cells.append([proxy, "default", "full optimizer step, Muon (auto) / AdamW",
-                      f"{_cell(m['step_s']['training_step_muon'])} / {_cell(m['step_s']['training_step_adamw'])}",
-                      "", "", "", f"Muon/AdamW {m['muon_vs_adamw_training_step']:.1f}x"])
-    return markdown_table(["proxy", "precision", "variant", "step ms, median (IQR)", "executed GFLOP", "bound ms", "x bound",
-                  "speedup vs torch"], cells)
+                cells.append(
+                    [
+                        proxy,
+                        p,
+                        label,
+                        _cell(m["step_s"][name]),
+                        f"{flops:.1f}",
+                        _ms(bound) if bound else "-",
+                        ratio,
+                        f"{speed:.2f}x" if speed is not None else "-",
+                    ]
+                )
+        cells.append(
+            [
+                proxy,
+                "default",
+                "full optimizer step, Muon (auto) / AdamW",
+                f"{_cell(m['step_s']['training_step_muon'])} / {_cell(m['step_s']['training_step_adamw'])}",
+                "",
+                "",
+                "",
+                f"Muon/AdamW {m['muon_vs_adamw_training_step']:.1f}x",
+            ]
+        )
+    return markdown_table(
+        [
+            "proxy",
+            "precision",
+            "variant",
+            "step ms, median (IQR)",
+            "executed GFLOP",
+            "bound ms",
+            "x bound",
+            "speedup vs torch",
+        ],
+        cells,
+    )
 
 
 def markdown(data: dict) -> str:
@@ -106,11 +138,27 @@ def markdown(data: dict) -> str:
     cells = []
     for model, v in data["imbalance"].items():
         lay, dealt = v["layout"], v["dealt_part_only"]
-        cells.append([model, f"{lay['gpus']} GPUs TP{lay['tp']} PP{lay['pp']} EP{lay['ep']} DP{lay['dp']} EDP{lay['edp']}",
-                      f"{v['pingpong']:.4f}", f"{v['cost_aware']:.4f}", f"{v['lower_bound']:.4f}",
-                      f"{dealt['pingpong']:.3f} / {dealt['cost_aware']:.3f} / {dealt['lower_bound']:.3f}"])
-    lines += markdown_table(["model", "layout", "ping-pong", "cost-aware", "lower bound",
-                    "dealt part only: ping-pong / cost-aware / bound"], cells)
+        cells.append(
+            [
+                model,
+                f"{lay['gpus']} GPUs TP{lay['tp']} PP{lay['pp']} EP{lay['ep']} DP{lay['dp']} EDP{lay['edp']}",
+                f"{v['pingpong']:.4f}",
+                f"{v['cost_aware']:.4f}",
+                f"{v['lower_bound']:.4f}",
+                f"{dealt['pingpong']:.3f} / {dealt['cost_aware']:.3f} / {dealt['lower_bound']:.3f}",
+            ]
+        )
+    lines += markdown_table(
+        [
+            "model",
+            "layout",
+            "ping-pong",
+            "cost-aware",
+            "lower bound",
+            "dealt part only: ping-pong / cost-aware / bound",
+        ],
+        cells,
+    )
     lines += ["", "## Targets", ""]
     lines += [f"- {'met' if met else 'MISSED'}: {target}" for target, met in data["targets"].items()]
     return "\n".join(lines) + "\n"

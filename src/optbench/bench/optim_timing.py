@@ -47,7 +47,9 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_interleaved(variants: dict[str, Callable[[], object]], rounds: int, warmup: int, device) -> dict[str, list[float]]:
+def time_interleaved(
+    variants: dict[str, Callable[[], object]], rounds: int, warmup: int, device
+) -> dict[str, list[float]]:
     """Seconds of each call, ``rounds`` times, one call of every variant per round after ``warmup`` rounds."""
     device = torch.device(device)
     samples: dict[str, list[float]] = {name: [] for name in variants}
@@ -161,7 +163,9 @@ def step_times(
     for name, ours_precision in PRECISIONS.items():
         variants[f"ours_{name}"] = fresh(_muon_config(muon_config, ours_precision)).muon.step
         variants[f"ours_{name}_syrk"] = fresh(_muon_config(muon_config, ours_precision, syrk=True)).muon.step
-        reference = torch.optim.Muon(torch_muon_matrices(base), lr=muon_config.lr, weight_decay=muon_config.weight_decay)
+        reference = torch.optim.Muon(
+            torch_muon_matrices(base), lr=muon_config.lr, weight_decay=muon_config.weight_decay
+        )
         if name == "fp32":
             variants["torch_fp32"] = lambda r=reference: _in_fp32(r)
         else:
@@ -171,9 +175,13 @@ def step_times(
     samples = time_interleaved(variants, rounds, warmup, device)
     shapes = [tuple(m.shape) for m in torch_muon_matrices(base)]
     steps = muon_config.muon.ns_steps
-    result: dict = {"rounds": rounds, "warmup_rounds": warmup, "muon_matrices": len(shapes),
-                    "step_s": {name: spread(values) for name, values in samples.items()},
-                    "executed_gflop": {"plain": executed_gflop(shapes, steps), "syrk": executed_gflop(shapes, steps, syrk=True)}}
+    result: dict = {
+        "rounds": rounds,
+        "warmup_rounds": warmup,
+        "muon_matrices": len(shapes),
+        "step_s": {name: spread(values) for name, values in samples.items()},
+        "executed_gflop": {"plain": executed_gflop(shapes, steps), "syrk": executed_gflop(shapes, steps, syrk=True)},
+    }
     medians = {name: s["median"] for name, s in result["step_s"].items()}
     result["speedup_vs_torch"] = {p: medians[f"torch_{p}"] / medians[f"ours_{p}"] for p in PRECISIONS}
     result["speedup_vs_torch_syrk"] = {p: medians[f"torch_{p}"] / medians[f"ours_{p}_syrk"] for p in PRECISIONS}

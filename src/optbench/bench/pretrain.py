@@ -34,18 +34,36 @@ from optbench.common.make_args import environment_for_make
 from optbench.common.tables import markdown_table
 
 NAME = "pretrain"
-DESCRIPTION = "default `make pretrain` wall time on this CPU (target < 2 min on 2 cores); largest GPU proxy when a GPU exists"
+DESCRIPTION = (
+    "default `make pretrain` wall time on this CPU (target < 2 min on 2 cores); largest GPU proxy when a GPU exists"
+)
 TARGET_S = 120.0
 """`make pretrain` with no RECIPE must finish within this many seconds on 2 CPU cores."""
 QUICK_ITERS = 3
 GPU_LADDER: dict[str, list[str]] = {
     size: [
-        "model.hidden_size=2048", "model.num_layers=12", "model.num_attention_heads=16", "model.ffn_hidden_size=8192",
-        "model.q_lora_rank=768", "model.kv_lora_rank=256", "model.qk_head_dim=128", "model.qk_pos_emb_head_dim=64",
-        "model.v_head_dim=128", f"model.num_moe_experts={experts}", "model.moe_ffn_hidden_size=1024",
-        "model.moe_shared_expert_intermediate_size=1024", "model.moe_router_topk=8", "model.vocab_size=32000",
-        "model.max_position_embeddings=4096", "train.seq_length=2048", "train.gbs=16", "train.mbs=2",
-        "train.iters=30", "train.warmup_iters=3", "data=mock", "logger=none",
+        "model.hidden_size=2048",
+        "model.num_layers=12",
+        "model.num_attention_heads=16",
+        "model.ffn_hidden_size=8192",
+        "model.q_lora_rank=768",
+        "model.kv_lora_rank=256",
+        "model.qk_head_dim=128",
+        "model.qk_pos_emb_head_dim=64",
+        "model.v_head_dim=128",
+        f"model.num_moe_experts={experts}",
+        "model.moe_ffn_hidden_size=1024",
+        "model.moe_shared_expert_intermediate_size=1024",
+        "model.moe_router_topk=8",
+        "model.vocab_size=32000",
+        "model.max_position_embeddings=4096",
+        "train.seq_length=2048",
+        "train.gbs=16",
+        "train.mbs=2",
+        "train.iters=30",
+        "train.warmup_iters=3",
+        "data=mock",
+        "logger=none",
     ]
     for size, experts in (("small", 16), ("medium", 32), ("large", 64))
 }
@@ -75,7 +93,11 @@ def _make_command(recipe: str | None, overrides: list[str]) -> list[str]:
 
 
 def timed_pretrain(
-    recipe: str | None, overrides: list[str], results: Path, run_id: str, env_extra: dict[str, str] | None = None,
+    recipe: str | None,
+    overrides: list[str],
+    results: Path,
+    run_id: str,
+    env_extra: dict[str, str] | None = None,
     timeout_s: float = 1800.0,
 ) -> dict[str, Any]:
     """Run ``make pretrain [RECIPE=...] overrides`` as a subprocess; wall time and the run's summary.
@@ -91,15 +113,27 @@ def timed_pretrain(
     env.update(env_extra or {})
     start = time.perf_counter()
     # Its own process group: on a timeout make, the launcher and the training process are stopped together.
-    child = subprocess.Popen(argv, cwd=repo_root(), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True)
+    child = subprocess.Popen(
+        argv,
+        cwd=repo_root(),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = child.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, signal.SIGKILL)
         stdout, _ = child.communicate()
-        return {"command": shlex.join(shown), "argv": shlex.join(argv), "exit_code": None, "wall_s": timeout_s,
-                "error": [f"stopped after {timeout_s:.0f} s", *stdout.strip().splitlines()[-4:]]}
+        return {
+            "command": shlex.join(shown),
+            "argv": shlex.join(argv),
+            "exit_code": None,
+            "wall_s": timeout_s,
+            "error": [f"stopped after {timeout_s:.0f} s", *stdout.strip().splitlines()[-4:]],
+        }
     except BaseException:  # Ctrl-C reaches only the bench (the run has its own session): stop the run too
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
@@ -117,9 +151,26 @@ def timed_pretrain(
         result["error"] = (process.stderr or process.stdout).strip().splitlines()[-5:]
         return result
     summary = json.loads(summary_path.read_text())
-    keys = ("recipe", "initial_loss", "final_loss", "loss_floor", "steps", "tokens_per_s", "tflops_per_gpu",
-            "tflops_per_gpu_with_ns", "mfu", "peak", "step_time_s", "optimizer_time_s", "optimizer_share",
-            "peak_memory_gb", "device", "precision", "world_size", "threads_per_process")
+    keys = (
+        "recipe",
+        "initial_loss",
+        "final_loss",
+        "loss_floor",
+        "steps",
+        "tokens_per_s",
+        "tflops_per_gpu",
+        "tflops_per_gpu_with_ns",
+        "mfu",
+        "peak",
+        "step_time_s",
+        "optimizer_time_s",
+        "optimizer_share",
+        "peak_memory_gb",
+        "device",
+        "precision",
+        "world_size",
+        "threads_per_process",
+    )
     result.update({k: summary.get(k) for k in keys})
     result["training_wall_s"] = summary.get("wall_s")
     result["threads"] = summary.get("threads")
@@ -156,7 +207,9 @@ def _cpu_section(quick: bool) -> dict[str, Any]:
         with busy_processes(BUSY_PROCESSES):
             runs["default_loaded"] = timed_pretrain(None, overrides, Path(tmp), "bench-loaded")
             old_policy = {"OMP_NUM_THREADS": str(cores), "GOMP_SPINCOUNT": LIBGOMP_SPIN_COUNT}
-            runs["default_loaded_old_policy"] = timed_pretrain(None, overrides, Path(tmp), "bench-loaded-old", old_policy)
+            runs["default_loaded_old_policy"] = timed_pretrain(
+                None, overrides, Path(tmp), "bench-loaded-old", old_policy
+            )
     return {
         "default_recipe": recipe,
         "cores": cores,
@@ -200,12 +253,20 @@ def _gpu_section(quick: bool) -> dict[str, Any]:
     overrides = [*GPU_LADDER[size], *([f"train.iters={QUICK_ITERS}"] if quick else [])]
     with tempfile.TemporaryDirectory(prefix="optbench-bench-gpu-") as tmp:
         runs = {
-            optimizer: timed_pretrain(f"kimi_k2_tiny_{optimizer}", overrides, Path(tmp), f"bench-gpu-{optimizer}",
-                                      timeout_s=GPU_RUN_TIMEOUT_S)
+            optimizer: timed_pretrain(
+                f"kimi_k2_tiny_{optimizer}", overrides, Path(tmp), f"bench-gpu-{optimizer}", timeout_s=GPU_RUN_TIMEOUT_S
+            )
             for optimizer in ("muon", "adamw")
         }
-    return {"measured": True, **provenance(), "device": torch.cuda.get_device_name(0), "hbm_gb": hbm,
-            "ladder_size": size, "params": params, "runs": runs}
+    return {
+        "measured": True,
+        **provenance(),
+        "device": torch.cuda.get_device_name(0),
+        "hbm_gb": hbm,
+        "ladder_size": size,
+        "params": params,
+        "runs": runs,
+    }
 
 
 def _targets(cpu: dict[str, Any], gpu: dict[str, Any]) -> dict[str, bool]:
@@ -216,13 +277,15 @@ def _targets(cpu: dict[str, Any], gpu: dict[str, Any]) -> dict[str, bool]:
         "default run's loss falls": default.get("final_loss") is not None
         and default["final_loss"] < default["initial_loss"],
         "default run prints where its results are": bool(default.get("prints_results")),
-        f"beside {BUSY_PROCESSES} busy processes at most {LOADED_TARGET:.0f}x the quiet wall time":
-        _loaded_ratio(cpu) is not None and _loaded_ratio(cpu) <= LOADED_TARGET,
+        f"beside {BUSY_PROCESSES} busy processes at most {LOADED_TARGET:.0f}x the quiet wall time": _loaded_ratio(cpu)
+        is not None
+        and _loaded_ratio(cpu) <= LOADED_TARGET,
     }
     if gpu["measured"]:
         for name, r in gpu["runs"].items():
             targets[f"GPU {gpu['ladder_size']} proxy, {name}: runs and its loss falls"] = (
-                r["exit_code"] == 0 and r.get("final_loss") is not None and r["final_loss"] < r["initial_loss"])
+                r["exit_code"] == 0 and r.get("final_loss") is not None and r["final_loss"] < r["initial_loss"]
+            )
     return targets
 
 
@@ -245,7 +308,10 @@ def run(out_dir: Path, quick: bool = False, gpu_only: bool = False) -> list[Path
         }
     data["targets"] = _targets(data["cpu"], data["gpu"])
     out_dir = Path(out_dir)
-    return [atomic_write_json(out_dir / "pretrain.json", data), atomic_write_text(out_dir / "pretrain.md", markdown(data))]
+    return [
+        atomic_write_json(out_dir / "pretrain.json", data),
+        atomic_write_text(out_dir / "pretrain.md", markdown(data)),
+    ]
 
 
 def _loaded_ratio(cpu: dict[str, Any], name: str = "default_loaded") -> float | None:
@@ -271,12 +337,33 @@ def _run_rows(runs: dict[str, dict[str, Any]]) -> list[str]:
             continue
         mfu = ", ".join(f"{v:.1%} of {k}" for k, v in (r["mfu"] or {}).items())
         floor = f" ({r['loss_floor']:.2f})" if r.get("loss_floor") is not None else ""
-        cells.append([name, f"`{r['command']}`", f"{r['wall_s']:.1f} s", f"{r['training_wall_s']:.1f} s, {r['steps']} steps",
-                      f"{r['initial_loss']:.3f} -> {r['final_loss']:.3f}{floor}", f"{r['tokens_per_s']:,.0f}",
-                      f"{_flops(r['tflops_per_gpu'])} / {_flops(r['tflops_per_gpu_with_ns'])}", mfu,
-                      f"{r['optimizer_share']:.0%}"])
-    return markdown_table(["run", "command", "wall (whole command)", "training", "loss start -> end (floor)", "tokens/s",
-                  "model / with NS per proc", "MFU", "optimizer share"], cells)
+        cells.append(
+            [
+                name,
+                f"`{r['command']}`",
+                f"{r['wall_s']:.1f} s",
+                f"{r['training_wall_s']:.1f} s, {r['steps']} steps",
+                f"{r['initial_loss']:.3f} -> {r['final_loss']:.3f}{floor}",
+                f"{r['tokens_per_s']:,.0f}",
+                f"{_flops(r['tflops_per_gpu'])} / {_flops(r['tflops_per_gpu_with_ns'])}",
+                mfu,
+                f"{r['optimizer_share']:.0%}",
+            ]
+        )
+    return markdown_table(
+        [
+            "run",
+            "command",
+            "wall (whole command)",
+            "training",
+            "loss start -> end (floor)",
+            "tokens/s",
+            "model / with NS per proc",
+            "MFU",
+            "optimizer share",
+        ],
+        cells,
+    )
 
 
 def _loaded_lines(cpu: dict[str, Any]) -> list[str]:
@@ -285,7 +372,9 @@ def _loaded_lines(cpu: dict[str, Any]) -> list[str]:
     ratio, old = _loaded_ratio(cpu), _loaded_ratio(cpu, "default_loaded_old_policy")
     shown = lambda r: "-" if r is None else f"{r:.2f}x"  # noqa: E731
     changes = (cpu["runs"]["default_loaded"].get("threads") or {}).get("changes") or []
-    threads = ", ".join(f"step {c['step']}: {c['threads']} (others busy {c['others_busy_cores']} cores)" for c in changes)
+    threads = ", ".join(
+        f"step {c['step']}: {c['threads']} (others busy {c['others_busy_cores']} cores)" for c in changes
+    )
     return [
         f"Under load: `default_loaded` runs beside {cpu['busy_processes']} processes that each keep one core busy "
         f"(a pure-Python loop): {shown(ratio)} the quiet wall time (target at most {LOADED_TARGET:.0f}x). "
@@ -321,9 +410,13 @@ def markdown(data: dict[str, Any]) -> str:
         "",
     ]
     if gpu["measured"]:
-        lines += [f"Device: {gpu['device']} ({gpu['hbm_gb']:.0f} GB); proxy {gpu['ladder_size']} "
-                  f"({gpu['params'] / 1e9:.2f} B params), bf16 autocast with fp32 weights and optimizer state.",
-                  *section_notes(gpu), "", *_run_rows(gpu["runs"])]
+        lines += [
+            f"Device: {gpu['device']} ({gpu['hbm_gb']:.0f} GB); proxy {gpu['ladder_size']} "
+            f"({gpu['params'] / 1e9:.2f} B params), bf16 autocast with fp32 weights and optimizer state.",
+            *section_notes(gpu),
+            "",
+            *_run_rows(gpu["runs"]),
+        ]
     else:
         lines += [
             f"Not measured: {gpu['reason']}.",

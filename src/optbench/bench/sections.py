@@ -50,8 +50,10 @@ def provenance_line(section: dict[str, Any]) -> str:
     if "command" not in section:
         return ""
     cuda = f", CUDA {section['cuda']}" if section.get("cuda") else ""
-    return (f"Measured by `{section['command']}`, {section['created']}, torch {section['torch']}{cuda}, "
-            f"Python {section['python']}.")
+    return (
+        f"Measured by `{section['command']}`, {section['created']}, torch {section['torch']}{cuda}, "
+        f"Python {section['python']}."
+    )
 
 
 def stored_result(out_dir: Path, name: str, required: bool = False) -> dict[str, Any] | None:
@@ -59,8 +61,13 @@ def stored_result(out_dir: Path, name: str, required: bool = False) -> dict[str,
     path = Path(out_dir) / f"{name}.json"
     if not path.is_file():
         if required:
-            raise UserError(Problem("--gpu-only", f"{path} does not exist: --gpu-only adds the GPU sections to a "
-                                                  f"stored result; run `python -m optbench.bench --only {name}` first"))
+            raise UserError(
+                Problem(
+                    "--gpu-only",
+                    f"{path} does not exist: --gpu-only adds the GPU sections to a "
+                    f"stored result; run `python -m optbench.bench --only {name}` first",
+                )
+            )
         return None
     try:
         return json.loads(path.read_text())
@@ -90,8 +97,12 @@ def require_cuda() -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise UserError(Problem("--gpu-only", f"no CUDA device here (torch {torch.__version__}); run it on a GPU "
-                                              "machine, or drop --gpu-only"))
+        raise UserError(
+            Problem(
+                "--gpu-only",
+                f"no CUDA device here (torch {torch.__version__}); run it on a GPU machine, or drop --gpu-only",
+            )
+        )
 
 
 def cpu_name() -> str:
@@ -133,5 +144,7 @@ def run_gpu_only_benchmark(out_dir: Path, name: str, measure, markdown, gpu_only
         fresh = {"measured": False, **invocation(), "reason": f"no CUDA device in this run (torch {torch.__version__})"}
     data = {"benchmark": name, **kept_or_fresh(fresh, stored)}
     out_dir = Path(out_dir)
-    return [atomic_write_json(out_dir / f"{name}.json", data), atomic_write_text(out_dir / f"{name}.md", markdown(data))]
-
+    return [
+        atomic_write_json(out_dir / f"{name}.json", data),
+        atomic_write_text(out_dir / f"{name}.md", markdown(data)),
+    ]

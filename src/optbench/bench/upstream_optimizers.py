@@ -90,16 +90,37 @@ def load(folder: Path):
             sys.modules.pop(name, None)
 
 
-def megatron_adaptive_muon(params, *, lr: float, momentum: float, weight_decay: float, moment2_method: str,
-                           beta2: float = 0.95, eps: float = 1e-8, fp32_matmul_prec: str = "highest"):
+def megatron_adaptive_muon(
+    params,
+    *,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+    moment2_method: str,
+    beta2: float = 0.95,
+    eps: float = 1e-8,
+    fp32_matmul_prec: str = "highest",
+):
     """Upstream ``AdaptiveMuon`` whose orthogonalization is Megatron's: ``newton_schulz(G) * scale`` (spectral, 5
     quintic steps, Nesterov), as ``TensorParallelMuon`` builds it with no tensor-parallel group."""
     from emerging_optimizers.orthogonalized_optimizers import AdaptiveMuon, get_muon_scale_factor
     from emerging_optimizers.orthogonalized_optimizers.muon_utils import newton_schulz
 
-    optimizer = AdaptiveMuon(params, lr, momentum, weight_decay, nesterov=True, fp32_matmul_prec=fp32_matmul_prec,
-                             coefficient_type="quintic", num_ns_steps=5, scale_mode="spectral", extra_scale_factor=1.0,
-                             moment2_method=moment2_method, beta2=beta2, eps=eps)
+    optimizer = AdaptiveMuon(
+        params,
+        lr,
+        momentum,
+        weight_decay,
+        nesterov=True,
+        fp32_matmul_prec=fp32_matmul_prec,
+        coefficient_type="quintic",
+        num_ns_steps=5,
+        scale_mode="spectral",
+        extra_scale_factor=1.0,
+        moment2_method=moment2_method,
+        beta2=beta2,
+        eps=eps,
+    )
 
     def megatron_orthogonalize(grad, *args, **kwargs):
         scale = get_muon_scale_factor(grad.size(-2), grad.size(-1), mode="spectral")

@@ -53,11 +53,21 @@ class GpuSpec:
 
 
 GPU_COLUMNS = {
-    "gpu": TEXT, "arch": TEXT, "compute_capability": number(1, 20), "hbm_gb": number(1, 10_000),
-    "peak_bf16_tflops": number(1, 100_000), "peak_fp8_tflops": number(1, 100_000, optional=True),
-    "peak_fp4_tflops": number(1, 100_000, optional=True), "mxfp8": Column("bool"), "gpus_per_node": whole(1, 1024),
-    "cluster_preset": TEXT, "nvidia_system": TEXT, "device_name": TEXT, "sm_count": whole(1, 10_000),
-    "source": TEXT, "confidence": TEXT,
+    "gpu": TEXT,
+    "arch": TEXT,
+    "compute_capability": number(1, 20),
+    "hbm_gb": number(1, 10_000),
+    "peak_bf16_tflops": number(1, 100_000),
+    "peak_fp8_tflops": number(1, 100_000, optional=True),
+    "peak_fp4_tflops": number(1, 100_000, optional=True),
+    "mxfp8": Column("bool"),
+    "gpus_per_node": whole(1, 1024),
+    "cluster_preset": TEXT,
+    "nvidia_system": TEXT,
+    "device_name": TEXT,
+    "sm_count": whole(1, 10_000),
+    "source": TEXT,
+    "confidence": TEXT,
 }
 """data/gpus.csv's columns and their domains."""
 
@@ -91,8 +101,10 @@ def _check_rows(gpus: set[str]) -> None:
     """gpus.csv and interconnect.csv list the same GPUs: a file cut at a line break reads as well-formed, and its lost
     rows would otherwise be blamed on the GPU the user chose."""
     listed = {row["gpu"] for row in read_table("interconnect.csv", {"gpu": TEXT})}
-    for name, other, missing in (("gpus.csv", "interconnect.csv", listed - gpus),
-                                 ("interconnect.csv", "gpus.csv", gpus - listed)):
+    for name, other, missing in (
+        ("gpus.csv", "interconnect.csv", listed - gpus),
+        ("interconnect.csv", "gpus.csv", gpus - listed),
+    ):
         if missing:
             raise damaged(name, f"lacks {', '.join(sorted(missing))}, which {other} lists: rows were lost")
 

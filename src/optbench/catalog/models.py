@@ -44,10 +44,23 @@ class ModelEntry:
 @lru_cache(maxsize=1)
 def model_registry() -> dict[str, ModelEntry]:
     """Every model with a Megatron Bridge recipe, by our id."""
-    columns = {name: Column(optional=True) if name in ("hf_config", "not_projected") else TEXT for name in MODEL_COLUMNS}
-    return {row["model"]: ModelEntry(**{name: row[name] or "" for name in MODEL_COLUMNS})
-            for row in read_table("models.csv", columns)}
+    columns = {
+        name: Column(optional=True) if name in ("hf_config", "not_projected") else TEXT for name in MODEL_COLUMNS
+    }
+    return {
+        row["model"]: ModelEntry(**{name: row[name] or "" for name in MODEL_COLUMNS})
+        for row in read_table("models.csv", columns)
+    }
 
 
-MODEL_COLUMNS = ("model", "bridge_recipe_module", "bridge_recipe_function", "hf_config", "nvidia_family",
-                 "nvidia_recipe", "nvidia_table_key", "source", "not_projected")
+MODEL_COLUMNS = (
+    "model",
+    "bridge_recipe_module",
+    "bridge_recipe_function",
+    "hf_config",
+    "nvidia_family",
+    "nvidia_recipe",
+    "nvidia_table_key",
+    "source",
+    "not_projected",
+)

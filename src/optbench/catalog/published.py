@@ -81,8 +81,20 @@ class PublishedRow:
     def __hash__(self) -> int:
         # A cache key (the projection solves each row once, whichever folder's copy of published.csv holds it);
         # the layout is a dict, so the generated hash would fail.
-        return hash((self.source, self.release, self.model, self.gpu, self.num_gpus, self.precision, self.optimizer,
-                     self.model_tflops_per_gpu, self.tokens_per_s_per_gpu, tuple(sorted(self.layout.items()))))
+        return hash(
+            (
+                self.source,
+                self.release,
+                self.model,
+                self.gpu,
+                self.num_gpus,
+                self.precision,
+                self.optimizer,
+                self.model_tflops_per_gpu,
+                self.tokens_per_s_per_gpu,
+                tuple(sorted(self.layout.items())),
+            )
+        )
 
     @property
     def label(self) -> str:
@@ -123,8 +135,10 @@ def _where_published(path: Path) -> str:
     results = path.absolute().parents[1]
     if is_checkout(results.parent):
         return f"restore it from git: git -C {results.parent} checkout -- {results.name}/published/"
-    return (f"{results} is not the results/ folder of an optbench checkout, whose results/published/ holds NVIDIA's rows; "
-            "run the command in the checkout, or set OPTBENCH_RESULTS_DIR=<checkout>/results")
+    return (
+        f"{results} is not the results/ folder of an optbench checkout, whose results/published/ holds NVIDIA's rows; "
+        "run the command in the checkout, or set OPTBENCH_RESULTS_DIR=<checkout>/results"
+    )
 
 
 def _read_rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
@@ -138,8 +152,9 @@ def _read_rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[st
                 raise UserError(f"{path}: missing column(s) {', '.join(missing)}", "published")
             return [(number, row) for number, row in enumerate(reader, start=2)]
     except (UnicodeDecodeError, csv.Error) as err:
-        raise UserError(f"{path} is not a readable CSV file ({type(err).__name__}); {_where_published(path)}",
-                        "published") from None
+        raise UserError(
+            f"{path} is not a readable CSV file ({type(err).__name__}); {_where_published(path)}", "published"
+        ) from None
 
 
 def load_published(directory: str | Path) -> list[PublishedRow]:
@@ -151,7 +166,9 @@ def load_published(directory: str | Path) -> list[PublishedRow]:
         where = f"{path}:{line}"
         counted = (raw.get("flops_counted") or "model").strip()
         if counted not in FLOPS_COUNTED:
-            raise UserError(f"{where}: flops_counted is {counted!r}; use one of {', '.join(FLOPS_COUNTED)}", "flops_counted")
+            raise UserError(
+                f"{where}: flops_counted is {counted!r}; use one of {', '.join(FLOPS_COUNTED)}", "flops_counted"
+            )
         total = _number(raw, "tflops_per_gpu", where, required=True)
         model_only = _number(raw, "model_tflops_per_gpu", where)
         ns = _number(raw, "ns_tflops_per_gpu", where)
@@ -185,7 +202,9 @@ def load_sources(directory: str | Path) -> dict[str, Source]:
     """``<directory>/sources.csv`` by source id."""
     path = Path(directory) / SOURCES_CSV
     fields = ("source", "title", "publisher", "date", "where", "releases", "what")
-    return {row["source"]: Source(**{f: (row.get(f) or "").strip() for f in fields}) for _, row in _read_rows(path, fields)}
+    return {
+        row["source"]: Source(**{f: (row.get(f) or "").strip() for f in fields}) for _, row in _read_rows(path, fields)
+    }
 
 
 def check_sources(rows: list[PublishedRow], sources: dict[str, Source]) -> None:
@@ -214,7 +233,9 @@ def data_only_reason(row: PublishedRow) -> str | None:
     if entry is not None and entry.not_projected:
         return f"{row.model} is a catalog model, {entry.not_projected}"
     if row.layout.get("fsdp"):
-        return f"Megatron FSDP (sharding group {row.layout['fsdp']}) is not in our config: the row is data, not projected"
+        return (
+            f"Megatron FSDP (sharding group {row.layout['fsdp']}) is not in our config: the row is data, not projected"
+        )
     return None
 
 

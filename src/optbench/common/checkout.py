@@ -28,16 +28,24 @@ def repo_root() -> Path:
     for root in (Path.cwd(), Path(__file__).resolve().parents[3]):
         if is_checkout(root):
             return root.resolve()
-    raise UserError("cannot find recipes/ and conf/; run from the repository root or set OPTBENCH_ROOT", "OPTBENCH_ROOT")
+    raise UserError(
+        "cannot find recipes/ and conf/; run from the repository root or set OPTBENCH_ROOT", "OPTBENCH_ROOT"
+    )
 
 
 def _named_root(named: Path) -> Path:
     if not named.is_dir():
         what = "a file" if named.exists() else "no folder"
-        raise UserError(f"'{named}' is {what}; point it at an optbench checkout (the folder holding recipes/, conf/ and "
-                        "src/optbench/) or unset it", "OPTBENCH_ROOT")
+        raise UserError(
+            f"'{named}' is {what}; point it at an optbench checkout (the folder holding recipes/, conf/ and "
+            "src/optbench/) or unset it",
+            "OPTBENCH_ROOT",
+        )
     if not is_checkout(named):
         missing = ", ".join(part for part in ("recipes", "conf", "src/optbench") if not (named / part).is_dir())
-        raise UserError(f"'{named}' is not an optbench checkout (it has no {missing}/); point it at the folder holding "
-                        "recipes/, conf/ and src/optbench/, or unset it", "OPTBENCH_ROOT")
+        raise UserError(
+            f"'{named}' is not an optbench checkout (it has no {missing}/); point it at the folder holding "
+            "recipes/, conf/ and src/optbench/, or unset it",
+            "OPTBENCH_ROOT",
+        )
     return named.resolve()

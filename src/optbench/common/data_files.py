@@ -120,8 +120,11 @@ def _cell(text: str, column: Column) -> Any:
         value: float = int(text) if column.kind == "int" else float(text)
     except ValueError:
         raise ValueError(f"is not {'a whole number' if column.kind == 'int' else 'a number'}") from None
-    if not math.isfinite(value) or (column.low is not None and value < column.low) or (
-            column.high is not None and value > column.high):
+    if (
+        not math.isfinite(value)
+        or (column.low is not None and value < column.low)
+        or (column.high is not None and value > column.high)
+    ):
         raise ValueError(f"is not a finite number from {column.low:g} to {column.high:g}")
     return value
 
@@ -142,8 +145,9 @@ def _read_table(name: str, columns: tuple[tuple[str, Column], ...]) -> tuple[dic
         rows = []
         for row in reader:
             if None in row or None in row.values():
-                raise damaged(name, f"line {reader.line_num} has {'more' if None in row else 'fewer'} cells than "
-                                     "the header")
+                raise damaged(
+                    name, f"line {reader.line_num} has {'more' if None in row else 'fewer'} cells than the header"
+                )
             typed = dict(row)
             for column, spec in columns:
                 try:

@@ -84,7 +84,10 @@ class UserError(Exception):
         if not rest:
             return [first]
         names = ", ".join(dict.fromkeys(p.field or "config" for p in rest))
-        return [first, f"  and {len(rest)} more problem{'s' if len(rest) > 1 else ''} ({names}); debug=true lists them all"]
+        return [
+            first,
+            f"  and {len(rest)} more problem{'s' if len(rest) > 1 else ''} ({names}); debug=true lists them all",
+        ]
 
 
 def _flat(text: str) -> str:

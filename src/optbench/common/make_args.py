@@ -80,8 +80,17 @@ MAKE_VARIABLES = {
 """The upper-case variables each target reads (the Makefile's ``typed`` options and RECIPE)."""
 MAKE_OWN = ("PYTHON", "PY", "CONTAINER_PYTHON")
 """Variables that configure make itself (which interpreter runs the target), accepted by every target."""
-NVIDIA_NAMES = {"TP": "parallel.tp", "PP": "parallel.pp", "VP": "parallel.vpp", "VPP": "parallel.vpp",
-                "CP": "parallel.cp", "EP": "parallel.ep", "ETP": "parallel.etp", "MBS": "train.mbs", "GBS": "train.gbs"}
+NVIDIA_NAMES = {
+    "TP": "parallel.tp",
+    "PP": "parallel.pp",
+    "VP": "parallel.vpp",
+    "VPP": "parallel.vpp",
+    "CP": "parallel.cp",
+    "EP": "parallel.ep",
+    "ETP": "parallel.etp",
+    "MBS": "train.mbs",
+    "GBS": "train.gbs",
+}
 """NVIDIA's performance scripts' layout variables and the Hydra key that sets each here."""
 
 
@@ -117,9 +126,12 @@ def check_make_variables(environ: Mapping[str, str] | None = None) -> None:
         else:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             options = ", ".join(f"{n}=" for n in MAKE_VARIABLES[goals[0]]) or "none"
-            fix = (f"did you mean {close[0]}? " if close else "") + f"make {goals[0]} reads {options}; settings of the run " \
-                  "are lower-case Hydra keys (make help)"
-        raise UserError(Problem(name, f"is not a variable of make {goals[0]}, so make would ignore it; {fix}; nothing was run"))
+            fix = (
+                f"did you mean {close[0]}? " if close else ""
+            ) + f"make {goals[0]} reads {options}; settings of the run are lower-case Hydra keys (make help)"
+        raise UserError(
+            Problem(name, f"is not a variable of make {goals[0]}, so make would ignore it; {fix}; nothing was run")
+        )
 
 
 def refuse_overrides(target: str, options: str) -> None:
@@ -130,7 +142,9 @@ def refuse_overrides(target: str, options: str) -> None:
     check_make_variables()
     stray = overrides_from_make()
     if stray:
-        raise UserError(Problem(target, f"make {target} takes no Hydra overrides (got {clipped(stray[0], 60)!r}); {options}"))
+        raise UserError(
+            Problem(target, f"make {target} takes no Hydra overrides (got {clipped(stray[0], 60)!r}); {options}")
+        )
 
 
 def recipe_from_make(environ: Mapping[str, str] | None = None) -> str | None:

@@ -44,7 +44,19 @@ MAX_PATH = 1024
 """Longest output path we accept (Linux allows 4096; runs append their own sub-folders to it)."""
 MAX_NAME_BYTES = 255
 """Longest single path component on Linux file systems."""
-CHECKOUT_SOURCES = (".git", ".ci", "conf", "recipes", "src", "launch", "tests", "tools", "docs", ".venv", ".venv-bridge")
+CHECKOUT_SOURCES = (
+    ".git",
+    ".ci",
+    "conf",
+    "recipes",
+    "src",
+    "launch",
+    "tests",
+    "tools",
+    "docs",
+    ".venv",
+    ".venv-bridge",
+)
 """Folders of the checkout that hold its code, configs and environments: never outputs, nor anything inside them."""
 
 _claimed: dict[Path, str] = {}
@@ -96,7 +108,9 @@ def _place_problem(path: Path, inputs: Sequence[Path]) -> str | None:
     checkouts = _checkouts()
     for name, guarded in (("the working directory", Path.cwd().resolve()), *(("the checkout", c) for c in checkouts)):
         if _within(guarded, resolved):
-            return f"{short_path(path)} is {name}" + ("" if guarded == resolved else f" or a folder above it ({guarded})")
+            return f"{short_path(path)} is {name}" + (
+                "" if guarded == resolved else f" or a folder above it ({guarded})"
+            )
     for checkout in checkouts:
         for name in CHECKOUT_SOURCES:
             if _within(resolved, checkout / name):
@@ -124,7 +138,9 @@ def _place_problem(path: Path, inputs: Sequence[Path]) -> str | None:
 def _text_problem(text: str) -> str | None:
     if not text or any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
         return "must be a folder path on one line"
-    if len(text) > MAX_PATH or any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in Path(text).parts):
+    if len(text) > MAX_PATH or any(
+        len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in Path(text).parts
+    ):
         return f"path too long ({len(text):,} characters); use at most {MAX_PATH} and {MAX_NAME_BYTES} per folder name"
     return None
 
@@ -135,7 +151,8 @@ def is_earlier_checkpoints(folder: Path) -> bool:
     steps = [p for p in entries if re.fullmatch(r"step_\d{6,12}", p.name)]
     return bool(steps) and all(
         (p in steps and p.is_dir() and not p.is_symlink() and (p / "manifest.json").is_file())
-        or (p.name == "latest" and p.is_file() and not p.is_symlink()) or re.fullmatch(r"\.latest\..+\.tmp", p.name)
+        or (p.name == "latest" and p.is_file() and not p.is_symlink())
+        or re.fullmatch(r"\.latest\..+\.tmp", p.name)
         for p in entries
     )
 
@@ -156,8 +173,10 @@ def output_problem(
         return problem
     source = secret_in_path(str(path))
     if source is not None:
-        return (f"holds the value of {source}, a secret: every file and printed line hides it, so the path they name "
-                "would not exist; choose a path without it")
+        return (
+            f"holds the value of {source}, a secret: every file and printed line hides it, so the path they name "
+            "would not exist; choose a path without it"
+        )
     folder = Path(path).expanduser()
     problem = _place_problem(folder, [Path(i) for i in inputs])
     if problem is not None:
@@ -185,7 +204,11 @@ def output_problem(
 
 
 def check_output(
-    path: str | Path, field: str, kind: str, inputs: Sequence[str | Path] = (), earlier: Callable[[Path], bool] | None = None
+    path: str | Path,
+    field: str,
+    kind: str,
+    inputs: Sequence[str | Path] = (),
+    earlier: Callable[[Path], bool] | None = None,
 ) -> Path:
     """Raise a one-line UserError on ``field`` when ``path`` cannot be an output root of ``kind``."""
     problem = output_problem(path, kind, inputs, earlier)
@@ -196,7 +219,11 @@ def check_output(
 
 
 def claim(
-    path: str | Path, field: str, kind: str, inputs: Sequence[str | Path] = (), earlier: Callable[[Path], bool] | None = None
+    path: str | Path,
+    field: str,
+    kind: str,
+    inputs: Sequence[str | Path] = (),
+    earlier: Callable[[Path], bool] | None = None,
 ) -> Path:
     """Check ``path`` (:func:`check_output`), create it if missing and mark it as an optbench output of ``kind``."""
     folder = check_output(path, field, kind, inputs, earlier)
@@ -204,7 +231,9 @@ def claim(
     marker = marker_path(folder, kind)
     if not marker.is_file():
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        atomic_write_text(marker, f"created by optbench as a {KINDS[kind]} on {stamp}; optbench writes only in folders marked so\n")
+        atomic_write_text(
+            marker, f"created by optbench as a {KINDS[kind]} on {stamp}; optbench writes only in folders marked so\n"
+        )
     remember(folder, field)
     return folder
 
@@ -215,11 +244,21 @@ def check_writable(path: str | Path, field: str) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise UserError(Problem(field, f"{short_path(existing)} is a file, not a folder, so {short_path(path)} cannot be "
-                                       "written; nothing was written"))
+        raise UserError(
+            Problem(
+                field,
+                f"{short_path(existing)} is a file, not a folder, so {short_path(path)} cannot be "
+                "written; nothing was written",
+            )
+        )
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(Problem(field, f"{short_path(existing)} is not writable (read-only, or not yours), so "
-                                       f"{short_path(path)} cannot be written; nothing was written"))
+        raise UserError(
+            Problem(
+                field,
+                f"{short_path(existing)} is not writable (read-only, or not yours), so "
+                f"{short_path(path)} cannot be written; nothing was written",
+            )
+        )
 
 
 def remember(folder: str | Path, field: str) -> None:

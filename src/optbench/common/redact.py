@@ -36,7 +36,9 @@ from typing import Any, TextIO
 from optbench.common.errors import Problem
 
 REDACTED = "<redacted>"
-SECRET_NAME = re.compile(r"KEY|TOKEN(?!IZER|S|_DISPATCH|_DROP|_ID)|SECRET|PASSWORD|PASSWD|CREDENTIAL|ACCOUNT", re.IGNORECASE)
+SECRET_NAME = re.compile(
+    r"KEY|TOKEN(?!IZER|S|_DISPATCH|_DROP|_ID)|SECRET|PASSWORD|PASSWD|CREDENTIAL|ACCOUNT", re.IGNORECASE
+)
 """Credential-looking names (HF_TOKEN, WANDB_API_KEY, SBATCH_ACCOUNT, ...). A model's own words for its tokens are not
 ones: ``TOKENIZER`` (data.tokenizer, TOKENIZERS_PARALLELISM), counts of ``TOKENS``, the MoE token dispatcher and
 drop policy, ``*_TOKEN_ID``. (Before 2026-11-26 ``parallel.moe_token_dispatcher=alltoall`` typed on the command line
@@ -103,7 +105,9 @@ def redact_known(text: str, words: bool = False) -> str:
         if len(secret) >= MIN_TEXT_SECRET:
             text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
         elif words:
-            text = re.sub(rf"(?<![A-Za-z0-9_.-]){re.escape(secret)}(?![A-Za-z0-9_-])", REDACTED, text, flags=re.IGNORECASE)
+            text = re.sub(
+                rf"(?<![A-Za-z0-9_.-]){re.escape(secret)}(?![A-Za-z0-9_-])", REDACTED, text, flags=re.IGNORECASE
+            )
     return text
 
 
@@ -159,7 +163,6 @@ def redacted_streams() -> Iterator[None]:
         _typed_secrets.intersection_update(remembered)
 
 
-
 def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Copy of a resolved run config (plain dict) with the account and secret-looking env values hidden."""
     clean = copy.deepcopy(dict(config))
@@ -184,15 +187,20 @@ def secret_values(config: Mapping[str, Any] | None = None, environ: Mapping[str,
     return sorted({v for value, _ in secret_sources(config, environ) for v in _variants(value)}, key=len, reverse=True)
 
 
-def secret_sources(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+def secret_sources(
+    config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
     """(value, where it comes from: ``$NAME``, ``cluster.account``, ``cluster.env.NAME``) of every secret we know of."""
     environ = os.environ if environ is None else environ
     found = [(value, f"${name}") for name, value in environ.items() if is_secret_name(name) and value]
     cluster = (config or {}).get("cluster") or {}
     if cluster.get("account") and cluster["account"] != REDACTED:
         found.append((str(cluster["account"]), "cluster.account"))
-    found += [(str(v), f"cluster.env.{k}") for k, v in (cluster.get("env") or {}).items()
-              if is_secret_name(k) and v and v != REDACTED]
+    found += [
+        (str(v), f"cluster.env.{k}")
+        for k, v in (cluster.get("env") or {}).items()
+        if is_secret_name(k) and v and v != REDACTED
+    ]
     return found
 
 
@@ -210,7 +218,9 @@ def secret_in_path(path: str | os.PathLike[str]) -> str | None:
 def run_secrets(run: Any) -> list[str]:
     """:func:`secret_values` of a typed run config (its account and job variables) and this environment."""
     cluster = getattr(run, "cluster", None)
-    return secret_values({"cluster": {"account": getattr(cluster, "account", None), "env": dict(getattr(cluster, "env", None) or {})}})
+    return secret_values(
+        {"cluster": {"account": getattr(cluster, "account", None), "env": dict(getattr(cluster, "env", None) or {})}}
+    )
 
 
 def redact_text(text: str, secrets: Iterable[str]) -> str:
@@ -305,8 +315,13 @@ def secret_problems(cfg: Any, environ: Mapping[str, str] | None = None) -> list[
         with _marked_environment():
             marked = _marked_copy(cfg)
             reaching = {path for path in interpolated if _reaches_secret(marked, path)}
-    sources = {v: f"${name}" for name, value in environ.items() if is_secret_name(name)
-               for v in _variants(value) if len(v) >= MIN_TEXT_SECRET}
+    sources = {
+        v: f"${name}"
+        for name, value in environ.items()
+        if is_secret_name(name)
+        for v in _variants(value)
+        if len(v) >= MIN_TEXT_SECRET
+    }
     account = (raw.get("cluster") or {}).get("account") if isinstance(raw, dict) else None
     if isinstance(account, str) and "${" not in account and len(account) >= MIN_TEXT_SECRET:
         sources[account] = "cluster.account"
@@ -314,9 +329,17 @@ def secret_problems(cfg: Any, environ: Mapping[str, str] | None = None) -> list[
     for path, value in _leaves(raw):
         if _is_secret_field(path) or not isinstance(value, str):
             continue
-        found = "interpolates a secret (the Slurm account or a credential variable)" if path in reaching else next(
-            (f"holds the value of {source}, a secret" for secret, source in sources.items()
-             if secret.casefold() in value.casefold()), None
+        found = (
+            "interpolates a secret (the Slurm account or a credential variable)"
+            if path in reaching
+            else next(
+                (
+                    f"holds the value of {source}, a secret"
+                    for secret, source in sources.items()
+                    if secret.casefold() in value.casefold()
+                ),
+                None,
+            )
         )
         if found:
             problems.append(

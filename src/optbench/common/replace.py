@@ -102,11 +102,21 @@ def _ours(journal: Path) -> dict[str, Any] | None:
     entries = data.get("entries")
     folder = journal.parent
     good = (
-        data.get("pid") == int(match[1]) and data.get("token") == match[2] and data.get("host") == socket.gethostname()
-        and data.get("folder") == os.path.realpath(folder) and data.get("folder_id") == _folder_id(folder)
-        and data.get("state") in ("started", "committed") and isinstance(entries, list) and entries
-        and all(isinstance(e, dict) and _entry_name(e.get("name")) and isinstance(e.get("existed"), bool)
-                and e.get("kind") in ("file", "folder") for e in entries)
+        data.get("pid") == int(match[1])
+        and data.get("token") == match[2]
+        and data.get("host") == socket.gethostname()
+        and data.get("folder") == os.path.realpath(folder)
+        and data.get("folder_id") == _folder_id(folder)
+        and data.get("state") in ("started", "committed")
+        and isinstance(entries, list)
+        and entries
+        and all(
+            isinstance(e, dict)
+            and _entry_name(e.get("name"))
+            and isinstance(e.get("existed"), bool)
+            and e.get("kind") in ("file", "folder")
+            for e in entries
+        )
     )
     return data if good else None
 
@@ -156,24 +166,32 @@ def recover(folder: Path, paths: Sequence[Path] = ()) -> list[str]:
         if data is None:
             if journal not in _reported:
                 _reported.add(journal)
-                notes.append(f"note: left alone {short_path(journal, 120)}: not a journal this optbench wrote in this "
-                             "folder (copied, moved, or from another version); nothing it names was touched; remove it "
-                             "once you have checked the .previous copies beside it")
+                notes.append(
+                    f"note: left alone {short_path(journal, 120)}: not a journal this optbench wrote in this "
+                    "folder (copied, moved, or from another version); nothing it names was touched; remove it "
+                    "once you have checked the .previous copies beside it"
+                )
             continue
         entries, token = data["entries"], data["token"]
         touched = sorted(wanted & {os.path.abspath(folder / e["name"]) for e in entries})
         if data["pid"] != os.getpid() and _alive(data["pid"], data.get("started")):
             if touched:
-                raise UserError(Problem(field_for_path(touched[0]), f"{short_path(touched[0])} is being written by process "
-                                                                     f"{data['pid']}; wait for it to end"))
+                raise UserError(
+                    Problem(
+                        field_for_path(touched[0]),
+                        f"{short_path(touched[0])} is being written by process {data['pid']}; wait for it to end",
+                    )
+                )
             continue
         if data["state"] == "committed":
             _drop_asides(folder, token, entries)
         else:
             _restore(folder, token, entries)
             restored = ", ".join(e["name"] for e in entries if e["existed"]) or "nothing earlier"
-            notes.append(f"note: in {short_path(folder)}: restored {restored} as it was before an interrupted command "
-                         f"(process {data['pid']})")
+            notes.append(
+                f"note: in {short_path(folder)}: restored {restored} as it was before an interrupted command "
+                f"(process {data['pid']})"
+            )
         journal.unlink(missing_ok=True)
     return notes
 
@@ -220,8 +238,12 @@ def _check_target(path: Path, folder: Folder | None) -> None:
         if folder.holds is not None:
             strange = sorted(p.name for p in path.iterdir() if not folder.holds(p))
             if strange:
-                raise _refuse(path, f"holds {strange[0]!r}" + (f" and {len(strange) - 1} more" if len(strange) > 1 else "")
-                              + ", which this command did not write, and the folder is replaced as a whole: move it out")
+                raise _refuse(
+                    path,
+                    f"holds {strange[0]!r}"
+                    + (f" and {len(strange) - 1} more" if len(strange) > 1 else "")
+                    + ", which this command did not write, and the folder is replaced as a whole: move it out",
+                )
 
 
 def _set_aside(path: Path, aside: Path, kind: str) -> None:
@@ -255,14 +277,25 @@ def replacing(files: Sequence[str | Path] = (), folders: Sequence[Folder] = ()) 
     home.mkdir(parents=True, exist_ok=True)
     pid, token = os.getpid(), secrets.token_hex(16)
     entries = [
-        {"name": str(p.relative_to(home)), "kind": "file" if kinds[p] is None else "folder", "existed": p.exists() or p.is_symlink()}
+        {
+            "name": str(p.relative_to(home)),
+            "kind": "file" if kinds[p] is None else "folder",
+            "existed": p.exists() or p.is_symlink(),
+        }
         for p in targets
     ]
     journal = home / f"{JOURNAL_PREFIX}{pid}-{token}.json"
     record = {
-        "format": JOURNAL_FORMAT, "command": Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python", "pid": pid,
-        "started": _process_start(pid), "token": token, "host": socket.gethostname(), "folder": os.path.realpath(home),
-        "folder_id": _folder_id(home), "state": "started", "entries": entries,
+        "format": JOURNAL_FORMAT,
+        "command": Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python",
+        "pid": pid,
+        "started": _process_start(pid),
+        "token": token,
+        "host": socket.gethostname(),
+        "folder": os.path.realpath(home),
+        "folder_id": _folder_id(home),
+        "state": "started",
+        "entries": entries,
     }
     atomic_write_json(journal, record)
     try:

@@ -30,8 +30,9 @@ def console_table(headers: Sequence[object], rows: Iterable[Sequence[object]], a
 def _tabulate(cells: list[list[str]], headers: list[str], fmt: str, align: Sequence[str] | None) -> list[str]:
     from tabulate import tabulate  # imported here: the NeMo container's job never prints a table
 
-    return tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True,
-                    colalign=tuple(align) if align else None).splitlines()
+    return tabulate(
+        cells, headers=headers, tablefmt=fmt, disable_numparse=True, colalign=tuple(align) if align else None
+    ).splitlines()
 
 
 def _cells(headers: Sequence[object], rows: Iterable[Sequence[object]], escape: bool) -> list[list[str]]:

@@ -32,13 +32,18 @@ def _problem(path: Path, size: int) -> tuple[str, str] | None:
     try:
         text = path.read_text(encoding="utf-8")
         if yaml_alias_used(text):
-            return "", ("uses YAML aliases (&name / *name), which optbench refuses: a few lines of them expand to "
-                        "billions of values; write the values out")
+            return "", (
+                "uses YAML aliases (&name / *name), which optbench refuses: a few lines of them expand to "
+                "billions of values; write the values out"
+            )
     except UnicodeDecodeError:
         return "", "is not UTF-8 text"
     except yaml.YAMLError as err:  # Hydra would raise it as a traceback when it reads the file
-        return yaml_error_place(err), f"YAML syntax error: {yaml_error_text(err)}; fix the file (a missing bracket, " \
-                                      "quote or colon, or a tab used for indentation)"
+        return (
+            yaml_error_place(err),
+            f"YAML syntax error: {yaml_error_text(err)}; fix the file (a missing bracket, "
+            "quote or colon, or a tab used for indentation)",
+        )
     except OSError as err:
         return "", f"cannot be read ({err.strerror or type(err).__name__})"
     return None

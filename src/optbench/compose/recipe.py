@@ -112,8 +112,11 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> UserErro
         section = next((s for s in _NULLABLE_SECTIONS if key.startswith(s + ".")), "optimizer.muon")
         group = section.rpartition(".")[2]
         return UserError(
-            Problem(key, f"is a setting of a section this run does not have ({section} is set by optimizer={group}); "
-                    f"select the group first, e.g. optimizer={group}")
+            Problem(
+                key,
+                f"is a setting of a section this run does not have ({section} is set by optimizer={group}); "
+                f"select the group first, e.g. optimizer={group}",
+            )
         )
     keys = [typed.typed_key(o) for o in overrides]
     reason = _innermost_text(err) or type(err).__name__

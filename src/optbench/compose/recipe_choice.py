@@ -20,7 +20,10 @@ from optbench.config.overrides import CONFIG_GROUPS, split_override
 def recipe_group_choice(recipe: str, group: str) -> str | None:
     """The option a recipe picks for ``group``: its own ``override /group: option``, else conf/base.yaml's."""
     root = repo_root()
-    for path, key in ((root / "recipes" / f"{recipe}.yaml", f"override /{group}"), (root / "conf" / "base.yaml", group)):
+    for path, key in (
+        (root / "recipes" / f"{recipe}.yaml", f"override /{group}"),
+        (root / "conf" / "base.yaml", group),
+    ):
         for entry in _defaults_list(path):
             if isinstance(entry, dict) and key in entry:
                 return entry[key]
@@ -41,4 +44,9 @@ def _parsed_defaults(path: str, size: int, mtime_ns: int) -> tuple:
 def restates_recipe_choice(recipe: str, override: str) -> bool:
     """Whether ``override`` picks the very option of a group the recipe already picks."""
     key, option = split_override(override)
-    return "=" in override and not override.startswith("~") and key in CONFIG_GROUPS and recipe_group_choice(recipe, key) == option
+    return (
+        "=" in override
+        and not override.startswith("~")
+        and key in CONFIG_GROUPS
+        and recipe_group_choice(recipe, key) == option
+    )

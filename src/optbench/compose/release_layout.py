@@ -29,7 +29,9 @@ from optbench.compose.recipe_choice import restates_recipe_choice
 from optbench.config.overrides import CONFIG_GROUPS, typed_keys
 from optbench.config.schema import RunConfig
 
-REPRODUCE_FIELDS = {bridge: ours for bridge, ours in preset_fields("reproduce").items() if bridge not in preset_fields("train")}
+REPRODUCE_FIELDS = {
+    bridge: ours for bridge, ours in preset_fields("reproduce").items() if bridge not in preset_fields("train")
+}
 """Library-recipe values taken from a later release for intent=reproduce only (the schema's preset='reproduce')."""
 
 
@@ -59,7 +61,10 @@ def release_values(run: RunConfig) -> dict[str, Any]:
     layout = nvidia.get("model.pipeline_model_parallel_layout")
     if isinstance(layout, (str, list)):
         values["parallel.pipeline_layout"] = presets.normalised(layout)
-    elif (pp := values.get("parallel.pp", run.parallel.pp), values["parallel.vpp"]) != (run.parallel.pp, run.parallel.vpp):
+    elif (pp := values.get("parallel.pp", run.parallel.pp), values["parallel.vpp"]) != (
+        run.parallel.pp,
+        run.parallel.vpp,
+    ):
         values["parallel.pipeline_layout"] = _derived_layout(run, pp, values["parallel.vpp"])
     return values
 

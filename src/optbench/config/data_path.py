@@ -26,7 +26,9 @@ def dataset_blend(path: list[str]) -> list[Any]:
     """Megatron's blend ``[[prefix, ...], [weight, ...] or None]`` from ``data.path``."""
     items = [str(entry) for entry in path]
     if not items:
-        raise UserError(Problem("data.path", "names no dataset; give prefixes, e.g. data.path=[data/pydocs/library_text_document]"))
+        raise UserError(
+            Problem("data.path", "names no dataset; give prefixes, e.g. data.path=[data/pydocs/library_text_document]")
+        )
     if any("${" in item for item in items):
         raise UserError(Problem("data.path", "must not contain '${' (it is passed to Megatron Bridge as it is)"))
     weights = [_number(w) for w in items[0::2]]
@@ -63,7 +65,9 @@ def split_weights(text: str) -> list[float]:
     weights += [0.0] * (3 - len(weights))
     total = sum(weights)
     if not total > 0 or not weights[0] > 0:
-        raise UserError(Problem("data.split", f"gives the training split no documents ({text}); e.g. data.split='98,2,0'"))
+        raise UserError(
+            Problem("data.split", f"gives the training split no documents ({text}); e.g. data.split='98,2,0'")
+        )
     return [w / total for w in weights]
 
 
@@ -74,4 +78,6 @@ def split_ranges(documents: int, weights: list[float]) -> list[tuple[int, int]]:
     ends = [0.0]
     for weight in weights:
         ends.append(ends[-1] + weight)
-    return [(int(round(lo * float(documents))), int(round(hi * float(documents)))) for lo, hi in zip(ends[:-1], ends[1:])]
+    return [
+        (int(round(lo * float(documents))), int(round(hi * float(documents)))) for lo, hi in zip(ends[:-1], ends[1:])
+    ]

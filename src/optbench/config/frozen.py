@@ -21,7 +21,8 @@ class Frozen:
     def __setattr__(self, name: str, value: Any) -> None:
         if getattr(self, "_built", False):
             raise dataclasses.FrozenInstanceError(
-                f"cannot assign to {type(self).__name__}.{name}: a typed run is never changed; use dataclasses.replace")
+                f"cannot assign to {type(self).__name__}.{name}: a typed run is never changed; use dataclasses.replace"
+            )
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:

@@ -43,9 +43,12 @@ CONFIG_GROUPS = ("model", "parallel", "optimizer", "precision", "cluster", "trai
 PRESET_LABELS = {
     "recipe": "the recipe is chosen with RECIPE=<name> (make) or the first argument (python -m launch)",
     "model.proxy_of": "it labels the model family a proxy stands for; choose the model with model=<option>",
-    **{f"{group}.name": f"it names the {group} preset; choose another with {group}=<option>" for group in CONFIG_GROUPS},
+    **{
+        f"{group}.name": f"it names the {group} preset; choose another with {group}=<option>" for group in CONFIG_GROUPS
+    },
 }
 """Fields that name a preset: typing a new value changes only the label."""
+
 
 def _read_only_by(readers: frozenset[str]) -> tuple[str, ...]:
     return tuple(key for key, spec in TABLE.items() if spec.readers == readers)
@@ -114,7 +117,9 @@ def check_repeated(overrides: Sequence[str]) -> Iterable[Problem]:
     seen: set[str] = set()
     for key in typed_keys(overrides):
         if key in seen:
-            yield Problem(key, "is typed more than once; type it once (for several values use `make sweep` with key=a,b)")
+            yield Problem(
+                key, "is typed more than once; type it once (for several values use `make sweep` with key=a,b)"
+            )
             return
         seen.add(key)
 
@@ -134,13 +139,19 @@ def check_syntax(overrides: Sequence[str], sweeping: bool = False) -> Iterable[P
             yield Problem("overrides", f"'{clipped(text, 60)}' names no config key; type key=value, e.g. parallel.pp=8")
             continue
         if value != value.strip():
-            yield Problem(key, "has a space at the start or end of its value, which Hydra would drop silently; remove it, or "
-                               "quote the value inside the override (key='value ') to keep it")
+            yield Problem(
+                key,
+                "has a space at the start or end of its value, which Hydra would drop silently; remove it, or "
+                "quote the value inside the override (key='value ') to keep it",
+            )
             continue
         digits = max((len(run) for run in re.findall(r"\d+", value)), default=0)
         if digits > MAX_DIGITS:
-            yield Problem(key, f"holds a number of {digits:,} digits; no field takes a number that large (at most "
-                               f"{MAX_DIGITS} digits)")
+            yield Problem(
+                key,
+                f"holds a number of {digits:,} digits; no field takes a number that large (at most "
+                f"{MAX_DIGITS} digits)",
+            )
             continue
         try:
             [override] = parser.parse_overrides([text])
@@ -149,11 +160,16 @@ def check_syntax(overrides: Sequence[str], sweeping: bool = False) -> Iterable[P
                 yield Problem(key, "cannot be read by Hydra's override grammar; quote the value (key='value')")
                 continue
             if "LexerNoViableAlt" in str(err) and not value.isascii():
-                yield Problem(key or "overrides", "holds characters Hydra's unquoted values cannot take (letters outside "
-                                                  f"ASCII); quote the value inside the override: {key}='...'")
+                yield Problem(
+                    key or "overrides",
+                    "holds characters Hydra's unquoted values cannot take (letters outside "
+                    f"ASCII); quote the value inside the override: {key}='...'",
+                )
                 continue
             reason = clipped(" ".join(str(err).split()), 160)  # Hydra's message quotes the typed text
-            yield Problem(key or "overrides", f"cannot read '{clipped(text, 60)}': {reason}; quote values with spaces or commas")
+            yield Problem(
+                key or "overrides", f"cannot read '{clipped(text, 60)}': {reason}; quote values with spaces or commas"
+            )
             continue
         yield from _override_problems(override, key, sweeping)
 

@@ -193,8 +193,12 @@ class TrainConfig(Frozen):
     """Global batch size in sequences."""
     mbs: int = setting(1, Integer(1, 65536), bridge="train.micro_batch_size", preset="every")
     """Micro batch size in sequences per model replica."""
-    seq_length: int = setting(128, Integer(1, 1 << 20), bridge=("dataset.seq_length", "model.seq_length"),
-                              renamed_from="dataset.sequence_length")
+    seq_length: int = setting(
+        128,
+        Integer(1, 1 << 20),
+        bridge=("dataset.seq_length", "model.seq_length"),
+        renamed_from="dataset.sequence_length",
+    )
     """Tokens per sequence. (Bridge 0.6 made ``dataset.seq_length`` the dataset's field and copies it over
     ``sequence_length`` when it finalizes the config, so an override of the older name is lost there.)"""
     iters: int = setting(10, STEPS, bridge="train.train_iters")
@@ -238,7 +242,9 @@ class DataConfig(Frozen):
     local files only; Bridge also takes a hub id). Mock data uses Bridge's NullTokenizer."""
     split: str = setting(
         "98,2,0",
-        Text(64, r"\d+(\.\d+)?([,/]\d+(\.\d+)?){0,2}", "train,valid,test shares such as '98,2,0' (quote it)", min_len=1),
+        Text(
+            64, r"\d+(\.\d+)?([,/]\d+(\.\d+)?){0,2}", "train,valid,test shares such as '98,2,0' (quote it)", min_len=1
+        ),
         bridge="dataset.split",
     )
     """Indexed data: train, validation and test shares of each prefix's documents (Megatron's split)."""

@@ -245,7 +245,9 @@ class ParallelConfig(Frozen):
     )
     """CUDA graph implementation: null = transformer_engine when cuda_graph_scope is set, else none;
     full_iteration = one graph per training iteration (NVIDIA's presets from Bridge 0.5, nemo:26.06)."""
-    tp_comm_overlap: bool = setting(False, Flag(), readers=BRIDGE, bridge="comm_overlap.tp_comm_overlap", preset="every")
+    tp_comm_overlap: bool = setting(
+        False, Flag(), readers=BRIDGE, bridge="comm_overlap.tp_comm_overlap", preset="every"
+    )
     """Overlap TP communication with GEMMs (userbuffers)."""
     ep_comm_overlap: bool = setting(
         False, Flag(), readers=BRIDGE, bridge="comm_overlap.overlap_moe_expert_parallel_comm", preset="every"

@@ -13,14 +13,35 @@ from optbench.config.domain_types import Choice, Flag, Real
 from optbench.config.field_spec import BRIDGE, PROBABILITY, setting
 from optbench.config.optimizers import MATRIX_OPTIMIZERS, REGISTRY, entry
 from optbench.config.optimizers.adaptive_muon import MOMENT2_METHODS, AdaptiveMuonConfig
-from optbench.config.optimizers.muon import (MUON_ASSIGNMENTS, MUON_COEFFICIENTS, MUON_MATMUL_PRECISIONS,
-                                             MUON_SCALE_MODES, MUON_TP_MODES, MuonConfig)
+from optbench.config.optimizers.muon import (
+    MUON_ASSIGNMENTS,
+    MUON_COEFFICIENTS,
+    MUON_MATMUL_PRECISIONS,
+    MUON_SCALE_MODES,
+    MUON_TP_MODES,
+    MuonConfig,
+)
 from optbench.config.optimizers.soap import SoapConfig
 
-__all__ = ["OPTIMIZERS", "MUON_FAMILY", "MATRIX_OPTIMIZERS", "OPTIMIZER_LABELS", "MATRIX_FLOPS_LABELS",
-           "MATRIX_FLOPS_WORDS", "SCALAR_OPTIMIZERS", "MOMENT2_METHODS", "MUON_COEFFICIENTS", "MUON_SCALE_MODES",
-           "MUON_MATMUL_PRECISIONS", "MUON_TP_MODES", "MUON_ASSIGNMENTS", "MuonConfig", "AdaptiveMuonConfig",
-           "SoapConfig", "OptimizerConfig"]
+__all__ = [
+    "OPTIMIZERS",
+    "MUON_FAMILY",
+    "MATRIX_OPTIMIZERS",
+    "OPTIMIZER_LABELS",
+    "MATRIX_FLOPS_LABELS",
+    "MATRIX_FLOPS_WORDS",
+    "SCALAR_OPTIMIZERS",
+    "MOMENT2_METHODS",
+    "MUON_COEFFICIENTS",
+    "MUON_SCALE_MODES",
+    "MUON_MATMUL_PRECISIONS",
+    "MUON_TP_MODES",
+    "MUON_ASSIGNMENTS",
+    "MuonConfig",
+    "AdaptiveMuonConfig",
+    "SoapConfig",
+    "OptimizerConfig",
+]
 
 OPTIMIZERS = tuple(REGISTRY)
 MUON_FAMILY = tuple(name for name, e in REGISTRY.items() if "muon" in e.sections)

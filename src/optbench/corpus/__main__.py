@@ -25,8 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", help="folder of .txt / .jsonl documents (default: the built-in pydocs corpus)")
     parser.add_argument("--out", help="output folder (default: data/<corpus or input folder name>)")
     parser.add_argument("--tokenizer", help="an existing Hugging Face tokenizer.json or folder (default: train a BPE)")
-    parser.add_argument("--vocab", default=str(DEFAULT_VOCAB), help=f"BPE vocabulary to train (default {DEFAULT_VOCAB})")
-    parser.add_argument("--from-make", action="store_true", help="read INPUT, OUT, TOKENIZER, VOCAB from make's environment")
+    parser.add_argument(
+        "--vocab", default=str(DEFAULT_VOCAB), help=f"BPE vocabulary to train (default {DEFAULT_VOCAB})"
+    )
+    parser.add_argument(
+        "--from-make", action="store_true", help="read INPUT, OUT, TOKENIZER, VOCAB from make's environment"
+    )
     args = parser.parse_args(argv)
     if args.from_make:  # the values reach us through the environment, never through a shell
         for name in ("input", "out", "tokenizer", "vocab"):
@@ -54,13 +58,24 @@ def main(argv: list[str] | None = None) -> int:
         for field, value in (("INPUT", args.input), ("TOKENIZER", args.tokenizer)):
             source = secret_in_path(value) if value else None
             if source is not None:  # corpus.json records it, and hides every secret: the path would be rewritten
-                raise UserError(Problem(field, f"the path holds the value of {source}, a secret, which corpus.json and "
-                                               "the printed data.path would hide, naming a path that does not exist; "
-                                               "rename the folder or run without that variable set; nothing was written"))
+                raise UserError(
+                    Problem(
+                        field,
+                        f"the path holds the value of {source}, a secret, which corpus.json and "
+                        "the printed data.path would hide, naming a path that does not exist; "
+                        "rename the folder or run without that variable set; nothing was written",
+                    )
+                )
         inputs = [p for p in (args.input, args.tokenizer) if p]
         if args.input and not Path(args.input).resolve().name:
-            raise UserError(Problem("INPUT", f"{args.input} is the file system's root; give a folder of .txt or .jsonl files"))
-        out = Path(args.out) if args.out else repo_root() / "data" / (Path(args.input).resolve().name if args.input else "pydocs")
+            raise UserError(
+                Problem("INPUT", f"{args.input} is the file system's root; give a folder of .txt or .jsonl files")
+            )
+        out = (
+            Path(args.out)
+            if args.out
+            else repo_root() / "data" / (Path(args.input).resolve().name if args.input else "pydocs")
+        )
         from optbench.common.replace import recover_beside
 
         if output_problem(str(out), "corpus", inputs, earlier=is_earlier_corpus) is not None:
@@ -73,21 +88,29 @@ def main(argv: list[str] | None = None) -> int:
             from optbench.corpus.pydocs import ABOUT, NAME, pydocs_parts
 
             parts, name, about = pydocs_parts(), NAME, ABOUT
-        print(f"corpus {name}: {sum(len(p.documents) for p in parts):,} documents in {len(parts)} part(s) -> {out}", flush=True)
+        print(
+            f"corpus {name}: {sum(len(p.documents) for p in parts):,} documents in {len(parts)} part(s) -> {out}",
+            flush=True,
+        )
         manifest = prepare(parts, out, tokenizer=args.tokenizer, vocab_size=args.vocab, about=about)
         from optbench.common.tables import console_table
 
         removed = manifest["near_duplicates"]["removed"]
         rows = [[p["name"], f"{p['documents']:,}", f"{p['tokens']:,}", p["prefix"]] for p in manifest["parts"]]
         rows.append(["near copies", f"{sum(removed.values()):,} dropped", "-", manifest["near_duplicates"]["rule"]])
-        print("\n".join(console_table(["part", "documents", "tokens", "files"], rows, ("left", "right", "right", "left"))))
+        print(
+            "\n".join(console_table(["part", "documents", "tokens", "files"], rows, ("left", "right", "right", "left")))
+        )
         print(
             f"  tokenizer    {manifest['tokenizer']['vocab_size']:,} tokens ({manifest['tokenizer']['source']}) "
             f"{manifest['tokenizer']['path']}\n"
             f"  total        {manifest['tokens']:,} tokens from {manifest['characters']:,} characters in {manifest['seconds']} s\n"
             "train on it:   "
-            + ("data=pydocs" if not args.input and not args.out else
-               f"data=indexed 'data.path={manifest['data_path']}' data.tokenizer={manifest['tokenizer']['path']}")
+            + (
+                "data=pydocs"
+                if not args.input and not args.out
+                else f"data=indexed 'data.path={manifest['data_path']}' data.tokenizer={manifest['tokenizer']['path']}"
+            )
         )
     return 0
 

@@ -23,8 +23,10 @@ from collections.abc import Sequence
 SHINGLE_WORDS = 8
 CONTAINMENT = 0.5
 COMMON_SHINGLE_DOCS = 1000
-RULE = (f"a document is dropped when >= {CONTAINMENT:.0%} of its word {SHINGLE_WORDS}-grams occur in one longer "
-        "document kept before it (optbench.corpus.dedup)")
+RULE = (
+    f"a document is dropped when >= {CONTAINMENT:.0%} of its word {SHINGLE_WORDS}-grams occur in one longer "
+    "document kept before it (optbench.corpus.dedup)"
+)
 WORD = re.compile(r"\w+")
 
 

@@ -61,7 +61,9 @@ def write_indexed(prefix: str | Path, documents: Iterable[np.ndarray], vocab_siz
 
     atomic_write_with(prefix.with_name(prefix.name + ".bin"), write_bin)
     counts = np.array(lengths, dtype=np.int32)
-    pointers = np.concatenate([[0], np.cumsum(counts.astype(np.int64) * np.dtype(dtype).itemsize)[:-1]]).astype(np.int64)
+    pointers = np.concatenate([[0], np.cumsum(counts.astype(np.int64) * np.dtype(dtype).itemsize)[:-1]]).astype(
+        np.int64
+    )
     documents_index = np.arange(len(lengths) + 1, dtype=np.int64)
 
     def write_idx(handle) -> None:
@@ -100,7 +102,9 @@ class IndexedDataset:
 
 
 def _bad(prefix: Path, what: str) -> UserError:
-    return UserError(f"{prefix} is not a readable Megatron indexed dataset: {what}; rebuild it with `make data`", "data.path")
+    return UserError(
+        f"{prefix} is not a readable Megatron indexed dataset: {what}; rebuild it with `make data`", "data.path"
+    )
 
 
 def read_index(prefix: str | Path) -> IndexedDataset:

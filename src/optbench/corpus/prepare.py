@@ -81,11 +81,17 @@ def _documents(files: Sequence[Path]) -> list[str]:
 def _text_files(folder: Path, recursive: bool) -> list[Path]:
     """The .txt/.jsonl files of ``folder`` (of its whole tree when ``recursive``), links never followed."""
     if not recursive:
-        return sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and p.suffix in (".txt", ".jsonl"))
+        return sorted(
+            p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and p.suffix in (".txt", ".jsonl")
+        )
     found = []
     for top, dirs, files in os.walk(folder, followlinks=False):
         dirs.sort()
-        found += [Path(top) / f for f in sorted(files) if Path(f).suffix in (".txt", ".jsonl") and not (Path(top) / f).is_symlink()]
+        found += [
+            Path(top) / f
+            for f in sorted(files)
+            if Path(f).suffix in (".txt", ".jsonl") and not (Path(top) / f).is_symlink()
+        ]
     return found
 
 
@@ -93,8 +99,12 @@ def parts_from_folder(folder: str | Path) -> list[Part]:
     """The parts of an input folder: its own .txt/.jsonl files, then one part per subfolder."""
     root = Path(folder)
     resolved = root.resolve()
-    if resolved == Path(resolved.anchor) or any(resolved == Path(t) or Path(t) in resolved.parents for t in SYSTEM_TREES):
-        raise UserError(f"{folder} is the file system's root or a system folder; give a folder of .txt or .jsonl files", "INPUT")
+    if resolved == Path(resolved.anchor) or any(
+        resolved == Path(t) or Path(t) in resolved.parents for t in SYSTEM_TREES
+    ):
+        raise UserError(
+            f"{folder} is the file system's root or a system folder; give a folder of .txt or .jsonl files", "INPUT"
+        )
     if not root.is_dir():
         raise UserError(f"{folder} is not a folder of .txt or .jsonl files", "INPUT")
     parts = []
@@ -119,7 +129,11 @@ CORPUS_ENTRIES = re.compile(rf"{EARLIER_CORPUS_FILES.pattern}|\.optbench-corpus|
 
 def is_corpus_entry(path: Path) -> bool:
     """Whether ``path``, in a corpus folder, is one ``make data`` wrote (the folder is replaced as a whole)."""
-    return bool(CORPUS_ENTRIES.fullmatch(path.name)) and (path.is_dir() == (path.name == "tokenizer")) and not path.is_symlink()
+    return (
+        bool(CORPUS_ENTRIES.fullmatch(path.name))
+        and (path.is_dir() == (path.name == "tokenizer"))
+        and not path.is_symlink()
+    )
 
 
 def is_earlier_corpus(folder: Path) -> bool:
@@ -130,7 +144,8 @@ def is_earlier_corpus(folder: Path) -> bool:
     except (OSError, ValueError):
         return False
     return (
-        isinstance(manifest, dict) and {"parts", "data_path", "document_order"} <= manifest.keys()
+        isinstance(manifest, dict)
+        and {"parts", "data_path", "document_order"} <= manifest.keys()
         and all(EARLIER_CORPUS_FILES.fullmatch(name) for name in names)
     )
 
@@ -151,7 +166,9 @@ def _without_near_duplicates(parts: Sequence[Part]) -> tuple[list[Part], dict[st
     owners = [(k, i) for k, part in enumerate(parts) for i in range(len(part.documents))]
     dropped = near_duplicates([d for part in parts for d in part.documents])
     gone = {owners[index] for index in dropped}
-    kept = [Part(part.name, [d for i, d in enumerate(part.documents) if (k, i) not in gone]) for k, part in enumerate(parts)]
+    kept = [
+        Part(part.name, [d for i, d in enumerate(part.documents) if (k, i) not in gone]) for k, part in enumerate(parts)
+    ]
     removed = {part.name: len(part.documents) - len(new.documents) for part, new in zip(parts, kept)}
     return [part for part in kept if part.documents], removed  # a part whose every document is a copy is gone
 
@@ -173,7 +190,8 @@ def prepare(
     with replacing(folders=[Folder(out, holds=is_corpus_entry)]):
         claim(out, "OUT", "corpus")
         corpus: CorpusTokenizer = (
-            load_tokenizer(tokenizer, "TOKENIZER") if tokenizer is not None
+            load_tokenizer(tokenizer, "TOKENIZER")
+            if tokenizer is not None
             else train_byte_level_bpe((d for part in parts for d in part.documents), vocab_size)
         )
         save_tokenizer(corpus, out / "tokenizer")
@@ -203,8 +221,12 @@ def prepare(
             "documents": sum(p["documents"] for p in built),
             "tokens": total,
             "characters": sum(p["characters"] for p in built),
-            "tokenizer": {"path": str(out / "tokenizer"), "source": corpus.source, "vocab_size": corpus.vocab_size,
-                          "eod_id": corpus.eod_id},
+            "tokenizer": {
+                "path": str(out / "tokenizer"),
+                "source": corpus.source,
+                "vocab_size": corpus.vocab_size,
+                "eod_id": corpus.eod_id,
+            },
             "data_path": blend_text(entries),
             "blend": "weights proportional to each part's tokens",
             "document_order": f"shuffled with numpy default_rng({SHUFFLE_SEED}) per part",

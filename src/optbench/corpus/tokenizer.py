@@ -61,8 +61,17 @@ def load_tokenizer(path: str | Path, field: str = "data.tokenizer") -> CorpusTok
     try:
         tokenizer = Tokenizer.from_file(str(file))
     except Exception as err:  # the tokenizers library raises plain Exceptions for bad files
-        raise UserError(f"{file} is not a Hugging Face tokenizer file ({' '.join(str(err).split())[:120]})", field) from err
-    eod = next((tokenizer.token_to_id(t) for t in (EOD, "</s>", "<eos>", "<|end_of_text|>") if tokenizer.token_to_id(t) is not None), None)
+        raise UserError(
+            f"{file} is not a Hugging Face tokenizer file ({' '.join(str(err).split())[:120]})", field
+        ) from err
+    eod = next(
+        (
+            tokenizer.token_to_id(t)
+            for t in (EOD, "</s>", "<eos>", "<|end_of_text|>")
+            if tokenizer.token_to_id(t) is not None
+        ),
+        None,
+    )
     if eod is None:
         raise UserError(f"{file} has no end-of-document token ({EOD}, </s>, <eos>); documents need one", field)
     return CorpusTokenizer(tokenizer, eod, str(file))
@@ -73,7 +82,9 @@ def train_byte_level_bpe(texts: Iterable[str], vocab_size: int) -> CorpusTokeniz
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size < 257 + 1:
-        raise UserError(f"a byte-level BPE needs at least 258 tokens (256 bytes, a merge, {EOD}), got {vocab_size}", "VOCAB")
+        raise UserError(
+            f"a byte-level BPE needs at least 258 tokens (256 bytes, a merge, {EOD}), got {vocab_size}", "VOCAB"
+        )
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -85,7 +96,9 @@ def train_byte_level_bpe(texts: Iterable[str], vocab_size: int) -> CorpusTokeniz
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     size = tokenizer.get_vocab_size(with_added_tokens=True)
-    source = f"byte-level BPE trained on the corpus, {size} tokens" + (f" (asked for {vocab_size})" if size != vocab_size else "")
+    source = f"byte-level BPE trained on the corpus, {size} tokens" + (
+        f" (asked for {vocab_size})" if size != vocab_size else ""
+    )
     return CorpusTokenizer(tokenizer, tokenizer.token_to_id(EOD), source)
 
 
@@ -99,7 +112,9 @@ def save_tokenizer(tokenizer: CorpusTokenizer, folder: Path) -> Path:
         fast.save_pretrained(str(folder))
     except OSError as err:
         raise OSError(err.errno, err.strerror, str(err.filename or folder)) from err
-    except Exception as err:  # the tokenizers library (Rust) raises a bare Exception for a failed write: "... (os error 28)"
+    except (
+        Exception
+    ) as err:  # the tokenizers library (Rust) raises a bare Exception for a failed write: "... (os error 28)"
         code = re.search(r"\(os error (\d+)\)", str(err))
         if code is None:
             raise

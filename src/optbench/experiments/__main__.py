@@ -44,8 +44,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         check_make_variables()
         options_from_env(args, COMPARE_ENV)
         overrides = overrides_from_make()
-    spec = spec_from_words(args.model, args.seeds, args.target, args.iters, args.window, overrides,
-                           args.muon_recipe, args.adamw_recipe, args.results_dir, args.reuse)
+    spec = spec_from_words(
+        args.model,
+        args.seeds,
+        args.target,
+        args.iters,
+        args.window,
+        overrides,
+        args.muon_recipe,
+        args.adamw_recipe,
+        args.results_dir,
+        args.reuse,
+    )
     started = time.perf_counter()
     result, runs = run_compare(spec)
     paths = write_compare(result, runs, args.results_dir)
@@ -77,7 +87,9 @@ def cmd_study(args: argparse.Namespace) -> int:
     from optbench.common.checkout import repo_root
 
     own = Path(args.results_dir).resolve() == (repo_root() / "results").resolve()  # only the repository's study
-    for path in write_study(study, args.results_dir, command, docs=repo_root() / "docs" / "results.md" if own else None):
+    for path in write_study(
+        study, args.results_dir, command, docs=repo_root() / "docs" / "results.md" if own else None
+    ):
         print(f"wrote {path}")
     return 0
 
@@ -99,7 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--window", default="5", help="steps in the trailing mean that smooths the loss")
     compare.add_argument("--muon-recipe", default="", help="explicit Muon recipe")
     compare.add_argument("--adamw-recipe", default="", help="explicit AdamW recipe")
-    compare.add_argument("--reuse", default="", help="analyse the runs of an earlier comparison (compare-<model>-<time>) again")
+    compare.add_argument(
+        "--reuse", default="", help="analyse the runs of an earlier comparison (compare-<model>-<time>) again"
+    )
     compare.add_argument("overrides", nargs="*", help="Hydra overrides for both recipes")
     compare.set_defaults(func=cmd_compare)
     return parser

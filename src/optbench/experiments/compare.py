@@ -119,14 +119,19 @@ def provenance(runs: list[MeasuredRun]) -> dict[str, list[str]]:
     """Where the runs' figures come from, each distinct value once: when they started, the code (commit, and whether
     it had uncommitted changes), the machine, Python and torch, threads, and the data the corpus held. A page rebuilt
     from older runs says so, and a re-run can be set beside it."""
+
     def distinct(value) -> list[str]:
         return sorted({str(v) for run in runs if (v := value(run.extra)) not in (None, "")})
 
     started = distinct(lambda extra: extra.get("started"))
     return {
         "started": [started[0], started[-1]] if started else [],
-        "code": distinct(lambda extra: (extra.get("git") or {}).get("commit", "")[:7]
-                         + (" with uncommitted changes" if (extra.get("git") or {}).get("dirty") else "")),
+        "code": distinct(
+            lambda extra: (
+                (extra.get("git") or {}).get("commit", "")[:7]
+                + (" with uncommitted changes" if (extra.get("git") or {}).get("dirty") else "")
+            )
+        ),
         "machine": distinct(lambda extra: extra.get("device")),
         "python": distinct(lambda extra: (extra.get("versions") or {}).get("python")),
         "torch": distinct(lambda extra: (extra.get("versions") or {}).get("torch")),
@@ -156,15 +161,25 @@ def seed_result(run: MeasuredRun, seed: int, target: float, window: int) -> Seed
     curve, losses = _smoothed_curve(run, window)
     seconds = training_seconds(curve)
     step_times = spread(r.step_time_s for r in curve)
-    shares = spread(r.ns_time_s / r.step_time_s for r in curve if r.ns_time_s is not None and r.step_time_s) \
-        if run.optimizer == MUON else None
+    shares = (
+        spread(r.ns_time_s / r.step_time_s for r in curve if r.ns_time_s is not None and r.step_time_s)
+        if run.optimizer == MUON
+        else None
+    )
     common = dict(
-        optimizer=run.optimizer, seed=seed, run_id=run.run_id, steps=len(curve), final_loss=losses[-1] if losses else None,
-        step_time_s=step_times.median if step_times else None, ns_share=shares.median if shares else None,
+        optimizer=run.optimizer,
+        seed=seed,
+        run_id=run.run_id,
+        steps=len(curve),
+        final_loss=losses[-1] if losses else None,
+        step_time_s=step_times.median if step_times else None,
+        ns_share=shares.median if shares else None,
     )
     for index, loss in enumerate(losses):
         if loss <= target:
-            return SeedResult(reached=True, step=curve[index].step, tokens=curve[index].tokens, seconds=seconds[index], **common)
+            return SeedResult(
+                reached=True, step=curve[index].step, tokens=curve[index].tokens, seconds=seconds[index], **common
+            )
     return SeedResult(reached=False, **common)
 
 
@@ -215,10 +230,20 @@ def analyse(
     by_seed: dict[int, dict[str, MeasuredRun]] = {}
     for seed, run in runs:
         by_seed.setdefault(seed, {})[run.optimizer] = run
-    unlike = next((note for pair in by_seed.values() if len(pair) == 2
-                   for note in [why_not_comparable(pair[MUON], pair[ADAMW])] if note), "")
-    busiest = [max((run for _, run in runs if run.optimizer == name), key=lambda r: others_share(r) or 0.0, default=None)
-               for name in (ADAMW, MUON)]
+    unlike = next(
+        (
+            note
+            for pair in by_seed.values()
+            if len(pair) == 2
+            for note in [why_not_comparable(pair[MUON], pair[ADAMW])]
+            if note
+        ),
+        "",
+    )
+    busiest = [
+        max((run for _, run in runs if run.optimizer == name), key=lambda r: others_share(r) or 0.0, default=None)
+        for name in (ADAMW, MUON)
+    ]
     load = load_flag(*(run for run in busiest if run is not None)) or ""
     # Unlike runs (a reused run on other data, say) give no ratio at all: the table says why instead.
     ratio = (lambda a, b: None) if unlike else _ratio
@@ -249,7 +274,9 @@ def verdict(result: CompareResult) -> str:
     if muon.reached == 0 and adamw.reached == 0:
         return "Neither optimizer reached the target: lower the target or raise the iterations."
     if muon.reached == 0:
-        return "AdamW reached the target and Muon did not within the budget: here Muon's steps do not pay for themselves."
+        return (
+            "AdamW reached the target and Muon did not within the budget: here Muon's steps do not pay for themselves."
+        )
     if adamw.reached == 0:
         return "Muon reached the target and AdamW did not within the budget: Muon's per-step cost pays for itself here."
     tokens, seconds = result.tokens_ratio, result.seconds_ratio
@@ -262,7 +289,9 @@ def verdict(result: CompareResult) -> str:
     )
     paired = result.paired_seconds_ratio
     if paired is not None and paired.low <= 1 <= paired.high:
-        text += f", but the per-seed time ratios span {paired.low:.2f}-{paired.high:.2f} (inconclusive at {paired.n} seeds)"
+        text += (
+            f", but the per-seed time ratios span {paired.low:.2f}-{paired.high:.2f} (inconclusive at {paired.n} seeds)"
+        )
     if muon.reached < muon.runs or adamw.reached < adamw.runs:
         text += f"; reached by Muon {muon.reached}/{muon.runs}, AdamW {adamw.reached}/{adamw.runs} seeds"
     return text + "."

@@ -31,12 +31,16 @@ def _provenance(found: dict[str, list[str]]) -> list[str]:
     """Which runs, code, machine and data the figures come from, and what a re-run should match."""
     if not found:
         return []
+
     def said(key: str) -> str:
         return "; ".join(found.get(key) or ["not recorded"])
+
     started = found.get("started") or []
     when = " to ".join(dict.fromkeys(started)) or "not recorded"
     return [
-        "", "## Where these figures come from", "",
+        "",
+        "## Where these figures come from",
+        "",
         f"Runs started {when}; code {said('code')}; machine {said('machine')}; Python {said('python')}, "
         f"torch {said('torch')}; data: {said('data')}.",
         "",
@@ -77,23 +81,53 @@ def render_compare_markdown(result: CompareResult, plot: str | None = None) -> s
         "never extrapolated. Medians [min-max] over the seeds that reached. Method: docs/results.md.",
         "",
     ]
-    cells = [[summary.optimizer, f"{summary.reached}/{summary.runs}", _range(summary.tokens, 4), _range(summary.seconds),
-              _range(summary.step_time_s), _range(summary.ns_share.scaled(100), 3, " %") if summary.ns_share else "-"]
-             for summary in (adamw, muon)]
+    cells = [
+        [
+            summary.optimizer,
+            f"{summary.reached}/{summary.runs}",
+            _range(summary.tokens, 4),
+            _range(summary.seconds),
+            _range(summary.step_time_s),
+            _range(summary.ns_share.scaled(100), 3, " %") if summary.ns_share else "-",
+        ]
+        for summary in (adamw, muon)
+    ]
     paired_tokens = result.paired_tokens_ratio
     paired_seconds = result.paired_seconds_ratio
-    cells.append(["Muon/AdamW", "", f"{_ratio(result.tokens_ratio)} (per seed {_range(paired_tokens) if paired_tokens else '-'})",
-                  f"{_ratio(result.seconds_ratio)} (per seed {_range(paired_seconds) if paired_seconds else '-'})",
-                  _ratio(result.step_time_ratio), ""])
-    out += markdown_table(["optimizer", "reached", "tokens to target", "seconds to target", "seconds per step",
-                  "Newton-Schulz share of step"], cells)
+    cells.append(
+        [
+            "Muon/AdamW",
+            "",
+            f"{_ratio(result.tokens_ratio)} (per seed {_range(paired_tokens) if paired_tokens else '-'})",
+            f"{_ratio(result.seconds_ratio)} (per seed {_range(paired_seconds) if paired_seconds else '-'})",
+            _ratio(result.step_time_ratio),
+            "",
+        ]
+    )
+    out += markdown_table(
+        [
+            "optimizer",
+            "reached",
+            "tokens to target",
+            "seconds to target",
+            "seconds per step",
+            "Newton-Schulz share of step",
+        ],
+        cells,
+    )
     runs = []
     for r in sorted(result.seeds, key=lambda r: (r.seed, r.optimizer)):
         final = f"{r.final_loss:.4f}" if r.final_loss is not None else "-"
         reached = [r.step, f"{r.tokens:,.0f}", f"{r.seconds:.2f}"] if r.reached else [NOT_REACHED, "-", "-"]
         runs.append([r.run_id, r.optimizer, r.seed, r.steps, final, *reached])
-    out += ["", "## Runs", "",
-            *markdown_table(["run", "optimizer", "seed", "steps", "final loss (smoothed)", "step reached", "tokens", "seconds"], runs)]
+    out += [
+        "",
+        "## Runs",
+        "",
+        *markdown_table(
+            ["run", "optimizer", "seed", "steps", "final loss (smoothed)", "step reached", "tokens", "seconds"], runs
+        ),
+    ]
     if ctx.get("reused"):
         out += ["", f"Analysed again from the runs of `{ctx['reused']}` (no training in this invocation)."]
     out += _provenance(ctx.get("provenance") or {})
@@ -105,8 +139,23 @@ def render_compare_markdown(result: CompareResult, plot: str | None = None) -> s
     return "\n".join(out) + "\n"
 
 
-CSV_FIELDS = ["model", "optimizer", "seed", "run_id", "steps", "final_loss_smoothed", "reached", "step_to_target",
-              "tokens_to_target", "seconds_to_target", "step_time_s_median", "ns_share_median", "target", "target_rule", "window"]
+CSV_FIELDS = [
+    "model",
+    "optimizer",
+    "seed",
+    "run_id",
+    "steps",
+    "final_loss_smoothed",
+    "reached",
+    "step_to_target",
+    "tokens_to_target",
+    "seconds_to_target",
+    "step_time_s_median",
+    "ns_share_median",
+    "target",
+    "target_rule",
+    "window",
+]
 
 
 def render_compare_csv(result: CompareResult) -> str:
@@ -114,14 +163,25 @@ def render_compare_csv(result: CompareResult) -> str:
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
     for r in result.seeds:
-        writer.writerow({
-            "model": result.model, "optimizer": r.optimizer, "seed": r.seed, "run_id": r.run_id, "steps": r.steps,
-            "final_loss_smoothed": r.final_loss, "reached": r.reached, "step_to_target": r.step if r.reached else "",
-            "tokens_to_target": r.tokens if r.reached else "", "seconds_to_target": r.seconds if r.reached else "",
-            "step_time_s_median": r.step_time_s if r.step_time_s is not None else "",
-            "ns_share_median": r.ns_share if r.ns_share is not None else "",
-            "target": result.target, "target_rule": result.target_rule, "window": result.window,
-        })
+        writer.writerow(
+            {
+                "model": result.model,
+                "optimizer": r.optimizer,
+                "seed": r.seed,
+                "run_id": r.run_id,
+                "steps": r.steps,
+                "final_loss_smoothed": r.final_loss,
+                "reached": r.reached,
+                "step_to_target": r.step if r.reached else "",
+                "tokens_to_target": r.tokens if r.reached else "",
+                "seconds_to_target": r.seconds if r.reached else "",
+                "step_time_s_median": r.step_time_s if r.step_time_s is not None else "",
+                "ns_share_median": r.ns_share if r.ns_share is not None else "",
+                "target": result.target,
+                "target_rule": result.target_rule,
+                "window": result.window,
+            }
+        )
     return buffer.getvalue()
 
 
@@ -130,8 +190,10 @@ def write_compare(result: CompareResult, runs: list[MeasuredRun], results_dir: s
     results = claim(results_dir, "results_dir", "results")
     plot_path = results / "plots" / f"compare_{result.model}_loss.png"
     labels = [f"{run.optimizer}" for run in runs]
-    title = (f"{result.model}: training loss per step, {len(runs)} runs (one line per seed); "
-             f"the target (dashed) is met by the {result.window}-step trailing mean")
+    title = (
+        f"{result.model}: training loss per step, {len(runs)} runs (one line per seed); "
+        f"the target (dashed) is met by the {result.window}-step trailing mean"
+    )
     plot_loss(runs, plot_path, title, result.target, labels)
     relative = str(plot_path.relative_to(results))
     return [

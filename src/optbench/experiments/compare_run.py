@@ -85,7 +85,9 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     """``3`` means seeds 1, 2, 3; ``7,11,13`` lists them."""
     parts = [part.strip() for part in text.split(",") if part.strip()] if "," in text else [text.strip()]
     if not all(part.isascii() and part.isdigit() and len(part) <= 10 for part in parts):
-        raise UserError(f"{_shown(text)} is neither a count (SEEDS=3) nor a list (SEEDS=1,2,3) of whole numbers", "SEEDS")
+        raise UserError(
+            f"{_shown(text)} is neither a count (SEEDS=3) nor a list (SEEDS=1,2,3) of whole numbers", "SEEDS"
+        )
     seeds = tuple(int(p) for p in parts) if "," in text else tuple(range(1, min(int(parts[0]), MAX_SEEDS + 1) + 1))
     if not seeds or len(set(seeds)) != len(seeds):
         raise UserError(f"{_shown(text)} gives no seeds or repeats one; use e.g. SEEDS=3 or SEEDS=1,2,3", "SEEDS")
@@ -112,10 +114,17 @@ def _check_twins(runs: dict[str, RunConfig]) -> None:
     muon, adamw = runs[MUON], runs[ADAMW]
     problems = []
     if muon.optimizer.name != MUON or adamw.optimizer.name != ADAMW:
-        problems.append(Problem("optimizer", f"the pair must be muon vs adamw, got {muon.optimizer.name} vs {adamw.optimizer.name}"))
+        problems.append(
+            Problem("optimizer", f"the pair must be muon vs adamw, got {muon.optimizer.name} vs {adamw.optimizer.name}")
+        )
     for group in ("model", "data", "train", "precision", "parallel"):
         if getattr(muon, group) != getattr(adamw, group):
-            problems.append(Problem(group, f"{muon.recipe} and {adamw.recipe} differ in {group}; a comparison changes only the optimizer"))
+            problems.append(
+                Problem(
+                    group,
+                    f"{muon.recipe} and {adamw.recipe} differ in {group}; a comparison changes only the optimizer",
+                )
+            )
     if problems:
         raise UserError(problems)
 
@@ -132,7 +141,9 @@ def compose_compare_runs(spec: CompareSpec, stamp: str) -> list[tuple[int, RunCo
     recipes = spec.recipes()
     missing = [name for name in recipes.values() if name not in list_recipes()]
     if missing:
-        raise UserError(f"no recipe {', '.join(missing)}; local pairs with both optimizers: {', '.join(local_pairs())}", "MODEL")
+        raise UserError(
+            f"no recipe {', '.join(missing)}; local pairs with both optimizers: {', '.join(local_pairs())}", "MODEL"
+        )
     if spec.iters is not None and spec.iters < 1:
         raise UserError("must be at least 1", "ITERS")
     for name in recipes.values():
@@ -147,8 +158,13 @@ def compose_compare_runs(spec: CompareSpec, stamp: str) -> list[tuple[int, RunCo
         order = (MUON, ADAMW) if index % 2 == 0 else (ADAMW, MUON)
         pair = {}
         for optimizer in order:
-            own = [*CPU_DEFAULTS, f"train.seed={seed}", f"data.seed={seed}", f"run_id=compare-{spec.model}-{stamp}-{optimizer}-s{seed}",
-                   f"results_dir={spec.results_dir}"]
+            own = [
+                *CPU_DEFAULTS,
+                f"train.seed={seed}",
+                f"data.seed={seed}",
+                f"run_id=compare-{spec.model}-{stamp}-{optimizer}-s{seed}",
+                f"results_dir={spec.results_dir}",
+            ]
             if spec.iters is not None:
                 own.append(f"train.iters={spec.iters}")
             run = compose_run(recipes[optimizer], [*own, *spec.overrides])
@@ -229,9 +245,18 @@ def run_compare(
     return result, [run for _, run in measured]
 
 
-def spec_from_words(model: str, seeds: str, target: str, iters: str, window: str, overrides: Sequence[str],
-                    muon_recipe: str = "", adamw_recipe: str = "", results_dir: str = "results",
-                    reuse: str = "") -> CompareSpec:
+def spec_from_words(
+    model: str,
+    seeds: str,
+    target: str,
+    iters: str,
+    window: str,
+    overrides: Sequence[str],
+    muon_recipe: str = "",
+    adamw_recipe: str = "",
+    results_dir: str = "results",
+    reuse: str = "",
+) -> CompareSpec:
     """A spec from the make variables (strings, as typed)."""
     for field, text in (("WINDOW", window), ("ITERS", iters)):
         text = text.strip()
@@ -242,7 +267,14 @@ def spec_from_words(model: str, seeds: str, target: str, iters: str, window: str
     if window_steps < 1:
         raise UserError("must be at least 1 step", "WINDOW")
     return CompareSpec(
-        model=model, seeds=parse_seeds(seeds), target=parse_target(target), iters=iter_count, window=window_steps,
-        overrides=tuple(overrides), muon_recipe=muon_recipe or None, adamw_recipe=adamw_recipe or None,
-        results_dir=str(results_dir), reuse=reuse or None,
+        model=model,
+        seeds=parse_seeds(seeds),
+        target=parse_target(target),
+        iters=iter_count,
+        window=window_steps,
+        overrides=tuple(overrides),
+        muon_recipe=muon_recipe or None,
+        adamw_recipe=adamw_recipe or None,
+        results_dir=str(results_dir),
+        reuse=reuse or None,
     )

@@ -55,14 +55,18 @@ def validation_set(config: RunConfig) -> dict:
     sequences = train.eval_iters * train.gbs
     stream = build_indexed_stream(data, train, config.model.vocab_size)
     if stream.valid is None:
-        raise UserError(Problem("data.split", f"'{data.split}' holds out no validation documents; the study needs them"))
+        raise UserError(
+            Problem("data.split", f"'{data.split}' holds out no validation documents; the study needs them")
+        )
     for sampler, wanted in zip(stream.valid.samplers, stream.valid.taken(sequences)):
         if wanted > sampler.samples_per_epoch:
-            raise UserError(Problem(
-                "train.eval_iters",
-                f"a validation pass takes {int(wanted):,} sequences from {sampler.dataset.prefix}, whose validation split "
-                f"holds {sampler.samples_per_epoch:,}: samples would repeat; hold out more (data.split) or evaluate fewer",
-            ))
+            raise UserError(
+                Problem(
+                    "train.eval_iters",
+                    f"a validation pass takes {int(wanted):,} sequences from {sampler.dataset.prefix}, whose validation split "
+                    f"holds {sampler.samples_per_epoch:,}: samples would repeat; hold out more (data.split) or evaluate fewer",
+                )
+            )
     prefixes, _ = dataset_blend(list(data.path))
     seen_in_training = _training_windows([read_index(p) for p in prefixes], split_weights(data.split))
     seen = 0
@@ -75,6 +79,9 @@ def validation_set(config: RunConfig) -> dict:
         "split": data.split,
         "valid_seed": data.valid_seed,
         "split_tokens": int(sum(s.tokens_per_epoch for s in stream.valid.samplers)),
-        "seen_in_training": {"sequences": seen, "share": seen / sequences,
-                             "rule": f">= {SEEN_SHARE:.0%} of a sequence's {WINDOW}-token windows occur in the training split"},
+        "seen_in_training": {
+            "sequences": seen,
+            "share": seen / sequences,
+            "rule": f">= {SEEN_SHARE:.0%} of a sequence's {WINDOW}-token windows occur in the training split",
+        },
     }

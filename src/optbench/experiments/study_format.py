@@ -25,14 +25,19 @@ def _label(arm: str) -> str:
 def _iv(value: dict | None, digits: int = 3, scale: float = 1.0, unit: str = "") -> str:
     if value is None:
         return "-"
-    return (f"{value['mean'] * scale:.{digits}f}{unit} [{value['low'] * scale:.{digits}f}, {value['high'] * scale:.{digits}f}]"
-            if value["n"] > 1 else f"{value['mean'] * scale:.{digits}f}{unit} (n=1)")
+    return (
+        f"{value['mean'] * scale:.{digits}f}{unit} [{value['low'] * scale:.{digits}f}, {value['high'] * scale:.{digits}f}]"
+        if value["n"] > 1
+        else f"{value['mean'] * scale:.{digits}f}{unit} (n=1)"
+    )
 
 
 def _verdict(ratio: dict | None, missed: dict) -> str:
     if missed:
-        who = ", ".join(f"seed {seed}: {'AdamW' if side == 'adamw' else 'both' if side == 'both' else 'the arm'}"
-                        for seed, side in missed.items())
+        who = ", ".join(
+            f"seed {seed}: {'AdamW' if side == 'adamw' else 'both' if side == 'both' else 'the arm'}"
+            for seed, side in missed.items()
+        )
         return f"incomplete ({who} missed the target)"
     if ratio is None:
         return "not measurable"
@@ -97,18 +102,29 @@ def _header(study: dict, command: str, stamp: str) -> list[str]:
             f"Validation: the same {v['sequences']:,} sequences ({v['tokens_predicted']:,} predicted tokens) for every run "
             f"and seed (`data.valid_seed={v['valid_seed']}`), from the held-out documents of split `{v['split']}` "
             f"({v['split_tokens']:,} tokens); {v['seen_in_training']['sequences']} of them "
-            f"({100 * v['seen_in_training']['share']:.1f} %) have {v['seen_in_training']['rule']}.")
+            f"({100 * v['seen_in_training']['share']:.1f} %) have {v['seen_in_training']['rule']}."
+        )
     lines += [
         f"Machine: {m['device']}; model computed in {m['precision']}; Newton-Schulz products (Muon, AdaMuon) "
-        + (f"`fp32_matmul_prec=auto` -> `{m['ns_precision']}` ({'bf16' if m['ns_precision'] == 'medium' else 'fp32'}); "
-           if m["ns_precision"] else "`fp32_matmul_prec=auto`, resolved as the runs' CPU allowed and not recorded by "
-           "these runs (docs/results.md); ")
+        + (
+            f"`fp32_matmul_prec=auto` -> `{m['ns_precision']}` ({'bf16' if m['ns_precision'] == 'medium' else 'fp32'}); "
+            if m["ns_precision"]
+            else "`fp32_matmul_prec=auto`, resolved as the runs' CPU allowed and not recorded by "
+            "these runs (docs/results.md); "
+        )
         + "".join(f"{e.label}'s products fp32; " for e in REGISTRY.values() if e.products_precision)
         + f"Python {m['python']}. AdamW is torch.optim.AdamW (fp32)."
-        + (f" Other processes took at most {100 * busiest:.0f} % of the machine during a held-out run"
-           + (f"; seconds of an arm whose held-out runs shared the machine (more than {100 * QUIET:.0f} %) are not "
-              "reported (*shared*): only quiet-machine seconds are." if busiest > QUIET else ".")
-           if busiest is not None else ""),
+        + (
+            f" Other processes took at most {100 * busiest:.0f} % of the machine during a held-out run"
+            + (
+                f"; seconds of an arm whose held-out runs shared the machine (more than {100 * QUIET:.0f} %) are not "
+                "reported (*shared*): only quiet-machine seconds are."
+                if busiest > QUIET
+                else "."
+            )
+            if busiest is not None
+            else ""
+        ),
         f"Seeds: learning rate chosen on {study['tuning_seeds']}, everything below measured on held-out "
         f"{study['held_out_seeds']}. Intervals: 95 % Student t over seeds; ratios: geometric mean of per-seed "
         "ratios (same seed = same initialisation and data order). Every tuning curve is in study.json "
@@ -118,44 +134,117 @@ def _header(study: dict, command: str, stamp: str) -> list[str]:
 
 
 def markdown(study: dict, command: str, stamp: str) -> str:
-    sweep = [[_label(arm), f"{float(lr):g}", _iv(point), "**chosen**" if float(lr) == winner["lr"] else ""]
-             for arm, winner in study["winners"].items() for lr, point in winner["grid"].items()]
-    lines = [*_header(study, command, stamp), "",
-             "## Learning-rate sweep (final validation loss, tuning seeds)", "",
-             *markdown_table(["arm", "lr", "final val loss, mean [95 % CI]", ""], sweep)]
+    sweep = [
+        [_label(arm), f"{float(lr):g}", _iv(point), "**chosen**" if float(lr) == winner["lr"] else ""]
+        for arm, winner in study["winners"].items()
+        for lr, point in winner["grid"].items()
+    ]
+    lines = [
+        *_header(study, command, stamp),
+        "",
+        "## Learning-rate sweep (final validation loss, tuning seeds)",
+        "",
+        *markdown_table(["arm", "lr", "final val loss, mean [95 % CI]", ""], sweep),
+    ]
     edge = [_label(arm) for arm, winner in study["winners"].items() if winner.get("at_grid_edge")]
     if edge:
         lines += ["", f"Chosen at the edge of its grid (the optimum may lie beyond it): {', '.join(edge)}."]
     budgets = next(iter(study["held_out"].values()))["budgets"]
-    lines += ["", "## Held-out seeds: validation loss at fixed token budgets", "",
-              *markdown_table(["arm (lr)", *(f"{float(b):.0%} of the tokens" for b in budgets)],
-                     [[f"{_label(arm)} ({study['winners'][arm]['lr']:g})", *(_iv(h["budgets"][b]) for b in budgets)]
-                      for arm, h in study["held_out"].items()])]
-    lines += ["", "## End of training: final validation loss minus AdamW's (held-out seeds, paired)", "",
-              *markdown_table(["arm", "difference [95 % CI]", "verdict"],
-                     [[_label(arm), _iv(versus["final_val_difference"]), _difference_verdict(versus["final_val_difference"])]
-                      for arm, versus in study["vs_adamw"].items()])]
+    lines += [
+        "",
+        "## Held-out seeds: validation loss at fixed token budgets",
+        "",
+        *markdown_table(
+            ["arm (lr)", *(f"{float(b):.0%} of the tokens" for b in budgets)],
+            [
+                [f"{_label(arm)} ({study['winners'][arm]['lr']:g})", *(_iv(h["budgets"][b]) for b in budgets)]
+                for arm, h in study["held_out"].items()
+            ],
+        ),
+    ]
+    lines += [
+        "",
+        "## End of training: final validation loss minus AdamW's (held-out seeds, paired)",
+        "",
+        *markdown_table(
+            ["arm", "difference [95 % CI]", "verdict"],
+            [
+                [_label(arm), _iv(versus["final_val_difference"]), _difference_verdict(versus["final_val_difference"])]
+                for arm, versus in study["vs_adamw"].items()
+            ],
+        ),
+    ]
     reached = []
     for arm, h in study["held_out"].items():
         quiet = not _shared(h)
         for target, t in h["targets"].items():
-            reached.append([_label(arm), f"{float(target):.3f}", f"{t['reached']}/{h['seeds']}", _iv(t["tokens"], 1, 1e-3),
-                            _iv(t["seconds"], 1) if quiet else SHARED, _iv(h["step_time_s"], 3) if quiet else SHARED,
-                            _iv(h["ns_share_of_step"], 2)])
-    lines += ["", f"## Held-out seeds: tokens and training seconds to target ({study['target_rule']})", "",
-              *markdown_table(["arm", "target", "reached", "tokens (k), mean [95 % CI]", "training s, mean [95 % CI]", "step s",
-                      "NS share of step"], reached)]
+            reached.append(
+                [
+                    _label(arm),
+                    f"{float(target):.3f}",
+                    f"{t['reached']}/{h['seeds']}",
+                    _iv(t["tokens"], 1, 1e-3),
+                    _iv(t["seconds"], 1) if quiet else SHARED,
+                    _iv(h["step_time_s"], 3) if quiet else SHARED,
+                    _iv(h["ns_share_of_step"], 2),
+                ]
+            )
+    lines += [
+        "",
+        f"## Held-out seeds: tokens and training seconds to target ({study['target_rule']})",
+        "",
+        *markdown_table(
+            [
+                "arm",
+                "target",
+                "reached",
+                "tokens (k), mean [95 % CI]",
+                "training s, mean [95 % CI]",
+                "step s",
+                "NS share of step",
+            ],
+            reached,
+        ),
+    ]
     adamw_shared = _shared(study["held_out"]["adamw"])
-    ratios = [[_label(arm), f"{float(target):.3f}", f"{r['pairs']}/{len(study['held_out_seeds'])}", _iv(r["tokens"], 3),
-               _verdict(r["tokens"], r["missed"]),
-               SHARED if adamw_shared or _shared(study["held_out"][arm]) else _iv(r["seconds"], 2)]
-              for arm, versus in study["vs_adamw"].items() for target, r in versus["targets"].items()]
-    lines += ["", "## Each arm / AdamW (held-out seeds, paired by seed)", "",
-              *markdown_table(["arm", "target", "pairs", "tokens ratio [95 % CI]", "token efficiency",
-                      "seconds ratio [95 % CI] (this CPU)"], ratios)]
-    lines += ["", "A pair counts only when both sides reached the target; a seed where one side did not is named "
-              "(\"incomplete\"), never dropped silently.",
-              "", "**Wall clock.** " + gpu_outlook(), "", "![held-out validation loss](plots/study_val_loss.png)", ""]
+    ratios = [
+        [
+            _label(arm),
+            f"{float(target):.3f}",
+            f"{r['pairs']}/{len(study['held_out_seeds'])}",
+            _iv(r["tokens"], 3),
+            _verdict(r["tokens"], r["missed"]),
+            SHARED if adamw_shared or _shared(study["held_out"][arm]) else _iv(r["seconds"], 2),
+        ]
+        for arm, versus in study["vs_adamw"].items()
+        for target, r in versus["targets"].items()
+    ]
+    lines += [
+        "",
+        "## Each arm / AdamW (held-out seeds, paired by seed)",
+        "",
+        *markdown_table(
+            [
+                "arm",
+                "target",
+                "pairs",
+                "tokens ratio [95 % CI]",
+                "token efficiency",
+                "seconds ratio [95 % CI] (this CPU)",
+            ],
+            ratios,
+        ),
+    ]
+    lines += [
+        "",
+        "A pair counts only when both sides reached the target; a seed where one side did not is named "
+        '("incomplete"), never dropped silently.',
+        "",
+        "**Wall clock.** " + gpu_outlook(),
+        "",
+        "![held-out validation loss](plots/study_val_loss.png)",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -166,20 +255,38 @@ def plot(study: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     figure, (curves, sweep) = plt.subplots(1, 2, figsize=(11, 4))
-    tokens_per_step = study["horizon_tokens"] / max(s for runs in study["curves"].values() for v in runs.values() for s, _ in v)
+    tokens_per_step = study["horizon_tokens"] / max(
+        s for runs in study["curves"].values() for v in runs.values() for s, _ in v
+    )
     for arm, runs in study["curves"].items():
         for index, points in enumerate(runs.values()):
-            curves.plot([s * tokens_per_step / 1e3 for s, _ in points], [v for _, v in points], color=COLORS.get(arm),
-                        alpha=0.7, label=f"{_label(arm)} (lr {study['winners'][arm]['lr']:g})" if index == 0 else None)
+            curves.plot(
+                [s * tokens_per_step / 1e3 for s, _ in points],
+                [v for _, v in points],
+                color=COLORS.get(arm),
+                alpha=0.7,
+                label=f"{_label(arm)} (lr {study['winners'][arm]['lr']:g})" if index == 0 else None,
+            )
         grid = study["winners"][arm]["grid"]
         rates = sorted(grid, key=float)
-        sweep.errorbar([float(r) for r in rates], [grid[r]["mean"] for r in rates],
-                       yerr=[[grid[r]["mean"] - grid[r]["low"] for r in rates], [grid[r]["high"] - grid[r]["mean"] for r in rates]],
-                       marker="o", capsize=3, color=COLORS.get(arm), label=_label(arm))
+        sweep.errorbar(
+            [float(r) for r in rates],
+            [grid[r]["mean"] for r in rates],
+            yerr=[
+                [grid[r]["mean"] - grid[r]["low"] for r in rates],
+                [grid[r]["high"] - grid[r]["mean"] for r in rates],
+            ],
+            marker="o",
+            capsize=3,
+            color=COLORS.get(arm),
+            label=_label(arm),
+        )
     for target in study["targets"]:
         curves.axhline(target, color="black", linestyle="--", linewidth=0.7)
     curves.set(xlabel="tokens (k)", ylabel="validation loss", title="held-out seeds")
-    sweep.set(xscale="log", xlabel="learning rate", ylabel="final validation loss", title="sweep, tuning seeds (95 % CI)")
+    sweep.set(
+        xscale="log", xlabel="learning rate", ylabel="final validation loss", title="sweep, tuning seeds (95 % CI)"
+    )
     for axis in (curves, sweep):
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
@@ -219,18 +326,31 @@ def headline(study: dict) -> str:
             r = versus["targets"][f"{target:.4f}"]
             cells.append(f"{_iv(r['tokens'])}: {_verdict(r['tokens'], r['missed']).split(' (')[0]}")
         rows.append(cells)
-    winners = "; ".join(f"{_label(arm)} {w['lr']:g}" + (" (at its grid's edge)" if w.get("at_grid_edge") else "")
-                        for arm, w in study["winners"].items())
-    header = ["arm (lr)", "final val loss", "minus AdamW's",
-              *(f"tokens / AdamW's to {t:.3f} ({f:.0%})" for t, f in zip(targets, stats.TARGET_FRACTIONS))]
-    return "\n".join([
-        HEADLINE_BEGIN, "",
-        f"Generated by `make study` from results/study.json: {study['runs']} runs, {study['seconds'] / 60:.0f} min of "
-        f"training wall clock, the last finished {run_stamp(study)}. Learning rates chosen on tuning seeds "
-        f"{study['tuning_seeds']}: {winners}. Measured on held-out seeds {study['held_out_seeds']}, 95 % t intervals, "
-        "ratios paired by seed; each target is the validation loss every arm's winner reached on average (tuning "
-        "seeds) by that share of the horizon.", "",
-        *markdown_table(header, rows), "", HEADLINE_END])
+    winners = "; ".join(
+        f"{_label(arm)} {w['lr']:g}" + (" (at its grid's edge)" if w.get("at_grid_edge") else "")
+        for arm, w in study["winners"].items()
+    )
+    header = [
+        "arm (lr)",
+        "final val loss",
+        "minus AdamW's",
+        *(f"tokens / AdamW's to {t:.3f} ({f:.0%})" for t, f in zip(targets, stats.TARGET_FRACTIONS)),
+    ]
+    return "\n".join(
+        [
+            HEADLINE_BEGIN,
+            "",
+            f"Generated by `make study` from results/study.json: {study['runs']} runs, {study['seconds'] / 60:.0f} min of "
+            f"training wall clock, the last finished {run_stamp(study)}. Learning rates chosen on tuning seeds "
+            f"{study['tuning_seeds']}: {winners}. Measured on held-out seeds {study['held_out_seeds']}, 95 % t intervals, "
+            "ratios paired by seed; each target is the validation loss every arm's winner reached on average (tuning "
+            "seeds) by that share of the horizon.",
+            "",
+            *markdown_table(header, rows),
+            "",
+            HEADLINE_END,
+        ]
+    )
 
 
 def with_headline(text: str, study: dict) -> str:

@@ -51,14 +51,30 @@ VALIDATION_TOKENS = 65_536
 
 SIZES = {
     "cpu": (
-        "train.iters=600", "train.warmup_iters=30", "train.gbs=8", "train.mbs=8", "train.seq_length=64",
-        "train.eval_interval=50", "train.eval_iters=128",
+        "train.iters=600",
+        "train.warmup_iters=30",
+        "train.gbs=8",
+        "train.mbs=8",
+        "train.seq_length=64",
+        "train.eval_interval=50",
+        "train.eval_iters=128",
     ),
     "gpu": (
-        "train.iters=3000", "train.warmup_iters=150", "train.gbs=32", "train.mbs=16", "train.seq_length=512",
-        "train.eval_interval=100", "train.eval_iters=4", "model.num_layers=8", "model.hidden_size=512",
-        "model.ffn_hidden_size=1536", "model.num_moe_experts=32", "model.moe_ffn_hidden_size=256",
-        "model.moe_shared_expert_intermediate_size=256", "model.num_attention_heads=8", "model.q_lora_rank=192",
+        "train.iters=3000",
+        "train.warmup_iters=150",
+        "train.gbs=32",
+        "train.mbs=16",
+        "train.seq_length=512",
+        "train.eval_interval=100",
+        "train.eval_iters=4",
+        "model.num_layers=8",
+        "model.hidden_size=512",
+        "model.ffn_hidden_size=1536",
+        "model.num_moe_experts=32",
+        "model.moe_ffn_hidden_size=256",
+        "model.moe_shared_expert_intermediate_size=256",
+        "model.num_attention_heads=8",
+        "model.q_lora_rank=192",
         "model.kv_lora_rank=128",
     ),
 }
@@ -99,13 +115,24 @@ class StudyRun:
 
     @property
     def run_id(self) -> str:
-        return f"study{PROTOCOL}-{self.size}-{self.arm}-lr{self.lr:g}-s{self.seed}" + (f"-x{self.variant}" if self.variant else "")
+        return f"study{PROTOCOL}-{self.size}-{self.arm}-lr{self.lr:g}-s{self.seed}" + (
+            f"-x{self.variant}" if self.variant else ""
+        )
 
     def overrides(self, results_dir: str, extra: tuple[str, ...] = ()) -> list[str]:
         recipe_overrides = ARMS[self.arm][1]
-        return [*COMMON, *SIZES[self.size], *recipe_overrides, f"optimizer.lr={self.lr}",
-                f"optimizer.min_lr={self.lr / 10}", f"train.seed={self.seed}", f"data.seed={self.seed}",
-                f"run_id={self.run_id}", f"results_dir={results_dir}", *extra]
+        return [
+            *COMMON,
+            *SIZES[self.size],
+            *recipe_overrides,
+            f"optimizer.lr={self.lr}",
+            f"optimizer.min_lr={self.lr / 10}",
+            f"train.seed={self.seed}",
+            f"data.seed={self.seed}",
+            f"run_id={self.run_id}",
+            f"results_dir={results_dir}",
+            *extra,
+        ]
 
 
 @dataclass
@@ -136,14 +163,25 @@ def compose(spec: StudySpec, run: StudyRun) -> RunConfig:
 
 
 def tuning_runs(spec: StudySpec) -> list[StudyRun]:
-    return [spec.run(arm, lr, seed, "tuning") for arm in spec.arms for lr in spec.learning_rates[arm]
-            for seed in spec.tuning_seeds]
+    return [
+        spec.run(arm, lr, seed, "tuning")
+        for arm in spec.arms
+        for lr in spec.learning_rates[arm]
+        for seed in spec.tuning_seeds
+    ]
 
 
 def candidate_runs(spec: StudySpec) -> list[StudyRun]:
     """Every run the study may train: the tuning runs, and each grid point on the held-out seeds (its winner's)."""
-    return [*tuning_runs(spec), *(spec.run(arm, lr, seed, "held_out") for arm in spec.arms
-                                  for lr in spec.learning_rates[arm] for seed in spec.held_out_seeds)]
+    return [
+        *tuning_runs(spec),
+        *(
+            spec.run(arm, lr, seed, "held_out")
+            for arm in spec.arms
+            for lr in spec.learning_rates[arm]
+            for seed in spec.held_out_seeds
+        ),
+    ]
 
 
 def check(spec: StudySpec) -> None:
@@ -157,26 +195,50 @@ def check(spec: StudySpec) -> None:
     arm_keys = {typed_key(o): arm for arm in spec.arms for o in ARMS[arm][1]}
     for key in typed_keys(spec.overrides):
         if key == "results_dir":
-            raise UserError(Problem(key, "the study keeps its runs and tables in one folder: set it with "
-                                         "OPTBENCH_RESULTS_DIR=<folder> (default results/), not per run"))
+            raise UserError(
+                Problem(
+                    key,
+                    "the study keeps its runs and tables in one folder: set it with "
+                    "OPTBENCH_RESULTS_DIR=<folder> (default results/), not per run",
+                )
+            )
         if key == "run_id":
-            raise UserError(Problem(key, "make study makes many runs, each with its own id (study<protocol>-<size>-<arm>-"
-                                         "lr<rate>-s<seed>); drop run_id="))
+            raise UserError(
+                Problem(
+                    key,
+                    "make study makes many runs, each with its own id (study<protocol>-<size>-<arm>-"
+                    "lr<rate>-s<seed>); drop run_id=",
+                )
+            )
         if key in SET_PER_RUN:
-            raise UserError(Problem(key, "is set by the study for each run (its learning-rate grid and seeds); a typed "
-                                         "value would train every run at it under names that say otherwise; drop it"))
+            raise UserError(
+                Problem(
+                    key,
+                    "is set by the study for each run (its learning-rate grid and seeds); a typed "
+                    "value would train every run at it under names that say otherwise; drop it",
+                )
+            )
         if key in arm_keys:
-            raise UserError(Problem(key, f"is what the {arm_keys[key]} arm sets; a typed value would change the arm under "
-                                         "its name; drop it"))
+            raise UserError(
+                Problem(
+                    key,
+                    f"is what the {arm_keys[key]} arm sets; a typed value would change the arm under its name; drop it",
+                )
+            )
     for run in tuning_runs(spec):
         if run.seed != spec.tuning_seeds[0]:
             continue  # a seed changes train.seed and data.seed only: one per (arm, lr) says whether it composes
         config = compose(spec, run)
         tokens = (config.train.eval_iters or 0) * config.train.gbs * config.train.seq_length
         if tokens < VALIDATION_TOKENS:
-            raise UserError(Problem("train.eval_iters", f"a validation pass of {config.train.eval_iters} x "
-                                    f"{config.train.gbs} x {config.train.seq_length} = {tokens:,} tokens is under the "
-                                    f"study's {VALIDATION_TOKENS:,}; raise train.eval_iters"))
+            raise UserError(
+                Problem(
+                    "train.eval_iters",
+                    f"a validation pass of {config.train.eval_iters} x "
+                    f"{config.train.gbs} x {config.train.seq_length} = {tokens:,} tokens is under the "
+                    f"study's {VALIDATION_TOKENS:,}; raise train.eval_iters",
+                )
+            )
 
 
 def finished(spec: StudySpec, run: StudyRun) -> Path | None:
@@ -185,7 +247,9 @@ def finished(spec: StudySpec, run: StudyRun) -> Path | None:
     return folder if (folder / "summary.json").is_file() else None
 
 
-def train(spec: StudySpec, run: StudyRun, launcher: Callable[[RunConfig], Path], progress: Callable[[str], None]) -> Path:
+def train(
+    spec: StudySpec, run: StudyRun, launcher: Callable[[RunConfig], Path], progress: Callable[[str], None]
+) -> Path:
     """The run's folder: reused when finished, else trained (an unfinished one restarts from step 0)."""
     done = finished(spec, run)
     if done is not None:
@@ -193,7 +257,9 @@ def train(spec: StudySpec, run: StudyRun, launcher: Callable[[RunConfig], Path],
     folder = Path(spec.results_dir) / "runs" / run.run_id
     config = compose(spec, run)
     if (folder / "metrics.jsonl").is_file():
-        config = dataclasses.replace(config, resume=True)  # no checkpoint: the engine starts it over and truncates its metrics
+        config = dataclasses.replace(
+            config, resume=True
+        )  # no checkpoint: the engine starts it over and truncates its metrics
     progress(f"{run.phase:<8} {run.arm:<15} lr {run.lr:<7g} seed {run.seed} -> {run.run_id}")
     return launcher(config)
 
@@ -213,8 +279,13 @@ def read_run(folder: Path) -> dict:
         return _read_run(folder)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
         reason = " ".join(str(err).split())[:120] or type(err).__name__
-        raise UserError(Problem("results_dir", f"{folder} is not a finished run this study can read ({reason}); move the "
-                                               "folder away and the study trains it again")) from None
+        raise UserError(
+            Problem(
+                "results_dir",
+                f"{folder} is not a finished run this study can read ({reason}); move the "
+                "folder away and the study trains it again",
+            )
+        ) from None
 
 
 def _curves(folder: Path) -> dict:
@@ -226,15 +297,19 @@ def _curves(folder: Path) -> dict:
             raise ValueError(f"{CURVES} is over {MAX_CURVES_BYTES >> 20} MB")
         return _checked_curves(json.loads(path.read_text(encoding="utf-8")))
     if not (folder / "metrics.jsonl").is_file():
-        raise ValueError(f"neither {CURVES} nor metrics.jsonl is here: its validation curve is lost (git checkout -- "
-                         f"{folder}/{CURVES} restores a committed one)")
+        raise ValueError(
+            f"neither {CURVES} nor metrics.jsonl is here: its validation curve is lost (git checkout -- "
+            f"{folder}/{CURVES} restores a committed one)"
+        )
     records = read_metrics(folder / "metrics.jsonl")
-    curves = _checked_curves({
-        "val": [[r.get("step"), r["val_loss"]] for r in records if r.get("val_loss") is not None],
-        "train_loss": [r.get("loss") for r in records],
-        "step_time_s": [r.get("step_time_s") for r in records],
-        "ns_time_s": [r.get("ns_time_s") for r in records],
-    })
+    curves = _checked_curves(
+        {
+            "val": [[r.get("step"), r["val_loss"]] for r in records if r.get("val_loss") is not None],
+            "train_loss": [r.get("loss") for r in records],
+            "step_time_s": [r.get("step_time_s") for r in records],
+            "ns_time_s": [r.get("ns_time_s") for r in records],
+        }
+    )
     if not (folder.is_symlink() or path.is_symlink()):
         try:
             atomic_write_json(path, curves)
@@ -251,17 +326,21 @@ def _checked_curves(curves: object) -> dict:
     """``curves`` when it has the shape the analysis reads: a validation curve of (whole step, finite loss) pairs with
     at least one point, and per-step lists of numbers (a diverged step's loss and AdamW's Newton-Schulz seconds are
     null)."""
+
     def number(value: object, empty: bool = False) -> bool:
-        return (value is None and empty) or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                             and math.isfinite(value))
+        return (value is None and empty) or (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        )
 
     if not isinstance(curves, dict):
         raise ValueError(f"{CURVES} holds a {type(curves).__name__}, not the run's curves")
     val = curves.get("val")
     if not isinstance(val, list) or not val:
         raise ValueError("no validation curve (the run evaluated nothing, or its curves are lost)")
-    if not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and not isinstance(p[0], bool)
-               and number(p[1]) for p in val):
+    if not all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and not isinstance(p[0], bool) and number(p[1])
+        for p in val
+    ):
         raise ValueError("its validation curve is not a list of (step, loss) pairs")
     for key, empty in (("train_loss", True), ("step_time_s", False), ("ns_time_s", True)):
         values = curves.get(key)

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 
-
 def t_two_sided_probability(t: float, df: int) -> float:
     """P(|T| < t) for Student's t with ``df`` degrees of freedom, in closed form (Abramowitz & Stegun 26.7.3-4: a
     finite series in theta = atan(t / sqrt(df)) for whole degrees of freedom)."""
@@ -127,12 +126,17 @@ def choose_winners(tuning: dict[str, dict[float, list[dict]]]) -> dict[str, dict
         points = {lr: interval([final_val(r) for r in runs]) for lr, runs in by_lr.items()}
         best = min(points, key=lambda lr: points[lr].mean)
         # A winner at either end of its grid may not be the optimum: the report says so.
-        winners[arm] = {"lr": best, "grid": {lr: p.as_dict() for lr, p in points.items()},
-                        "at_grid_edge": len(points) > 1 and best in (min(points), max(points))}
+        winners[arm] = {
+            "lr": best,
+            "grid": {lr: p.as_dict() for lr, p in points.items()},
+            "at_grid_edge": len(points) > 1 and best in (min(points), max(points)),
+        }
     return winners
 
 
-def targets_from(tuning: dict[str, dict[float, list[dict]]], winners: dict[str, dict], horizon_tokens: float) -> list[float]:
+def targets_from(
+    tuning: dict[str, dict[float, list[dict]]], winners: dict[str, dict], horizon_tokens: float
+) -> list[float]:
     """Target losses every winner reaches on its tuning seeds' mean curve by each TARGET_FRACTIONS point."""
     targets = []
     for fraction in TARGET_FRACTIONS:
@@ -164,8 +168,11 @@ def held_out_metrics(runs: list[dict], targets: list[float], horizon_tokens: flo
             "per_seed_seconds": seconds,
         }
     step_times = [statistics.median(r["step_time_s"]) for r in runs]
-    shares = [statistics.median(n / s for n, s in zip(r["ns_time_s"], r["step_time_s"]) if n is not None) for r in runs
-              if any(n is not None for n in r["ns_time_s"])]
+    shares = [
+        statistics.median(n / s for n, s in zip(r["ns_time_s"], r["step_time_s"]) if n is not None)
+        for r in runs
+        if any(n is not None for n in r["ns_time_s"])
+    ]
     out["step_time_s"] = interval(step_times).as_dict()
     out["ns_share_of_step"] = interval(shares).as_dict() if shares else None
     loads = [r.get("others_cpu_share") for r in runs]
@@ -187,12 +194,26 @@ def paired_ratios(arm: dict, adamw: dict, targets: list[float], seeds: list[int]
         key = f"{target:.4f}"
         mine, theirs = arm["targets"][key], adamw["targets"][key]
         missed = _missed(mine["per_seed_tokens"], theirs["per_seed_tokens"], seeds)
-        tokens = ratio_interval([m / a for m, a in zip(mine["per_seed_tokens"], theirs["per_seed_tokens"])
-                                if m is not None and a is not None])
-        wall = ratio_interval([m / a for m, a in zip(mine["per_seed_seconds"], theirs["per_seed_seconds"])
-                              if m is not None and a is not None])
-        ratios[key] = {"tokens": tokens.as_dict() if tokens else None, "seconds": wall.as_dict() if wall else None,
-                       "pairs": len(seeds) - len(missed), "missed": missed}
+        tokens = ratio_interval(
+            [
+                m / a
+                for m, a in zip(mine["per_seed_tokens"], theirs["per_seed_tokens"])
+                if m is not None and a is not None
+            ]
+        )
+        wall = ratio_interval(
+            [
+                m / a
+                for m, a in zip(mine["per_seed_seconds"], theirs["per_seed_seconds"])
+                if m is not None and a is not None
+            ]
+        )
+        ratios[key] = {
+            "tokens": tokens.as_dict() if tokens else None,
+            "seconds": wall.as_dict() if wall else None,
+            "pairs": len(seeds) - len(missed),
+            "missed": missed,
+        }
     difference = interval([m - a for m, a in zip(arm["final_val"], adamw["final_val"])])
     return {"targets": ratios, "final_val_difference": difference.as_dict() if difference else None}
 
@@ -200,8 +221,12 @@ def paired_ratios(arm: dict, adamw: dict, targets: list[float], seeds: list[int]
 def rederive_targets(study: dict) -> list[float]:
     """The targets recomputed from a written study.json's tuning curves alone (what a reviewer re-derives)."""
     tokens_per_step = study["tokens_per_step"]
-    tuning = {arm: {float(lr): [{"val": curve, "tokens_per_step": tokens_per_step} for curve in runs.values()]
-                    for lr, runs in by_lr.items()}
-              for arm, by_lr in study["tuning_curves"].items()}
+    tuning = {
+        arm: {
+            float(lr): [{"val": curve, "tokens_per_step": tokens_per_step} for curve in runs.values()]
+            for lr, runs in by_lr.items()
+        }
+        for arm, by_lr in study["tuning_curves"].items()
+    }
     winners = {arm: {"lr": float(w["lr"])} for arm, w in study["winners"].items()}
     return targets_from(tuning, winners, study["horizon_tokens"])

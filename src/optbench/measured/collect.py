@@ -74,7 +74,9 @@ def _peak(summary: dict[str, Any]) -> PeakInfo | None:
     raw = summary.get("peak")
     if not isinstance(raw, dict) or _finite(raw.get("tflops")) is None or not raw.get("key"):
         return None
-    return PeakInfo(str(raw["key"]), str(raw.get("label", raw["key"])), float(raw["tflops"]), str(raw.get("source", "")))
+    return PeakInfo(
+        str(raw["key"]), str(raw.get("label", raw["key"])), float(raw["tflops"]), str(raw.get("source", ""))
+    )
 
 
 def _step_mfu(row: dict[str, Any], peak: PeakInfo | None, tflops: float | None) -> float | None:
@@ -153,7 +155,9 @@ def _identity(run_id: str, config: RunConfig | None, summary: dict[str, Any]) ->
         "gpu": str(gpu or "unknown"),
         # the local engine records the compute precision it used ("fp32" on a CPU, "bf16 autocast (...)"
         # on a GPU): its first word keys the row, the recipe's precision is the fallback
-        "precision": str(_first(summary, "precision", default=config.precision.name if config else "unknown")).split()[0],
+        "precision": str(_first(summary, "precision", default=config.precision.name if config else "unknown")).split()[
+            0
+        ],
         "optimizer": str(optimizer or "unknown"),
         "recipe": str(_first(summary, "recipe", default=config.recipe if config else "")),
         "engine": engine,
@@ -170,7 +174,9 @@ def _identity(run_id: str, config: RunConfig | None, summary: dict[str, Any]) ->
 def _container(config: RunConfig | None, summary: dict[str, Any]) -> dict[str, Any]:
     """A Bridge run's container, and whether it was one we never checked (summary.json, else config.yaml)."""
     container = _first(summary, "container", default=config.cluster.container if config else "")
-    unverified = _first(summary, "unverified_container", default=config.cluster.unverified_container if config else False)
+    unverified = _first(
+        summary, "unverified_container", default=config.cluster.unverified_container if config else False
+    )
     return {"container": str(container or ""), "unverified_container": bool(unverified)}
 
 
@@ -178,8 +184,11 @@ def conformance_status(directory: Path) -> str:
     """conformance.json's status in a run folder, with what differed ("" without the file)."""
     found = _read_json(directory / CONFORMANCE_FILE)
     status = str(found.get("status") or "")
-    counted = [f"{len(found[key])} {label}" for key, label in (("kind_differs", "of another kind"),
-               ("values_not_landed", "not landed")) if isinstance(found.get(key), list) and found[key]]
+    counted = [
+        f"{len(found[key])} {label}"
+        for key, label in (("kind_differs", "of another kind"), ("values_not_landed", "not landed"))
+        if isinstance(found.get(key), list) and found[key]
+    ]
     return f"{status} ({', '.join(counted)})" if status == "differs" and counted else status
 
 
@@ -195,8 +204,14 @@ def read_metrics_run(directory: Path) -> MeasuredRun:
     except ValueError as err:  # a broken line before the last: corruption, not a killed writer
         raise UserError(str(err), "metrics") from None
     kind = KIND_BRIDGE if identity["engine"] == "megatron_bridge" else KIND_LOCAL
-    run = MeasuredRun(kind=kind, path=str(directory), peak=peak, steps=steps_from_metrics(rows, peak),
-                      conformance=conformance_status(directory), **identity)
+    run = MeasuredRun(
+        kind=kind,
+        path=str(directory),
+        peak=peak,
+        steps=steps_from_metrics(rows, peak),
+        conformance=conformance_status(directory),
+        **identity,
+    )
     run.extra = {k: v for k, v in summary.items() if k not in ("peak",)}
     run.notes += notes
     if not summary:
@@ -217,8 +232,13 @@ def read_log_run(log_paths: list[Path], directory: Path, run_id: str) -> Measure
     notes: list[str] = []
     config = _load_config(directory, notes)
     identity = _identity(run_id, config, {})
-    run = MeasuredRun(kind=KIND_LOG, path=", ".join(str(p) for p in log_paths), notes=notes,
-                      conformance=conformance_status(directory), **identity)
+    run = MeasuredRun(
+        kind=KIND_LOG,
+        path=", ".join(str(p) for p in log_paths),
+        notes=notes,
+        conformance=conformance_status(directory),
+        **identity,
+    )
     for path in log_paths:
         log: MegatronLog = parse_megatron_log(path)
         steps, peak, notes = steps_from_log(log, config)
@@ -258,7 +278,11 @@ def collect_runs(results_dir: str | Path, extra_logs: Sequence[str | Path] = ())
     log files (an unreadable named log is an error: the user asked for it)."""
     collection = Collection()
     runs_root = Path(results_dir) / "runs"
-    directories = sorted(d for d in runs_root.iterdir() if d.is_dir() and not d.name.startswith(".")) if runs_root.is_dir() else []
+    directories = (
+        sorted(d for d in runs_root.iterdir() if d.is_dir() and not d.name.startswith("."))
+        if runs_root.is_dir()
+        else []
+    )
     for directory in directories:
         try:
             run = read_run_dir(directory)
@@ -266,7 +290,9 @@ def collect_runs(results_dir: str | Path, extra_logs: Sequence[str | Path] = ())
             collection.skipped.append((str(directory), "; ".join(p.message for p in err.problems)))
             continue
         except Exception as err:  # a folder of anything at all: never stops the table
-            collection.skipped.append((str(directory), f"unreadable ({type(err).__name__}: {' '.join(str(err).split())[:160]})"))
+            collection.skipped.append(
+                (str(directory), f"unreadable ({type(err).__name__}: {' '.join(str(err).split())[:160]})")
+            )
             continue
         if run.steps:
             collection.runs.append(run)
@@ -275,7 +301,10 @@ def collect_runs(results_dir: str | Path, extra_logs: Sequence[str | Path] = ())
     for path in extra_logs:
         run = read_log_path(Path(path))
         if not any(s.step_time_s is not None or s.tflops_per_gpu is not None or s.loss is not None for s in run.steps):
-            raise UserError(f"{clipped(str(path), 200)} has no Megatron iteration or Step Time line with a usable time, "
-                            "throughput or loss (positive and finite)", "log")
+            raise UserError(
+                f"{clipped(str(path), 200)} has no Megatron iteration or Step Time line with a usable time, "
+                "throughput or loss (positive and finite)",
+                "log",
+            )
         collection.runs.append(run)
     return collection

@@ -58,5 +58,6 @@ def load_flag(*runs: MeasuredRun) -> str | None:
     busy = [(run.optimizer, share) for run in runs if (share := others_share(run)) is not None and share > QUIET_SHARE]
     if not busy:
         return None
-    return "shared machine: " + ", ".join(f"other processes held {share:.0%} of the CPU during the {name} run"
-                                          for name, share in busy)
+    return "shared machine: " + ", ".join(
+        f"other processes held {share:.0%} of the CPU during the {name} run" for name, share in busy
+    )

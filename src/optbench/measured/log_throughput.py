@@ -46,8 +46,15 @@ def _with_gbs(config: RunConfig, gbs: float | None) -> RunConfig:
     return dataclasses.replace(config, train=dataclasses.replace(config.train, gbs=int(gbs)))
 
 
-def _record(step: int, step_time: float | None, logged_tflops: float | None, config: RunConfig | None,
-            peak: PeakInfo | None, loss: float | None = None, tokens: float | None = None) -> tuple[StepRecord, bool]:
+def _record(
+    step: int,
+    step_time: float | None,
+    logged_tflops: float | None,
+    config: RunConfig | None,
+    peak: PeakInfo | None,
+    loss: float | None = None,
+    tokens: float | None = None,
+) -> tuple[StepRecord, bool]:
     """One record; the flag says the model TFLOP/s came from the accounting rule, not the log."""
     loss = loss if loss is not None and math.isfinite(loss) else None  # a logged nan or inf loss is not a value
     if config is None:  # a log alone: only what it states itself
@@ -70,7 +77,9 @@ def _record(step: int, step_time: float | None, logged_tflops: float | None, con
     return record, logged_tflops is None
 
 
-def _steps_from_step_times(records: list[StepTimeRecord], config: RunConfig | None, peak: PeakInfo | None) -> list[StepRecord]:
+def _steps_from_step_times(
+    records: list[StepTimeRecord], config: RunConfig | None, peak: PeakInfo | None
+) -> list[StepRecord]:
     """A log with Step Time lines only: consecutive numbering, no loss, no restart detection."""
     return [_record(i + 1, r.step_time_s, r.tflops_per_gpu, config, peak)[0] for i, r in enumerate(records)]
 
@@ -82,8 +91,10 @@ def steps_from_log(log: MegatronLog, config: RunConfig | None) -> tuple[list[Ste
     notes: list[str] = []
     name = Path(log.path).name
     if config is None:
-        notes.append(f"{name}: no config.yaml beside it, so model, GPU and precision are unknown; "
-                     "TFLOP/s as the log states them, no MFU or tokens/s")
+        notes.append(
+            f"{name}: no config.yaml beside it, so model, GPU and precision are unknown; "
+            "TFLOP/s as the log states them, no MFU or tokens/s"
+        )
     if log.restarts:
         notes.append(f"{name}: {log.restarts} restart(s); warm-up skipped again after each")
     if log.duplicates:
@@ -94,21 +105,27 @@ def steps_from_log(log: MegatronLog, config: RunConfig | None) -> tuple[list[Ste
         return _steps_from_step_times(log.step_times, config, peak), peak, notes
     paired = log.paired
     if log.step_times and not paired:
-        notes.append(
-            f"{name}: {len(log.step_times)} Step Time vs {len(log.iterations)} iteration lines; not paired"
-        )
+        notes.append(f"{name}: {len(log.step_times)} Step Time vs {len(log.iterations)} iteration lines; not paired")
     seq = config.train.seq_length if config is not None else None
     computed = 0
     steps = []
     for index, record in enumerate(log.iterations):
         partner = log.step_times[index] if paired else None
         step_time = record.elapsed_s or (partner.step_time_s if partner else None)
-        logged = record.tflops_per_gpu if record.tflops_per_gpu is not None else (partner.tflops_per_gpu if partner else None)
+        logged = (
+            record.tflops_per_gpu
+            if record.tflops_per_gpu is not None
+            else (partner.tflops_per_gpu if partner else None)
+        )
         consumed = record.fields.get(CONSUMED_SAMPLES)
         step, from_rule = _record(
-            record.iteration, step_time, logged,
-            _with_gbs(config, record.fields.get(GLOBAL_BATCH)) if config is not None else None, peak,
-            loss=record.loss, tokens=consumed * seq if consumed is not None and seq else None,
+            record.iteration,
+            step_time,
+            logged,
+            _with_gbs(config, record.fields.get(GLOBAL_BATCH)) if config is not None else None,
+            peak,
+            loss=record.loss,
+            tokens=consumed * seq if consumed is not None and seq else None,
         )
         steps.append(step)
         computed += from_rule

@@ -136,7 +136,7 @@ def post_warmup(steps: list[StepRecord], warmup: int) -> list[StepRecord]:
     for part in segments(steps):
         first = part[0].step
         warm = sum(1 for r in part if r.step - first < warmup)
-        kept += part[min(warm, (len(part) - 1) // 2):]
+        kept += part[min(warm, (len(part) - 1) // 2) :]
     return kept
 
 

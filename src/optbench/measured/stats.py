@@ -27,7 +27,9 @@ class Spread:
 
     def scaled(self, factor: float) -> Spread:
         """The same sample multiplied by a positive factor (unit changes, ratios to a peak)."""
-        return Spread(self.median * factor, self.q1 * factor, self.q3 * factor, self.low * factor, self.high * factor, self.n)
+        return Spread(
+            self.median * factor, self.q1 * factor, self.q3 * factor, self.low * factor, self.high * factor, self.n
+        )
 
     def as_dict(self, prefix: str) -> dict[str, float | int]:
         """Flat columns ``<prefix>_median``, ``_q1``, ``_q3``, ``_min``, ``_max``, ``_n`` for CSV and JSON."""

@@ -27,7 +27,9 @@ def _parse(text: str, path: Path) -> tuple[list[dict[str, Any]], bool]:
         try:
             record = json.loads(line)
         except (ValueError, RecursionError) as err:  # broken JSON, a number over Python's digit limit, too deep
-            raise ValueError(f"{path}:{number}: corrupt metrics line ({getattr(err, 'msg', type(err).__name__)})") from err
+            raise ValueError(
+                f"{path}:{number}: corrupt metrics line ({getattr(err, 'msg', type(err).__name__)})"
+            ) from err
         if not isinstance(record, dict):
             raise ValueError(f"{path}:{number}: a metrics line must be a JSON object, got a {type(record).__name__}")
         records.append(record)

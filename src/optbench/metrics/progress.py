@@ -30,8 +30,9 @@ def _validation(record: dict[str, Any]) -> str:
 class Progress:
     """Shows each step record as it arrives (only on the process that writes metrics)."""
 
-    def __init__(self, total: int, initial: int = 0, *, enabled: bool = True, log_interval: int = 1,
-                 stream: TextIO | None = None) -> None:
+    def __init__(
+        self, total: int, initial: int = 0, *, enabled: bool = True, log_interval: int = 1, stream: TextIO | None = None
+    ) -> None:
         self.total, self.enabled, self.log_interval = total, enabled, max(1, log_interval)
         self.stream = stream or sys.stderr
         self._bar = None

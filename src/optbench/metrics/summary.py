@@ -53,8 +53,11 @@ def steady_state(records: list[dict[str, Any]]) -> dict[str, Any]:
     for field in ("mfu", "mfu_with_ns"):  # {peak key: fraction} per record
         keys = list(dict.fromkeys(k for r in measured for k in (r.get(field) or {})))
         result[field] = {k: _median([(r.get(field) or {}).get(k) for r in measured]) for k in keys}
-    shares = [r["optimizer_time_s"] / r["step_time_s"] for r in measured
-              if r.get("step_time_s") and r.get("optimizer_time_s") is not None]
+    shares = [
+        r["optimizer_time_s"] / r["step_time_s"]
+        for r in measured
+        if r.get("step_time_s") and r.get("optimizer_time_s") is not None
+    ]
     result["optimizer_share"] = _median(shares)
     result["warmup_steps_skipped"] = skip
     result["measured_steps"] = [measured[0]["step"], measured[-1]["step"]] if measured else []
@@ -87,7 +90,10 @@ def git_commit() -> dict[str, Any] | None:
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout.strip()
     except Exception:  # no git binary, not a checkout, or no repo root: provenance says so with None
         return None

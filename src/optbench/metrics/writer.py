@@ -115,7 +115,9 @@ class MetricsWriter:
             self._secrets = secret_values(run_config_to_dict(run))
             try:
                 if resume_step is None and read_metrics(self.metrics_path):
-                    raise UserError(f"{self.metrics_path} already holds metrics; add resume=true or pick a new run_id", "run_id")
+                    raise UserError(
+                        f"{self.metrics_path} already holds metrics; add resume=true or pick a new run_id", "run_id"
+                    )
                 self.previous = repair_metrics(self.metrics_path, resume_step) if resume_step is not None else []
             except ValueError as err:  # corruption before the last line: not ours to repair silently
                 raise UserError(f"{err}; move the file aside to continue, or pick a new run_id", "resume") from err

@@ -35,8 +35,16 @@ class AdaptiveMuon(Muon):
             update rescaled to the orthogonalized update's Frobenius norm.
     """
 
-    def __init__(self, params, *, moment2_method: str = "adamuon", beta2: float = 0.95, eps: float = 1e-8,
-                 scale_after_moment2: bool = False, **muon) -> None:
+    def __init__(
+        self,
+        params,
+        *,
+        moment2_method: str = "adamuon",
+        beta2: float = 0.95,
+        eps: float = 1e-8,
+        scale_after_moment2: bool = False,
+        **muon,
+    ) -> None:
         if moment2_method not in MOMENT2_METHODS:
             raise ValueError(f"unknown moment2_method {moment2_method!r}; choose one of {list(MOMENT2_METHODS)}")
         super().__init__(params, **muon)

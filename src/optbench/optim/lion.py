@@ -19,8 +19,9 @@ from optbench.optim.param_loop import params_with_grad
 class Lion(torch.optim.Optimizer):
     """Sign updates of an interpolated momentum (``betas`` = Megatron's lion_beta1, lion_beta2)."""
 
-    def __init__(self, params, lr: float = 1e-4, betas: tuple[float, float] = (0.95, 0.98),
-                 weight_decay: float = 0.01) -> None:
+    def __init__(
+        self, params, lr: float = 1e-4, betas: tuple[float, float] = (0.95, 0.98), weight_decay: float = 0.01
+    ) -> None:
         if lr < 0.0 or weight_decay < 0.0 or not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"Lion needs lr, weight_decay >= 0 and betas in [0, 1), got {lr}, {weight_decay}, {betas}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))

@@ -67,7 +67,9 @@ def coefficient_schedule(coefficients: str, steps: int) -> tuple[tuple[float, fl
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"ns_steps must be an integer of at least 1, got {steps!r}")
     if coefficients not in COEFFICIENT_SETS:
-        raise ValueError(f"unknown Newton-Schulz coefficients {coefficients!r}; choose one of {sorted(COEFFICIENT_SETS)}")
+        raise ValueError(
+            f"unknown Newton-Schulz coefficients {coefficients!r}; choose one of {sorted(COEFFICIENT_SETS)}"
+        )
     sets = COEFFICIENT_SETS[coefficients]
     if coefficients in FIXED_SCHEDULES and steps != len(sets):
         raise ValueError(f"ns_steps={steps}: {coefficients!r} is a fixed {len(sets)}-step schedule")

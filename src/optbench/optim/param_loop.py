@@ -7,7 +7,9 @@ from collections.abc import Callable, Iterator
 import torch
 
 
-def params_with_grad(optimizer: torch.optim.Optimizer, closure: Callable[[], float] | None) -> Iterator[tuple[dict, torch.Tensor]]:
+def params_with_grad(
+    optimizer: torch.optim.Optimizer, closure: Callable[[], float] | None
+) -> Iterator[tuple[dict, torch.Tensor]]:
     """(group, parameter) of every parameter that has a gradient; a closure is refused, as Emerging-Optimizers refuses it."""
     if closure is not None:
         raise ValueError("closure is not supported (as upstream)")

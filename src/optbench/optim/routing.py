@@ -78,7 +78,9 @@ def embedding_and_output_params(model: nn.Module) -> set[int]:
         module = method() if callable(method) else None
         if module is None and not callable(method):
             # Not a Hugging Face model: the output layer under the attribute name HF or Megatron gives it.
-            module = next((getattr(model, a) for a in fallbacks if isinstance(getattr(model, a, None), nn.Module)), None)
+            module = next(
+                (getattr(model, a) for a in fallbacks if isinstance(getattr(model, a, None), nn.Module)), None
+            )
         if isinstance(module, nn.Module):
             modules.append(module)
     for module in modules:

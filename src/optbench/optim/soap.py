@@ -117,14 +117,18 @@ class SOAP(torch.optim.Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 if p.ndim not in (2, 3):
-                    raise ValueError(f"SOAP takes 2-D matrices (or 3-D stacks of expert matrices), got shape "
-                                     f"{tuple(p.shape)}; route it to AdamW")
+                    raise ValueError(
+                        f"SOAP takes 2-D matrices (or 3-D stacks of expert matrices), got shape "
+                        f"{tuple(p.shape)}; route it to AdamW"
+                    )
 
     def _states(self, p: torch.Tensor) -> list[dict]:
         """One state per matrix: a 3-D stack of experts is that many matrices, as Megatron's separate expert weights."""
         state = self.state[p]
         if not state:
-            state["matrices"] = [self._new_state(p.shape[-2:], p.device) for _ in range(p.shape[0] if p.ndim == 3 else 1)]
+            state["matrices"] = [
+                self._new_state(p.shape[-2:], p.device) for _ in range(p.shape[0] if p.ndim == 3 else 1)
+            ]
         return state["matrices"]
 
     @staticmethod
@@ -174,8 +178,9 @@ class SOAP(torch.optim.Optimizer):
         state["Q_L"], state["Q_R"] = bases
         state["exp_avg"] = project(exp_avg, bases, into=True)
 
-    def _step_matrix(self, p: torch.Tensor, grad: torch.Tensor, state: dict, group: dict, beta1: float,
-                     beta2: float) -> None:
+    def _step_matrix(
+        self, p: torch.Tensor, grad: torch.Tensor, state: dict, group: dict, beta1: float, beta2: float
+    ) -> None:
         t = state["step"] + 1
         beta = group["shampoo_beta"]
         if self.correct_bias:

@@ -20,7 +20,9 @@ MIN_BLOCK_ROWS = 128
 """Below this many rows per block, one plain GEMM is faster than several small ones."""
 
 
-def symmetric_product(x: torch.Tensor, blocks: int = DEFAULT_BLOCKS, min_block_rows: int = MIN_BLOCK_ROWS) -> torch.Tensor:
+def symmetric_product(
+    x: torch.Tensor, blocks: int = DEFAULT_BLOCKS, min_block_rows: int = MIN_BLOCK_ROWS
+) -> torch.Tensor:
     """x @ x^T for a matrix [s, l] or a batch [B, s, l], computing the upper block triangle only."""
     rows = x.size(-2)
     block_rows = max(min_block_rows, -(-rows // blocks))

@@ -31,7 +31,14 @@ from optbench.optim.lion import Lion
 from optbench.releases.versions import release_line
 from optbench.optim.muon import Muon
 from optbench.optim.newton_schulz import coefficient_schedule, resolve_matmul_precision
-from optbench.optim.routing import MUON, ParamRoute, megatron_order, param_groups, qkv_split_shapes_for, route_parameters
+from optbench.optim.routing import (
+    MUON,
+    ParamRoute,
+    megatron_order,
+    param_groups,
+    qkv_split_shapes_for,
+    route_parameters,
+)
 from optbench.optim.tensor_parallel import TP_MODES
 
 STATE_FORMAT = "optbench.optim/1"
@@ -155,7 +162,9 @@ class TrainingOptimizer:
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output; a dict from a different setup is a clear ValueError."""
         if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"not an optbench optimizer state (format {state.get('format')!r}, expected {STATE_FORMAT})")
+            raise ValueError(
+                f"not an optbench optimizer state (format {state.get('format')!r}, expected {STATE_FORMAT})"
+            )
         if state["optimizer"] != self.name:
             raise ValueError(f"optimizer state is for {state['optimizer']!r}, this run uses {self.name!r}")
         if state["layer_wise"] != self._layer_wise_identity():
@@ -188,14 +197,22 @@ def _check_config(cfg: OptimizerConfig) -> None:
         problems.append(Problem("optimizer.name", f"unknown optimizer {cfg.name!r}; choose one of {list(OPTIMIZERS)}"))
     for section in REGISTRY[cfg.name].sections if cfg.name in REGISTRY else ():
         if getattr(cfg, section) is None:
-            problems.append(Problem(f"optimizer.{section}", f"{cfg.name} needs its {section} settings block "
-                                    f"(optimizer={cfg.name} provides it)"))
+            problems.append(
+                Problem(
+                    f"optimizer.{section}",
+                    f"{cfg.name} needs its {section} settings block (optimizer={cfg.name} provides it)",
+                )
+            )
     if cfg.muon_family and cfg.muon is not None:
         m = cfg.muon
         try:
             coefficient_schedule(m.coefficients, m.ns_steps)
         except ValueError as err:
-            field = "optimizer.muon.coefficients" if m.coefficients not in ("quintic", "simple") else "optimizer.muon.ns_steps"
+            field = (
+                "optimizer.muon.coefficients"
+                if m.coefficients not in ("quintic", "simple")
+                else "optimizer.muon.ns_steps"
+            )
             problems.append(Problem(field, str(err)))
         checks = [
             ("scale_mode", m.scale_mode, ("spectral", "shape_scaling", "unit_rms_norm")),
@@ -205,7 +222,9 @@ def _check_config(cfg: OptimizerConfig) -> None:
         ]
         for key, value, allowed in checks:
             if value not in allowed:
-                problems.append(Problem(f"optimizer.muon.{key}", f"unknown value {value!r}; choose one of {list(allowed)}"))
+                problems.append(
+                    Problem(f"optimizer.muon.{key}", f"unknown value {value!r}; choose one of {list(allowed)}")
+                )
     if problems:
         raise UserError(problems)
 
@@ -238,7 +257,10 @@ def build_optimizer(
     if cfg.layer_wise and world > 1:
         muon = cfg.muon
         sharding = LayerWiseSharding.build(
-            routes, dp_group, muon.assignment if muon else "pingpong", ns_steps=muon.ns_steps if muon else 5,
+            routes,
+            dp_group,
+            muon.assignment if muon else "pingpong",
+            ns_steps=muon.ns_steps if muon else 5,
             split_qkv=bool(muon and muon.split_qkv),
         )
     mine = [r for r in routes if sharding is None or sharding.owns(r.param)]
@@ -262,8 +284,19 @@ def build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group, lat
     )
     device = routes[0].param.device
     adaptive = cfg.adaptive_muon
-    cls, extra = (Muon, {}) if adaptive is None else (AdaptiveMuon, dict(
-        moment2_method=adaptive.moment2_method, beta2=adaptive.beta2, eps=adaptive.eps, scale_after_moment2=later))
+    cls, extra = (
+        (Muon, {})
+        if adaptive is None
+        else (
+            AdaptiveMuon,
+            dict(
+                moment2_method=adaptive.moment2_method,
+                beta2=adaptive.beta2,
+                eps=adaptive.eps,
+                scale_after_moment2=later,
+            ),
+        )
+    )
     return cls(
         groups,
         **extra,
@@ -295,5 +328,10 @@ def _build_scalar(routes: Sequence[ParamRoute], cfg: OptimizerConfig) -> torch.o
     if cfg.scalar_optimizer == "lion":
         return Lion(groups, lr=cfg.lr, betas=(cfg.lion_beta1, cfg.lion_beta2), weight_decay=cfg.weight_decay)
     return torch.optim.AdamW(
-        groups, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay, foreach=True
+        groups,
+        lr=cfg.lr,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        eps=cfg.adam_eps,
+        weight_decay=cfg.weight_decay,
+        foreach=True,
     )

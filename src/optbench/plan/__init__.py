@@ -38,7 +38,9 @@ from optbench.resolve import ResolvedRun
 def plan_path(run: RunConfig) -> Path:
     """Where the plan of a recipe is written (the recipe is one plain name: the plan stays in its folder)."""
     if not RECIPE_NAME.fullmatch(run.recipe or ""):
-        raise UserError(Problem("recipe", f"'{clipped(run.recipe, 60)}' is not a recipe name; choose one with RECIPE=<name>"))
+        raise UserError(
+            Problem("recipe", f"'{clipped(run.recipe, 60)}' is not a recipe name; choose one with RECIPE=<name>")
+        )
     return Path(run.results_dir) / "plans" / run.recipe / "plan.json"
 
 
@@ -55,8 +57,13 @@ def compared_optimizers(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = [name for name in names if name not in MATRIX_OPTIMIZERS]
     if unknown:
-        raise UserError(Problem("COMPARE", f"{clipped(unknown[0], 40)!r} is not a matrix optimizer; name any of "
-                                           f"{', '.join(MATRIX_OPTIMIZERS)}, comma-separated"))
+        raise UserError(
+            Problem(
+                "COMPARE",
+                f"{clipped(unknown[0], 40)!r} is not a matrix optimizer; name any of "
+                f"{', '.join(MATRIX_OPTIMIZERS)}, comma-separated",
+            )
+        )
     return tuple(dict.fromkeys(names))
 
 
@@ -65,8 +72,13 @@ def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = (), compare: Se
     projected beside a matrix-optimizer run's AdamW twin, COMPARE; each is one more composition)."""
     run, layout = resolved.run, resolved.layout
     if compare and not run.optimizer.matrix_optimizer:
-        raise UserError(Problem("COMPARE", f"projects matrix optimizers beside a matrix-optimizer run's AdamW twin; "
-                                           f"{run.recipe} trains {run.optimizer.name}: plan a Muon recipe with it"))
+        raise UserError(
+            Problem(
+                "COMPARE",
+                f"projects matrix optimizers beside a matrix-optimizer run's AdamW twin; "
+                f"{run.recipe} trains {run.optimizer.name}: plan a Muon recipe with it",
+            )
+        )
     counts = parameter_counts(run.model)
     return Plan(
         recipe=run.recipe,
@@ -90,8 +102,9 @@ def build_plan(resolved: ResolvedRun, overrides: Sequence[str] = (), compare: Se
         # FLOPs per token/step, Newton-Schulz FLOPs per TP mode, memory per GPU, peaks, implied TFLOP/s.
         accounting=accounting_fields(run, layout, resolved.ns_stats, resolved.ns_flops_total, resolved.memory),
         # Projected step time, TFLOP/s and MFU; for Muon its AdamW twin and the overhead's causes.
-        projection=project(resolved, overrides, counterparts=ComposedCounterparts(), siblings=tuple(compare),
-                           row_runs=COMPOSED_ROWS),
+        projection=project(
+            resolved, overrides, counterparts=ComposedCounterparts(), siblings=tuple(compare), row_runs=COMPOSED_ROWS
+        ),
         config=redact_config(run_config_to_dict(run)),
         # The Bridge recipe function and the overrides the in-container entry point applies.
         bridge=bridge_setup(run) if run.engine == "megatron_bridge" else None,
@@ -141,7 +154,9 @@ def replaced_plan_note(run: RunConfig, plan: Plan) -> str:
 def write_plan(run: RunConfig, plan: Plan) -> Path:
     """Atomically write plan.json (strict JSON, every known secret redacted); returns its path."""
     claim_results(run)
-    return atomic_write_text(plan_path(run), redact_text(dumps_strict(plan.to_json(), indent=2) + "\n", run_secrets(run)))
+    return atomic_write_text(
+        plan_path(run), redact_text(dumps_strict(plan.to_json(), indent=2) + "\n", run_secrets(run))
+    )
 
 
 def _human(n: float, unit: str = "") -> str:
@@ -204,7 +219,11 @@ def format_summary(plan: Plan) -> str:
     lines = [
         f"Plan: {plan.recipe} - {plan.description}".rstrip(" -"),
         # The description is the recipe's own (its GPUs, precision, source): name what the command line changed.
-        *([f"  overrides   {' '.join(plan.overrides)} (on top of the recipe described above)"] if plan.overrides else []),
+        *(
+            [f"  overrides   {' '.join(plan.overrides)} (on top of the recipe described above)"]
+            if plan.overrides
+            else []
+        ),
         f"  engine      {plan.engine} on cluster {plan.cluster} ({plan.executor} executor)",
         _devices_line(plan),
         f"  layout      TP{lay.tp} PP{lay.pp} VPP{lay.vpp} CP{lay.cp} EP{lay.ep} ETP{lay.etp}"
@@ -230,7 +249,11 @@ def format_summary(plan: Plan) -> str:
     data = plan.data
     if data.kind == "indexed":
         missing = data.missing_prefixes
-        here = "all found on this machine" if not missing else f"{len(missing)} of {len(data.prefixes)} NOT found on this machine"
+        here = (
+            "all found on this machine"
+            if not missing
+            else f"{len(missing)} of {len(data.prefixes)} NOT found on this machine"
+        )
         lines.append(f"  data        indexed, {len(data.prefixes)} prefix(es), split {data.split}: {here}")
     preset = plan.bridge.preset if plan.bridge is not None else None
     executed_as = f"{preset['key']}, {preset['container']}" if preset and preset.get("as_executed") else ""
@@ -246,11 +269,15 @@ def format_summary(plan: Plan) -> str:
             f" + {len(bridge.overrides)} overrides (plan.json bridge.overrides)"
         )
         if recipe.hf_config:
-            lines.append(f"  hub config  {recipe.hf_config} config.json, from the hub or a cache mounted at HF_HOME "
-                         "(docs/cluster.md)")
+            lines.append(
+                f"  hub config  {recipe.hf_config} config.json, from the hub or a cache mounted at HF_HOME "
+                "(docs/cluster.md)"
+            )
         lines += unverified_lines(bridge.unverified)
-        lines += [f"  known issue {issue['id']}: {issue['effect']} ({issue['source']}; {issue['evidence']})"
-                  for issue in bridge.known_issues]
+        lines += [
+            f"  known issue {issue['id']}: {issue['effect']} ({issue['source']}; {issue['evidence']})"
+            for issue in bridge.known_issues
+        ]
     lines += format_launch_lines(plan)
     return "\n".join(lines)
 
@@ -270,17 +297,22 @@ def intent_line(bridge: BridgeSetup, optimizer: str = "muon") -> str:
         source += f" - no {label} preset for this model: Adam's, with our {label} settings"
     if intent == "train":
         changes = preset.get("train_changes") or {}
-        checks = ("NaN checks" if changes.get("rerun_state_machine.check_for_nan_in_loss", True)
-                  else "the gradient NaN check (the loss NaN check stays off: full-iteration CUDA graphs require it)")
+        checks = (
+            "NaN checks"
+            if changes.get("rerun_state_machine.check_for_nan_in_loss", True)
+            else "the gradient NaN check (the loss NaN check stays off: full-iteration CUDA graphs require it)"
+        )
         return f"train: {source} with real routing, {checks} and evaluation"
     departures = [d["field"] for d in preset.get("departures", []) if d["field"] != LAUNCHER_FIELD]
     respelled = [d["field"] for d in preset.get("respelled", [])]
     line = f"reproduce: {source}; " + (f"departs in {', '.join(departures)}" if departures else "no departure")
     launcher = next((d for d in preset.get("departures", []) if d["field"] == LAUNCHER_FIELD), None)
     if launcher is not None:
-        line += (f"; NVIDIA's launcher trains {launcher['nvidia']} for this {launcher['ours']} case (its run_script.py "
-                 f"ignores --optimizer_type), so no NVIDIA run is this configuration: this is NVIDIA's own "
-                 f"{launcher['ours']} path")
+        line += (
+            f"; NVIDIA's launcher trains {launcher['nvidia']} for this {launcher['ours']} case (its run_script.py "
+            f"ignores --optimizer_type), so no NVIDIA run is this configuration: this is NVIDIA's own "
+            f"{launcher['ours']} path"
+        )
     if respelled:
         line += f" ({', '.join(respelled)}: NVIDIA's dist_muon as Megatron Core >= 0.18 spells it)"
     return line
@@ -290,12 +322,19 @@ def unverified_lines(unverified: dict | None) -> list[str]:
     """An unchecked container's lines: what the plan assumes, and each public note that applies, with its source."""
     if not unverified:
         return []
-    lines = [f"  release     {unverified['container']} is a release we did not check: planned on "
-             f"{unverified['assumed_from']}'s facts (Megatron Bridge {unverified['bridge']}, Megatron Core "
-             f"{unverified['core']}); the job compares them with the container's own (docs/containers.md)"]
-    notes = unverified["notes"] or [{"container": unverified["container"], "topic": "notes",
-                                     "change": "none of optbench/data/release_notes.csv applies to this model and GPU",
-                                     "source": "optbench/data/release_notes.csv"}]
+    lines = [
+        f"  release     {unverified['container']} is a release we did not check: planned on "
+        f"{unverified['assumed_from']}'s facts (Megatron Bridge {unverified['bridge']}, Megatron Core "
+        f"{unverified['core']}); the job compares them with the container's own (docs/containers.md)"
+    ]
+    notes = unverified["notes"] or [
+        {
+            "container": unverified["container"],
+            "topic": "notes",
+            "change": "none of optbench/data/release_notes.csv applies to this model and GPU",
+            "source": "optbench/data/release_notes.csv",
+        }
+    ]
     lines += [f"              {n['container']} {n['topic']}: {n['change']} ({n['source']})" for n in notes]
     return lines
 

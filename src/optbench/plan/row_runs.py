@@ -68,8 +68,15 @@ def _stated(stated: tuple[tuple[str, int], ...], run: RunConfig) -> list[str]:
     """Overrides for the values a row states (column, value) that ``run`` does not have."""
     lay = derive_layout(run)
     ours = {
-        "tp": lay.tp, "pp": lay.pp, "vpp": lay.vpp, "cp": lay.cp, "ep": lay.ep, "etp": lay.etp,
-        "gbs": run.train.gbs, "mbs": run.train.mbs, "seq_length": run.train.seq_length,
+        "tp": lay.tp,
+        "pp": lay.pp,
+        "vpp": lay.vpp,
+        "cp": lay.cp,
+        "ep": lay.ep,
+        "etp": lay.etp,
+        "gbs": run.train.gbs,
+        "mbs": run.train.mbs,
+        "seq_length": run.train.seq_length,
     }
     out = []
     for column, value in stated:
@@ -81,7 +88,13 @@ def _stated(stated: tuple[tuple[str, int], ...], run: RunConfig) -> list[str]:
 
 @lru_cache(maxsize=256)
 def _row(
-    model: str, optimizer: str, gpu: str, precision: str, release: str, num_gpus: int, no_mtp: bool,
+    model: str,
+    optimizer: str,
+    gpu: str,
+    precision: str,
+    release: str,
+    num_gpus: int,
+    no_mtp: bool,
     stated: tuple[tuple[str, int], ...],
 ) -> tuple[RowConfig | str, ResolvedRun | str]:
     recipe = f"{model}_{'muon' if optimizer == 'muon' else 'adamw'}"

@@ -84,9 +84,16 @@ class Point:
         """The same layout as ``make plan`` overrides (sequence parallelism as :func:`at` sets it: Megatron requires
         it for MoE with TP)."""
         vpp = "null" if self.vpp == 1 else str(self.vpp)
-        return [f"parallel.tp={self.tp}", f"parallel.pp={self.pp}", f"parallel.vpp={vpp}", f"parallel.cp={self.cp}",
-                f"parallel.ep={self.ep}", "parallel.etp=1", f"parallel.sequence_parallel={str(self.tp > 1).lower()}",
-                f"train.mbs={self.mbs}"]
+        return [
+            f"parallel.tp={self.tp}",
+            f"parallel.pp={self.pp}",
+            f"parallel.vpp={vpp}",
+            f"parallel.cp={self.cp}",
+            f"parallel.ep={self.ep}",
+            "parallel.etp=1",
+            f"parallel.sequence_parallel={str(self.tp > 1).lower()}",
+            f"train.mbs={self.mbs}",
+        ]
 
 
 def _powers(limit: int) -> list[int]:
@@ -102,8 +109,13 @@ def fixed_dimensions(text: str) -> frozenset[str]:
     typed = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in typed if name.lower() not in DIMENSIONS]
     if unknown:  # shown as typed (its secrets hidden), never lower-cased: a lower-cased secret would pass redaction
-        raise UserError(Problem("FIX", f"no search dimension '{clipped(unknown[0], 40)}'; fix any of "
-                                f"{', '.join(DIMENSIONS)}, comma-separated (e.g. FIX=ep,mbs): each keeps the composed run's value"))
+        raise UserError(
+            Problem(
+                "FIX",
+                f"no search dimension '{clipped(unknown[0], 40)}'; fix any of "
+                f"{', '.join(DIMENSIONS)}, comma-separated (e.g. FIX=ep,mbs): each keeps the composed run's value",
+            )
+        )
     return frozenset(name.lower() for name in typed)
 
 
@@ -118,8 +130,13 @@ def hbm_share(text: str) -> float | None:
     except ValueError:
         share = float("nan")
     if not 0 < share <= 1:  # also refuses nan and inf
-        raise UserError(Problem("HBM", f"'{clipped(text, 40)}' is not a share of the GPU's memory; give a fraction above 0 and "
-                                "at most 1, e.g. HBM=0.9 keeps layouts whose memory estimate is at most 90 % of HBM"))
+        raise UserError(
+            Problem(
+                "HBM",
+                f"'{clipped(text, 40)}' is not a share of the GPU's memory; give a fraction above 0 and "
+                "at most 1, e.g. HBM=0.9 keeps layouts whose memory estimate is at most 90 % of HBM",
+            )
+        )
     return share
 
 
@@ -189,13 +206,21 @@ def at(run: RunConfig, point: Point) -> RunConfig:
     p = run.parallel
     same_stages = (point.pp, point.vpp) == (p.pp, p.vpp or 1)
     parallel = dataclasses.replace(
-        p, tp=point.tp, pp=point.pp, vpp=None if point.vpp == 1 else point.vpp, cp=point.cp, ep=point.ep, etp=1,
+        p,
+        tp=point.tp,
+        pp=point.pp,
+        vpp=None if point.vpp == 1 else point.vpp,
+        cp=point.cp,
+        ep=point.ep,
+        etp=1,
         pipeline_layout=p.pipeline_layout if same_stages else None,
         sequence_parallel=point.tp > 1,  # Megatron requires it for MoE with TP; it costs nothing here
     )
     moved = dataclasses.replace(run, parallel=parallel, train=dataclasses.replace(run.train, mbs=point.mbs))
     if not same_stages and point.pp * point.vpp > 1:
-        moved = dataclasses.replace(moved, parallel=dataclasses.replace(parallel, pipeline_layout=balanced_layout_for(moved)))
+        moved = dataclasses.replace(
+            moved, parallel=dataclasses.replace(parallel, pipeline_layout=balanced_layout_for(moved))
+        )
     return moved
 
 
@@ -224,8 +249,13 @@ class Scored:
     """Its projection section (no twin, no what-ifs)."""
 
 
-def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
-           fixed: frozenset[str] = frozenset(), max_hbm: float | None = None) -> dict[str, Any]:
+def search(
+    run: RunConfig,
+    adamw: RunConfig | None = None,
+    top: int = 10,
+    fixed: frozenset[str] = frozenset(),
+    max_hbm: float | None = None,
+) -> dict[str, Any]:
     """Every point of ``run``'s space (``fixed``: dimensions held at the run's value) validated and projected; the
     best ``top`` with their AdamW gap. ``max_hbm``: the largest share of HBM a point's memory estimate may take
     (:func:`hbm_share`; None: all of it)."""
@@ -237,7 +267,9 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
     counts = parameter_counts(run.model)
     spec = gpu_catalog().get(run.cluster.gpu)
     if max_hbm is not None and spec is None:
-        raise UserError(Problem("HBM", f"GPU '{run.cluster.gpu}' has no memory size in the GPU registry; leave HBM out"))
+        raise UserError(
+            Problem("HBM", f"GPU '{run.cluster.gpu}' has no memory size in the GPU registry; leave HBM out")
+        )
     own = point_of_run(run)
     forced = dataclasses.replace(run, force=True)  # memory is checked here, so that the run's own layout stays
     previous: ResolvedRun | None = None  # the points come MBS innermost: neighbours place their parameters alike
@@ -285,10 +317,14 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         }
         if adamw is not None:
             try:
-                twin = project(resolve(at(adamw, s.point), like=s.resolved), with_what_ifs=False, row_runs=COMPOSED_ROWS)
+                twin = project(
+                    resolve(at(adamw, s.point), like=s.resolved), with_what_ifs=False, row_runs=COMPOSED_ROWS
+                )
                 if isinstance(twin, ProjectionSection):
                     row["adamw_tflops_per_gpu"] = twin.step.tflops_per_gpu
-                    row["muon_vs_adamw_percent"] = round(100 * (row["tflops_per_gpu"] / twin.step.tflops_per_gpu - 1), 2)
+                    row["muon_vs_adamw_percent"] = round(
+                        100 * (row["tflops_per_gpu"] / twin.step.tflops_per_gpu - 1), 2
+                    )
             except UserError:
                 pass
         rows.append(row)
@@ -312,12 +348,19 @@ def search(run: RunConfig, adamw: RunConfig | None = None, top: int = 10,
         # Every point is projected at the same calibrated efficiency: the absolute figures share its expected error.
         "efficiency": scored[0].projection.efficiency if scored else None,
         "expected_error": expected,
-        "within_expected_error_of_best": sum(within_expected_error(s.projection.step.tflops_per_gpu, best, expected)
-                                             for s in scored),
+        "within_expected_error_of_best": sum(
+            within_expected_error(s.projection.step.tflops_per_gpu, best, expected) for s in scored
+        ),
         "top_stability": top_stability([s.projection.step.tflops_per_gpu for s in scored], error_band_of(expected)),
-        "ranked": [Ranked(rank, s.point, s.projection.step.tflops_per_gpu,
-                          s.resolved.memory.total_gb / spec.hbm_gb if spec is not None else None)
-                   for rank, s in zip(ranks, scored)],
+        "ranked": [
+            Ranked(
+                rank,
+                s.point,
+                s.projection.step.tflops_per_gpu,
+                s.resolved.memory.total_gb / spec.hbm_gb if spec is not None else None,
+            )
+            for rank, s in zip(ranks, scored)
+        ],
         "seconds": round(time.perf_counter() - start, 1),
     }
 
@@ -342,9 +385,12 @@ def nothing_valid(run: RunConfig, result: dict[str, Any]) -> Problem:
     in memory, or what the most common invalid point says (a precision the GPU lacks holds at every layout)."""
     n = run.parallel.num_gpus
     if not result["candidates"]:
-        return Problem("parallel.num_gpus", f"no layout of the search splits train.gbs={run.train.gbs} over {n} GPUs: the "
-                       "data-parallel size, num_gpus / (TP x CP x PP) with each a power of two, must divide the global "
-                       "batch (docs/projection.md section 8); use another GPU count or train.gbs")
+        return Problem(
+            "parallel.num_gpus",
+            f"no layout of the search splits train.gbs={run.train.gbs} over {n} GPUs: the "
+            "data-parallel size, num_gpus / (TP x CP x PP) with each a power of two, must divide the global "
+            "batch (docs/projection.md section 8); use another GPU count or train.gbs",
+        )
     dropped = result["dropped"]
     memory = sum(count for reason, count in dropped.items() if "memory" in reason)
     invalid = {reason: count for reason, count in dropped.items() if reason in result["first_problems"]}
@@ -356,13 +402,21 @@ def nothing_valid(run: RunConfig, result: dict[str, Any]) -> Problem:
         hbm = f" ({spec.hbm_gb:g} GB each)" if spec is not None else ""
         count = result["candidates"]
         limit = "that" if over_share else "it"
-        which = (f"all {count} layouts that split exceed {limit}" if memory == count
-                 else f"{memory} of the {count} layouts exceed {limit}, the other {count - memory} are invalid")
+        which = (
+            f"all {count} layouts that split exceed {limit}"
+            if memory == count
+            else f"{memory} of the {count} layouts exceed {limit}, the other {count - memory} are invalid"
+        )
         if over_share:
-            return Problem("HBM", f"no layout of {run.model.name} on {n} {run.cluster.gpu}{hbm} stays within HBM={share:g} of "
-                           f"its memory: {which}; allow a larger share or use more GPUs")
-        return Problem("parallel.num_gpus", f"no layout of {run.model.name} fits in memory on {n} {run.cluster.gpu}{hbm}: "
-                       f"{which}; use more GPUs")
+            return Problem(
+                "HBM",
+                f"no layout of {run.model.name} on {n} {run.cluster.gpu}{hbm} stays within HBM={share:g} of "
+                f"its memory: {which}; allow a larger share or use more GPUs",
+            )
+        return Problem(
+            "parallel.num_gpus",
+            f"no layout of {run.model.name} fits in memory on {n} {run.cluster.gpu}{hbm}: {which}; use more GPUs",
+        )
     return result["first_problems"][max(invalid, key=lambda reason: invalid[reason])]
 
 

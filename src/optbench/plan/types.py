@@ -25,6 +25,7 @@ from optbench.config.schema import MATRIX_OPTIMIZERS, OptimizerConfig
 from optbench.runs.plan_file import PLAN_VERSION
 from optbench.projection.section import Projection, projection_from_json
 
+
 @dataclass(frozen=True)
 class PlanModel:
     """The model the run trains."""
@@ -174,8 +175,11 @@ class Plan:
         """A plan.json read back (KeyError or TypeError when it is not one this version writes)."""
         lay = data["layout"]
         layout = Layout(
-            world_size=data["world_size"], nodes=data["nodes"], gpus_per_node=data["gpus_per_node"],
-            num_microbatches=data["num_microbatches"], **{key: lay[key] for key in PARALLEL_SIZES},
+            world_size=data["world_size"],
+            nodes=data["nodes"],
+            gpus_per_node=data["gpus_per_node"],
+            num_microbatches=data["num_microbatches"],
+            **{key: lay[key] for key in PARALLEL_SIZES},
         )
         try:
             optimizer = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(OptimizerConfig), data["optimizer"]))
@@ -183,17 +187,34 @@ class Plan:
             raise ValueError(f"optimizer: {err}".splitlines()[0]) from err
         section = data["data"]
         return cls(
-            recipe=data["recipe"], description=data["description"], overrides=tuple(data["overrides"]),
-            engine=data["engine"], intent=data["intent"], cluster=data["cluster"], executor=data["executor"],
-            gpu=data["gpu"], precision=data["precision"], layout=layout,
+            recipe=data["recipe"],
+            description=data["description"],
+            overrides=tuple(data["overrides"]),
+            engine=data["engine"],
+            intent=data["intent"],
+            cluster=data["cluster"],
+            executor=data["executor"],
+            gpu=data["gpu"],
+            precision=data["precision"],
+            layout=layout,
             pipeline_stage_layers=tuple(data["pipeline_stage_layers"]),
             pipeline_layout_balanced=data["pipeline_layout_balanced"],
-            gbs=data["gbs"], mbs=data["mbs"], seq_length=data["seq_length"], model=PlanModel(**data["model"]),
+            gbs=data["gbs"],
+            mbs=data["mbs"],
+            seq_length=data["seq_length"],
+            model=PlanModel(**data["model"]),
             optimizer=optimizer,  # type: ignore[arg-type]
-            data=PlanData(section["kind"], section["seed"], section.get("split"), section.get("tokenizer"),
-                          tuple(section.get("prefixes", ()))),
+            data=PlanData(
+                section["kind"],
+                section["seed"],
+                section.get("split"),
+                section.get("tokenizer"),
+                tuple(section.get("prefixes", ())),
+            ),
             accounting=AccountingSection.from_json(data),
-            projection=projection_from_json(data["projection"]), config=data["config"],
+            projection=projection_from_json(data["projection"]),
+            config=data["config"],
             bridge=BridgeSetup.from_dict(data["bridge"]) if "bridge" in data else None,
-            launch=data.get("launch"), plan_version=data["plan_version"],
+            launch=data.get("launch"),
+            plan_version=data["plan_version"],
         )

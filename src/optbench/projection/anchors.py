@@ -22,15 +22,28 @@ from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 
 ANCHORS = Path("projection") / "anchors.json"
 """Where ``make projection`` writes the solved anchors, under a results folder."""
-FIELDS = ("efficiency", "peak_key", "anchor", "anchor_step_time_s", "anchor_recipe", "anchor_overrides", "anchor_gpu",
-          "anchor_row", "anchor_num_gpus", "anchor_layout", "anchor_container")
+FIELDS = (
+    "efficiency",
+    "peak_key",
+    "anchor",
+    "anchor_step_time_s",
+    "anchor_recipe",
+    "anchor_overrides",
+    "anchor_gpu",
+    "anchor_row",
+    "anchor_num_gpus",
+    "anchor_layout",
+    "anchor_container",
+)
 """The :class:`~optbench.projection.calibration.Calibration` fields a stored anchor carries."""
 
 
 def anchor_record(calibration: Any) -> dict[str, Any]:
     """One solved anchor as anchors.json keeps it (tuples as lists)."""
-    return {name: list(value) if isinstance(value, tuple) else value
-            for name, value in ((n, getattr(calibration, n)) for n in FIELDS)}
+    return {
+        name: list(value) if isinstance(value, tuple) else value
+        for name, value in ((n, getattr(calibration, n)) for n in FIELDS)
+    }
 
 
 def anchors_document(solved: dict[str, Any], gemm_rates: dict[str, float | None]) -> dict[str, Any]:
@@ -40,7 +53,7 @@ def anchors_document(solved: dict[str, Any], gemm_rates: dict[str, float | None]
     other assumptions solves live)."""
     return {
         "about": "every published AdamW row's efficiency, solved at its executed configuration "
-                 "(optbench.projection.anchors): what make plan reads instead of composing its anchor",
+        "(optbench.projection.anchors): what make plan reads instead of composing its anchor",
         "command": "make projection",
         "assumptions": DEFAULT_ASSUMPTIONS.as_dict(),
         "anchors": {row: anchor_record(c) for row, c in sorted(solved.items()) if not isinstance(c, str)},
@@ -65,8 +78,11 @@ def committed_anchors(results_dir: str | None = None) -> dict[str, dict[str, Any
     """The anchors ``make projection`` wrote (row id -> Calibration fields), or {} before the first one, for one
     this version cannot read, or for one solved at other assumptions than today's defaults."""
     anchors = _document(results_dir).get("anchors", {})
-    return {row: {name: tuple(v) if isinstance(v, list) else v for name, v in fields.items()}
-            for row, fields in anchors.items() if isinstance(fields, dict) and set(fields) == set(FIELDS)}
+    return {
+        row: {name: tuple(v) if isinstance(v, list) else v for name, v in fields.items()}
+        for row, fields in anchors.items()
+        if isinstance(fields, dict) and set(fields) == set(FIELDS)
+    }
 
 
 def committed_unsolved(results_dir: str | None = None) -> dict[str, str]:

@@ -76,9 +76,11 @@ def held_out_coverage(errors: Sequence[float], groups: Sequence[Any]) -> dict[st
         widths.append(100 * (high - low) / 2)
     if not inside:
         return {}
-    return {"band_80_coverage": round(sum(inside) / len(inside), 3),
-            "band_80_median_half_width_percent": round(statistics.median(widths), 2),
-            "band_80_rows": len(inside)}
+    return {
+        "band_80_coverage": round(sum(inside) / len(inside), 3),
+        "band_80_median_half_width_percent": round(statistics.median(widths), 2),
+        "band_80_rows": len(inside),
+    }
 
 
 def bootstrap(errors: Sequence[float], setups: Sequence[Any], score: Callable[[list[float]], float]) -> list[float]:
@@ -96,8 +98,9 @@ def bootstrap(errors: Sequence[float], setups: Sequence[Any], score: Callable[[l
     return [round(scores[int(0.05 * (RESAMPLES - 1))], 5), round(scores[int(0.95 * (RESAMPLES - 1))], 5)]
 
 
-def bands_overlap(tflops: float, best: float, band: tuple[float, ...] | None,
-                  best_band: tuple[float, ...] | None = None) -> bool:
+def bands_overlap(
+    tflops: float, best: float, band: tuple[float, ...] | None, best_band: tuple[float, ...] | None = None
+) -> bool:
     """Whether a layout projecting ``tflops`` ties with the best (``best``): the published figures its error band
     ``band`` (low, high signed errors, fractions) allows reach those the best's (``best_band``, else the same band)
     allows, so the model does not resolve their order. With one band (one scheme, one calibrated efficiency) it is
@@ -112,6 +115,11 @@ def bands_overlap(tflops: float, best: float, band: tuple[float, ...] | None,
 def top_stability(tflops: Sequence[float], band: tuple[float, ...] | None, top: int = 3) -> list[int]:
     """For each of the ``top`` best projections (``tflops`` best first): how many of the others its band overlaps,
     i.e. how many layouts could take its place."""
-    return [sum(1 for j, other in enumerate(tflops) if j != i and
-                (bands_overlap(other, value, band) if other <= value else bands_overlap(value, other, band)))
-            for i, value in enumerate(tflops[:top])]
+    return [
+        sum(
+            1
+            for j, other in enumerate(tflops)
+            if j != i and (bands_overlap(other, value, band) if other <= value else bands_overlap(value, other, band))
+        )
+        for i, value in enumerate(tflops[:top])
+    ]

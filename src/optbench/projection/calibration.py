@@ -51,7 +51,13 @@ from optbench.projection.work import gemm_peak
 from optbench.projection.release_drift import same_configuration
 from optbench.projection.row_config import RowRuns, run_layout_key
 from optbench.catalog.published import (
-    PublishedRow, default_published_dir, load_inconsistent, load_published, release_order, row_id)
+    PublishedRow,
+    default_published_dir,
+    load_inconsistent,
+    load_published,
+    release_order,
+    row_id,
+)
 from optbench.resolve import ResolvedRun
 
 
@@ -73,8 +79,11 @@ class Holdout:
 
     def keeps(self, row: PublishedRow) -> bool:
         return (
-            row_id(row) not in self.rows and row.release not in self.releases and row.gpu not in self.gpus
-            and setup_of(row) not in self.setups and row.model not in self.models
+            row_id(row) not in self.rows
+            and row.release not in self.releases
+            and row.gpu not in self.gpus
+            and setup_of(row) not in self.setups
+            and row.model not in self.models
         )
 
 
@@ -150,11 +159,15 @@ class Calibration:
         else:
             status = f"transferred {' '.join(moves)}" if moves else "calibrated"
         return EfficiencyRecord(
-            value=round(self.efficiency, 6), of_peak=self.peak_key,
+            value=round(self.efficiency, 6),
+            of_peak=self.peak_key,
             precision_ratio=self.precision_ratio.as_record() if self.precision_ratio else None,
-            status=status, calibrated_on=self.anchor, anchor_row=self.anchor_row,
+            status=status,
+            calibrated_on=self.anchor,
+            anchor_row=self.anchor_row,
             anchor_step_time_s=round(self.anchor_step_time_s, 4),
-            anchor_config=" ".join([self.anchor_recipe, *self.anchor_overrides]), fitted_to_muon=False,
+            anchor_config=" ".join([self.anchor_recipe, *self.anchor_overrides]),
+            fitted_to_muon=False,
         )
 
 
@@ -188,14 +201,20 @@ def _release_distance(row: PublishedRow, release: str | None, order: list[str]) 
 
 
 def ranked_anchors(
-    model: str, gpu: str, release: str | None, rows: list[PublishedRow], holdout: Holdout = NO_HOLDOUT,
-    precision: str | None = None, inconsistent: Collection[str] = (),
+    model: str,
+    gpu: str,
+    release: str | None,
+    rows: list[PublishedRow],
+    holdout: Holdout = NO_HOLDOUT,
+    precision: str | None = None,
+    inconsistent: Collection[str] = (),
 ) -> list[PublishedRow]:
     """The model's AdamW rows that ``holdout`` keeps, best anchor first (see the module docstring); never a row
     its own setup's other releases contradict (``inconsistent``: row ids, :mod:`optbench.projection.consistency`)."""
     order = sorted({row.release for row in rows} | ({release} if release else set()), key=release_order)
     adamw = [
-        (i, row) for i, row in enumerate(rows)
+        (i, row)
+        for i, row in enumerate(rows)
         if row.model == model and row.optimizer == "adamw" and holdout.keeps(row) and row_id(row) not in inconsistent
     ]
     adamw.sort(
@@ -212,7 +231,11 @@ def ranked_anchors(
 
 
 def _label(row: PublishedRow) -> str:
-    figure = f"{row.tokens_per_s_per_gpu:g} tokens/s/GPU" if row.tokens_per_s_per_gpu else f"{row.model_tflops_per_gpu:g} TFLOP/s/GPU"
+    figure = (
+        f"{row.tokens_per_s_per_gpu:g} tokens/s/GPU"
+        if row.tokens_per_s_per_gpu
+        else f"{row.model_tflops_per_gpu:g} TFLOP/s/GPU"
+    )
     return f"{row.label} {row.model} {row.gpu} x{row.num_gpus} adamw {figure}"
 
 
@@ -257,8 +280,16 @@ def _reads_committed_solutions(published: str, holdout: Holdout, assumptions: As
 
 @lru_cache(maxsize=512)
 def _calibrate(
-    model: str, gpu: str, precision: str, release: str | None, published: str, assumptions: Assumptions, holdout: Holdout,
-    shape: GemmShape | None, expert: ExpertRates | None, row_runs: RowRuns,
+    model: str,
+    gpu: str,
+    precision: str,
+    release: str | None,
+    published: str,
+    assumptions: Assumptions,
+    holdout: Holdout,
+    shape: GemmShape | None,
+    expert: ExpertRates | None,
+    row_runs: RowRuns,
 ) -> Calibration | None:
     """Solved on the best anchor row of the model on its own GPU; without one, from the carried table."""
     rows = load_published(published)
@@ -275,22 +306,34 @@ def _calibrate(
 
 
 def _carried(
-    model: str, gpu: str, release: str | None, published: str, holdout: Holdout, shape: GemmShape | None,
-    expert: ExpertRates | None, row_runs: RowRuns,
+    model: str,
+    gpu: str,
+    release: str | None,
+    published: str,
+    holdout: Holdout,
+    shape: GemmShape | None,
+    expert: ExpertRates | None,
+    row_runs: RowRuns,
 ) -> Calibration | None:
     """The efficiency of the carried table (:mod:`optbench.projection.carried`): the committed one for a plan, one
     refitted without the held-out rows for a validation scheme."""
     table = (committed_table() if _plans_from_committed(published, holdout) else None) or fitted_without(
-        published, holdout, row_runs)
+        published, holdout, row_runs
+    )
     if table is None or release is None:
         return None
     efficiency, how = table.efficiency(model, gpu, release, shape, expert)
     return Calibration(
-        efficiency=efficiency, peak_key=f"{gpu}_fp8",
+        efficiency=efficiency,
+        peak_key=f"{gpu}_fp8",
         anchor=f"the carried table ({len(table.rows)} AdamW rows, {table.parameter_count} parameters; "
-               "results/projection/calibration.json)",
-        anchor_step_time_s=0.0, anchor_recipe="", anchor_overrides=(), anchor_gpu=gpu,
-        carried=tuple(how.items()), mxfp8_expert_rows=table.mxfp8_expert_rows,
+        "results/projection/calibration.json)",
+        anchor_step_time_s=0.0,
+        anchor_recipe="",
+        anchor_overrides=(),
+        anchor_gpu=gpu,
+        carried=tuple(how.items()),
+        mxfp8_expert_rows=table.mxfp8_expert_rows,
     )
 
 
@@ -301,8 +344,12 @@ def _solved(row: PublishedRow, assumptions: Assumptions, row_runs: RowRuns) -> C
 
 
 def calibrate(
-    run: RunConfig, assumptions: Assumptions, published_dir: str | Path | None = None, holdout: Holdout = NO_HOLDOUT,
-    *, row_runs: RowRuns,
+    run: RunConfig,
+    assumptions: Assumptions,
+    published_dir: str | Path | None = None,
+    holdout: Holdout = NO_HOLDOUT,
+    *,
+    row_runs: RowRuns,
 ) -> Calibration | None:
     """The calibrated GEMM efficiency for ``run``'s model (cached), or None when no AdamW anchor fits; ``row_runs``: the
     published rows' runs to solve on where ``make projection`` committed no solution."""
@@ -310,8 +357,16 @@ def calibrate(
     run_peak = gemm_peak(run)[1]
     try:
         calibration = _calibrate(
-            run.model.name, run.cluster.gpu, run.precision.name, _release_of(run), str(directory), assumptions, holdout,
-            gemm_shape(run.model), expert_rates(run.model, run.train.seq_length, gemm_precision(run_peak)), row_runs,
+            run.model.name,
+            run.cluster.gpu,
+            run.precision.name,
+            _release_of(run),
+            str(directory),
+            assumptions,
+            holdout,
+            gemm_shape(run.model),
+            expert_rates(run.model, run.train.seq_length, gemm_precision(run_peak)),
+            row_runs,
         )
     except UserError:
         return None
@@ -320,12 +375,19 @@ def calibrate(
     ratio = _precision_ratio(str(directory), assumptions, holdout, row_runs)
     if ratio is None:
         return calibration
-    return replace(calibration, efficiency=ratio.efficiency_at(calibration.efficiency, run_peak), peak_key=run_peak,
-                   crossed_from=calibration.peak_key, precision_ratio=ratio)
+    return replace(
+        calibration,
+        efficiency=ratio.efficiency_at(calibration.efficiency, run_peak),
+        peak_key=run_peak,
+        crossed_from=calibration.peak_key,
+        precision_ratio=ratio,
+    )
 
 
 @lru_cache(maxsize=64)
-def _precision_ratio(published: str, assumptions: Assumptions, holdout: Holdout, row_runs: RowRuns) -> PrecisionRatio | None:
+def _precision_ratio(
+    published: str, assumptions: Assumptions, holdout: Holdout, row_runs: RowRuns
+) -> PrecisionRatio | None:
     """The BF16/FP8 ratio over the pairs ``holdout`` keeps: a plan's from the rates ``make projection`` committed,
     a validation scheme's (and any other assumptions' or folder's) solved live."""
     stored = committed_gemm_rates() if _reads_committed_solutions(published, holdout, assumptions) else {}

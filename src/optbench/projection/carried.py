@@ -50,7 +50,13 @@ from optbench.projection.expert_rates import ExpertRates
 from optbench.projection.row_config import RowRuns
 from optbench.projection.row_solve import solve_at
 from optbench.catalog.published import (
-    PublishedRow, default_published_dir, load_inconsistent, load_published, release_order, row_id)
+    PublishedRow,
+    default_published_dir,
+    load_inconsistent,
+    load_published,
+    release_order,
+    row_id,
+)
 
 CALIBRATION = Path("projection") / "calibration.json"
 """Where ``make projection`` writes the table, under a results folder."""
@@ -83,8 +89,10 @@ def gemm_shape(model: ModelConfig) -> GemmShape:
     are priced by the step model's small-expert term) and the layer count (a step is a sum over layers)."""
     moe = bool(model.num_moe_experts)
     return (
-        model.hidden_size, (model.moe_ffn_hidden_size or model.ffn_hidden_size) if moe else model.ffn_hidden_size,
-        model.moe_router_topk if moe else 0, model.moe_shared_expert_intermediate_size if moe else 0,
+        model.hidden_size,
+        (model.moe_ffn_hidden_size or model.ffn_hidden_size) if moe else model.ffn_hidden_size,
+        model.moe_router_topk if moe else 0,
+        model.moe_shared_expert_intermediate_size if moe else 0,
         model.multi_latent_attention,
     )
 
@@ -115,8 +123,9 @@ class CarriedTable:
         """Architecture, model (the baseline's is fixed at 0), release (likewise) terms and M0."""
         return len(self.arch) + max(0, len(self.model) - 1) + max(0, len(self.release) - 1) + 1
 
-    def term(self, kind: str, key: str, shape: GemmShape | None = None,
-             expert: ExpertRates | None = None) -> tuple[float, str]:
+    def term(
+        self, kind: str, key: str, shape: GemmShape | None = None, expert: ExpertRates | None = None
+    ) -> tuple[float, str]:
         """(log term, how it was found) for ``key`` of ``kind`` (gpu, model, release); ``shape``: a model's
         :func:`gemm_shape`, ``expert``: its measured expert GEMM rates, read in that order when the model has no term."""
         if kind == "gpu":
@@ -141,12 +150,15 @@ class CarriedTable:
         nearest = earlier[-1] if earlier else known[0]
         return table[nearest], f"as release {nearest}"
 
-    def efficiency(self, model: str, gpu: str, release: str, shape: GemmShape | None = None,
-                   expert: ExpertRates | None = None) -> tuple[float, dict[str, str]]:
+    def efficiency(
+        self, model: str, gpu: str, release: str, shape: GemmShape | None = None, expert: ExpertRates | None = None
+    ) -> tuple[float, dict[str, str]]:
         """The efficiency of ``model`` (of :func:`gemm_shape` ``shape``, measured expert GEMM rates ``expert``) on
         ``gpu`` at ``release``, and how each term was found."""
-        found = {kind: self.term(kind, key, shape, expert)
-                 for kind, key in (("gpu", gpu), ("model", model), ("release", release))}
+        found = {
+            kind: self.term(kind, key, shape, expert)
+            for kind, key in (("gpu", gpu), ("model", model), ("release", release))
+        }
         return math.exp(sum(value for value, _ in found.values())), {kind: how for kind, (_, how) in found.items()}
 
     def as_dict(self) -> dict[str, Any]:
@@ -167,9 +179,18 @@ class CarriedTable:
         def logs(name: str) -> tuple[tuple[str, float], ...]:
             return tuple((k, math.log(float(v))) for k, v in data[name].items())
 
-        shapes = tuple((m, tuple(fields[f] for f in SHAPE_FIELDS)) for m, fields in data.get("model_shapes", {}).items())
-        return cls(logs("arch"), logs("model"), logs("release"), float(data["small_expert_gemm_rows_mxfp8"]),
-                   tuple(data["rows"]), float(data["rms_log_residual"]), shapes)
+        shapes = tuple(
+            (m, tuple(fields[f] for f in SHAPE_FIELDS)) for m, fields in data.get("model_shapes", {}).items()
+        )
+        return cls(
+            logs("arch"),
+            logs("model"),
+            logs("release"),
+            float(data["small_expert_gemm_rows_mxfp8"]),
+            tuple(data["rows"]),
+            float(data["rms_log_residual"]),
+            shapes,
+        )
 
 
 def fit_rows(rows: Sequence[PublishedRow], row_runs: RowRuns, inconsistent: Sequence[str] = ()) -> list[PublishedRow]:
@@ -208,7 +229,7 @@ def _least_squares(rows: Sequence[PublishedRow], effs: Sequence[float]) -> tuple
     target = np.log(np.array(effs))
     coef, *_ = np.linalg.lstsq(design, target, rcond=None)
     residual = target - design @ coef
-    return dict(zip(columns, (float(c) for c in coef))), float(np.sqrt(np.mean(residual ** 2)))
+    return dict(zip(columns, (float(c) for c in coef))), float(np.sqrt(np.mean(residual**2)))
 
 
 def fit_table(
@@ -228,10 +249,13 @@ def fit_table(
         terms, rms = _least_squares([r for r, _ in solved], [e for _, e in solved])
         table = CarriedTable(
             arch=tuple((k, v) for (kind, k), v in terms.items() if kind == "arch"),
-            model=((min(r.model for r, _ in solved), 0.0),) + tuple((k, v) for (kind, k), v in terms.items() if kind == "model"),
+            model=((min(r.model for r, _ in solved), 0.0),)
+            + tuple((k, v) for (kind, k), v in terms.items() if kind == "model"),
             release=((min((r.release for r, _ in solved), key=release_order), 0.0),)
             + tuple((k, v) for (kind, k), v in terms.items() if kind == "release"),
-            mxfp8_expert_rows=m0, rows=tuple(row_id(r) for r, _ in solved), rms_residual=rms,
+            mxfp8_expert_rows=m0,
+            rows=tuple(row_id(r) for r, _ in solved),
+            rms_residual=rms,
             model_shapes=tuple(sorted({(r.model, gemm_shape(row_runs.run(r).run.model)) for r, _ in solved})),
         )
         if best is None or table.rms_residual < best.rms_residual - 1e-12:
@@ -261,7 +285,7 @@ def table_document(table: CarriedTable) -> dict[str, Any]:
     """What ``make projection`` writes to results/projection/calibration.json."""
     return {
         "about": "the calibration carried across setups (optbench.projection.carried; docs/projection.md section 7): "
-                 "what make plan uses for a GPU its model has no published AdamW row on, or a model without rows",
+        "what make plan uses for a GPU its model has no published AdamW row on, or a model without rows",
         "command": "make projection",
         "table": table.as_dict(),
         "published": str(default_published_dir("results") / "published.csv"),

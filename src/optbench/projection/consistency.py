@@ -39,7 +39,9 @@ MIN_WITNESSES = 2
 def _executed(row: PublishedRow, row_runs: RowRuns) -> bool:
     """An AdamW row with a model figure of a release whose NVIDIA preset we executed."""
     config = row_runs.config(row)
-    return row.optimizer == "adamw" and bool(row.model_tflops_per_gpu) and not isinstance(config, str) and config.in_domain
+    return (
+        row.optimizer == "adamw" and bool(row.model_tflops_per_gpu) and not isinstance(config, str) and config.in_domain
+    )
 
 
 def cross_release_errors(rows: list[PublishedRow], row_runs: RowRuns) -> dict[str, list[tuple[str, float]]]:
@@ -52,7 +54,9 @@ def cross_release_errors(rows: list[PublishedRow], row_runs: RowRuns) -> dict[st
         for other in executed:
             if other is row or other.setup != row.setup or other.release == row.release:
                 continue
-            result = projection_error(row, row_runs, Holdout(rows=every - {row_id(other)}))  # ``other``: the one anchor left
+            result = projection_error(
+                row, row_runs, Holdout(rows=every - {row_id(other)})
+            )  # ``other``: the one anchor left
             if "error_percent" in result:
                 errors.append((other.release, result["error_percent"]))
         out[row_id(row)] = errors

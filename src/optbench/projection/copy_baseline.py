@@ -25,7 +25,11 @@ def _gpu_distance(a: str, b: str) -> tuple[bool, bool, bool]:
         return False, False, False
     catalog = gpu_catalog()
     families = system_family(a), system_family(b)
-    return True, None in families or families[0] != families[1], a not in catalog or b not in catalog or catalog[a].arch != catalog[b].arch
+    return (
+        True,
+        None in families or families[0] != families[1],
+        a not in catalog or b not in catalog or catalog[a].arch != catalog[b].arch,
+    )
 
 
 def nearest(
@@ -41,10 +45,23 @@ def nearest(
         index, other = pair
         gap = release_order(other.release), release_order(row.release)
         return (
-            other.optimizer != row.optimizer, other.model != row.model, precision_class(other) != precision_class(row),
-            _gpu_distance(row.gpu, other.gpu), other.num_gpus != row.num_gpus, layout_key(other, row_runs) != own,
-            abs(len([x for x in sorted({r.release for r in rows}, key=release_order) if min(gap) < release_order(x) <= max(gap)])),
-            gap[0] > gap[1], index,
+            other.optimizer != row.optimizer,
+            other.model != row.model,
+            precision_class(other) != precision_class(row),
+            _gpu_distance(row.gpu, other.gpu),
+            other.num_gpus != row.num_gpus,
+            layout_key(other, row_runs) != own,
+            abs(
+                len(
+                    [
+                        x
+                        for x in sorted({r.release for r in rows}, key=release_order)
+                        if min(gap) < release_order(x) <= max(gap)
+                    ]
+                )
+            ),
+            gap[0] > gap[1],
+            index,
         )
 
     return min(candidates, key=distance)[1]

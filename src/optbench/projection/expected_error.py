@@ -42,8 +42,15 @@ CARRIED_SCHEMES = {SCHEME_LABELS[CASE_SCHEMES[case]] for case in ("setup", "gpu"
 """What a plan's expected error names when its efficiency came from the carried table."""
 
 
-def error_case(same_model_gpu: bool, model_has_rows: bool, same_count: bool, same_layout: bool, same_release: bool,
-               same_preset: bool = False, gpu_term: str = "") -> str:
+def error_case(
+    same_model_gpu: bool,
+    model_has_rows: bool,
+    same_count: bool,
+    same_layout: bool,
+    same_release: bool,
+    same_preset: bool = False,
+    gpu_term: str = "",
+) -> str:
     """The case of a projection (:data:`CASE_SCHEMES`, or ``drift``) from how it relates to its anchor (``gpu_term``:
     how the carried table found the GPU's term, for a run whose model has no row on its GPU)."""
     if not model_has_rows:
@@ -94,8 +101,13 @@ def band_record(data: dict, case: str, untested: str | None = None) -> BandRecor
     if not found:
         return None
     scheme, summary = max(found, key=lambda pair: _width(pair[1]["band_80_error_percent"]))
-    return BandRecord(case_class=label, scheme=SCHEME_LABELS[scheme], error_percent=tuple(summary["band_80_error_percent"]),
-                      coverage=summary.get("band_80_coverage"), untested=untested)
+    return BandRecord(
+        case_class=label,
+        scheme=SCHEME_LABELS[scheme],
+        error_percent=tuple(summary["band_80_error_percent"]),
+        coverage=summary.get("band_80_coverage"),
+        untested=untested,
+    )
 
 
 def with_band_tflops(expected: ExpectedError | None, tflops: float) -> ExpectedError | None:
@@ -121,21 +133,37 @@ def expected_error(
         data = _validation(results_dir)
         if case == "drift":
             drift = data["release_drift"]["summary"]["preset_unchanged"]
-            return ExpectedError(scheme="release drift of an unchanged preset", rows=drift["steps"],
-                                 median_abs_error_percent=drift["median_abs_change_percent"],
-                                 max_abs_error_percent=drift["max_abs_change_percent"], source=f"results/{VALIDATION}",
-                                 band=band_record(data, case, untested))
+            return ExpectedError(
+                scheme="release drift of an unchanged preset",
+                rows=drift["steps"],
+                median_abs_error_percent=drift["median_abs_change_percent"],
+                max_abs_error_percent=drift["max_abs_change_percent"],
+                source=f"results/{VALIDATION}",
+                band=band_record(data, case, untested),
+            )
         scheme = CASE_SCHEMES[case]
         name = SCHEME_LABELS[scheme]
         summary = data["summary"][scheme]["all"]
         if not summary.get("rows"):
-            return ExpectedError(measured=False, scheme=name, reason=f"no published row is validated by {name} yet",
-                                 band=band_record(data, case, f"no published row is validated by {name}"))
+            return ExpectedError(
+                measured=False,
+                scheme=name,
+                reason=f"no published row is validated by {name} yet",
+                band=band_record(data, case, f"no published row is validated by {name}"),
+            )
         muon = data["summary"][scheme].get("muon", {})
-        muon_rows = (MuonRowsError(**{key: muon[key] for key in KEYS}, run_optimizer=matrix_optimizer)
-                     if matrix_optimizer and muon.get("rows") else None)
-        return ExpectedError(**{key: summary[key] for key in KEYS}, scheme=name, source=f"results/{VALIDATION}",
-                             muon_rows=muon_rows, band=band_record(data, case, untested))
+        muon_rows = (
+            MuonRowsError(**{key: muon[key] for key in KEYS}, run_optimizer=matrix_optimizer)
+            if matrix_optimizer and muon.get("rows")
+            else None
+        )
+        return ExpectedError(
+            **{key: summary[key] for key in KEYS},
+            scheme=name,
+            source=f"results/{VALIDATION}",
+            muon_rows=muon_rows,
+            band=band_record(data, case, untested),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -160,15 +188,22 @@ def across_precision(pairs: int) -> ExpectedError:
     """What a plan says instead of the out-of-sample error when its efficiency crosses precision (a BF16 run on an
     FP8 anchor), carried at a rate ratio from ``pairs`` published BF16/FP8 pairs (0: as the same fraction of peak):
     no row the out-of-sample figures cover is of that kind."""
-    how = (f"at a BF16/FP8 rate ratio from {pairs} published pair{'' if pairs == 1 else 's'} outside the validated domain"
-           if pairs else "as the same fraction of peak")
+    how = (
+        f"at a BF16/FP8 rate ratio from {pairs} published pair{'' if pairs == 1 else 's'} outside the validated domain"
+        if pairs
+        else "as the same fraction of peak"
+    )
     try:
         band = band_record(_validation(), "model", "the efficiency crosses precision")
         band = replace(band, case_class=UNTESTED_CLASS) if band else None
     except (OSError, ValueError, KeyError, TypeError):
         band = None
-    return ExpectedError(measured=False, reason=f"the efficiency crosses precision {how}; no published row of a release "
-                                                "we run measures that (docs/projection.md section 6)", band=band)
+    return ExpectedError(
+        measured=False,
+        reason=f"the efficiency crosses precision {how}; no published row of a release "
+        "we run measures that (docs/projection.md section 6)",
+        band=band,
+    )
 
 
 def expected_error_cell(expected: ExpectedError | None) -> str:
@@ -186,9 +221,11 @@ def band_text(expected: ExpectedError | None) -> str | None:
         return None
     held = f", which held on {100 * band.coverage:.0f} % of its held-out rows" if band.coverage is not None else ""
     why = f"untested: {band.untested}; the widest held-out band, " if band.untested else ""
-    return (f"80 % band [{band.tflops_per_gpu[0]:.1f}, {band.tflops_per_gpu[1]:.1f}] model TFLOP/s/GPU (class: "
-            f"{band.case_class}; {why}{band.scheme}, errors {band.error_percent[0]:+.1f} to {band.error_percent[1]:+.1f} %"
-            f"{held})")
+    return (
+        f"80 % band [{band.tflops_per_gpu[0]:.1f}, {band.tflops_per_gpu[1]:.1f}] model TFLOP/s/GPU (class: "
+        f"{band.case_class}; {why}{band.scheme}, errors {band.error_percent[0]:+.1f} to {band.error_percent[1]:+.1f} %"
+        f"{held})"
+    )
 
 
 def expected_error_text(expected: ExpectedError | None) -> str:
@@ -199,18 +236,24 @@ def expected_error_text(expected: ExpectedError | None) -> str:
     if expected.measured is False:
         return f"expected error not measured: {expected.reason}"
     if expected.band is not None and expected.band.untested:
-        return (f"expected error untested ({expected.band.untested}): rows that keep it measure median "
-                f"{expected.median_abs_error_percent:.1f} % ({expected.scheme}); the band below is the widest measured")
+        return (
+            f"expected error untested ({expected.band.untested}): rows that keep it measure median "
+            f"{expected.median_abs_error_percent:.1f} % ({expected.scheme}); the band below is the widest measured"
+        )
     if expected.max_abs_error_percent is not None:
-        return (f"expected error: median {expected.median_abs_error_percent:.1f} %, at most "
-                f"{expected.max_abs_error_percent:.1f} % ({expected.scheme}, {expected.rows} release steps; "
-                "make projection)")
+        return (
+            f"expected error: median {expected.median_abs_error_percent:.1f} %, at most "
+            f"{expected.max_abs_error_percent:.1f} % ({expected.scheme}, {expected.rows} release steps; "
+            "make projection)"
+        )
     muon = expected.muon_rows
     of_muon = ""
     if muon:
         whose = "its" if muon.run_optimizer == "muon" else f"no published {muon.run_optimizer} row; the"
-        of_muon = (f"; {whose} {muon.rows} Muon row{'' if muon.rows == 1 else 's'}: median "
-                   f"{muon.median_abs_error_percent:.1f} %, {100 * muon.within_10_percent:.0f} % within 10 %")
+        of_muon = (
+            f"; {whose} {muon.rows} Muon row{'' if muon.rows == 1 else 's'}: median "
+            f"{muon.median_abs_error_percent:.1f} %, {100 * muon.within_10_percent:.0f} % within 10 %"
+        )
     return (
         f"expected error: median {expected.median_abs_error_percent:.1f} %, {100 * expected.within_10_percent:.0f} %"
         f" of rows within 10 % ({expected.scheme}, {expected.rows} published rows{of_muon}; make projection)"

@@ -94,5 +94,10 @@ class ExpertRates:
 def expert_rates(model: ModelConfig, seq_length: int, precision: str) -> ExpertRates:
     """:class:`ExpertRates` of ``model`` at ``seq_length`` in GEMM precision ``precision`` ('bf16' or 'fp8')."""
     gpu, rates = measured_rates()
-    return ExpertRates(model.name, round(routed_share(model, seq_length), 6), precision,
-                       tuple(sorted((m, r) for (m, p), r in rates.items() if p == precision)), gpu)
+    return ExpertRates(
+        model.name,
+        round(routed_share(model, seq_length), 6),
+        precision,
+        tuple(sorted((m, r) for (m, p), r in rates.items() if p == precision)),
+        gpu,
+    )

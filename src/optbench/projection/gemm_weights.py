@@ -97,7 +97,9 @@ def weight_traffic(
         routed = w.expert_flops_per_token * tokens_gpu
         rest = w.flops_per_token * tokens_gpu - routed
         held = max(experts)
-        out.append((WeightTraffic(routed, held * weight, held * grad), WeightTraffic(rest, dense * weight, dense * grad)))
+        out.append(
+            (WeightTraffic(routed, held * weight, held * grad), WeightTraffic(rest, dense * weight, dense * grad))
+        )
     return tuple(out)
 
 

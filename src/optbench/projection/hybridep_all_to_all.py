@@ -52,12 +52,24 @@ class Measured(NamedTuple):
 @lru_cache(maxsize=1)
 def measurements() -> tuple[Measured, ...]:
     """Every row of data/hybridep_all_to_all.csv."""
-    columns = {"nvlink_generation": whole(1, 20), "system": TEXT, "ranks": whole(2, 100_000), "sms": whole(1, 1024),
-               "dispatch_bf16_kernel_gb_s": number(0.1, 100_000), "combine_kernel_gb_s": number(0.1, 100_000),
-               "source": TEXT}
+    columns = {
+        "nvlink_generation": whole(1, 20),
+        "system": TEXT,
+        "ranks": whole(2, 100_000),
+        "sms": whole(1, 1024),
+        "dispatch_bf16_kernel_gb_s": number(0.1, 100_000),
+        "combine_kernel_gb_s": number(0.1, 100_000),
+        "source": TEXT,
+    }
     return tuple(
-        Measured(r["nvlink_generation"], r["system"], r["ranks"], r["sms"],
-                 (r["dispatch_bf16_kernel_gb_s"] + r["combine_kernel_gb_s"]) / 2 * GB, r["source"])
+        Measured(
+            r["nvlink_generation"],
+            r["system"],
+            r["ranks"],
+            r["sms"],
+            (r["dispatch_bf16_kernel_gb_s"] + r["combine_kernel_gb_s"]) / 2 * GB,
+            r["source"],
+        )
         for r in read_table("hybridep_all_to_all.csv", columns)
     )
 
@@ -77,6 +89,8 @@ def price_against_measurement(net: Interconnect) -> str:
     if not rates:
         return f"{priced} (HybridEP not measured on NVLink {net.nvlink_generation})"
     (few, at_few), (most, at_most) = min(rates.items()), max(rates.items())
-    return (f"{priced}, above HybridEP's published kernel rate ({at_few / GB:.0f} GB/s among {few} GPUs, {at_most / GB:.0f}"
-            f" among {most}: src/optbench/data/hybridep_all_to_all.csv), which fits the published rows worse"
-            " (docs/projection.md section 8)")
+    return (
+        f"{priced}, above HybridEP's published kernel rate ({at_few / GB:.0f} GB/s among {few} GPUs, {at_most / GB:.0f}"
+        f" among {most}: src/optbench/data/hybridep_all_to_all.csv), which fits the published rows worse"
+        " (docs/projection.md section 8)"
+    )

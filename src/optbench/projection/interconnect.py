@@ -98,11 +98,22 @@ class Interconnect:
 
 
 INTERCONNECT_COLUMNS = {
-    "gpu": TEXT, "system": TEXT, "nvlink_generation": whole(1, 20), "nvlink_gb_s_per_direction": number(1, 100_000),
-    "nvlink_domain_gpus": whole(1, 100_000), "aligned_block_gpus": whole(1, 100_000),
-    "nic": TEXT, "network_gb_s_per_gpu": number(0.1, 100_000), "hbm_tb_s": number(0.1, 1000),
-    "nvlink_efficiency": number(0.01, 1), "network_efficiency": number(0.01, 1), "hbm_efficiency": number(0.01, 1),
-    "source_nvlink": TEXT, "source_network": TEXT, "source_hbm": TEXT, "confidence": TEXT,
+    "gpu": TEXT,
+    "system": TEXT,
+    "nvlink_generation": whole(1, 20),
+    "nvlink_gb_s_per_direction": number(1, 100_000),
+    "nvlink_domain_gpus": whole(1, 100_000),
+    "aligned_block_gpus": whole(1, 100_000),
+    "nic": TEXT,
+    "network_gb_s_per_gpu": number(0.1, 100_000),
+    "hbm_tb_s": number(0.1, 1000),
+    "nvlink_efficiency": number(0.01, 1),
+    "network_efficiency": number(0.01, 1),
+    "hbm_efficiency": number(0.01, 1),
+    "source_nvlink": TEXT,
+    "source_network": TEXT,
+    "source_hbm": TEXT,
+    "confidence": TEXT,
 }
 """data/interconnect.csv's columns and their domains."""
 

@@ -42,12 +42,27 @@ class Measured(NamedTuple):
 @lru_cache(maxsize=1)
 def measurements() -> tuple[Measured, ...]:
     """Every row of data/nccl_all_to_all.csv."""
-    columns = {"nvlink_generation": whole(1, 20), "nvlink_gb_s_per_direction": number(1, 100_000),
-               "network_gb_s_per_gpu": number(0.1, 100_000), "nodes": whole(1, 100_000), "gpus": whole(2, 1_000_000),
-               "bytes_per_gpu": whole(1, 2**50), "busbw_gb_s": number(0.1, 100_000), "source": TEXT}
+    columns = {
+        "nvlink_generation": whole(1, 20),
+        "nvlink_gb_s_per_direction": number(1, 100_000),
+        "network_gb_s_per_gpu": number(0.1, 100_000),
+        "nodes": whole(1, 100_000),
+        "gpus": whole(2, 1_000_000),
+        "bytes_per_gpu": whole(1, 2**50),
+        "busbw_gb_s": number(0.1, 100_000),
+        "source": TEXT,
+    }
     return tuple(
-        Measured(r["nvlink_generation"], r["nvlink_gb_s_per_direction"] * GB, r["network_gb_s_per_gpu"] * GB, r["nodes"],
-                 r["gpus"], r["bytes_per_gpu"], r["busbw_gb_s"] * GB, r["source"])
+        Measured(
+            r["nvlink_generation"],
+            r["nvlink_gb_s_per_direction"] * GB,
+            r["network_gb_s_per_gpu"] * GB,
+            r["nodes"],
+            r["gpus"],
+            r["bytes_per_gpu"],
+            r["busbw_gb_s"] * GB,
+            r["source"],
+        )
         for r in read_table("nccl_all_to_all.csv", columns)
     )
 
@@ -60,8 +75,9 @@ def measured_on(net: Interconnect) -> bool:
 def nvlink_rate(net: Interconnect, members: int) -> float:
     """Bytes/s per GPU an NCCL all-to-all moves over NVLink among ``members`` GPUs of one domain: the one-node
     measurement of the largest group not above ``members``, else the ring collectives' achievable rate."""
-    measured = [m for m in measurements() if m.nodes == 1 and m.nvlink_generation == net.nvlink_generation
-                and m.gpus <= members]
+    measured = [
+        m for m in measurements() if m.nodes == 1 and m.nvlink_generation == net.nvlink_generation and m.gpus <= members
+    ]
     if not measured:
         return net.nvlink_effective
     return max(measured, key=lambda m: m.gpus).busbw_bytes_per_s

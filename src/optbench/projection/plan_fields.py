@@ -38,8 +38,10 @@ def _sibling_text(sibling: SiblingProjection) -> str:
     label = OPTIMIZER_LABELS[sibling.optimizer]
     if not sibling.available:
         return f"{label} refused ({sibling.reason})"
-    return (f"{label} {sibling.tflops_per_gpu_change_percent:+.2f} % (optimizer state {sibling.optimizer_state_gb:.1f} GB"
-            f", {sibling.memory_gb:.1f} GB in all)")
+    return (
+        f"{label} {sibling.tflops_per_gpu_change_percent:+.2f} % (optimizer state {sibling.optimizer_state_gb:.1f} GB"
+        f", {sibling.memory_gb:.1f} GB in all)"
+    )
 
 
 def projection_summary_lines(p: Projection, name: str) -> list[str]:
@@ -48,14 +50,17 @@ def projection_summary_lines(p: Projection, name: str) -> list[str]:
         return [f"  projection  none: {p.reason}"]
     eff, step = p.efficiency, p.step
     flops = MATRIX_FLOPS_LABELS.get(name, "NS")
-    ns = f" + {step.ns_tflops_per_gpu:.1f} {flops} = {step.tflops_per_gpu_with_ns:.1f}" if p.adamw_twin is not None else ""
+    ns = (
+        f" + {step.ns_tflops_per_gpu:.1f} {flops} = {step.tflops_per_gpu_with_ns:.1f}"
+        if p.adamw_twin is not None
+        else ""
+    )
     lines = [
         f"  projection  step {step.step_time_s:.2f} s: {step.tflops_per_gpu:.1f} model{ns} TFLOP/s/GPU; MFU {_mfu(step.mfu)}",
         f"              GEMM efficiency {eff.value:.3f} of {eff.of_peak} ({eff.status} on {eff.calibrated_on})",
         f"              {expected_error_text(p.expected_error)}",
         *([f"              {band}"] if (band := band_text(p.expected_error)) else []),
-        "  breakdown   "
-        + ", ".join(f"{SHORT_NAMES[k]} {_ms_or_s(v)}" for k, v in p.breakdown_s.items() if v > 0),
+        "  breakdown   " + ", ".join(f"{SHORT_NAMES[k]} {_ms_or_s(v)}" for k, v in p.breakdown_s.items() if v > 0),
     ]
     twin, overhead = p.twin, p.muon_overhead
     if twin is not None and overhead is not None:
@@ -67,18 +72,24 @@ def projection_summary_lines(p: Projection, name: str) -> list[str]:
             f" {OPTIMIZER_LABELS[name]} {overhead.tflops_per_gpu_change_percent:+.2f} %, +{_ms_or_s(overhead.total_s)} = {parts}"
         )
         if overhead.twin_differs_in:
-            lines.append(f"              (the twin also differs in {', '.join(overhead.twin_differs_in)}: counted in 'other')")
+            lines.append(
+                f"              (the twin also differs in {', '.join(overhead.twin_differs_in)}: counted in 'other')"
+            )
         measured = overhead.at_measured_op_overhead
         if measured:
             (low, high), (at_low, at_high) = measured.us_per_op, measured.tflops_per_gpu_change_percent
-            lines.append(f"              launch-bound: at the {low:g}-{high:g} us per eager op measured for upstream Muon "
-                         f"({measured.measured_on.removeprefix('the ')}; assumed {measured.assumed_us_per_op:g} us) "
-                         f"it would be {at_low:+.2f} to {at_high:+.2f} %")
+            lines.append(
+                f"              launch-bound: at the {low:g}-{high:g} us per eager op measured for upstream Muon "
+                f"({measured.measured_on.removeprefix('the ')}; assumed {measured.assumed_us_per_op:g} us) "
+                f"it would be {at_low:+.2f} to {at_high:+.2f} %"
+            )
     elif isinstance(p.adamw_twin, Unavailable):
         lines.append(f"  vs AdamW    {p.adamw_twin.reason}")
     if p.optimizers:
-        lines.append("  optimizers  model TFLOP/s/GPU vs the AdamW twin, each as its recipe configures it: "
-                     + "; ".join(_sibling_text(s) for s in p.optimizers))
+        lines.append(
+            "  optimizers  model TFLOP/s/GPU vs the AdamW twin, each as its recipe configures it: "
+            + "; ".join(_sibling_text(s) for s in p.optimizers)
+        )
     for row in p.compared_with_published:
         lines.append(
             f"  published   {row.published}: {row.published_model_tflops_per_gpu:g} model TFLOP/s/GPU;"

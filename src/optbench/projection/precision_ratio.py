@@ -50,7 +50,9 @@ class PrecisionRatio:
 
     def as_record(self) -> RateRatio:
         """plan.json's ``efficiency.precision_ratio``."""
-        return RateRatio(round(self.value, 4), tuple(RatePair(bf16, fp8, round(ratio, 4)) for bf16, fp8, ratio in self.pairs))
+        return RateRatio(
+            round(self.value, 4), tuple(RatePair(bf16, fp8, round(ratio, 4)) for bf16, fp8, ratio in self.pairs)
+        )
 
     def efficiency_at(self, efficiency: float, run_peak_key: str) -> float:
         """An anchor's efficiency (fraction of the other precision's peak) as a fraction of ``run_peak_key``."""
@@ -63,12 +65,18 @@ class PrecisionRatio:
 
 def pairs(rows: list[PublishedRow]) -> list[tuple[PublishedRow, PublishedRow]]:
     """(BF16 row, FP8 row) of every setup NVIDIA published in both precisions (AdamW, same source and release)."""
+
     def setup(row: PublishedRow) -> tuple:
         return (row.source, row.release, row.model, row.gpu, row.num_gpus)
 
     adamw = [row for row in rows if row.optimizer == "adamw"]
-    return [(bf16, fp8) for bf16 in adamw if bf16.precision == "bf16"
-            for fp8 in adamw if "fp8" in fp8.precision and setup(fp8) == setup(bf16)]
+    return [
+        (bf16, fp8)
+        for bf16 in adamw
+        if bf16.precision == "bf16"
+        for fp8 in adamw
+        if "fp8" in fp8.precision and setup(fp8) == setup(bf16)
+    ]
 
 
 def pair_rows(rows: list[PublishedRow]) -> list[PublishedRow]:
@@ -86,7 +94,9 @@ def live_rate(row: PublishedRow, assumptions: Assumptions, row_runs: RowRuns) ->
 
 
 def precision_ratio(
-    rows: list[PublishedRow], row_name: Callable[[PublishedRow], str], keeps: Callable[[PublishedRow], bool],
+    rows: list[PublishedRow],
+    row_name: Callable[[PublishedRow], str],
+    keeps: Callable[[PublishedRow], bool],
     rate: Callable[[PublishedRow], float | None],
 ) -> PrecisionRatio | None:
     """The ratio over the pairs whose two rows ``keeps`` keeps (``row_name``: a row's name; ``rate``: a row's

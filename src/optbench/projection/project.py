@@ -21,7 +21,11 @@ from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, EAGER_OP_OVERHE
 from optbench.projection.calibration import NO_HOLDOUT, Calibration, Holdout, calibrate
 from optbench.projection.counterparts import Counterparts
 from optbench.projection.expected_error import (
-    UNVERIFIED_CLASS, across_precision, error_case, expected_error, with_band_tflops,
+    UNVERIFIED_CLASS,
+    across_precision,
+    error_case,
+    expected_error,
+    with_band_tflops,
 )
 from optbench.releases import presets
 from optbench.releases.versions import container_of
@@ -29,7 +33,14 @@ from optbench.releases.versions import runnable as runnable_containers
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.row_config import RowRuns, run_layout_key
 from optbench.projection.section import (
-    ExpectedError, MatrixOverhead, OpOverheadRange, Projection, ProjectionSection, PublishedComparison, TwinProjection, Unavailable,
+    ExpectedError,
+    MatrixOverhead,
+    OpOverheadRange,
+    Projection,
+    ProjectionSection,
+    PublishedComparison,
+    TwinProjection,
+    Unavailable,
 )
 from optbench.projection.siblings import side_by_side
 from optbench.projection.step_model import StepBreakdown, evaluate
@@ -54,8 +65,14 @@ def _compared(resolved: ResolvedRun, projected_tflops: float) -> tuple[Published
     for row in matching_published_rows(resolved.run, resolved.layout):
         if not row.model_tflops_per_gpu or row.release != release:
             continue
-        out.append(PublishedComparison(row.label, row.model_tflops_per_gpu, round(projected_tflops, 2),
-                                       round(100 * (projected_tflops / row.model_tflops_per_gpu - 1), 2)))
+        out.append(
+            PublishedComparison(
+                row.label,
+                row.model_tflops_per_gpu,
+                round(projected_tflops, 2),
+                round(100 * (projected_tflops / row.model_tflops_per_gpu - 1), 2),
+            )
+        )
     return tuple(out)
 
 
@@ -69,7 +86,12 @@ def _differences(resolved: ResolvedRun, twin: ResolvedRun) -> list[str]:
 
 
 def _twin_section(
-    resolved: ResolvedRun, overrides: Sequence[str], net, a: Assumptions, calibration: Calibration, muon: StepBreakdown,
+    resolved: ResolvedRun,
+    overrides: Sequence[str],
+    net,
+    a: Assumptions,
+    calibration: Calibration,
+    muon: StepBreakdown,
     counterparts: Counterparts,
 ) -> tuple[TwinProjection | Unavailable, MatrixOverhead | None]:
     run = resolved.run
@@ -87,8 +109,11 @@ def _twin_section(
     if twin_net is None:
         return Unavailable(reason=f"no interconnect figures for the twin's gpu {twin.run.cluster.gpu!r}"), None
     adamw = evaluate(build_inputs(twin, twin_net, a), calibration.efficiency, a.backward_share)
-    section = TwinProjection(recipe=" ".join([recipe, *recorded_overrides(kept)]), step=_step(twin, adamw),
-                             breakdown_s=adamw.as_dict()["parts_s"])
+    section = TwinProjection(
+        recipe=" ".join([recipe, *recorded_overrides(kept)]),
+        step=_step(twin, adamw),
+        breakdown_s=adamw.as_dict()["parts_s"],
+    )
     parts = decompose(muon, adamw)
     muon_tflops = step_throughput(run, muon.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu
     twin_tflops = section.step.tflops_per_gpu
@@ -100,12 +125,15 @@ def _twin_section(
         parts_s={k: round(v, 5) for k, v in parts.items()},
         tflops_per_gpu_change=round(muon_tflops - twin_tflops, 2),
         tflops_per_gpu_change_percent=round(100 * (muon_tflops / twin_tflops - 1), 2),
-        at_measured_op_overhead=_at_measured_op_overhead(resolved, net, a, calibration, twin_tflops) if launch_bound else None,
+        at_measured_op_overhead=_at_measured_op_overhead(resolved, net, a, calibration, twin_tflops)
+        if launch_bound
+        else None,
     )
 
 
-def _at_measured_op_overhead(resolved: ResolvedRun, net, a: Assumptions, calibration: Calibration,
-                             twin_tflops: float) -> OpOverheadRange:
+def _at_measured_op_overhead(
+    resolved: ResolvedRun, net, a: Assumptions, calibration: Calibration, twin_tflops: float
+) -> OpOverheadRange:
     """The run's change vs its twin at each end of the host time per eager op measured for upstream Muon: the
     a-priori constant is what a launch-bound projection rests on."""
     changes = []
@@ -114,8 +142,12 @@ def _at_measured_op_overhead(resolved: ResolvedRun, net, a: Assumptions, calibra
         step = evaluate(build_inputs(resolved, net, at), calibration.efficiency, at.backward_share).total_s
         tflops = step_throughput(resolved.run, step, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu
         changes.append(round(100 * (tflops / twin_tflops - 1), 2))
-    return OpOverheadRange(tuple(round(s * 1e6, 1) for s in a.eager_op_overhead_measured_s), EAGER_OP_OVERHEAD_MEASURED_ON,
-                           round(a.eager_op_overhead_s * 1e6, 1), tuple(changes))
+    return OpOverheadRange(
+        tuple(round(s * 1e6, 1) for s in a.eager_op_overhead_measured_s),
+        EAGER_OP_OVERHEAD_MEASURED_ON,
+        round(a.eager_op_overhead_s * 1e6, 1),
+        tuple(changes),
+    )
 
 
 def _error_case(resolved: ResolvedRun, calibration: Calibration) -> str:
@@ -124,16 +156,24 @@ def _error_case(resolved: ResolvedRun, calibration: Calibration) -> str:
     if calibration.is_carried or not calibration.anchor_num_gpus:
         carried = dict(calibration.carried)
         return error_case(False, carried.get("model") == "fitted", False, False, False, gpu_term=carried.get("gpu", ""))
-    return error_case(True, True, calibration.anchor_num_gpus == run.parallel.num_gpus,
-                      calibration.anchor_layout == run_layout_key(resolved), calibration.anchor_container == run.cluster.container,
-                      calibration.same_preset)
+    return error_case(
+        True,
+        True,
+        calibration.anchor_num_gpus == run.parallel.num_gpus,
+        calibration.anchor_layout == run_layout_key(resolved),
+        calibration.anchor_container == run.cluster.container,
+        calibration.same_preset,
+    )
 
 
 def _unverified(resolved: ResolvedRun) -> str | None:
     """Why a run of a container newer than the newest checked one is untested (None for a checked container)."""
     container = container_of(resolved.run)
-    return (f"{container.name} is a release we did not check, planned on {container.assumed_from}'s facts"
-            if container.assumed_from else None)
+    return (
+        f"{container.name} is a release we did not check, planned on {container.assumed_from}'s facts"
+        if container.assumed_from
+        else None
+    )
 
 
 def _expected_error(resolved: ResolvedRun, calibration: Calibration, gemm_peak_key: str) -> ExpectedError | None:
@@ -143,8 +183,11 @@ def _expected_error(resolved: ResolvedRun, calibration: Calibration, gemm_peak_k
     if calibration.across_precision(gemm_peak_key):
         return across_precision(len(calibration.precision_ratio.pairs) if calibration.precision_ratio else 0)
     run, case, unverified = resolved.run, _error_case(resolved, calibration), _unverified(resolved)
-    expected = expected_error(case, untested=unverified or _untested(resolved, case),
-                              matrix_optimizer=run.optimizer.name if run.optimizer.matrix_optimizer else None)
+    expected = expected_error(
+        case,
+        untested=unverified or _untested(resolved, case),
+        matrix_optimizer=run.optimizer.name if run.optimizer.matrix_optimizer else None,
+    )
     if unverified and expected is not None and expected.band is not None:
         expected = replace(expected, band=replace(expected.band, case_class=UNVERIFIED_CLASS))
     return expected
@@ -180,8 +223,11 @@ def _tested_knobs() -> dict[str, Any] | None:
             runnable = {container.name for container in runnable_containers()}
             # Only rows the validation scores in its domain test a knob: a catalog model's rows are data, and a
             # release without an executed preset (25.11) is projected at its stated layout but outside the domain.
-            rows = [row for row in load_published(directory)
-                    if row.model in model_registry() and data_only_reason(row) is None and f"nemo:{row.release}" in runnable]
+            rows = [
+                row
+                for row in load_published(directory)
+                if row.model in model_registry() and data_only_reason(row) is None and f"nemo:{row.release}" in runnable
+            ]
             counts: dict[tuple[str, str], set[int]] = {}
             for row in rows:
                 counts.setdefault((row.model, row.gpu), set()).add(row.num_gpus)
@@ -216,18 +262,24 @@ def project(
     the published rows' runs the calibration solves on where ``make projection`` committed no solution)."""
     run = resolved.run
     if run.engine == "local":
-        return Unavailable(reason="engine=local runs small proxies on this machine and measures itself; no projection needed")
+        return Unavailable(
+            reason="engine=local runs small proxies on this machine and measures itself; no projection needed"
+        )
     net = interconnect_for(run.cluster.gpu, run.cluster.nvlink_domain_size)
     if net is None:
-        return Unavailable(reason=f"no interconnect figures for gpu {run.cluster.gpu!r} in optbench/data/interconnect.csv")
+        return Unavailable(
+            reason=f"no interconnect figures for gpu {run.cluster.gpu!r} in optbench/data/interconnect.csv"
+        )
     if (unpriced := presets.unpriced_setting(run)) is not None:
         return Unavailable(reason=unpriced)
     calibration = calibrate(run, assumptions, published_dir, holdout, row_runs=row_runs)
     if calibration is None:
-        return Unavailable(reason=(
-            f"not calibrated: no published AdamW figure of model {run.model.name!r} that a recipe reproduces"
-            " (results/published/published.csv); the model has no efficiency to project with"
-        ))
+        return Unavailable(
+            reason=(
+                f"not calibrated: no published AdamW figure of model {run.model.name!r} that a recipe reproduces"
+                " (results/published/published.csv); the model has no efficiency to project with"
+            )
+        )
     if calibration.mxfp8_expert_rows is not None:  # evaluate at the M0 the carried table's efficiencies belong to
         assumptions = replace(assumptions, small_expert_gemm_rows_mxfp8=calibration.mxfp8_expert_rows)
     eff = calibration.efficiency
@@ -235,8 +287,11 @@ def project(
     breakdown = evaluate(inputs, eff, assumptions.backward_share)
     detail = breakdown.as_dict()
     step = _step(resolved, breakdown)
-    twin, overhead = (_twin_section(resolved, overrides, net, assumptions, calibration, breakdown, counterparts)
-                      if run.optimizer.matrix_optimizer and counterparts is not None else (None, None))
+    twin, overhead = (
+        _twin_section(resolved, overrides, net, assumptions, calibration, breakdown, counterparts)
+        if run.optimizer.matrix_optimizer and counterparts is not None
+        else (None, None)
+    )
     return ProjectionSection(
         model=f"first-principles step-time model, one calibrated GEMM efficiency ({MODEL_DOC})",
         step=step,
@@ -248,13 +303,25 @@ def project(
         optimizer_mean_s=detail["optimizer_mean_s"],
         interconnect=net.as_dict(),
         assumptions=assumptions.as_dict(),
-        expected_error=with_band_tflops(_expected_error(resolved, calibration, inputs.gemm_peak_key), step.tflops_per_gpu),
-        compared_with_published=_compared(resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu),
+        expected_error=with_band_tflops(
+            _expected_error(resolved, calibration, inputs.gemm_peak_key), step.tflops_per_gpu
+        ),
+        compared_with_published=_compared(
+            resolved, step_throughput(run, breakdown.total_s, ns_flops_total=resolved.ns_flops_total).tflops_per_gpu
+        ),
         adamw_twin=twin,
         muon_overhead=overhead,
-        optimizers=(side_by_side(resolved, overrides, net, assumptions, calibration, step, overhead, twin, siblings,
-                                 counterparts) if overhead is not None and siblings else None),
+        optimizers=(
+            side_by_side(
+                resolved, overrides, net, assumptions, calibration, step, overhead, twin, siblings, counterparts
+            )
+            if overhead is not None and siblings
+            else None
+        ),
         # the what-ifs are Muon's (SYRK, NS-cost balancing)
-        what_if=(what_ifs(resolved, net, assumptions, eff, inputs, breakdown.total_s)
-                 if twin is not None and with_what_ifs and run.optimizer.muon_family else None),
+        what_if=(
+            what_ifs(resolved, net, assumptions, eff, inputs, breakdown.total_s)
+            if twin is not None and with_what_ifs and run.optimizer.muon_family
+            else None
+        ),
     )

@@ -20,7 +20,10 @@ from optbench.catalog.published import PublishedRow
 
 
 def projection_error(
-    row: PublishedRow, row_runs: RowRuns, holdout: Holdout = NO_HOLDOUT, assumptions: Assumptions = DEFAULT_ASSUMPTIONS,
+    row: PublishedRow,
+    row_runs: RowRuns,
+    holdout: Holdout = NO_HOLDOUT,
+    assumptions: Assumptions = DEFAULT_ASSUMPTIONS,
     with_expected_error: bool = False,
 ) -> dict[str, Any]:
     """{'tflops', 'error_percent', 'anchor', 'anchor_itself', 'command', 'in_domain'} or {'reason'} for one
@@ -32,7 +35,9 @@ def projection_error(
     if isinstance(config, str) or isinstance(resolved, str):
         return {"reason": str(config if isinstance(config, str) else resolved)}
     try:
-        section = project(resolved, config.overrides, assumptions, with_what_ifs=False, holdout=holdout, row_runs=row_runs)
+        section = project(
+            resolved, config.overrides, assumptions, with_what_ifs=False, holdout=holdout, row_runs=row_runs
+        )
     except UserError as err:
         return {"reason": err.lines()[0].removeprefix("error: ")}
     if not isinstance(section, ProjectionSection):

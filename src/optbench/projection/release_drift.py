@@ -56,13 +56,16 @@ def _steps(rows: list[PublishedRow]) -> list[dict[str, Any]]:
             executed_configuration(f"nemo:{row.release}", key) is None for row in (before, after)
         ):
             continue
-        steps.append({
-            "setup": f"{before.model} {before.gpu} x{before.num_gpus} {before.precision} ({before.source})",
-            "from": before.release, "to": after.release,
-            "tflops": [before.model_tflops_per_gpu, after.model_tflops_per_gpu],
-            "change_percent": round(100 * (after.model_tflops_per_gpu / before.model_tflops_per_gpu - 1), 2),
-            "same_preset": same_configuration(before, after.release),
-        })
+        steps.append(
+            {
+                "setup": f"{before.model} {before.gpu} x{before.num_gpus} {before.precision} ({before.source})",
+                "from": before.release,
+                "to": after.release,
+                "tflops": [before.model_tflops_per_gpu, after.model_tflops_per_gpu],
+                "change_percent": round(100 * (after.model_tflops_per_gpu / before.model_tflops_per_gpu - 1), 2),
+                "same_preset": same_configuration(before, after.release),
+            }
+        )
     return steps
 
 
@@ -86,7 +89,11 @@ def drift_lines(drift: dict[str, Any]) -> list[str]:
     for name, label in (("preset_unchanged", "unchanged"), ("preset_changed", "changed")):
         s = drift["summary"][name]
         if s["steps"]:
-            cells.append([label, s["steps"], f"{s['median_abs_change_percent']:.1f} %", f"{s['max_abs_change_percent']:.1f} %"])
-    lines = markdown_table(["NVIDIA's executed preset between consecutive releases", "steps", "median abs. change",
-                   "largest abs. change"], cells)
+            cells.append(
+                [label, s["steps"], f"{s['median_abs_change_percent']:.1f} %", f"{s['max_abs_change_percent']:.1f} %"]
+            )
+    lines = markdown_table(
+        ["NVIDIA's executed preset between consecutive releases", "steps", "median abs. change", "largest abs. change"],
+        cells,
+    )
     return lines

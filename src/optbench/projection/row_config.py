@@ -15,8 +15,15 @@ from optbench.catalog.published import PublishedRow
 from optbench.resolve import ResolvedRun
 
 STATED = {
-    "tp": "parallel.tp", "pp": "parallel.pp", "vpp": "parallel.vpp", "cp": "parallel.cp", "ep": "parallel.ep",
-    "etp": "parallel.etp", "gbs": "train.gbs", "mbs": "train.mbs", "seq_length": "train.seq_length",
+    "tp": "parallel.tp",
+    "pp": "parallel.pp",
+    "vpp": "parallel.vpp",
+    "cp": "parallel.cp",
+    "ep": "parallel.ep",
+    "etp": "parallel.etp",
+    "gbs": "train.gbs",
+    "mbs": "train.mbs",
+    "seq_length": "train.seq_length",
 }
 """A published row's layout column -> our field."""
 

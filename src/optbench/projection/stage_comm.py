@@ -71,7 +71,9 @@ def stage_comm(run: RunConfig, net: Interconnect, a: Assumptions, layers: list, 
         tp_s = [layers[r].layers * per_layer for r in range(pp)]
     if p.cp > 1:
         if m.multi_latent_attention:
-            kv_width = m.num_attention_heads * ((m.qk_head_dim or 0) + (m.qk_pos_emb_head_dim or 0) + (m.v_head_dim or 0))
+            kv_width = m.num_attention_heads * (
+                (m.qk_head_dim or 0) + (m.qk_pos_emb_head_dim or 0) + (m.v_head_dim or 0)
+            )
         else:
             kv = m.kv_channels or m.hidden_size // m.num_attention_heads
             kv_width = 2 * (m.num_query_groups or m.num_attention_heads) * kv

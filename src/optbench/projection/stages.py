@@ -78,8 +78,15 @@ def pipeline_rank_work(run: RunConfig, stages: Sequence[VirtualStage]) -> list[P
     routed = _routed_width(run)
     core = attention_core_per_layer_token(model, seq)
     work = [
-        {"flops_per_token": 0.0, "attention_flops_per_token": 0.0, "layers": 0, "moe_layers": 0,
-         "expert_flops_per_token": 0.0, "attention_core_flops_per_token": 0.0, "activation_bytes_per_token": 0.0}
+        {
+            "flops_per_token": 0.0,
+            "attention_flops_per_token": 0.0,
+            "layers": 0,
+            "moe_layers": 0,
+            "expert_flops_per_token": 0.0,
+            "attention_core_flops_per_token": 0.0,
+            "activation_bytes_per_token": 0.0,
+        }
         for _ in range(run.parallel.pp)
     ]
     for stage in stages:

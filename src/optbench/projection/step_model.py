@@ -188,8 +188,18 @@ def _stage_time(inputs: StepInputs, r: int, rate: float, backward_share: float) 
     gemm = flops + bound + bf16_attention + small_experts + dense_fixed
     ep = max(0.0, inputs.stage_ep_s[r] - gemm) if inputs.ep_overlap else inputs.stage_ep_s[r]
     activation = inputs.stage_activation_s[r] if inputs.stage_activation_s else 0.0
-    return _StageTime(flops, bound, bf16_attention, small_experts, dense_fixed, activation, cp_exposed, ep, tp,
-                      gemm + activation + ep + tp + cp_exposed)
+    return _StageTime(
+        flops,
+        bound,
+        bf16_attention,
+        small_experts,
+        dense_fixed,
+        activation,
+        cp_exposed,
+        ep,
+        tp,
+        gemm + activation + ep + tp + cp_exposed,
+    )
 
 
 def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 / 3.0) -> StepBreakdown:
@@ -243,9 +253,7 @@ def solve_efficiency(inputs: StepInputs, step_time_s: float, backward_share: flo
     time falls monotonically as the efficiency grows). Raises ValueError when even a perfect GEMM
     efficiency (1.0) leaves the step slower than ``step_time_s``."""
     if evaluate(inputs, 1.0, backward_share).total_s > step_time_s:
-        raise ValueError(
-            f"the non-GEMM parts alone exceed the {step_time_s:.3f} s step; the model cannot reach it"
-        )
+        raise ValueError(f"the non-GEMM parts alone exceed the {step_time_s:.3f} s step; the model cannot reach it")
     low, high = 1e-6, 1.0
     for _ in range(200):
         mid = 0.5 * (low + high)

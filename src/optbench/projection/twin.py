@@ -34,8 +34,9 @@ def is_optimizer_override(override: str) -> bool:
     return key == "optimizer" or key.startswith("optimizer.")
 
 
-def recipe_with_optimizer(run: RunConfig, name: str, overrides: Sequence[str],
-                          recipes: Collection[str]) -> tuple[str, tuple[str, ...]]:
+def recipe_with_optimizer(
+    run: RunConfig, name: str, overrides: Sequence[str], recipes: Collection[str]
+) -> tuple[str, tuple[str, ...]]:
     """(recipe, overrides) of the run with optimizer ``name`` as that optimizer's recipe configures it:
     ``<model>_<optimizer>`` -> ``<model>_<name>`` when that recipe is one of ``recipes``, else the run's recipe with
     ``optimizer=<name>``; the user's overrides are kept but the ``optimizer.*`` ones."""
@@ -65,12 +66,17 @@ class TwinMismatch(UserError):
 def check_twin(run: RunConfig, twin: RunConfig, recipe: str, kept: Sequence[str]) -> RunConfig:
     """``twin`` (composed from ``recipe`` and ``kept``) when it is an AdamW run of ``run``'s model; else TwinMismatch."""
     if twin.optimizer.name != "adamw":
-        raise TwinMismatch(f"{recipe} trains with {twin.optimizer.name}, not AdamW: name an AdamW recipe of "
-                           f"{run.model.name}, or compare_with=null to compare with this recipe under optimizer=adamw",
-                           "compare_with")
+        raise TwinMismatch(
+            f"{recipe} trains with {twin.optimizer.name}, not AdamW: name an AdamW recipe of "
+            f"{run.model.name}, or compare_with=null to compare with this recipe under optimizer=adamw",
+            "compare_with",
+        )
     if twin.model.name != run.model.name:
-        raise TwinMismatch(f"{recipe} trains {twin.model.name}, not this run's {run.model.name}: name an AdamW recipe "
-                           "of the same model", "compare_with")
+        raise TwinMismatch(
+            f"{recipe} trains {twin.model.name}, not this run's {run.model.name}: name an AdamW recipe "
+            "of the same model",
+            "compare_with",
+        )
     return twin
 
 

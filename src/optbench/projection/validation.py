@@ -74,10 +74,14 @@ def holdout_for(scheme: str, row: PublishedRow, rows: list[PublishedRow], row_ru
         return Holdout(gpus=frozenset(r.gpu for r in rows if gpu_group(scheme, r.gpu) == group))
     if scheme == "leave_one_layout_out":  # every row of the row's model and GPU at its layout
         layout = layout_key(row, row_runs)
-        return Holdout(rows=own | frozenset(
-            row_id(r) for r in rows
-            if (r.model, r.gpu) == (row.model, row.gpu) and layout_key(r, row_runs) == layout
-        ))
+        return Holdout(
+            rows=own
+            | frozenset(
+                row_id(r)
+                for r in rows
+                if (r.model, r.gpu) == (row.model, row.gpu) and layout_key(r, row_runs) == layout
+            )
+        )
     return {
         "in_sample": Holdout(),
         "leave_one_row_out": Holdout(rows=own),
@@ -88,7 +92,9 @@ def holdout_for(scheme: str, row: PublishedRow, rows: list[PublishedRow], row_ru
     }[scheme]
 
 
-def _projected(scheme: str, row: PublishedRow, rows: list[PublishedRow], published: str, row_runs: RowRuns) -> dict[str, Any]:
+def _projected(
+    scheme: str, row: PublishedRow, rows: list[PublishedRow], published: str, row_runs: RowRuns
+) -> dict[str, Any]:
     """The row projected under ``scheme``, with its copy baseline and the parameters the projection used."""
     holdout = holdout_for(scheme, row, rows, row_runs)
     if scheme == "leave_one_layout_out" and not any(
@@ -96,8 +102,11 @@ def _projected(scheme: str, row: PublishedRow, rows: list[PublishedRow], publish
     ):
         return {"reason": "no AdamW row of this model and GPU at another layout"}
     table = fitted_without(published, holdout, row_runs)
-    assumptions = DEFAULT_ASSUMPTIONS if table is None else replace(
-        DEFAULT_ASSUMPTIONS, small_expert_gemm_rows_mxfp8=table.mxfp8_expert_rows)
+    assumptions = (
+        DEFAULT_ASSUMPTIONS
+        if table is None
+        else replace(DEFAULT_ASSUMPTIONS, small_expert_gemm_rows_mxfp8=table.mxfp8_expert_rows)
+    )
     result = projection_error(row, row_runs, holdout, assumptions)
     if "error_percent" in result:
         carried = result["anchor"].startswith("the carried table")
@@ -106,7 +115,9 @@ def _projected(scheme: str, row: PublishedRow, rows: list[PublishedRow], publish
     return result
 
 
-def _outside(row: PublishedRow, in_sample: dict[str, Any], inconsistent: dict[str, str], row_runs: RowRuns) -> str | None:
+def _outside(
+    row: PublishedRow, in_sample: dict[str, Any], inconsistent: dict[str, str], row_runs: RowRuns
+) -> str | None:
     """Why a row is outside the validated domain, or None."""
     if "reason" in in_sample:
         return in_sample["reason"]
@@ -187,9 +198,13 @@ def _band_figures(chosen: list[dict[str, Any]], scheme: str) -> dict[str, Any]:
         "band_80_groups": len(set(groups)),
         **held_out_coverage(errors, groups),
         "bootstrap_90": {
-            "unit": "setup", "setups": len(set(setups)), "resamples": RESAMPLES,
+            "unit": "setup",
+            "setups": len(set(setups)),
+            "resamples": RESAMPLES,
             "median_abs_error_percent": [round(100 * v, 2) for v in bootstrap(errors, setups, statistics.median)],
-            "within_5_percent": [round(v, 3) for v in bootstrap(errors, setups, lambda s: sum(e <= 0.05 for e in s) / len(s))],
+            "within_5_percent": [
+                round(v, 3) for v in bootstrap(errors, setups, lambda s: sum(e <= 0.05 for e in s) / len(s))
+            ],
         },
     }
 
@@ -198,7 +213,8 @@ def summary(records: list[dict[str, Any]], scheme: str, optimizer: str | None = 
     """Median |error|, share within each threshold and the worst rows of ``scheme`` over the validated domain, and
     the copy baseline's scores over the same rows (``copy_baseline``)."""
     chosen = [
-        r for r in records
+        r
+        for r in records
         if r["outside_domain"] is None and "error_percent" in r[scheme] and optimizer in (None, r["optimizer"])
     ]
     if not chosen:
@@ -210,7 +226,7 @@ def summary(records: list[dict[str, Any]], scheme: str, optimizer: str | None = 
         "worst": [{"row": r["row"], "error_percent": r[scheme]["error_percent"]} for r in worst],
         "fitted_parameters": max(r[scheme]["parameters"] for r in chosen),
         "fitted_parameters_note": "the most fitted numbers one projection uses: an anchor row's efficiency and the "
-                                  "MXFP8 M0 (2), or the carried table's GPU, model and release terms and M0",
+        "MXFP8 M0 (2), or the carried table's GPU, model and release terms and M0",
         "distinct_anchors": len({r[scheme]["anchor"] for r in chosen}),
         "copy_baseline": {**_scores(copies), "fitted_parameters": 0} if copies else {"rows": 0},
         **_band_figures(chosen, scheme),
@@ -221,11 +237,16 @@ def report(rows: list[PublishedRow], row_runs: RowRuns) -> dict[str, Any]:
     """Every row's record and the summaries (all rows, AdamW rows, Muon rows) per scheme."""
     records = validate_rows(rows, row_runs)
     summaries = {
-        scheme: {label: summary(records, scheme, opt) for label, opt in (("all", None), ("adamw", "adamw"), ("muon", "muon"))}
+        scheme: {
+            label: summary(records, scheme, opt) for label, opt in (("all", None), ("adamw", "adamw"), ("muon", "muon"))
+        }
         for scheme in SCHEMES
     }
     releases = sorted({r["release"] for r in records}, key=release_order)
     return {
-        "schemes": list(SCHEMES), "summary": summaries, "releases": releases, "rows": records,
+        "schemes": list(SCHEMES),
+        "summary": summaries,
+        "releases": releases,
+        "rows": records,
         "release_drift": release_drift(rows),
     }

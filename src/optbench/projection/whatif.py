@@ -38,7 +38,9 @@ SCENARIOS = {
 """Scenario name -> what it changes."""
 
 
-def scenario_inputs(resolved: ResolvedRun, net: Interconnect, a: Assumptions, name: str, baseline: StepInputs) -> StepInputs:
+def scenario_inputs(
+    resolved: ResolvedRun, net: Interconnect, a: Assumptions, name: str, baseline: StepInputs
+) -> StepInputs:
     """The model inputs of one scenario (``baseline``: the run's own inputs, which some scenarios only edit)."""
     if name in ("syrk", "all_three"):
         owners = cost_aware_owners if name == "all_three" else pingpong_by_numel
@@ -64,6 +66,11 @@ def what_ifs(
     for name, text in SCENARIOS.items():
         step = evaluate(scenario_inputs(resolved, net, a, name, baseline), efficiency, a.backward_share).total_s
         tflops = step_throughput(run, step, ns_flops_total=ns_total).tflops_per_gpu
-        out[name] = WhatIf(text, round(step, 4), round(tflops, 1), round(baseline_s - step, 4),
-                           round(100 * (tflops / base_tflops - 1), 2))
+        out[name] = WhatIf(
+            text,
+            round(step, 4),
+            round(tflops, 1),
+            round(baseline_s - step, 4),
+            round(100 * (tflops / base_tflops - 1), 2),
+        )
     return out

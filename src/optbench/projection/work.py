@@ -39,14 +39,18 @@ from optbench.catalog.hardware import gpu_catalog
 from optbench.projection import comm
 from optbench.projection.assumptions import NS_PEAK_FRACTION_OF_BF16, Assumptions
 from optbench.projection.gemm_weights import (
-    BF16_BYTES, WeightTraffic, dense_gemm_calls, fp8_cast, gemm_numel_per_pipeline_rank, weight_bytes_per_element,
+    BF16_BYTES,
+    WeightTraffic,
+    dense_gemm_calls,
+    fp8_cast,
+    gemm_numel_per_pipeline_rank,
+    weight_bytes_per_element,
     weight_traffic,
 )
 from optbench.projection.interconnect import Interconnect
 from optbench.projection.stage_comm import expert_gemm_slowdown, microbatch_tokens, stage_comm
 from optbench.projection.stages import pipeline_rank_work
 from optbench.resolve import ResolvedRun
-
 
 
 @dataclass(frozen=True)
@@ -207,8 +211,16 @@ def ns_gram_slowdown(gram: int, a: Assumptions) -> float:
     return 1.0 + (a.ns_small_gram_rows / gram) ** a.ns_small_gram_power if a.ns_small_grams else 1.0
 
 
-def muon_matrix_cost(numel: int, calls: tuple[tuple[int, float], ...], ns_steps: int, a: Assumptions,
-                     rate_ns: float, hbm: float, syrk: bool = False, adaptive: bool = False) -> tuple[float, float, int]:
+def muon_matrix_cost(
+    numel: int,
+    calls: tuple[tuple[int, float], ...],
+    ns_steps: int,
+    a: Assumptions,
+    rate_ns: float,
+    hbm: float,
+    syrk: bool = False,
+    adaptive: bool = False,
+) -> tuple[float, float, int]:
     """(NS GEMM s, element-wise s, eager ops) of one Muon (or AdaMuon) parameter of ``numel`` elements whose
     orthogonalizations are ``calls``, each (Gram size, FLOPs)."""
     per_iteration = a.ns_ops_per_iteration_syrk if syrk else a.ns_ops_per_iteration
@@ -221,16 +233,19 @@ def muon_matrix_cost(numel: int, calls: tuple[tuple[int, float], ...], ns_steps:
     return gemm, numel * bytes_per_element / hbm, ops
 
 
-def _muon_cost(item: OwnedItem, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float,
-               syrk: bool) -> tuple[float, float, int]:
+def _muon_cost(
+    item: OwnedItem, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float, syrk: bool
+) -> tuple[float, float, int]:
     """(NS GEMM s, element-wise s, eager ops) of a Muon or AdaMuon matrix."""
     calls = local_param_ns_calls(item.param, run.model, run, recipe_tp_mode(run), syrk)
-    return muon_matrix_cost(item.numel, calls, run.optimizer.muon.ns_steps, a, rate_ns, hbm, syrk,
-                            run.optimizer.adaptive_muon is not None)
+    return muon_matrix_cost(
+        item.numel, calls, run.optimizer.muon.ns_steps, a, rate_ns, hbm, syrk, run.optimizer.adaptive_muon is not None
+    )
 
 
-def _own_count_cost(item: OwnedItem, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float,
-                    syrk: bool) -> tuple[float, float, int]:
+def _own_count_cost(
+    item: OwnedItem, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float, syrk: bool
+) -> tuple[float, float, int]:
     """(GEMM + QR s, element-wise s, eager ops) of a matrix of an optimizer that counts its own work (its registry
     entry): products at its precision's rate, QR on CUDA cores, element-wise bytes at the HBM bandwidth."""
     own, m_n = entry(run.optimizer.name), item.param.local_shape
@@ -278,7 +293,9 @@ def build_inputs(
         if distopt:
             reduce = comm.reduce_scatter_s(volume * grad_bytes, ranks, net) + more * comm.ring_latency_s(ranks, net, 1)
             last = comm.reduce_scatter_s(min(bucket, volume) * grad_bytes, ranks, net)
-            gather = comm.all_gather_s(volume * _param_gather_bytes(run), ranks, net) + more * comm.ring_latency_s(ranks, net, 1)
+            gather = comm.all_gather_s(volume * _param_gather_bytes(run), ranks, net) + more * comm.ring_latency_s(
+                ranks, net, 1
+            )
             first = comm.all_gather_s(min(bucket, volume) * _param_gather_bytes(run), ranks, net)
         else:
             reduce = comm.all_reduce_s(volume * grad_bytes, ranks, net) + more * comm.ring_latency_s(ranks, net, 2)
@@ -365,9 +382,13 @@ def build_inputs(
         stage_expert_flops_mb=tuple(w.expert_flops_per_token * tokens_gpu for w in work),
         expert_gemm_slowdown=expert_gemm_slowdown(run, a),
         stage_activation_s=tuple(w.activation_bytes_per_token * tokens_gpu / hbm for w in work)
-        if a.activation_traffic else (),
-        stage_dense_gemm_fixed_s=tuple(calls * a.dense_gemm_fixed_s for calls in dense_gemm_calls(run, resolved.placement)),
+        if a.activation_traffic
+        else (),
+        stage_dense_gemm_fixed_s=tuple(
+            calls * a.dense_gemm_fixed_s for calls in dense_gemm_calls(run, resolved.placement)
+        ),
         tp_overlap=p.tp_comm_overlap,
-        stage_tp_gemm_flops_mb=tuple((w.flops_per_token - w.expert_flops_per_token - w.attention_core_flops_per_token)
-                                     * tokens_gpu for w in work),
+        stage_tp_gemm_flops_mb=tuple(
+            (w.flops_per_token - w.expert_flops_per_token - w.attention_core_flops_per_token) * tokens_gpu for w in work
+        ),
     )

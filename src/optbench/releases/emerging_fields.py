@@ -38,8 +38,10 @@ def has_optimizer(container: versions.Container, name: str) -> bool:
 
 def runs_lion_for_scalars(container: versions.Container) -> bool:
     """Whether ``muon_scalar_optimizer=lion`` trains Lion in this container (routed, and its Lion importable)."""
-    return versions.behaviour(container, "muon_scalar_optimizer_routed") and \
-        versions.emerging_optimizers_line(container) >= LION_MIN_EMERGING_OPTIMIZERS
+    return (
+        versions.behaviour(container, "muon_scalar_optimizer_routed")
+        and versions.emerging_optimizers_line(container) >= LION_MIN_EMERGING_OPTIMIZERS
+    )
 
 
 def optimizer_name_items(run: RunConfig, container: versions.Container) -> list[Item]:
@@ -86,13 +88,16 @@ def emerging_problems(run: RunConfig) -> Iterable[Problem]:
         if not versions.has_field(container, bridge_name("optimizer.scalar_optimizer")):
             why = "has no muon_scalar_optimizer (Adam takes what Muon does not)"
         elif versions.behaviour(container, "muon_scalar_optimizer_routed"):
-            why = ("routes muon_scalar_optimizer to Lion, which its Emerging-Optimizers "
-                   f"{'.'.join(map(str, versions.emerging_optimizers_line(container)))} lacks (Megatron asserts >= 0.2)")
+            why = (
+                "routes muon_scalar_optimizer to Lion, which its Emerging-Optimizers "
+                f"{'.'.join(map(str, versions.emerging_optimizers_line(container)))} lacks (Megatron asserts >= 0.2)"
+            )
         else:
             why = "reads muon_scalar_optimizer but never passes it on: Adam would run"
         yield Problem(
             "optimizer.scalar_optimizer",
-            f"{container.label()} {why}; Lion for the scalars arrives with " + _first(runs_lion_for_scalars)
+            f"{container.label()} {why}; Lion for the scalars arrives with "
+            + _first(runs_lion_for_scalars)
             + ", or set optimizer.scalar_optimizer=adam",
             ("cluster.container",),
         )

@@ -50,40 +50,69 @@ def graph_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
     if impl == "full_iteration" and not behaviour(container, FULL_ITERATION):
         newer = first_with(lambda c: behaviour(c, FULL_ITERATION))
         since = f" (from {newer.name})" if newer is not None else ""
-        yield Problem("parallel.cuda_graph_impl", f"full_iteration is not a CUDA-graph implementation of Megatron Core "
-                      f"{container.core} ({container.name}), only of 0.18 on{since}; use none, local or "
-                      "transformer_engine", ("cluster.container",))
+        yield Problem(
+            "parallel.cuda_graph_impl",
+            f"full_iteration is not a CUDA-graph implementation of Megatron Core "
+            f"{container.core} ({container.name}), only of 0.18 on{since}; use none, local or "
+            "transformer_engine",
+            ("cluster.container",),
+        )
     if impl == "local" and behaviour(container, LOCAL_FULL_ITERATION_ONLY):
         # Our config has no local full-iteration graph (that is full_iteration), so Bridge refuses every local one.
-        yield Problem("parallel.cuda_graph_impl", f"Megatron Bridge {container.bridge} ({container.name}) takes the local "
-                      "CUDA-graph implementation only for full-iteration graphs; use full_iteration for whole "
-                      "iterations or transformer_engine for per-layer scopes", ("cluster.container",))
+        yield Problem(
+            "parallel.cuda_graph_impl",
+            f"Megatron Bridge {container.bridge} ({container.name}) takes the local "
+            "CUDA-graph implementation only for full-iteration graphs; use full_iteration for whole "
+            "iterations or transformer_engine for per-layer scopes",
+            ("cluster.container",),
+        )
     if impl == "none":
         return
     if impl == "full_iteration" and p.cuda_graph_scope:
-        yield Problem("parallel.cuda_graph_scope", f"a full-iteration CUDA graph takes no per-layer scope, got "
-                      f"{list(p.cuda_graph_scope)}; set parallel.cuda_graph_scope=[], or graph those scopes per layer with "
-                      "parallel.cuda_graph_impl=transformer_engine", ("parallel.cuda_graph_impl",))
+        yield Problem(
+            "parallel.cuda_graph_scope",
+            f"a full-iteration CUDA graph takes no per-layer scope, got "
+            f"{list(p.cuda_graph_scope)}; set parallel.cuda_graph_scope=[], or graph those scopes per layer with "
+            "parallel.cuda_graph_impl=transformer_engine",
+            ("parallel.cuda_graph_impl",),
+        )
     yield from _scope_problems(run)
     off = "or turn graphs off (parallel.cuda_graph_impl=none parallel.cuda_graph_scope=[])"
     if p.recompute_granularity == "full" and impl != "full_iteration":
-        yield Problem("parallel.recompute_granularity", f"full recompute with {impl} CUDA graphs is refused by Megatron "
-                      f"Core (full-iteration graphs only); use selective recompute, {off}",
-                      ("parallel.cuda_graph_impl", "parallel.cuda_graph_scope"))
-    if (impl == "transformer_engine" and p.recompute_granularity == "selective" and "moe" in (p.recompute_modules or ())
-            and "moe_router" in p.cuda_graph_scope):
-        yield Problem("parallel.recompute_modules", "recomputing 'moe' is refused with the moe_router CUDA graph scope; "
-                      f"drop 'moe', drop moe_router from parallel.cuda_graph_scope, {off}", ("parallel.cuda_graph_scope",))
+        yield Problem(
+            "parallel.recompute_granularity",
+            f"full recompute with {impl} CUDA graphs is refused by Megatron "
+            f"Core (full-iteration graphs only); use selective recompute, {off}",
+            ("parallel.cuda_graph_impl", "parallel.cuda_graph_scope"),
+        )
+    if (
+        impl == "transformer_engine"
+        and p.recompute_granularity == "selective"
+        and "moe" in (p.recompute_modules or ())
+        and "moe_router" in p.cuda_graph_scope
+    ):
+        yield Problem(
+            "parallel.recompute_modules",
+            "recomputing 'moe' is refused with the moe_router CUDA graph scope; "
+            f"drop 'moe', drop moe_router from parallel.cuda_graph_scope, {off}",
+            ("parallel.cuda_graph_scope",),
+        )
 
 
 def recompute_problems(run: RunConfig) -> Iterable[Problem]:
     """What Core asserts of the recomputed modules against the model, CUDA graphs or not."""
     p = run.parallel
-    if p.recompute_granularity == "selective" and "mla_up_proj" in (p.recompute_modules or ()) \
-            and not run.model.multi_latent_attention:
-        yield Problem("parallel.recompute_modules", f"mla_up_proj recomputes the up-projections of multi-latent attention "
-                      f"and {run.model.name} has none (Megatron Core refuses it); drop it from parallel.recompute_modules",
-                      ("parallel.recompute_granularity",))
+    if (
+        p.recompute_granularity == "selective"
+        and "mla_up_proj" in (p.recompute_modules or ())
+        and not run.model.multi_latent_attention
+    ):
+        yield Problem(
+            "parallel.recompute_modules",
+            f"mla_up_proj recomputes the up-projections of multi-latent attention "
+            f"and {run.model.name} has none (Megatron Core refuses it); drop it from parallel.recompute_modules",
+            ("parallel.recompute_granularity",),
+        )
 
 
 def _scope_problems(run: RunConfig) -> Iterable[Problem]:
@@ -92,8 +121,11 @@ def _scope_problems(run: RunConfig) -> Iterable[Problem]:
     moe_model = (m.num_moe_experts or 0) > 1
 
     def refused(why: str) -> Problem:
-        return Problem("parallel.cuda_graph_scope", f"{why}; Megatron Core refuses it (got {sorted(scope)}); drop it from "
-                       "parallel.cuda_graph_scope", ("parallel.cuda_graph_impl",))
+        return Problem(
+            "parallel.cuda_graph_scope",
+            f"{why}; Megatron Core refuses it (got {sorted(scope)}); drop it from parallel.cuda_graph_scope",
+            ("parallel.cuda_graph_impl",),
+        )
 
     if {"moe", "moe_router"} <= scope:
         yield refused("moe and moe_router are not graphed together")
@@ -104,4 +136,6 @@ def _scope_problems(run: RunConfig) -> Iterable[Problem]:
     if moe_model and m.first_k_dense_layers == 0 and "mlp" in scope:
         yield refused(f"the mlp scope graphs dense layers and every layer of {m.name} is MoE")
     if moe_model and "moe" in scope and not {"moe", "moe_router"} <= scope:
-        yield refused("the moe scope needs drop-and-pad MoE (a capacity factor with padding), which this run does not set")
+        yield refused(
+            "the moe scope needs drop-and-pad MoE (a capacity factor with padding), which this run does not set"
+        )

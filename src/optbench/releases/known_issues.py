@@ -12,9 +12,19 @@ from optbench.common.data_files import TEXT, Column, listed, read_table
 from optbench.config.schema import RunConfig
 from optbench.releases.versions import container_of
 
-COLUMNS = {"id": TEXT, "component": TEXT, "containers": TEXT, "models": TEXT, "gpus": TEXT, "precisions": TEXT,
-           "optimizers": TEXT, "condition": Column(choices=("any", "resume")), "effect": TEXT, "source": TEXT,
-           "evidence": TEXT}
+COLUMNS = {
+    "id": TEXT,
+    "component": TEXT,
+    "containers": TEXT,
+    "models": TEXT,
+    "gpus": TEXT,
+    "precisions": TEXT,
+    "optimizers": TEXT,
+    "condition": Column(choices=("any", "resume")),
+    "effect": TEXT,
+    "source": TEXT,
+    "evidence": TEXT,
+}
 
 
 @dataclass(frozen=True)
@@ -35,9 +45,15 @@ def issues_for(run: RunConfig) -> list[KnownIssue]:
         where = row["containers"]
         if not (where == "*" or (where == "unverified" and container.assumed_from) or container.name in where.split()):
             continue
-        if not all(listed(row[column], value) for column, value in (
-                ("models", run.model.name), ("gpus", run.cluster.gpu), ("precisions", run.precision.name),
-                ("optimizers", run.optimizer.name))):
+        if not all(
+            listed(row[column], value)
+            for column, value in (
+                ("models", run.model.name),
+                ("gpus", run.cluster.gpu),
+                ("precisions", run.precision.name),
+                ("optimizers", run.optimizer.name),
+            )
+        ):
             continue
         if row["condition"] == "resume" and not run.resume:
             continue

@@ -65,10 +65,13 @@ def moe_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
         yield from _rank_capacity_problems(run, container)
         m = run.model
         if m.moe_router_enable_expert_bias and m.moe_router_score_function != "sigmoid":
-            yield Problem("model.moe_router_enable_expert_bias", "the aux-loss-free expert bias needs the sigmoid score "
-                          f"function, Megatron Core refuses it with {m.moe_router_score_function}; set "
-                          "model.moe_router_score_function=sigmoid or model.moe_router_enable_expert_bias=false",
-                          ("model.moe_router_score_function",))
+            yield Problem(
+                "model.moe_router_enable_expert_bias",
+                "the aux-loss-free expert bias needs the sigmoid score "
+                f"function, Megatron Core refuses it with {m.moe_router_score_function}; set "
+                "model.moe_router_score_function=sigmoid or model.moe_router_enable_expert_bias=false",
+                ("model.moe_router_score_function",),
+            )
 
 
 DEEPEP_DEVICES = ("NVIDIA B200", "NVIDIA B300")
@@ -78,11 +81,20 @@ DEEPEP_DEVICES = ("NVIDIA B200", "NVIDIA B300")
 def _deepep_device_problems(run: RunConfig) -> Iterable[Problem]:
     p = run.parallel
     gpu = gpu_catalog().get(run.cluster.gpu)
-    if (p.moe_token_dispatcher == "flex" and p.moe_flex_dispatcher_backend == "deepep" and gpu is not None
-            and int(gpu.compute_capability) not in (8, 9) and not gpu.device_name.startswith(DEEPEP_DEVICES)):
-        yield Problem("parallel.moe_flex_dispatcher_backend", f"Megatron Bridge runs DeepEP on Ampere, Hopper, B200 and "
-                      f"B300 only, not on {run.cluster.gpu} ({gpu.device_name}); use parallel.moe_flex_dispatcher_backend="
-                      "hybridep or parallel.moe_token_dispatcher=alltoall", ("cluster", "parallel.moe_token_dispatcher"))
+    if (
+        p.moe_token_dispatcher == "flex"
+        and p.moe_flex_dispatcher_backend == "deepep"
+        and gpu is not None
+        and int(gpu.compute_capability) not in (8, 9)
+        and not gpu.device_name.startswith(DEEPEP_DEVICES)
+    ):
+        yield Problem(
+            "parallel.moe_flex_dispatcher_backend",
+            f"Megatron Bridge runs DeepEP on Ampere, Hopper, B200 and "
+            f"B300 only, not on {run.cluster.gpu} ({gpu.device_name}); use parallel.moe_flex_dispatcher_backend="
+            "hybridep or parallel.moe_token_dispatcher=alltoall",
+            ("cluster", "parallel.moe_token_dispatcher"),
+        )
 
 
 def _dispatcher_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
@@ -115,10 +127,13 @@ def _rank_capacity_problems(run: RunConfig, container: Container) -> Iterable[Pr
     preset = presets.find_preset(run)
     factor = preset.settings.get(RANK_CAPACITY_FACTOR) if preset is not None else None
     if factor is not None:
-        yield Problem("parallel.moe_flex_dispatcher_backend", f"{backend} with NVIDIA's preset {preset.key}, which caps "
-                      f"each expert rank's tokens ({RANK_CAPACITY_FACTOR}={factor}): Megatron Core {container.core} "
-                      f"({container.name}) runs that cap only with hybridep or ncclep; keep the preset's hybridep",
-                      ("cluster.container",))
+        yield Problem(
+            "parallel.moe_flex_dispatcher_backend",
+            f"{backend} with NVIDIA's preset {preset.key}, which caps "
+            f"each expert rank's tokens ({RANK_CAPACITY_FACTOR}={factor}): Megatron Core {container.core} "
+            f"({container.name}) runs that cap only with hybridep or ncclep; keep the preset's hybridep",
+            ("cluster.container",),
+        )
 
 
 OFF = "or set parallel.ep_comm_overlap=false"
@@ -130,34 +145,59 @@ def _ep_overlap_problems(run: RunConfig, container: Container) -> Iterable[Probl
         return
     related = ("parallel.ep_comm_overlap",)
     if p.ep == 1:
-        yield Problem("parallel.ep", f"EP-communication overlap needs expert parallelism (ep > 1); raise it, {OFF}", related)
+        yield Problem(
+            "parallel.ep", f"EP-communication overlap needs expert parallelism (ep > 1); raise it, {OFF}", related
+        )
     if p.moe_token_dispatcher not in ("alltoall", "flex"):
-        yield Problem("parallel.moe_token_dispatcher",
-                      f"EP-communication overlap needs the alltoall or flex dispatcher, got {p.moe_token_dispatcher}; {OFF}",
-                      related)
+        yield Problem(
+            "parallel.moe_token_dispatcher",
+            f"EP-communication overlap needs the alltoall or flex dispatcher, got {p.moe_token_dispatcher}; {OFF}",
+            related,
+        )
     if p.pp > 1 and p.vpp is None:
-        yield Problem("parallel.vpp", f"EP-communication overlap with pp={p.pp} needs an interleaved schedule: set "
-                      f"parallel.vpp (2 or more virtual stages per rank), {OFF}", ("parallel.pp", *related))
+        yield Problem(
+            "parallel.vpp",
+            f"EP-communication overlap with pp={p.pp} needs an interleaved schedule: set "
+            f"parallel.vpp (2 or more virtual stages per rank), {OFF}",
+            ("parallel.pp", *related),
+        )
     if p.recompute_granularity == "full" or p.recompute_method is not None or p.recompute_num_layers is not None:
-        yield Problem("parallel.recompute_granularity", "EP-communication overlap refuses full recompute (granularity, "
-                      f"method and layer count must be unset); use selective recompute, {OFF}",
-                      ("parallel.recompute_method", "parallel.recompute_num_layers", *related))
+        yield Problem(
+            "parallel.recompute_granularity",
+            "EP-communication overlap refuses full recompute (granularity, "
+            f"method and layer count must be unset); use selective recompute, {OFF}",
+            ("parallel.recompute_method", "parallel.recompute_num_layers", *related),
+        )
     if "moe" in (p.recompute_modules or ()) and behaviour(container, MOE_RECOMPUTE):  # whatever the granularity
-        yield Problem("parallel.recompute_modules", f"EP-communication overlap refuses recomputing 'moe'; drop it, {OFF}",
-                      related)
+        yield Problem(
+            "parallel.recompute_modules", f"EP-communication overlap refuses recomputing 'moe'; drop it, {OFF}", related
+        )
     if m.mtp_num_layers > 1:
-        yield Problem("model.mtp_num_layers", f"EP-communication overlap supports at most one MTP layer, got "
-                      f"{m.mtp_num_layers}; {OFF}", related)
+        yield Problem(
+            "model.mtp_num_layers",
+            f"EP-communication overlap supports at most one MTP layer, got {m.mtp_num_layers}; {OFF}",
+            related,
+        )
     core = f"Megatron Core {container.core} ({container.name})"
     if m.mtp_num_layers == 1 and p.pp == 1 and behaviour(container, OVERLAP_MTP_NEEDS_PP):
-        yield Problem("parallel.pp", f"EP-communication overlap with an MTP layer needs pipeline parallelism in {core}; "
-                      f"raise parallel.pp (with parallel.vpp), set model.mtp_num_layers=0, {OFF}",
-                      ("model.mtp_num_layers", "cluster.container", *related))
+        yield Problem(
+            "parallel.pp",
+            f"EP-communication overlap with an MTP layer needs pipeline parallelism in {core}; "
+            f"raise parallel.pp (with parallel.vpp), set model.mtp_num_layers=0, {OFF}",
+            ("model.mtp_num_layers", "cluster.container", *related),
+        )
     impl, scope = cuda_graph_impl(run), sorted(set(p.cuda_graph_scope or ()) & {"moe", "mlp"})
     if impl == "transformer_engine" and scope:
-        yield Problem("parallel.cuda_graph_scope", f"EP-communication overlap refuses per-layer CUDA graphs of {scope}; "
-                      f"drop them from parallel.cuda_graph_scope, {OFF}", ("parallel.cuda_graph_impl", *related))
+        yield Problem(
+            "parallel.cuda_graph_scope",
+            f"EP-communication overlap refuses per-layer CUDA graphs of {scope}; "
+            f"drop them from parallel.cuda_graph_scope, {OFF}",
+            ("parallel.cuda_graph_impl", *related),
+        )
     if impl not in ("none", "transformer_engine") and behaviour(container, OVERLAP_GRAPHS_TE_ONLY):
-        yield Problem("parallel.cuda_graph_impl", f"EP-communication overlap in {core} takes CUDA graphs only from "
-                      f"transformer_engine, got {impl}; use transformer_engine or none, {OFF}",
-                      ("cluster.container", *related))
+        yield Problem(
+            "parallel.cuda_graph_impl",
+            f"EP-communication overlap in {core} takes CUDA graphs only from "
+            f"transformer_engine, got {impl}; use transformer_engine or none, {OFF}",
+            ("cluster.container", *related),
+        )

@@ -52,8 +52,15 @@ def muon_items(run: RunConfig, container: versions.Container) -> list[Item]:
     items = [
         *bridge_items(run, "optimizer.muon.momentum"),
         (bridge_name("optimizer.muon.nesterov", has_field), run.optimizer.muon.nesterov),
-        *bridge_items(run, "optimizer.muon.scale_mode", "optimizer.muon.fp32_matmul_prec", "optimizer.muon.ns_steps",
-                      "optimizer.muon.tp_mode", "optimizer.muon.split_qkv", "optimizer.muon.extra_scale_factor"),
+        *bridge_items(
+            run,
+            "optimizer.muon.scale_mode",
+            "optimizer.muon.fp32_matmul_prec",
+            "optimizer.muon.ns_steps",
+            "optimizer.muon.tp_mode",
+            "optimizer.muon.split_qkv",
+            "optimizer.muon.extra_scale_factor",
+        ),
     ]
     if has_field(bridge_name("optimizer.muon.coefficients")):
         items += bridge_items(run, "optimizer.muon.coefficients")
@@ -78,9 +85,12 @@ def muon_problems(run: RunConfig) -> Iterable[Problem]:
     if muon.coefficients != "quintic" and not versions.has_field(container, bridge_name("optimizer.muon.coefficients")):
         yield Problem(
             "optimizer.muon.coefficients",
-            f"{container.label()} runs the quintic set only; " + _arrives_with(
-                "muon_coefficient_type", lambda c: versions.has_field(c, bridge_name("optimizer.muon.coefficients")),
-                "coefficients=quintic"),
+            f"{container.label()} runs the quintic set only; "
+            + _arrives_with(
+                "muon_coefficient_type",
+                lambda c: versions.has_field(c, bridge_name("optimizer.muon.coefficients")),
+                "coefficients=quintic",
+            ),
             ("cluster.container",),
         )
     if muon.coefficients == "cubic5" and versions.emerging_optimizers_line(container) < (0, 4):
@@ -88,18 +98,25 @@ def muon_problems(run: RunConfig) -> Iterable[Problem]:
             "optimizer.muon.coefficients",
             f"cubic5 arrives with Emerging-Optimizers 0.4.0; {container.label()} ships "
             f"{versions.emerging_optimizers(container)} (no container we checked ships 0.4); use quintic, or "
-            "engine=local, whose Muon runs it", ("cluster.container",),
+            "engine=local, whose Muon runs it",
+            ("cluster.container",),
         )
     if muon.overlap_param_gather:
         if not muon.layer_wise:
-            yield Problem("optimizer.muon.overlap_param_gather", "overlaps the layer-wise optimizer's all-gather; "
-                          "set optimizer.muon.layer_wise=true or drop it", ("optimizer.muon.layer_wise",))
+            yield Problem(
+                "optimizer.muon.overlap_param_gather",
+                "overlaps the layer-wise optimizer's all-gather; set optimizer.muon.layer_wise=true or drop it",
+                ("optimizer.muon.layer_wise",),
+            )
         elif not versions.behaviour(container, "layer_wise_overlap_param_gather"):
             yield Problem(
                 "optimizer.muon.overlap_param_gather",
-                f"{container.label()} gathers layer-wise parameters inside the step; " + _arrives_with(
-                    "the overlapped all-gather", lambda c: versions.behaviour(c, "layer_wise_overlap_param_gather"),
-                    "drop it"),
+                f"{container.label()} gathers layer-wise parameters inside the step; "
+                + _arrives_with(
+                    "the overlapped all-gather",
+                    lambda c: versions.behaviour(c, "layer_wise_overlap_param_gather"),
+                    "drop it",
+                ),
                 ("cluster.container",),
             )
     if muon.syrk and not any(versions.has_field(c, "optimizer.muon_use_syrk") for c in versions.runnable()):

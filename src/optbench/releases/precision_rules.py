@@ -51,33 +51,59 @@ def precision_problems(run: RunConfig, container: Container) -> Iterable[Problem
     p = run.precision
     if p.fp8 is not None and "fp4" in p.bridge_mixed_precision:
         # Found by make plan CHECK=bridge: the FP4 preset's fp4 and our precision's fp8 both reach Core, which refuses.
-        yield Problem("precision.bridge_mixed_precision", f"{p.bridge_mixed_precision} turns on FP4 and precision={p.name} "
-                      "FP8; Megatron Core refuses both at once; drop the override (each precision= option sets its own "
-                      "preset)", ("precision",))
+        yield Problem(
+            "precision.bridge_mixed_precision",
+            f"{p.bridge_mixed_precision} turns on FP4 and precision={p.name} "
+            "FP8; Megatron Core refuses both at once; drop the override (each precision= option sets its own "
+            "preset)",
+            ("precision",),
+        )
     if p.reuse_grad_buf_for_mxfp8_param_ag and not p.fp8_param_gather:
-        yield Problem("precision.reuse_grad_buf_for_mxfp8_param_ag", "reuse_grad_buf_for_mxfp8_param_ag=true with "
-                      "fp8_param_gather=false: Megatron Core reuses the gradient buffer for the parameter all-gather only "
-                      "when FP8 parameters are kept; set both true or both false", ("precision.fp8_param_gather",))
+        yield Problem(
+            "precision.reuse_grad_buf_for_mxfp8_param_ag",
+            "reuse_grad_buf_for_mxfp8_param_ag=true with "
+            "fp8_param_gather=false: Megatron Core reuses the gradient buffer for the parameter all-gather only "
+            "when FP8 parameters are kept; set both true or both false",
+            ("precision.fp8_param_gather",),
+        )
     if p.fp8_recipe == "mxfp8" and p.fp8_param_gather and not p.reuse_grad_buf_for_mxfp8_param_ag:
-        yield Problem("precision.reuse_grad_buf_for_mxfp8_param_ag", "fp8_param_gather=true with "
-                      f"reuse_grad_buf_for_mxfp8_param_ag=false: Megatron Bridge {container.bridge} ({container.name}) "
-                      "requires the reuse with MXFP8 parameters; set it true, or fp8_param_gather=false",
-                      ("precision.fp8_param_gather",))
+        yield Problem(
+            "precision.reuse_grad_buf_for_mxfp8_param_ag",
+            "fp8_param_gather=true with "
+            f"reuse_grad_buf_for_mxfp8_param_ag=false: Megatron Bridge {container.bridge} ({container.name}) "
+            "requires the reuse with MXFP8 parameters; set it true, or fp8_param_gather=false",
+            ("precision.fp8_param_gather",),
+        )
     if p.fp8_recipe == "delayed" and p.bridge_mixed_precision in FIRST_LAST_BF16_PRESETS:
-        yield Problem("precision.fp8_recipe", f"delayed scaling with precision.bridge_mixed_precision="
-                      f"{p.bridge_mixed_precision}, which keeps the first and last layers in BF16: Megatron Core refuses "
-                      "the pair; use tensorwise, or a delayed-scaling preset (bf16_with_fp8_delayed_scaling_mixed)",
-                      ("precision.bridge_mixed_precision",))
+        yield Problem(
+            "precision.fp8_recipe",
+            f"delayed scaling with precision.bridge_mixed_precision="
+            f"{p.bridge_mixed_precision}, which keeps the first and last layers in BF16: Megatron Core refuses "
+            "the pair; use tensorwise, or a delayed-scaling preset (bf16_with_fp8_delayed_scaling_mixed)",
+            ("precision.bridge_mixed_precision",),
+        )
     refused = sorted(set(run.parallel.recompute_modules or ()) & set(DELAYED_NOT_RECOMPUTED))
-    if p.fp8 is not None and p.fp8_recipe == "delayed" and run.parallel.recompute_granularity == "selective" and refused:
-        yield Problem("parallel.recompute_modules", f"{', '.join(refused)} recomputed under delayed FP8 scaling: Megatron "
-                      f"Core refuses it; drop {' and '.join(refused)} from parallel.recompute_modules, or use another "
-                      "precision.fp8_recipe (tensorwise, mxfp8)", ("precision.fp8_recipe",))
+    if (
+        p.fp8 is not None
+        and p.fp8_recipe == "delayed"
+        and run.parallel.recompute_granularity == "selective"
+        and refused
+    ):
+        yield Problem(
+            "parallel.recompute_modules",
+            f"{', '.join(refused)} recomputed under delayed FP8 scaling: Megatron "
+            f"Core refuses it; drop {' and '.join(refused)} from parallel.recompute_modules, or use another "
+            "precision.fp8_recipe (tensorwise, mxfp8)",
+            ("precision.fp8_recipe",),
+        )
     if p.fp8_output_proj and (p.fp8 is None or p.fp8_recipe != "mxfp8"):
-        yield Problem("precision.fp8_output_proj", f"the FP8 output projection runs only under MXFP8 and this run's FP8 "
-                      f"recipe is {p.fp8_recipe if p.fp8 is not None else 'off'} (Megatron Core refuses it); set "
-                      "precision.fp8_output_proj=false, or precision.fp8_recipe=mxfp8", ("precision.fp8_recipe",
-                                                                                          "precision.fp8", "precision"))
+        yield Problem(
+            "precision.fp8_output_proj",
+            f"the FP8 output projection runs only under MXFP8 and this run's FP8 "
+            f"recipe is {p.fp8_recipe if p.fp8 is not None else 'off'} (Megatron Core refuses it); set "
+            "precision.fp8_output_proj=false, or precision.fp8_recipe=mxfp8",
+            ("precision.fp8_recipe", "precision.fp8", "precision"),
+        )
     yield from _precision_aware_problems(run)
 
 
@@ -88,7 +114,10 @@ def _precision_aware_problems(run: RunConfig) -> Iterable[Problem]:
         return
     preset = presets.find_preset(run)
     if preset is not None and preset.precision_aware_adam:
-        yield Problem("optimizer.use_distributed_optimizer", f"NVIDIA's preset {preset.key} runs Adam with Megatron's "
-                      f"precision-aware optimizer ({presets.PRECISION_AWARE}; moments in "
-                      f"{'/'.join(sorted(set(preset.adam_moment_dtypes())))}), which Megatron Core runs only with the "
-                      "distributed optimizer; keep optimizer.use_distributed_optimizer=true")
+        yield Problem(
+            "optimizer.use_distributed_optimizer",
+            f"NVIDIA's preset {preset.key} runs Adam with Megatron's "
+            f"precision-aware optimizer ({presets.PRECISION_AWARE}; moments in "
+            f"{'/'.join(sorted(set(preset.adam_moment_dtypes())))}), which Megatron Core runs only with the "
+            "distributed optimizer; keep optimizer.use_distributed_optimizer=true",
+        )

@@ -67,6 +67,7 @@ OURS = {
 """Fields where ``reproduce`` keeps our value on purpose, each with its reason (paths, logging, run length).
 The conformance test allows differences from NVIDIA's effective config in these fields only."""
 
+
 @lru_cache(maxsize=1)
 def _recipe_reasons() -> dict[str, dict[str, dict[str, str]]]:
     """data/recipe_departures.csv as kind -> recipe -> field -> reason (read when first asked: a damaged file is then
@@ -93,6 +94,7 @@ def release_layout_kept() -> dict[str, dict[str, str]]:
 def departure_reasons(recipe: str) -> dict[str, str]:
     """Every field the recipe departs from NVIDIA's preset on purpose -> why."""
     return {**recipe_departures().get(recipe, {}), **release_layout_kept().get(recipe, {})}
+
 
 TRAIN_SETTINGS: dict[str, Any] = {
     "model.moe_router_force_load_balancing": False,
@@ -140,8 +142,10 @@ class Preset:
 
     def adam_moment_dtypes(self) -> tuple[str, str]:
         """Bridge's dtypes of Adam's two moments in this case (``torch.float32`` where it names none)."""
-        first, second = (str(self.nvidia_value(key)) if self.knows(key) else "torch.float32"
-                         for key in ("optimizer.exp_avg_dtype", "optimizer.exp_avg_sq_dtype"))
+        first, second = (
+            str(self.nvidia_value(key)) if self.knows(key) else "torch.float32"
+            for key in ("optimizer.exp_avg_dtype", "optimizer.exp_avg_sq_dtype")
+        )
         return first, second
 
 
@@ -225,9 +229,16 @@ def find_preset(run: RunConfig, release: Optional[str] = None) -> Optional[Prese
     if entry is None:
         return None
     return Preset(
-        key, entry["settings"], entry.get("recipe_values", {}), entry.get("job", {}), entry["num_gpus"], adapted,
-        release=release, source=entry.get("source", "NVIDIA's launcher, executed (tools/nvidia_presets.py)"),
-        note=entry.get("note", ""), launcher_optimizer=entry.get("launcher_optimizer", ""),
+        key,
+        entry["settings"],
+        entry.get("recipe_values", {}),
+        entry.get("job", {}),
+        entry["num_gpus"],
+        adapted,
+        release=release,
+        source=entry.get("source", "NVIDIA's launcher, executed (tools/nvidia_presets.py)"),
+        note=entry.get("note", ""),
+        launcher_optimizer=entry.get("launcher_optimizer", ""),
     )
 
 
@@ -279,6 +290,7 @@ LAYOUT_NAMES = {"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}
 
 def layout_from_string(text: str) -> list[list[str]]:
     """``'Et*4|(t*4|)*14tmL'`` -> one list of layer names per virtual stage."""
+
     def expand(s: str) -> str:
         while "(" in s:  # innermost group first: (body)*n
             s = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
@@ -313,7 +325,8 @@ def unheld_reason(entry: dict[str, Any]) -> Optional[str]:
 UNPRICED = {
     "ddp.use_megatron_fsdp": (
         "Megatron FSDP (ddp.use_megatron_fsdp), which the step model does not price: it prices the distributed "
-        "optimizer's reduce-scatter and all-gather, not FSDP's per-layer parameter gathers"),
+        "optimizer's reduce-scatter and all-gather, not FSDP's per-layer parameter gathers"
+    ),
 }
 """Settings of NVIDIA's presets the step model has no term for, with why: a run under one has no projection."""
 
@@ -323,15 +336,22 @@ def unpriced_setting(run: RunConfig) -> Optional[str]:
     preset = preset_or_none(run)
     if preset is None:
         return None
-    return next((f"NVIDIA's {preset.key} preset runs {why}" for key, why in UNPRICED.items()
-                 if preset.knows(key) and preset.nvidia_value(key)), None)
+    return next(
+        (
+            f"NVIDIA's {preset.key} preset runs {why}"
+            for key, why in UNPRICED.items()
+            if preset.knows(key) and preset.nvidia_value(key)
+        ),
+        None,
+    )
 
 
 NOT_EMITTED = {
     "comm_overlap.tp_comm_overlap_cfg.": (
         "NVIDIA's launcher assigns one of Bridge's named userbuffers_* TP-overlap objects (training/comm_overlap.py) "
         "whose nested SM counts and methods differ from the recipe's; an override cannot name an object, so the "
-        "recipe's own TP-overlap configuration runs (the step model prices TP overlap on or off, not this tuning)"),
+        "recipe's own TP-overlap configuration runs (the step model prices TP overlap on or off, not this tuning)"
+    ),
 }
 """Prefixes of preset settings no override reproduces, with why: each is one departure of the plan, never silent."""
 
@@ -348,15 +368,24 @@ def unreproduced(preset: Preset) -> list[dict[str, Any]]:
         prefix = not_emitted(key)
         if prefix:
             counts[prefix] = counts.get(prefix, 0) + 1
-    return [{"field": prefix + "*", "ours": "the recipe's", "nvidia": f"{count} nested fields",
-             "reason": NOT_EMITTED[prefix]} for prefix, count in counts.items()]
+    return [
+        {
+            "field": prefix + "*",
+            "ours": "the recipe's",
+            "nvidia": f"{count} nested fields",
+            "reason": NOT_EMITTED[prefix],
+        }
+        for prefix, count in counts.items()
+    ]
 
 
 LAYOUT = "model.pipeline_model_parallel_layout"
 ACCOUNT_FLAGS = ("model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split")
-RECIPE_SPLIT = ("NVIDIA's preset gives no layout: Bridge's recipe splits the layers itself (Llama 3 and Qwen3 "
-                "recipes count the embedding and the loss as a layer each); ours is written out, with those two flags "
-                "off, as Megatron requires beside a layout (make plan prints the stages)")
+RECIPE_SPLIT = (
+    "NVIDIA's preset gives no layout: Bridge's recipe splits the layers itself (Llama 3 and Qwen3 "
+    "recipes count the embedding and the loss as a layer each); ours is written out, with those two flags "
+    "off, as Megatron requires beside a layout (make plan prints the stages)"
+)
 """Why an explicit layout departs from a preset that has none."""
 
 
@@ -378,7 +407,11 @@ def departures(items: list[tuple[str, Any]], preset: Preset) -> list[dict[str, A
     return out
 
 
-MUON_WORKAROUND = ("mixed_precision.fp8_param_gather", "mixed_precision.fp8_param", "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag")
+MUON_WORKAROUND = (
+    "mixed_precision.fp8_param_gather",
+    "mixed_precision.fp8_param",
+    "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag",
+)
 """What NVIDIA's Kimi K2 Muon preset turns off for dist_muon under MXFP8 (set_kimi_k2_common_configs)."""
 
 
@@ -405,15 +438,25 @@ TRAIN_ONLY = {
     **{key: "intent=train: real routing and NaN checks" for key in TRAIN_SETTINGS},
     "train.eval_iters": "intent=train evaluates (the preset: eval_iters 0)",
     "validation.eval_iters": "intent=train evaluates (the preset: eval_iters 0; Bridge >= 0.4 keeps it in validation)",
-    **{key: "intent=train keeps the model's published initialization, aux-loss coefficient and Adam eps "
-            "(conf/model, conf/optimizer); reproduce takes the release's (release_layout.REPRODUCE_FIELDS)"
-       for key in ("model.init_method_std", "model.embedding_init_method_std", "model.moe_aux_loss_coeff",
-                   "optimizer.adam_eps")},
+    **{
+        key: "intent=train keeps the model's published initialization, aux-loss coefficient and Adam eps "
+        "(conf/model, conf/optimizer); reproduce takes the release's (release_layout.REPRODUCE_FIELDS)"
+        for key in (
+            "model.init_method_std",
+            "model.embedding_init_method_std",
+            "model.moe_aux_loss_coeff",
+            "optimizer.adam_eps",
+        )
+    },
     "logger.timing_log_level": "intent=train: level 1 times the optimizer step (one device sync per timer per step)",
     "optimizer.barrier_with_L1_time": "intent=train: the optimizer timer measures this rank, without a barrier",
 }
 MUON_ON_ADAM_PRESET = (
-    "ddp.align_param_gather", "ddp.bucket_size", "ddp.delay_wgrad_compute", "ddp.fp8_param_gather", "ddp.reuse_grad_buf_for_mxfp8_param_ag",
+    "ddp.align_param_gather",
+    "ddp.bucket_size",
+    "ddp.delay_wgrad_compute",
+    "ddp.fp8_param_gather",
+    "ddp.reuse_grad_buf_for_mxfp8_param_ag",
     "model.fp8_param",
 )
 """Fields Bridge derives differently for dist_muon than for the distributed Adam of the preset it was adapted from."""

@@ -10,8 +10,16 @@ from dataclasses import dataclass
 from optbench.common.data_files import TEXT, listed, read_table
 from optbench.releases.versions import release_key
 
-COLUMNS = {"container": TEXT, "bridge": TEXT, "released": TEXT, "models": TEXT, "gpus": TEXT,
-           "topic": TEXT, "change": TEXT, "source": TEXT}
+COLUMNS = {
+    "container": TEXT,
+    "bridge": TEXT,
+    "released": TEXT,
+    "models": TEXT,
+    "gpus": TEXT,
+    "topic": TEXT,
+    "change": TEXT,
+    "source": TEXT,
+}
 
 
 @dataclass(frozen=True)

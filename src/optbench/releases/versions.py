@@ -55,8 +55,10 @@ class Container:
 
     def label(self) -> str:
         if self.assumed_from:
-            return (f"{self.name} (unverified: planned on {self.assumed_from}'s Megatron Bridge {self.bridge}, "
-                    f"Megatron Core {self.core})")
+            return (
+                f"{self.name} (unverified: planned on {self.assumed_from}'s Megatron Bridge {self.bridge}, "
+                f"Megatron Core {self.core})"
+            )
         return f"{self.name} (Megatron Bridge {self.bridge}, Megatron Core {self.core})"
 
 
@@ -99,17 +101,30 @@ def container_of(run: RunConfig) -> Container:
     if run.cluster.unverified_container:
         if not newer:
             what = "a release we checked" if found else "not newer than the newest release we checked"
-            raise UserError(Problem("cluster.unverified_container",
-                                    f"{name} is {what} ({newest.name}); drop cluster.unverified_container"))
+            raise UserError(
+                Problem(
+                    "cluster.unverified_container",
+                    f"{name} is {what} ({newest.name}); drop cluster.unverified_container",
+                )
+            )
         return Container(name, newest.bridge, newest.core, None, True, assumed_from=newest.name)
     if newer:
-        raise UserError(Problem("cluster.container", f"'{name}' is newer than the newest release we checked "
-                                                     f"({newest.name}); to plan it on {newest.name}'s facts add "
-                                                     "cluster.unverified_container=true (the job checks them in the "
-                                                     "container; docs/containers.md)"))
+        raise UserError(
+            Problem(
+                "cluster.container",
+                f"'{name}' is newer than the newest release we checked "
+                f"({newest.name}); to plan it on {newest.name}'s facts add "
+                "cluster.unverified_container=true (the job checks them in the "
+                "container; docs/containers.md)",
+            )
+        )
     if found is None or not found.runnable:
         names = ", ".join(c.name for c in runnable())
-        why = "predates Megatron Bridge 0.3 (kept for its published rows only)" if found else "is not a NeMo container we know"
+        why = (
+            "predates Megatron Bridge 0.3 (kept for its published rows only)"
+            if found
+            else "is not a NeMo container we know"
+        )
         raise UserError(Problem("cluster.container", f"'{name}' {why}; choose one of {names}"))
     return found
 
@@ -177,10 +192,12 @@ def missing_fields(run: RunConfig, keys: Iterable[str]) -> list[Problem]:
             continue
         having = containers_with(key, mla)
         where = f"{', '.join(having)} have it" if having else "no container up to the newest we know has it"
-        problems.append(Problem(
-            "cluster.container",
-            f"{container.label()} has no field {key} (an override optbench would emit); {where}",
-        ))
+        problems.append(
+            Problem(
+                "cluster.container",
+                f"{container.label()} has no field {key} (an override optbench would emit); {where}",
+            )
+        )
     return problems
 
 

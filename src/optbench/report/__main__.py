@@ -41,8 +41,10 @@ def cmd_table(args: argparse.Namespace) -> int:
     for folders, reason in skipped_groups(out.skipped):  # a study's 66 runs keep curves, no step records: one line
         shown = folders[0] if len(folders) == 1 else f"{len(folders)} folders, {folders[0]} to {folders[-1]}"
         print(f"skipped {shown}: {' '.join(reason.split())}")
-    print(f"wrote {out.markdown} and {out.csv} ({len(out.table.rows)} rows, {measured} measured run(s)) "
-          f"and {len(out.plots)} plot(s) in {time.perf_counter() - started:.1f} s")
+    print(
+        f"wrote {out.markdown} and {out.csv} ({len(out.table.rows)} rows, {measured} measured run(s)) "
+        f"and {len(out.plots)} plot(s) in {time.perf_counter() - started:.1f} s"
+    )
     return 0
 
 

@@ -37,8 +37,10 @@ class BesidePlan:
 
 def _setup(plan: dict[str, Any]) -> str:
     layout = " ".join(f"{k.upper()}{v}" for k, v in plan["layout"].items() if k in ("tp", "pp", "cp", "ep", "dp"))
-    return (f"{plan['model']['name']} on {plan['world_size']} x {plan['gpu']} {plan['precision']}, {layout}, "
-            f"GBS {plan['gbs']} x {plan['seq_length']}")
+    return (
+        f"{plan['model']['name']} on {plan['world_size']} x {plan['gpu']} {plan['precision']}, {layout}, "
+        f"GBS {plan['gbs']} x {plan['seq_length']}"
+    )
 
 
 def beside_plan(runs: Sequence[MeasuredRun], warmup: int) -> list[BesidePlan]:
@@ -54,15 +56,19 @@ def beside_plan(runs: Sequence[MeasuredRun], warmup: int) -> list[BesidePlan]:
             if not isinstance(projection, ProjectionSection):
                 continue
             throughput = run_throughput(run, warmup)
-            rows.append(BesidePlan(
-                run_id=run.run_id, optimizer=run.optimizer, setup=_setup(plan),
-                step_s=throughput.step_time_s.median if throughput.step_time_s else None,
-                projected_step_s=projection.step.step_time_s,
-                optimizer_s=(run.extra or {}).get("optimizer_time_s"),
-                projected_optimizer_s=projection.breakdown_s.get("optimizer"),
-                tflops=throughput.tflops_per_gpu.median if throughput.tflops_per_gpu else None,
-                projected_tflops=projection.step.tflops_per_gpu,
-            ))
+            rows.append(
+                BesidePlan(
+                    run_id=run.run_id,
+                    optimizer=run.optimizer,
+                    setup=_setup(plan),
+                    step_s=throughput.step_time_s.median if throughput.step_time_s else None,
+                    projected_step_s=projection.step.step_time_s,
+                    optimizer_s=(run.extra or {}).get("optimizer_time_s"),
+                    projected_optimizer_s=projection.breakdown_s.get("optimizer"),
+                    tflops=throughput.tflops_per_gpu.median if throughput.tflops_per_gpu else None,
+                    projected_tflops=projection.step.tflops_per_gpu,
+                )
+            )
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a plan another version wrote: the run keeps its row in the main table
     return rows
@@ -82,8 +88,14 @@ def _gaps(rows: Sequence[BesidePlan]) -> list[list[str]]:
         pair = {r.optimizer: r for r in rows if r.setup == setup}
         muon, adamw = pair.get("muon"), pair.get("adamw")
         if muon and adamw and muon.step_s and adamw.step_s:
-            out.append([escaped(setup), f"{adamw.step_s / muon.step_s - 1:+.0%}",
-                        f"{adamw.projected_step_s / muon.projected_step_s - 1:+.0%}", f"{code(muon.run_id)}, {code(adamw.run_id)}"])
+            out.append(
+                [
+                    escaped(setup),
+                    f"{adamw.step_s / muon.step_s - 1:+.0%}",
+                    f"{adamw.projected_step_s / muon.projected_step_s - 1:+.0%}",
+                    f"{code(muon.run_id)}, {code(adamw.run_id)}",
+                ]
+            )
     return out
 
 
@@ -91,16 +103,46 @@ def section(rows: Sequence[BesidePlan]) -> list[str]:
     """The markdown section (empty without such a run)."""
     if not rows:
         return []
-    out = ["", "## Measured runs beside their own plan's projection", "",
-           "Each run's medians (after the warm-up) beside the projection `make plan` made of the same setup on the same "
-           "GPU (its plan.json in the run folder). Optimizer share = optimizer time / step time. A run without "
-           "Transformer Engine (`make gpu-smoke`) is not what the projection prices: docs/gpu.md says why it is off.", ""]
+    out = [
+        "",
+        "## Measured runs beside their own plan's projection",
+        "",
+        "Each run's medians (after the warm-up) beside the projection `make plan` made of the same setup on the same "
+        "GPU (its plan.json in the run folder). Optimizer share = optimizer time / step time. A run without "
+        "Transformer Engine (`make gpu-smoke`) is not what the projection prices: docs/gpu.md says why it is off.",
+        "",
+    ]
     out += markdown_table(
-        ["run", "optimizer", "setup", "step s", "projected", "optimizer s", "projected", "optimizer share", "projected",
-         "model TFLOP/s/GPU", "projected"],
-        [[code(r.run_id), r.optimizer, escaped(r.setup), _f(r.step_s), _f(r.projected_step_s), _f(r.optimizer_s),
-          _f(r.projected_optimizer_s), _share(r.optimizer_s, r.step_s), _share(r.projected_optimizer_s, r.projected_step_s),
-          _f(r.tflops, 1), _f(r.projected_tflops, 1)] for r in rows])
+        [
+            "run",
+            "optimizer",
+            "setup",
+            "step s",
+            "projected",
+            "optimizer s",
+            "projected",
+            "optimizer share",
+            "projected",
+            "model TFLOP/s/GPU",
+            "projected",
+        ],
+        [
+            [
+                code(r.run_id),
+                r.optimizer,
+                escaped(r.setup),
+                _f(r.step_s),
+                _f(r.projected_step_s),
+                _f(r.optimizer_s),
+                _f(r.projected_optimizer_s),
+                _share(r.optimizer_s, r.step_s),
+                _share(r.projected_optimizer_s, r.projected_step_s),
+                _f(r.tflops, 1),
+                _f(r.projected_tflops, 1),
+            ]
+            for r in rows
+        ],
+    )
     gaps = _gaps(rows)
     if gaps:
         out += ["", "Muon vs AdamW on the same setup, model TFLOP/s per GPU:", ""]

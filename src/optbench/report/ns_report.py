@@ -79,8 +79,14 @@ def main() -> int:
             f" {row.ns_tflops_per_gpu:g} NS TFLOP/s/GPU; implied step {step:.2f} s (recipe {run.recipe})\n"
         )
         compared = blog_comparison(run, row.model_tflops_per_gpu or 0, row.ns_tflops_per_gpu or 1)
-        print("\n".join(markdown_table(["convention", "NS TFLOP/s/GPU", "ours / published"],
-                              [[name, f"{tflops:.1f}", f"{ratio:.2f}"] for name, tflops, ratio in compared])))
+        print(
+            "\n".join(
+                markdown_table(
+                    ["convention", "NS TFLOP/s/GPU", "ours / published"],
+                    [[name, f"{tflops:.1f}", f"{ratio:.2f}"] for name, tflops, ratio in compared],
+                )
+            )
+        )
     return 0
 
 

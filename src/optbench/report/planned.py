@@ -45,16 +45,22 @@ def planned_rows(results: Path) -> tuple[list[PlannedRow], list[tuple[str, str]]
         try:
             plan = Plan.from_json(json.loads(path.read_text(encoding="utf-8")))
             projection = plan.projection
-            siblings = {s.optimizer: s for s in projection.optimizers or ()} if isinstance(projection, ProjectionSection) else {}
+            siblings = (
+                {s.optimizer: s for s in projection.optimizers or ()}
+                if isinstance(projection, ProjectionSection)
+                else {}
+            )
             if not siblings or projection.twin is None:
                 continue
-            rows.append(PlannedRow(
-                command=" ".join([plan.recipe, *plan.overrides]),
-                container=str(plan.config["cluster"]["container"]),
-                gpus=f"{plan.layout.world_size} x {plan.gpu}, {plan.precision}",
-                adamw_tflops=projection.twin.step.tflops_per_gpu,
-                cells={name: _cell(siblings[name]) if name in siblings else "-" for name in MATRIX_OPTIMIZERS},
-            ))
+            rows.append(
+                PlannedRow(
+                    command=" ".join([plan.recipe, *plan.overrides]),
+                    container=str(plan.config["cluster"]["container"]),
+                    gpus=f"{plan.layout.world_size} x {plan.gpu}, {plan.precision}",
+                    adamw_tflops=projection.twin.step.tflops_per_gpu,
+                    cells={name: _cell(siblings[name]) if name in siblings else "-" for name in MATRIX_OPTIMIZERS},
+                )
+            )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             skipped.append((str(path), f"not a plan.json this version writes ({type(err).__name__}: {err})"[:200]))
     return rows, skipped

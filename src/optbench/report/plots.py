@@ -35,17 +35,31 @@ def _groups(table: Table, family: str) -> list[dict]:
         if row.published is not None:
             pub = row.published
             key = ("published", row.model, row.gpu, row.precision, pub.source, pub.release)
-            group = groups.setdefault(key, {"label": f"{row.model} {row.gpu} x{pub.num_gpus} {row.precision}, "
-                                                     f"{SHORT.get(pub.source, pub.source)} {pub.release}",
-                                            "published": {}, "measured": {}, "local": False,
-                                            "setup": (pub.source, row.model, row.gpu, pub.num_gpus, row.precision),
-                                            "release": release_order(pub.release)})
+            group = groups.setdefault(
+                key,
+                {
+                    "label": f"{row.model} {row.gpu} x{pub.num_gpus} {row.precision}, "
+                    f"{SHORT.get(pub.source, pub.source)} {pub.release}",
+                    "published": {},
+                    "measured": {},
+                    "local": False,
+                    "setup": (pub.source, row.model, row.gpu, pub.num_gpus, row.precision),
+                    "release": release_order(pub.release),
+                },
+            )
             group["published"][row.optimizer] = pub
         if row.throughput is not None and row.throughput.tflops_per_gpu is not None:
             local = row.run is not None and row.run.engine == "local"
             key = ("measured", row.model, row.gpu, row.precision, local)
-            group = groups.setdefault(key, {"label": f"{row.model} {row.gpu} {row.precision}, measured",
-                                            "published": {}, "measured": {}, "local": local})
+            group = groups.setdefault(
+                key,
+                {
+                    "label": f"{row.model} {row.gpu} {row.precision}, measured",
+                    "published": {},
+                    "measured": {},
+                    "local": local,
+                },
+            )
             group["measured"][row.optimizer] = row.throughput
             if row.optimizer == MUON:
                 group["ratio_note"] = row.ratio_note
@@ -101,8 +115,16 @@ def _throughput_panel(axis, groups: list[dict], unit: str, scale: float) -> None
             edge = "black" if published else "none"
             axis.barh(index + offset, model * scale, height=0.38, color=COLORS[optimizer], edgecolor=edge)
             if with_ns is not None and with_ns > model:
-                axis.barh(index + offset, (with_ns - model) * scale, left=model * scale, height=0.38,
-                          color=COLORS[optimizer], alpha=0.45, hatch="//", edgecolor=edge)
+                axis.barh(
+                    index + offset,
+                    (with_ns - model) * scale,
+                    left=model * scale,
+                    height=0.38,
+                    color=COLORS[optimizer],
+                    alpha=0.45,
+                    hatch="//",
+                    edgecolor=edge,
+                )
     axis.set_yticks(range(len(groups)), [g["label"] for g in groups], fontsize=7)
     axis.set_ylim(max(len(groups), 1) - 0.5, -0.5)
     axis.set_xlabel(unit)
@@ -117,7 +139,9 @@ def _ratio_panel(axis, groups: list[dict]) -> None:
         if adamw is None or muon is None:
             continue
         if group.get("ratio_note", "").startswith("not comparable"):  # unlike runs: no ratio, and why
-            axis.text(0.02, index, group["ratio_note"][:60], va="center", fontsize=6, transform=axis.get_yaxis_transform())
+            axis.text(
+                0.02, index, group["ratio_note"][:60], va="center", fontsize=6, transform=axis.get_yaxis_transform()
+            )
             continue
         base = adamw[0]
         axis.barh(index, muon[0] / base, height=0.5, color=COLORS[MUON])
@@ -133,7 +157,9 @@ def _ratio_panel(axis, groups: list[dict]) -> None:
     if shown:
         axis.set_xlim(0 if min(shown) < 0.8 else 0.8, max(1.2, max(shown) + 0.05))
     else:
-        axis.text(0.5, 0.5, "no configuration\nwith both optimizers", ha="center", va="center", transform=axis.transAxes)
+        axis.text(
+            0.5, 0.5, "no configuration\nwith both optimizers", ha="center", va="center", transform=axis.transAxes
+        )
 
 
 def plot_throughput(table: Table, family: str, path: str | Path) -> Path:
@@ -144,13 +170,25 @@ def plot_throughput(table: Table, family: str, path: str | Path) -> Path:
     cluster = [g for g in groups if not g["local"]]
     local = [g for g in groups if g["local"]]
     stand_ins = ", ".join(dict.fromkeys(g["label"].removesuffix(", measured") for g in local))
-    sections = [(_cluster_title(family, cluster, left_out), cluster, "TFLOP/s per GPU", 1.0),
-                (f"{family}'s small stand-ins ({stand_ins}) measured here by the local engine: their own axis, "
-                 "not the full model's speed", local, "GFLOP/s per device", 1e3)]
+    sections = [
+        (_cluster_title(family, cluster, left_out), cluster, "TFLOP/s per GPU", 1.0),
+        (
+            f"{family}'s small stand-ins ({stand_ins}) measured here by the local engine: their own axis, "
+            "not the full model's speed",
+            local,
+            "GFLOP/s per device",
+            1e3,
+        ),
+    ]
     sections = [section for section in sections if section[1]] or sections[:1]  # nothing with a figure: one empty panel
     heights = [max(2.0, ROW_INCHES * len(section[1]) + 1.0) for section in sections]
-    figure, axes = plt.subplots(len(sections), 2, figsize=(WIDTH_INCHES, sum(heights)), squeeze=False,
-                                gridspec_kw={"width_ratios": [2, 1], "height_ratios": heights})
+    figure, axes = plt.subplots(
+        len(sections),
+        2,
+        figsize=(WIDTH_INCHES, sum(heights)),
+        squeeze=False,
+        gridspec_kw={"width_ratios": [2, 1], "height_ratios": heights},
+    )
     for (title, members, unit, scale), (values, ratios) in zip(sections, axes):
         _throughput_panel(values, members, unit, scale)
         values.set_title(title, fontsize=9)

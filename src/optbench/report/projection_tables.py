@@ -56,8 +56,13 @@ SENSITIVITY = (
 def measured_op_overheads(base: Assumptions) -> tuple[tuple[str, dict[str, float]], ...]:
     """Sensitivity rows at the lowest and highest host time per eager op measured for the recipes' launch-bound
     matrices (``Assumptions.eager_op_overhead_measured_s``)."""
-    return tuple((f"eager_op_overhead={s * 1e6:.1f} us ({end} measured, {EAGER_OP_OVERHEAD_MEASURED_ON})",
-                  {"eager_op_overhead_s": s}) for end, s in zip(("lowest", "highest"), base.eager_op_overhead_measured_s))
+    return tuple(
+        (
+            f"eager_op_overhead={s * 1e6:.1f} us ({end} measured, {EAGER_OP_OVERHEAD_MEASURED_ON})",
+            {"eager_op_overhead_s": s},
+        )
+        for end, s in zip(("lowest", "highest"), base.eager_op_overhead_measured_s)
+    )
 
 
 def _blog(p: ProjectionSection) -> PublishedComparison | None:
@@ -69,7 +74,9 @@ def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSU
     out: dict[str, Any] = {"assumptions": base.as_dict(), "recipes": {}}
     for recipe in recipes:
         run = resolve(compose_run(recipe, [BLOG_CONTAINER]))
-        p = project(run, [BLOG_CONTAINER], assumptions=base, counterparts=ComposedCounterparts(), row_runs=COMPOSED_ROWS)
+        p = project(
+            run, [BLOG_CONTAINER], assumptions=base, counterparts=ComposedCounterparts(), row_runs=COMPOSED_ROWS
+        )
         if not isinstance(p, ProjectionSection):
             out["recipes"][recipe] = p.to_json()
             continue
@@ -78,7 +85,9 @@ def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSU
             if change.get("ns_gemm_efficiency", 0.0) is None:
                 change = {"ns_gemm_efficiency": p.efficiency.value}
             # Only the run's own figure is read here: no twin is composed for it.
-            q = project(run, [BLOG_CONTAINER], assumptions=replace(base, **change), with_what_ifs=False, row_runs=COMPOSED_ROWS)
+            q = project(
+                run, [BLOG_CONTAINER], assumptions=replace(base, **change), with_what_ifs=False, row_runs=COMPOSED_ROWS
+            )
             blog = _blog(q) if isinstance(q, ProjectionSection) else None
             rows.append(
                 {
@@ -88,8 +97,12 @@ def collect(recipes: tuple[str, ...] = RECIPES, base: Assumptions = DEFAULT_ASSU
                 }
             )
         blog = _blog(p)
-        out["recipes"][recipe] = {"available": True, "projection": p.to_json(), "blog": blog.to_json() if blog else None,
-                                  "sensitivity": rows}
+        out["recipes"][recipe] = {
+            "available": True,
+            "projection": p.to_json(),
+            "blog": blog.to_json() if blog else None,
+            "sensitivity": rows,
+        }
     return out
 
 
@@ -110,20 +123,54 @@ def markdown(data: dict[str, Any]) -> str:
     for recipe, v in ok.items():
         p, blog = v["projection"], v["blog"]
         published = f"{blog['published_model_tflops_per_gpu']:g} ({blog['published']})" if blog else "none"
-        cells.append([recipe, p["efficiency"]["calibrated_on"], f"{p['efficiency']['value']:.3f} of {p['efficiency']['of_peak']}",
-                      f"{p['adamw_twin']['tflops_per_gpu']:.1f}", f"{p['tflops_per_gpu']:.1f} (+ {p['ns_tflops_per_gpu']:.1f} NS)",
-                      published, f"{blog['error_percent']:+.2f} %" if blog else "-"])
-    lines += markdown_table(["recipe", "calibrated on (AdamW)", "GEMM efficiency", "AdamW twin TFLOP/s", "Muon projected (model-only)",
-                    "published Muon (model-only)", "error"], cells)
-    overhead = [[recipe, f"{v['projection']['adamw_twin']['step_time_s']:.3f} / {v['projection']['step_time_s']:.3f}",
-                 *(_ms(v["projection"]["muon_overhead"]["parts_s"][k]) for k in PARTS),
-                 _ms(v["projection"]["muon_overhead"]["total_s"])] for recipe, v in ok.items()]
-    lines += ["", "### Where Muon's overhead comes from (ms per step, Muon minus its AdamW twin)", "",
-              *markdown_table(["recipe", "step AdamW / Muon (s)", *PARTS, "total"], overhead)]
-    wins = [[recipe, *(f"{w[k]['tflops_per_gpu']:.1f} ({w[k]['win_percent']:+.2f} %)" for k in WHAT_IFS)]
-            for recipe, w in ((recipe, v["projection"]["what_if"]) for recipe, v in ok.items())]
-    lines += ["", "### What each technique would win (model-only TFLOP/s per GPU, % over today's Muon)", "",
-              *markdown_table(["recipe", *WHAT_IFS], wins)]
+        cells.append(
+            [
+                recipe,
+                p["efficiency"]["calibrated_on"],
+                f"{p['efficiency']['value']:.3f} of {p['efficiency']['of_peak']}",
+                f"{p['adamw_twin']['tflops_per_gpu']:.1f}",
+                f"{p['tflops_per_gpu']:.1f} (+ {p['ns_tflops_per_gpu']:.1f} NS)",
+                published,
+                f"{blog['error_percent']:+.2f} %" if blog else "-",
+            ]
+        )
+    lines += markdown_table(
+        [
+            "recipe",
+            "calibrated on (AdamW)",
+            "GEMM efficiency",
+            "AdamW twin TFLOP/s",
+            "Muon projected (model-only)",
+            "published Muon (model-only)",
+            "error",
+        ],
+        cells,
+    )
+    overhead = [
+        [
+            recipe,
+            f"{v['projection']['adamw_twin']['step_time_s']:.3f} / {v['projection']['step_time_s']:.3f}",
+            *(_ms(v["projection"]["muon_overhead"]["parts_s"][k]) for k in PARTS),
+            _ms(v["projection"]["muon_overhead"]["total_s"]),
+        ]
+        for recipe, v in ok.items()
+    ]
+    lines += [
+        "",
+        "### Where Muon's overhead comes from (ms per step, Muon minus its AdamW twin)",
+        "",
+        *markdown_table(["recipe", "step AdamW / Muon (s)", *PARTS, "total"], overhead),
+    ]
+    wins = [
+        [recipe, *(f"{w[k]['tflops_per_gpu']:.1f} ({w[k]['win_percent']:+.2f} %)" for k in WHAT_IFS)]
+        for recipe, w in ((recipe, v["projection"]["what_if"]) for recipe, v in ok.items())
+    ]
+    lines += [
+        "",
+        "### What each technique would win (model-only TFLOP/s per GPU, % over today's Muon)",
+        "",
+        *markdown_table(["recipe", *WHAT_IFS], wins),
+    ]
     settings = [row["setting"] for row in next(iter(ok.values()))["sensitivity"]] if ok else []
     sensitivity = []
     for index, setting in enumerate(settings):
@@ -133,8 +180,12 @@ def markdown(data: dict[str, Any]) -> str:
             error = f"{row['error_percent']:+.2f} %" if row["error_percent"] is not None else "-"
             cells.append(f"{row['tflops_per_gpu']:.1f} ({error})")
         sensitivity.append([setting, *cells])
-    lines += ["", "### Sensitivity to the a-priori constants (AdamW re-calibrated each time; no Muon fitting)", "",
-              *markdown_table(["setting", *(f"{r} TFLOP/s (error)" for r in ok)], sensitivity)]
+    lines += [
+        "",
+        "### Sensitivity to the a-priori constants (AdamW re-calibrated each time; no Muon fitting)",
+        "",
+        *markdown_table(["setting", *(f"{r} TFLOP/s (error)" for r in ok)], sensitivity),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -162,7 +213,12 @@ def chart(data: dict[str, Any], path: Path) -> Path:
     width = 0.8 / len(WHAT_IFS)
     for i, scenario in enumerate(WHAT_IFS):
         xs = [j + (i - (len(WHAT_IFS) - 1) / 2) * width for j in range(len(names))]
-        right.bar(xs, [ok[n]["projection"]["what_if"][scenario]["win_percent"] for n in names], width, label=scenario.replace("_", " "))
+        right.bar(
+            xs,
+            [ok[n]["projection"]["what_if"][scenario]["win_percent"] for n in names],
+            width,
+            label=scenario.replace("_", " "),
+        )
     right.set_xticks(range(len(names)), names)
     right.set_ylabel("model TFLOP/s per GPU gain, %")
     right.set_title("What each technique would win (model)")
@@ -178,8 +234,12 @@ def chart(data: dict[str, Any], path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m optbench.report.projection_tables", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)")
+    parser = argparse.ArgumentParser(
+        prog="python -m optbench.report.projection_tables", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)"
+    )
     args = parser.parse_args(argv)
     with exit_on_user_error():  # a results folder we may not write into, a full disk: one line, exit 2
         results = claim(args.results, "--results", "results")

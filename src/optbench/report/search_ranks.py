@@ -64,13 +64,21 @@ def record(row: str, own: Point, result: dict[str, Any], seconds: float, command
     share of HBM, and its rank under each stricter memory rule of :data:`HEADROOM`."""
     standing, at_ep = standing_of(result, own), rank_at_fixed(result, own, AT_ITS_EP)
     entry: dict[str, Any] = {
-        "row": row, "layout": own.label, "rank": None, "valid_points": result["valid"],
-        "candidates": result["candidates"], "seconds": round(seconds, 1), "command": command,
+        "row": row,
+        "layout": own.label,
+        "rank": None,
+        "valid_points": result["valid"],
+        "candidates": result["candidates"],
+        "seconds": round(seconds, 1),
+        "command": command,
     }
     if standing is not None:
         entry.update(
-            rank=standing.rank, tflops_per_gpu=standing.tflops_per_gpu, best_layout=standing.best.label,
-            best_tflops_per_gpu=standing.best_tflops_per_gpu, gap_to_best_percent=standing.gap_to_best_percent,
+            rank=standing.rank,
+            tflops_per_gpu=standing.tflops_per_gpu,
+            best_layout=standing.best.label,
+            best_tflops_per_gpu=standing.best_tflops_per_gpu,
+            gap_to_best_percent=standing.gap_to_best_percent,
             best_has_lower_ep=standing.best.ep < own.ep,
             memory_share=_rounded(ranked_of(result, own).memory_share),
             rank_with_headroom={str(share): rank_with_headroom(result, own, share) for share in HEADROOM},
@@ -98,12 +106,14 @@ def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
             str(band): sum(1 for r in ranked if r["gap_to_best_percent"] >= -band) for band in WITHIN_PERCENT
         },
         "median_gap_to_best_percent": round(statistics.median(r["gap_to_best_percent"] for r in ranked), 2)
-        if ranked else None,
+        if ranked
+        else None,
         "outside_top_behind_lower_ep": sum(1 for r in behind if r["best_has_lower_ep"]),
         "in_top_at_its_ep": sum(1 for r in ranked if r["rank_at_its_ep"] <= TOP),
         "outside_top": len(behind),
-        "in_top_with_headroom": {str(share): sum(1 for r in ranked if r["rank_with_headroom"][str(share)] <= TOP)
-                                 for share in HEADROOM},
+        "in_top_with_headroom": {
+            str(share): sum(1 for r in ranked if r["rank_with_headroom"][str(share)] <= TOP) for share in HEADROOM
+        },
         "memory_share_range": _share_range([r["memory_share"] for r in ranked if r["memory_share"] is not None]),
     }
 
@@ -123,11 +133,17 @@ def layout_changes(searched: list[tuple[PublishedRow, Point, dict[str, Any]]]) -
     changes = []
     for (before, old, earlier), (after, new, later) in consecutive_releases(searched, lambda entry: entry[0]):
         if old != new:
-            changes.append({
-                "from_row": row_id(before), "to_row": row_id(after), "from_layout": old.label, "to_layout": new.label,
-                "published_change_percent": round(100 * (after.tflops_per_gpu / before.tflops_per_gpu - 1), 1),
-                "at_earlier_release": _judged(earlier, old, new), "at_later_release": _judged(later, old, new),
-            })
+            changes.append(
+                {
+                    "from_row": row_id(before),
+                    "to_row": row_id(after),
+                    "from_layout": old.label,
+                    "to_layout": new.label,
+                    "published_change_percent": round(100 * (after.tflops_per_gpu / before.tflops_per_gpu - 1), 1),
+                    "at_earlier_release": _judged(earlier, old, new),
+                    "at_later_release": _judged(later, old, new),
+                }
+            )
     return changes
 
 
@@ -141,8 +157,11 @@ def _judged(result: dict[str, Any], old: Point, new: Point) -> dict[str, Any]:
         return "outside the search" if point not in result.get("space", (point,)) else "dropped"
 
     return {
-        "from_rank": rank(old, was), "to_rank": rank(new, now),
-        "projected_change_percent": round(100 * (now.tflops_per_gpu / was.tflops_per_gpu - 1), 1) if was and now else None,
+        "from_rank": rank(old, was),
+        "to_rank": rank(new, now),
+        "projected_change_percent": round(100 * (now.tflops_per_gpu / was.tflops_per_gpu - 1), 1)
+        if was and now
+        else None,
     }
 
 
@@ -170,9 +189,15 @@ def ranks(rows: list[PublishedRow], models: set[str] | None = None) -> dict[str,
 def earlier_table(path: Path, rows: list[PublishedRow], models: set[str]) -> dict[str, Any]:
     """The last run's table, whose other models' rows ``MODELS=`` keeps: refused in one line, before any search, when
     it is not one this command wrote (unreadable, another shape, or without those models' rows)."""
+
     def refused(why: str) -> UserError:
-        return UserError(Problem("MODELS", f"cannot keep the other models' rows: {path} {why}; run make search-ranks "
-                                           "without MODELS (it searches every row)"))
+        return UserError(
+            Problem(
+                "MODELS",
+                f"cannot keep the other models' rows: {path} {why}; run make search-ranks "
+                "without MODELS (it searches every row)",
+            )
+        )
 
     try:
         if path.stat().st_size > MAX_TABLE_BYTES:
@@ -182,9 +207,12 @@ def earlier_table(path: Path, rows: list[PublishedRow], models: set[str]) -> dic
         raise refused(f"is unreadable ({type(err).__name__})") from None
     table_rows = data.get("rows") if isinstance(data, dict) else None
     changes = data.get("layout_changes") if isinstance(data, dict) else None
-    if not (isinstance(table_rows, list) and isinstance(changes, list)
-            and all(isinstance(r, dict) and isinstance(r.get("row"), str) for r in table_rows)
-            and all(isinstance(c, dict) and isinstance(c.get("from_row"), str) for c in changes)):
+    if not (
+        isinstance(table_rows, list)
+        and isinstance(changes, list)
+        and all(isinstance(r, dict) and isinstance(r.get("row"), str) for r in table_rows)
+        and all(isinstance(c, dict) and isinstance(c.get("from_row"), str) for c in changes)
+    ):
         raise refused("does not have the shape this command writes (rows and layout_changes)")
     others = {row.model for row in rows} - models
     if others and not any(r["row"] in {row_id(row) for row in rows if row.model in others} for r in table_rows):
@@ -192,7 +220,9 @@ def earlier_table(path: Path, rows: list[PublishedRow], models: set[str]) -> dic
     return data
 
 
-def merged(fresh: dict[str, Any], earlier: dict[str, Any], rows: list[PublishedRow], models: set[str]) -> dict[str, Any]:
+def merged(
+    fresh: dict[str, Any], earlier: dict[str, Any], rows: list[PublishedRow], models: set[str]
+) -> dict[str, Any]:
     """``fresh`` (the rows of ``models``, searched now) with the other models' rows and layout changes of the
     ``earlier`` table (the last run's search_ranks.json), in published-row order, the summary counted over all:
     ``make search-ranks MODELS=...`` refreshes those models and keeps the rest of the table."""
@@ -234,11 +264,37 @@ def markdown(data: dict[str, Any]) -> str:
             cells.append([r["row"], r["layout"], "not valid", r["valid_points"], *["-"] * 6, r["seconds"]])
             continue
         share = "-" if r["memory_share"] is None else f"{100 * r['memory_share']:.0f} %"
-        cells.append([r["row"], r["layout"], r["rank"], r["valid_points"], f"{r['rank_at_its_ep']} of {r['layouts_at_its_ep']}",
-                      f"{r['tflops_per_gpu']:.1f}", share, r["best_layout"], f"{r['best_tflops_per_gpu']:.1f}",
-                      f"{r['gap_to_best_percent']:+.2f} %", r["seconds"]])
-    lines += markdown_table(["row", "NVIDIA's layout", "rank", "valid layouts", "rank at its EP", "its TFLOP/s/GPU",
-                    "its memory (of HBM)", "our best", "best's TFLOP/s/GPU", "gap", "search s"], cells)
+        cells.append(
+            [
+                r["row"],
+                r["layout"],
+                r["rank"],
+                r["valid_points"],
+                f"{r['rank_at_its_ep']} of {r['layouts_at_its_ep']}",
+                f"{r['tflops_per_gpu']:.1f}",
+                share,
+                r["best_layout"],
+                f"{r['best_tflops_per_gpu']:.1f}",
+                f"{r['gap_to_best_percent']:+.2f} %",
+                r["seconds"],
+            ]
+        )
+    lines += markdown_table(
+        [
+            "row",
+            "NVIDIA's layout",
+            "rank",
+            "valid layouts",
+            "rank at its EP",
+            "its TFLOP/s/GPU",
+            "its memory (of HBM)",
+            "our best",
+            "best's TFLOP/s/GPU",
+            "gap",
+            "search s",
+        ],
+        cells,
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -262,8 +318,12 @@ def _change_lines(changes: list[dict[str, Any]]) -> list[str]:
         return []
 
     def agreed(where: str) -> int:
-        return sum(1 for c in changes if c[where]["projected_change_percent"] is not None
-                   and (c[where]["projected_change_percent"] > 0) == (c["published_change_percent"] > 0))
+        return sum(
+            1
+            for c in changes
+            if c[where]["projected_change_percent"] is not None
+            and (c[where]["projected_change_percent"] > 0) == (c["published_change_percent"] > 0)
+        )
 
     def judged(j: dict[str, Any]) -> str:
         projected = "-" if j["projected_change_percent"] is None else f"{j['projected_change_percent']:+.1f} %"
@@ -274,26 +334,51 @@ def _change_lines(changes: list[dict[str, Any]]) -> list[str]:
         f"NVIDIA changed a setup's layout between consecutive releases {n} time{'' if n == 1 else 's'}. The search"
         f" moves the same way as NVIDIA's published figure (both up or both down) on {agreed('at_earlier_release')}"
         f" of them at the earlier release's configuration and on {agreed('at_later_release')} at the later one's (a"
-        " release also changes other settings, so the published change is not the layout's alone; \"dropped\": the"
+        ' release also changes other settings, so the published change is not the layout\'s alone; "dropped": the'
         " search drops that layout there, invalid under that release's settings or over HBM by the estimate;"
-        " \"outside the search\": a value the search does not try there, such as a VPP other than 1, 2, 4 and the"
+        ' "outside the search": a value the search does not try there, such as a VPP other than 1, 2, 4 and the'
         " preset's).",
         "",
     ]
-    lines += markdown_table(["from row", "to", "NVIDIA's layout: from", "to", "published change",
-                    "search at the earlier release: rank from -> to, projected change", "at the later release"],
-                   [[c["from_row"], c["to_row"].split()[1], c["from_layout"], c["to_layout"],
-                     f"{c['published_change_percent']:+.1f} %", judged(c["at_earlier_release"]), judged(c["at_later_release"])]
-                    for c in changes])
+    lines += markdown_table(
+        [
+            "from row",
+            "to",
+            "NVIDIA's layout: from",
+            "to",
+            "published change",
+            "search at the earlier release: rank from -> to, projected change",
+            "at the later release",
+        ],
+        [
+            [
+                c["from_row"],
+                c["to_row"].split()[1],
+                c["from_layout"],
+                c["to_layout"],
+                f"{c['published_change_percent']:+.1f} %",
+                judged(c["at_earlier_release"]),
+                judged(c["at_later_release"]),
+            ]
+            for c in changes
+        ],
+    )
     return [*lines, ""]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make search-ranks", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)")
-    parser.add_argument("--models", default=os.environ.get("OPTBENCH_SEARCH_MODELS", ""),
-                        help="comma-separated models (default: every model); the others' rows are kept from the last run")
-    parser.add_argument("--from-make", action="store_true", help="refuse the key=value words make passes (it takes none)")
+    parser.add_argument(
+        "--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)"
+    )
+    parser.add_argument(
+        "--models",
+        default=os.environ.get("OPTBENCH_SEARCH_MODELS", ""),
+        help="comma-separated models (default: every model); the others' rows are kept from the last run",
+    )
+    parser.add_argument(
+        "--from-make", action="store_true", help="refuse the key=value words make passes (it takes none)"
+    )
     args = parser.parse_args(argv)
     with exit_on_user_error():  # a results folder we may not write into, a full disk: one line, exit 2
         if args.from_make:

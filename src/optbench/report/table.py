@@ -119,7 +119,9 @@ def _delta(row: TableRow) -> None:
     if row.run is not None and row.run.engine == "megatron_bridge" and row.run.intent == "train":
         return  # real routing and checks: not the configuration NVIDIA measured (table_format says so)
     basis = row.published.flops_counted
-    measured = row.throughput.tflops_per_gpu_with_ns if basis == "model+newton_schulz" else row.throughput.tflops_per_gpu
+    measured = (
+        row.throughput.tflops_per_gpu_with_ns if basis == "model+newton_schulz" else row.throughput.tflops_per_gpu
+    )
     if measured is not None:
         row.delta = measured.median / row.published.tflops_per_gpu - 1
         row.delta_basis = basis
@@ -144,7 +146,9 @@ def build_table(published: list[PublishedRow], runs: list[MeasuredRun], warmup: 
 
     rows: list[TableRow] = []
     for pub in published:  # published.csv order: the blog's Table 1 first
-        rows.append(TableRow(_family_of(pub.model, runs), pub.model, pub.gpu, pub.precision, pub.optimizer, published=pub))
+        rows.append(
+            TableRow(_family_of(pub.model, runs), pub.model, pub.gpu, pub.precision, pub.optimizer, published=pub)
+        )
     published_keys = {(p.model, p.gpu, p.precision, p.optimizer) for p in published}
     for key in sorted(by_key):
         if key not in published_keys:
@@ -168,7 +172,8 @@ def build_table(published: list[PublishedRow], runs: list[MeasuredRun], warmup: 
             twins = {
                 p.optimizer: p
                 for p in published
-                if (p.model, p.gpu, p.precision, p.source, p.release) == (*pair, row.published.source, row.published.release)
+                if (p.model, p.gpu, p.precision, p.source, p.release)
+                == (*pair, row.published.source, row.published.release)
             }
             if MUON in twins and ADAMW in twins:
                 row.published_ratio = _published_ratio(twins[MUON], twins[ADAMW])

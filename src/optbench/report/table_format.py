@@ -71,8 +71,13 @@ def _ratio_text(value: float | None) -> str:
 
 
 def delta_text(row: TableRow) -> str:
-    if row.delta is None and row.run is not None and row.published is not None and row.run.engine == "megatron_bridge" \
-            and row.run.intent == "train":
+    if (
+        row.delta is None
+        and row.run is not None
+        and row.published is not None
+        and row.run.engine == "megatron_bridge"
+        and row.run.intent == "train"
+    ):
         return "not comparable: intent=train (routing not forced to balance, NaN checks and eval on)"
     if row.delta is None:
         return "-" if row.published is None or row.throughput is None else "no comparable figure"
@@ -160,16 +165,32 @@ def _ratio_lines(table: Table) -> list[list[str]]:
             key = (row.model, row.gpu, row.precision, row.published.source, row.published.release)
             if key not in seen:
                 seen.add(key)
-                lines.append([row.model, row.gpu, row.precision, f"published ({key[3]} {key[4]})",
-                              _ratio_text(row.published_ratio[0]), _ratio_text(row.published_ratio[1])])
+                lines.append(
+                    [
+                        row.model,
+                        row.gpu,
+                        row.precision,
+                        f"published ({key[3]} {key[4]})",
+                        _ratio_text(row.published_ratio[0]),
+                        _ratio_text(row.published_ratio[1]),
+                    ]
+                )
         if row.run is not None and (row.measured_ratio != (None, None) or row.ratio_note):
             key = (row.model, row.gpu, row.precision, "measured")
             if key not in seen:
                 seen.add(key)
                 figures = "measured" + (f" ({row.ratio_note})" if row.ratio_note else "")
                 empty = "-" if row.measured_ratio == (None, None) else NOT_MEASURED
-                lines.append([row.model, row.gpu, row.precision, figures,
-                              _ratio_text(row.measured_ratio[0]) or empty, _ratio_text(row.measured_ratio[1]) or empty])
+                lines.append(
+                    [
+                        row.model,
+                        row.gpu,
+                        row.precision,
+                        figures,
+                        _ratio_text(row.measured_ratio[0]) or empty,
+                        _ratio_text(row.measured_ratio[1]) or empty,
+                    ]
+                )
     return lines
 
 
@@ -183,12 +204,19 @@ def _run_lines(table: Table) -> list[list[str]]:
     lines = []
     for run in sorted(table.runs, key=lambda r: r.run_id):
         t = run_throughput(run, table.warmup)
-        lines.append([
-            code(run.run_id), run.kind, code(run.recipe) if run.recipe else "-", escaped(run.date) if run.date else "-",
-            code(run.command) if run.command else "-", code(_short_commit(run.git_commit)) if run.git_commit else "-",
-            escaped(versions_text(run.versions)) or "-", f"{t.steps_used}/{t.steps_total}",
-            escaped("; ".join(run.notes)) or "-",
-        ])
+        lines.append(
+            [
+                code(run.run_id),
+                run.kind,
+                code(run.recipe) if run.recipe else "-",
+                escaped(run.date) if run.date else "-",
+                code(run.command) if run.command else "-",
+                code(_short_commit(run.git_commit)) if run.git_commit else "-",
+                escaped(versions_text(run.versions)) or "-",
+                f"{t.steps_used}/{t.steps_total}",
+                escaped("; ".join(run.notes)) or "-",
+            ]
+        )
     return lines
 
 
@@ -206,25 +234,52 @@ def _projection_lines(table: Table) -> list[list[str]]:
             continue
         p = projection_error(pub, COMPOSED_ROWS, with_expected_error=True)
         if "tflops" in p:
-            note = ("; this row's own setup's other releases contradict it, so it anchors nothing "
-                    "(results/published/inconsistent.csv)") if row_id(pub) in contradicted else ""
-            cells = [f"{p['tflops']:.0f}", _signed_percent(p["error_percent"] / 100), expected_error_cell(p["expected_error"]),
-                     ("anchor: " if p["anchor_itself"] else "") + p["anchor"] + note]
+            note = (
+                (
+                    "; this row's own setup's other releases contradict it, so it anchors nothing "
+                    "(results/published/inconsistent.csv)"
+                )
+                if row_id(pub) in contradicted
+                else ""
+            )
+            cells = [
+                f"{p['tflops']:.0f}",
+                _signed_percent(p["error_percent"] / 100),
+                expected_error_cell(p["expected_error"]),
+                ("anchor: " if p["anchor_itself"] else "") + p["anchor"] + note,
+            ]
         else:
             cells = ["-", "not reached", "-", p["reason"][:160]]
-        lines.append([pub.model, pub.release, pub.gpu, pub.precision, pub.optimizer,
-                      as_published(pub.model_tflops_per_gpu or pub.tflops_per_gpu), *cells])
+        lines.append(
+            [
+                pub.model,
+                pub.release,
+                pub.gpu,
+                pub.precision,
+                pub.optimizer,
+                as_published(pub.model_tflops_per_gpu or pub.tflops_per_gpu),
+                *cells,
+            ]
+        )
     return lines
 
 
 def _planned_section(rows: Sequence[PlannedRow]) -> list[str]:
-    out = ["", f"## {matrix_labels()} vs AdamW, projected (from `make plan`)", "",
-           "Model TFLOP/s/GPU of each matrix optimizer against the same AdamW twin, each as its own recipe configures it; "
-           "projections of our step model, not measurements (docs/projection.md: `projection.optimizers`). One row per "
-           "plan in results/plans/; NVIDIA publishes a figure for Muon only.", ""]
+    out = [
+        "",
+        f"## {matrix_labels()} vs AdamW, projected (from `make plan`)",
+        "",
+        "Model TFLOP/s/GPU of each matrix optimizer against the same AdamW twin, each as its own recipe configures it; "
+        "projections of our step model, not measurements (docs/projection.md: `projection.optimizers`). One row per "
+        "plan in results/plans/; NVIDIA publishes a figure for Muon only.",
+        "",
+    ]
     if not rows:
-        return [*out, f"No plan with COMPARE= yet: `make plan RECIPE=qwen3_30b_a3b_muon COMPARE={','.join(MATRIX_OPTIMIZERS[-2:])}`"
-                      " (or any matrix-optimizer recipe with COMPARE=) adds one; a plan without COMPARE= adds no row."]
+        return [
+            *out,
+            f"No plan with COMPARE= yet: `make plan RECIPE=qwen3_30b_a3b_muon COMPARE={','.join(MATRIX_OPTIMIZERS[-2:])}`"
+            " (or any matrix-optimizer recipe with COMPARE=) adds one; a plan without COMPARE= adds no row.",
+        ]
     header = ["plan", "container", "GPUs", "AdamW twin TFLOP/s/GPU", *(OPTIMIZER_LABELS[n] for n in MATRIX_OPTIMIZERS)]
     cells = [[code(r.command), escaped(r.container), r.gpus, f"{r.adamw_tflops:.1f}", *r.cells.values()] for r in rows]
     return [*out, *markdown_table(header, cells)]
@@ -233,14 +288,20 @@ def _planned_section(rows: Sequence[PlannedRow]) -> list[str]:
 def _ratio_section(table: Table) -> list[str]:
     """The answer first: Muon's throughput over AdamW's per model, published and measured."""
     ratios = _ratio_lines(table)
-    out = ["", "## Muon / AdamW per model", "",
-           "Muon's model TFLOP/s/GPU over AdamW's at the same configuration: below 1, Muon's steps are slower. The second "
-           "ratio counts Muon's Newton-Schulz FLOPs as work done besides the model's, as NVIDIA's blog does: it is not a "
-           "speed-up (on the CPU proxies Newton-Schulz is most of Muon's FLOPs, so it exceeds 1 while Muon's steps take "
-           "longer).", ""]
+    out = [
+        "",
+        "## Muon / AdamW per model",
+        "",
+        "Muon's model TFLOP/s/GPU over AdamW's at the same configuration: below 1, Muon's steps are slower. The second "
+        "ratio counts Muon's Newton-Schulz FLOPs as work done besides the model's, as NVIDIA's blog does: it is not a "
+        "speed-up (on the CPU proxies Newton-Schulz is most of Muon's FLOPs, so it exceeds 1 while Muon's steps take "
+        "longer).",
+        "",
+    ]
     if ratios:
         out += markdown_table(
-            ["model", "GPU", "precision", "figures", "Muon/AdamW (model FLOPs)", "Muon/AdamW counting NS as work"], ratios
+            ["model", "GPU", "precision", "figures", "Muon/AdamW (model FLOPs)", "Muon/AdamW counting NS as work"],
+            ratios,
         )
     else:
         out.append("No configuration has both optimizers.")
@@ -270,27 +331,54 @@ def render_markdown(
     ]
     out += _ratio_section(table)
     out += _planned_section(planned)
-    out += ["", "## Published rows and measured runs, by model", "",
-            "The reference: every published figure of each model beside what was measured here, then our projection "
-            "at each published row, each run beside its plan, the runs, the sources and the plots."]
+    out += [
+        "",
+        "## Published rows and measured runs, by model",
+        "",
+        "The reference: every published figure of each model beside what was measured here, then our projection "
+        "at each published row, each run beside its plan, the runs, the sources and the plots.",
+    ]
     for family in dict.fromkeys(r.family for r in table.rows):
         out += ["", f"### {family}", ""]
         out += markdown_table(MAIN_HEADER, [_row_cells(r) for r in table.rows if r.family == family])
-    out += ["", "## Our projection at every published row", "",
-            "Model-only TFLOP/s/GPU projected at the row's configuration (its release's executed NVIDIA preset and the "
-            "row's stated values; the `make plan` command of each row is in results/projection/validation.json and prints "
-            "the same number), calibrated on one AdamW row (named; never a Muon row). Error = projected / published - 1. "
-            "'anchor' marks a row the projection was solved on: in sample, 0 by construction. Expected error: what "
-            "the row's `make plan` states, the median error of the scheme that matches its distance from its anchor. "
-            "Every scheme's out-of-sample errors, led by leave one setup out and each beside copying the nearest "
-            "published row, are in results/projection/validation.md (`make projection`). Rules: docs/projection.md.", ""]
-    out += markdown_table(["model", "release", "GPU", "precision", "optimizer", "published", "projected", "error",
-                           "expected error", "calibrated on"], _projection_lines(table))
+    out += [
+        "",
+        "## Our projection at every published row",
+        "",
+        "Model-only TFLOP/s/GPU projected at the row's configuration (its release's executed NVIDIA preset and the "
+        "row's stated values; the `make plan` command of each row is in results/projection/validation.json and prints "
+        "the same number), calibrated on one AdamW row (named; never a Muon row). Error = projected / published - 1. "
+        "'anchor' marks a row the projection was solved on: in sample, 0 by construction. Expected error: what "
+        "the row's `make plan` states, the median error of the scheme that matches its distance from its anchor. "
+        "Every scheme's out-of-sample errors, led by leave one setup out and each beside copying the nearest "
+        "published row, are in results/projection/validation.md (`make projection`). Rules: docs/projection.md.",
+        "",
+    ]
+    out += markdown_table(
+        [
+            "model",
+            "release",
+            "GPU",
+            "precision",
+            "optimizer",
+            "published",
+            "projected",
+            "error",
+            "expected error",
+            "calibrated on",
+        ],
+        _projection_lines(table),
+    )
     out += beside_plan_section(beside)
     out += ["", "## Runs", ""]
-    out += markdown_table(
-        ["run", "kind", "recipe", "date", "command", "git", "versions", "steps used/total", "notes"], _run_lines(table)
-    ) if table.runs else ["No measured runs."]
+    out += (
+        markdown_table(
+            ["run", "kind", "recipe", "date", "command", "git", "versions", "steps used/total", "notes"],
+            _run_lines(table),
+        )
+        if table.runs
+        else ["No measured runs."]
+    )
     if skipped:
         out += ["", "Skipped:", ""] + _skipped_lines(skipped)
     out += ["", "## Sources", ""]
@@ -301,19 +389,54 @@ def render_markdown(
 
 
 CSV_FIELDS = [
-    "family", "model", "gpu", "num_gpus", "precision", "optimizer",
-    "published_source", "published_release", "published_tflops_per_gpu", "published_flops_counted",
-    "published_model_tflops_per_gpu", "published_ns_tflops_per_gpu", "published_tokens_per_s_per_gpu",
-    "measured_tflops_per_gpu_median", "measured_tflops_per_gpu_q1", "measured_tflops_per_gpu_q3",
-    "measured_tflops_per_gpu_with_ns_median", "measured_tflops_per_gpu_with_ns_q1", "measured_tflops_per_gpu_with_ns_q3",
-    "measured_tokens_per_s_per_gpu_median", "measured_tokens_per_s_per_gpu_q1", "measured_tokens_per_s_per_gpu_q3",
-    "measured_mfu_median", "mfu_peak_key", "mfu_peak_tflops", "mfu_peak_label",
-    "steps_used", "steps_total", "warmup_steps_skipped",
-    "delta_to_published", "delta_basis",
-    "published_muon_adamw_ratio_model", "published_muon_adamw_ratio_headline",
-    "measured_muon_adamw_ratio_model", "measured_muon_adamw_ratio_with_ns", "measured_ratio_note",
-    "run_id", "run_kind", "run_intent", "other_run_ids", "command", "date", "git_commit", "versions", "run_path",
-    "run_container", "run_container_unverified", "run_conformance",
+    "family",
+    "model",
+    "gpu",
+    "num_gpus",
+    "precision",
+    "optimizer",
+    "published_source",
+    "published_release",
+    "published_tflops_per_gpu",
+    "published_flops_counted",
+    "published_model_tflops_per_gpu",
+    "published_ns_tflops_per_gpu",
+    "published_tokens_per_s_per_gpu",
+    "measured_tflops_per_gpu_median",
+    "measured_tflops_per_gpu_q1",
+    "measured_tflops_per_gpu_q3",
+    "measured_tflops_per_gpu_with_ns_median",
+    "measured_tflops_per_gpu_with_ns_q1",
+    "measured_tflops_per_gpu_with_ns_q3",
+    "measured_tokens_per_s_per_gpu_median",
+    "measured_tokens_per_s_per_gpu_q1",
+    "measured_tokens_per_s_per_gpu_q3",
+    "measured_mfu_median",
+    "mfu_peak_key",
+    "mfu_peak_tflops",
+    "mfu_peak_label",
+    "steps_used",
+    "steps_total",
+    "warmup_steps_skipped",
+    "delta_to_published",
+    "delta_basis",
+    "published_muon_adamw_ratio_model",
+    "published_muon_adamw_ratio_headline",
+    "measured_muon_adamw_ratio_model",
+    "measured_muon_adamw_ratio_with_ns",
+    "measured_ratio_note",
+    "run_id",
+    "run_kind",
+    "run_intent",
+    "other_run_ids",
+    "command",
+    "date",
+    "git_commit",
+    "versions",
+    "run_path",
+    "run_container",
+    "run_container_unverified",
+    "run_conformance",
 ]
 
 
@@ -326,32 +449,56 @@ def _spread_columns(prefix: str, spread) -> dict[str, float | str]:
 def csv_record(row: TableRow, warmup: int) -> dict[str, object]:
     pub, run, t = row.published, row.run, row.throughput
     record: dict[str, object] = {name: "" for name in CSV_FIELDS}
-    record.update(family=row.family, model=row.model, gpu=row.gpu, num_gpus=row.num_gpus or "",
-                  precision=row.precision, optimizer=row.optimizer, warmup_steps_skipped=warmup)
+    record.update(
+        family=row.family,
+        model=row.model,
+        gpu=row.gpu,
+        num_gpus=row.num_gpus or "",
+        precision=row.precision,
+        optimizer=row.optimizer,
+        warmup_steps_skipped=warmup,
+    )
     if pub is not None:
         record.update(
-            published_source=pub.source, published_release=pub.release, published_tflops_per_gpu=pub.tflops_per_gpu,
-            published_flops_counted=pub.flops_counted, published_model_tflops_per_gpu=pub.model_tflops_per_gpu or "",
-            published_ns_tflops_per_gpu=pub.ns_tflops_per_gpu or "", published_tokens_per_s_per_gpu=pub.tokens_per_s_per_gpu or "",
+            published_source=pub.source,
+            published_release=pub.release,
+            published_tflops_per_gpu=pub.tflops_per_gpu,
+            published_flops_counted=pub.flops_counted,
+            published_model_tflops_per_gpu=pub.model_tflops_per_gpu or "",
+            published_ns_tflops_per_gpu=pub.ns_tflops_per_gpu or "",
+            published_tokens_per_s_per_gpu=pub.tokens_per_s_per_gpu or "",
         )
     if t is not None:
         record.update(_spread_columns("measured_tflops_per_gpu", t.tflops_per_gpu))
         record.update(_spread_columns("measured_tflops_per_gpu_with_ns", t.tflops_per_gpu_with_ns))
         record.update(_spread_columns("measured_tokens_per_s_per_gpu", t.tokens_per_s_per_gpu))
-        record.update(measured_mfu_median=t.mfu.median if t.mfu else "", steps_used=t.steps_used, steps_total=t.steps_total)
+        record.update(
+            measured_mfu_median=t.mfu.median if t.mfu else "", steps_used=t.steps_used, steps_total=t.steps_total
+        )
     if run is not None:
         if run.peak is not None:
             record.update(mfu_peak_key=run.peak.key, mfu_peak_tflops=run.peak.tflops, mfu_peak_label=run.peak.label)
         record.update(
-            run_id=run.run_id, run_kind=run.kind, run_intent=run.intent, other_run_ids=" ".join(row.other_runs), command=run.command,
-            date=run.date, git_commit=run.git_commit, versions=versions_text(run.versions), run_path=run.path,
-            run_container=run.container, run_container_unverified="true" if run.unverified_container else "",
+            run_id=run.run_id,
+            run_kind=run.kind,
+            run_intent=run.intent,
+            other_run_ids=" ".join(row.other_runs),
+            command=run.command,
+            date=run.date,
+            git_commit=run.git_commit,
+            versions=versions_text(run.versions),
+            run_path=run.path,
+            run_container=run.container,
+            run_container_unverified="true" if run.unverified_container else "",
             run_conformance=run.conformance,
         )
     record.update(
-        delta_to_published="" if row.delta is None else row.delta, delta_basis=row.delta_basis,
-        published_muon_adamw_ratio_model=row.published_ratio[0] or "", published_muon_adamw_ratio_headline=row.published_ratio[1] or "",
-        measured_muon_adamw_ratio_model=row.measured_ratio[0] or "", measured_muon_adamw_ratio_with_ns=row.measured_ratio[1] or "",
+        delta_to_published="" if row.delta is None else row.delta,
+        delta_basis=row.delta_basis,
+        published_muon_adamw_ratio_model=row.published_ratio[0] or "",
+        published_muon_adamw_ratio_headline=row.published_ratio[1] or "",
+        measured_muon_adamw_ratio_model=row.measured_ratio[0] or "",
+        measured_muon_adamw_ratio_with_ns=row.measured_ratio[1] or "",
         measured_ratio_note=row.ratio_note,
     )
     return record
@@ -385,5 +532,9 @@ def skipped_groups(skipped: Sequence[tuple[str, str]]) -> list[tuple[list[str], 
 
 def _skipped_lines(skipped: Sequence[tuple[str, str]]) -> list[str]:
     """The skipped folders, one line each, or one line for each reason more than :data:`SKIPPED_LISTED` share."""
-    return [f"- {len(paths)} folders, {code(paths[0])} to {code(paths[-1])}: {escaped(reason)}" if len(paths) > 1
-            else f"- {code(paths[0])}: {escaped(reason)}" for paths, reason in skipped_groups(skipped)]
+    return [
+        f"- {len(paths)} folders, {code(paths[0])} to {code(paths[-1])}: {escaped(reason)}"
+        if len(paths) > 1
+        else f"- {code(paths[0])}: {escaped(reason)}"
+        for paths, reason in skipped_groups(skipped)
+    ]

@@ -58,12 +58,16 @@ def write_throughput(
     before each step that can take seconds (reading the runs, projecting the plans, drawing each plot)."""
     if warmup < 0:
         raise UserError("must be 0 or more (steps skipped at the start of every run segment)", "WARMUP")
-    published_dir = Path(published_dir) if published_dir is not None else default_published_dir(Path(results_dir).expanduser())
+    published_dir = (
+        Path(published_dir) if published_dir is not None else default_published_dir(Path(results_dir).expanduser())
+    )
     published = load_published(published_dir)  # before the folder is claimed: a refusal writes nothing
     sources = load_sources(published_dir)
     check_sources(published, sources)
     results = claim(results_dir, "results_dir", "results")
-    say(f"reading the measured runs under {results / 'runs'}{' and ' + str(len(extra_logs)) + ' log(s)' if extra_logs else ''}")
+    say(
+        f"reading the measured runs under {results / 'runs'}{' and ' + str(len(extra_logs)) + ' log(s)' if extra_logs else ''}"
+    )
     collection = collect_runs(results, extra_logs)
     table = build_table(published, collection.runs, warmup)
     say(f"read {len(collection.runs)} run(s) beside {len(published)} published row(s); projecting the stored plans")
@@ -74,13 +78,19 @@ def write_throughput(
     plots_dir = results / "plots"
     drawn = []  # (path, draw): everything is drawn and written together, or nothing is replaced
     for family in dict.fromkeys(r.family for r in table.rows):
-        drawn.append((plots_dir / f"throughput_{_slug(family)}.png", lambda path, f=family: plot_throughput(table, f, path)))
+        drawn.append(
+            (plots_dir / f"throughput_{_slug(family)}.png", lambda path, f=family: plot_throughput(table, f, path))
+        )
         measured = [r.run for r in table.rows if r.family == family and r.run is not None]
         if any(step.loss is not None for run in measured for step in run.steps):
             unique = list({run.run_id: run for run in measured}.values())
-            drawn_runs = ", ".join(sorted({f"{run.model} on {run.gpu} ({run.engine or 'unknown'} engine)" for run in unique}))
+            drawn_runs = ", ".join(
+                sorted({f"{run.model} on {run.gpu} ({run.engine or 'unknown'} engine)" for run in unique})
+            )
             title = f"{family}'s measured runs used in the table: {drawn_runs}"
-            drawn.append((plots_dir / f"loss_{_slug(family)}.png", lambda path, u=unique, t=title: plot_loss(u, path, t)))
+            drawn.append(
+                (plots_dir / f"loss_{_slug(family)}.png", lambda path, u=unique, t=title: plot_loss(u, path, t))
+            )
     plots = [path for path, _ in drawn]
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     relative = [str(p.relative_to(results)) for p in plots]

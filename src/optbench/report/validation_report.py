@@ -28,7 +28,13 @@ from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import solve_on
 from optbench.projection.carried import CALIBRATION, fit_rows, fit_table, table_document
 from optbench.common.tables import markdown_table
-from optbench.catalog.published import INCONSISTENT_CSV, default_published_dir, load_inconsistent, load_published, row_id
+from optbench.catalog.published import (
+    INCONSISTENT_CSV,
+    default_published_dir,
+    load_inconsistent,
+    load_published,
+    row_id,
+)
 from optbench.common.replace import replacing
 
 
@@ -39,7 +45,9 @@ def _cell(result: dict[str, Any]) -> str:
     return f"{result['tflops']:.0f} ({result['error_percent']:+.1f} %){mark}"
 
 
-def summary_table(data: dict[str, Any], worst: bool = True, labels: tuple[str, ...] = ("all", "adamw", "muon")) -> list[str]:
+def summary_table(
+    data: dict[str, Any], worst: bool = True, labels: tuple[str, ...] = ("all", "adamw", "muon")
+) -> list[str]:
     """The summary per scheme and optimizer beside the copy baseline's, as markdown table lines."""
     cells = []
     for scheme in SCHEMES:
@@ -47,23 +55,58 @@ def summary_table(data: dict[str, Any], worst: bool = True, labels: tuple[str, .
             if not s.get("rows") or label not in labels:
                 continue
             copy = s.get("copy_baseline") or {}
-            copied = ([f"{copy['median_abs_error_percent']:.1f} %", f"{100 * copy['within_5_percent']:.0f} %",
-                       f"{100 * copy['within_10_percent']:.0f} %"] if copy.get("rows") else ["-", "-", "-"])
+            copied = (
+                [
+                    f"{copy['median_abs_error_percent']:.1f} %",
+                    f"{100 * copy['within_5_percent']:.0f} %",
+                    f"{100 * copy['within_10_percent']:.0f} %",
+                ]
+                if copy.get("rows")
+                else ["-", "-", "-"]
+            )
             named = "; ".join(f"{w['row']} ({w['error_percent']:+.1f} %)" for w in s["worst"])
             boot = s.get("bootstrap_90") or {}
-            interval = (f"{boot['median_abs_error_percent'][0]:.1f}-{boot['median_abs_error_percent'][1]:.1f} %, "
-                        f"{100 * boot['within_5_percent'][0]:.0f}-{100 * boot['within_5_percent'][1]:.0f} % "
-                        f"({boot['setups']} setups)" if boot else "-")
-            band = (f"{100 * s['band_80_coverage']:.0f} % (+-{s['band_80_median_half_width_percent']:.1f} %)"
-                    if s.get("band_80_coverage") is not None else "-")
-            cells.append([f"{SCHEME_LABELS[scheme]} ({label})", s["rows"], s["fitted_parameters"],
-                          f"{s['median_abs_error_percent']:.1f} %",
-                          *(f"{100 * s[f'within_{t:g}_percent']:.0f} %" for t in WITHIN), interval, band, *copied,
-                          *([named] if worst else [])])
-    lines = markdown_table(["scheme", "rows", "fitted parameters", "median abs. error", *(f"within {t:g} %" for t in WITHIN),
-                   "bootstrap 90 %: median, within 5 %", "80 % band held on (half width)",
-                   "copying the nearest kept row: median", "within 5 %", "within 10 %", *(["worst rows"] if worst else [])],
-                  cells)
+            interval = (
+                f"{boot['median_abs_error_percent'][0]:.1f}-{boot['median_abs_error_percent'][1]:.1f} %, "
+                f"{100 * boot['within_5_percent'][0]:.0f}-{100 * boot['within_5_percent'][1]:.0f} % "
+                f"({boot['setups']} setups)"
+                if boot
+                else "-"
+            )
+            band = (
+                f"{100 * s['band_80_coverage']:.0f} % (+-{s['band_80_median_half_width_percent']:.1f} %)"
+                if s.get("band_80_coverage") is not None
+                else "-"
+            )
+            cells.append(
+                [
+                    f"{SCHEME_LABELS[scheme]} ({label})",
+                    s["rows"],
+                    s["fitted_parameters"],
+                    f"{s['median_abs_error_percent']:.1f} %",
+                    *(f"{100 * s[f'within_{t:g}_percent']:.0f} %" for t in WITHIN),
+                    interval,
+                    band,
+                    *copied,
+                    *([named] if worst else []),
+                ]
+            )
+    lines = markdown_table(
+        [
+            "scheme",
+            "rows",
+            "fitted parameters",
+            "median abs. error",
+            *(f"within {t:g} %" for t in WITHIN),
+            "bootstrap 90 %: median, within 5 %",
+            "80 % band held on (half width)",
+            "copying the nearest kept row: median",
+            "within 5 %",
+            "within 10 %",
+            *(["worst rows"] if worst else []),
+        ],
+        cells,
+    )
     return lines
 
 
@@ -81,11 +124,21 @@ def read_docs() -> dict[Path, str]:
         try:
             texts[path] = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise UserError(Problem(name, "is missing from the checkout; restore it (git checkout -- "
-                                          f"{name}) or run without --update-docs; nothing was written")) from None
+            raise UserError(
+                Problem(
+                    name,
+                    "is missing from the checkout; restore it (git checkout -- "
+                    f"{name}) or run without --update-docs; nothing was written",
+                )
+            ) from None
         except UnicodeDecodeError as err:
-            raise UserError(Problem(name, f"is not UTF-8 text (byte {err.start:,}); restore it (git checkout -- {name}) "
-                                          "or run without --update-docs; nothing was written")) from None
+            raise UserError(
+                Problem(
+                    name,
+                    f"is not UTF-8 text (byte {err.start:,}); restore it (git checkout -- {name}) "
+                    "or run without --update-docs; nothing was written",
+                )
+            ) from None
         except OSError as err:
             raise UserError(Problem(name, f"cannot be read ({err.strerror}); nothing was written")) from None
     for path, name in zip(texts, DOCS):
@@ -142,19 +195,38 @@ def markdown(data: dict[str, Any]) -> str:
         "## Every row",
         "",
     ]
-    lines += markdown_table(["row", "published", *(SCHEME_LABELS[scheme] for scheme in SCHEMES), "outside the domain",
-                    "typed from the row"],
-                   [[r["row"], r["published_model_tflops_per_gpu"] or "-", *(_cell(r[scheme]) for scheme in SCHEMES),
-                     r["outside_domain"] or "", " ".join(r["typed_from_row"]) or ""] for r in data["rows"]])
+    lines += markdown_table(
+        [
+            "row",
+            "published",
+            *(SCHEME_LABELS[scheme] for scheme in SCHEMES),
+            "outside the domain",
+            "typed from the row",
+        ],
+        [
+            [
+                r["row"],
+                r["published_model_tflops_per_gpu"] or "-",
+                *(_cell(r[scheme]) for scheme in SCHEMES),
+                r["outside_domain"] or "",
+                " ".join(r["typed_from_row"]) or "",
+            ]
+            for r in data["rows"]
+        ],
+    )
     lines += ["", "Each row's command: `validation.json` (`rows[].command`)."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make projection", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)")
+    parser.add_argument(
+        "--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)"
+    )
     parser.add_argument("--update-docs", action="store_true", help=f"rewrite the summary block of {' and '.join(DOCS)}")
-    parser.add_argument("--from-make", action="store_true", help="refuse the key=value words make passes (it takes none)")
+    parser.add_argument(
+        "--from-make", action="store_true", help="refuse the key=value words make passes (it takes none)"
+    )
     args = parser.parse_args(argv)
     with exit_on_user_error():  # every refusal before the first write; the outputs are replaced all together
         if args.from_make:
@@ -172,9 +244,17 @@ def main(argv: list[str] | None = None) -> int:
             fitted = fit_table(fit_rows(rows, COMPOSED_ROWS, tuple(load_inconsistent(published))), COMPOSED_ROWS)
             if fitted is not None:  # plans and the in-sample scheme read it
                 atomic_write_json(table, table_document(fitted))
-            atomic_write_json(anchors, anchors_document(  # plans read every AdamW row solved here
-                {row_id(r): solve_on(r, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS) for r in rows if r.optimizer == "adamw"},
-                {row_id(r): live_rate(r, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS) for r in pair_rows(rows)}))
+            atomic_write_json(
+                anchors,
+                anchors_document(  # plans read every AdamW row solved here
+                    {
+                        row_id(r): solve_on(r, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS)
+                        for r in rows
+                        if r.optimizer == "adamw"
+                    },
+                    {row_id(r): live_rate(r, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS) for r in pair_rows(rows)},
+                ),
+            )
             data = report(rows, COMPOSED_ROWS)
             text = markdown(data)
             atomic_write_text(md, text)

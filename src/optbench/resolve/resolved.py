@@ -85,7 +85,9 @@ class ResolvedRun:
         """Optimizer-state bytes of every global rank."""
         if self.work_of is not None:
             return self.work_of.optimizer_state_bytes
-        return tuple(optimizer_bytes_per_rank(self.run, self.layout, self.groups_plain, presets.adam_moment_bytes(self.run)))
+        return tuple(
+            optimizer_bytes_per_rank(self.run, self.layout, self.groups_plain, presets.adam_moment_bytes(self.run))
+        )
 
     @cached_property
     def memory(self) -> MemoryEstimate:
@@ -137,8 +139,14 @@ def _job_ready(run: RunConfig, run_id: str | None) -> RunConfig:
 def _same_placement(run: RunConfig, other: RunConfig) -> bool:
     """Whether two runs place their parameters alike (same model shape, same TP/PP/VPP/EP/ETP and pipeline layout)."""
     p, q = run.parallel, other.parallel
-    return model_shape(run.model) == model_shape(other.model) and (p.tp, p.pp, p.vpp, p.ep, p.etp, p.pipeline_layout) == (
-        q.tp, q.pp, q.vpp, q.ep, q.etp, q.pipeline_layout)
+    return model_shape(run.model) == model_shape(other.model) and (
+        p.tp,
+        p.pp,
+        p.vpp,
+        p.ep,
+        p.etp,
+        p.pipeline_layout,
+    ) == (q.tp, q.pp, q.vpp, q.ep, q.etp, q.pipeline_layout)
 
 
 def resolve(run: RunConfig, run_id: str | None = None, like: ResolvedRun | None = None) -> ResolvedRun:
@@ -153,7 +161,11 @@ def resolve(run: RunConfig, run_id: str | None = None, like: ResolvedRun | None 
     layout = derive_layout(run)
     alike = like is not None and _same_placement(run, like.run)
     placement = like.placement if alike else place(run)
-    same_work = alike and layout.as_dict() == like.layout.as_dict() and (run.model, run.optimizer) == (like.run.model, like.run.optimizer)
+    same_work = (
+        alike
+        and layout.as_dict() == like.layout.as_dict()
+        and (run.model, run.optimizer) == (like.run.model, like.run.optimizer)
+    )
     return ResolvedRun(
         run=run,
         layout=layout,

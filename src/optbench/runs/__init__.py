@@ -85,7 +85,9 @@ def load_config_yaml(source: Path, field: str = "config") -> DictConfig | ListCo
     """A config.yaml as OmegaConf reads it, refusing what could make reading it unbounded: more than
     MAX_CONFIG_BYTES, or YAML anchors and aliases (a few lines of aliases expand to billions of nodes)."""
     if not source.is_file() or source.stat().st_size > MAX_CONFIG_BYTES:
-        raise UserError(f"{source} is not a config.yaml optbench wrote (not a file, or over {MAX_CONFIG_BYTES >> 20} MB)", field)
+        raise UserError(
+            f"{source} is not a config.yaml optbench wrote (not a file, or over {MAX_CONFIG_BYTES >> 20} MB)", field
+        )
     try:
         text = source.read_text(encoding="utf-8")
         if yaml_alias_used(text):

@@ -24,16 +24,32 @@ def read_plan(folder: Path) -> dict[str, Any]:
     """The plan.json a job folder holds (beside its config.yaml), checked for its format version."""
     path = folder / PLAN_FILE
     if not path.is_file():
-        raise UserError(Problem("plan", f"no {PLAN_FILE} in {folder}: the job applies what its plan recorded; "
-                                        "launch it with make pretrain or make sweep"))
+        raise UserError(
+            Problem(
+                "plan",
+                f"no {PLAN_FILE} in {folder}: the job applies what its plan recorded; "
+                "launch it with make pretrain or make sweep",
+            )
+        )
     try:
         plan = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise UserError(Problem("plan", f"{path} is not a readable plan ({type(err).__name__}); plan again with make pretrain")) from None
+        raise UserError(
+            Problem("plan", f"{path} is not a readable plan ({type(err).__name__}); plan again with make pretrain")
+        ) from None
     version = plan.get("plan_version") if isinstance(plan, dict) else None
     if version != PLAN_VERSION:
-        raise UserError(Problem("plan", f"{path} is plan format {version!r}, this checkout reads format {PLAN_VERSION}; "
-                                        "plan again with this checkout (make pretrain)"))
+        raise UserError(
+            Problem(
+                "plan",
+                f"{path} is plan format {version!r}, this checkout reads format {PLAN_VERSION}; "
+                "plan again with this checkout (make pretrain)",
+            )
+        )
     if not isinstance(plan.get("bridge"), dict):
-        raise UserError(Problem("plan", f"{path} has no bridge section: it plans engine={plan.get('engine')!r}, not megatron_bridge"))
+        raise UserError(
+            Problem(
+                "plan", f"{path} has no bridge section: it plans engine={plan.get('engine')!r}, not megatron_bridge"
+            )
+        )
     return plan

@@ -50,16 +50,26 @@ def check_fields(run: RunConfig) -> Iterable[Problem]:
             ("model.num_layers",),
         )
     if run.intent == "reproduce" and run.engine != "megatron_bridge":
-        yield Problem("intent", "reproduce applies NVIDIA's Megatron Bridge presets; the local engine trains (intent=train)",
-                      ("engine",))
+        yield Problem(
+            "intent",
+            "reproduce applies NVIDIA's Megatron Bridge presets; the local engine trains (intent=train)",
+            ("engine",),
+        )
     if run.compare_with is not None and not (repo_root() / "recipes" / f"{run.compare_with}.yaml").is_file():
-        yield Problem("compare_with", f"{run.compare_with!r} is not a recipe (a file under recipes/); `make recipes` lists "
-                                      "them, or compare_with=null compares with this recipe under optimizer=adamw")
+        yield Problem(
+            "compare_with",
+            f"{run.compare_with!r} is not a recipe (a file under recipes/); `make recipes` lists "
+            "them, or compare_with=null compares with this recipe under optimizer=adamw",
+        )
     if o.min_lr > o.lr:
         yield Problem("optimizer.min_lr", f"must not exceed optimizer.lr={o.lr:g}, got {o.min_lr:g}", ("optimizer.lr",))
     if o.muon is not None and o.muon.coefficients == "cubic5" and o.muon.ns_steps != 5:
-        yield Problem("optimizer.muon.ns_steps", f"must be 5 with the cubic5 coefficients (a fixed five-step schedule, "
-                      f"as Emerging-Optimizers 0.4.0 requires), got {o.muon.ns_steps}", ("optimizer.muon.coefficients",))
+        yield Problem(
+            "optimizer.muon.ns_steps",
+            f"must be 5 with the cubic5 coefficients (a fixed five-step schedule, "
+            f"as Emerging-Optimizers 0.4.0 requires), got {o.muon.ns_steps}",
+            ("optimizer.muon.coefficients",),
+        )
     if o.muon is not None and o.muon.coefficients == "quintic" and o.muon.ns_steps % 5:
         yield Problem(
             "optimizer.muon.ns_steps",
@@ -102,7 +112,9 @@ def check_model(run: RunConfig) -> Iterable[Problem]:
         for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             if not getattr(m, name):
                 yield Problem(
-                    f"model.{name}", "multi-latent attention needs it; give a positive size", ("model.multi_latent_attention",)
+                    f"model.{name}",
+                    "multi-latent attention needs it; give a positive size",
+                    ("model.multi_latent_attention",),
                 )
     else:
         if not m.kv_channels or not m.num_query_groups:
@@ -119,7 +131,9 @@ def check_model(run: RunConfig) -> Iterable[Problem]:
             )
     if m.num_moe_experts:
         if not m.moe_ffn_hidden_size:
-            yield Problem("model.moe_ffn_hidden_size", "a MoE model needs the expert FFN width", ("model.num_moe_experts",))
+            yield Problem(
+                "model.moe_ffn_hidden_size", "a MoE model needs the expert FFN width", ("model.num_moe_experts",)
+            )
         if not 1 <= m.moe_router_topk <= m.num_moe_experts:
             yield Problem(
                 "model.moe_router_topk", f"must lie in [1, {m.num_moe_experts}] experts", ("model.num_moe_experts",)
@@ -149,8 +163,6 @@ def check_world(run: RunConfig) -> Iterable[Problem]:
             f"use a multiple of {per_node}",
             ("cluster",),
         )
-
-
 
 
 def check_precision(run: RunConfig) -> Iterable[Problem]:
@@ -230,11 +242,15 @@ def check_engine(run: RunConfig) -> Iterable[Problem]:
             )
         if run.cluster.executor != "local":
             yield Problem(
-                "cluster", f"the local engine runs on this machine; use cluster=local, not {run.cluster.name}", ("engine",)
+                "cluster",
+                f"the local engine runs on this machine; use cluster=local, not {run.cluster.name}",
+                ("engine",),
             )
         if run.model.mtp_num_layers:
             yield Problem(
-                "model.mtp_num_layers", "Hugging Face's DeepSeek-V3 classes have no MTP layer; set it to 0", ("engine", "model")
+                "model.mtp_num_layers",
+                "Hugging Face's DeepSeek-V3 classes have no MTP layer; set it to 0",
+                ("engine", "model"),
             )
     if run.data.kind == "indexed" and not run.data.path:
         yield Problem(
@@ -304,7 +320,9 @@ LAYOUT_CHECKS: tuple[Check, ...] = (
 """Checks that need a whole-number data-parallel size."""
 
 
-def _checked(run: RunConfig, run_id: str | None, like: ResolvedRun | None = None) -> tuple[list[Problem], ResolvedRun | None]:
+def _checked(
+    run: RunConfig, run_id: str | None, like: ResolvedRun | None = None
+) -> tuple[list[Problem], ResolvedRun | None]:
     """Every problem with a run, in dependency order: a stage runs only when the ones before found nothing.
     The run is resolved once its config checks pass; the memory check reads the resolved run."""
     for stage in (BASIC_CHECKS, FIELD_CHECKS, LAYOUT_CHECKS):

@@ -26,15 +26,27 @@ def check_tensor_parallel(run: RunConfig) -> Iterable[Problem]:
     p, m = run.parallel, run.model
     if m.num_attention_heads % p.tp:
         yield Problem(
-            "parallel.tp", f"{m.num_attention_heads} attention heads are not divisible by tp={p.tp}", ("model.num_attention_heads",)
+            "parallel.tp",
+            f"{m.num_attention_heads} attention heads are not divisible by tp={p.tp}",
+            ("model.num_attention_heads",),
         )
     if m.num_query_groups and m.num_query_groups % p.tp:
-        yield Problem("parallel.tp", f"{m.num_query_groups} query groups are not divisible by tp={p.tp}", ("model.num_query_groups",))
+        yield Problem(
+            "parallel.tp",
+            f"{m.num_query_groups} query groups are not divisible by tp={p.tp}",
+            ("model.num_query_groups",),
+        )
     if m.first_k_dense_layers and m.ffn_hidden_size % p.tp:
-        yield Problem("parallel.tp", f"dense FFN width {m.ffn_hidden_size} is not divisible by tp={p.tp}", ("model.ffn_hidden_size",))
+        yield Problem(
+            "parallel.tp",
+            f"dense FFN width {m.ffn_hidden_size} is not divisible by tp={p.tp}",
+            ("model.ffn_hidden_size",),
+        )
     if m.num_moe_experts and m.moe_ffn_hidden_size and m.moe_ffn_hidden_size % p.etp:
         yield Problem(
-            "parallel.etp", f"expert FFN width {m.moe_ffn_hidden_size} is not divisible by etp={p.etp}", ("model.moe_ffn_hidden_size",)
+            "parallel.etp",
+            f"expert FFN width {m.moe_ffn_hidden_size} is not divisible by etp={p.etp}",
+            ("model.moe_ffn_hidden_size",),
         )
     seq = run.train.seq_length
     if p.sequence_parallel and p.tp > 1 and seq % p.tp:
@@ -71,15 +83,20 @@ def check_experts(run: RunConfig) -> Iterable[Problem]:
     if not m.num_moe_experts:
         if p.ep > 1 or p.etp > 1:
             yield Problem(
-                "parallel.ep", f"model {m.name} has no experts; set parallel.ep=1 parallel.etp=1", ("parallel.etp", "model")
+                "parallel.ep",
+                f"model {m.name} has no experts; set parallel.ep=1 parallel.etp=1",
+                ("parallel.etp", "model"),
             )
         return
     if m.num_moe_experts % p.ep:
-        yield Problem("parallel.ep", f"{m.num_moe_experts} experts are not divisible by ep={p.ep}", ("model.num_moe_experts",))
+        yield Problem(
+            "parallel.ep", f"{m.num_moe_experts} experts are not divisible by ep={p.ep}", ("model.num_moe_experts",)
+        )
     dense_ranks = p.tp * p.cp * _dp(run)
     if dense_ranks % (p.ep * p.etp):
         options = [
-            e for e in range(1, min(dense_ranks, m.num_moe_experts) + 1)
+            e
+            for e in range(1, min(dense_ranks, m.num_moe_experts) + 1)
             if dense_ranks % (e * p.etp) == 0 and m.num_moe_experts % e == 0
         ]
         yield Problem(
@@ -96,7 +113,9 @@ def check_pipeline(run: RunConfig) -> Iterable[Problem]:
     stage_fields = ("parallel.pp", "parallel.vpp", "model.num_layers")
     if p.vpp is not None and p.vpp > 1 and p.pp == 1:
         yield Problem(
-            "parallel.vpp", "virtual pipeline stages need pp > 1; set parallel.vpp=null or raise parallel.pp", ("parallel.pp",)
+            "parallel.vpp",
+            "virtual pipeline stages need pp > 1; set parallel.vpp=null or raise parallel.pp",
+            ("parallel.pp",),
         )
     stages = p.pp * vpp
     if stages > max_virtual_stages(run):

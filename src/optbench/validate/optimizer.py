@@ -29,11 +29,15 @@ def _distributed_optimizer_reason(run: RunConfig, label: str, section: str) -> s
     if run.engine == "megatron_bridge":
         container = container_of(run)
         if not behaviour(container, MUON_REFUSES_DIST_OPTIMIZER):
-            why = ("which Megatron Bridge " + container.bridge + " does not build"
-                   if not behaviour(container, BRIDGE_BUILDS_LAYER_WISE_LAYOUT)
-                   else "whose optimizer memory and owners optbench does not model yet")
-            return (f"Megatron Core {container.core} ({container.name}) takes {label} with the element-wise distributed "
-                    f"optimizer only through its size-balanced layer-wise layout, {why}; {fix}")
+            why = (
+                "which Megatron Bridge " + container.bridge + " does not build"
+                if not behaviour(container, BRIDGE_BUILDS_LAYER_WISE_LAYOUT)
+                else "whose optimizer memory and owners optbench does not model yet"
+            )
+            return (
+                f"Megatron Core {container.core} ({container.name}) takes {label} with the element-wise distributed "
+                f"optimizer only through its size-balanced layer-wise layout, {why}; {fix}"
+            )
     return f"{label} refuses the element-wise distributed optimizer (Megatron: 'muon with dist optimizer is not supported'); {fix}"
 
 
@@ -52,8 +56,10 @@ def _emerging_optimizer_problems(run: RunConfig) -> Iterable[Problem]:
         )
     if run.precision.params_dtype == "fp16" or run.precision.name == "fp16":
         yield Problem(
-            "precision", f"{label} does not support fp16 (Megatron: 'muon with fp16 is not supported', 'emerging "
-            "optimizer with fp16 is not supported'); use bf16", ("optimizer",)
+            "precision",
+            f"{label} does not support fp16 (Megatron: 'muon with fp16 is not supported', 'emerging "
+            "optimizer with fp16 is not supported'); use bf16",
+            ("optimizer",),
         )
     layer_wise = o.matrix_section.layer_wise
     if layer_wise and run.precision.fp8_param_gather:
@@ -120,16 +126,24 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
     for section in MATRIX_OPTIMIZERS:  # each has a settings section of its name
         present = getattr(o, section) is not None
         if section in wanted and not present:
-            yield Problem(f"optimizer.{section}", f"optimizer {o.name} needs its {section} settings; select the group "
-                          f"with optimizer={o.name}")
+            yield Problem(
+                f"optimizer.{section}",
+                f"optimizer {o.name} needs its {section} settings; select the group with optimizer={o.name}",
+            )
             return
         if present and section not in wanted:
             article = "an" if OPTIMIZER_LABELS[o.name][0] in "AEIOU" else "a"
-            yield Problem(f"optimizer.{section}", f"{OPTIMIZER_LABELS[section]} settings "
-                          f"on {article} {OPTIMIZER_LABELS[o.name]} run; select optimizer={section} or drop them")
+            yield Problem(
+                f"optimizer.{section}",
+                f"{OPTIMIZER_LABELS[section]} settings "
+                f"on {article} {OPTIMIZER_LABELS[o.name]} run; select optimizer={section} or drop them",
+            )
     if o.scalar_optimizer != "adam" and not o.muon_family:
-        yield Problem("optimizer.scalar_optimizer", f"picks what Muon or AdaMuon does not take; {o.name} gives "
-                      "those parameters to Adam (Megatron routes them for the Muon family only): set it adam")
+        yield Problem(
+            "optimizer.scalar_optimizer",
+            f"picks what Muon or AdaMuon does not take; {o.name} gives "
+            "those parameters to Adam (Megatron routes them for the Muon family only): set it adam",
+        )
     if o.matrix_optimizer:
         yield from _emerging_optimizer_problems(run)
         yield from megatron_limits(run)

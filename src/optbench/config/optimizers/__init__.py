@@ -8,8 +8,16 @@ from __future__ import annotations
 from optbench.config.optimizers import adamw, adaptive_muon, muon, soap
 from optbench.config.optimizers.entry import FP32, MatrixFlops, OptimizerEntry, StudyArm
 
-__all__ = ["FP32", "MatrixFlops", "OptimizerEntry", "StudyArm", "REGISTRY", "entry", "MATRIX_OPTIMIZERS",
-           "matrix_labels"]
+__all__ = [
+    "FP32",
+    "MatrixFlops",
+    "OptimizerEntry",
+    "StudyArm",
+    "REGISTRY",
+    "entry",
+    "MATRIX_OPTIMIZERS",
+    "matrix_labels",
+]
 
 REGISTRY: dict[str, OptimizerEntry] = {e.name: e for e in (adamw.ENTRY, muon.ENTRY, adaptive_muon.ENTRY, soap.ENTRY)}
 """Name -> entry, in the order tables list them."""

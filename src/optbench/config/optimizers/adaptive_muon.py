@@ -46,13 +46,24 @@ ENTRY = OptimizerEntry(
     preset_optimizer="muon",
     upstream="emerging_optimizers.orthogonalized_optimizers",
     bridge_marker="emerging_adaptive_muon",
-    bridge_fields=("optimizer.adaptive_muon.moment2_method", "optimizer.adaptive_muon.beta2",
-                   "optimizer.adaptive_muon.eps"),
+    bridge_fields=(
+        "optimizer.adaptive_muon.moment2_method",
+        "optimizer.adaptive_muon.beta2",
+        "optimizer.adaptive_muon.eps",
+    ),
     matrix_state_bytes=_state_bytes,
     # The update is element-wise normalised like Adam's (the spectral scale cancels in Emerging-Optimizers 0.2):
     # the grid starts from AdamW's range.
-    study_arms=(StudyArm("adaptive_muon", "AdaMuon", "kimi_k2_tiny_muon", ("optimizer=adaptive_muon",),
-                         (3e-4, 1e-3, 3e-3), "tab:purple"),),
+    study_arms=(
+        StudyArm(
+            "adaptive_muon",
+            "AdaMuon",
+            "kimi_k2_tiny_muon",
+            ("optimizer=adaptive_muon",),
+            (3e-4, 1e-3, 3e-3),
+            "tab:purple",
+        ),
+    ),
     gpu_smoke=("qwen3_moe_tiny_muon", ("optimizer=adaptive_muon",)),
     local_builder="optbench.optim.training:build_muon",
 )

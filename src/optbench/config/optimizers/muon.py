@@ -84,10 +84,22 @@ ENTRY = OptimizerEntry(
     # The spectral update scale sqrt(max(M, N)) is Megatron's and the Kimi K2 recipe's default; Moonlight's
     # AdamW-matched 0.2 x sqrt(max(M, N)) lets Muon share AdamW's learning rates.
     study_arms=(
-        StudyArm("muon_spectral", "Muon, spectral scale", "kimi_k2_tiny_muon", ("optimizer.muon.extra_scale_factor=1.0",),
-                 (3e-4, 1e-3, 3e-3), "tab:red"),
-        StudyArm("muon_moonlight", "Muon, Moonlight 0.2 scale", "kimi_k2_tiny_muon",
-                 ("optimizer.muon.extra_scale_factor=0.2",), (1e-3, 3e-3, 1e-2), "tab:orange"),
+        StudyArm(
+            "muon_spectral",
+            "Muon, spectral scale",
+            "kimi_k2_tiny_muon",
+            ("optimizer.muon.extra_scale_factor=1.0",),
+            (3e-4, 1e-3, 3e-3),
+            "tab:red",
+        ),
+        StudyArm(
+            "muon_moonlight",
+            "Muon, Moonlight 0.2 scale",
+            "kimi_k2_tiny_muon",
+            ("optimizer.muon.extra_scale_factor=0.2",),
+            (1e-3, 3e-3, 1e-2),
+            "tab:orange",
+        ),
     ),
     gpu_smoke=("qwen3_moe_tiny_muon", ()),
     local_builder="optbench.optim.training:build_muon",

@@ -77,8 +77,10 @@ def _state_bytes(optimizer, shape: tuple[int, ...]) -> float:
 
 
 def _describe(section: SoapConfig) -> str:
-    return (f"{'layer-wise' if section.layer_wise else 'replicated'}, shampoo beta {section.shampoo_beta:g}, eigenbasis "
-            f"every {section.precondition_frequency} step(s), KL-Shampoo {'on' if section.use_kl_shampoo else 'off'}")
+    return (
+        f"{'layer-wise' if section.layer_wise else 'replicated'}, shampoo beta {section.shampoo_beta:g}, eigenbasis "
+        f"every {section.precondition_frequency} step(s), KL-Shampoo {'on' if section.use_kl_shampoo else 'off'}"
+    )
 
 
 ENTRY = OptimizerEntry(
@@ -92,8 +94,11 @@ ENTRY = OptimizerEntry(
     preset_adapted=True,
     upstream="emerging_optimizers.soap",
     bridge_marker="emerging_soap",
-    bridge_fields=("optimizer.soap.shampoo_beta", "optimizer.soap.precondition_frequency",
-                   "optimizer.soap.use_kl_shampoo"),
+    bridge_fields=(
+        "optimizer.soap.shampoo_beta",
+        "optimizer.soap.precondition_frequency",
+        "optimizer.soap.use_kl_shampoo",
+    ),
     products_precision="high",  # Emerging-Optimizers' default: TF32
     matrix_flops=lambda s, m, n: soap_flops(m, n, s.precondition_frequency, s.use_kl_shampoo),
     elementwise_bytes=_elementwise_bytes,
@@ -104,8 +109,16 @@ ENTRY = OptimizerEntry(
     describe=_describe,
     # The eigenbasis refreshed every 10 steps, the SOAP paper's default: Megatron's every step costs ~1.3 s per
     # step on 2 CPU cores for the study's proxy.
-    study_arms=(StudyArm("soap", "SOAP", "kimi_k2_tiny_adamw", ("optimizer=soap", "optimizer.soap.precondition_frequency=10"),
-                         (3e-4, 1e-3, 3e-3, 1e-2), "tab:green"),),
+    study_arms=(
+        StudyArm(
+            "soap",
+            "SOAP",
+            "kimi_k2_tiny_adamw",
+            ("optimizer=soap", "optimizer.soap.precondition_frequency=10"),
+            (3e-4, 1e-3, 3e-3, 1e-2),
+            "tab:green",
+        ),
+    ),
     gpu_smoke=("qwen3_moe_tiny_muon", ("optimizer=soap",)),
     local_builder="optbench.optim.soap:build_soap",
 )

@@ -83,7 +83,6 @@ class BridgeSetup:
             **({"known_issues": list(self.known_issues)} if self.known_issues else {}),
         }
 
-
     @classmethod
     def from_dict(cls, section: dict[str, Any]) -> BridgeSetup:
         """The setup a plan's ``bridge`` section recorded (:meth:`as_dict` read back)."""
@@ -129,9 +128,12 @@ def bridge_recipe_for(name: str, optimizer_type: str, container: versions.Contai
     if entry is not None and name == "kimi_k2":
         takes = versions.behaviour(container, "kimi_recipe_takes_optimizer_type")
         hub = versions.behaviour(container, "kimi_recipe_reads_hub_config")
-        return BridgeRecipe(entry.bridge_recipe_module, entry.bridge_recipe_function,
-                            {"optimizer_type": optimizer_type} if takes else {},
-                            hf_config=entry.hf_config if hub else None)
+        return BridgeRecipe(
+            entry.bridge_recipe_module,
+            entry.bridge_recipe_function,
+            {"optimizer_type": optimizer_type} if takes else {},
+            hf_config=entry.hf_config if hub else None,
+        )
     if entry is not None:
         return BridgeRecipe(entry.bridge_recipe_module, entry.bridge_recipe_function, {}, hf_config=entry.hf_config)
     raise UserError(
@@ -156,8 +158,11 @@ def preset_items(run: RunConfig, ours: list[Item], preset: Optional[presets.Pres
     # Muon on an Adam preset: the preset's optimizer settings are Adam's (DeepSeek-V3's precision-aware
     # optimizer is refused by Megatron for anything but Adam); Muon's come from our config.
     adam_only = preset.adapted_from_adam
-    items = [(key, value) for key, value in preset.settings.items()
-             if key not in emitted and not (adam_only and key.startswith("optimizer.")) and not presets.not_emitted(key)]
+    items = [
+        (key, value)
+        for key, value in preset.settings.items()
+        if key not in emitted and not (adam_only and key.startswith("optimizer.")) and not presets.not_emitted(key)
+    ]
     if run.intent == "train":
         train = dict(presets.TRAIN_SETTINGS)
         items = [(key, train.pop(key, value)) for key, value in items] + list(train.items())
@@ -224,14 +229,22 @@ def train_changes(items: list[Item]) -> tuple[dict[str, Any], list[dict[str, Any
     overruled = []
     for (key, value), (needed, forced) in COUPLED.items():
         if final.get(key) == value and needed in presets.TRAIN_SETTINGS and forced != presets.TRAIN_SETTINGS[needed]:
-            overruled.append({"field": needed, "wanted": presets.TRAIN_SETTINGS[needed], "effective": forced,
-                              "because": f"{key}={value}", "reason": "Megatron Bridge refuses a loss NaN check under a "
-                              "full-iteration CUDA graph (ConfigContainer.validate); the gradient NaN check stays on"})
+            overruled.append(
+                {
+                    "field": needed,
+                    "wanted": presets.TRAIN_SETTINGS[needed],
+                    "effective": forced,
+                    "because": f"{key}={value}",
+                    "reason": "Megatron Bridge refuses a loss NaN check under a "
+                    "full-iteration CUDA graph (ConfigContainer.validate); the gradient NaN check stays on",
+                }
+            )
     return effective, overruled
 
 
-def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[Item],
-                   items: list[Item] | None = None) -> Optional[dict[str, Any]]:
+def preset_summary(
+    run: RunConfig, preset: Optional[presets.Preset], ours: list[Item], items: list[Item] | None = None
+) -> Optional[dict[str, Any]]:
     """plan.json's account of the preset: its key and provenance, the fields where ``ours`` departs from it, and for
     ``intent=train`` what it changes as the final overrides (``items``) have it."""
     if preset is None:
@@ -239,8 +252,11 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
     departures = presets.departures(ours, preset)
     reasons = presets.departure_reasons(run.recipe)
     for d in departures:
-        reason = reasons.get(d["field"]) or presets.derived_reason(d["field"], run.intent, preset.adapted_from_adam,
-                                                                      run.optimizer.name) or d.get("reason")
+        reason = (
+            reasons.get(d["field"])
+            or presets.derived_reason(d["field"], run.intent, preset.adapted_from_adam, run.optimizer.name)
+            or d.get("reason")
+        )
         if reason:
             d["reason"] = reason
     # NVIDIA's dist_muon, written as Megatron Core >= 0.18 spells it, is the same optimizer: not a departure.
@@ -249,12 +265,22 @@ def preset_summary(run: RunConfig, preset: Optional[presets.Preset], ours: list[
     departures += presets.unreproduced(preset)
     muon_own = [preset.adapted_from_adam and presets.is_muon_field(d["field"]) for d in departures]
     if preset.launcher_optimizer:  # NVIDIA's launcher trains another optimizer for this case: a departure to name
-        departures.append({"field": "optimizer (NVIDIA's launcher)", "ours": preset.key.rsplit("/", 1)[1],
-                           "nvidia": preset.launcher_optimizer, "reason": preset.note})
+        departures.append(
+            {
+                "field": "optimizer (NVIDIA's launcher)",
+                "ours": preset.key.rsplit("/", 1)[1],
+                "nvidia": preset.launcher_optimizer,
+                "reason": preset.note,
+            }
+        )
         muon_own.append(False)
     # Exactly what NVIDIA executed: its preset of this release, at its GPU count, with nothing of ours in it.
-    as_executed = (run.intent == "reproduce" and not departures and not preset.adapted_from_adam
-                   and run.parallel.num_gpus == preset.num_gpus)
+    as_executed = (
+        run.intent == "reproduce"
+        and not departures
+        and not preset.adapted_from_adam
+        and run.parallel.num_gpus == preset.num_gpus
+    )
     return {
         "key": preset.key,
         "container": versions.container_of(run).label(),
@@ -311,5 +337,10 @@ def unverified_section(run: RunConfig) -> Optional[dict[str, Any]]:
     if not container.assumed_from:
         return None
     notes = notes_for(container.name, container.assumed_from, run.model.name, run.cluster.gpu)
-    return {"container": container.name, "assumed_from": container.assumed_from, "bridge": container.bridge,
-            "core": container.core, "notes": [dataclasses.asdict(note) for note in notes]}
+    return {
+        "container": container.name,
+        "assumed_from": container.assumed_from,
+        "bridge": container.bridge,
+        "core": container.core,
+        "notes": [dataclasses.asdict(note) for note in notes],
+    }

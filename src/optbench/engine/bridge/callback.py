@@ -113,7 +113,9 @@ def optimizer_seconds(timers: Any) -> Optional[float]:
 class MetricsCallback:
     """Step records and summary of a Bridge run, written by the last rank."""
 
-    def __init__(self, run: RunConfig, probe: Optional[DeviceProbe] = None, clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self, run: RunConfig, probe: Optional[DeviceProbe] = None, clock: Callable[[], float] = time.perf_counter
+    ):
         self.run = run
         self.probe = probe or DeviceProbe()
         self.clock = clock
@@ -166,7 +168,9 @@ class MetricsCallback:
         step_time, self._last_end, self._last_step = (now - self._last_end) / steps, now, step
         optimizer_after = optimizer_seconds(context.state.timers)
         # Bridge creates the timer inside the first step: its time before that is 0.
-        optimizer_time = (optimizer_after - (self._optimizer_before or 0.0)) / steps if optimizer_after is not None else None
+        optimizer_time = (
+            (optimizer_after - (self._optimizer_before or 0.0)) / steps if optimizer_after is not None else None
+        )
         self._optimizer_before = optimizer_after
         record = self.step_record(step, step_time, optimizer_time, context)
         record["steps_in_interval"] = steps
@@ -245,9 +249,20 @@ class MetricsCallback:
 def summary_numbers(summary: dict[str, Any]) -> dict[str, Any]:
     """The numeric headline fields of a summary, for the wandb run summary."""
     keys = (
-        "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "ns_tflops_per_gpu", "tflops_per_gpu_with_ns",
-        "mfu", "step_time_s", "optimizer_time_s", "optimizer_share", "peak_memory_gb", "peak_memory_gb_all_ranks",
-        "initial_loss", "final_loss", "steps",
+        "tokens_per_s",
+        "tokens_per_s_per_gpu",
+        "tflops_per_gpu",
+        "ns_tflops_per_gpu",
+        "tflops_per_gpu_with_ns",
+        "mfu",
+        "step_time_s",
+        "optimizer_time_s",
+        "optimizer_share",
+        "peak_memory_gb",
+        "peak_memory_gb_all_ranks",
+        "initial_loss",
+        "final_loss",
+        "steps",
     )
     return {key: summary[key] for key in keys if key in summary}
 

@@ -104,12 +104,23 @@ class Conformance:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "status": self.status, "stop": self.stop, "container": self.container, "unverified": self.unverified,
-            "planned_versions": self.planned, "installed_versions": self.installed,
-            "versions_differ": sorted(k for k in self.planned if self.installed.get(k) and self.planned[k]
-                                      and self.installed[k].split("+")[0] != self.planned[k]),
-            "recipe": self.recipe, "fields_checked": self.fields_checked, "missing_fields": self.missing,
-            "kind_differs": self.kind_differs, "values_not_landed": self.not_landed, "optimizer": self.optimizer,
+            "status": self.status,
+            "stop": self.stop,
+            "container": self.container,
+            "unverified": self.unverified,
+            "planned_versions": self.planned,
+            "installed_versions": self.installed,
+            "versions_differ": sorted(
+                k
+                for k in self.planned
+                if self.installed.get(k) and self.planned[k] and self.installed[k].split("+")[0] != self.planned[k]
+            ),
+            "recipe": self.recipe,
+            "fields_checked": self.fields_checked,
+            "missing_fields": self.missing,
+            "kind_differs": self.kind_differs,
+            "values_not_landed": self.not_landed,
+            "optimizer": self.optimizer,
             "nvidia_preset": "not rebuilt in the job (tests/bridge_env/conformance.py compares each checked release's)",
         }
 
@@ -129,12 +140,24 @@ def check_fields(report: Conformance, config: Any, overrides: list[str]) -> None
             continue
         have, want = kind(current), kind(value)
         if None not in (have, want) and have != want and not annotation_allows(config, key, want):
-            report.kind_differs.append({"field": key, "planned": comparable(value), "container_default": comparable(current),
-                                        "container_kind": have, "planned_kind": want})
+            report.kind_differs.append(
+                {
+                    "field": key,
+                    "planned": comparable(value),
+                    "container_default": comparable(current),
+                    "container_kind": have,
+                    "planned_kind": want,
+                }
+            )
 
 
-ANNOTATION_WORDS = {"bool": ("bool",), "number": ("int", "float"), "text": ("str", "literal"),
-                    "list": ("list", "tuple", "sequence"), "mapping": ("dict", "mapping")}
+ANNOTATION_WORDS = {
+    "bool": ("bool",),
+    "number": ("int", "float"),
+    "text": ("str", "literal"),
+    "list": ("list", "tuple", "sequence"),
+    "mapping": ("dict", "mapping"),
+}
 """Words in a dataclass field's annotation that admit a value of each kind."""
 
 
@@ -167,8 +190,10 @@ def check_built(report: Conformance, config: Any, overrides: list[str]) -> None:
     built = _lookup_or_none(config, OPTIMIZER_KEY)
     report.optimizer = {"planned": planned, "built": comparable(built)}
     if planned is not None and comparable(built) != comparable(planned):
-        report.stop = (f"{OPTIMIZER_KEY}: the plan runs {planned} but this container's Megatron Bridge built "
-                       f"{built!r}; nothing was trained")
+        report.stop = (
+            f"{OPTIMIZER_KEY}: the plan runs {planned} but this container's Megatron Bridge built "
+            f"{built!r}; nothing was trained"
+        )
 
 
 def is_writer() -> bool:
@@ -192,6 +217,8 @@ def stop_for_missing(report: Conformance) -> None:
     first = report.missing[0]["field"]
     more = f" and {len(report.missing) - 1} more" if len(report.missing) > 1 else ""
     found = report.installed.get("bridge") or "no megatron-bridge"
-    report.stop = (f"this container's Megatron Bridge ({found}) has no field {first}{more}, which the plan sets "
-                   f"(planned on Megatron Bridge {report.planned['bridge']}); nothing was trained: plan again for "
-                   "this container or drop the setting")
+    report.stop = (
+        f"this container's Megatron Bridge ({found}) has no field {first}{more}, which the plan sets "
+        f"(planned on Megatron Bridge {report.planned['bridge']}); nothing was trained: plan again for "
+        "this container or drop the setting"
+    )

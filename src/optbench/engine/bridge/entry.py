@@ -109,14 +109,19 @@ def build_config_container(setup: BridgeSetup, api: BridgeAPI) -> Any:
     return api.apply_overrides(base_config(setup, api), setup.overrides)
 
 
-def checked_config(run: RunConfig, setup: BridgeSetup, api: BridgeAPI, folder: Path,
-                   installed: dict[str, str | None]) -> Any:
+def checked_config(
+    run: RunConfig, setup: BridgeSetup, api: BridgeAPI, folder: Path, installed: dict[str, str | None]
+) -> Any:
     """:func:`build_config_container` with the container checked at each stage (``installed``: the versions
     :meth:`BridgeAPI.installed_versions` read); conformance.json in ``folder``."""
     container = container_of(run)
     report = conformance.Conformance(
-        container=container.name, planned=conformance.planned_versions(container), installed=installed,
-        unverified=bool(container.assumed_from), recipe=f"{setup.recipe.module}.{setup.recipe.function}")
+        container=container.name,
+        planned=conformance.planned_versions(container),
+        installed=installed,
+        unverified=bool(container.assumed_from),
+        recipe=f"{setup.recipe.module}.{setup.recipe.function}",
+    )
     try:
         function = api.recipe_function(setup.recipe)
     except (ImportError, AttributeError) as err:
@@ -131,8 +136,11 @@ def checked_config(run: RunConfig, setup: BridgeSetup, api: BridgeAPI, folder: P
     conformance.check_built(report, config, list(setup.overrides))
     conformance.finish(report, folder)
     for item in report.kind_differs:
-        print(f"note: {item['field']}: planned {item['planned']!r} ({item['planned_kind']}), this container's "
-              f"default is a {item['container_kind']} (conformance.json)", flush=True)
+        print(
+            f"note: {item['field']}: planned {item['planned']!r} ({item['planned_kind']}), this container's "
+            f"default is a {item['container_kind']} (conformance.json)",
+            flush=True,
+        )
     return config
 
 
@@ -143,16 +151,21 @@ def check_release(run: RunConfig, installed: str | None) -> None:
     planned = container_of(run)
     found = (installed or "").split("+")[0]
     if planned.assumed_from and installed:
-        print(f"note: unverified container {planned.name}: it has Megatron Bridge {installed}; the plan assumed "
-              f"{planned.bridge} ({planned.assumed_from}'s)", flush=True)
+        print(
+            f"note: unverified container {planned.name}: it has Megatron Bridge {installed}; the plan assumed "
+            f"{planned.bridge} ({planned.assumed_from}'s)",
+            flush=True,
+        )
         return
     if found != planned.bridge:
-        raise UserError(Problem(
-            "cluster.container",
-            f"the plan was made for {planned.name} (Megatron Bridge {planned.bridge}) but this environment has "
-            f"{'Megatron Bridge ' + installed if installed else 'no megatron-bridge'}; run the job in the "
-            f"{planned.name} image, or plan again with cluster.container=<the image it runs in>",
-        ))
+        raise UserError(
+            Problem(
+                "cluster.container",
+                f"the plan was made for {planned.name} (Megatron Bridge {planned.bridge}) but this environment has "
+                f"{'Megatron Bridge ' + installed if installed else 'no megatron-bridge'}; run the job in the "
+                f"{planned.name} image, or plan again with cluster.container=<the image it runs in>",
+            )
+        )
 
 
 def run_bridge(config_path: Path, api: Optional[BridgeAPI] = None, callback: Optional[MetricsCallback] = None) -> int:
@@ -170,8 +183,12 @@ def run_bridge(config_path: Path, api: Optional[BridgeAPI] = None, callback: Opt
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m optbench.engine.bridge.entry", description=__doc__.split("\n\n")[0])
-    parser.add_argument("config", type=Path, help="the resolved config.yaml the launcher wrote (its plan.json beside it)")
+    parser = argparse.ArgumentParser(
+        prog="python -m optbench.engine.bridge.entry", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "config", type=Path, help="the resolved config.yaml the launcher wrote (its plan.json beside it)"
+    )
     args = parser.parse_args(argv)
     with exit_on_user_error(debug=False):
         return run_bridge(args.config)

@@ -53,9 +53,16 @@ def _parallel(run: RunConfig) -> list[Item]:
         *bridge_items(run, "parallel.cp", "parallel.ep"),
         # Megatron's ETP of a dense model is None ("as TP"): an ETP of 1 beside TP 4 would depart from the recipe.
         (bridge_name("parallel.etp"), p.etp if run.model.num_moe_experts else None),
-        *bridge_items(run, "parallel.sequence_parallel", "parallel.pipeline_layout", "parallel.recompute_granularity",
-                      "parallel.recompute_modules", "parallel.recompute_method", "parallel.recompute_num_layers",
-                      "parallel.moe_token_dispatcher"),
+        *bridge_items(
+            run,
+            "parallel.sequence_parallel",
+            "parallel.pipeline_layout",
+            "parallel.recompute_granularity",
+            "parallel.recompute_modules",
+            "parallel.recompute_method",
+            "parallel.recompute_num_layers",
+            "parallel.moe_token_dispatcher",
+        ),
     ]
     if p.pipeline_layout:
         # Megatron Core refuses an explicit layout beside the account-for-embedding/loss split some recipes turn on
@@ -64,7 +71,10 @@ def _parallel(run: RunConfig) -> list[Item]:
         items += [(flag, False) for flag in presets.ACCOUNT_FLAGS]
     if p.moe_token_dispatcher == "flex":
         # As Bridge's apply_flex_dispatcher_backend: the flex dispatcher cannot overlap the shared expert.
-        items += [*bridge_items(run, "parallel.moe_flex_dispatcher_backend"), ("model.moe_shared_expert_overlap", False)]
+        items += [
+            *bridge_items(run, "parallel.moe_flex_dispatcher_backend"),
+            ("model.moe_shared_expert_overlap", False),
+        ]
     items += [
         (bridge_name("parallel.cuda_graph_impl"), cuda_graph_impl(run)),
         *bridge_items(run, "parallel.cuda_graph_scope", "parallel.tp_comm_overlap"),
@@ -90,25 +100,52 @@ def _model(run: RunConfig) -> list[Item]:
     m = run.model
     fields = ["num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "qk_layernorm"]
     if m.multi_latent_attention:
-        fields += ["q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "rotary_scaling_factor"]
+        fields += [
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_head_dim",
+            "qk_pos_emb_head_dim",
+            "v_head_dim",
+            "rotary_scaling_factor",
+        ]
     else:
         fields += ["num_query_groups", "kv_channels"]
     items = bridge_items(run, *(f"model.{name}" for name in fields))
     if m.num_moe_experts:
         dense = m.first_k_dense_layers
         items += [
-            *bridge_items(run, "model.num_moe_experts", "model.moe_ffn_hidden_size",
-                          "model.moe_shared_expert_intermediate_size", "model.moe_router_topk"),
+            *bridge_items(
+                run,
+                "model.num_moe_experts",
+                "model.moe_ffn_hidden_size",
+                "model.moe_shared_expert_intermediate_size",
+                "model.moe_router_topk",
+            ),
             (bridge_name("model.first_k_dense_layers"), [0] * dense + [1] * (m.num_layers - dense) if dense else 1),
-            *bridge_items(run, "model.moe_router_score_function", "model.moe_router_topk_scaling_factor",
-                          "model.moe_router_num_groups", "model.moe_router_group_topk",
-                          "model.moe_router_enable_expert_bias", "model.moe_aux_loss_coeff"),
+            *bridge_items(
+                run,
+                "model.moe_router_score_function",
+                "model.moe_router_topk_scaling_factor",
+                "model.moe_router_num_groups",
+                "model.moe_router_group_topk",
+                "model.moe_router_enable_expert_bias",
+                "model.moe_aux_loss_coeff",
+            ),
         ]
-    return items + bridge_items(
-        run, "model.vocab_size", "model.make_vocab_size_divisible_by", "model.mtp_num_layers",
-        "model.share_embeddings_and_output_weights", "model.rotary_base", "model.layernorm_epsilon",
-        "model.init_method_std",
-    ) + bridge_items(run, "train.seq_length", section="model")
+    return (
+        items
+        + bridge_items(
+            run,
+            "model.vocab_size",
+            "model.make_vocab_size_divisible_by",
+            "model.mtp_num_layers",
+            "model.share_embeddings_and_output_weights",
+            "model.rotary_base",
+            "model.layernorm_epsilon",
+            "model.init_method_std",
+        )
+        + bridge_items(run, "train.seq_length", section="model")
+    )
 
 
 def _precision(run: RunConfig) -> list[Item]:
@@ -123,8 +160,13 @@ def _precision(run: RunConfig) -> list[Item]:
     # fp8_param mirrors fp8_param_gather (MixedPrecisionConfig keeps them in sync; the schema sets both so that
     # order cannot matter). grad_reduce_in_fp32: the preset says True and setup() would copy it over
     # ddp.grad_reduce_in_fp32, so it must match ours.
-    return items + bridge_items(run, "precision.fp8_param_gather", "precision.reuse_grad_buf_for_mxfp8_param_ag",
-                                "optimizer.grad_reduce_in_fp32", section="mixed_precision")
+    return items + bridge_items(
+        run,
+        "precision.fp8_param_gather",
+        "precision.reuse_grad_buf_for_mxfp8_param_ag",
+        "optimizer.grad_reduce_in_fp32",
+        section="mixed_precision",
+    )
 
 
 def _optimizer(run: RunConfig) -> list[Item]:
@@ -132,9 +174,18 @@ def _optimizer(run: RunConfig) -> list[Item]:
     container = versions.container_of(run)
     items: list[Item] = [
         *emerging_fields.optimizer_name_items(run, container),
-        *bridge_items(run, "optimizer.lr", "optimizer.min_lr", "optimizer.weight_decay", "optimizer.clip_grad",
-                      "optimizer.adam_beta1", "optimizer.adam_beta2", "optimizer.adam_eps",
-                      "optimizer.use_distributed_optimizer", section="optimizer"),
+        *bridge_items(
+            run,
+            "optimizer.lr",
+            "optimizer.min_lr",
+            "optimizer.weight_decay",
+            "optimizer.clip_grad",
+            "optimizer.adam_beta1",
+            "optimizer.adam_beta2",
+            "optimizer.adam_eps",
+            "optimizer.use_distributed_optimizer",
+            section="optimizer",
+        ),
     ]
     if run.intent == "train":
         # The optimizer timer without a barrier: it measures this rank's optimizer step, not stragglers.
@@ -146,11 +197,15 @@ def _optimizer(run: RunConfig) -> list[Item]:
             # DeepSeek-V3's recipe keeps Adam's moments in bf16 (precision-aware optimizer), which Megatron
             # allows for Adam only; the emerging optimizers keep fp32 state (found by the conformance test).
             ("optimizer.use_precision_aware_optimizer", False),
-            *[(f"optimizer.{name}", "torch.float32") for name in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")],
+            *[
+                (f"optimizer.{name}", "torch.float32")
+                for name in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+            ],
         ]
     if o.muon_family and o.muon.qk_clip:  # MuonClip: a TransformerConfig setting; Bridge calls clip_qk after the step
-        items += bridge_items(run, "optimizer.muon.qk_clip", "optimizer.muon.qk_clip_threshold",
-                              "optimizer.muon.qk_clip_alpha")
+        items += bridge_items(
+            run, "optimizer.muon.qk_clip", "optimizer.muon.qk_clip_threshold", "optimizer.muon.qk_clip_alpha"
+        )
     items += emerging_fields.emerging_items(run)
     return items
 
@@ -240,8 +295,10 @@ def _logger(run: RunConfig) -> list[Item]:
         ("logger.tensorboard_dir", str(results / "runs" / run_id / "tensorboard")),
         ("logger.save_config_filepath", str(results / "runs" / run_id / "bridge_config.yaml")),
         *([("logger.timing_log_level", TRAIN_TIMING_LOG_LEVEL)] if run.intent == "train" else []),
-        *[(bridge_name(key), _checked_text(key, value_at(run, key)[1]) if wandb_on else None)
-          for key in ("logger.wandb_project", "logger.wandb_entity")],
+        *[
+            (bridge_name(key), _checked_text(key, value_at(run, key)[1]) if wandb_on else None)
+            for key in ("logger.wandb_project", "logger.wandb_entity")
+        ],
         ("logger.wandb_exp_name", run_id),
         ("logger.wandb_save_dir", str(results / "wandb")),
     ]

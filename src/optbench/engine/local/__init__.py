@@ -30,11 +30,18 @@ CONFIG_FILE = "config.yaml"
 BYTES_PER_PARAM = 16
 """fp32 weight + gradient + two optimizer-state words: the most either optimizer keeps per parameter."""
 
+
 def torchrun_command(config_path: Path, processes: int) -> list[str]:
     """The command that runs ``processes`` data-parallel ranks of the local engine on this machine."""
     return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-        "-m", "optbench.engine.local", str(config_path),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        "-m",
+        "optbench.engine.local",
+        str(config_path),
     ]
 
 
@@ -88,15 +95,21 @@ def _check_resume(run: RunConfig, directory: Path) -> None:
     try:
         saved = OmegaConf.to_container(loaded, resolve=True)
     except Exception as err:  # noqa: BLE001 - a broken interpolation
-        raise UserError(f"{saved_path} is not a readable config.yaml ({type(err).__name__}); give the run_id of a "
-                        "complete earlier run", "resume") from err
+        raise UserError(
+            f"{saved_path} is not a readable config.yaml ({type(err).__name__}); give the run_id of a "
+            "complete earlier run",
+            "resume",
+        ) from err
     if not isinstance(saved, dict):
         raise UserError(f"{saved_path} holds no config mapping; give the run_id of a complete earlier run", "resume")
     current = run_config_to_dict(run)
     changed = [key for key in RESUME_MUST_MATCH if _select(saved, key) != _select(current, key)]
     if changed:
         raise UserError(
-            [Problem(key, f"differs from the run being resumed ({saved_path}); resume with the same value") for key in changed]
+            [
+                Problem(key, f"differs from the run being resumed ({saved_path}); resume with the same value")
+                for key in changed
+            ]
         )
 
 
@@ -149,5 +162,7 @@ def launch_local(run: RunConfig, checked: bool = False) -> Path:
     if result.returncode == 2:  # the engine already printed its one-line error
         raise SystemExit(2)
     if result.returncode != 0:
-        raise UserError(f"the local engine's processes failed (exit code {result.returncode}); see the output above", "pretrain")
+        raise UserError(
+            f"the local engine's processes failed (exit code {result.returncode}); see the output above", "pretrain"
+        )
     return directory

@@ -20,7 +20,9 @@ from optbench.runs import load_resolved_config
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m optbench.engine.local", description=__doc__.split("\n\n")[0])
-    parser.add_argument("config", help="resolved config.yaml written by the launcher (results/runs/<run_id>/config.yaml)")
+    parser.add_argument(
+        "config", help="resolved config.yaml written by the launcher (results/runs/<run_id>/config.yaml)"
+    )
     args = parser.parse_args(argv)
     debug = False
     try:

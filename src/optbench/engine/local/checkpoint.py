@@ -114,9 +114,7 @@ def _write_manifest(folder: Path, step: int, world: int, fingerprint: dict[str, 
     atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2) + "\n")
 
 
-def save_checkpoint(
-    run: RunConfig, step: int, model: nn.Module, optimizer: Any, rank: int, world: int
-) -> Path:
+def save_checkpoint(run: RunConfig, step: int, model: nn.Module, optimizer: Any, rank: int, world: int) -> Path:
     """Write this rank's part of the checkpoint of ``step``; rank 0 seals it and moves ``latest``."""
     root = checkpoint_dir(run)
     folder = root / _step_name(step)
@@ -180,12 +178,21 @@ def _manifest(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"unreadable {MANIFEST} ({type(err).__name__})"
     files = data.get("files") if isinstance(data, dict) else None
     shaped = (
-        isinstance(data, dict) and type(data.get("step")) is int and data["step"] >= 0
-        and type(data.get("world")) is int and data["world"] >= 1 and isinstance(files, dict) and bool(files)
+        isinstance(data, dict)
+        and type(data.get("step")) is int
+        and data["step"] >= 0
+        and type(data.get("world")) is int
+        and data["world"] >= 1
+        and isinstance(files, dict)
+        and bool(files)
         and all(
-            isinstance(name, str) and FILE_NAME.fullmatch(name) and isinstance(entry, dict)
-            and type(entry.get("bytes")) is int and entry["bytes"] >= 0
-            and isinstance(entry.get("sha256"), str) and SHA256.fullmatch(entry["sha256"])
+            isinstance(name, str)
+            and FILE_NAME.fullmatch(name)
+            and isinstance(entry, dict)
+            and type(entry.get("bytes")) is int
+            and entry["bytes"] >= 0
+            and isinstance(entry.get("sha256"), str)
+            and SHA256.fullmatch(entry["sha256"])
             for name, entry in files.items()
         )
     )
@@ -216,7 +223,9 @@ def checkpoint_problem(folder: Path, world: int | None = None, fingerprint: dict
         if not path.is_file() or path.is_symlink():
             return f"{name} is missing"
         if path.stat().st_size != expected["bytes"]:
-            return f"{name} has {path.stat().st_size:,} bytes, {expected['bytes']:,} were written (truncated or replaced)"
+            return (
+                f"{name} has {path.stat().st_size:,} bytes, {expected['bytes']:,} were written (truncated or replaced)"
+            )
         if _digest(path) != expected["sha256"]:
             return f"{name} does not match the hash written with it (altered or corrupt)"
     return None
@@ -268,7 +277,9 @@ def fit_problem(run: RunConfig, folder: Path, world: int) -> str | None:
     step = int(folder.name.removeprefix("step_"))
     try:
         with torch.device("meta"):
-            expected = {k: tuple(v.shape) for k, v in build_model(run.model, run.train.seed, "meta").state_dict().items()}
+            expected = {
+                k: tuple(v.shape) for k, v in build_model(run.model, run.train.seed, "meta").state_dict().items()
+            }
         saved = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
         if not isinstance(saved, dict):
             return "model.pt holds no model weights"
@@ -276,20 +287,32 @@ def fit_problem(run: RunConfig, folder: Path, world: int) -> str | None:
         differ = sorted(k for k in expected.keys() | shapes.keys() if expected.get(k) != shapes.get(k))
         if differ:
             name = differ[0]
-            return (f"model.pt holds another model ({name}: {list(shapes[name]) if name in shapes else 'absent'} there, "
-                    f"{list(expected[name]) if name in expected else 'absent'} in this run's)")
+            return (
+                f"model.pt holds another model ({name}: {list(shapes[name]) if name in shapes else 'absent'} there, "
+                f"{list(expected[name]) if name in expected else 'absent'} in this run's)"
+            )
         for rank in range(world):
             payload = torch.load(folder / f"rank{rank}.pt", map_location="cpu", weights_only=False)
-            if not isinstance(payload, dict) or not RANK_FIELDS <= payload.keys() or payload["step"] != step \
-                    or not isinstance(payload["optimizer"], dict):
+            if (
+                not isinstance(payload, dict)
+                or not RANK_FIELDS <= payload.keys()
+                or payload["step"] != step
+                or not isinstance(payload["optimizer"], dict)
+            ):
                 return f"rank{rank}.pt is not a rank file of step {step} (its fields or step differ from what a save writes)"
     except Exception as err:  # noqa: BLE001 - any unpickling failure of a file is the file's problem, said in one line
         return f"its files cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:120]})"
     return None
 
 
-def _offer(root: Path, world: int, bad: str, fingerprint: dict[str, Any] | None = None, run: RunConfig | None = None,
-           refused: Path | None = None) -> UserError:
+def _offer(
+    root: Path,
+    world: int,
+    bad: str,
+    fingerprint: dict[str, Any] | None = None,
+    run: RunConfig | None = None,
+    refused: Path | None = None,
+) -> UserError:
     """One line naming the bad checkpoint and the last complete one to resume from (never ``refused``; with ``run``,
     the newest one that also fits it)."""
     complete = [step for step in complete_steps(root, world, fingerprint) if root / _step_name(step) != refused]
@@ -343,5 +366,10 @@ def load_checkpoint(run: RunConfig, model: nn.Module, optimizer: Any, rank: int,
         return Resumed(step=int(mine["step"]), samples=int(mine["samples"]))
     except Exception as err:  # a checkpoint written for another model or optimizer setup
         reason = " ".join(str(err).split())[:200]
-        raise _offer(checkpoint_dir(run), world, f"checkpoint {folder} does not fit this run ({reason})", run_fingerprint(run),
-                     refused=folder) from err
+        raise _offer(
+            checkpoint_dir(run),
+            world,
+            f"checkpoint {folder} does not fit this run ({reason})",
+            run_fingerprint(run),
+            refused=folder,
+        ) from err

@@ -83,7 +83,9 @@ class SyntheticStream:
 
     def __init__(self, vocab_size: int, seed: int, seq_length: int) -> None:
         if vocab_size <= SUCCESSORS:
-            raise UserError(f"the synthetic stream needs more than {SUCCESSORS} tokens, got {vocab_size}", "data.vocab_size")
+            raise UserError(
+                f"the synthetic stream needs more than {SUCCESSORS} tokens, got {vocab_size}", "data.vocab_size"
+            )
         self.vocab_size, self.seed, self.seq_length = vocab_size, seed, seq_length
         rng = np.random.default_rng((seed, TABLE_STREAM))
         self.successors = _distinct_rows(rng, vocab_size, SUCCESSORS, vocab_size)
@@ -149,7 +151,10 @@ def build_stream(data: DataConfig, model: ModelConfig, train: TrainConfig):
         from optbench.engine.local.indexed_data import build_indexed_stream
 
         if not data.tokenizer:
-            raise UserError("indexed data needs the tokenizer it was built with (a local tokenizer.json or folder)", "data.tokenizer")
+            raise UserError(
+                "indexed data needs the tokenizer it was built with (a local tokenizer.json or folder)",
+                "data.tokenizer",
+            )
         tokens = load_tokenizer(data.tokenizer).vocab_size
         if tokens > model.vocab_size:
             raise UserError(

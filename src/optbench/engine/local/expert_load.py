@@ -30,7 +30,9 @@ class ExpertLoadTracker:
     """Counts routed tokens per expert through forward hooks; after each step reports the load imbalance
     and, when ``update_bias``, moves the routers' expert bias as Megatron does."""
 
-    def __init__(self, routers: list[nn.Module], world: int, update_bias: bool, update_rate: float = UPDATE_RATE) -> None:
+    def __init__(
+        self, routers: list[nn.Module], world: int, update_bias: bool, update_rate: float = UPDATE_RATE
+    ) -> None:
         self.routers = routers
         self.world = world
         self.update_rate = update_rate if update_bias else 0.0
@@ -65,7 +67,9 @@ class ExpertLoadTracker:
             if not self.update_rate or not hasattr(router, "e_score_correction_bias"):
                 continue
             offset = tokens.mean() - tokens
-            router.e_score_correction_bias += self.update_rate * torch.sign(offset).to(router.e_score_correction_bias.dtype)
+            router.e_score_correction_bias += self.update_rate * torch.sign(offset).to(
+                router.e_score_correction_bias.dtype
+            )
         ratios = [float(c.max() / c.mean()) for c in self.counts if c.sum() > 0]
         self.counts = [torch.zeros_like(c) for c in self.counts]
         return max(ratios) if ratios else None

@@ -39,7 +39,9 @@ MAX_SCANNED_TOKENS = 1 << 28
 class SplitSampler:
     """The samples of one split of one prefix."""
 
-    def __init__(self, dataset: IndexedDataset, documents: tuple[int, int], seq_length: int, seed: tuple[int, ...]) -> None:
+    def __init__(
+        self, dataset: IndexedDataset, documents: tuple[int, int], seq_length: int, seed: tuple[int, ...]
+    ) -> None:
         self.dataset, self.seq, self.seed = dataset, seq_length, seed
         self.doc_ids = np.arange(*documents)
         lengths = dataset.lengths[self.doc_ids]

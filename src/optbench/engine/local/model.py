@@ -46,7 +46,9 @@ def _unsupported(model: ModelConfig) -> list[Problem]:
         problems.append(Problem("model.mtp_num_layers", "Hugging Face's DeepSeek-V3 classes train no MTP layer; set 0"))
     if model.architecture == "deepseek_v3":
         if not model.qk_layernorm:
-            problems.append(Problem("model.qk_layernorm", "Hugging Face's DeepSeek-V3 always normalises its q/kv latents; set true"))
+            problems.append(
+                Problem("model.qk_layernorm", "Hugging Face's DeepSeek-V3 always normalises its q/kv latents; set true")
+            )
         if model.moe_router_score_function != "sigmoid":
             problems.append(Problem("model.moe_router_score_function", "Hugging Face's DeepSeek-V3 router is sigmoid"))
         shared, expert = model.moe_shared_expert_intermediate_size, model.moe_ffn_hidden_size or 0

@@ -49,7 +49,11 @@ def _attention_with_logits(module: nn.Module, query, key, value, attention_mask,
         causal = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril(k_len - q_len)
         scores = scores.masked_fill(~causal, float("-inf"))
         if attention_mask is not None:
-            scores = scores.masked_fill(~attention_mask, float("-inf")) if attention_mask.dtype == torch.bool else scores + attention_mask
+            scores = (
+                scores.masked_fill(~attention_mask, float("-inf"))
+                if attention_mask.dtype == torch.bool
+                else scores + attention_mask
+            )
         step_max = scores.amax(dim=(0, 2, 3))
         previous = getattr(module, MAX_LOGIT, None)
         setattr(module, MAX_LOGIT, step_max if previous is None else torch.maximum(previous, step_max))

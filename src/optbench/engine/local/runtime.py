@@ -121,8 +121,10 @@ def cpu_matmul_probe(dtype: torch.dtype = torch.float32) -> float:
     torch (the MFU denominator); the model's smaller, MoE-shaped GEMMs reach a fraction of it.
     """
     generator = torch.Generator().manual_seed(0)
-    pairs = {n: (torch.randn(n, n, generator=generator).to(dtype), torch.randn(n, n, generator=generator).to(dtype))
-             for n in PROBE_SIZES}
+    pairs = {
+        n: (torch.randn(n, n, generator=generator).to(dtype), torch.randn(n, n, generator=generator).to(dtype))
+        for n in PROBE_SIZES
+    }
     warm = time.perf_counter()
     while time.perf_counter() - warm < PROBE_WARMUP_S:
         torch.mm(*pairs[PROBE_SIZES[-1]])
@@ -169,9 +171,13 @@ def check_device(run: RunConfig, processes: int) -> bool:
     """Whether the run uses CUDA GPUs (one per process); raises UserError if this machine cannot run it."""
     use_cuda = torch.cuda.is_available() and run.cluster.gpu != "cpu"
     if use_cuda and run.precision.name != "bf16":
-        raise UserError(f"the local engine runs bf16 autocast on GPUs, not {run.precision.name}; use precision=bf16", "precision")
+        raise UserError(
+            f"the local engine runs bf16 autocast on GPUs, not {run.precision.name}; use precision=bf16", "precision"
+        )
     if use_cuda and torch.cuda.device_count() < processes:
-        raise UserError(f"{processes} processes but {torch.cuda.device_count()} GPUs on this machine", "parallel.num_gpus")
+        raise UserError(
+            f"{processes} processes but {torch.cuda.device_count()} GPUs on this machine", "parallel.num_gpus"
+        )
     return use_cuda
 
 
@@ -195,23 +201,43 @@ def init_runtime(run: RunConfig) -> Runtime:
         if use_cuda:
             torch.cuda.set_device(device)
         dist.init_process_group(
-            backend="nccl" if use_cuda else "gloo", timeout=_dt.timedelta(minutes=10), device_id=device if use_cuda else None
+            backend="nccl" if use_cuda else "gloo",
+            timeout=_dt.timedelta(minutes=10),
+            device_id=device if use_cuda else None,
         )
     if use_cuda:
         name = torch.cuda.get_device_name(device)
         gpu = detect_gpu_key(name, run.cluster.gpu)
         return Runtime(
-            rank, world, local_rank, device, threads, gpu, f"{name} x {world}",
-            precision="bf16 autocast (fp32 weights and optimizer state)", precision_key="bf16",
-            autocast_dtype=torch.bfloat16, peaks=peaks_for(gpu, run.precision), governor=governor,
+            rank,
+            world,
+            local_rank,
+            device,
+            threads,
+            gpu,
+            f"{name} x {world}",
+            precision="bf16 autocast (fp32 weights and optimizer state)",
+            precision_key="bf16",
+            autocast_dtype=torch.bfloat16,
+            peaks=peaks_for(gpu, run.precision),
+            governor=governor,
         )
     # Bitwise-reproducible CPU runs (resume == uninterrupted): without this, Muon's bf16 (AMX) Newton-Schulz
     # GEMMs with 2+ threads differ from run to run in the last bits; measured cost: none.
     torch.use_deterministic_algorithms(True, warn_only=True)
     description = f"cpu: {_cpu_name()}, {world} processes x {threads} threads"
     return Runtime(
-        rank, world, local_rank, device, threads, "cpu", description, precision="fp32", precision_key="fp32",
-        peaks=cpu_peaks(threads, world), governor=governor,
+        rank,
+        world,
+        local_rank,
+        device,
+        threads,
+        "cpu",
+        description,
+        precision="fp32",
+        precision_key="fp32",
+        peaks=cpu_peaks(threads, world),
+        governor=governor,
     )
 
 

@@ -144,13 +144,16 @@ class ThreadGovernor:
     def _apply(self, step: int, threads: int, busy: float | None) -> None:
         self.set_threads(threads)
         self.threads = threads
-        self.changes.append({"step": step, "threads": threads, "others_busy_cores": None if busy is None else round(busy, 2)})
+        self.changes.append(
+            {"step": step, "threads": threads, "others_busy_cores": None if busy is None else round(busy, 2)}
+        )
 
     def record(self) -> dict[str, object]:
         """What summary.json says about the threads."""
         return {
-            "policy": "fixed by OMP_NUM_THREADS" if self.fixed is not None else
-            f"free cores of {self.cores}, sampled at start and every {RECHECK_S:.0f} s",
+            "policy": "fixed by OMP_NUM_THREADS"
+            if self.fixed is not None
+            else f"free cores of {self.cores}, sampled at start and every {RECHECK_S:.0f} s",
             "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
             "changes": self.changes,
         }

@@ -78,8 +78,12 @@ class Trainer:
         self.model = build_model(run.model, run.train.seed, runtime.device, attention)
         self.aux_loss = has_aux_loss(run.model)
         try:
-            self.optimizer = build_optimizer(self.model, run.optimizer, model_config=run.model,
-                                             emerging_optimizers=versions.emerging_optimizers(versions.container_of(run)))
+            self.optimizer = build_optimizer(
+                self.model,
+                run.optimizer,
+                model_config=run.model,
+                emerging_optimizers=versions.emerging_optimizers(versions.container_of(run)),
+            )
         except ValueError as err:  # a setting the optimizer refuses (validation should have caught it)
             raise UserError(str(err), "optimizer") from err
         self.experts = ExpertLoadTracker(routers(self.model), runtime.world, run.model.moe_router_enable_expert_bias)
@@ -90,7 +94,9 @@ class Trainer:
             resumed = load_checkpoint(run, self.model, self.optimizer, runtime.rank, runtime.world)
             # A run killed before its first checkpoint starts over: its steps are recomputed bit for bit.
             self.start_step = resumed.step if resumed is not None else 0
-            self.resume_note = "" if resumed else "no checkpoint was written before it stopped: starting over from step 0"
+            self.resume_note = (
+                "" if resumed else "no checkpoint was written before it stopped: starting over from step 0"
+            )
         elif has_checkpoint(checkpoint_dir(run)):
             raise UserError(
                 f"{checkpoint_dir(run)} already holds a checkpoint; add resume=true or pick a new run_id", "run_id"
@@ -154,8 +160,11 @@ class Trainer:
         opt.set_lr(lr)
         opt.step()
         # MuonClip: Megatron (Bridge's train loop) clips right after the optimizer step, inside its optimizer timer.
-        max_logit = clip_qk(self.model, self.qk_clip.qk_clip_threshold, self.qk_clip.qk_clip_alpha, rt.world) \
-            if self.qk_clip else None
+        max_logit = (
+            clip_qk(self.model, self.qk_clip.qk_clip_threshold, self.qk_clip.qk_clip_alpha, rt.world)
+            if self.qk_clip
+            else None
+        )
         opt.zero_grad(set_to_none=True)
         rt.synchronize()
         end = time.perf_counter()
@@ -199,20 +208,29 @@ class Trainer:
             f"{self.rt.world} processes, seq {run.train.seq_length}, {run.train.iters} steps",
             f"  peak    {self.rt.peaks[0].label if self.rt.peaks else 'none known (MFU not computed)'}",
             f"  run     {self.run_dir.name} -> {self.run_dir}"
-            + (f" (checkpoint every {run.train.save_interval} steps; resume=true run_id={self.run_dir.name} continues it)"
-               if run.train.save_interval else ""),
+            + (
+                f" (checkpoint every {run.train.save_interval} steps; resume=true run_id={self.run_dir.name} continues it)"
+                if run.train.save_interval
+                else ""
+            ),
         ]
         if run.model.moe_aux_loss_coeff and not self.aux_loss:
-            lines.append("  note    model.moe_aux_loss_coeff is not applied: transformers' DeepSeek-V3 has no auxiliary "
-                         "loss (the router bias balances the experts)")
+            lines.append(
+                "  note    model.moe_aux_loss_coeff is not applied: transformers' DeepSeek-V3 has no auxiliary "
+                "loss (the router bias balances the experts)"
+            )
         if run.data.path and run.data.kind != "indexed":
             lines.append(f"  note    data.path is not read: data.kind is {run.data.kind} (data=indexed reads it)")
         if self.qk_clip:
-            lines.append(f"  clip    MuonClip QK-clip: heads above logit {self.qk_clip.qk_clip_threshold:g} scaled after each "
-                         f"step (alpha {self.qk_clip.qk_clip_alpha:g}); max_attention_logit recorded")
+            lines.append(
+                f"  clip    MuonClip QK-clip: heads above logit {self.qk_clip.qk_clip_threshold:g} scaled after each "
+                f"step (alpha {self.qk_clip.qk_clip_alpha:g}); max_attention_logit recorded"
+            )
         if self.eval_interval:
-            lines.append(f"  valid   {self.eval_iters} batches of the validation split every {self.eval_interval} "
-                         "steps and at the last step (val_loss)")
+            lines.append(
+                f"  valid   {self.eval_iters} batches of the validation split every {self.eval_interval} "
+                "steps and at the last step (val_loss)"
+            )
         if self.start_step:
             lines.append(f"  resume  from the checkpoint of step {self.start_step}")
         elif self.resume_note:
@@ -233,7 +251,9 @@ class Trainer:
             precision=rt.precision_key,
         )
         wall_offset = writer.previous[-1]["wall_s"] if writer.previous else 0.0
-        progress = Progress(run.train.iters, self.start_step, enabled=self.is_writer, log_interval=run.train.log_interval)
+        progress = Progress(
+            run.train.iters, self.start_step, enabled=self.is_writer, log_interval=run.train.log_interval
+        )
         try:
             self._intro(progress)
             with LoadMeter() as load:
@@ -283,7 +303,11 @@ class Trainer:
             "peaks": [asdict(p) for p in rt.peaks],
             "steps": records[-1]["step"] if records else 0,
             "wall_s": records[-1]["wall_s"] if records else 0.0,
-            **{k: v for k, v in steady.items() if k not in ("tokens_per_s", "tflops_per_gpu", "tflops_per_gpu_with_ns", "mfu")},
+            **{
+                k: v
+                for k, v in steady.items()
+                if k not in ("tokens_per_s", "tflops_per_gpu", "tflops_per_gpu_with_ns", "mfu")
+            },
             "peak_memory_gb": max((r["peak_memory_gb"] for r in records), default=None),
             "tokens_per_step": run.train.gbs * run.train.seq_length,
             "data": {"kind": info.kind, "vocab_size": info.vocab_size, "description": info.description},
@@ -300,7 +324,8 @@ class Trainer:
             "versions": software_versions("torch", "transformers", "wandb", "numpy"),
             # What "auto" meant on this machine (its CPU's bf16 support): a reanalysis elsewhere must not guess it.
             "ns_matmul_precision": resolve_matmul_precision(run.optimizer.muon.fp32_matmul_prec, rt.device)
-            if run.optimizer.muon is not None else None,
+            if run.optimizer.muon is not None
+            else None,
             "machine_load": machine_load,
             "started": started,
             "finished": utc_now(),
@@ -314,9 +339,17 @@ class Trainer:
             f"loss {summary['initial_loss']:.4f} (step 1) -> {summary['final_loss']:.4f} (step {summary['steps']})"
             + (f"; floor {summary['loss_floor']:.3f}" if summary.get("loss_floor") is not None else ""),
             f"throughput {summary['tokens_per_s']:,.0f} tokens/s, {flops_text(summary['tflops_per_gpu'])} per process"
-            + (f" ({flops_text(summary['tflops_per_gpu_with_ns'])} with {MATRIX_FLOPS_WORDS[matrix]})" if matrix else "")
+            + (
+                f" ({flops_text(summary['tflops_per_gpu_with_ns'])} with {MATRIX_FLOPS_WORDS[matrix]})"
+                if matrix
+                else ""
+            )
             + ", "
-            + (f"MFU {summary['mfu'][summary['peak']['key']]:.1%} of the {summary['peak']['label']}" if summary["peak"] else ""),
+            + (
+                f"MFU {summary['mfu'][summary['peak']['key']]:.1%} of the {summary['peak']['label']}"
+                if summary["peak"]
+                else ""
+            ),
             f"results   {self.run_dir}",
             f"  metrics {writer.metrics_path}",
             f"  summary {writer.summary_path}",

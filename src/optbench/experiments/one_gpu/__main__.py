@@ -54,21 +54,48 @@ def run_arm(arm: Arm, timeout: float, env: dict[str, str] | None = None) -> dict
             code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, env=env).returncode
         except subprocess.TimeoutExpired:
             code = None
-    report: dict[str, Any] = (json.loads(report_path.read_text()) if report_path.is_file()
-                              else {"status": "error", "error": f"no report: the worker {'timed out after %ss' % timeout if code is None else 'exited %s' % code}"})
+    report: dict[str, Any] = (
+        json.loads(report_path.read_text())
+        if report_path.is_file()
+        else {
+            "status": "error",
+            "error": f"no report: the worker {'timed out after %ss' % timeout if code is None else 'exited %s' % code}",
+        }
+    )
     plan = json.loads((arm.folder / "plan.json").read_text())
     summary = arm.folder / "summary.json"
     metrics = arm.folder / "metrics.jsonl"
     lines = log_path.read_text(errors="replace").splitlines()
     return {
         **report,
-        "optimizer": arm.optimizer, "loop": arm.loop, "run_id": arm.run_id, "wall_s": round(time.perf_counter() - started, 1),
+        "optimizer": arm.optimizer,
+        "loop": arm.loop,
+        "run_id": arm.run_id,
+        "wall_s": round(time.perf_counter() - started, 1),
         "summary": json.loads(summary.read_text()) if summary.is_file() else None,
-        "records": [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else [],
+        "records": [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        if metrics.is_file()
+        else [],
         "projection": plan.get("projection"),
-        "plan": {key: plan.get(key) for key in ("recipe", "overrides", "gpu", "precision", "layout", "gbs", "mbs",
-                                                 "seq_length", "num_microbatches", "tokens_per_step", "model",
-                                                 "model_flops_per_step", "ns_flops_per_step_per_gpu", "memory_per_gpu_gb")},
+        "plan": {
+            key: plan.get(key)
+            for key in (
+                "recipe",
+                "overrides",
+                "gpu",
+                "precision",
+                "layout",
+                "gbs",
+                "mbs",
+                "seq_length",
+                "num_microbatches",
+                "tokens_per_step",
+                "model",
+                "model_flops_per_step",
+                "ns_flops_per_step_per_gpu",
+                "memory_per_gpu_gb",
+            )
+        },
         "bridge_recipe": plan.get("bridge", {}).get("recipe"),
         "log_tail": lines[-LOG_TAIL:],
     }
@@ -97,8 +124,12 @@ def _names(text: str, known: Sequence[str], option: str) -> list[str]:
             raise UserError(Problem(option, f"'{clipped(name, 40)}' is not one of {', '.join(known)}"))
     twice = next((name for index, name in enumerate(names) if name in names[:index]), None)
     if twice is not None:
-        raise UserError(Problem(option, f"names {twice} twice; name each once (a second arm of one name would write "
-                                        "into the first's folder)"))
+        raise UserError(
+            Problem(
+                option,
+                f"names {twice} twice; name each once (a second arm of one name would write into the first's folder)",
+            )
+        )
     return names
 
 
@@ -137,18 +168,39 @@ def _check_arms(optimizers: list[str], loops: list[str], cluster: str, steps: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m optbench.experiments.one_gpu", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m optbench.experiments.one_gpu", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--optimizers", default=",".join(RECIPES))
-    parser.add_argument("--loops", default="core", help="core: Megatron Core's step as Bridge builds it; bridge: "
-                        "Bridge's own pretrain() (needs a Makefile in megatron/core/datasets: docs/gpu.md)")
+    parser.add_argument(
+        "--loops",
+        default="core",
+        help="core: Megatron Core's step as Bridge builds it; bridge: "
+        "Bridge's own pretrain() (needs a Makefile in megatron/core/datasets: docs/gpu.md)",
+    )
     parser.add_argument("--steps", default="20", help=f"steps per arm, 1 to {MAX_STEPS:,}")
-    parser.add_argument("--timeout", default="200", help="seconds per arm, 1 to 3,600 (on an H200: Muon 113.5 s for "
-                        "20 steps, 76.6 s of them in the steps; AdamW 92.0 s for 30, 62.2 s in the steps; a preconditioner that refreshes eigenbases needs more)")
-    parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
-                        help="an override added to every arm of this invocation, after the smoke's own (a variant "
-                        "arm: the page lists it apart, labelled with its overrides)")
-    parser.add_argument("--out", type=Path, default=None, help="the results file (default: the checkout's "
-                        "results/bench/megatron_one_gpu.json); the page is written beside it")
+    parser.add_argument(
+        "--timeout",
+        default="200",
+        help="seconds per arm, 1 to 3,600 (on an H200: Muon 113.5 s for "
+        "20 steps, 76.6 s of them in the steps; AdamW 92.0 s for 30, 62.2 s in the steps; a preconditioner that refreshes eigenbases needs more)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="extra",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override added to every arm of this invocation, after the smoke's own (a variant "
+        "arm: the page lists it apart, labelled with its overrides)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the results file (default: the checkout's "
+        "results/bench/megatron_one_gpu.json); the page is written beside it",
+    )
     args = parser.parse_args(argv)
     with exit_on_user_error():
         optimizers, loops, steps, timeout, out = _checked(args)
@@ -163,9 +215,13 @@ def main(argv: list[str] | None = None) -> int:
         _check_arms(optimizers, loops, cluster, steps, args.extra)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         head = {
-            "command": "python -m optbench.experiments.one_gpu " + shlex.join(argv if argv is not None else sys.argv[1:]),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": device, "gpu": cluster,
-            "python": platform.python_version(), "versions": {name: _version(name) for name in PACKAGES},
+            "command": "python -m optbench.experiments.one_gpu "
+            + shlex.join(argv if argv is not None else sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "device": device,
+            "gpu": cluster,
+            "python": platform.python_version(),
+            "versions": {name: _version(name) for name in PACKAGES},
             "steps": steps,
         }
         arms: list[dict[str, Any]] = []
@@ -177,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"gpu-smoke: {page.label(optimizer, args.extra)} ({loop} loop) -> {arm.folder}", flush=True)
                 arms.append({**run_arm(arm, timeout), "extra": args.extra})
                 step = (arms[-1]["summary"] or {}).get("step_time_s")
-                print(f"  {arms[-1]['status']}: {arms[-1].get('error') or f'step {step} s'} ({arms[-1]['wall_s']} s)", flush=True)
+                print(
+                    f"  {arms[-1]['status']}: {arms[-1].get('error') or f'step {step} s'} ({arms[-1]['wall_s']} s)",
+                    flush=True,
+                )
                 atomic_write_json(out, {"smokes": [*earlier, {**head, "arms": arms}]})
         print(f"gpu-smoke: {len(arms)} arms -> {out}; {page.write(out)}")
     return 0

@@ -19,9 +19,19 @@ RECIPES = {name: e.gpu_smoke for name, e in REGISTRY.items() if e.gpu_smoke[0]}
 layer MoE with softmax top-k routing and its aux loss), each optimizer as its recipe configures it (the emerging
 optimizers without a recipe of their own on the Muon recipe's lr)."""
 SCALE = (
-    "model.num_layers=8", "model.hidden_size=1024", "model.num_attention_heads=16", "model.num_query_groups=4",
-    "model.kv_channels=64", "model.ffn_hidden_size=3072", "model.num_moe_experts=32", "model.moe_ffn_hidden_size=512",
-    "train.seq_length=2048", "train.mbs=4", "train.gbs=32", "train.warmup_iters=3", "train.eval_iters=0",
+    "model.num_layers=8",
+    "model.hidden_size=1024",
+    "model.num_attention_heads=16",
+    "model.num_query_groups=4",
+    "model.kv_channels=64",
+    "model.ffn_hidden_size=3072",
+    "model.num_moe_experts=32",
+    "model.moe_ffn_hidden_size=512",
+    "train.seq_length=2048",
+    "train.mbs=4",
+    "train.gbs=32",
+    "train.warmup_iters=3",
+    "train.eval_iters=0",
 )
 """The tiny proxy scaled to keep one H100/H200 busy for a fraction of a second per step (a 2k-token sequence, 8
 micro-batches of 4), small enough for 4 optimizers x 30 steps in about a minute. The vocabulary stays the synthetic
@@ -53,13 +63,24 @@ class Arm:
     run_id: str
 
 
-def overrides(optimizer: str, cluster: str, steps: int, run_id: str, extra: Sequence[str] = ()) -> tuple[str, list[str]]:
+def overrides(
+    optimizer: str, cluster: str, steps: int, run_id: str, extra: Sequence[str] = ()
+) -> tuple[str, list[str]]:
     """(recipe, overrides) of one arm."""
     if optimizer not in RECIPES:
         raise UserError(Problem("optimizers", f"'{optimizer}' is not one of {', '.join(RECIPES)}"))
     recipe, own = RECIPES[optimizer]
-    return recipe, [*own, "engine=megatron_bridge", f"cluster={cluster}", "data=mock", "logger=none", *SCALE, f"train.iters={steps}",
-                    f"run_id={run_id}", *extra]
+    return recipe, [
+        *own,
+        "engine=megatron_bridge",
+        f"cluster={cluster}",
+        "data=mock",
+        "logger=none",
+        *SCALE,
+        f"train.iters={steps}",
+        f"run_id={run_id}",
+        *extra,
+    ]
 
 
 def prepare(optimizer: str, loop: str, cluster: str, steps: int, stamp: str, extra: Sequence[str] = ()) -> Arm:

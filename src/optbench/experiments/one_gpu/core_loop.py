@@ -27,8 +27,13 @@ def single_process_env() -> None:
     with socket.socket() as probe:  # a free port: two smokes on one machine must not collide
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
-                       ("MASTER_PORT", str(port))):
+    for key, value in (
+        ("RANK", "0"),
+        ("LOCAL_RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", str(port)),
+    ):
         os.environ.setdefault(key, value)
 
 
@@ -47,7 +52,9 @@ def batches(stream: Any, gbs: int, mbs: int, steps: int, device: str) -> list[li
     out = []
     for step in range(steps):
         sample = stream.batch(range(step * gbs, (step + 1) * gbs)).to(device)
-        out.append([(sample[i:i + mbs, :-1].contiguous(), sample[i:i + mbs, 1:].contiguous()) for i in range(0, gbs, mbs)])
+        out.append(
+            [(sample[i : i + mbs, :-1].contiguous(), sample[i : i + mbs, 1:].contiguous()) for i in range(0, gbs, mbs)]
+        )
     return out
 
 
@@ -106,17 +113,30 @@ def train(config: Any, stream: Any, steps: int, callback: Any) -> dict[str, Any]
         for chunk in model:
             chunk.zero_grad_buffer()
         optimizer.zero_grad()
-        losses = forward_backward(forward_step_func=_forward_step, data_iterator=iter(data[step]), model=model,
-                                  num_microbatches=micro, seq_length=config.model.seq_length,
-                                  micro_batch_size=train.micro_batch_size, forward_only=False)
+        losses = forward_backward(
+            forward_step_func=_forward_step,
+            data_iterator=iter(data[step]),
+            model=model,
+            num_microbatches=micro,
+            seq_length=config.model.seq_length,
+            micro_batch_size=train.micro_batch_size,
+            forward_only=False,
+        )
         timers("optimizer", log_level=1).start(barrier=False)
         ok, grad_norm, _ = optimizer.step()
         timers("optimizer").stop()
         if ok:
             scheduler.step(increment=train.global_batch_size)
-        callback.on_train_step_end(SimpleNamespace(state=state, loss_dict=_reduced(losses), grad_norm=grad_norm,
-                                                   optimizer=optimizer, skipped_iter=not ok))
+        callback.on_train_step_end(
+            SimpleNamespace(
+                state=state, loss_dict=_reduced(losses), grad_norm=grad_norm, optimizer=optimizer, skipped_iter=not ok
+            )
+        )
     callback.on_train_end(SimpleNamespace(state=state))
-    return {"model_class": type(model[0]).__name__, "optimizer_class": type(optimizer).__name__,
-            "parameters": sum(p.numel() for chunk in model for p in chunk.parameters()),
-            "microbatches": micro, "finished": time.time()}
+    return {
+        "model_class": type(model[0]).__name__,
+        "optimizer_class": type(optimizer).__name__,
+        "parameters": sum(p.numel() for chunk in model for p in chunk.parameters()),
+        "microbatches": micro,
+        "finished": time.time(),
+    }

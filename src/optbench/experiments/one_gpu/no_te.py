@@ -13,14 +13,30 @@ from typing import Any
 FIELDS: tuple[tuple[str, Any, str], ...] = (
     ("model.apply_rope_fusion", False, "fused RoPE is Transformer Engine's kernel"),
     ("model.masked_softmax_fusion", False, "the fused masked softmax comes from Transformer Engine or Apex"),
-    ("model.gradient_accumulation_fusion", False, "fused weight-gradient accumulation needs Apex or Transformer Engine"),
+    (
+        "model.gradient_accumulation_fusion",
+        False,
+        "fused weight-gradient accumulation needs Apex or Transformer Engine",
+    ),
     ("model.cross_entropy_loss_fusion", False, "the recipe's fused cross entropy is Transformer Engine's (impl 'te')"),
     ("model.moe_permute_fusion", False, "fused token permutation is Transformer Engine's kernel"),
     ("model.moe_router_fusion", False, "the fused router top-k is Transformer Engine's kernel"),
-    ("model.moe_grouped_gemm", False, "the local spec's experts are Megatron Core's SequentialMLP (one GEMM per expert)"),
-    ("optimizer.use_precision_aware_optimizer", False, "the precision-aware Adam is Transformer Engine's FusedAdam "
-     "(torch's AdamW, which Core takes without it, has no state dtypes)"),
-    ("model.bias_activation_fusion", False, "kept to eager kernels on a first run (Megatron's fused SwiGLU is compiled)"),
+    (
+        "model.moe_grouped_gemm",
+        False,
+        "the local spec's experts are Megatron Core's SequentialMLP (one GEMM per expert)",
+    ),
+    (
+        "optimizer.use_precision_aware_optimizer",
+        False,
+        "the precision-aware Adam is Transformer Engine's FusedAdam "
+        "(torch's AdamW, which Core takes without it, has no state dtypes)",
+    ),
+    (
+        "model.bias_activation_fusion",
+        False,
+        "kept to eager kernels on a first run (Megatron's fused SwiGLU is compiled)",
+    ),
 )
 """(dotted field, value, why): the recipe's settings a machine without Transformer Engine cannot run."""
 
@@ -32,7 +48,9 @@ def local_layer_spec(model: Any) -> Any:
     if getattr(model, "num_moe_experts", None) and getattr(model, "moe_layer_freq", 1) != 1:
         # One layer spec for every layer: dense layers among MoE ones (Kimi K2's first layer) would need Core's
         # block spec, which no smoke has run.
-        raise ValueError("model.moe_layer_freq: the smoke builds every layer alike; run a model whose every layer is MoE")
+        raise ValueError(
+            "model.moe_layer_freq: the smoke builds every layer alike; run a model whose every layer is MoE"
+        )
     return get_gpt_layer_local_spec(
         num_experts=getattr(model, "num_moe_experts", None),
         moe_grouped_gemm=False,
@@ -55,9 +73,14 @@ def adapt(config: Any) -> list[dict[str, Any]]:
             setattr(holder, name, value)
             changes.append({"field": dotted, "recipe": _plain(before), "smoke": value, "why": why})
     recipe_spec, config.model.transformer_layer_spec = config.model.transformer_layer_spec, local_layer_spec
-    changes.append({"field": "model.transformer_layer_spec", "recipe": getattr(recipe_spec, "__name__", repr(recipe_spec)),
-                    "smoke": "megatron.core get_gpt_layer_local_spec",
-                    "why": "the recipe's spec builds Transformer Engine modules"})
+    changes.append(
+        {
+            "field": "model.transformer_layer_spec",
+            "recipe": getattr(recipe_spec, "__name__", repr(recipe_spec)),
+            "smoke": "megatron.core get_gpt_layer_local_spec",
+            "why": "the recipe's spec builds Transformer Engine modules",
+        }
+    )
     return changes
 
 

@@ -30,8 +30,11 @@ def label(optimizer: str, extra: list[str] | tuple[str, ...] = ()) -> str:
 
 def finished(data: dict[str, Any], loop: str = "core") -> dict[str, dict[str, Any]]:
     """Label -> the last finished arm of ``loop`` (one with our callback's summary)."""
-    return {label(arm["optimizer"], arm.get("extra", ())): arm for _, arm in _arms(data)
-            if arm["loop"] == loop and arm.get("summary")}
+    return {
+        label(arm["optimizer"], arm.get("extra", ())): arm
+        for _, arm in _arms(data)
+        if arm["loop"] == loop and arm.get("summary")
+    }
 
 
 def _pct(value: float) -> str:
@@ -43,15 +46,25 @@ def _run_rows(done: dict[str, dict[str, Any]]) -> list[list[str]]:
     for name, arm in done.items():
         s, p = arm["summary"], arm["projection"] or {}
         optimizer_projected = (p.get("breakdown_s") or {}).get("optimizer")
-        rows.append([
-            name, _started(arm), f"{len(arm['records'])}", f"{s['initial_loss']:.3f} -> {s['final_loss']:.3f}",
-            f"{s['step_time_s']:.3f}", f"{p.get('step_time_s', float('nan')):.3f}",
-            f"{s['step_time_s'] / p['step_time_s']:.1f}x" if p.get("step_time_s") else "-",
-            f"{s['optimizer_time_s']:.3f}", f"{optimizer_projected:.3f}" if optimizer_projected is not None else "-",
-            f"{s['optimizer_share']:.0%}", f"{optimizer_projected / p['step_time_s']:.0%}" if optimizer_projected else "-",
-            f"{s['tflops_per_gpu']:.1f}", f"{p.get('tflops_per_gpu', float('nan')):.1f}",
-            f"{s['mfu'][s['peak']['key']]:.1%} of {s['peak']['key']}", f"{s['peak_memory_gb']:.1f}",
-        ])
+        rows.append(
+            [
+                name,
+                _started(arm),
+                f"{len(arm['records'])}",
+                f"{s['initial_loss']:.3f} -> {s['final_loss']:.3f}",
+                f"{s['step_time_s']:.3f}",
+                f"{p.get('step_time_s', float('nan')):.3f}",
+                f"{s['step_time_s'] / p['step_time_s']:.1f}x" if p.get("step_time_s") else "-",
+                f"{s['optimizer_time_s']:.3f}",
+                f"{optimizer_projected:.3f}" if optimizer_projected is not None else "-",
+                f"{s['optimizer_share']:.0%}",
+                f"{optimizer_projected / p['step_time_s']:.0%}" if optimizer_projected else "-",
+                f"{s['tflops_per_gpu']:.1f}",
+                f"{p.get('tflops_per_gpu', float('nan')):.1f}",
+                f"{s['mfu'][s['peak']['key']]:.1%} of {s['peak']['key']}",
+                f"{s['peak_memory_gb']:.1f}",
+            ]
+        )
     return rows
 
 
@@ -61,8 +74,10 @@ def _gap_lines(done: dict[str, dict[str, Any]]) -> list[str]:
     muon, adamw = done["muon"], done["adamw"]
     measured = adamw["summary"]["step_time_s"] / muon["summary"]["step_time_s"] - 1
     projected = adamw["projection"]["step_time_s"] / muon["projection"]["step_time_s"] - 1
-    return [f"Muon vs AdamW, model TFLOP/s per GPU (step time ratio): measured {_pct(measured)}, projected "
-            f"{_pct(projected)}."]
+    return [
+        f"Muon vs AdamW, model TFLOP/s per GPU (step time ratio): measured {_pct(measured)}, projected "
+        f"{_pct(projected)}."
+    ]
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -70,34 +85,57 @@ def markdown(data: dict[str, Any]) -> str:
     first = smokes[0]
     done = finished(data)
     lines = [
-        TITLE, "",
+        TITLE,
+        "",
         f"{first['device']}, Python {first['python']}, "
         + ", ".join(f"{k} {v}" for k, v in first["versions"].items() if v)
-        + ("" if first["versions"].get("transformer-engine") else ", no Transformer Engine") + ". "
+        + ("" if first["versions"].get("transformer-engine") else ", no Transformer Engine")
+        + ". "
         + (data.get("about", "") + ". " if data.get("about") else ""),
         "",
-        "Invocations: " + "; ".join(f"`{s['command']}` ({s['date']})" for s in smokes) + ".", "",
-        "## Finished runs: Megatron Core's step as Bridge builds it, our callback's summary beside the projection", "",
-        "Setup: " + _setup(done), "",
+        "Invocations: " + "; ".join(f"`{s['command']}` ({s['date']})" for s in smokes) + ".",
+        "",
+        "## Finished runs: Megatron Core's step as Bridge builds it, our callback's summary beside the projection",
+        "",
+        "Setup: " + _setup(done),
+        "",
         *_finished_table(done),
-        "", *_gap_lines(done), "",
+        "",
+        *_gap_lines(done),
+        "",
         "Measured cells: the median over the steps after the warm-up our callback skips (summary.json's statistic); "
         "the projection is the plan's own (`make plan` of the same overrides on this GPU). An optimizer followed by "
         "overrides is a variant arm (`--set`), run to see which setting moves the step. Each lease is another "
         "machine of the same GPU model: compare step times of arms started in one lease (minutes apart), not across "
-        "leases." + _repeats(data), "",
+        "leases." + _repeats(data),
+        "",
         *_bridge_section(data),
-        "## Every arm", "",
-        *markdown_table(["optimizer", "loop", "status", "what stopped it", "seconds"],
-                       [[label(a["optimizer"], a.get("extra", ())), a["loop"], a["status"], _stopped(a), f"{a['wall_s']}"]
-                        for _, a in _arms(data)]),
-        "", "## What the smoke changes in the recipe to run without Transformer Engine", "",
-        *markdown_table(["field", "recipe", "smoke", "why"], [[c["field"], str(c["recipe"]), str(c["smoke"]), c["why"]]
-                                                             for c in _changes(data)]),
-        "", "## Our callback's records (the Muon run, every fifth step)", "", "```",
-        *[json.dumps({k: r[k] for k in ("step", "loss", "step_time_s", "optimizer_time_s", "tflops_per_gpu", "mfu")})
-          for r in (done.get("muon") or {}).get("records", [])[::5]],
-        "```", "",
+        "## Every arm",
+        "",
+        *markdown_table(
+            ["optimizer", "loop", "status", "what stopped it", "seconds"],
+            [
+                [label(a["optimizer"], a.get("extra", ())), a["loop"], a["status"], _stopped(a), f"{a['wall_s']}"]
+                for _, a in _arms(data)
+            ],
+        ),
+        "",
+        "## What the smoke changes in the recipe to run without Transformer Engine",
+        "",
+        *markdown_table(
+            ["field", "recipe", "smoke", "why"],
+            [[c["field"], str(c["recipe"]), str(c["smoke"]), c["why"]] for c in _changes(data)],
+        ),
+        "",
+        "## Our callback's records (the Muon run, every fifth step)",
+        "",
+        "```",
+        *[
+            json.dumps({k: r[k] for k in ("step", "loss", "step_time_s", "optimizer_time_s", "tflops_per_gpu", "mfu")})
+            for r in (done.get("muon") or {}).get("records", [])[::5]
+        ],
+        "```",
+        "",
     ]
     return "\n".join(lines)
 
@@ -119,9 +157,26 @@ def _started(arm: dict[str, Any]) -> str:
 
 
 def _finished_table(done: dict[str, dict[str, Any]]) -> list[str]:
-    return markdown_table(["optimizer", "started (UTC)", "steps", "loss first -> last", "step s", "projected s",
-                           "measured / projected", "optimizer s", "projected", "optimizer share", "projected", "model TFLOP/s/GPU", "projected",
-                           "MFU", "peak GB"], _run_rows(done))
+    return markdown_table(
+        [
+            "optimizer",
+            "started (UTC)",
+            "steps",
+            "loss first -> last",
+            "step s",
+            "projected s",
+            "measured / projected",
+            "optimizer s",
+            "projected",
+            "optimizer share",
+            "projected",
+            "model TFLOP/s/GPU",
+            "projected",
+            "MFU",
+            "peak GB",
+        ],
+        _run_rows(done),
+    )
 
 
 def _bridge_section(data: dict[str, Any]) -> list[str]:
@@ -130,9 +185,17 @@ def _bridge_section(data: dict[str, Any]) -> list[str]:
     done = finished(data, "bridge")
     if not done:
         return []
-    return ["## Finished runs: Bridge's own pretrain(), as the cluster job calls it", "",
-            "Setup: " + _setup(done) + " Data: Bridge's mock dataset, not the Core loop's stream: losses do not "
-            "compare across the two tables.", "", *_finished_table(done), "", *_gap_lines(done), ""]
+    return [
+        "## Finished runs: Bridge's own pretrain(), as the cluster job calls it",
+        "",
+        "Setup: " + _setup(done) + " Data: Bridge's mock dataset, not the Core loop's stream: losses do not "
+        "compare across the two tables.",
+        "",
+        *_finished_table(done),
+        "",
+        *_gap_lines(done),
+        "",
+    ]
 
 
 def _setup(done: dict[str, dict[str, Any]]) -> str:
@@ -141,9 +204,11 @@ def _setup(done: dict[str, dict[str, Any]]) -> str:
     plan = next(iter(done.values()))["plan"]
     model = plan["model"]
     layout = " ".join(f"{k.upper()}{v}" for k, v in plan["layout"].items())
-    return (f"{model['name']} scaled by the smoke ({model['total_params'] / 1e6:.0f} M parameters, "
-            f"{model['active_params'] / 1e6:.0f} M active), {layout}, GBS {plan['gbs']} = MBS {plan['mbs']} x {plan['num_microbatches']} micro-batches, "
-            f"sequence {plan['seq_length']}, {plan['precision']}, on {plan['gpu']}.")
+    return (
+        f"{model['name']} scaled by the smoke ({model['total_params'] / 1e6:.0f} M parameters, "
+        f"{model['active_params'] / 1e6:.0f} M active), {layout}, GBS {plan['gbs']} = MBS {plan['mbs']} x {plan['num_microbatches']} micro-batches, "
+        f"sequence {plan['seq_length']}, {plan['precision']}, on {plan['gpu']}."
+    )
 
 
 def _stopped(arm: dict[str, Any]) -> str:
@@ -190,11 +255,24 @@ def read_result(path: Path, option: str) -> dict[str, Any]:
         if not isinstance(data, dict) or not isinstance(data.get("smokes"), list) or not data["smokes"]:
             raise ValueError("no invocations")
         markdown(data)
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, ZeroDivisionError,
-            RecursionError) as err:
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        IndexError,
+        AttributeError,
+        ZeroDivisionError,
+        RecursionError,
+    ) as err:
         reason = " ".join(str(err).split())[:80] or type(err).__name__
-        raise UserError(Problem(option, f"{path} is not a gpu-smoke result this page can render ({reason}); name "
-                                        "another file (make gpu-smoke writes one)")) from None
+        raise UserError(
+            Problem(
+                option,
+                f"{path} is not a gpu-smoke result this page can render ({reason}); name "
+                "another file (make gpu-smoke writes one)",
+            )
+        ) from None
     return data
 
 

@@ -55,8 +55,11 @@ class NoTransformerEngineAPI(BridgeAPI):
 
 def _error(err: BaseException) -> dict[str, Any]:
     text = str(err).strip().splitlines()
-    return {"status": "error", "error": f"{type(err).__name__}: {text[0][:400] if text else ''}",
-            "traceback": traceback.format_exc()[-4000:]}
+    return {
+        "status": "error",
+        "error": f"{type(err).__name__}: {text[0][:400] if text else ''}",
+        "traceback": traceback.format_exc()[-4000:],
+    }
 
 
 def run_core(config_path: Path, api: NoTransformerEngineAPI) -> dict[str, Any]:
@@ -109,11 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="optbench-hf-") as hub:
         hf_cache.use(hub)  # the recipe reads its model's hub config: from the configs the checkout carries
         try:
-            report = {"status": "ok", **(run_core if args.loop == "core" else run_bridge)(args.folder / "config.yaml", api)}
+            report = {
+                "status": "ok",
+                **(run_core if args.loop == "core" else run_bridge)(args.folder / "config.yaml", api),
+            }
         except BaseException as err:  # what Megatron refuses is the finding
             report = {**_error(err), "changes": api.changes}
-    report.update(loop=args.loop, reached=api.reached, seconds=round(time.perf_counter() - started, 1),
-                  core_sees_transformer_engine=core_has_transformer_engine(), core_import_failures=CORE_IMPORT_FAILURES)
+    report.update(
+        loop=args.loop,
+        reached=api.reached,
+        seconds=round(time.perf_counter() - started, 1),
+        core_sees_transformer_engine=core_has_transformer_engine(),
+        core_import_failures=CORE_IMPORT_FAILURES,
+    )
     from optbench.common.io import atomic_write_text
 
     atomic_write_text(args.report, json.dumps(report, indent=1, default=str) + "\n")
@@ -126,8 +137,13 @@ def _check_paths(folder: Path, report: Path) -> None:
     from optbench.common.errors import Problem, UserError
 
     if not all((folder / name).is_file() for name in ("config.yaml", "plan.json")):
-        raise UserError(Problem("folder", f"{folder} is not a prepared run folder (config.yaml and plan.json); make "
-                                          "gpu-smoke prepares one per arm"))
+        raise UserError(
+            Problem(
+                "folder",
+                f"{folder} is not a prepared run folder (config.yaml and plan.json); make "
+                "gpu-smoke prepares one per arm",
+            )
+        )
     if report.exists() or report.is_symlink():
         raise UserError(Problem("--report", f"{report} exists; the worker writes a new report only"))
     if not report.parent.is_dir():

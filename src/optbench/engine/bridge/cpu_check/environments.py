@@ -38,7 +38,10 @@ ROOT = HERE.parents[4]
 """The checkout (this file is src/optbench/engine/bridge/cpu_check/environments.py; it runs by path before any install)."""
 CONTAINERS = HERE.parents[2] / "data" / "bridge" / "containers.json"
 OVERLAYS = ROOT / ".bridge-releases"
-BASES = {"tf4": (ROOT / ".venv-bridge", HERE / "requirements.txt"), "tf5": (ROOT / ".venv-bridge5", HERE / "requirements-tf5.txt")}
+BASES = {
+    "tf4": (ROOT / ".venv-bridge", HERE / "requirements.txt"),
+    "tf5": (ROOT / ".venv-bridge5", HERE / "requirements-tf5.txt"),
+}
 COMPLETE = ".complete"
 """Written into an overlay once every package of it is installed (holding the pins, to rebuild on a change)."""
 IN_BASE = {"0.3.1": "0.16.1"}
@@ -47,9 +50,13 @@ TRANSFORMERS = {"0.3": None, "0.4": "5.3.0", "0.5": "5.8.1", "0.6": "5.12.1"}
 """transformers each Bridge line's uv.lock pins (None: the tf4 base's 4.57.6, as 0.3.x pins it)."""
 EMERGING_OPTIMIZERS = "0.3.0"
 """Installed with Core >= 0.17 in place of the git-only 0.1.0 / 0.2.0 the containers ship."""
-NEXT = {"name": "next", "bridge": "0.6.2", "core": "0.19.2",
-        "why": "on PyPI (September 2026); Megatron Bridge's docs/versions1.json at 067f987 (2026-08-22), the newest "
-               "version data we have, lists no container with it"}
+NEXT = {
+    "name": "next",
+    "bridge": "0.6.2",
+    "core": "0.19.2",
+    "why": "on PyPI (September 2026); Megatron Bridge's docs/versions1.json at 067f987 (2026-08-22), the newest "
+    "version data we have, lists no container with it",
+}
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,11 @@ def shipped_core(container: dict) -> str:
 def targets() -> list[Target]:
     """Every runnable container, then the next release."""
     data = json.loads(CONTAINERS.read_text())
-    found = [Target(c["container"], c["container"], c["bridge"], shipped_core(c)) for c in data["containers"] if c["runnable"]]
+    found = [
+        Target(c["container"], c["container"], c["bridge"], shipped_core(c))
+        for c in data["containers"]
+        if c["runnable"]
+    ]
     return [*reversed(found), Target(NEXT["name"], found[-1].container, NEXT["bridge"], NEXT["core"])]
 
 
@@ -154,14 +165,25 @@ def build(python: str = sys.executable) -> None:
         done = target.overlay / COMPLETE
         wanted = " ".join(target.packages()) + "\n"
         built = done.is_file() and done.read_text() == wanted
-        say(f"{target.overlay.relative_to(ROOT)}: Megatron Bridge {target.bridge}, Core {target.core} "
-            f"({'built already' if built else target.name})")
+        say(
+            f"{target.overlay.relative_to(ROOT)}: Megatron Bridge {target.bridge}, Core {target.core} "
+            f"({'built already' if built else target.name})"
+        )
         if built:
             return
         if done.is_file():  # an overlay this tool built for other pins: rebuilt, never mixed
             shutil.rmtree(target.overlay)
-        _pip(target.python, "install", "--quiet", "--no-deps", "--ignore-requires-python", "--upgrade", "--target",
-             str(target.overlay), *target.packages())
+        _pip(
+            target.python,
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--ignore-requires-python",
+            "--upgrade",
+            "--target",
+            str(target.overlay),
+            *target.packages(),
+        )
         done.write_text(wanted)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -177,8 +199,10 @@ def main(argv: list[str]) -> int:
         build()
     elif command == "list":
         for target in targets():
-            print(f"{target.name:<14} bridge {target.bridge:<6} core {target.core:<10} {target.python}"
-                  + (f" PYTHONPATH={target.overlay}" if target.overlay else ""))
+            print(
+                f"{target.name:<14} bridge {target.bridge:<6} core {target.core:<10} {target.python}"
+                + (f" PYTHONPATH={target.overlay}" if target.overlay else "")
+            )
     else:
         print("usage: environments.py build|list", file=sys.stderr)
         return 2

@@ -28,7 +28,9 @@ def pinned_revisions() -> set[str]:
     if spec is None or not spec.submodule_search_locations:
         return set()
     recipes = Path(list(spec.submodule_search_locations)[0]) / "recipes"
-    return {m for path in recipes.rglob("*.py") for m in PINNED.findall(path.read_text(encoding="utf-8", errors="replace"))}
+    return {
+        m for path in recipes.rglob("*.py") for m in PINNED.findall(path.read_text(encoding="utf-8", errors="replace"))
+    }
 
 
 def _snapshots() -> dict[str, dict[str, Path]]:
@@ -38,7 +40,9 @@ def _snapshots() -> dict[str, dict[str, Path]]:
         if source.suffix == ".json":
             found[source.stem] = {"config.json": source}
         elif source.is_dir():
-            found[source.name] = {p.name: p for p in sorted(source.iterdir()) if p.is_file() and p.suffix in (".json", ".py")}
+            found[source.name] = {
+                p.name: p for p in sorted(source.iterdir()) if p.is_file() and p.suffix in (".json", ".py")
+            }
     return found
 
 

@@ -73,8 +73,12 @@ def _check_one(plan: dict[str, Any], run, api, installed: dict[str, str]) -> dic
     from optbench.releases.versions import container_of
 
     started = time.perf_counter()
-    report: dict[str, Any] = {"container": container_of(run).name, **installed, "gpu": run.cluster.gpu,
-                              "world_size": plan["world_size"]}
+    report: dict[str, Any] = {
+        "container": container_of(run).name,
+        **installed,
+        "gpu": run.cluster.gpu,
+        "world_size": plan["world_size"],
+    }
     setup = BridgeSetup.from_dict(plan["bridge"])
     report["overrides"] = len(setup.overrides)
     # The plan is the contract the job applies; its overrides must be what this checkout derives from its config.

@@ -29,9 +29,19 @@ from types import SimpleNamespace
 from optbench.engine.bridge.cpu_check import polyfill_typing
 
 STUBBED = (
-    "transformer_engine", "transformer_engine_torch", "apex", "flashattn_hopper", "mamba_ssm",
-    "causal_conv1d", "fla", "nvidia_resiliency_ext", "deep_ep", "nv_grouped_gemm", "modelopt",
-    "emerging_optimizers", "megatron.energon",
+    "transformer_engine",
+    "transformer_engine_torch",
+    "apex",
+    "flashattn_hopper",
+    "mamba_ssm",
+    "causal_conv1d",
+    "fla",
+    "nvidia_resiliency_ext",
+    "deep_ep",
+    "nv_grouped_gemm",
+    "modelopt",
+    "emerging_optimizers",
+    "megatron.energon",
 )
 """Stubbed unless the real package is installed (Core 0.19 iterates emerging_optimizers' registry at import)."""
 TE_VERSION = "2.12.0"
@@ -78,7 +88,9 @@ class _Anything(abc.ABCMeta):
 
 
 def _make(name: str) -> type:
-    return _Anything(name, (object,), {"__module__": "stand_in", "__call__": lambda self, *a, **k: _identity_or(self, a, k)})
+    return _Anything(
+        name, (object,), {"__module__": "stand_in", "__call__": lambda self, *a, **k: _identity_or(self, a, k)}
+    )
 
 
 class _StubModule(types.ModuleType):
@@ -97,7 +109,8 @@ def _installed(name: str) -> bool:
     top = name.split(".")[0]
     return any(
         finder.find_spec(top, None) is not None
-        for finder in sys.meta_path if not isinstance(finder, _Finder) and hasattr(finder, "find_spec")
+        for finder in sys.meta_path
+        if not isinstance(finder, _Finder) and hasattr(finder, "find_spec")
     )
 
 
@@ -122,8 +135,16 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 class FusedAdam:
     """Megatron Core reads this signature to allow the precision-aware optimizer (DeepSeek-V3's presets use it)."""
 
-    def __init__(self, params, lr=1e-3, master_weight_dtype=None, exp_avg_dtype=None, exp_avg_sq_dtype=None,
-                 use_decoupled_grad=False, **kwargs):
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        master_weight_dtype=None,
+        exp_avg_dtype=None,
+        exp_avg_sq_dtype=None,
+        use_decoupled_grad=False,
+        **kwargs,
+    ):
         raise RuntimeError("stand-in: Transformer Engine's FusedAdam does not run on a CPU")
 
 
@@ -158,7 +179,9 @@ def install(gpu: str | None = None) -> str:
 
     gpu = os.environ.get("OPTBENCH_FAKE_GPU", "gb300")
     name, major, minor, memory, sms = _gpu_properties(gpu)
-    properties = SimpleNamespace(name=name, major=major, minor=minor, total_memory=int(memory), multi_processor_count=sms)
+    properties = SimpleNamespace(
+        name=name, major=major, minor=minor, total_memory=int(memory), multi_processor_count=sms
+    )
     torch.cuda.get_device_properties = lambda *args, **kwargs: properties
     torch.cuda.get_device_capability = lambda *args, **kwargs: (major, minor)
     torch.cuda.get_device_name = lambda *args, **kwargs: name
