@@ -28,7 +28,7 @@ LAUNCH := $(PY) -m launch
 # unrelated MODEL or TARGET in your shell's environment is ignored.
 typed = $(if $(filter command line,$(origin $(1))),$($(1)))
 
-TARGETS := help setup setup-venv setup-submit bridge-env setup-container test test-fast recipes plan pretrain sweep bench bench-gpu gpu-smoke table projection docs-projection search search-ranks compare study data clean
+TARGETS := help setup setup-venv setup-submit bridge-env setup-container lint test test-fast recipes plan pretrain sweep bench bench-gpu gpu-smoke table projection docs-projection search search-ranks compare study data clean
 .PHONY: $(TARGETS)
 
 # A word without '=' after a target is another goal to make, which would run after the first target had
@@ -77,10 +77,16 @@ setup-container: ## Inside the NeMo container: install optbench with --no-deps (
 	$(CONTAINER_PYTHON) -m pip install --no-deps --no-build-isolation -e .
 	$(CONTAINER_PYTHON) -c "import hydra, omegaconf, yaml, optbench.engine.bridge.entry; print('optbench installed; torch, megatron-core, megatron-bridge and transformer-engine untouched')"
 
-test: ## Run the test suite (no GPU, no cluster, no network; one worker per core, at most 4)
+LINTED := src launch tests tools
+
+lint: ## The formatter's check and the linter (ruff, [tool.ruff] in pyproject.toml; a few seconds); `make test` runs it first
+	$(PY) -m ruff format --check --quiet $(LINTED)
+	$(PY) -m ruff check --quiet $(LINTED)
+
+test: lint ## Run the test suite (no GPU, no cluster, no network; one worker per core, at most 4)
 	$(PY) -m pytest -n auto --maxprocesses=4 --dist loadgroup
 
-test-fast: ## The inner loop: every test not marked slow (about 2 min on 2 idle cores; `make test` runs them all, about 11 min)
+test-fast: lint ## The inner loop: every test not marked slow (about 2 min on 2 idle cores; `make test` runs them all, about 11 min)
 	$(PY) -m pytest -n auto --maxprocesses=4 --dist loadgroup -m "not slow"
 
 recipes: ## List the recipes

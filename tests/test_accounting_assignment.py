@@ -25,8 +25,8 @@ def _max_flops(items, owners, group_size) -> float:
 
 
 def _matrix(rows: int, cols: int) -> Item:
-    s, l = min(rows, cols), max(rows, cols)
-    return Item(rows * cols, 5 * (4.0 * s * s * l + 2.0 * s**3))
+    s, n = min(rows, cols), max(rows, cols)
+    return Item(rows * cols, 5 * (4.0 * s * s * n + 2.0 * s**3))
 
 
 def test_pingpong_matches_megatrons_docstring_example():

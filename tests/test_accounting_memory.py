@@ -16,7 +16,6 @@ from optbench.config.layout import derive_layout
 from optbench.plan import build_plan, format_summary
 from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.resolve import resolve
-from optbench.catalog.models import model_registry
 from optbench.catalog.published import data_only_reason, load_published
 from optbench.validate import above, collect_problems, validate
 

@@ -95,9 +95,9 @@ def _reported_ghz() -> float:
     values = []
     try:
         values += [
-            float(l.split(":")[1]) / 1e3
-            for l in Path("/proc/cpuinfo").read_text().splitlines()
-            if l.startswith("cpu MHz")
+            float(line.split(":")[1]) / 1e3
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("cpu MHz")
         ]
     except (OSError, ValueError):
         pass

@@ -124,10 +124,10 @@ def executed_gflop(shapes: list[tuple[int, int]], steps: int, syrk: bool = False
     block triangles :func:`optbench.optim.syrk.symmetric_product` computes."""
     total = 0.0
     for rows, cols in shapes:
-        s, l = min(rows, cols), max(rows, cols)
+        s, n = min(rows, cols), max(rows, cols)
         if syrk:
             fraction = computed_fraction(s)
-            total += steps * ((2.0 * s * s * l + 2.0 * s**3) * fraction + 2.0 * s * s * l)
+            total += steps * ((2.0 * s * s * n + 2.0 * s**3) * fraction + 2.0 * s * s * n)
         else:
             total += ns_flops(rows, cols, steps)
     return total / 1e9

@@ -314,11 +314,11 @@ def build_inputs(
             continue
         if not shared or n == 1:
             # Every holder updates every parameter of the group (or the group is one rank).
-            g, e, l = costs.totals
+            g, e, k = costs.totals  # Newton-Schulz GEMM, element-wise and launch seconds
             for rank in ranks:
                 ns_gemm[rank] += g
                 elementwise[rank] += e
-                launch[rank] += l
+                launch[rank] += k
             continue
         if group.shape_class not in dealt:
             owners = owners_fn(group.items, n)
@@ -328,11 +328,11 @@ def build_inputs(
                 owned_count[owner] += 1
             dealt[group.shape_class] = (owners, owned_numel, owned_count)
         owners, owned_numel, owned_count = dealt[group.shape_class]
-        for (g, e, l), owner in zip(costs.per_item, owners):
+        for (g, e, k), owner in zip(costs.per_item, owners):
             rank = ranks[owner]
             ns_gemm[rank] += g
             elementwise[rank] += e
-            launch[rank] += l
+            launch[rank] += k
         # Variable-size all-gather of the updated bf16 parameters, then one copy_ per received parameter.
         total = volume * BF16_BYTES
         wire = comm.all_gather_s(total, ranks, net)
@@ -372,7 +372,7 @@ def build_inputs(
         gather_s=tuple(gather_s),
         gather_bucket_s=tuple(gather_bucket),
         gather_overlapped=distopt and opt.overlap_param_gather,
-        optimizer=tuple(RankOptimizer(g, e, l) for g, e, l in zip(ns_gemm, elementwise, launch)),
+        optimizer=tuple(RankOptimizer(g, e, k) for g, e, k in zip(ns_gemm, elementwise, launch)),
         fp8_cast_s=fp8_cast_s,
         stage_weight_traffic=traffic,
         hbm_bytes_per_s=hbm,
