@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import grimp
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
@@ -162,3 +163,12 @@ def test_every_code_folder_is_a_package_the_contract_sees():
         and not (folder / "__init__.py").is_file()
     ]
     assert missing == []
+
+
+@pytest.mark.parametrize(("page", "limit"), [("architecture.md", 2500), ("projection.md", 4000)])
+def test_the_reference_pages_stay_references(page: str, limit: int) -> None:
+    """A maintainer reads the current design in a reference page; dated measurements, experiments and what was tried
+    live in docs/notes/, linked from it (issue 82 item 6). Words as `wc -w` counts them."""
+    text = (REPO / "docs" / page).read_text(encoding="utf-8")
+    assert len(text.split()) <= limit, f"docs/{page}: {len(text.split())} words; move history to docs/notes/"
+    assert "docs/notes/" in text or "notes/" in text

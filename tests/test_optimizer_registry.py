@@ -21,7 +21,7 @@ SOAP_FILES = {
     "src/optbench/bench/emerging.py",
     "src/optbench/releases/emerging_fields.py",
 }
-"""Where one optimizer's name may appear in the code (docs/architecture.md section 6 says why each)."""
+"""Where one optimizer's name may appear in the code (docs/architecture.md section 5 says why each)."""
 
 
 def test_every_config_group_is_an_entry_and_every_entry_a_config_group():
