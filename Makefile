@@ -22,7 +22,8 @@ export OPTBENCH_RECIPE := $(RECIPE)
 # export one it expands it: a value such as description='$${description}' would stop make ("Recursive
 # variable"). They reach Python through OPTBENCH_MAKE_OVERRIDES only. (tests check this list)
 unexport recipe description compare_with engine intent run_id results_dir debug dryrun force resume step_time_s
-LAUNCH := $(PY) -m launch
+OPTBENCH := $(PY) -m optbench
+# One command surface (python -m optbench --help): every target below that runs optbench is an alias of one command.
 
 # Report options are upper-case variables read only when typed on the make command line, so that an
 # unrelated MODEL or TARGET in your shell's environment is ignored.
@@ -90,28 +91,28 @@ test-fast: lint ## The inner loop: every test not marked slow (about 2 min on 2 
 	$(PY) -m pytest -n auto --maxprocesses=4 --dist loadgroup -m "not slow"
 
 recipes: ## List the recipes
-	@$(LAUNCH) recipes
+	@$(OPTBENCH) recipes
 
 plan pretrain sweep search: export OPTBENCH_CHECK = $(call typed,CHECK)
 plan pretrain: export OPTBENCH_PLAN_COMPARE = $(call typed,COMPARE)
 plan: ## Validate RECIPE with overrides and write results/plans/<recipe>/plan.json (CHECK=bridge: build it with its container's real Megatron Bridge on this CPU; COMPARE=soap,adaptive_muon: those optimizers projected beside a Muon run's AdamW twin)
-	@$(LAUNCH) plan --from-make
+	@$(OPTBENCH) plan --from-make
 
 pretrain: ## Validate, plan and launch RECIPE (default: the tiny Muon recipe on this machine; CHECK=bridge as for plan, before launching)
-	@$(LAUNCH) pretrain --from-make
+	@$(OPTBENCH) pretrain --from-make
 
 sweep: ## Validate, plan and rank every point of a sweep (parallel.ep=32,64 parallel.pp=4,8); launch the valid ones (CHECK=bridge: each point through its container's real Megatron Bridge first)
-	@$(LAUNCH) sweep --from-make
+	@$(OPTBENCH) sweep --from-make
 
 bench: ## Benchmarks into results/bench/: optimizer step times and imbalance, `make pretrain` wall time, callback cost
-	$(PY) -m optbench.bench --from-make
+	$(OPTBENCH) bench --from-make
 
 bench-gpu: ## On a GPU machine: measure only the benchmarks' GPU sections, keep their CPU sections in results/bench/
-	$(PY) -m optbench.bench --gpu-only --from-make
+	$(OPTBENCH) bench-gpu --from-make
 
 # make gpu-smoke [SMOKE="--steps 20 --optimizers muon,adamw --loops core,bridge"]; the wheels and the command: docs/gpu.md
 gpu-smoke: ## On a GPU: the real Megatron Bridge + Core train the Qwen3 proxy (Muon, AdamW, SOAP, AdaMuon) -> results/bench/megatron_one_gpu.json
-	$(PY) -m optbench.experiments.one_gpu $(SMOKE)
+	$(OPTBENCH) gpu-smoke $(SMOKE)
 
 #   make data [INPUT=<folder of .txt/.jsonl>] [OUT=data/<name>] [TOKENIZER=<tokenizer.json or folder>] [VOCAB=512]
 data: export OPTBENCH_DATA_INPUT = $(call typed,INPUT)
@@ -119,35 +120,35 @@ data: export OPTBENCH_DATA_OUT = $(call typed,OUT)
 data: export OPTBENCH_DATA_TOKENIZER = $(call typed,TOKENIZER)
 data: export OPTBENCH_DATA_VOCAB = $(call typed,VOCAB)
 data: ## Build Megatron .bin/.idx datasets: the built-in pydocs corpus (CPython's docs), or INPUT=<folder of .txt/.jsonl>
-	@$(PY) -m optbench.corpus --from-make
+	@$(OPTBENCH) data --from-make
 
 #   make table [WARMUP=3] [LOGS="path/to/bridge.log ..."]
 table: export OPTBENCH_TABLE_WARMUP = $(call typed,WARMUP)
 table: export OPTBENCH_TABLE_LOGS = $(call typed,LOGS)
 table: ## Write results/throughput.{md,csv} + plots: published rows beside measured runs (WARMUP=3 LOGS=<bridge logs>)
-	@$(PY) -m optbench.report table --from-make
+	@$(OPTBENCH) table --from-make
 
 #   make search RECIPE=kimi_k2_muon [FIX=ep,mbs]
 search: export OPTBENCH_SEARCH_FIX = $(call typed,FIX)
 search: export OPTBENCH_SEARCH_HBM = $(call typed,HBM)
 search: ## Every valid layout of RECIPE's model at its GPU count, projected and ranked (top 10, Muon vs AdamW gap, your layout's rank; FIX=ep,mbs holds those at the recipe's values; HBM=0.9 keeps layouts estimated at most 90 % of HBM; CHECK=bridge sends the ten best through the real Megatron Bridge)
-	@$(LAUNCH) search --from-make
+	@$(OPTBENCH) search --from-make
 
 #   make search-ranks [MODELS=qwen3_30b_a3b,kimi_k2]   (MODELS: search those again, keep the other rows)
 search-ranks: export OPTBENCH_SEARCH_MODELS = $(call typed,MODELS)
 search-ranks: ## Where NVIDIA's own layout ranks in `make search`, for every published row: results/projection/search_ranks.md
-	@$(PY) -m optbench.report.search_ranks --from-make
+	@$(OPTBENCH) search-ranks --from-make
 
 projection: ## The projection against every published row, in sample and out of sample (leave one setup / model / GPU architecture / system family / GPU / layout / release / row out, each beside copying the nearest published row it keeps, with its 80 % band held out and a bootstrap over setups): results/projection/validation.md (~1 min on 2 cores; writes results/ only)
-	@$(PY) -m optbench.report.validation_report --from-make
+	@$(OPTBENCH) projection --from-make
 
 docs-projection: ## Maintainers: make projection, then rewrite the summary block of README.md and docs/projection.md from it (commit them together)
-	@$(PY) -m optbench.report.validation_report --update-docs --from-make
+	@$(OPTBENCH) docs-projection --from-make
 
 #   make study [SIZE=cpu|gpu] [hydra overrides for every run, e.g. train.iters=300]
 study: export OPTBENCH_STUDY_SIZE = $(call typed,SIZE)
 study: ## Muon (2 scales), AdaMuon and SOAP vs AdamW, each lr swept, winners on held-out seeds, on real text: results/study.md (~4 h on 2 cores)
-	@$(PY) -m optbench.experiments study --from-make
+	@$(OPTBENCH) study --from-make
 
 #   make compare [MODEL=kimi_k2_tiny] [SEEDS=3 | SEEDS=1,2,3] [TARGET=auto | TARGET=4.5] [ITERS=<steps>]
 #                [WINDOW=5] [MUON_RECIPE=<recipe> ADAMW_RECIPE=<recipe>] [REUSE=compare-<model>-<time>] [train.gbs=8 ...]
@@ -160,7 +161,7 @@ compare: export OPTBENCH_COMPARE_MUON_RECIPE = $(call typed,MUON_RECIPE)
 compare: export OPTBENCH_COMPARE_ADAMW_RECIPE = $(call typed,ADAMW_RECIPE)
 compare: export OPTBENCH_COMPARE_REUSE = $(call typed,REUSE)
 compare: ## Train MODEL's Muon and AdamW recipes over SEEDS to a TARGET loss; time-to-target in results/compare.md
-	@$(PY) -m optbench.experiments compare --from-make
+	@$(OPTBENCH) compare --from-make
 
 clean: ## Remove run outputs (new runs, plans, wandb, checkpoints) and caches; keeps committed runs and the venvs
 	rm -rf results/plans results/sweeps results/wandb results/checkpoints .pytest_cache

@@ -72,7 +72,10 @@ def test_make_projection_writes_results_only_and_the_readme_block_is_the_committ
     maintainer = subprocess.run(
         ["make", "-n", "docs-projection"], cwd=REPO, capture_output=True, text=True, timeout=60
     ).stdout
-    assert "validation_report" in user and "--update-docs" not in user and "--update-docs" in maintainer
+    from optbench.__main__ import COMMANDS
+
+    assert "-m optbench projection " in user and "-m optbench docs-projection " in maintainer
+    assert "--update-docs" not in COMMANDS["projection"].words and "--update-docs" in COMMANDS["docs-projection"].words
     data = json.loads((REPO / "results" / "projection" / "validation.json").read_text(encoding="utf-8"))
     for name in ("README.md", "docs/projection.md"):
         text = (REPO / name).read_text(encoding="utf-8")
