@@ -143,7 +143,7 @@ INVALID = [
         K,
         ["optimizer.muon.coefficients=simple", "cluster.container=nemo:26.02.01"],
         "optimizer.muon.coefficients",
-        "quintic set only",
+        "has no muon_coefficient_type: its Megatron Core runs coefficients=quintic only",
     ),
     ("mxfp8-on-hopper", K, ["cluster=h100"], "precision", "mxfp8 needs a Blackwell GPU"),
     (

@@ -262,8 +262,9 @@ def _shape_key(param: LocalParam) -> tuple:
 
 
 def recipe_tp_mode(run: RunConfig) -> str:
-    """The run's Muon TP mode (blockwise for AdamW: its counts are zero in every mode)."""
-    return run.optimizer.muon.tp_mode if run.optimizer.muon is not None else "blockwise"
+    """The run's Newton-Schulz TP mode (blockwise for an optimizer without one: its counts are the same in every
+    mode, zero for AdamW)."""
+    return getattr(run.optimizer.matrix_section, "tp_mode", "blockwise")
 
 
 def dp_group_work(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping
-from dataclasses import fields, is_dataclass
+from dataclasses import MISSING, fields, is_dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Optional
 
@@ -43,6 +43,23 @@ def _walk(node: type, prefix: str = "") -> dict[str, FieldSpec]:
 
 TABLE: dict[str, FieldSpec] = _walk(RunConfig)
 """Every leaf field (dotted) -> its spec, in the schema's order."""
+
+
+def _defaults(node: type, prefix: str = "") -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    hints = typing.get_type_hints(node)
+    for f in fields(node):
+        candidates = typing.get_args(hints[f.name]) or (hints[f.name],)
+        nested = next((c for c in candidates if is_dataclass(c)), None)
+        if nested is not None:
+            found.update(_defaults(nested, f"{prefix}{f.name}."))
+        elif f.default is not MISSING:
+            found[f"{prefix}{f.name}"] = f.default
+    return found
+
+
+DEFAULTS: Mapping[str, Any] = MappingProxyType(_defaults(RunConfig))
+"""Every leaf field with a plain default (dotted) -> that default, as the schema declares it."""
 
 
 def spec_of(key: str) -> Optional[FieldSpec]:
@@ -82,6 +99,21 @@ def bridge_name(key: str, has_field: Optional[Callable[[str], bool]] = None) -> 
     if has_field is not None and spec.renamed_from is not None and not has_field(name):
         return spec.renamed_from
     return name
+
+
+def release_items(
+    run: RunConfig, keys: tuple[str, ...], has_field: Callable[[str], bool]
+) -> tuple[list[Item], list[str]]:
+    """Fields as one release's Bridge names (the older name where that release has only it), and the keys the
+    release has no field for at all: those are left out, and a caller refuses a value other than the default."""
+    items, lacking = [], []
+    for key in keys:
+        name = bridge_name(key, has_field)
+        if has_field(name):
+            items.append((name, TRANSFORM[TABLE[key].transform](value_at(run, key)[1])))
+        else:
+            lacking.append(key)
+    return items, lacking
 
 
 def bridge_items(run: RunConfig, *keys: str, section: str = "") -> list[Item]:

@@ -123,7 +123,7 @@ class OptimizerConfig(Frozen):
     @property
     def muon_family(self) -> bool:
         """Muon or AdaMuon: Newton-Schulz on every matrix, configured by ``optimizer.muon``."""
-        return self.name in MUON_FAMILY and self.muon is not None
+        return self.name in MUON_FAMILY and self.matrix_optimizer
 
     @property
     def matrix_optimizer(self) -> bool:
@@ -135,6 +135,12 @@ class OptimizerConfig(Frozen):
     def matrix_section(self):
         """The matrix optimizer's own settings section (``optimizer.muon`` for the Muon family), or None."""
         return entry(self.name).section(self) if self.name in REGISTRY else None
+
+    @property
+    def layer_wise_overlap(self) -> bool:
+        """The Muon family's layer-wise all-gather deferred into the next forward: Megatron's DDP runs it from its
+        forward pre-hooks, so ddp.overlap_param_gather is on as well (Bridge 0.5+ syncs the optimizer's flag)."""
+        return bool(self.muon_family and self.muon.layer_wise and self.muon.overlap_param_gather)
 
     @property
     def layer_wise(self) -> bool:

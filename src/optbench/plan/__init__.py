@@ -169,30 +169,15 @@ def _human(n: float, unit: str = "") -> str:
 def _optimizer_line(plan: Plan) -> str:
     o = plan.optimizer
     text = f"{o.name} lr {o.lr:g} -> {o.min_lr:g}, wd {o.weight_decay:g}, clip {o.clip_grad:g}"
-    if o.muon is not None:
-        muon = o.muon
-        mode = "layer-wise" if muon.layer_wise else "replicated"
+    own = entry(o.name)
+    if own.describe is not None:
         overrides = plan.bridge.overrides if plan.bridge is not None else ()
-        pairs = [split_override(o) for o in overrides]
-        names = [value for key, value in pairs if key == "optimizer.optimizer"]
-        if names:  # Megatron's spelling in the run's container: dist_muon up to Core 0.17, then muon + a flag
-            flag = ("optimizer.use_layer_wise_distributed_optimizer", "true") in pairs
-            mode += f" ({names[0]}{' + use_layer_wise_distributed_optimizer' if flag else ''})"
-        text += (
-            f"; {mode}, {muon.coefficients} NS x{muon.ns_steps}, {muon.scale_mode} scale, "
-            f"TP mode {muon.tp_mode}, momentum {muon.momentum:g}{' nesterov' if muon.nesterov else ''}"
-        )
-    elif o.matrix_optimizer and entry(o.name).describe is not None:
-        own = entry(o.name)
-        text += f"; {own.describe(own.section(o))}"
+        text += f"; {own.describe(o, [split_override(item) for item in overrides])}"
         split = [f"{k}{v}" for k, v in (("tp", plan.layout.tp), ("etp", plan.layout.etp)) if v > 1]
         if split and plan.engine == "megatron_bridge" and not own.tensor_parallel_aware:  # reproduce refuses it
             text += f"; warning: {'/'.join(split)} shards preconditioned alone, not {own.label} on the full matrices"
-    else:
-        text += "; distributed optimizer" if o.use_distributed_optimizer else ""
-    if o.adaptive_muon is not None:
-        a = o.adaptive_muon
-        text += f"; second moment {a.moment2_method} beta2 {a.beta2:g}"
+    elif o.use_distributed_optimizer:
+        text += "; distributed optimizer"
     if o.scalar_optimizer != "adam":
         text += f"; scalars: {o.scalar_optimizer} betas ({o.lion_beta1:g}, {o.lion_beta2:g})"
     return text

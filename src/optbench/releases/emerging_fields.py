@@ -16,9 +16,10 @@ What the releases do (read from the tagged sources; markers in ``optbench/data/b
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Iterable
 
-from optbench.config.field_table import bridge_items, bridge_name
+from optbench.config.field_table import DEFAULTS, bridge_items, bridge_name, release_items, value_at
 from optbench.config.optimizers import REGISTRY
 from optbench.config.schema import RunConfig
 from optbench.common.errors import Problem
@@ -57,14 +58,44 @@ def optimizer_name_items(run: RunConfig, container: versions.Container) -> list[
     return [(name, f"dist_{o.name}" if layer_wise else o.name)]
 
 
-def emerging_items(run: RunConfig) -> list[Item]:
-    """The optimizer's own fields (its registry entry's ``bridge_fields``), and Lion for the scalars, each only where
-    the run has it."""
+def own_items(run: RunConfig, container: versions.Container) -> list[Item]:
+    """The matrix optimizer's own fields (its registry entry's ``bridge_fields`` and, when on, ``bridge_flags``) in
+    the names of the container's release; a field that release lacks is left out (:func:`own_problems` refuses a
+    value other than its default first)."""
     o = run.optimizer
-    items: list[Item] = bridge_items(run, *REGISTRY[o.name].bridge_fields) if o.matrix_optimizer else []
-    if o.scalar_optimizer != "adam":  # adam is every release's default; older ones have no such field
-        items += bridge_items(run, "optimizer.scalar_optimizer", "optimizer.lion_beta1", "optimizer.lion_beta2")
-    return items
+    if not o.matrix_optimizer:
+        return []
+    own = REGISTRY[o.name]
+    items, _ = release_items(run, own.bridge_fields, partial(versions.has_field, container))
+    return items + [item for key in own.bridge_flags if value_at(run, key)[1] for item in bridge_items(run, key)]
+
+
+def own_problems(run: RunConfig, container: versions.Container) -> Iterable[Problem]:
+    """A field of the optimizer's entry that the container's release has no name for, set to other than its default:
+    that Megatron Core would run the default, silently."""
+    o = run.optimizer
+    if not o.matrix_optimizer:
+        return
+    _, lacking = release_items(run, REGISTRY[o.name].bridge_fields, partial(versions.has_field, container))
+    for key in lacking:
+        value, default = value_at(run, key)[1], DEFAULTS[key]
+        if value != default:
+            name = bridge_name(key).partition(".")[2]
+            yield Problem(
+                key,
+                f"{container.label()} has no {name}: its Megatron Core runs {key.rpartition('.')[2]}={default} "
+                f"only; {name} arrives with "
+                + _first(lambda c, n=bridge_name(key): versions.has_field(c, n))
+                + f", or set {key}={default}",
+                ("cluster.container",),
+            )
+
+
+def scalar_items(run: RunConfig) -> list[Item]:
+    """Lion for the scalars, only where the run has it."""
+    if run.optimizer.scalar_optimizer == "adam":  # every release's default; older ones have no such field
+        return []
+    return bridge_items(run, "optimizer.scalar_optimizer", "optimizer.lion_beta1", "optimizer.lion_beta2")
 
 
 def _first(predicate) -> str:
@@ -73,9 +104,11 @@ def _first(predicate) -> str:
 
 
 def emerging_problems(run: RunConfig) -> Iterable[Problem]:
-    """Optimizers and scalar optimizers the run's container lacks or would replace by another, silently."""
+    """Optimizers, their fields and scalar optimizers the run's container lacks or would replace by another,
+    silently."""
     o = run.optimizer
     container = versions.container_of(run)
+    yield from own_problems(run, container)
     if not has_optimizer(container, o.name):
         yield Problem(
             "optimizer.name",

@@ -63,14 +63,14 @@ def check_fields(run: RunConfig) -> Iterable[Problem]:
         )
     if o.min_lr > o.lr:
         yield Problem("optimizer.min_lr", f"must not exceed optimizer.lr={o.lr:g}, got {o.min_lr:g}", ("optimizer.lr",))
-    if o.muon is not None and o.muon.coefficients == "cubic5" and o.muon.ns_steps != 5:
+    if o.muon_family and o.muon.coefficients == "cubic5" and o.muon.ns_steps != 5:
         yield Problem(
             "optimizer.muon.ns_steps",
             f"must be 5 with the cubic5 coefficients (a fixed five-step schedule, "
             f"as Emerging-Optimizers 0.4.0 requires), got {o.muon.ns_steps}",
             ("optimizer.muon.coefficients",),
         )
-    if o.muon is not None and o.muon.coefficients == "quintic" and o.muon.ns_steps % 5:
+    if o.muon_family and o.muon.coefficients == "quintic" and o.muon.ns_steps % 5:
         yield Problem(
             "optimizer.muon.ns_steps",
             f"must be a multiple of 5 with the quintic coefficients (one tuple per step, as Emerging-Optimizers "

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from optbench.releases.emerging_fields import emerging_problems
-from optbench.releases.muon_fields import muon_problems
 from optbench.config.optimizers import REGISTRY, entry
 from optbench.config.schema import MATRIX_OPTIMIZERS, OPTIMIZER_LABELS, RunConfig
 from optbench.common.errors import Problem
 from optbench.releases import versions
 from optbench.releases.versions import behaviour, container_of
+from optbench.validate.muon import muon_release_problems
 
 MUON_REFUSES_DIST_OPTIMIZER = "muon_refuses_dist_optimizer"
 """Core up to 0.17 raises on Muon with the distributed optimizer; from 0.18 it takes it through a size-balanced
@@ -48,7 +48,7 @@ def _emerging_optimizer_problems(run: RunConfig) -> Iterable[Problem]:
     if o.use_distributed_optimizer:
         yield Problem("optimizer.use_distributed_optimizer", _distributed_optimizer_reason(run, label, section))
     if o.overlap_param_gather:
-        own = " (the layer-wise optimizer's own is optimizer.muon.overlap_param_gather)" if o.muon is not None else ""
+        own = " (the layer-wise optimizer's own is optimizer.muon.overlap_param_gather)" if o.muon_family else ""
         yield Problem(
             "optimizer.overlap_param_gather",
             f"overlaps the element-wise distributed optimizer's parameter all-gather, which {label} does not use; "
@@ -176,4 +176,4 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
             ("optimizer.name", "cluster.container"),
         )
     if run.engine == "megatron_bridge":
-        yield from muon_problems(run)
+        yield from muon_release_problems(run)

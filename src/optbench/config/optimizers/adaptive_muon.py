@@ -36,6 +36,11 @@ def _state_bytes(optimizer, shape: tuple[int, ...]) -> float:
     return muon.ENTRY.matrix_state_bytes(optimizer, shape) + FP32 * per_matrix
 
 
+def _describe(optimizer, overrides: list[tuple[str, str]]) -> str:
+    a = optimizer.adaptive_muon
+    return f"{muon.describe_muon(optimizer, overrides)}; second moment {a.moment2_method} beta2 {a.beta2:g}"
+
+
 ENTRY = OptimizerEntry(
     name="adaptive_muon",
     label="AdaMuon",
@@ -47,11 +52,14 @@ ENTRY = OptimizerEntry(
     upstream="emerging_optimizers.orthogonalized_optimizers",
     bridge_marker="emerging_adaptive_muon",
     bridge_fields=(
+        *muon.MUON_BRIDGE_FIELDS,
         "optimizer.adaptive_muon.moment2_method",
         "optimizer.adaptive_muon.beta2",
         "optimizer.adaptive_muon.eps",
     ),
+    bridge_flags=muon.ENTRY.bridge_flags,
     matrix_state_bytes=_state_bytes,
+    describe=_describe,
     # The update is element-wise normalised like Adam's (the spectral scale cancels in Emerging-Optimizers 0.2):
     # the grid starts from AdamW's range.
     study_arms=(

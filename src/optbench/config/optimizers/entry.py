@@ -71,7 +71,11 @@ class OptimizerEntry:
     bridge_marker: str = ""
     """The source marker (optbench/data/bridge/fields-*.json) of the Megatron Core that builds it; "" = every one."""
     bridge_fields: tuple[str, ...] = ()
-    """Its own run fields sent to Megatron Bridge (dotted; their Bridge names are in the field table)."""
+    """Its own run fields sent to Megatron Bridge (dotted; their Bridge names are in the field table), each in the
+    run's release's name (the older one where a release renamed it); a release without the field leaves it out, and
+    a value other than the default is refused there, naming the first container that has it."""
+    bridge_flags: tuple[str, ...] = ()
+    """Its own switches sent to Megatron Bridge only when on (off is every release's default)."""
     products_precision: str = ""
     """The fixed precision of its matrix products (Megatron's fp32_matmul_prec words); "" = ``optimizer.muon``'s."""
     matrix_flops: Optional[Callable[[Any, int, int], MatrixFlops]] = None
@@ -89,8 +93,9 @@ class OptimizerEntry:
     """False: Megatron preconditions each tensor-parallel shard as a matrix of its own."""
     unshardable_state: str = ""
     """Words naming state that is not parameter-shaped, which Megatron's torch_dist checkpoint cannot shard; "" = none."""
-    describe: Optional[Callable[[Any], str]] = None
-    """Its section -> the plan summary's words on its settings."""
+    describe: Optional[Callable[[Any, list[tuple[str, str]]], str]] = None
+    """(the run's ``optimizer`` section, the plan's Bridge overrides as (key, value) pairs) -> the plan summary's words
+    on its settings (the overrides give Megatron's spelling of it in the run's container)."""
     study_arms: tuple[StudyArm, ...] = ()
     gpu_smoke: tuple[str, tuple[str, ...]] = ("", ())
     """(recipe, overrides) of its arm in ``make gpu-smoke``."""

@@ -72,6 +72,36 @@ class MuonConfig(Frozen):
     """Share of the scaling put on the query side: q *= eta**alpha, k *= eta**(1-alpha) (Megatron qk_clip_alpha)."""
 
 
+MUON_BRIDGE_FIELDS = (
+    "optimizer.muon.momentum",
+    "optimizer.muon.nesterov",
+    "optimizer.muon.scale_mode",
+    "optimizer.muon.fp32_matmul_prec",
+    "optimizer.muon.ns_steps",
+    "optimizer.muon.tp_mode",
+    "optimizer.muon.split_qkv",
+    "optimizer.muon.extra_scale_factor",
+    "optimizer.muon.coefficients",
+)
+"""Muon's settings every Megatron Core we run takes (Core 0.18 renamed muon_use_nesterov muon_nesterov; Core 0.17
+added muon_coefficient_type: before it, quintic only)."""
+
+
+def describe_muon(optimizer, overrides: list[tuple[str, str]]) -> str:
+    """The plan's words on Muon's settings, with Megatron's spelling of the layer-wise optimizer in the run's
+    container: dist_muon up to Core 0.17, then muon + use_layer_wise_distributed_optimizer."""
+    muon = optimizer.muon
+    mode = "layer-wise" if muon.layer_wise else "replicated"
+    names = [value for key, value in overrides if key == "optimizer.optimizer"]
+    if names:
+        flag = ("optimizer.use_layer_wise_distributed_optimizer", "true") in overrides
+        mode += f" ({names[0]}{' + use_layer_wise_distributed_optimizer' if flag else ''})"
+    return (
+        f"{mode}, {muon.coefficients} NS x{muon.ns_steps}, {muon.scale_mode} scale, "
+        f"TP mode {muon.tp_mode}, momentum {muon.momentum:g}{' nesterov' if muon.nesterov else ''}"
+    )
+
+
 ENTRY = OptimizerEntry(
     name="muon",
     label="Muon",
@@ -80,7 +110,10 @@ ENTRY = OptimizerEntry(
     flops_label="NS",
     flops_words="Newton-Schulz",
     preset_optimizer="muon",
+    bridge_fields=MUON_BRIDGE_FIELDS,
+    bridge_flags=("optimizer.muon.overlap_param_gather",),
     matrix_state_bytes=lambda optimizer, shape: 2 * FP32 * math.prod(shape),  # main copy, momentum
+    describe=describe_muon,
     # The spectral update scale sqrt(max(M, N)) is Megatron's and the Kimi K2 recipe's default; Moonlight's
     # AdamW-matched 0.2 x sqrt(max(M, N)) lets Muon share AdamW's learning rates.
     study_arms=(

@@ -76,7 +76,8 @@ def _state_bytes(optimizer, shape: tuple[int, ...]) -> float:
     return FP32 * (3 * m * n + 2 * m * m + 2 * n * n)
 
 
-def _describe(section: SoapConfig) -> str:
+def _describe(optimizer, overrides: list[tuple[str, str]]) -> str:
+    section: SoapConfig = optimizer.soap
     return (
         f"{'layer-wise' if section.layer_wise else 'replicated'}, shampoo beta {section.shampoo_beta:g}, eigenbasis "
         f"every {section.precondition_frequency} step(s), KL-Shampoo {'on' if section.use_kl_shampoo else 'off'}"

@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
-from optbench.releases import emerging_fields, muon_fields, presets, versions
+from optbench.releases import emerging_fields, presets, versions
 from optbench.releases.graph_rules import cuda_graph_impl
 from optbench.config.field_table import TABLE, bridge_items, bridge_name, value_at
 from optbench.config.layout import vpp_size
@@ -190,8 +190,7 @@ def _optimizer(run: RunConfig) -> list[Item]:
     if run.intent == "train":
         # The optimizer timer without a barrier: it measures this rank's optimizer step, not stragglers.
         items.append(("optimizer.barrier_with_L1_time", False))
-    if o.muon_family:
-        items += muon_fields.muon_items(run, container)
+    items += emerging_fields.own_items(run, container)
     if o.name in MATRIX_OPTIMIZERS:
         items += [
             # DeepSeek-V3's recipe keeps Adam's moments in bf16 (precision-aware optimizer), which Megatron
@@ -206,13 +205,13 @@ def _optimizer(run: RunConfig) -> list[Item]:
         items += bridge_items(
             run, "optimizer.muon.qk_clip", "optimizer.muon.qk_clip_threshold", "optimizer.muon.qk_clip_alpha"
         )
-    items += emerging_fields.emerging_items(run)
+    items += emerging_fields.scalar_items(run)
     return items
 
 
 def _ddp(run: RunConfig) -> list[Item]:
     o = run.optimizer
-    param_gather = o.overlap_param_gather or muon_fields.layer_wise_overlap(run)
+    param_gather = o.overlap_param_gather or o.layer_wise_overlap
     ddp_gather, comm_gather = TABLE["optimizer.overlap_param_gather"].bridge
     return [
         *bridge_items(run, "optimizer.use_distributed_optimizer", "optimizer.overlap_grad_reduce", section="ddp"),

@@ -324,7 +324,7 @@ class Trainer:
             "versions": software_versions("torch", "transformers", "wandb", "numpy"),
             # What "auto" meant on this machine (its CPU's bf16 support): a reanalysis elsewhere must not guess it.
             "ns_matmul_precision": resolve_matmul_precision(run.optimizer.muon.fp32_matmul_prec, rt.device)
-            if run.optimizer.muon is not None
+            if run.optimizer.muon_family
             else None,
             "machine_load": machine_load,
             "started": started,

@@ -1,6 +1,7 @@
-"""Muon's settings in the field names and values each Megatron Core version expects, and what none has.
+"""Muon's settings against the run's release: what its Megatron Core cannot run, and what runs on the local engine only.
 
-What changed (read from the tagged sources, ``optbench/data/bridge/fields-*.json``):
+What changed by release (read from the tagged sources, ``optbench/data/bridge/fields-*.json``; the field names each
+release takes are Muon's registry entry, :mod:`optbench.config.optimizers.muon`):
 
 * Core 0.16 (nemo:26.02, 26.02.01): ``optimizer=dist_muon`` is the layer-wise optimizer; it gathers updated
   parameters inside the step (no overlap) and has one Newton-Schulz coefficient set (quintic).
@@ -18,15 +19,11 @@ What changed (read from the tagged sources, ``optbench/data/bridge/fields-*.json
 
 from __future__ import annotations
 
-from functools import partial
-from typing import Any, Iterable
+from typing import Iterable
 
-from optbench.config.field_table import bridge_items, bridge_name
+from optbench.common.errors import Problem
 from optbench.config.schema import RunConfig
 from optbench.releases import versions
-from optbench.common.errors import Problem
-
-Item = tuple[str, Any]
 
 
 def _newest_label() -> str:
@@ -46,53 +43,13 @@ def _arrives_with(what: str, predicate, instead: str) -> str:
     return f"{what} arrives with {first.label()}: set cluster.container={first.name} or {instead}"
 
 
-def muon_items(run: RunConfig, container: versions.Container) -> list[Item]:
-    """Muon's own fields in this version's names (problems are reported by :func:`muon_problems` first)."""
-    has_field = partial(versions.has_field, container)
-    items = [
-        *bridge_items(run, "optimizer.muon.momentum"),
-        (bridge_name("optimizer.muon.nesterov", has_field), run.optimizer.muon.nesterov),
-        *bridge_items(
-            run,
-            "optimizer.muon.scale_mode",
-            "optimizer.muon.fp32_matmul_prec",
-            "optimizer.muon.ns_steps",
-            "optimizer.muon.tp_mode",
-            "optimizer.muon.split_qkv",
-            "optimizer.muon.extra_scale_factor",
-        ),
-    ]
-    if has_field(bridge_name("optimizer.muon.coefficients")):
-        items += bridge_items(run, "optimizer.muon.coefficients")
-    if layer_wise_overlap(run):
-        items.append((bridge_name("optimizer.muon.overlap_param_gather"), True))
-    return items
-
-
-def layer_wise_overlap(run: RunConfig) -> bool:
-    """The layer-wise all-gather deferred into the next forward: Megatron's DDP runs it from its forward
-    pre-hooks, so ddp.overlap_param_gather is on as well (Bridge 0.5+ syncs the optimizer's flag with it)."""
-    muon = run.optimizer.muon
-    return bool(run.optimizer.muon_family and muon.layer_wise and muon.overlap_param_gather)
-
-
-def muon_problems(run: RunConfig) -> Iterable[Problem]:
-    """Muon options the run's container cannot express, each naming the containers (or Core) that can."""
+def muon_release_problems(run: RunConfig) -> Iterable[Problem]:
+    """Muon options the run's container cannot express, each naming the containers (or Core) that can; a field its
+    release has no name for is the registry's rule (:func:`optbench.releases.emerging_fields.own_problems`)."""
     muon = run.optimizer.muon
     if not run.optimizer.muon_family:
         return
     container = versions.container_of(run)
-    if muon.coefficients != "quintic" and not versions.has_field(container, bridge_name("optimizer.muon.coefficients")):
-        yield Problem(
-            "optimizer.muon.coefficients",
-            f"{container.label()} runs the quintic set only; "
-            + _arrives_with(
-                "muon_coefficient_type",
-                lambda c: versions.has_field(c, bridge_name("optimizer.muon.coefficients")),
-                "coefficients=quintic",
-            ),
-            ("cluster.container",),
-        )
     if muon.coefficients == "cubic5" and versions.emerging_optimizers_line(container) < (0, 4):
         yield Problem(
             "optimizer.muon.coefficients",
