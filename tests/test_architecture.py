@@ -172,3 +172,29 @@ def test_the_reference_pages_stay_references(page: str, limit: int) -> None:
     text = (REPO / "docs" / page).read_text(encoding="utf-8")
     assert len(text.split()) <= limit, f"docs/{page}: {len(text.split())} words; move history to docs/notes/"
     assert "docs/notes/" in text or "notes/" in text
+
+
+def test_code_reads_a_models_entry_not_its_name() -> None:
+    """What differs between models is a field of their entry (data/models.csv, conf/model/<model>.yaml: the
+    architecture, the release markers of a Bridge recipe's signature), never a branch on a model's id in the code
+    (issue 82 item 2: the adapter branched on "kimi_k2", three benches keyed dicts by model names)."""
+    from optbench.catalog.models import model_registry
+    from optbench.releases import versions
+
+    from optbench.config.schema_model import ARCHITECTURES
+
+    names = set(model_registry()) - set(ARCHITECTURES)  # deepseek_v3 is also an architecture, which code may read
+    quoted = {f'"{name}"' for name in names} | {f"'{name}'" for name in names}
+    hub = "src/optbench/engine/bridge/cpu_check/hf_configs"
+    found = [
+        f"{path.relative_to(REPO)}: {literal}"
+        for folder in ("src", "launch")
+        for path in (REPO / folder).rglob("*.py")
+        if not str(path.relative_to(REPO)).startswith(hub)
+        for literal in quoted
+        if literal in path.read_text(encoding="utf-8")
+    ]
+    assert found == []
+    markers = {m for e in model_registry().values() for m in (e.optimizer_type_marker, e.hub_config_marker) if m}
+    known = set(versions.fields(versions.runnable()[0].bridge)["behaviour"])
+    assert markers and markers <= known, markers - known

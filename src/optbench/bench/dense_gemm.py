@@ -20,8 +20,8 @@ from typing import Any
 
 NAME = "dense_gemm"
 DESCRIPTION = "dense GEMMs and causal attention at the recipes' shapes per TP and tokens (bf16); GPU only"
-MODELS = {"kimi_k2": "kimi_k2_muon", "qwen3_30b_a3b": "qwen3_30b_a3b_muon", "deepseek_v3": "deepseek_v3_muon"}
-"""Model -> recipe whose dense GEMM shapes are timed."""
+RECIPES = ("kimi_k2_muon", "qwen3_30b_a3b_muon", "deepseek_v3_muon")
+"""Recipes whose models' dense GEMM shapes are timed (each keyed by its model's name)."""
 TPS = (1, 2, 4, 8)
 TOKENS = (1024, 2048, 4096, 8192, 16384, 32768)
 """Tokens per GEMM: MBS x sequence (sequence parallelism gathers the sequence before the GEMM)."""
@@ -76,8 +76,9 @@ def measure(quick: bool = False) -> dict[str, Any]:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     gemms, attention = [], []
-    for model_name, recipe in MODELS.items():
+    for recipe in RECIPES:
         model = compose_run(recipe, []).model
+        model_name = model.name
         for gemm, K, N, split in gemm_shapes(model):
             for tp in (1, 8) if quick else TPS:
                 k, n = {"col": (K, N // tp), "row": (K // tp, N), "none": (K, N)}[split]

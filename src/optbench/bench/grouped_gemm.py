@@ -28,8 +28,8 @@ import torch
 
 NAME = "grouped_gemm"
 DESCRIPTION = "MoE expert GEMMs per EP at equal work per GPU (bf16, FP8), against the step model's floor; GPU only"
-MODELS = {"qwen3_30b_a3b": "qwen3_30b_a3b_muon", "deepseek_v3": "deepseek_v3_muon", "kimi_k2": "kimi_k2_muon"}
-"""Model -> recipe whose expert shapes are timed."""
+RECIPES = ("qwen3_30b_a3b_muon", "deepseek_v3_muon", "kimi_k2_muon")
+"""Recipes whose models' expert shapes are timed (each keyed by its model's name)."""
 ROUTED_TOKENS = (32_768, 131_072)
 """``T x top-k`` per GPU per microbatch: 4096 tokens (MBS 1, sequence 4096) and 16384 (MBS 4) at top-8."""
 EPS = (1, 2, 4, 8, 16, 32, 64)
@@ -46,9 +46,9 @@ def expert_shapes() -> dict[str, dict[str, int]]:
     from optbench.compose.recipe import compose_run
 
     shapes = {}
-    for model, recipe in MODELS.items():
+    for recipe in RECIPES:
         m = compose_run(recipe, []).model
-        shapes[model] = {
+        shapes[m.name] = {
             "experts": m.num_moe_experts,
             "hidden": m.hidden_size,
             "ffn": m.moe_ffn_hidden_size,

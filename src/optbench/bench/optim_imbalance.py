@@ -20,7 +20,7 @@ from optbench.compose.recipe import compose_run
 from optbench.config.layout import derive_layout
 from optbench.accounting.assignment import cost_aware_owners, max_load_lower_bound
 
-LAYOUTS = {"kimi_k2": "kimi_k2_muon", "qwen3_30b_a3b": "qwen3_30b_a3b_muon"}
+RECIPES = ("kimi_k2_muon", "qwen3_30b_a3b_muon")
 """Model -> recipe whose (published GB300) layout is measured."""
 
 
@@ -89,5 +89,5 @@ def imbalance(recipe: str) -> dict:
 
 
 def imbalance_section() -> dict:
-    """Every model in :data:`LAYOUTS`."""
-    return {model: imbalance(recipe) for model, recipe in LAYOUTS.items()}
+    """Every recipe in :data:`RECIPES`, keyed by its model's name."""
+    return {compose_run(recipe, []).model.name: imbalance(recipe) for recipe in RECIPES}

@@ -39,13 +39,18 @@ class ModelEntry:
     not_projected: str = ""
     """Why the model is a catalog entry only, its published rows data that the projection does not score (empty: it
     has recipes, and the projection scores its rows)."""
+    optimizer_type_marker: str = ""
+    """The release marker (optbench/data/bridge/fields-*.json) of the releases whose Bridge recipe function takes
+    ``optimizer_type`` (muon or adam); empty: none does, and the overrides set the optimizer alone."""
+    hub_config_marker: str = ""
+    """The release marker of the releases whose recipe function reads ``hf_config`` from the hub; empty: every one."""
 
 
 @lru_cache(maxsize=1)
 def model_registry() -> dict[str, ModelEntry]:
     """Every model with a Megatron Bridge recipe, by our id."""
     columns = {
-        name: Column(optional=True) if name in ("hf_config", "not_projected") else TEXT for name in MODEL_COLUMNS
+        name: Column(optional=True) if name in OPTIONAL_COLUMNS else TEXT for name in MODEL_COLUMNS
     }
     return {
         row["model"]: ModelEntry(**{name: row[name] or "" for name in MODEL_COLUMNS})
@@ -53,6 +58,7 @@ def model_registry() -> dict[str, ModelEntry]:
     }
 
 
+OPTIONAL_COLUMNS = ("hf_config", "not_projected", "optimizer_type_marker", "hub_config_marker")
 MODEL_COLUMNS = (
     "model",
     "bridge_recipe_module",
@@ -63,4 +69,6 @@ MODEL_COLUMNS = (
     "nvidia_table_key",
     "source",
     "not_projected",
+    "optimizer_type_marker",
+    "hub_config_marker",
 )

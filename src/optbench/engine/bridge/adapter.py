@@ -121,21 +121,19 @@ def bridge_model(run: RunConfig) -> Optional[str]:
 
 
 def bridge_recipe_for(name: str, optimizer_type: str, container: versions.Container) -> BridgeRecipe:
-    """The Bridge recipe function for a model name and an optimizer type (muon or adam) in the container's release;
-    Kimi K2's as that release's source shows it (whether it takes ``optimizer_type``, 0.6 does not: the overrides
-    then set the optimizer alone; whether it reads the hub config, from 0.4)."""
+    """The Bridge recipe function for a model name and an optimizer type (muon or adam) in the container's release,
+    as that release's source shows it: whether it takes ``optimizer_type`` (Kimi K2's up to 0.5; the overrides then set
+    the optimizer alone) and whether it reads the hub config (Kimi K2's from 0.4), per the model's registry entry."""
     entry = model_registry().get(name)
-    if entry is not None and name == "kimi_k2":
-        takes = versions.behaviour(container, "kimi_recipe_takes_optimizer_type")
-        hub = versions.behaviour(container, "kimi_recipe_reads_hub_config")
+    if entry is not None:
+        takes = bool(entry.optimizer_type_marker) and versions.behaviour(container, entry.optimizer_type_marker)
+        hub = not entry.hub_config_marker or versions.behaviour(container, entry.hub_config_marker)
         return BridgeRecipe(
             entry.bridge_recipe_module,
             entry.bridge_recipe_function,
             {"optimizer_type": optimizer_type} if takes else {},
             hf_config=entry.hf_config if hub else None,
         )
-    if entry is not None:
-        return BridgeRecipe(entry.bridge_recipe_module, entry.bridge_recipe_function, {}, hf_config=entry.hf_config)
     raise UserError(
         Problem(
             "model",
