@@ -175,7 +175,7 @@ def test_first_pipeline_rank_holds_the_most_forwards() -> None:
     estimate = _memory(run)
     assert estimate.worst_pipeline_rank == 0
     assert list(estimate.stage_totals_gb) == sorted(estimate.stage_totals_gb, reverse=True)
-    plain = derive_layout(compose_run("kimi_k2_adamw", ["parallel=kimi_k2_b200_256", "train=kimi_k2_b200"]))
+    plain = derive_layout(compose_run("kimi_k2_adamw", ["parallel=kimi_k2/b200_256", "train=kimi_k2/b200"]))
     assert [len(forwards_in_flight(plain, r)) for r in (0, 1, 15)] == [16, 15, 1]  # PP16, no interleaving
 
 

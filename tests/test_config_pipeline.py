@@ -64,7 +64,7 @@ def test_balanced_layouts_pass_megatron_cores_own_layout_check(recipe: str, over
         (["parallel.pp=8"], True),
         (["parallel.vpp=2", "train.gbs=8"], True),
         (["parallel.pp=8", "parallel.pipeline_layout=null"], False),
-        (["parallel=kimi_k2_gb200_256", "parallel.pp=8"], False),
+        (["parallel=kimi_k2/gb200_256", "parallel.pp=8"], False),
         (["parallel.ep=32"], False),
     ],
 )

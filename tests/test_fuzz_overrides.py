@@ -161,7 +161,7 @@ GROUP_OVERRIDES = st.one_of(
             "logger=none",
             "model=kimi_k2_tiny",
             "train=tiny",
-            "parallel=kimi_k2_gb300_256",
+            "parallel=kimi_k2/gb300_256",
         ]
     ),
 )

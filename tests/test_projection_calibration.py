@@ -175,7 +175,7 @@ def test_muon_predictions_meet_the_target():
 
 def test_an_efficiency_on_a_gpu_without_the_models_row_comes_from_the_carried_table():
     # Kimi K2 has no AdamW figure on B200: the efficiency comes from the carried table and is labelled so.
-    run = compose_run("kimi_k2_adamw", ["cluster=b200", "parallel=kimi_k2_b200_256", "train=kimi_k2_b200"])
+    run = compose_run("kimi_k2_adamw", ["cluster=b200", "parallel=kimi_k2/b200_256", "train=kimi_k2/b200"])
     p = project(resolve(run), row_runs=COMPOSED_ROWS)
     assert p.available
     assert p.efficiency.status == "carried: gpu as blackwell, model fitted, release fitted"

@@ -86,11 +86,12 @@ def test_recipe_file_is_short_and_says_what_it_reproduces() -> None:
 
 
 def _layout_overrides(layout: str) -> tuple[str, list[str]]:
-    """Recipe and overrides that put a named layout on the model and GPU its name says."""
-    model, gpu, _ = layout.rsplit("_", 2)
+    """Recipe and overrides that put a named layout (``<model>/<gpu>_<count>``) on the model and GPU it names."""
+    model, rest = layout.split("/")
+    gpu, _ = rest.rsplit("_", 1)
     precision = "fp8_cs" if gpu in ("h100", "h200") else "mxfp8"
     overrides = [f"parallel={layout}", f"cluster={CLUSTER_FOR_GPU[gpu]}", f"precision={precision}"]
-    preset = f"{model}_{gpu}"
+    preset = f"{model}/{gpu}"
     if preset in list_group_options("train"):
         overrides.append(f"train={preset}")
     return f"{model}_adamw", overrides
@@ -109,14 +110,14 @@ def test_named_layout_is_valid_for_its_model(layout: str) -> None:
 
 
 def _published_rows() -> list[dict[str, str]]:
-    """The rows with a named layout of ours (a headline model's conf/parallel/<model>_<gpu>_<count>); the rows of the
+    """The rows with a named layout of ours (a headline model's conf/parallel/<model>/<gpu>_<count>); the rows of the
     other projected models are held to their stated layout by test_accounting_memory.test_published_layouts_fit."""
     named = set(list_group_options("parallel"))
     with open(REPO / "results" / "published" / "published.csv") as handle:
         return [
             row
             for row in csv.DictReader(handle)
-            if row["tp"] and f"{row['model']}_{row['gpu']}_{row['num_gpus']}" in named
+            if row["tp"] and f"{row['model']}/{row['gpu']}_{row['num_gpus']}" in named
         ]
 
 
@@ -151,7 +152,7 @@ def test_published_row_layout_matches(row: dict[str, str]) -> None:
     precision = {"fp8": "fp8_cs"}.get(row["precision"], row["precision"])
     if precision not in list_group_options("precision"):
         pytest.skip(f"precision {row['precision']}: no option of ours (the row is data)")
-    layout = f"{row['model']}_{row['gpu']}_{row['num_gpus']}"
+    layout = f"{row['model']}/{row['gpu']}_{row['num_gpus']}"
     recipe, overrides = _layout_overrides(layout)
     overrides = [o for o in overrides if not o.startswith("precision=")] + [f"precision={precision}"]
     if presets.release_of_container(container) != presets.RELEASE:
@@ -193,7 +194,7 @@ def test_each_registry_model_has_its_model_preset_and_the_catalog_only_ones_are_
     assert catalog_only == {"llama3_8b", "gpt_oss_120b"}
 
 
-@pytest.mark.parametrize("restated", ["precision=mxfp8", "parallel=qwen3_30b_a3b_gb300_8", "logger=wandb_offline"])
+@pytest.mark.parametrize("restated", ["precision=mxfp8", "parallel=qwen3_30b_a3b/gb300_8", "logger=wandb_offline"])
 def test_a_group_typed_as_the_recipe_picks_it_changes_nothing(restated: str) -> None:
     """Typing the recipe's own option of a group (the recipe's or base.yaml's) is the recipe: NVIDIA's preset of
     the release still supplies its values (26.08's FP8 attention for Qwen3 MXFP8), as without the override."""

@@ -49,9 +49,7 @@ class ModelEntry:
 @lru_cache(maxsize=1)
 def model_registry() -> dict[str, ModelEntry]:
     """Every model with a Megatron Bridge recipe, by our id."""
-    columns = {
-        name: Column(optional=True) if name in OPTIONAL_COLUMNS else TEXT for name in MODEL_COLUMNS
-    }
+    columns = {name: Column(optional=True) if name in OPTIONAL_COLUMNS else TEXT for name in MODEL_COLUMNS}
     return {
         row["model"]: ModelEntry(**{name: row[name] or "" for name in MODEL_COLUMNS})
         for row in read_table("models.csv", columns)

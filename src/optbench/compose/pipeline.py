@@ -1,6 +1,6 @@
 """A recipe's pipeline layout follows ``parallel.pp`` / ``parallel.vpp`` typed on the command line.
 
-A published layout (``conf/parallel/kimi_k2_gb300_256.yaml``) lists one entry per virtual stage,
+A published layout (``conf/parallel/kimi_k2/gb300_256.yaml``) lists one entry per virtual stage,
 so it is valid only for the pp * vpp it was written for. Megatron Bridge's Kimi K2 recipe keeps a
 table of layouts keyed by (pp, vpp) for the same reason. When a user changes pp or vpp and does not
 give a layout, the recipe's layout is replaced by a balanced one for the new stage count, so that

@@ -52,8 +52,10 @@ MAX_LISTED_BYTES = 1 << 16
 
 
 def list_group_options(group: str) -> list[str]:
-    """Names of every option of one config group under conf/<group>/."""
-    return sorted(p.stem for p in (repo_root() / "conf" / group).glob("*.yaml"))
+    """Names of every option of one config group under conf/<group>/: a model's own options sit in its folder
+    (``kimi_k2/gb300_256`` is conf/parallel/kimi_k2/gb300_256.yaml)."""
+    base = repo_root() / "conf" / group
+    return sorted(p.relative_to(base).with_suffix("").as_posix() for p in base.rglob("*.yaml"))
 
 
 def _keyed_cause(err: BaseException) -> OmegaConfBaseException | None:
@@ -85,7 +87,7 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> UserErro
     if merging:
         key = typed.typed_key(merging.group(1)) or "overrides"
         return UserError(Problem(key, f"cannot take this value: {_innermost_text(err)}"))
-    missing = re.search(r"Could not find '([^']+)/([^']+)'", text)
+    missing = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
     if missing:
         group, option = missing.groups()
         options = list_group_options(group)

@@ -151,7 +151,7 @@ class ParallelConfig(Frozen):
     """Parallel layout; dp is derived as num_gpus / (tp * pp * cp)."""
 
     name: str = setting("???", IDENTIFIER)
-    """Layout id, e.g. kimi_k2_gb300_256 or single."""
+    """Layout id, e.g. kimi_k2_gb300_256 (the group option kimi_k2/gb300_256) or single."""
     num_gpus: int = setting(1, Integer(1, 32768))
     """World size (GPUs, or processes on the local engine)."""
     tp: int = setting(1, PARALLEL, bridge="model.tensor_model_parallel_size", preset="every")
