@@ -11,7 +11,6 @@ from launch.jobs import job_env
 from optbench.catalog.hardware import gpu_spec
 from optbench.engine.bridge.adapter import bridge_setup, override_items
 from optbench.releases.presets import (
-    recipe_departures,
     find_preset,
     layout_from_string,
     load,
@@ -64,7 +63,7 @@ def test_cluster_recipes_reproduce_nvidias_preset_with_no_undocumented_departure
     run = compose_run(recipe, [ON_0_3_1])
     assert run.intent == "reproduce"
     preset = bridge_setup(resolve(run).run).preset
-    assert {d["field"] for d in preset["departures"]} == set(recipe_departures().get(recipe, {}))
+    assert {d["field"] for d in preset["departures"]} == set(run.preset_departures)
     assert all(d.get("reason") for d in preset["departures"])
     assert preset["adapted_from_adam"] == (recipe in ("qwen3_30b_a3b_muon", "deepseek_v3_muon"))
 

@@ -35,7 +35,6 @@ def _clear_caches() -> None:
         versions.containers,
         versions.fields,
         presets.load,
-        presets._recipe_reasons,
     ):
         cached.cache_clear()
 
@@ -64,7 +63,6 @@ def _read_every_file() -> None:
     nccl_all_to_all.measurements(), hybridep_all_to_all.measurements()
     (
         versions.containers(),
-        presets.recipe_departures(),
         versions.fields(versions.runnable()[0].bridge),
         presets.load(versions.runnable()[0].bridge),
     )

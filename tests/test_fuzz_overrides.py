@@ -159,7 +159,7 @@ GROUP_OVERRIDES = st.one_of(
             "data=indexed",
             "data=mock",
             "logger=none",
-            "model=kimi_k2_tiny",
+            "model=kimi_k2/tiny",
             "train=tiny",
             "parallel=kimi_k2/gb300_256",
         ]

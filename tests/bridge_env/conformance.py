@@ -233,7 +233,7 @@ def check_case(recipe: str, intent: str, results: Path, container: str, extra: t
         for d in differences:
             d["reason"] = (
                 presets.OURS.get(d["field"])
-                or presets.departure_reasons(recipe).get(d["field"])
+                or presets.departure_reasons(run).get(d["field"])
                 or presets.derived_reason(d["field"], intent, report["adapted_from_adam"])
             )
         report["differences"] = differences

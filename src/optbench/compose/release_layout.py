@@ -89,7 +89,7 @@ def layout_values(run: RunConfig, user_overrides: Sequence[str]) -> dict[str, An
     typed = set(typed_keys(user_overrides))
     groups = typed & set(CONFIG_GROUPS)
     supplied = preset_fields(run.intent)
-    kept = {supplied.get(key) for key in presets.departure_reasons(run.recipe)}
+    kept = {supplied.get(key) for key in presets.departure_reasons(run)}
     out = {}
     # The preset's sequence parallelism goes with its TP: on a TP the user set to 1, Megatron refuses it.
     follows_tp = "parallel.tp" in typed and run.parallel.tp == 1

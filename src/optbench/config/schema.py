@@ -282,6 +282,10 @@ class LoggerConfig(Frozen):
     """Ask Megatron Bridge to log throughput per iteration."""
 
 
+PRESET_FIELD = r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+"
+PRESET_FIELD_HINT = "a dotted field of Megatron Bridge's ConfigContainer, such as train.micro_batch_size"
+
+
 @dataclass
 class RunConfig(Frozen):
     """A recipe composed with its groups and overrides."""
@@ -290,6 +294,15 @@ class RunConfig(Frozen):
     """Recipe name (file under recipes/)."""
     description: str = setting("", Text())
     """What the recipe reproduces."""
+    preset_departures: Dict[str, str] = setting(
+        dict, Table(Text(MAX_TEXT, min_len=1), 16, PRESET_FIELD, PRESET_FIELD_HINT), readers=BRIDGE
+    )
+    """Fields of NVIDIA's preset this recipe departs from on purpose -> why, a block of the recipe (plan.json's preset
+    section gives the reason beside each; the conformance test allows exactly these)."""
+    preset_kept: Dict[str, str] = setting(
+        dict, Table(Text(MAX_TEXT, min_len=1), 16, PRESET_FIELD, PRESET_FIELD_HINT), readers=BRIDGE
+    )
+    """Fields this recipe keeps when a later release's NVIDIA preset changes them -> why."""
     compare_with: Optional[str] = setting(None, IDENTIFIER)
     """The AdamW recipe a matrix-optimizer run is compared with: its plan's AdamW twin is that recipe with the run's
     overrides but the ``optimizer.*`` ones (a recipe names its comparison; nothing is guessed from names). null: the

@@ -30,7 +30,7 @@ from typing import Any, Optional
 from optbench.releases import versions
 from optbench.config.optimizers import REGISTRY
 from optbench.config.schema import RunConfig
-from optbench.common.data_files import TEXT, Column, read_json, read_table
+from optbench.common.data_files import read_json
 from optbench.common.errors import Problem, UserError
 
 RELEASE = "0.3.1"
@@ -68,32 +68,10 @@ OURS = {
 The conformance test allows differences from NVIDIA's effective config in these fields only."""
 
 
-@lru_cache(maxsize=1)
-def _recipe_reasons() -> dict[str, dict[str, dict[str, str]]]:
-    """data/recipe_departures.csv as kind -> recipe -> field -> reason (read when first asked: a damaged file is then
-    a one-line refusal of the command, not a failure to import)."""
-    columns = {"recipe": TEXT, "field": TEXT, "kind": Column(choices=("departs", "keeps")), "reason": TEXT}
-    table: dict[str, dict[str, dict[str, str]]] = {"departs": {}, "keeps": {}}
-    for row in read_table("recipe_departures.csv", columns):
-        table[row["kind"]].setdefault(row["recipe"], {})[row["field"]] = row["reason"]
-    return table
-
-
-def recipe_departures() -> dict[str, dict[str, str]]:
-    """Departures a recipe makes on purpose from the preset it reproduces, with the reason (recipe -> field -> reason;
-    data/recipe_departures.csv, kind ``departs``)."""
-    return _recipe_reasons()["departs"]
-
-
-def release_layout_kept() -> dict[str, dict[str, str]]:
-    """Fields a recipe keeps when a later release's preset changes them (release_layout), with the reason
-    (data/recipe_departures.csv, kind ``keeps``)."""
-    return _recipe_reasons()["keeps"]
-
-
-def departure_reasons(recipe: str) -> dict[str, str]:
-    """Every field the recipe departs from NVIDIA's preset on purpose -> why."""
-    return {**recipe_departures().get(recipe, {}), **release_layout_kept().get(recipe, {})}
+def departure_reasons(run: RunConfig) -> dict[str, str]:
+    """Every field the run's recipe departs from NVIDIA's preset on purpose -> why: the recipe's ``preset_departures``
+    and ``preset_kept`` blocks (the fields a later release's preset changes and the recipe keeps)."""
+    return {**run.preset_departures, **run.preset_kept}
 
 
 TRAIN_SETTINGS: dict[str, Any] = {

@@ -248,7 +248,7 @@ def preset_summary(
     if preset is None:
         return None
     departures = presets.departures(ours, preset)
-    reasons = presets.departure_reasons(run.recipe)
+    reasons = presets.departure_reasons(run)
     for d in departures:
         reason = (
             reasons.get(d["field"])
