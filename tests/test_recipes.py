@@ -13,6 +13,7 @@ import pytest
 from optbench.catalog.hardware import gpu_catalog
 from optbench.releases import presets, versions
 
+from optbench.common.errors import UserError
 from optbench.compose.recipe import compose_run, list_group_options, list_recipes
 from optbench.config.layout import derive_layout
 from optbench.plan import build_plan
@@ -289,3 +290,22 @@ def test_make_recipes_gives_each_recipe_its_description(capsys):
         == "Kimi K2 + Muon (layer-wise), 256 GB300, MXFP8 - NVIDIA blog Table 1 / Bridge perf preset"
     )
     assert all(len(line.split(None, 1)) == 2 for line in lines)  # every committed recipe has a description
+
+
+@pytest.mark.parametrize(
+    ("typed", "said"),
+    [
+        ("parallel=../model/kimi_k2", "parallel: no option '../model/kimi_k2'"),
+        ("parallel=kimi_k2_gb300_256", "parallel: no option 'kimi_k2_gb300_256' (did you mean kimi_k2/gb300_256?)"),
+        ("model=kimi_k2/tiny/x", "model: no option 'kimi_k2/tiny/x'"),
+    ],
+)
+def test_a_group_choice_is_one_of_its_options(typed: str, said: str) -> None:
+    """A model's options sit in its folder of the group (kimi_k2/gb300_256); a value that is none of the group's
+    options, a path out of the group's folder included, is refused in one line before Hydra reads any file."""
+    with pytest.raises(UserError) as refused:
+        compose_run("kimi_k2_muon", [typed])
+    [line] = refused.value.report()
+    assert line.startswith(f"error: {said}"), line
+    run = compose_run("kimi_k2_muon", ["parallel=kimi_k2/gb300_256"])
+    assert run.parallel.name == "kimi_k2_gb300_256"

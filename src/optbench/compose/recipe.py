@@ -197,9 +197,27 @@ def _first_failing(overrides: Sequence[str], attempt, failures: tuple) -> str:
     return overrides[high - 1]
 
 
+def _group_choices(overrides: Sequence[str], sweeping: bool) -> list[Problem]:
+    """A group typed with a value that is none of its options (a path such as ``../model/kimi_k2`` included, which
+    Hydra would read from another group's folder)."""
+    problems = []
+    for override in overrides:
+        group, sep, value = override.partition("=")
+        if not sep or group not in typed.CONFIG_GROUPS or "(" in value:  # choice(...), glob(...): Hydra's grammar
+            continue
+        options = list_group_options(group)
+        for option in value.split(",") if sweeping else [value]:
+            if option not in options:
+                hint = closest(option, options)
+                problems.append(Problem(group, f"no option '{option}'{hint}; available: {', '.join(options)}"))
+    return problems
+
+
 def check_typed_overrides(overrides: Sequence[str], sweeping: bool = False) -> None:
-    """Refuse overrides that are too many or too long, or that Hydra would read past the schema (config.overrides)."""
-    for check in (typed.check_text, lambda o: typed.check_syntax(o, sweeping)):
+    """Refuse overrides that are too many or too long, that Hydra would read past the schema (config.overrides), or
+    that choose what is not an option of a group."""
+    checks = (typed.check_text, lambda o: typed.check_syntax(o, sweeping), lambda o: _group_choices(o, sweeping))
+    for check in checks:
         problems = list(check(overrides))
         if problems:
             raise UserError(problems)
