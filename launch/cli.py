@@ -1,4 +1,5 @@
-"""``python -m launch <command> <recipe> [overrides...]``: the one entry point behind every make target.
+"""``python -m optbench <command> <recipe> [overrides...]`` for plan, pretrain, sweep, search and recipes (``python -m
+launch`` runs the same): the launcher's commands behind their make targets.
 
 Commands:
   recipes                      list the recipes
@@ -120,14 +121,14 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         print(
-            f"error: arguments: {message}; `python -m launch --help` (or `make help`) lists the commands",
+            f"error: arguments: {message}; `python -m optbench --help` (or `make help`) lists the commands",
             file=sys.stderr,
         )
         raise SystemExit(EXIT_USER_ERROR)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m launch", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="python -m optbench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("recipes", help="list the recipes").set_defaults(func=cmd_recipes)
     for name, func, text in (
@@ -189,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.recipe = recipe_from_make()
         args.overrides = [*overrides_from_make(), *args.overrides]
     if hasattr(args, "recipe") and not args.recipe:
-        print("error: RECIPE: name a recipe; `python -m launch recipes` lists them", file=sys.stderr)
+        print("error: RECIPE: name a recipe; `python -m optbench recipes` lists them", file=sys.stderr)
         return 2
     if hasattr(args, "recipe"):
         os.environ.setdefault(COMMAND_ENV, typed_command(args.command, args.recipe, args.overrides, args.from_make))

@@ -41,7 +41,7 @@ over 4,300 digits, so Hydra's grammar would stop with a traceback)."""
 CONFIG_GROUPS = ("model", "parallel", "optimizer", "precision", "cluster", "train", "data", "logger")
 
 PRESET_LABELS = {
-    "recipe": "the recipe is chosen with RECIPE=<name> (make) or the first argument (python -m launch)",
+    "recipe": "the recipe is chosen with RECIPE=<name> (make) or the first argument (python -m optbench plan <recipe>)",
     "model.proxy_of": "it labels the model family a proxy stands for; choose the model with model=<option>",
     **{
         f"{group}.name": f"it names the {group} preset; choose another with {group}=<option>" for group in CONFIG_GROUPS
