@@ -80,3 +80,20 @@ def test_make_projection_writes_results_only_and_the_readme_block_is_the_committ
     for name in ("README.md", "docs/projection.md"):
         text = (REPO / name).read_text(encoding="utf-8")
         assert with_block(text, data) == text, f"{name}: run make docs-projection and commit it with validation.json"
+
+
+def test_the_search_ranks_the_readme_quotes_are_make_search_ranks_output() -> None:
+    """'NVIDIA's own layout is in its top 5 for N of M published rows, but for none of <model>'s K' is what the
+    committed results/projection/search_ranks.json (make search-ranks) holds."""
+    import json
+
+    data = json.loads((REPO / "results" / "projection" / "search_ranks.json").read_text(encoding="utf-8"))
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    rows = data["rows"]
+    assert f"in its top {data['top']} for {data['in_top']} of {len(rows)} published rows" in readme
+    quoted = re.findall(r"(Llama 3 70B|Qwen3 235B-A22B)'s (\d+)", readme)
+    assert len(quoted) == 2, quoted
+    for model, count in quoted:
+        key = {"Llama 3 70B": "llama3_70b", "Qwen3 235B-A22B": "qwen3_235b_a22b"}[model]
+        mine = [r for r in rows if r["row"].split()[2] == key]
+        assert len(mine) == int(count) and not any(r["rank"] is not None and r["rank"] <= data["top"] for r in mine)
