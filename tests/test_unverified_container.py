@@ -21,6 +21,10 @@ def test_the_default_container_is_the_newest_checked_one_and_defined_once():
     from conftest import REPO
 
     assert DEFAULT_CONTAINER == versions.runnable()[0].name
+    from optbench.engine.bridge.cpu_check.environments import NEXT, targets
+
+    unseen = targets()[-1]  # the CI's stand-in for an unseen release checks the newest checked container's plan
+    assert unseen.name == NEXT["name"] and unseen.container == DEFAULT_CONTAINER
     assert compose_run("kimi_k2_muon", []).cluster.container == DEFAULT_CONTAINER
     written = [p.name for p in (REPO / "conf" / "cluster").glob("*.yaml") if "\ncontainer:" in p.read_text()]
     assert written == [], f"conf/cluster/{written} write cluster.container again: leave it to DEFAULT_CONTAINER"

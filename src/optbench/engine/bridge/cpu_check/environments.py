@@ -123,7 +123,8 @@ def targets() -> list[Target]:
         for c in data["containers"]
         if c["runnable"]
     ]
-    return [*reversed(found), Target(NEXT["name"], found[-1].container, NEXT["bridge"], NEXT["core"])]
+    newest = max(found, key=lambda t: tuple(int(part) for part in t.name.removeprefix("nemo:").split(".")))
+    return [*reversed(found), Target(NEXT["name"], newest.container, NEXT["bridge"], NEXT["core"])]
 
 
 def _pip(python: Path, *args: str) -> None:
