@@ -87,7 +87,7 @@ lint: ## The formatter's check and the linter (ruff, [tool.ruff] in pyproject.to
 test: lint ## Run the test suite (no GPU, no cluster, no network; one worker per core, at most 4)
 	$(PY) -m pytest -n auto --maxprocesses=4 --dist loadgroup
 
-test-fast: lint ## The inner loop: every test not marked slow (about 2 min on 2 idle cores; `make test` runs them all, about 11 min)
+test-fast: lint ## The inner loop: every test not marked slow (about 2 min on 2 idle cores; `make test` runs them all, about 14 min)
 	$(PY) -m pytest -n auto --maxprocesses=4 --dist loadgroup -m "not slow"
 
 recipes: ## List the recipes
