@@ -16,11 +16,14 @@ nothing depends on the clock or the folder):
 The code is the checkout the tool lives in (its ``src/`` first on the path), so a snapshot of another
 commit is taken from a worktree of it: ``git worktree add /tmp/base <rev>`` and run its copy of this tool.
 The work folder is fixed (``/tmp/optbench-snapshot-work``, created and marked by this tool) because
-rendered jobs name absolute paths; a folder there without the marker is refused.
+rendered jobs name absolute paths; a folder there without the marker is refused, and so is a second snapshot while
+one runs (it would write into the first's work folder).
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
@@ -62,6 +65,20 @@ def refuse(message: str) -> None:
     """One line on stderr and exit code 2, as every optbench command refuses a bad input."""
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def hold_work() -> int:
+    """One snapshot at a time: an exclusive lock on ``<work>.lock`` (created by this tool), held until the process
+    ends."""
+    lock = WORK.with_name(WORK.name + ".lock")
+    handle = os.open(lock, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            refuse(f"work folder: another snapshot is writing {WORK}; wait for it to end")
+        raise
+    return handle
 
 
 def fresh_work() -> Path:
@@ -165,6 +182,7 @@ def main() -> int:
     out = Path(sys.argv[1]).resolve()
     if out.exists():
         refuse(f"folder: {out} exists; name a new folder")
+    hold_work()
     fresh_work()
     out.mkdir(parents=True)
     plans(out)
