@@ -18,10 +18,11 @@ from __future__ import annotations
 from optbench.accounting.ns_flops import dp_group_work, pingpong_by_numel, rank_ns_flops
 from optbench.compose.recipe import compose_run
 from optbench.config.layout import derive_layout
+from optbench.config.schema import RunConfig
 from optbench.accounting.assignment import cost_aware_owners, max_load_lower_bound
 
 RECIPES = ("kimi_k2_muon", "qwen3_30b_a3b_muon")
-"""Model -> recipe whose (published GB300) layout is measured."""
+"""Recipes whose (published GB300) layouts are measured, each keyed by its model's name."""
 
 
 def _dealt_loads(groups, world: int, owners_fn) -> list[float]:
@@ -35,9 +36,8 @@ def _dealt_loads(groups, world: int, owners_fn) -> list[float]:
     return loads
 
 
-def imbalance(recipe: str) -> dict:
-    """Max/mean NS FLOPs over ranks for ping-pong, cost-aware and the lower bound, at ``recipe``'s layout."""
-    run = compose_run(recipe, [])
+def imbalance(run: RunConfig) -> dict:
+    """Max/mean NS FLOPs over ranks for ping-pong, cost-aware and the lower bound, at the run's layout."""
     layout = derive_layout(run)
     world = run.parallel.num_gpus
     groups = dp_group_work(run)
@@ -61,7 +61,7 @@ def imbalance(recipe: str) -> dict:
     }
     dealt_mean = sum(dealt["pingpong"]) / world
     return {
-        "recipe": recipe,
+        "recipe": run.recipe,
         "layout": {
             "gpus": world,
             "tp": layout.tp,
@@ -90,4 +90,5 @@ def imbalance(recipe: str) -> dict:
 
 def imbalance_section() -> dict:
     """Every recipe in :data:`RECIPES`, keyed by its model's name."""
-    return {compose_run(recipe, []).model.name: imbalance(recipe) for recipe in RECIPES}
+    runs = [compose_run(recipe, []) for recipe in RECIPES]
+    return {run.model.name: imbalance(run) for run in runs}
