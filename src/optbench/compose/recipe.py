@@ -89,11 +89,7 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> UserErro
         return UserError(Problem(key, f"cannot take this value: {_innermost_text(err)}"))
     missing = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
     if missing:
-        group, option = missing.groups()
-        options = list_group_options(group)
-        return UserError(
-            Problem(group, f"no option '{option}'{closest(option, options)}; available: {', '.join(options)}")
-        )
+        return UserError(_no_option(*missing.groups()))
     ambiguous = re.search(r"Ambiguous value for argument '([^']+)'", text)
     if ambiguous:
         return UserError(
@@ -206,11 +202,14 @@ def _group_choices(overrides: Sequence[str], sweeping: bool) -> list[Problem]:
         if not sep or group not in typed.CONFIG_GROUPS or "(" in value:  # choice(...), glob(...): Hydra's grammar
             continue
         options = list_group_options(group)
-        for option in value.split(",") if sweeping else [value]:
-            if option not in options:
-                hint = closest(option, options)
-                problems.append(Problem(group, f"no option '{option}'{hint}; available: {', '.join(options)}"))
+        problems += [_no_option(group, o) for o in (value.split(",") if sweeping else [value]) if o not in options]
     return problems
+
+
+def _no_option(group: str, option: str) -> Problem:
+    """'<group>: no option '<option>' (did you mean ...?); available: ...', Hydra's refusal and ours alike."""
+    options = list_group_options(group)
+    return Problem(group, f"no option '{option}'{closest(option, options)}; available: {', '.join(options)}")
 
 
 def check_typed_overrides(overrides: Sequence[str], sweeping: bool = False) -> None:

@@ -12,8 +12,8 @@ This module reads those declarations back and gives the rest of the code what it
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping
-from dataclasses import MISSING, fields, is_dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import MISSING, Field, fields, is_dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Optional
 
@@ -27,38 +27,24 @@ NS_PRECISION_ON_GPU = "medium"
 """optimizer.muon.fp32_matmul_prec=auto on a GPU: bf16 Newton-Schulz products, Bridge's default."""
 
 
-def _walk(node: type, prefix: str = "") -> dict[str, FieldSpec]:
-    table: dict[str, FieldSpec] = {}
+def _leaves(node: type, prefix: str = "") -> Iterator[tuple[str, Field]]:
+    """(dotted name, dataclass field) of every leaf field of a schema section, in the schema's order."""
     hints = typing.get_type_hints(node)
     for f in fields(node):
         candidates = typing.get_args(hints[f.name]) or (hints[f.name],)
         nested = next((c for c in candidates if is_dataclass(c)), None)
-        name = f"{prefix}{f.name}"
         if nested is not None:
-            table.update(_walk(nested, f"{name}."))
+            yield from _leaves(nested, f"{prefix}{f.name}.")
         else:
-            table[name] = f.metadata["spec"]
-    return table
+            yield f"{prefix}{f.name}", f
 
 
-TABLE: dict[str, FieldSpec] = _walk(RunConfig)
+_LEAVES = list(_leaves(RunConfig))
+
+TABLE: dict[str, FieldSpec] = {name: f.metadata["spec"] for name, f in _LEAVES}
 """Every leaf field (dotted) -> its spec, in the schema's order."""
 
-
-def _defaults(node: type, prefix: str = "") -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    hints = typing.get_type_hints(node)
-    for f in fields(node):
-        candidates = typing.get_args(hints[f.name]) or (hints[f.name],)
-        nested = next((c for c in candidates if is_dataclass(c)), None)
-        if nested is not None:
-            found.update(_defaults(nested, f"{prefix}{f.name}."))
-        elif f.default is not MISSING:
-            found[f"{prefix}{f.name}"] = f.default
-    return found
-
-
-DEFAULTS: Mapping[str, Any] = MappingProxyType(_defaults(RunConfig))
+DEFAULTS: Mapping[str, Any] = MappingProxyType({name: f.default for name, f in _LEAVES if f.default is not MISSING})
 """Every leaf field with a plain default (dotted) -> that default, as the schema declares it."""
 
 

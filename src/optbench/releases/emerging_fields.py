@@ -80,12 +80,13 @@ def own_problems(run: RunConfig, container: versions.Container) -> Iterable[Prob
     for key in lacking:
         value, default = value_at(run, key)[1], DEFAULTS[key]
         if value != default:
-            name = bridge_name(key).partition(".")[2]
+            field = bridge_name(key)
+            name = field.partition(".")[2]
             yield Problem(
                 key,
                 f"{container.label()} has no {name}: its Megatron Core runs {key.rpartition('.')[2]}={default} "
                 f"only; {name} arrives with "
-                + _first(lambda c, n=bridge_name(key): versions.has_field(c, n))
+                + _first(lambda c, n=field: versions.has_field(c, n))
                 + f", or set {key}={default}",
                 ("cluster.container",),
             )
