@@ -16,6 +16,26 @@ blog's jobs): they name that container, since the default is the newest proven o
 included, is checked against its own real Bridge in test_bridge_conformance."""
 
 
+MICRO_KIMI = [
+    "model.num_layers=2",
+    "model.hidden_size=64",
+    "model.ffn_hidden_size=128",
+    "model.num_moe_experts=4",
+    "model.moe_ffn_hidden_size=32",
+    "model.moe_shared_expert_intermediate_size=32",
+    "model.moe_router_topk=2",
+    "model.q_lora_rank=32",
+    "model.kv_lora_rank=16",
+    "model.qk_head_dim=16",
+    "model.qk_pos_emb_head_dim=8",
+    "model.v_head_dim=16",
+]
+"""The Kimi K2 proxy shrunk to 2 layers of 4 experts: a local-engine step in well under a second (tests add their
+vocabulary and batch)."""
+MICRO_VOCAB = ["model.vocab_size=256", "data.vocab_size=128"]
+"""A vocabulary for MICRO_KIMI on the synthetic stream."""
+
+
 SLOW_MODULE = "pytestmark = pytest.mark.slow"
 """How a test module marks every test in it slow (the line starts with this)."""
 

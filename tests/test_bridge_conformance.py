@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge_env.conformance_recipes import RECIPES
 from optbench.releases import versions
 from optbench.releases.presets import LAYER_WISE_MUON, OURS
 
@@ -34,17 +35,6 @@ pytestmark = (
 )  # runs the real Megatron Bridge of every container in its own environment; `make test-fast` skips it
 pytestmark = [pytestmark, pytest.mark.timeout(REPORT_TIMEOUT_S + 120)]
 
-RECIPES = (
-    "kimi_k2_muon",
-    "kimi_k2_adamw",
-    "qwen3_30b_a3b_muon",
-    "qwen3_30b_a3b_adamw",
-    "deepseek_v3_muon",
-    "deepseek_v3_adamw",
-    "qwen3_235b_a22b_adamw",
-    "llama31_405b_adamw",
-    "llama3_70b_adamw",
-)
 TARGETS = targets()
 _reports: dict[str, dict] = {}
 

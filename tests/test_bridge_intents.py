@@ -20,15 +20,8 @@ from optbench.releases.presets import (
 from optbench.compose.recipe import compose_run
 from optbench.validate import validate
 from optbench.resolve import resolve
+from bridge_env.conformance_recipes import CLUSTER_RECIPES
 
-CLUSTER_RECIPES = (
-    "kimi_k2_muon",
-    "kimi_k2_adamw",
-    "qwen3_30b_a3b_muon",
-    "qwen3_30b_a3b_adamw",
-    "deepseek_v3_muon",
-    "deepseek_v3_adamw",
-)
 PRESET_SETTINGS = {
     "model.moe_router_force_load_balancing": True,
     "model.moe_router_fusion": True,

@@ -15,17 +15,10 @@ from optbench.engine.bridge.adapter import bridge_setup, override_items
 from optbench.compose.recipe import compose_run
 from optbench.common.errors import UserError
 from optbench.resolve import resolve
+from bridge_env.conformance_recipes import CLUSTER_RECIPES
 
 pytestmark = pytest.mark.slow  # checks every container's Bridge fields; `make test-fast` skips it
 
-CLUSTER_RECIPES = (
-    "kimi_k2_muon",
-    "kimi_k2_adamw",
-    "qwen3_30b_a3b_muon",
-    "qwen3_30b_a3b_adamw",
-    "deepseek_v3_muon",
-    "deepseek_v3_adamw",
-)
 CONTAINERS = [c.name for c in versions.runnable()]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import MICRO_KIMI, MICRO_VOCAB
 from optbench.compose.recipe import compose_run
 from optbench.engine.local import launch_local
 from optbench.engine.local.checkpoint import LATEST, checkpoint_dir
@@ -25,22 +26,6 @@ from optbench.runs import load_resolved_config, run_dir, save_resolved_config
 pytestmark = pytest.mark.slow  # trains the local engine end to end; `make test-fast` skips it
 
 REPO = Path(__file__).resolve().parents[1]
-MICRO_KIMI = [
-    "model.num_layers=2",
-    "model.hidden_size=64",
-    "model.ffn_hidden_size=128",
-    "model.num_moe_experts=4",
-    "model.moe_ffn_hidden_size=32",
-    "model.moe_shared_expert_intermediate_size=32",
-    "model.moe_router_topk=2",
-    "model.q_lora_rank=32",
-    "model.kv_lora_rank=16",
-    "model.qk_head_dim=16",
-    "model.qk_pos_emb_head_dim=8",
-    "model.v_head_dim=16",
-    "model.vocab_size=256",
-    "data.vocab_size=128",
-]
 MICRO_TRAIN = ["train.gbs=8", "train.mbs=2", "train.seq_length=32", "train.iters=4", "train.warmup_iters=1"]
 
 
@@ -59,7 +44,9 @@ def one_thread_per_process(monkeypatch):
 
 
 def _run(results: Path, recipe: str, *overrides: str, logger: str = "none"):
-    return compose_run(recipe, [*MICRO_KIMI, *MICRO_TRAIN, f"results_dir={results}", f"logger={logger}", *overrides])
+    return compose_run(
+        recipe, [*MICRO_KIMI, *MICRO_VOCAB, *MICRO_TRAIN, f"results_dir={results}", f"logger={logger}", *overrides]
+    )
 
 
 def _losses(directory: Path) -> list[float]:

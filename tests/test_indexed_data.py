@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import MICRO_KIMI
 from optbench.compose.recipe import compose_run
 from optbench.config.data_path import split_ranges, split_weights
 from optbench.config.schema import DataConfig, TrainConfig
@@ -208,18 +209,7 @@ def _run_cli(argv: list[str]) -> tuple[int, str, str]:
 
 
 MICRO = [
-    "model.num_layers=2",
-    "model.hidden_size=64",
-    "model.ffn_hidden_size=128",
-    "model.num_moe_experts=4",
-    "model.moe_ffn_hidden_size=32",
-    "model.moe_shared_expert_intermediate_size=32",
-    "model.moe_router_topk=2",
-    "model.q_lora_rank=32",
-    "model.kv_lora_rank=16",
-    "model.qk_head_dim=16",
-    "model.qk_pos_emb_head_dim=8",
-    "model.v_head_dim=16",
+    *MICRO_KIMI,
     "train.gbs=4",
     "train.mbs=2",
     "train.seq_length=32",

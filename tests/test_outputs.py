@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, published_subset
+from conftest import MICRO_KIMI, MICRO_VOCAB, REPO, published_subset
 
 from optbench.engine.local.threads import (
     CpuSample,
@@ -262,20 +262,8 @@ def _can_make_read_only(tmp_path: Path) -> bool:
 
 
 MICRO = [
-    "model.num_layers=2",
-    "model.hidden_size=64",
-    "model.ffn_hidden_size=128",
-    "model.num_moe_experts=4",
-    "model.moe_ffn_hidden_size=32",
-    "model.moe_shared_expert_intermediate_size=32",
-    "model.moe_router_topk=2",
-    "model.q_lora_rank=32",
-    "model.kv_lora_rank=16",
-    "model.qk_head_dim=16",
-    "model.qk_pos_emb_head_dim=8",
-    "model.v_head_dim=16",
-    "model.vocab_size=256",
-    "data.vocab_size=128",
+    *MICRO_KIMI,
+    *MICRO_VOCAB,
     "train.gbs=8",
     "train.mbs=2",
     "train.seq_length=32",

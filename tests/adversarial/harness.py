@@ -30,6 +30,7 @@ from typing import Any
 
 from adversarial.places import Places, write
 from adversarial.setups import apply_setups
+from conftest import MICRO_KIMI, MICRO_VOCAB
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).with_name("corpus.txt")
@@ -42,20 +43,8 @@ SECRETS = {
 """Each must stay out of every output and file in any letter case (a typed word may be lower-cased before it is
 printed: issue 78 item 2); GITHUB_TOKEN is the mixed-case one, ``{mixedsecret}`` in the corpus."""
 MICRO = [
-    "model.num_layers=2",
-    "model.hidden_size=64",
-    "model.ffn_hidden_size=128",
-    "model.num_moe_experts=4",
-    "model.moe_ffn_hidden_size=32",
-    "model.moe_shared_expert_intermediate_size=32",
-    "model.moe_router_topk=2",
-    "model.q_lora_rank=32",
-    "model.kv_lora_rank=16",
-    "model.qk_head_dim=16",
-    "model.qk_pos_emb_head_dim=8",
-    "model.v_head_dim=16",
-    "model.vocab_size=256",
-    "data.vocab_size=128",
+    *MICRO_KIMI,
+    *MICRO_VOCAB,
     "train.gbs=8",
     "train.mbs=2",
     "train.seq_length=32",

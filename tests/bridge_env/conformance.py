@@ -46,18 +46,8 @@ sys.path.insert(0, str(ROOT / "tools"))  # nvidia_presets.flat_config: the same 
 from optbench.engine.bridge.cpu_check import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
 from optbench.engine.bridge.readback import comparable, lookup, read_back  # noqa: E402
 from optbench.engine.bridge.cpu_check.runtime import update_at  # noqa: E402
+from conformance_recipes import RECIPES  # noqa: E402  (beside this script, which runs by path)
 
-RECIPES = (
-    "kimi_k2_muon",
-    "kimi_k2_adamw",
-    "qwen3_30b_a3b_muon",
-    "qwen3_30b_a3b_adamw",
-    "deepseek_v3_muon",
-    "deepseek_v3_adamw",
-    "qwen3_235b_a22b_adamw",
-    "llama31_405b_adamw",
-    "llama3_70b_adamw",
-)
 INTENTS = ("reproduce", "train")
 OPTIMIZER_IDENTITY = ("optimizer.optimizer", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer")
 """What makes a run Adam or Muon after Bridge's runtime update (Bridge 0.6's Kimi recipe is Muon unless overridden)."""
