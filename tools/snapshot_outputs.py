@@ -71,7 +71,10 @@ def hold_work() -> int:
     """One snapshot at a time: an exclusive lock on ``<work>.lock`` (created by this tool), held until the process
     ends."""
     lock = WORK.with_name(WORK.name + ".lock")
-    handle = os.open(lock, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o644)
+    try:
+        handle = os.open(lock, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o644)
+    except OSError as err:  # a link or a folder there: not ours to follow or replace
+        refuse(f"work folder: {lock} cannot be locked ({err.strerror}); move it away")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:
