@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_engine_runs import MICRO_KIMI, MICRO_TRAIN, micro_train
+from test_engine_runs import MICRO_TRAIN, micro_train
 from test_launch_slurm import launch
 
-from conftest import REPO, marked_results, published_subset, run_make
+from conftest import MICRO_KIMI, MICRO_VOCAB, REPO, marked_results, published_subset, run_make
 from optbench.compose.recipe import compose_run
 from optbench.config.schema import RunConfig
 from optbench.engine.local import launch_local
@@ -78,7 +78,7 @@ def test_no_secret_reaches_any_file_of_a_dry_run_a_sweep_a_local_run_or_a_table(
         ["plan", "kimi_k2_muon"],
         ["pretrain", "kimi_k2_muon", "dryrun=true", "+cluster.env.EXTRA=1"],
         ["sweep", "qwen3_30b_a3b_muon", "parallel.ep=4,8", "dryrun=true"],
-        ["pretrain", "kimi_k2_tiny_muon", *MICRO_KIMI, *micro_train(iters=2), "logger=wandb_offline"],
+        ["pretrain", "kimi_k2_tiny_muon", *MICRO_KIMI, *MICRO_VOCAB, *micro_train(iters=2), "logger=wandb_offline"],
     ):
         code, out, err = launch(capsys, *args, f"results_dir={results}")
         assert code == 0, err
@@ -121,7 +121,15 @@ def _micro(results: Path, *overrides: str) -> RunConfig:
     # follows the same learning rates as an uninterrupted one.
     return compose_run(
         "kimi_k2_tiny_muon",
-        [*MICRO_KIMI, *MICRO_TRAIN, "train.lr_decay_iters=6", f"results_dir={results}", "logger=none", *overrides],
+        [
+            *MICRO_KIMI,
+            *MICRO_VOCAB,
+            *MICRO_TRAIN,
+            "train.lr_decay_iters=6",
+            f"results_dir={results}",
+            "logger=none",
+            *overrides,
+        ],
     )
 
 
@@ -200,6 +208,7 @@ def test_a_corrupt_checkpoint_is_named_in_one_line_and_the_last_complete_one_off
         "pretrain",
         "kimi_k2_tiny_muon",
         *MICRO_KIMI,
+        *MICRO_VOCAB,
         *micro_train(iters=6),
         "train.lr_decay_iters=6",
         "logger=none",
@@ -250,6 +259,7 @@ def test_two_runs_with_one_run_id_cannot_write_at_once(tmp_path, capsys):
             "pretrain",
             "kimi_k2_tiny_muon",
             *MICRO_KIMI,
+            *MICRO_VOCAB,
             *MICRO_TRAIN,
             "logger=none",
             "run_id=twice",
@@ -266,7 +276,14 @@ def test_a_diverging_run_ends_in_one_line(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(trainer.Trainer, "_forward_backward", lambda self, step: torch.tensor(float("nan")))
     code, _, err = launch(
-        capsys, "pretrain", "kimi_k2_tiny_muon", *MICRO_KIMI, *MICRO_TRAIN, "logger=none", f"results_dir={tmp_path}"
+        capsys,
+        "pretrain",
+        "kimi_k2_tiny_muon",
+        *MICRO_KIMI,
+        *MICRO_VOCAB,
+        *MICRO_TRAIN,
+        "logger=none",
+        f"results_dir={tmp_path}",
     )
     assert (
         code == 2

@@ -11,7 +11,8 @@ from optbench.engine.local.model import build_model
 from optbench.engine.local.qk_clip import MAX_LOGIT, _attentions, clip_qk, register_attention
 from optbench.metrics import read_metrics
 from optbench.resolve import resolve
-from test_engine_runs import MICRO_KIMI, MICRO_TRAIN
+from conftest import MICRO_KIMI, MICRO_VOCAB
+from test_engine_runs import MICRO_TRAIN
 
 
 def _logits(model, tokens) -> list[torch.Tensor]:
@@ -73,6 +74,7 @@ def test_a_run_with_qk_clip_records_and_bounds_the_logits(tmp_path, monkeypatch)
         "kimi_k2_tiny_muon",
         [
             *MICRO_KIMI,
+            *MICRO_VOCAB,
             *MICRO_TRAIN,
             f"results_dir={tmp_path}",
             "logger=none",
