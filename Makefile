@@ -16,7 +16,6 @@ CONTAINER_PYTHON ?= python
 PIP := $(PY) -m pip
 
 export OPTBENCH_MAKE_OVERRIDES := $(MAKEOVERRIDES)
-export OPTBENCH_MAKE_GOALS := $(MAKECMDGOALS)
 export OPTBENCH_RECIPE := $(RECIPE)
 # Make exports command-line variables whose names are shell names (the run's top-level fields), and to
 # export one it expands it: a value such as description='$${description}' would stop make ("Recursive
@@ -25,9 +24,9 @@ unexport recipe description compare_with engine intent run_id results_dir debug 
 OPTBENCH := $(PY) -m optbench
 # One command surface (python -m optbench --help): every target below that runs optbench is an alias of one command.
 
-# Report options are upper-case variables read only when typed on the make command line, so that an
-# unrelated MODEL or TARGET in your shell's environment is ignored.
-typed = $(if $(filter command line,$(origin $(1))),$($(1)))
+# A target's options are upper-case variables (CHECK=bridge, WARMUP=3): python -m optbench <command> --from-make reads
+# them from OPTBENCH_MAKE_OVERRIDES, which holds only what was typed on make's command line, so that an unrelated
+# MODEL or TARGET in your shell's environment is ignored.
 
 TARGETS := help setup setup-venv setup-submit bridge-env setup-container lint test test-fast recipes plan pretrain sweep bench bench-gpu gpu-smoke table projection docs-projection search search-ranks compare study data clean
 .PHONY: $(TARGETS)
@@ -93,8 +92,6 @@ test-fast: lint ## The inner loop: every test not marked slow (about 2 min on 2 
 recipes: ## List the recipes
 	@$(OPTBENCH) recipes
 
-plan pretrain sweep search: export OPTBENCH_CHECK = $(call typed,CHECK)
-plan pretrain: export OPTBENCH_PLAN_COMPARE = $(call typed,COMPARE)
 plan: ## Validate RECIPE with overrides and write results/plans/<recipe>/plan.json (CHECK=bridge: build it with its container's real Megatron Bridge on this CPU; COMPARE=soap,adaptive_muon: those optimizers projected beside a Muon run's AdamW twin)
 	@$(OPTBENCH) plan --from-make
 
@@ -115,27 +112,18 @@ gpu-smoke: ## On a GPU: the real Megatron Bridge + Core train the Qwen3 proxy (M
 	$(OPTBENCH) gpu-smoke $(SMOKE)
 
 #   make data [INPUT=<folder of .txt/.jsonl>] [OUT=data/<name>] [TOKENIZER=<tokenizer.json or folder>] [VOCAB=512]
-data: export OPTBENCH_DATA_INPUT = $(call typed,INPUT)
-data: export OPTBENCH_DATA_OUT = $(call typed,OUT)
-data: export OPTBENCH_DATA_TOKENIZER = $(call typed,TOKENIZER)
-data: export OPTBENCH_DATA_VOCAB = $(call typed,VOCAB)
 data: ## Build Megatron .bin/.idx datasets: the built-in pydocs corpus (CPython's docs), or INPUT=<folder of .txt/.jsonl>
 	@$(OPTBENCH) data --from-make
 
 #   make table [WARMUP=3] [LOGS="path/to/bridge.log ..."]
-table: export OPTBENCH_TABLE_WARMUP = $(call typed,WARMUP)
-table: export OPTBENCH_TABLE_LOGS = $(call typed,LOGS)
 table: ## Write results/throughput.{md,csv} + plots: published rows beside measured runs (WARMUP=3 LOGS=<bridge logs>)
 	@$(OPTBENCH) table --from-make
 
 #   make search RECIPE=kimi_k2_muon [FIX=ep,mbs]
-search: export OPTBENCH_SEARCH_FIX = $(call typed,FIX)
-search: export OPTBENCH_SEARCH_HBM = $(call typed,HBM)
 search: ## Every valid layout of RECIPE's model at its GPU count, projected and ranked (top 10, Muon vs AdamW gap, your layout's rank; FIX=ep,mbs holds those at the recipe's values; HBM=0.9 keeps layouts estimated at most 90 % of HBM; CHECK=bridge sends the ten best through the real Megatron Bridge)
 	@$(OPTBENCH) search --from-make
 
 #   make search-ranks [MODELS=qwen3_30b_a3b,kimi_k2]   (MODELS: search those again, keep the other rows)
-search-ranks: export OPTBENCH_SEARCH_MODELS = $(call typed,MODELS)
 search-ranks: ## Where NVIDIA's own layout ranks in `make search`, for every published row: results/projection/search_ranks.md
 	@$(OPTBENCH) search-ranks --from-make
 
@@ -146,20 +134,11 @@ docs-projection: ## Maintainers: make projection, then rewrite the summary block
 	@$(OPTBENCH) docs-projection --from-make
 
 #   make study [SIZE=cpu|gpu] [hydra overrides for every run, e.g. train.iters=300]
-study: export OPTBENCH_STUDY_SIZE = $(call typed,SIZE)
 study: ## Muon (2 scales), AdaMuon and SOAP vs AdamW, each lr swept, winners on held-out seeds, on real text: results/study.md (~4 h on 2 cores)
 	@$(OPTBENCH) study --from-make
 
 #   make compare [MODEL=kimi_k2_tiny] [SEEDS=3 | SEEDS=1,2,3] [TARGET=auto | TARGET=4.5] [ITERS=<steps>]
 #                [WINDOW=5] [MUON_RECIPE=<recipe> ADAMW_RECIPE=<recipe>] [REUSE=compare-<model>-<time>] [train.gbs=8 ...]
-compare: export OPTBENCH_COMPARE_MODEL = $(call typed,MODEL)
-compare: export OPTBENCH_COMPARE_SEEDS = $(call typed,SEEDS)
-compare: export OPTBENCH_COMPARE_TARGET = $(call typed,TARGET)
-compare: export OPTBENCH_COMPARE_ITERS = $(call typed,ITERS)
-compare: export OPTBENCH_COMPARE_WINDOW = $(call typed,WINDOW)
-compare: export OPTBENCH_COMPARE_MUON_RECIPE = $(call typed,MUON_RECIPE)
-compare: export OPTBENCH_COMPARE_ADAMW_RECIPE = $(call typed,ADAMW_RECIPE)
-compare: export OPTBENCH_COMPARE_REUSE = $(call typed,REUSE)
 compare: ## Train MODEL's Muon and AdamW recipes over SEEDS to a TARGET loss; time-to-target in results/compare.md
 	@$(OPTBENCH) compare --from-make
 

@@ -16,39 +16,22 @@ Commands:
                                (--check bridge: each valid point's plan through its container's real Bridge first,
                                one process per container; a point Bridge refuses is listed invalid)
 
-Overrides are Hydra's (``parallel.pp=8``, ``cluster=h100``, ``debug=true``). With ``--from-make``
-the recipe and overrides come from the environment the Makefile exports (see make_args).
+Overrides are Hydra's (``parallel.pp=8``, ``cluster=h100``, ``debug=true``). ``make plan`` and the other targets
+reach these commands through the dispatcher (:mod:`optbench.__main__`), which turns make's command line into these
+words and owns the one-line refusal.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import shlex
 import sys
 from collections.abc import Sequence
 
-from optbench.common.make_args import (
-    PLAN_CHECK_ENV,
-    PLAN_COMPARE_ENV,
-    SEARCH_FIX_ENV,
-    SEARCH_HBM_ENV,
-    check_make_variables,
-    overrides_from_make,
-    recipe_from_make,
-)
 from optbench.compose.recipe import list_recipes
 from optbench.config.optimizers import MATRIX_OPTIMIZERS
-from optbench.config.overrides import check_repeated, split_override, typed_keys
+from optbench.config.overrides import check_repeated
 from optbench.common.errors import EXIT_USER_ERROR, UserError
-from optbench.common.exits import exit_on_user_error
-from optbench.metrics.summary import COMMAND_ENV
-from optbench.common.redact import recorded_overrides, remember_typed_secrets
-
-
-def wants_debug(overrides: Sequence[str]) -> bool:
-    """debug=true must be known before composing, so that composition errors keep their traceback."""
-    return any(key == "debug" and value.strip().lower() == "true" for key, value in map(split_override, overrides))
+from optbench.common.redact import remember_typed_secrets
 
 
 def cmd_recipes(_: argparse.Namespace) -> int:
@@ -69,8 +52,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     compose_and_plan(
         args.recipe,
         args.overrides,
-        check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)),
-        compare=compared_optimizers(_option(args, "compare", PLAN_COMPARE_ENV)),
+        check=wanted_check(args.check or ""),
+        compare=compared_optimizers(args.compare or ""),
     )
     return 0
 
@@ -83,8 +66,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return pretrain(
         args.recipe,
         args.overrides,
-        check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)),
-        compare=compared_optimizers(_option(args, "compare", PLAN_COMPARE_ENV)),
+        check=wanted_check(args.check or ""),
+        compare=compared_optimizers(args.compare or ""),
     )
 
 
@@ -95,25 +78,17 @@ def cmd_search(args: argparse.Namespace) -> int:
     return run_search(
         args.recipe,
         args.overrides,
-        _option(args, "fix", SEARCH_FIX_ENV),
-        _option(args, "hbm", SEARCH_HBM_ENV),
-        check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)),
+        args.fix or "",
+        args.hbm or "",
+        check=wanted_check(args.check or ""),
     )
-
-
-def _option(args: argparse.Namespace, name: str, make_env: str) -> str:
-    """An option of the command: as given (--fix ep), else as typed after make (FIX=ep, exported as make_env)."""
-    given = getattr(args, name)
-    if given is not None:
-        return given
-    return os.environ.get(make_env, "") if args.from_make else ""
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from launch.bridge_check import wanted_check
     from launch.sweep import sweep
 
-    return sweep(args.recipe, args.overrides, check=wanted_check(_option(args, "check", PLAN_CHECK_ENV)))
+    return sweep(args.recipe, args.overrides, check=wanted_check(args.check or ""))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -138,7 +113,6 @@ def _parser() -> argparse.ArgumentParser:
         ("search", cmd_search, "every valid layout of the recipe's model at its GPU count, ranked by projection"),
     ):
         command = sub.add_parser(name, help=text)
-        command.add_argument("--from-make", action="store_true", help="read RECIPE and overrides from make")
         command.add_argument("recipe", nargs="?", help="recipe name (file under recipes/)")
         command.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. parallel.pp=8")
         command.set_defaults(func=func)
@@ -170,36 +144,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def typed_command(command: str, recipe: str, overrides: Sequence[str], from_make: bool) -> str:
-    """How the user launched this, for a run's provenance (secret values hidden)."""
-    words = [*recorded_overrides(overrides)]
-    if from_make:
-        return shlex.join(["make", command, f"RECIPE={recipe}", *words])
-    return shlex.join(["python", "-m", "launch", command, recipe, *words])
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = _parser().parse_known_args(argv)
     if unknown:  # e.g. --foo: not an option of ours; Hydra reports it as an override it cannot read
         if not hasattr(args, "overrides"):
             _parser().error(f"unrecognized arguments: {' '.join(unknown)}")
         args.overrides = [*args.overrides, *unknown]
-    if getattr(args, "from_make", False):
-        if args.recipe:
-            args.overrides = [args.recipe, *args.overrides]
-        args.recipe = recipe_from_make()
-        args.overrides = [*overrides_from_make(), *args.overrides]
     if hasattr(args, "recipe") and not args.recipe:
         print("error: RECIPE: name a recipe; `python -m optbench recipes` lists them", file=sys.stderr)
         return 2
-    if hasattr(args, "recipe"):
-        os.environ.setdefault(COMMAND_ENV, typed_command(args.command, args.recipe, args.overrides, args.from_make))
     overrides = getattr(args, "overrides", [])
-    with exit_on_user_error(debug=wants_debug(overrides), typed=typed_keys(overrides)):
-        if getattr(args, "from_make", False):
-            check_make_variables()
-        remember_typed_secrets(overrides)
-        repeated = list(check_repeated(overrides))
-        if repeated:
-            raise UserError(repeated)
-        return args.func(args)
+    remember_typed_secrets(overrides)
+    repeated = list(check_repeated(overrides))
+    if repeated:
+        raise UserError(repeated)
+    return args.func(args)

@@ -87,10 +87,10 @@ def marked_results(path: Path) -> Path:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """Run ``python -m launch <args>`` the way a user does, capturing output."""
+    """Run ``python -m optbench <args>`` the way a user does, capturing output."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "launch", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "optbench", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120
     )
 
 

@@ -4,6 +4,7 @@ model's, a measurement at that price gives back the assumed NVLink efficiency, a
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -160,6 +161,6 @@ def test_a_gpu_machine_that_cannot_measure_it_records_why_and_the_command(tmp_pa
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     all_to_all.run(tmp_path)
     data = json.loads((tmp_path / "all_to_all.json").read_text())
-    assert data["measured"] is False and data["command"].startswith("python")
+    assert data["measured"] is False and Path(data["command"].split()[0]).name.startswith("python")
     assert data["reason"] == "an all-to-all needs 2 or more GPUs in one node; this one has 1"
     assert (tmp_path / "all_to_all.md").read_text() == markdown(data)

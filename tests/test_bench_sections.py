@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from optbench.bench import grouped_gemm
-from optbench.bench.__main__ import main
+from optbench.__main__ import main as optbench_main
 from optbench.bench.grouped_gemm_report import markdown, relative_to_largest_ep, totals
 from optbench.bench.sections import kept_line, kept_or_fresh, provenance, provenance_line
 from conftest import squeezed
@@ -32,7 +32,7 @@ def test_a_measured_section_is_kept_by_a_run_that_cannot_measure_it():
 def test_gpu_only_without_a_gpu_is_one_line_and_writes_nothing(argv, tmp_path, capsys):
     out = tmp_path / "bench"
     with pytest.raises(SystemExit) as exited:
-        main([*argv, "--out", str(out)])
+        optbench_main(["bench", *argv, "--out", str(out)])
     assert exited.value.code == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
@@ -42,7 +42,7 @@ def test_gpu_only_without_a_gpu_is_one_line_and_writes_nothing(argv, tmp_path, c
 
 def test_gpu_only_names_the_benchmarks_that_have_a_gpu_section(capsys):
     with pytest.raises(SystemExit) as exited:
-        main(["--only", "emerging", "--gpu-only"])
+        optbench_main(["bench", "--only", "emerging", "--gpu-only"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip() == (
         "error: --gpu-only: 'emerging' has no GPU section; choose one of grouped_gemm, dense_gemm, muon_matrices, all_to_all, optim, pretrain"
@@ -129,7 +129,7 @@ def test_bench_on_a_cpu_keeps_the_stored_gpu_measurement(tmp_path):
     (out / "grouped_gemm.json").write_text(json.dumps(stored))
     if torch.cuda.is_available():
         pytest.skip("a GPU here would remeasure")
-    assert main(["--only", "grouped_gemm", "--out", str(out)]) == 0
+    assert optbench_main(["bench", "--only", "grouped_gemm", "--out", str(out)]) == 0
     written = json.loads((out / "grouped_gemm.json").read_text())
     assert written["cases"] == stored["cases"] and "no CUDA device" in written["kept"]
     assert (

@@ -83,7 +83,7 @@ def test_a_local_engine_plan_is_not_checked(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "launch",
+            "optbench",
             "plan",
             "kimi_k2_tiny_muon",
             "--check",
@@ -104,7 +104,7 @@ def test_a_local_engine_plan_is_not_checked(tmp_path: Path) -> None:
 
 
 def test_a_missing_bridge_environment_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    from launch import cli
+    from optbench import __main__ as cli
 
     monkeypatch.setattr(
         environments,
@@ -127,7 +127,8 @@ def test_a_missing_bridge_environment_is_one_line(tmp_path: Path, monkeypatch: p
 def test_a_sweep_point_bridge_refuses_is_listed_invalid_and_neither_ranked_nor_rendered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from launch import bridge_check, cli
+    from launch import bridge_check
+    from optbench import __main__ as cli
 
     sent = []
 
@@ -170,7 +171,8 @@ def test_a_sweep_point_bridge_refuses_is_listed_invalid_and_neither_ranked_nor_r
 def test_make_search_check_bridge_plans_the_ten_best_as_make_plan_would_and_records_what_bridge_said(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from launch import bridge_check, cli
+    from launch import bridge_check
+    from optbench import __main__ as cli
 
     sent = []
 
@@ -237,7 +239,7 @@ def test_one_bridge_process_checks_several_plans_and_refuses_the_one_whose_batch
     target = _default_target()
     results = marked_results(tmp_path / "results")
     planned = subprocess.run(
-        [sys.executable, "-m", "launch", "plan", "qwen3_30b_a3b_muon", f"results_dir={results}"],
+        [sys.executable, "-m", "optbench", "plan", "qwen3_30b_a3b_muon", f"results_dir={results}"],
         cwd=REPO,
         capture_output=True,
         text=True,

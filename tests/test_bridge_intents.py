@@ -116,7 +116,7 @@ def test_bad_intents_are_one_line_errors(overrides, field, tmp_path, capsys) -> 
 
 
 def plan(capsys, *args: str) -> tuple[int, str]:
-    from launch.cli import main
+    from optbench.__main__ import main
 
     try:
         code = main(["plan", *args])

@@ -40,7 +40,7 @@ def test_a_plan_typed_in_another_checkout_is_written_there(other_checkout):
     mine = SOURCE / "results" / "plans" / "kimi_k2_tiny_muon" / "plan.json"
     before = mine.read_bytes() if mine.is_file() else None
     done = subprocess.run(
-        [sys.executable, "-m", "launch", "plan", "kimi_k2_tiny_muon", "description=other-checkout"],
+        [sys.executable, "-m", "optbench", "plan", "kimi_k2_tiny_muon", "description=other-checkout"],
         cwd=other_checkout,
         capture_output=True,
         text=True,

@@ -133,7 +133,7 @@ def test_a_value_out_of_its_domain_is_refused_not_used(data, name, column):
 def test_rows_lost_at_a_line_break_are_said_of_the_file_not_of_the_users_gpu(data, capsys):
     """A gpus.csv cut to its first rows is well-formed: it was read as 'gb300 is not one of h100, h200', blamed on
     cluster.gpu, which the user never typed."""
-    from launch.cli import main
+    from optbench.__main__ import main
 
     (data / "gpus.csv").write_text("".join((data / "gpus.csv").read_text().splitlines(keepends=True)[:3]))
     assert "lacks b200, b300, gb200, gb300, which interconnect.csv lists" in _refusal("gpus.csv")

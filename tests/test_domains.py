@@ -157,7 +157,11 @@ def test_a_bad_option_is_one_line_not_argparse_usage(tmp_path: Path) -> None:
     done = run_cli("plan", "kimi_k2_muon", "--foo", f"results_dir={tmp_path}")
     assert done.returncode == 2 and done.stderr == "error: overrides: '--foo' is not key=value; e.g. parallel.pp=8\n"
     done = run_cli("frobnicate")
-    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and done.stderr.startswith("error: arguments:")
+    assert (
+        done.returncode == 2
+        and len(done.stderr.splitlines()) == 1
+        and done.stderr.startswith("error: command: 'frobnicate'")
+    )
 
 
 @pytest.mark.parametrize("where", ["a_file", "a_file/below", "/dev/null", "/proc/optbench", "/" + "x" * 300])

@@ -32,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from launch.cli import main
+from optbench.__main__ import main
 from optbench.config.domains import DOMAINS, Choice, Integer, Real, leaf_fields
 from optbench.config.overrides import CONFIG_GROUPS, field_type, typed_key
 

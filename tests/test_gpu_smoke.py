@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from conftest import REPO
+from optbench.__main__ import main as optbench_main
 from optbench.experiments.one_gpu import arms, no_te, page
 from optbench.common.errors import UserError
 
@@ -184,7 +185,7 @@ def test_every_arm_is_checked_before_the_first_trains(tmp_path, monkeypatch, cap
     any arm runs, and nothing of the run folders is written."""
     import torch
 
-    from optbench.experiments.one_gpu import __main__ as smoke
+    from optbench.experiments.one_gpu import cli as smoke
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
@@ -192,8 +193,9 @@ def test_every_arm_is_checked_before_the_first_trains(tmp_path, monkeypatch, cap
     monkeypatch.setattr(smoke, "run_arm", lambda arm, timeout, env=None: ran.append(arm) or {})
     out = tmp_path / "bench" / "smoke.json"
     with pytest.raises(SystemExit) as stopped:
-        smoke.main(
+        optbench_main(
             [
+                "gpu-smoke",
                 "--optimizers",
                 "muon,adamw",
                 f"--out={out}",
@@ -244,7 +246,7 @@ def test_the_worker_never_replaces_a_file_and_the_page_refuses_what_it_cannot_re
     ):
         (tmp_path / "r.json").write_text(damaged)
         with pytest.raises(SystemExit) as stopped:
-            page.main([str(tmp_path / "r.json")])
+            optbench_main(["gpu-smoke-page", str(tmp_path / "r.json")])
         assert stopped.value.code == 2
         [line] = capsys.readouterr().err.strip().splitlines()
         assert line.startswith("error: json: ") and "not a gpu-smoke result this page can render" in line
@@ -259,7 +261,7 @@ def test_the_entry_points_answer_outside_a_checkout(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     env.pop("OPTBENCH_ROOT", None)
     done = subprocess.run(
-        [sys.executable, "-m", "optbench.experiments.one_gpu", "--help"],
+        [sys.executable, "-m", "optbench", "gpu-smoke", "--help"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -268,7 +270,7 @@ def test_the_entry_points_answer_outside_a_checkout(tmp_path):
     )
     assert done.returncode == 0 and "--optimizers" in done.stdout and "Traceback" not in done.stderr
     done = subprocess.run(
-        [sys.executable, "-m", "optbench.report", "table"],
+        [sys.executable, "-m", "optbench", "table"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

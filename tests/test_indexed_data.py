@@ -197,7 +197,7 @@ def _run_cli(argv: list[str]) -> tuple[int, str, str]:
     import io
     from contextlib import redirect_stderr, redirect_stdout
 
-    from launch.cli import main
+    from optbench.__main__ import main
 
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):

@@ -13,7 +13,7 @@ from test_launch_slurm import ENTRY, error_line, launch
 
 def test_local_engine_dry_run_does_not_import_nemo_run(tmp_path: Path) -> None:
     code = (
-        "import sys; from launch.cli import main; "
+        "import sys; from optbench.__main__ import main; "
         f"rc = main(['pretrain', 'kimi_k2_tiny_muon', 'dryrun=true', 'results_dir={tmp_path}']); "
         "print('heavy:', sorted(m for m in ('nemo_run', 'torch', 'megatron.core') if m in sys.modules)); sys.exit(rc)"
     )

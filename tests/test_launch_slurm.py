@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import ON_0_3_1, REPO, run_cli
 
-from launch.cli import main
+from optbench.__main__ import main
 
 pytestmark = pytest.mark.slow  # renders Slurm jobs through NeMo-Run; `make test-fast` skips it
 
@@ -23,7 +23,7 @@ ENTRY = str(REPO / "src" / "optbench" / "engine" / "bridge" / "entry.py")
 
 
 def launch(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
-    """``python -m launch <args>`` in this process: (exit code, stdout, stderr)."""
+    """``python -m optbench <args>`` in this process: (exit code, stdout, stderr)."""
     try:
         code = main(list(args))
     except SystemExit as stop:

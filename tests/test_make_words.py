@@ -12,11 +12,15 @@ import pytest
 from conftest import REPO, run_make
 
 from optbench.common.errors import UserError
-from optbench.common.make_args import MAKE_VARIABLES, check_make_variables
+from optbench.__main__ import COMMANDS
+from optbench.common.make_args import words_from_make
 
 
-def _check(goals: str, typed: str) -> None:
-    check_make_variables({"OPTBENCH_MAKE_GOALS": goals, "OPTBENCH_MAKE_OVERRIDES": typed})
+def _check(target: str, typed: str) -> list[str]:
+    """The command's words for ``make <target> <typed>`` (``typed`` as make lists it, newest first)."""
+    command = COMMANDS[target]
+    environ = {"OPTBENCH_MAKE_OVERRIDES": typed, "OPTBENCH_RECIPE": "kimi_k2_muon"}
+    return words_from_make(target, command.make, command.recipe, command.overrides, environ)
 
 
 @pytest.mark.parametrize(
@@ -41,9 +45,18 @@ def test_a_misspelt_variable_gets_a_did_you_mean_and_every_targets_own_pass() ->
         _check("pretrain", "RECIPIE=kimi_k2_muon")
     with pytest.raises(UserError, match="did you mean WARMUP"):
         _check("table", "WARMUPS=3")
-    for goal, names in MAKE_VARIABLES.items():
-        _check(goal, " ".join(f"{name}=x" for name in (*names, "PY", "PYTHON")))
-    _check("", "EP=32")  # no target of ours (make help): nothing to judge
+    for target, command in COMMANDS.items():
+        words = _check(target, " ".join(f"{name}=x" for name in (*command.make, "PY", "PYTHON")))
+        assert words[: len(command.make)] == [f"{flag}=x" for flag in reversed(command.make.values())], target
+
+
+def test_make_words_become_the_commands_own_flags_recipe_and_overrides_in_typed_order() -> None:
+    words = _check("search", r"parallel.ep=64 FIX=ep,mbs train.mbs=2 HBM=-0.5 CHECK=")  # newest first, as make lists
+    assert words == ["--hbm=-0.5", "--fix=ep,mbs", "kimi_k2_muon", "train.mbs=2", "parallel.ep=64"]
+    with pytest.raises(UserError, match="make table takes no Hydra overrides"):
+        _check("table", "train.iters=3")
+    with pytest.raises(UserError, match="is not a variable of make plan"):
+        _check("plan", "WARMUP=3")  # table's option, not plan's
 
 
 @pytest.mark.slow  # runs make
@@ -60,7 +73,7 @@ def test_make_refuses_an_unknown_upper_case_word_in_one_line(words: list[str], t
 def test_make_keeps_the_last_of_a_repeated_key_and_the_cli_refuses_the_repeat(tmp_path) -> None:
     """Issue 58's residue, decided: make drops the first of two assignments of one variable before any recipe runs
     (MAKEOVERRIDES, MAKEFLAGS and the command-variables list all hold the last only), so make plan cannot see the
-    repeat; the README says so, and python -m launch, which gets both, refuses it."""
+    repeat; the README says so, and python -m optbench, which gets both, refuses it."""
     results = tmp_path / "r"
     done = run_make("plan", "RECIPE=kimi_k2_tiny_muon", "train.iters=5", "train.iters=6", f"results_dir={results}")
     assert done.returncode == 0, done.stderr
@@ -73,7 +86,7 @@ def test_make_keeps_the_last_of_a_repeated_key_and_the_cli_refuses_the_repeat(tm
         [
             sys.executable,
             "-m",
-            "launch",
+            "optbench",
             "plan",
             "kimi_k2_tiny_muon",
             "train.iters=5",

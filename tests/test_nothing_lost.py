@@ -55,7 +55,7 @@ def _corpus_input(folder: Path) -> Path:
 
 
 def make_data(source: Path, out: Path) -> subprocess.CompletedProcess:
-    return _run("-m", "optbench.corpus", "--input", str(source), "--out", str(out))
+    return _run("-m", "optbench", "data", "--input", str(source), "--out", str(out))
 
 
 def _one_line_refusal(done: subprocess.CompletedProcess, field: str) -> None:
@@ -147,7 +147,7 @@ def test_make_table_refuses_a_folder_where_it_writes_a_file(tmp_path: Path) -> N
     (results / "throughput.md").mkdir()
     (results / "throughput.md" / "mine.txt").write_text("a file of the user's")
     before = _tree(results)
-    done = _run("-m", "optbench.report", "table", "--results-dir", str(results))
+    done = _run("-m", "optbench", "table", "--results-dir", str(results))
     _one_line_refusal(done, "results_dir")
     assert "throughput.md is a folder" in done.stderr and _tree(results) == before
 
@@ -174,24 +174,24 @@ def checkout_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_make_projection_refuses_a_damaged_readme_before_writing(
     checkout_copy: Path, tmp_path: Path, damage: str, capsys
 ) -> None:
-    from optbench.report import validation_report
+    from optbench.__main__ import main
 
     readme = checkout_copy / "README.md"
     readme.unlink() if damage == "missing" else readme.write_bytes(readme.read_bytes() + b"\xff\xfe")
     results = tmp_path / "results"
     with pytest.raises(SystemExit) as stopped:
-        validation_report.main(["--results", str(results), "--update-docs"])
+        main(["docs-projection", "--results", str(results)])
     assert stopped.value.code == 2 and not results.exists()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: README.md: ") and "nothing was written" in err[0]
 
 
 def test_make_projection_refuses_a_stray_word_as_make_table_does(monkeypatch, capsys) -> None:
-    from optbench.report import validation_report
+    from optbench.__main__ import main
 
     monkeypatch.setenv("OPTBENCH_MAKE_OVERRIDES", "foo=1")
     with pytest.raises(SystemExit) as stopped:
-        validation_report.main(["--results", "/nonexistent/never-written", "--from-make"])
+        main(["projection", "--results", "/nonexistent/never-written", "--from-make"])
     assert stopped.value.code == 2
     assert capsys.readouterr().err.startswith(
         "error: projection: make projection takes no Hydra overrides (got 'foo=1')"
@@ -236,7 +236,7 @@ def test_a_replacement_with_one_read_only_file_writes_none_of_the_others(tmp_pat
 @pytest.mark.parametrize("threads", ["0", "99999999999999999999"])
 def test_bench_refuses_a_thread_count_before_creating_its_folder(tmp_path: Path, threads: str) -> None:
     out = tmp_path / "bench"
-    done = _run("-m", "optbench.bench", "--threads", threads, "--out", str(out))
+    done = _run("-m", "optbench", "bench", "--threads", threads, "--out", str(out))
     _one_line_refusal(done, "--threads")
     assert not out.exists()
 
@@ -251,7 +251,7 @@ def test_search_ranks_refuses_a_table_it_cannot_keep_rows_from_before_searching(
     (results / "projection").mkdir()
     (results / "projection" / "search_ranks.json").write_text(text)
     before = _tree(results)
-    done = _run("-m", "optbench.report.search_ranks", "--results", str(results), "--models", "kimi_k2")
+    done = _run("-m", "optbench", "search-ranks", "--results", str(results), "--models", "kimi_k2")
     _one_line_refusal(done, "MODELS")
     assert _tree(results) == before
 
@@ -290,7 +290,8 @@ def test_make_data_on_a_full_disk_ends_in_one_line_naming_out(tmp_path: Path) ->
             str(full),
             PY,
             "-m",
-            "optbench.corpus",
+            "optbench",
+            "data",
             "--input",
             str(source),
             "--out",
@@ -362,7 +363,7 @@ def test_the_study_refuses_an_earlier_run_it_cannot_read_before_training(tmp_pat
 
 
 def _plan(*words: str, **env: str) -> subprocess.CompletedProcess:
-    return _run("-m", "launch", "plan", "kimi_k2_tiny_muon", *words, **env)
+    return _run("-m", "optbench", "plan", "kimi_k2_tiny_muon", *words, **env)
 
 
 def test_a_secret_with_a_trailing_newline_is_never_printed(tmp_path: Path) -> None:
@@ -374,7 +375,7 @@ def test_a_secret_reached_through_another_variable_is_refused_before_any_logger_
     key = "wk-alias-0123456789abcdef"
     done = _run(
         "-m",
-        "launch",
+        "optbench",
         "pretrain",
         "kimi_k2_tiny_muon",
         "description=${oc.env:FZ_ALIAS}",
@@ -391,7 +392,7 @@ def test_a_secret_reached_through_another_variable_is_refused_before_any_logger_
 def test_a_path_holding_the_accounts_word_is_refused_naming_the_variable_not_rewritten(tmp_path: Path) -> None:
     source = _corpus_input(tmp_path / "research")
     done = _run(
-        "-m", "optbench.corpus", "--input", str(source), "--out", str(tmp_path / "ds"), SBATCH_ACCOUNT="research"
+        "-m", "optbench", "data", "--input", str(source), "--out", str(tmp_path / "ds"), SBATCH_ACCOUNT="research"
     )
     _one_line_refusal(done, "INPUT")
     assert "$SBATCH_ACCOUNT" in done.stderr and not (tmp_path / "ds").exists()

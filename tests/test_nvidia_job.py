@@ -101,7 +101,7 @@ def parse_job(sbatch: str, task: str) -> dict[str, str]:
 
 
 def ours(tmp_path: Path, recipe: str, container: str = "nemo:26.02.01") -> dict[str, str]:
-    from launch.cli import main
+    from optbench.__main__ import main
 
     assert (
         main(

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from optbench.bench.__main__ import main
+from optbench.__main__ import main as optbench_main
 from conftest import squeezed
 
 pytestmark = pytest.mark.slow  # times optimizer steps; `make test-fast` skips it
@@ -20,7 +20,7 @@ def quick_bench(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     threads = torch.get_num_threads()
     try:
-        assert main(["--only", "optim", "--quick", "--threads", "1", "--out", str(out)]) == 0
+        assert optbench_main(["bench", "--only", "optim", "--quick", "--threads", "1", "--out", str(out)]) == 0
     finally:
         torch.set_num_threads(threads)
     return json.loads((out / "optim.json").read_text()), (out / "optim.md").read_text()
@@ -50,7 +50,7 @@ def test_bench_compares_at_equal_precision_against_a_peak_bound(quick_bench):
         assert data["gpu"]["measured"] is False and "no CUDA device" in data["gpu"]["reason"]
     assert "at equal precision" in markdown and "x bound" in markdown and "torch.optim.Muon" in markdown
     assert any(t.startswith("ours faster than torch.optim.Muon at equal precision") for t in data["targets"])
-    assert "python -m optbench.bench" in data["command"]
+    assert "python -m optbench bench" in data["command"]
 
 
 def test_torch_muon_in_fp32_is_torchs_algorithm_without_the_bf16_cast():
@@ -83,7 +83,7 @@ def test_bench_imbalance_section(quick_bench):
 
 def test_unknown_benchmark_is_a_one_line_error(capsys):
     with pytest.raises(SystemExit) as exited:
-        main(["--only", "nope"])
+        optbench_main(["bench", "--only", "nope"])
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --only: unknown benchmark 'nope'; choose one of ")
@@ -93,7 +93,7 @@ def test_unknown_benchmark_is_a_one_line_error(capsys):
 def test_emerging_bench_times_ours_and_emerging_optimizers_against_a_bound(tmp_path):
     out, threads = tmp_path / "bench", torch.get_num_threads()
     try:
-        assert main(["--only", "emerging", "--quick", "--threads", "1", "--out", str(out)]) == 0
+        assert optbench_main(["bench", "--only", "emerging", "--quick", "--threads", "1", "--out", str(out)]) == 0
     finally:
         torch.set_num_threads(threads)
     data = json.loads((out / "emerging.json").read_text())

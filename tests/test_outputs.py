@@ -176,7 +176,7 @@ def test_make_data_killed_at_any_instant_leaves_the_earlier_corpus_or_the_new_on
     for i in range(300):
         (source / f"doc{i}.txt").write_text(f"document {i}: " + "the quick brown fox jumps over the lazy dog " * 40)
     out = tmp_path / "corpus"
-    command = [PY, "-m", "optbench.corpus", "--input", str(source), "--out", str(out)]
+    command = [PY, "-m", "optbench", "data", "--input", str(source), "--out", str(out)]
     assert subprocess.run(command, env=_env(), capture_output=True, timeout=120).returncode == 0
     inputs, started = _tree(source), time.perf_counter()
     assert subprocess.run(command, env=_env(), capture_output=True, timeout=120).returncode == 0
@@ -200,7 +200,7 @@ def test_a_sweep_killed_at_any_instant_keeps_the_previous_sweep_or_the_new_one(t
     command = [
         PY,
         "-m",
-        "launch",
+        "optbench",
         "sweep",
         "qwen3_30b_a3b_adamw",
         "parallel.ep=4,8",
@@ -287,17 +287,18 @@ def test_an_unwritable_place_ends_in_one_line_and_loses_nothing(tmp_path: Path, 
     before = _tree(tmp_path)
     commands = {
         "results": [
-            [PY, "-m", "optbench.report", "table", "--results-dir", str(results)],
-            [PY, "-m", "launch", "pretrain", "kimi_k2_tiny_muon", *MICRO, f"results_dir={results}"],
-            [PY, "-m", "launch", "plan", "kimi_k2_tiny_muon", f"results_dir={results}"],
+            [PY, "-m", "optbench", "table", "--results-dir", str(results)],
+            [PY, "-m", "optbench", "pretrain", "kimi_k2_tiny_muon", *MICRO, f"results_dir={results}"],
+            [PY, "-m", "optbench", "plan", "kimi_k2_tiny_muon", f"results_dir={results}"],
         ],
-        "results/runs": [[PY, "-m", "launch", "pretrain", "kimi_k2_tiny_muon", *MICRO, f"results_dir={results}"]],
-        "results/throughput.md": [[PY, "-m", "optbench.report", "table", "--results-dir", str(results)]],
+        "results/runs": [[PY, "-m", "optbench", "pretrain", "kimi_k2_tiny_muon", *MICRO, f"results_dir={results}"]],
+        "results/throughput.md": [[PY, "-m", "optbench", "table", "--results-dir", str(results)]],
         "data-parent": [
             [
                 PY,
                 "-m",
-                "optbench.corpus",
+                "optbench",
+                "data",
                 "--input",
                 str(tmp_path / "input"),
                 "--out",
@@ -329,7 +330,7 @@ def test_a_debug_traceback_and_a_lexer_error_never_show_a_secret(tmp_path: Path)
         (["debug=true", f"cluster.account={secret}", "parallel.tp=0"], True),
     ):
         done = subprocess.run(
-            [PY, "-m", "launch", "plan", "qwen3_30b_a3b_adamw", *words, f"results_dir={tmp_path / 'r'}"],
+            [PY, "-m", "optbench", "plan", "qwen3_30b_a3b_adamw", *words, f"results_dir={tmp_path / 'r'}"],
             env=_env(WANDB_API_KEY=key),
             cwd=REPO,
             capture_output=True,
@@ -384,10 +385,10 @@ def test_the_governor_samples_the_load_at_start_and_moves_with_it(monkeypatch: p
 @pytest.mark.parametrize(
     "argv",
     [
-        ["-m", "optbench.bench", "--only", "callback", "--quick", "--out", "{place}"],
-        ["-m", "optbench.experiments", "compare", "--results-dir", "{place}", "--iters", "2", "--seeds", "1"],
-        ["-m", "optbench.experiments", "study", "--results-dir", "{place}"],
-        ["-m", "optbench.report", "table", "--results-dir", "{place}"],
+        ["-m", "optbench", "bench", "--only", "callback", "--quick", "--out", "{place}"],
+        ["-m", "optbench", "compare", "--results-dir", "{place}", "--iters", "2", "--seeds", "1"],
+        ["-m", "optbench", "study", "--results-dir", "{place}"],
+        ["-m", "optbench", "table", "--results-dir", "{place}"],
     ],
 )
 def test_bench_compare_study_and_table_refuse_a_place_that_is_not_theirs(tmp_path: Path, argv: list[str]) -> None:

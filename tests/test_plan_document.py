@@ -75,7 +75,7 @@ def test_a_plan_of_other_overrides_says_which_plan_it_replaces(tmp_path, capsys)
     """Each recipe keeps its latest plan (results/plans/<recipe>/plan.json, what make table reads): the printed line
     says when a plan of other overrides goes, and a re-plan of the same overrides says nothing."""
     from conftest import marked_results
-    from launch.cli import main
+    from optbench.__main__ import main
 
     results = marked_results(tmp_path / "results")
     lines = []

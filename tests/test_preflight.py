@@ -94,7 +94,7 @@ def test_an_srun_without_pyxis_and_an_sbatch_without_segment_are_said(login_node
 
 
 def test_a_dry_run_prints_the_notes_with_the_plan(login_node, capsys):
-    from launch.cli import main
+    from optbench.__main__ import main
     from conftest import marked_results
 
     results = marked_results(login_node / "results")

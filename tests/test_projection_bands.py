@@ -99,7 +99,7 @@ def test_holding_out_an_architecture_holds_out_each_of_its_gpus():
 
 
 def test_a_plan_prints_its_band_and_class_and_says_untested_where_no_row_changes_the_knob(capsys):
-    from launch.cli import main
+    from optbench.__main__ import main
 
     # Llama 3's rows run TP 4 and 8 and CP 2 (scored since 2026-12-07); none runs CP 4.
     assert main(["plan", "qwen3_30b_a3b_muon", "parallel.cp=4", "description=band"]) == 0

@@ -219,7 +219,7 @@ def test_the_projection_composes_nothing_it_is_handed(monkeypatch):
 def test_a_preset_running_megatron_fsdp_gets_no_projection_and_says_why(capsys):
     """Llama 3 70B's FP8 preset on GB300 runs Megatron FSDP, which the step model has no term for: the plan is built,
     the projection is refused with the reason (and the published rows of that setup stay data)."""
-    from launch.cli import main
+    from optbench.__main__ import main
 
     assert (
         main(

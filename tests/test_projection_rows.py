@@ -342,13 +342,13 @@ def test_a_contradicted_row_anchors_nothing_and_is_listed_outside_the_domain_wit
 
 
 def test_make_projection_refuses_a_folder_it_did_not_create_and_leaves_its_files(tmp_path, capsys):
-    from optbench.report import validation_report
+    from optbench.__main__ import main
 
     (tmp_path / "published").mkdir()
     theirs = tmp_path / "published" / "inconsistent.csv"
     theirs.write_text("mine\n")
     with pytest.raises(SystemExit) as stopped:
-        validation_report.main(["--results", str(tmp_path)])
+        main(["projection", "--results", str(tmp_path)])
     assert stopped.value.code == 2
     assert theirs.read_text() == "mine\n"
     err = capsys.readouterr().err.strip().splitlines()

@@ -156,7 +156,7 @@ def test_points_priced_alike_share_a_rank():
 @pytest.mark.timeout(600 + 120)  # the search subprocess's own limit, plus replanning its rows
 def test_make_search_ranks_every_valid_layout(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "launch", "search", "qwen3_30b_a3b_muon", f"results_dir={tmp_path / 'results'}"],
+        [sys.executable, "-m", "optbench", "search", "qwen3_30b_a3b_muon", f"results_dir={tmp_path / 'results'}"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -254,7 +254,7 @@ def test_make_search_hbm_drops_the_layouts_over_that_share_and_says_so(tmp_path)
 
 def test_a_local_recipe_is_refused_in_one_line():
     out = subprocess.run(
-        [sys.executable, "-m", "launch", "search", "kimi_k2_tiny_muon"],
+        [sys.executable, "-m", "optbench", "search", "kimi_k2_tiny_muon"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -285,7 +285,7 @@ def test_a_local_recipe_is_refused_in_one_line():
 def test_a_search_with_no_valid_layout_says_why_in_one_line_and_writes_nothing(recipe, overrides, line, tmp_path):
     results = tmp_path / "results"
     out = subprocess.run(
-        [sys.executable, "-m", "launch", "search", recipe, *overrides, f"results_dir={results}"],
+        [sys.executable, "-m", "optbench", "search", recipe, *overrides, f"results_dir={results}"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -373,7 +373,7 @@ def test_make_search_ranks_refuses_an_unknown_model_and_a_foreign_folder_in_one_
         (["--results", str(foreign), "--models", "qwen3_30b_a3b"], "--results"),
     ):
         out = subprocess.run(
-            [sys.executable, "-m", "optbench.report.search_ranks", *args],
+            [sys.executable, "-m", "optbench", "search-ranks", *args],
             cwd=REPO,
             capture_output=True,
             text=True,

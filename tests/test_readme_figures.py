@@ -17,7 +17,7 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 def _plan(tmp_path: Path, recipe: str, *overrides: str) -> str:
     # The results folder from the environment, not an override: the plan's twin line repeats the overrides typed.
     done = subprocess.run(
-        [sys.executable, "-m", "launch", "plan", recipe, *overrides],
+        [sys.executable, "-m", "optbench", "plan", recipe, *overrides],
         cwd=REPO,
         capture_output=True,
         text=True,

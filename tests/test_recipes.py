@@ -278,7 +278,7 @@ def test_a_typed_run_is_never_changed_in_place() -> None:
 
 def test_make_recipes_gives_each_recipe_its_description(capsys):
     """Issue 81 item 9: the list printed bare names; each line now carries the recipe's own description line."""
-    from launch.cli import main
+    from optbench.__main__ import main
     from optbench.compose.recipe import list_recipes
 
     assert main(["recipes"]) == 0

@@ -98,7 +98,7 @@ def test_a_typed_dispatcher_reaches_the_plans_bridge_overrides_as_typed(tmp_path
         [
             sys.executable,
             "-m",
-            "launch",
+            "optbench",
             "plan",
             "qwen3_30b_a3b_muon",
             "parallel.moe_token_dispatcher=alltoall",
@@ -121,15 +121,15 @@ def test_no_piece_of_a_secret_survives_an_error_line_that_cuts_a_typed_word(monk
     """A typed word cut to fit an error line was cut before it was redacted: 'make plan EP=<prefix><account>' printed
     the first 20 characters, half of the account, which the output's redaction (whole secrets only) let through; so
     could Hydra's message about a long unreadable override, cut at 160 characters inside the secret."""
-    from optbench.common.make_args import check_make_variables
+    from optbench.common.make_args import words_from_make
     from optbench.config.overrides import check_syntax
 
     secret = "AcctLongSecretValue1234567890"
     monkeypatch.setenv("SBATCH_ACCOUNT", secret)
     pieces = {secret[i : i + 8].casefold() for i in range(len(secret) - 7)}
     with pytest.raises(UserError) as refused:
-        check_make_variables(
-            {"OPTBENCH_MAKE_GOALS": "plan", "OPTBENCH_MAKE_OVERRIDES": f"EP=abcdefghij{secret.lower()}"}
+        words_from_make(
+            "plan", {"CHECK": "--check"}, True, True, {"OPTBENCH_MAKE_OVERRIDES": f"EP=abcdefghij{secret.lower()}"}
         )
     [line] = refused.value.report()
     assert "parallel.ep=" in line and not any(p in line.casefold() for p in pieces), line

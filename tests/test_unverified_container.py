@@ -58,7 +58,7 @@ def test_the_notes_that_apply_are_those_after_the_assumed_release_for_the_model_
 
 
 def test_the_plan_says_what_it_assumed_what_changed_and_takes_the_widest_band(capsys, tmp_path):
-    from launch.cli import main
+    from optbench.__main__ import main
 
     assert (
         main(

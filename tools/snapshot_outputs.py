@@ -154,7 +154,7 @@ def jobs(out: Path) -> None:
         "qwen3_30b_a3b_adamw",
     ):
         folder = WORK / "jobs" / recipe
-        printed = launch(["launch", "pretrain", recipe, "dryrun=true", f"results_dir={folder}", "run_id=snapshot"])
+        printed = launch(["optbench", "pretrain", recipe, "dryrun=true", f"results_dir={folder}", "run_id=snapshot"])
         copy_tree(folder, out / "jobs" / recipe)
         (out / "jobs" / f"{recipe}.txt").write_text(printed)
 
@@ -162,7 +162,7 @@ def jobs(out: Path) -> None:
 def sweeps(out: Path) -> None:
     for name, (recipe, *swept) in SWEEPS.items():
         folder = WORK / "sweeps" / name
-        printed = launch(["launch", "sweep", recipe, *swept, "dryrun=true", f"results_dir={folder}"])
+        printed = launch(["optbench", "sweep", recipe, *swept, "dryrun=true", f"results_dir={folder}"])
         copy_tree(folder, out / "sweeps" / name)
         (out / "sweeps" / f"{name}.txt").write_text(printed)
 
@@ -172,7 +172,7 @@ def table(out: Path) -> None:
     for part in ("runs", "published"):
         shutil.copytree(ROOT / "results" / part, folder / part)
     (folder / ".optbench-results").write_text("")
-    printed = launch(["optbench.report", "table", "--results-dir", str(folder)])
+    printed = launch(["optbench", "table", "--results-dir", str(folder)])
     for name in ("throughput.md", "throughput.csv"):
         (out / "table").mkdir(parents=True, exist_ok=True)
         (out / "table" / name).write_text(stable((folder / name).read_text()))

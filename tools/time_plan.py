@@ -3,7 +3,7 @@
     git worktree add /tmp/base de06254
     .venv/bin/python tools/time_plan.py /tmp/base [runs per cell, default 15]
 
-Each run is ``python -m launch plan kimi_k2_muon`` with the checkout's own ``src`` first on ``PYTHONPATH`` (one
+Each run is ``python -m optbench plan kimi_k2_muon`` with the checkout's own ``src`` first on ``PYTHONPATH`` (one
 interpreter and package set for both), its plan written under a folder this tool creates and removes. Before issue 54 a checkout kept its merges on disk,
 wherever ``OPTBENCH_COMPOSE_CACHE`` says: warm runs share one folder this tool creates, cold runs each get a new
 empty one, so no checkout's own cache is read, replaced or removed. Prints the median wall and user+sys CPU seconds
@@ -31,7 +31,7 @@ def _run(root: Path, cache: Path) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "launch", "plan", "kimi_k2_muon", f"results_dir={cache.parent / root.name}"],
+        [sys.executable, "-m", "optbench", "plan", "kimi_k2_muon", f"results_dir={cache.parent / root.name}"],
         cwd=root,
         env=env,
         stdout=subprocess.DEVNULL,

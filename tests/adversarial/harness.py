@@ -4,7 +4,7 @@ A line is ``<expect> <target> <words...>`` (shell quoting): ``expect`` is ``ok``
 ``refused`` / ``refused:<field>`` (exit 2, one ``error: <field>: ...`` line); ``target`` is a make
 target. ``plan``, ``pretrain``, ``sweep``, ``data`` and ``table`` run in this process exactly as
 ``make <target> <words>`` reaches Python (the Makefile's environment: OPTBENCH_MAKE_OVERRIDES with
-make's escaping, OPTBENCH_RECIPE, OPTBENCH_DATA_*, OPTBENCH_TABLE_*); ``make`` runs the real make
+make's escaping, and OPTBENCH_RECIPE; the dispatcher reads both); ``make`` runs the real make
 (Makefile-level cases). ``@name`` words are setup steps applied to the case's results folder before the
 command (corrupted checkpoints, read-only files). Placeholders in braces are paths of the world below.
 
@@ -260,59 +260,24 @@ def make_escaped(words: list[str]) -> str:
     return " ".join(reversed(escaped))
 
 
-RUN_ENV = {"CHECK": "OPTBENCH_CHECK", "COMPARE": "OPTBENCH_PLAN_COMPARE"}
-UPPER_ENV = {
-    "plan": RUN_ENV,
-    "pretrain": RUN_ENV,
-    "sweep": {"CHECK": "OPTBENCH_CHECK"},
-    "search": {"CHECK": "OPTBENCH_CHECK", "FIX": "OPTBENCH_SEARCH_FIX", "HBM": "OPTBENCH_SEARCH_HBM"},
-    "data": {
-        "INPUT": "OPTBENCH_DATA_INPUT",
-        "OUT": "OPTBENCH_DATA_OUT",
-        "TOKENIZER": "OPTBENCH_DATA_TOKENIZER",
-        "VOCAB": "OPTBENCH_DATA_VOCAB",
-    },
-    "table": {"WARMUP": "OPTBENCH_TABLE_WARMUP", "LOGS": "OPTBENCH_TABLE_LOGS"},
-    "study": {"SIZE": "OPTBENCH_STUDY_SIZE"},
-}
-"""The make variables each target's rule exports (the Makefile's ``typed`` options)."""
 ENV_WORD = "ENV:"
 """``ENV:NAME=value``: a variable of the user's shell for the case (OPTBENCH_ROOT, ENROOT_CONFIG_PATH), not a word."""
 
 
 def environment(case: Case, words: list[str], places: Places) -> dict[str, str]:
-    """The variables the Makefile exports for ``make <target> <words>``."""
+    """The variables the Makefile exports for ``make <target> <words>`` (the typed words, RECIPE)."""
     upper = {w.split("=", 1)[0]: w.split("=", 1)[1] for w in words if "=" in w and w.split("=", 1)[0].isupper()}
     env = {"OPTBENCH_MAKE_OVERRIDES": make_escaped(words), "OPTBENCH_RECIPE": upper.get("RECIPE", "kimi_k2_tiny_muon")}
-    for name, variable in UPPER_ENV.get(case.target, {}).items():
-        env[variable] = upper.get(name, "")
     if case.target in ("table", "study"):
         env["OPTBENCH_RESULTS_DIR"] = str(places.results)
     return env
 
 
 def run_in_process(case: Case, words: list[str]) -> int:
-    """The Python side of ``make <target>`` in this process; its exit code."""
-    if case.target in ("plan", "pretrain", "sweep", "search"):
-        from launch.cli import main
+    """The Python side of ``make <target>`` in this process (the dispatcher, as the Makefile calls it); its exit code."""
+    from optbench.__main__ import main
 
-        argv = [case.target, "--from-make"]
-    elif case.target == "gpu-smoke":  # make gpu-smoke SMOKE="<words>"
-        from optbench.experiments.one_gpu.__main__ import main
-
-        argv = list(words)
-    elif case.target == "study":
-        from optbench.experiments.__main__ import main
-
-        argv = ["study", "--from-make"]
-    elif case.target == "data":
-        from optbench.corpus.__main__ import main
-
-        argv = ["--from-make"]
-    else:
-        from optbench.report.__main__ import main
-
-        argv = ["table", "--from-make"]
+    argv = [case.target, *words] if case.target == "gpu-smoke" else [case.target, "--from-make"]  # SMOKE="<words>"
     try:
         return int(main(argv) or 0)
     except SystemExit as stop:

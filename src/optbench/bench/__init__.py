@@ -3,7 +3,7 @@
 A benchmark module exposes ``NAME`` (what ``--only`` selects), ``DESCRIPTION`` (one line) and
 ``run(out_dir: Path, quick: bool) -> list[Path]`` (the files it wrote; one listed in :data:`GPU_BENCHMARKS` also
 takes ``gpu_only``). Register it in
-:data:`BENCHMARKS`; ``python -m optbench.bench`` runs them all in this order.
+:data:`BENCHMARKS`; ``python -m optbench bench`` runs them all in this order.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any
 from optbench.bench.sections import section_notes
 from optbench.common.tables import markdown_table
 
-HOW = "`make bench-gpu` (or `python -m optbench.bench --only dense_gemm --gpu-only`) on a GPU machine"
+HOW = "`make bench-gpu` (or `python -m optbench bench --only dense_gemm --gpu-only`) on a GPU machine"
 
 
 def fit_fixed_cost(data: dict[str, Any]) -> tuple[float, float]:

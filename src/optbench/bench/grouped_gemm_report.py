@@ -90,7 +90,7 @@ def markdown(data: dict[str, Any]) -> str:
             [
                 *lines,
                 f"Not measured: {data['reason']}; run `make bench` on a GPU machine (or "
-                "`python -m optbench.bench --only grouped_gemm --gpu-only`).",
+                "`python -m optbench bench --only grouped_gemm --gpu-only`).",
                 "",
             ]
         )

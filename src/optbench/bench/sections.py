@@ -7,7 +7,7 @@ CPU sections (its CPU is another machine). So:
   (:func:`provenance`);
 * a run that cannot measure a section keeps the section last written to the same file when that one was
   measured, and says so (:func:`kept_or_fresh`);
-* ``python -m optbench.bench --gpu-only`` measures the GPU sections alone and keeps every other section of
+* ``python -m optbench bench --gpu-only`` measures the GPU sections alone and keeps every other section of
   the stored result (:func:`stored_result`).
 """
 
@@ -17,18 +17,17 @@ import datetime
 import json
 import os
 import platform
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 from optbench.common.errors import Problem, UserError
+from optbench.metrics.summary import launch_command
 
 
 def invocation() -> dict[str, str]:
     """The bench command as typed and when it ran: what every benchmark result records at its top."""
     return {
-        "command": shlex.join([Path(sys.executable).name, "-m", "optbench.bench", *sys.argv[1:]]),
+        "command": launch_command(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -65,7 +64,7 @@ def stored_result(out_dir: Path, name: str, required: bool = False) -> dict[str,
                 Problem(
                     "--gpu-only",
                     f"{path} does not exist: --gpu-only adds the GPU sections to a "
-                    f"stored result; run `python -m optbench.bench --only {name}` first",
+                    f"stored result; run `python -m optbench bench --only {name}` first",
                 )
             )
         return None

@@ -7,14 +7,13 @@ themselves raise :class:`~optbench.common.errors.UserError` (one module would be
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
 
 from optbench.common.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USER_ERROR, UserError
-from optbench.common.outputs import check_output, filesystem_problem
+from optbench.common.outputs import filesystem_problem
 from optbench.common.redact import install_redacting_excepthook, redacted_streams
 
 
@@ -60,12 +59,3 @@ def exit_on_user_error(debug: bool = False, typed: Sequence[str] = ()) -> Iterat
                 raise
             print(UserError(problem).lines()[0], file=sys.stderr)
             raise SystemExit(EXIT_USER_ERROR) from None
-
-
-def run_in_results_dir(args: argparse.Namespace) -> int:
-    """Run ``args.func(args)`` for a command that writes under ``args.results_dir`` (make table, compare,
-    study): the folder is checked before any run or table is computed; errors end as one line."""
-    debug = any(o.replace(" ", "") in ("debug=true", "debug=True") for o in getattr(args, "overrides", []))
-    with exit_on_user_error(debug):
-        check_output(str(args.results_dir), "results_dir", "results")
-        return args.func(args)

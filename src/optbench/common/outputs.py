@@ -23,6 +23,7 @@ import datetime as _dt
 import errno
 import os
 import re
+from typing import Any
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -310,3 +311,10 @@ def filesystem_problem(err: OSError) -> Problem | None:
         f"cannot write or read {where}: {FILESYSTEM_ERRNOS[err.errno]}; make it writable, free space, or choose "
         "another folder (earlier outputs are kept)",
     )
+
+
+def run_in_results_dir(args: Any) -> int:
+    """Run ``args.func(args)`` for a command that writes under ``args.results_dir`` (make table, compare, study): the
+    folder is checked before any run or table is computed."""
+    check_output(str(args.results_dir), "results_dir", "results")
+    return args.func(args)

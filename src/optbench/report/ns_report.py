@@ -1,6 +1,6 @@
 """Our Newton-Schulz TFLOP/s next to the NVIDIA blog's (Table 1: 51 for Kimi K2, 35 for Qwen3 30B-A3B).
 
-``python -m optbench.report.ns_report`` prints, for every published row that splits its TFLOP/s
+``python -m optbench ns-count`` prints, for every published row that splits its TFLOP/s
 into model + Newton-Schulz, our count at the blog's implied step time (its model-only TFLOP/s
 turned into a step time with Bridge's FLOPs rule) under several counting conventions. The
 conventions are alternatives a reader might have used, computed from the same parameter inventory;
@@ -65,7 +65,10 @@ def blog_comparison(run: RunConfig, model_tflops: float, ns_tflops: float) -> li
     return [(name, flops / step / 1e12, flops / step / 1e12 / ns_tflops) for name, flops in conventions(run).items()]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m optbench ns-count", description=__doc__.split("\n\n")[0]).parse_args(argv)
     from optbench.common.checkout import repo_root
     from optbench.compose.recipe import compose_run
     from optbench.catalog.published import default_published_dir, load_published
@@ -88,7 +91,3 @@ def main() -> int:
             )
         )
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

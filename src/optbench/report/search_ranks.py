@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -20,10 +19,8 @@ from typing import Any
 
 from optbench.common.checkout import repo_root
 from optbench.common.errors import Problem, UserError
-from optbench.common.exits import exit_on_user_error
 from optbench.common.tables import markdown_table
 from optbench.common.io import atomic_write_json, atomic_write_text
-from optbench.common.make_args import refuse_overrides
 from optbench.common.outputs import claim
 from optbench.projection.calibration import row_id
 from optbench.plan.row_runs import COMPOSED_ROWS
@@ -373,39 +370,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--models",
-        default=os.environ.get("OPTBENCH_SEARCH_MODELS", ""),
+        default="",
         help="comma-separated models (default: every model); the others' rows are kept from the last run",
     )
-    parser.add_argument(
-        "--from-make", action="store_true", help="refuse the key=value words make passes (it takes none)"
-    )
     args = parser.parse_args(argv)
-    with exit_on_user_error():  # a results folder we may not write into, a full disk: one line, exit 2
-        if args.from_make:
-            refuse_overrides("search-ranks", "its option is MODELS=<model,...>")
-        models = {m for m in args.models.split(",") if m} or None
-        rows = load_published(default_published_dir(repo_root() / "results"))
-        known = sorted({row.model for row in rows})
-        unknown = sorted((models or set()) - set(known))
-        if unknown:  # else a typo would replace the committed table with an empty one
-            raise UserError(Problem("MODELS", f"no published rows of {', '.join(unknown)}; models: {', '.join(known)}"))
-        results = claim(args.results, "--results", "results")
-        earlier, last = results / "projection" / "search_ranks.json", None
-        if models and earlier.is_file():  # the other models' rows stay as the last run left them; read before searching
-            last = earlier_table(earlier, rows, models)
-        data = ranks(rows, models)
-        if last is not None:
-            data = merged(data, last, rows, models)
-        text = markdown(data)
-        md, js = results / "projection" / "search_ranks.md", results / "projection" / "search_ranks.json"
-        with replacing(files=[md, js]):  # the table and its data together, or neither
-            atomic_write_text(md, text)
-            atomic_write_json(js, data)
-        print(text)
-        for path in (md, js):
-            print(f"wrote {path}")
-        return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    models = {m for m in args.models.split(",") if m} or None
+    rows = load_published(default_published_dir(repo_root() / "results"))
+    known = sorted({row.model for row in rows})
+    unknown = sorted((models or set()) - set(known))
+    if unknown:  # else a typo would replace the committed table with an empty one
+        raise UserError(Problem("MODELS", f"no published rows of {', '.join(unknown)}; models: {', '.join(known)}"))
+    results = claim(args.results, "--results", "results")
+    earlier, last = results / "projection" / "search_ranks.json", None
+    if models and earlier.is_file():  # the other models' rows stay as the last run left them; read before searching
+        last = earlier_table(earlier, rows, models)
+    data = ranks(rows, models)
+    if last is not None:
+        data = merged(data, last, rows, models)
+    text = markdown(data)
+    md, js = results / "projection" / "search_ranks.md", results / "projection" / "search_ranks.json"
+    with replacing(files=[md, js]):  # the table and its data together, or neither
+        atomic_write_text(md, text)
+        atomic_write_json(js, data)
+    print(text)
+    for path in (md, js):
+        print(f"wrote {path}")
+    return 0

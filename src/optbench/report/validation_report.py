@@ -13,9 +13,7 @@ from typing import Any
 
 from optbench.common.checkout import repo_root
 from optbench.common.errors import Problem, UserError
-from optbench.common.exits import exit_on_user_error
 from optbench.common.io import atomic_write_json, atomic_write_text
-from optbench.common.make_args import refuse_overrides
 from optbench.common.outputs import check_output, claim, remember
 from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.consistency import csv_text, inconsistent_rows
@@ -224,48 +222,34 @@ def main(argv: list[str] | None = None) -> int:
         "--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)"
     )
     parser.add_argument("--update-docs", action="store_true", help=f"rewrite the summary block of {' and '.join(DOCS)}")
-    parser.add_argument(
-        "--from-make", action="store_true", help="refuse the key=value words make passes (it takes none)"
-    )
     args = parser.parse_args(argv)
-    with exit_on_user_error():  # every refusal before the first write; the outputs are replaced all together
-        if args.from_make:
-            refuse_overrides("projection", "it reads results/published/ and takes no options")
-        results = check_output(args.results, "--results", "results")
-        docs = read_docs() if args.update_docs else {}
-        published = default_published_dir(results)
-        flagged = csv_text(inconsistent_rows(load_published(published), COMPOSED_ROWS))
-        md, js, table = results / "projection" / "validation.md", results / VALIDATION, results / CALIBRATION
-        anchors = results / ANCHORS
-        with replacing(files=[published / INCONSISTENT_CSV, table, anchors, md, js, *docs]):
-            claim(results, "--results", "results")
-            atomic_write_text(published / INCONSISTENT_CSV, flagged)  # the calibration below reads it
-            rows = load_published(default_published_dir(repo_root() / "results"))
-            fitted = fit_table(fit_rows(rows, COMPOSED_ROWS, tuple(load_inconsistent(published))), COMPOSED_ROWS)
-            if fitted is not None:  # plans and the in-sample scheme read it
-                atomic_write_json(table, table_document(fitted))
-            atomic_write_json(
-                anchors,
-                anchors_document(  # plans read every AdamW row solved here
-                    {
-                        row_id(r): solve_on(r, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS)
-                        for r in rows
-                        if r.optimizer == "adamw"
-                    },
-                    {row_id(r): live_rate(r, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS) for r in pair_rows(rows)},
-                ),
-            )
-            data = report(rows, COMPOSED_ROWS)
-            text = markdown(data)
-            atomic_write_text(md, text)
-            atomic_write_json(js, data)
-            for path, old in docs.items():
-                atomic_write_text(path, with_block(old, data))
-        print(text)
-        for path in (published / INCONSISTENT_CSV, table, anchors, md, js, *docs):
-            print(f"wrote {path}")
-        return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    results = check_output(args.results, "--results", "results")
+    docs = read_docs() if args.update_docs else {}
+    published = default_published_dir(results)
+    flagged = csv_text(inconsistent_rows(load_published(published), COMPOSED_ROWS))
+    md, js, table = results / "projection" / "validation.md", results / VALIDATION, results / CALIBRATION
+    anchors = results / ANCHORS
+    with replacing(files=[published / INCONSISTENT_CSV, table, anchors, md, js, *docs]):
+        claim(results, "--results", "results")
+        atomic_write_text(published / INCONSISTENT_CSV, flagged)  # the calibration below reads it
+        rows = load_published(default_published_dir(repo_root() / "results"))
+        fitted = fit_table(fit_rows(rows, COMPOSED_ROWS, tuple(load_inconsistent(published))), COMPOSED_ROWS)
+        if fitted is not None:  # plans and the in-sample scheme read it
+            atomic_write_json(table, table_document(fitted))
+        atomic_write_json(
+            anchors,
+            anchors_document(  # plans read every AdamW row solved here
+                {row_id(r): solve_on(r, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS) for r in rows if r.optimizer == "adamw"},
+                {row_id(r): live_rate(r, DEFAULT_ASSUMPTIONS, COMPOSED_ROWS) for r in pair_rows(rows)},
+            ),
+        )
+        data = report(rows, COMPOSED_ROWS)
+        text = markdown(data)
+        atomic_write_text(md, text)
+        atomic_write_json(js, data)
+        for path, old in docs.items():
+            atomic_write_text(path, with_block(old, data))
+    print(text)
+    for path in (published / INCONSISTENT_CSV, table, anchors, md, js, *docs):
+        print(f"wrote {path}")
+    return 0

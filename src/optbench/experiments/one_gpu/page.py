@@ -1,6 +1,6 @@
 """results/bench/megatron_one_gpu.md from its JSON: what the real Megatron did on a lent GPU, beside the projection.
 
-    python -m optbench.experiments.one_gpu.page [results/bench/megatron_one_gpu.json]
+    python -m optbench gpu-smoke-page [results/bench/megatron_one_gpu.json]
 
 Every number is read from the file :mod:`optbench.experiments.one_gpu` wrote on the GPU (our callback's summary of each
 run, and the projection its plan.json made of the same setup on that GPU); nothing is measured here.
@@ -9,7 +9,6 @@ run, and the projection its plan.json made of the same setup on that GPU); nothi
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -287,15 +286,13 @@ def write(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from optbench.common.exits import exit_on_user_error
 
-    with exit_on_user_error():
-        path = Path((argv if argv is not None else sys.argv[1:] or ["results/bench/megatron_one_gpu.json"])[0])
-        if path.suffix != ".json":
-            raise UserError(Problem("json", f"{path} is not a .json file; the page is written beside one as .md"))
-        print(write(path))
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m optbench gpu-smoke-page", description=__doc__.split("\n\n")[0])
+    parser.add_argument("json", nargs="?", default="results/bench/megatron_one_gpu.json", help="the gpu-smoke result")
+    path = Path(parser.parse_args(argv).json)
+    if path.suffix != ".json":
+        raise UserError(Problem("json", f"{path} is not a .json file; the page is written beside one as .md"))
+    print(write(path))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,32 +1,26 @@
-"""``python -m optbench.report table``: the entry point behind ``make table``.
+"""``python -m optbench table``: the entry point behind ``make table``.
 
   table    [--results-dir D] [--warmup N] [--log FILE ...]
            write results/throughput.md, .csv and plots from the published rows and every measured run
 
-With ``--from-make`` the options come from the environment the Makefile exports (OPTBENCH_TABLE_*). ``make compare`` and ``make study`` train: they are :mod:`optbench.experiments`.
+``make compare`` and ``make study`` train: they are :mod:`optbench.experiments.cli`.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Sequence
 
 from optbench.common.errors import UserError
 from optbench.common.redact import clipped
-from optbench.common.exits import run_in_results_dir
-from optbench.common.make_args import RESULTS_DIR_ENV, add_results_options, options_from_env, refuse_overrides
-
-TABLE_ENV = {"warmup": "OPTBENCH_TABLE_WARMUP", "logs": "OPTBENCH_TABLE_LOGS", "results_dir": RESULTS_DIR_ENV}
+from optbench.common.outputs import run_in_results_dir
+from optbench.common.make_args import add_results_options
 
 
 def cmd_table(args: argparse.Namespace) -> int:
     from optbench.report.throughput import write_throughput
 
-    if args.from_make:
-        options_from_env(args, TABLE_ENV)
-        refuse_overrides("table", "use WARMUP=<steps> and LOGS=<files>")
     text = str(args.warmup).strip()
     if not (text.isascii() and text.isdigit() and len(text) <= 10):
         raise UserError(f"{clipped(text, 20)!r} is not a whole number of steps from 0 to 1,000,000,000", "WARMUP")
@@ -49,7 +43,7 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m optbench.report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m optbench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     table = sub.add_parser("table", help="write results/throughput.{md,csv} and plots")
     add_results_options(table)
@@ -66,7 +60,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         args.warmup = str(DEFAULT_WARMUP)
     return run_in_results_dir(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """``make gpu-smoke``: the real Megatron Bridge and Core train our recipe on one GPU (issue 55).
 
-    python -m optbench.experiments.one_gpu [--optimizers adamw,muon,...] [--loops core[,bridge]]
+    python -m optbench gpu-smoke [--optimizers adamw,muon,...] [--loops core[,bridge]]
                                       [--steps 20] [--timeout 200] [--set KEY=VALUE ...]
                                       [--out results/bench/megatron_one_gpu.json]
 
@@ -28,7 +28,6 @@ from optbench.experiments.one_gpu import page
 from optbench.experiments.one_gpu.arms import LOOPS, RECIPES, Arm, cluster_of, overrides, prepare
 from optbench.common.checkout import repo_root
 from optbench.common.errors import Problem, UserError
-from optbench.common.exits import exit_on_user_error
 from optbench.common.io import atomic_write_json
 from optbench.common.redact import clipped
 
@@ -168,9 +167,7 @@ def _check_arms(optimizers: list[str], loops: list[str], cluster: str, steps: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m optbench.experiments.one_gpu", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m optbench gpu-smoke", description=__doc__.split("\n\n")[0])
     parser.add_argument("--optimizers", default=",".join(RECIPES))
     parser.add_argument(
         "--loops",
@@ -202,45 +199,39 @@ def main(argv: list[str] | None = None) -> int:
         "results/bench/megatron_one_gpu.json); the page is written beside it",
     )
     args = parser.parse_args(argv)
-    with exit_on_user_error():
-        optimizers, loops, steps, timeout, out = _checked(args)
-        earlier = _earlier_smokes(out)
-        page.check_page(out)  # before any GPU time: the page beside --out is replaced at the end
-        import torch
+    optimizers, loops, steps, timeout, out = _checked(args)
+    earlier = _earlier_smokes(out)
+    page.check_page(out)  # before any GPU time: the page beside --out is replaced at the end
+    import torch
 
-        if not torch.cuda.is_available():
-            raise UserError(Problem("gpu", "no CUDA device here; run make gpu-smoke on a GPU machine (docs/gpu.md)"))
-        device = torch.cuda.get_device_name()
-        cluster = cluster_of(device)
-        _check_arms(optimizers, loops, cluster, steps, args.extra)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        head = {
-            "command": "python -m optbench.experiments.one_gpu "
-            + shlex.join(argv if argv is not None else sys.argv[1:]),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "device": device,
-            "gpu": cluster,
-            "python": platform.python_version(),
-            "versions": {name: _version(name) for name in PACKAGES},
-            "steps": steps,
-        }
-        arms: list[dict[str, Any]] = []
-        # Loop by loop: every optimizer through Core's step first, then Bridge's pretrain(); the file is rewritten
-        # after each arm, so an interrupted smoke keeps what it measured.
-        for loop in loops:
-            for optimizer in optimizers:
-                arm = prepare(optimizer, loop, cluster, steps, stamp, args.extra)
-                print(f"gpu-smoke: {page.label(optimizer, args.extra)} ({loop} loop) -> {arm.folder}", flush=True)
-                arms.append({**run_arm(arm, timeout), "extra": args.extra})
-                step = (arms[-1]["summary"] or {}).get("step_time_s")
-                print(
-                    f"  {arms[-1]['status']}: {arms[-1].get('error') or f'step {step} s'} ({arms[-1]['wall_s']} s)",
-                    flush=True,
-                )
-                atomic_write_json(out, {"smokes": [*earlier, {**head, "arms": arms}]})
-        print(f"gpu-smoke: {len(arms)} arms -> {out}; {page.write(out)}")
+    if not torch.cuda.is_available():
+        raise UserError(Problem("gpu", "no CUDA device here; run make gpu-smoke on a GPU machine (docs/gpu.md)"))
+    device = torch.cuda.get_device_name()
+    cluster = cluster_of(device)
+    _check_arms(optimizers, loops, cluster, steps, args.extra)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    head = {
+        "command": "python -m optbench gpu-smoke " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "device": device,
+        "gpu": cluster,
+        "python": platform.python_version(),
+        "versions": {name: _version(name) for name in PACKAGES},
+        "steps": steps,
+    }
+    arms: list[dict[str, Any]] = []
+    # Loop by loop: every optimizer through Core's step first, then Bridge's pretrain(); the file is rewritten
+    # after each arm, so an interrupted smoke keeps what it measured.
+    for loop in loops:
+        for optimizer in optimizers:
+            arm = prepare(optimizer, loop, cluster, steps, stamp, args.extra)
+            print(f"gpu-smoke: {page.label(optimizer, args.extra)} ({loop} loop) -> {arm.folder}", flush=True)
+            arms.append({**run_arm(arm, timeout), "extra": args.extra})
+            step = (arms[-1]["summary"] or {}).get("step_time_s")
+            print(
+                f"  {arms[-1]['status']}: {arms[-1].get('error') or f'step {step} s'} ({arms[-1]['wall_s']} s)",
+                flush=True,
+            )
+            atomic_write_json(out, {"smokes": [*earlier, {**head, "arms": arms}]})
+    print(f"gpu-smoke: {len(arms)} arms -> {out}; {page.write(out)}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,37 +1,22 @@
-"""``python -m optbench.experiments study|compare``: the entry point behind ``make study`` and ``make compare``.
+"""``python -m optbench study|compare``: the entry point behind ``make study`` and ``make compare``.
 
-  study    [--size cpu|gpu] [hydra overrides ...]
-           learning-rate sweeps of AdamW and Muon (two scales) on real text, winners re-run on held-out
-           seeds; write results/study.{md,json} and a plot
-  compare  [--model M] [--seeds 3|1,2,3] [--target auto|4.5] [--iters N] [--window N]
-           [--muon-recipe R] [--adamw-recipe R] [--reuse compare-<model>-<time>] [hydra overrides ...]
-           train a Muon recipe and its AdamW twin per seed on this machine, write results/compare.{md,json,csv}
+study    [--size cpu|gpu] [hydra overrides ...]
+         learning-rate sweeps of AdamW and Muon (two scales) on real text, winners re-run on held-out
+         seeds; write results/study.{md,json} and a plot
+compare  [--model M] [--seeds 3|1,2,3] [--target auto|4.5] [--iters N] [--window N]
+         [--muon-recipe R] [--adamw-recipe R] [--reuse compare-<model>-<time>] [hydra overrides ...]
+         train a Muon recipe and its AdamW twin per seed on this machine, write results/compare.{md,json,csv}
 
-
-With ``--from-make`` the options come from the environment the Makefile exports (OPTBENCH_STUDY_* /
-OPTBENCH_COMPARE_*) and the Hydra overrides from the words typed after the target.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Sequence
 
-from optbench.common.exits import run_in_results_dir
-from optbench.common.make_args import add_results_options, check_make_variables, options_from_env, overrides_from_make
-
-COMPARE_ENV = {
-    "model": "OPTBENCH_COMPARE_MODEL",
-    "seeds": "OPTBENCH_COMPARE_SEEDS",
-    "target": "OPTBENCH_COMPARE_TARGET",
-    "iters": "OPTBENCH_COMPARE_ITERS",
-    "window": "OPTBENCH_COMPARE_WINDOW",
-    "muon_recipe": "OPTBENCH_COMPARE_MUON_RECIPE",
-    "adamw_recipe": "OPTBENCH_COMPARE_ADAMW_RECIPE",
-    "reuse": "OPTBENCH_COMPARE_REUSE",
-}
+from optbench.common.outputs import run_in_results_dir
+from optbench.common.make_args import add_results_options
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -40,10 +25,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from optbench.experiments.compare_run import run_compare, spec_from_words
 
     overrides = list(args.overrides)
-    if args.from_make:
-        check_make_variables()
-        options_from_env(args, COMPARE_ENV)
-        overrides = overrides_from_make()
     spec = spec_from_words(
         args.model,
         args.seeds,
@@ -64,9 +45,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-STUDY_ENV = {"size": "OPTBENCH_STUDY_SIZE"}
-
-
 def cmd_study(args: argparse.Namespace) -> int:
     import shlex
 
@@ -75,10 +53,6 @@ def cmd_study(args: argparse.Namespace) -> int:
     from optbench.experiments.study_plan import StudySpec
 
     overrides = list(args.overrides)
-    if args.from_make:
-        check_make_variables()
-        options_from_env(args, STUDY_ENV)
-        overrides = overrides_from_make()
     spec = StudySpec(size=args.size, results_dir=args.results_dir, overrides=tuple(overrides))
     study = run_study(spec)
     command = shlex.join(["make", "study", *([f"SIZE={args.size}"] if args.size != "cpu" else []), *overrides])
@@ -95,7 +69,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m optbench.experiments", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m optbench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     study = sub.add_parser("study", help="every matrix optimizer vs AdamW with tuned learning rates on real text")
     add_results_options(study)
@@ -121,7 +95,3 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_in_results_dir(_parser().parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,3 +1,0 @@
-from launch.cli import main
-
-raise SystemExit(main())
