@@ -117,7 +117,8 @@ def require_slurm(run: RunConfig, dryrun: bool) -> tuple[str, ...]:
         raise UserError(
             Problem(
                 "cluster.container_image",
-                f"cluster {cluster.name} names no container image; set cluster.container_image=nvcr.io/nvidia/nemo:26.02 "
+                f"cluster {cluster.name} names no container image; set "
+                "cluster.container_image=nvcr.io/nvidia/nemo:26.02 "
                 f"(or container_image: in conf/local/{cluster.name}.yaml)",
             )
         )
@@ -201,7 +202,8 @@ def segment_size(run: RunConfig, nodes: int) -> Optional[int]:
 
 def numa_rule(run: RunConfig) -> Optional[str]:
     """NVIDIA's per-task NUMA binding rule of Bridge 0.3 (executors.py): 2 GPUs per NUMA node on GB200/GB300, 4
-    elsewhere, and on B300 two pinned cores per task (-C); from 0.4 the -C pinning depends on the model (setup_experiment)."""
+    elsewhere, and on B300 two pinned cores per task (-C); from 0.4 the -C pinning depends on the model
+    (setup_experiment)."""
     gpu = run.cluster.gpu
     if run.cluster.executor != "slurm" or gpu not in ("gb300", "gb200", "b300", "b200", "h100", "h200"):
         return None
@@ -213,14 +215,16 @@ def numa_rule(run: RunConfig) -> Optional[str]:
 
 
 def numa_binding(run: RunConfig) -> Optional[str]:
-    """The binding NVIDIA's launcher of the run's release rendered for its preset; without a preset, :func:`numa_rule`."""
+    """The binding NVIDIA's launcher of the run's release rendered for its preset; without a preset,
+    :func:`numa_rule`."""
     preset = find_preset(run) if run.engine == "megatron_bridge" and run.cluster.executor == "slurm" else None
     command = ((preset.job.get("numa") or {}).get("command")) if preset else None
     return command or numa_rule(run)
 
 
 def srun_args(run: RunConfig) -> list[str]:
-    """The cluster's srun arguments, then any NVIDIA's launcher of the run's release adds (0.4+: --container-writable)."""
+    """The cluster's srun arguments, then any NVIDIA's launcher of the run's release adds (0.4+:
+    --container-writable)."""
     ours = [check_text("cluster.srun_args", str(arg)) for arg in run.cluster.srun_args]
     preset = find_preset(run) if run.engine == "megatron_bridge" else None
     nvidia = (preset.job.get("srun_args") or []) if preset else []

@@ -111,7 +111,8 @@ def search_lines(
             f" {expected.scheme}) of the best"
         )
         lines.append(
-            f"  ~ ties      {result['within_expected_error_of_best']} layouts tie with the best: {how}; the model does not"
+            f"  ~ ties      {result['within_expected_error_of_best']} layouts tie with the best: {how}; the "
+            "model does not"
             " resolve their order"
             + (
                 f"; ! above {100 * HBM_WARNING:g} % of HBM by an estimate of +-20 %: may not fit"
@@ -150,7 +151,8 @@ def search_lines(
     if "ep" not in result["fixed"]:
         lines.append(
             f"  caveat      the all-to-all a lower EP saves is priced from bandwidths: {prices}; expert GEMMs with few"
-            " rows are measured (results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all (low EP) can rank"
+            " rows are measured (results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all "
+            "(low EP) can rank"
             " higher than they run; NVIDIA's own layouts rank as in results/projection/search_ranks.md; FIX=ep ranks"
             " the layouts at this EP only"
         )

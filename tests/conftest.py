@@ -115,7 +115,8 @@ def run_make(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 
 
 def squeezed(text: str) -> str:
-    """``text`` with the padding tabulate puts around table cells squeezed to one space (``| a   | b |`` -> ``| a | b |``),
+    """``text`` with the padding tabulate puts around table cells squeezed to one space (``| a   | b |`` -> ``| a | b
+    |``),
     so a test can look for a row's cells as written."""
     import re
 

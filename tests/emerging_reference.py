@@ -46,7 +46,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "emerging_optimizers"
 
 
 def fixture_name(version: str, capability: str) -> str:
-    """The frozen trajectories of ``version`` run on a CPU of ``capability`` (``torch.backends.cpu.get_cpu_capability``)."""
+    """The frozen trajectories of ``version`` run on a CPU of ``capability``
+    (``torch.backends.cpu.get_cpu_capability``)."""
     return f"eo-{version}-{capability}.json"
 
 

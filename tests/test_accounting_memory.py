@@ -1,4 +1,5 @@
-"""Memory per GPU: published layouts fit (within the estimate's error), Kimi K2 on 64 H100 is refused with the reason, terms move the right way."""
+"""Memory per GPU: published layouts fit (within the estimate's error), Kimi K2 on 64 H100 is refused with the reason,
+terms move the right way."""
 
 from __future__ import annotations
 

@@ -198,3 +198,16 @@ def test_code_reads_a_models_entry_not_its_name() -> None:
     markers = {m for e in model_registry().values() for m in (e.optimizer_type_marker, e.hub_config_marker) if m}
     known = set(versions.fields(versions.runnable()[0].bridge)["behaviour"])
     assert markers and markers <= known, markers - known
+
+
+def test_make_test_runs_the_formatter_and_the_linter_at_120_characters():
+    """Issue 82 item 7: ruff format and ruff check (line length 120, E501 included) run first in make test."""
+    import re
+    import tomllib
+
+    ruff = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
+    assert ruff["line-length"] == 120 and "E501" in ruff["lint"]["select"]
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^test: lint\b", makefile, re.M) and re.search(r"^test-fast: lint\b", makefile, re.M)
+    lint = re.search(r"^lint:.*\n((?:\t.*\n)+)", makefile, re.M)[1]
+    assert "ruff format --check" in lint and "ruff check" in lint

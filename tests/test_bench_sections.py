@@ -45,7 +45,8 @@ def test_gpu_only_names_the_benchmarks_that_have_a_gpu_section(capsys):
         optbench_main(["bench", "--only", "emerging", "--gpu-only"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip() == (
-        "error: --gpu-only: 'emerging' has no GPU section; choose one of grouped_gemm, dense_gemm, muon_matrices, all_to_all, optim, pretrain"
+        "error: --gpu-only: 'emerging' has no GPU section; choose one of grouped_gemm, dense_gemm, "
+        "muon_matrices, all_to_all, optim, pretrain"
     )
 
 

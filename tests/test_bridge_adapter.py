@@ -247,7 +247,8 @@ def test_kimi_k2_model_config_passes_megatron_core_validation(recipe: str, te_is
 def test_qwen3_model_config_passes_megatron_core_validation(recipe: str, te_is_new_enough: None) -> None:
     items = items_of(recipe)
     m = mcore()
-    # What AutoBridge derives from the Hugging Face config besides our shape fields (Qwen3 MoE: SwiGLU, RMSNorm, no bias).
+    # What AutoBridge derives from the Hugging Face config besides our shape fields (Qwen3 MoE: SwiGLU, RMSNorm, no
+    # bias).
     hf_derived = {
         "gated_linear_unit": True,
         "normalization": "RMSNorm",
@@ -454,7 +455,8 @@ def test_weight_decay_reaches_the_scheduler_megatron_applies() -> None:
     items = items_of("qwen3_30b_a3b_muon", ["optimizer.weight_decay=0.05"])
     assert items["scheduler.start_weight_decay"] == items["scheduler.end_weight_decay"] == 0.05
     assert items["scheduler.weight_decay_incr_style"] == "constant"
-    # With an NVIDIA preset, optimizer.weight_decay (never applied: the scheduler sets it every step) stays the preset's.
+    # With an NVIDIA preset, optimizer.weight_decay (never applied: the scheduler sets it every step) stays the
+    # preset's.
     assert "optimizer.weight_decay" not in items
     no_preset = items_of("qwen3_30b_a3b_muon", ["optimizer.weight_decay=0.05", "intent=train", "precision=fp16"])
     assert no_preset["optimizer.weight_decay"] == 0.05

@@ -1,7 +1,8 @@
 """Our Bridge path against the real Megatron Bridge and Core of every NeMo container (tests/bridge_env/).
 
 tests/bridge_env/conformance.py runs with each container's real Bridge + Core (``make bridge-env`` builds them:
-src/optbench/engine/bridge/cpu_check/environments.py) and reports, for every cluster recipe and both intents composed for that
+src/optbench/engine/bridge/cpu_check/environments.py) and reports, for every cluster recipe and both intents composed
+for that
 container: the overrides that did not land, the outcome of Bridge's ``runtime_config_update``, which optimizer
 the built config holds, every effective field that differs from NVIDIA's executed preset of that release (with the
 documented reason, or none), and the metrics callback driven through Bridge's CallbackManager, GlobalState and
@@ -209,7 +210,8 @@ def test_metrics_callback_runs_on_bridges_own_objects(target: Target, intent: st
 
 @per_target()
 def test_the_callback_never_creates_megatrons_optimizer_timer(target: Target, tmp_path_factory) -> None:
-    """At timing level 2 a timer created by a callback collides with Bridge's log_level=1 creation; ours is looked up."""
+    """At timing level 2 a timer created by a callback collides with Bridge's log_level=1 creation; ours is looked
+    up."""
     levels = report_of(target, tmp_path_factory)["timer_levels"]
     assert levels["ours"] == "ok"
     assert "does not match already existing log level" in levels["timers_call"]  # the control fails

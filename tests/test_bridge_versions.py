@@ -113,7 +113,8 @@ def test_release_preset_gives_the_published_26_06_layout() -> None:
 
 
 def test_every_runnable_container_has_nvidias_executed_presets() -> None:
-    """presets-<bridge>.json for every container: NVIDIA's launcher of that release, executed (tools/nvidia_presets.py)."""
+    """presets-<bridge>.json for every container: NVIDIA's launcher of that release, executed
+    (tools/nvidia_presets.py)."""
     for container in versions.runnable():
         data = presets.load(container.bridge)
         assert data["provenance"]["release"] == container.bridge and data["presets"], container.name
@@ -150,7 +151,8 @@ def test_extracted_fields_of_0_3_1_match_the_installed_core() -> None:
 
 
 def test_the_default_container_is_the_newest_one_checked_against_its_real_bridge() -> None:
-    """Every runnable container has a conformance target (optbench/engine/bridge/cpu_check/environments.py); the default is the newest."""
+    """Every runnable container has a conformance target (optbench/engine/bridge/cpu_check/environments.py); the default
+    is the newest."""
     from dataclasses import fields
 
     from optbench.config.schema import ClusterConfig
@@ -170,7 +172,8 @@ def test_the_default_container_is_the_newest_one_checked_against_its_real_bridge
 )
 @pytest.mark.parametrize("intent", ["reproduce", "train"])
 def test_full_iteration_cuda_graphs_turn_the_loss_nan_check_off(recipe: str, intent: str) -> None:
-    """Regression: on 26.06.01 (Bridge 0.5.1) every Qwen3 and DeepSeek-V3 plan failed Bridge's validation (full-iteration
+    """Regression: on 26.06.01 (Bridge 0.5.1) every Qwen3 and DeepSeek-V3 plan failed Bridge's validation
+    (full-iteration
     graphs with check_for_nan_in_loss on); intent=train keeps the gradient NaN check."""
     items = dict(
         override_items(resolve(compose_run(recipe, ["cluster.container=nemo:26.06.01", f"intent={intent}"])).run)

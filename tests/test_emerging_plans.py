@@ -201,7 +201,8 @@ def test_a_matrix_optimizer_plan_composes_the_run_and_its_adamw_twin_only(monkey
         ("lion", "COMPARE: 'lion' is not a matrix optimizer"),
         (
             "soap",
-            "COMPARE: projects matrix optimizers beside a matrix-optimizer run's AdamW twin; qwen3_30b_a3b_adamw trains adamw",
+            "COMPARE: projects matrix optimizers beside a matrix-optimizer run's AdamW twin; "
+            "qwen3_30b_a3b_adamw trains adamw",
         ),
     ],
 )

@@ -321,7 +321,8 @@ def test_make_table_skips_broken_runs_with_a_reason_and_reads_any_bridge_log(sav
     log = tmp_path / "anywhere" / "job.out"
     log.parent.mkdir()
     log.write_text(
-        "Step Time : 12.78s GPU utilization: 528.1 TFLOP/s/GPU\nStep Time : 12.92s GPU utilization: 1037.0MODEL_TFLOP/s/GPU\n"
+        "Step Time : 12.78s GPU utilization: 528.1 TFLOP/s/GPU\nStep Time : 12.92s GPU utilization: "
+        "1037.0MODEL_TFLOP/s/GPU\n"
     )
     out = write_throughput(results, warmup=0, extra_logs=[log])
     reasons = dict(out.skipped)

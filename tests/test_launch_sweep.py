@@ -1,4 +1,5 @@
-"""make sweep: Hydra's sweep syntax expanded, every point validated, valid points planned and rendered as one experiment."""
+"""make sweep: Hydra's sweep syntax expanded, every point validated, valid points planned and rendered as one
+experiment."""
 
 from __future__ import annotations
 

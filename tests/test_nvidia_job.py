@@ -41,7 +41,8 @@ DOCUMENTED = {
     "sbatch.job-name": "optbench-<run id> (NVIDIA: <account>-<account>.<experiment>)",
     "sbatch.output": "log path in our plan folder",
     "sbatch.partition": "cluster.partition (NVIDIA's rendering used a placeholder)",
-    "srun.--container-image": "nvcr.io/nvidia/<cluster.container> (default nemo:26.02.01, the container of Bridge 0.3.1; the fixture was rendered with a nemo:26.02 placeholder)",
+    "srun.--container-image": "nvcr.io/nvidia/<cluster.container> (default nemo:26.02.01, the container of "
+    "Bridge 0.3.1; the fixture was rendered with a nemo:26.02 placeholder)",
     "sbatch.time": "cluster.time (NVIDIA's default 00:30:00 is for 50 iterations)",
     "sbatch.gpus-per-node": "ours asks for the GPUs explicitly (NVIDIA passes --gres only when given)",
     "export.WANDB_RUN_ID": "ours is the run id; NVIDIA's a random id per launch",
@@ -170,7 +171,8 @@ PRESET_CASES = [(release, key) for release in CONTAINERS for key in sorted(load(
 
 @pytest.mark.parametrize(("release", "key"), PRESET_CASES, ids=[f"{r}-{k}" for r, k in PRESET_CASES])
 def test_segment_and_numa_rules_reproduce_every_preset(release: str, key: str) -> None:
-    """NVIDIA's --segment and NUMA rules, applied by us, give what its launcher rendered for every preset of every release."""
+    """NVIDIA's --segment and NUMA rules, applied by us, give what its launcher rendered for every preset of every
+    release."""
     model, gpu, precision, optimizer = key.split("/")
     preset = load(release)["presets"][key]
     if (why := unheld_reason(preset)) is not None:

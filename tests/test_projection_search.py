@@ -193,7 +193,8 @@ def test_make_search_ranks_every_valid_layout(tmp_path):
     assert f"  efficiency  {saved['efficiency']['value']:.3f} of gb300_fp8, calibrated on " in out.stdout
     assert saved["fixed"] == {} and "FIX=ep ranks the layouts at this EP only" in out.stdout
     assert "a smaller MBS can rank higher than it runs" in out.stdout
-    # GB300's NVLink 5: the flex dispatcher's price beside HybridEP's published kernel rate (data/hybridep_all_to_all.csv)
+    # GB300's NVLink 5: the flex dispatcher's price beside HybridEP's published kernel rate
+    # (data/hybridep_all_to_all.csv)
     assert (
         "for the flex dispatcher (HybridEP, DeepEP: NVIDIA's presets) at the ring collectives' 720 GB/s per GPU over"
         " NVLink, above HybridEP's published kernel rate (622 GB/s among 8 GPUs, 562 among 36"
@@ -450,6 +451,6 @@ def test_the_search_caveat_prices_each_dispatcher_as_the_runs_nvlink_was_measure
     hopper = all_to_all_prices(interconnect_for("h100"))
     assert "at the ring collectives' 360 GB/s per GPU over NVLink (HybridEP not measured on NVLink 4)" in hopper
     assert (
-        "NCCL's (moe_token_dispatcher=alltoall) at the ring collectives' rate (no published NCCL all-to-all on NVLink 4)"
-        in hopper
+        "NCCL's (moe_token_dispatcher=alltoall) at the ring collectives' rate (no published NCCL all-to-all on "
+        "NVLink 4)" in hopper
     )

@@ -136,7 +136,8 @@ PUBLISHED_NOT_EXECUTED = {("26.02.01", "llama31_405b", "gb300", "fp8"), ("26.02.
 CP1 executed; 70B MXFP8: MBS 2 without VPP stated, MBS 1 VPP 5 executed): the projection types the stated values
 (plan/row_runs.py), so these rows are scored at the layout NVIDIA published."""
 NON_DEFAULT_VARIANT_GBS = {"15360"}
-"""DeepSeek-V3 26.06 GB300 at GBS 15360: NVIDIA's named variant (DEEPSEEK_V3_..._GB300_FP8_MX_GBS15360), not the default."""
+"""DeepSeek-V3 26.06 GB300 at GBS 15360: NVIDIA's named variant (DEEPSEEK_V3_..._GB300_FP8_MX_GBS15360), not the
+default."""
 
 
 @pytest.mark.parametrize("row", _published_rows(), ids=lambda r: f"{r['model']}-{r['gpu']}-{r['release']}")

@@ -322,7 +322,8 @@ def test_make_table_end_to_end(measured):
 
 
 def test_the_table_puts_each_plans_matrix_optimizers_side_by_side(results_dir):
-    """make table collects every plan's projection.optimizers (Muon, AdaMuon, SOAP vs one AdamW twin); nothing recomputed."""
+    """make table collects every plan's projection.optimizers (Muon, AdaMuon, SOAP vs one AdamW twin); nothing
+    recomputed."""
     from optbench.plan import build_plan
     from optbench.validate import validate
 

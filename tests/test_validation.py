@@ -429,7 +429,8 @@ def test_muon_without_its_layer_wise_optimizer_keeps_mxfp8_parameters_with_the_r
 
 
 def test_problems_of_one_field_share_its_line_so_the_fix_is_shown_without_debug():
-    """Issue 81 item 8: 'and 1 more problem (parallel.ep)' hid the problem that carried the fix (the valid ep values)."""
+    """Issue 81 item 8: 'and 1 more problem (parallel.ep)' hid the problem that carried the fix (the valid ep
+    values)."""
     from optbench.common.errors import Problem, UserError
 
     err = UserError(

@@ -143,7 +143,8 @@ def _record(out: Path, wheels: list[str]) -> None:
 
 
 def _fetch(staging: Path) -> None:
-    """Fetch every wheel (for Python 3.12 on x86-64 Linux) into ``staging`` and ``staging/bridge``, and build antlr's."""
+    """Fetch every wheel (for Python 3.12 on x86-64 Linux) into ``staging`` and ``staging/bridge``, and build
+    antlr's."""
     pip = [sys.executable, "-m", "pip"]
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     download = [
@@ -217,7 +218,8 @@ def main() -> int:
         for wheel in wheels:
             print(f"  {wheel.stat().st_size / 2**20:7.2f} MiB  {wheel.relative_to(args.out)}")
         print(
-            f"{len(wheels)} wheels, {total / 2**20:.1f} MiB of the {CARRY_LIMIT // 2**20} MiB one call carries -> {args.out}"
+            f"{len(wheels)} wheels, {total / 2**20:.1f} MiB of the {CARRY_LIMIT // 2**20} MiB one call carries "
+            f"-> {args.out}"
         )
         if total > CARRY_LIMIT:
             raise UserError(

@@ -48,7 +48,8 @@ from optbench.catalog.models import model_registry  # noqa: E402
 FAMILIES = {model: (entry.nvidia_family, entry.nvidia_recipe) for model, entry in model_registry().items()}
 """Our model -> NVIDIA's (model_family_name, model_recipe_name), from the model registry (optbench/data/models.csv)."""
 GPUS_PER_NODE = {gpu: spec.gpus_per_node for gpu, spec in gpu_catalog().items()}
-"""GPUs per node of each registry GPU (optbench/data/gpus.csv); a GPU NVIDIA has no workload config for yields no case."""
+"""GPUs per node of each registry GPU (optbench/data/gpus.csv); a GPU NVIDIA has no workload config for yields no
+case."""
 PRECISIONS = {"bf16": "bf16", "fp8_cs": "fp8_cs", "mxfp8": "fp8_mx"}
 """Our precision name -> NVIDIA's compute dtype."""
 MIXED_PRECISION_PRESETS = {

@@ -6,7 +6,8 @@ TP 4-8, CP 2, dense GEMMs and FP8 current scaling on Blackwell, none of which a 
 band of each scheme is rebuilt from the committed validation.json with those models' rows removed, as it was
 printed before they were scored. Run after ``make projection``::
 
-    .venv/bin/python tools/outside_check.py --models llama3_70b,llama31_405b   # -> results/projection/outside_check.json
+    .venv/bin/python tools/outside_check.py --models llama3_70b,llama31_405b   # ->
+    results/projection/outside_check.json
 """
 
 from __future__ import annotations

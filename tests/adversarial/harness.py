@@ -274,7 +274,8 @@ def environment(case: Case, words: list[str], places: Places) -> dict[str, str]:
 
 
 def run_in_process(case: Case, words: list[str]) -> int:
-    """The Python side of ``make <target>`` in this process (the dispatcher, as the Makefile calls it); its exit code."""
+    """The Python side of ``make <target>`` in this process (the dispatcher, as the Makefile calls it); its exit
+    code."""
     from optbench.__main__ import main
 
     argv = [case.target, *words] if case.target == "gpu-smoke" else [case.target, "--from-make"]  # SMOKE="<words>"

@@ -384,7 +384,8 @@ def search_layout_cases(results: Path, container: str, stride: int = 1) -> list[
 
 OVERRIDE_RECIPES = ("qwen3_30b_a3b_muon", "kimi_k2_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_adamw")
 """Recipes every single-field override is tried on (Qwen3 on 8 GPUs, Kimi K2 on 256: MLA, layer-wise Muon; Qwen3 with
-AdamW: the baseline's distributed optimizer and FP8 parameter all-gather, which layer-wise Muon refuses; DeepSeek-V3 with
+AdamW: the baseline's distributed optimizer and FP8 parameter all-gather, which layer-wise Muon refuses; DeepSeek-V3
+with
 AdamW: MTP, dense first layers, Bridge's precision-aware Adam and, from 26.06, NVIDIA's FP8 output projection)."""
 KNOWN_GAPS: dict[str, str] = {}
 """Single-field overrides our checks pass and the default container's Bridge refuses, each with why it is not refused
@@ -395,7 +396,8 @@ the fetched tags (releases/graph_rules.py)."""
 def single_field_overrides(run: Any) -> list[str]:
     """One override per other value of every field the Bridge engine reads: each other word of an enumeration, the
     other boolean, half of a real number, twice a count outside the layout, and each single CUDA-graph or recompute
-    module. The layout's integers are left to ``make search`` (search_layout_cases); names, paths and labels are not values."""
+    module. The layout's integers are left to ``make search`` (search_layout_cases); names, paths and labels are not
+    values."""
     from optbench.config.field_spec import BRIDGE
     from optbench.config.field_table import TABLE, value_at
 

@@ -102,12 +102,14 @@ def markdown(data: dict[str, Any]) -> str:
         [
             "# Bridge metrics callback: host cost per record",
             "",
-            f"`{data['command']}` ({data['created']}, {data['machine']['processor']}, {data['machine']['cores']} cores, "
+            f"`{data['command']}` ({data['created']}, {data['machine']['processor']}, "
+            f"{data['machine']['cores']} cores, "
             f"Python {data['machine']['python']}).",
             "",
             f"- {data['recipe']}, one record per step: **{us['median']:.0f} us** host time per record "
             f"(median of {data['records']}, IQR {us['q1']:.0f}-{us['q3']:.0f} us), device calls stubbed out.",
-            f"- Bound on the slowdown of NVIDIA's Kimi K2 + Muon step ({data['published_step_s']:.1f} s at 5072 tokens/s/GPU, "
+            f"- Bound on the slowdown of NVIDIA's Kimi K2 + Muon step ({data['published_step_s']:.1f} s at 5072 "
+            "tokens/s/GPU, "
             f"Bridge perf summary 26.02.01) if all of it were exposed: **{100 * data['bound_share_of_step']:.4f} %**.",
             f"- Not measured: {data['not_measured']}.",
             "",

@@ -1,4 +1,5 @@
-"""``python -m optbench bench [--only NAME] [--gpu-only] [--quick] [--threads N] [--out DIR]``: run the benchmarks, write results/bench/."""
+"""``python -m optbench bench [--only NAME] [--gpu-only] [--quick] [--threads N] [--out DIR]``: run the benchmarks,
+write results/bench/."""
 
 from __future__ import annotations
 

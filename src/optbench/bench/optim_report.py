@@ -22,7 +22,8 @@ def _cell(spread: dict) -> str:
 
 def _peaks_line(peaks: dict) -> str:
     parts = [
-        f"{p} {v['gflops']:,.0f} GFLOP/s = {v['threads']} x {v['clock_ghz']:.2f} GHz x {v['flops_per_cycle']} FLOP/cycle ({v['isa']})"
+        f"{p} {v['gflops']:,.0f} GFLOP/s = {v['threads']} x {v['clock_ghz']:.2f} GHz x {v['flops_per_cycle']} "
+        f"FLOP/cycle ({v['isa']})"
         for p, v in peaks.items()
     ]
     return "; ".join(parts)
@@ -109,7 +110,8 @@ def markdown(data: dict) -> str:
     lines = [
         "# Optimizer benchmark",
         "",
-        f"Command (CPU and imbalance sections; a measured GPU section names its own): `{data['command']}` (`make bench`), {data['created']}, torch {data['torch']}, Python {data['python']}"
+        f"Command (CPU and imbalance sections; a measured GPU section names its own): `{data['command']}` "
+        f"(`make bench`), {data['created']}, torch {data['torch']}, Python {data['python']}"
         + (" (QUICK smoke run: shrunk models, few rounds)" if data["quick"] else ""),
         "",
         "One Muon step (momentum, Newton-Schulz, update) on each tiny proxy's parameters with fixed random "
@@ -120,7 +122,8 @@ def markdown(data: dict) -> str:
         "Newton-Schulz GFLOP (SYRK's blocked triangles counted as executed) at the cores' theoretical peak: no "
         "implementation can take less; *x bound* = median / bound.",
         "",
-        f"## CPU: {cpu['cpu_model']}, {cpu['logical_cpus']} logical CPUs; `auto` precision here: {cpu['auto_precision']}",
+        f"## CPU: {cpu['cpu_model']}, {cpu['logical_cpus']} logical CPUs; `auto` precision here: "
+        f"{cpu['auto_precision']}",
         "",
     ]
     for block in cpu["blocks"]:

@@ -393,8 +393,8 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         "# Local engine benchmark",
         "",
-        f"Command (CPU section; a measured GPU section names its own): `{data['command']}` (`make bench`), {data['created']}"
-        + (f" (QUICK smoke run: {QUICK_ITERS} steps)" if data["quick"] else ""),
+        f"Command (CPU section; a measured GPU section names its own): `{data['command']}` (`make bench`), "
+        f"{data['created']}" + (f" (QUICK smoke run: {QUICK_ITERS} steps)" if data["quick"] else ""),
         "",
         f"## CPU: `make pretrain` (default recipe {cpu['default_recipe']}), {cpu['cores']} cores",
         "",

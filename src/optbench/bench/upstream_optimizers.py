@@ -2,7 +2,8 @@
 machine (each optimizer's module is its registry entry's ``upstream``).
 
 Its releases declare Python >= 3.12 and import Triton for their SYRK kernels: ``make setup`` installs 0.3.0 beside
-Megatron Core 0.19 in ``.bridge-releases/<bridge>/`` (optbench/engine/bridge/cpu_check/environments.py), and :func:`load` imports a
+Megatron Core 0.19 in ``.bridge-releases/<bridge>/`` (optbench/engine/bridge/cpu_check/environments.py), and
+:func:`load` imports a
 copy from a folder on Python 3.11 with ``typing.override`` polyfilled and a Triton stand-in for the import only.
 :func:`megatron_adaptive_muon` builds AdaMuon as Megatron Core's ``TensorParallelAdaptiveMuon`` does without
 tensor parallelism. Used by ``make bench`` (bench ``emerging``) and by the reference tests.

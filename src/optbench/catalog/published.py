@@ -240,5 +240,9 @@ def data_only_reason(row: PublishedRow) -> str | None:
 
 
 def row_id(row: PublishedRow) -> str:
-    """A published row's name, unique in published.csv: '<source> <release> <model> <gpu> x<n> <precision> <optimizer>'."""
-    return f"{row.label} {row.model} {row.gpu} x{row.num_gpus} {row.precision} {row.optimizer} {row.model_tflops_per_gpu:g}"
+    """A published row's name, unique in published.csv: '<source> <release> <model> <gpu> x<n> <precision>
+    <optimizer>'."""
+    return (
+        f"{row.label} {row.model} {row.gpu} x{row.num_gpus} {row.precision} {row.optimizer} "
+        f"{row.model_tflops_per_gpu:g}"
+    )

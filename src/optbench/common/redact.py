@@ -224,7 +224,8 @@ def run_secrets(run: Any) -> list[str]:
 
 
 def redact_text(text: str, secrets: Iterable[str]) -> str:
-    """Replace every occurrence of each secret of at least MIN_TEXT_SECRET characters in ``text``, in any letter case."""
+    """Replace every occurrence of each secret of at least MIN_TEXT_SECRET characters in ``text``, in any letter
+    case."""
     for secret in secrets:
         if secret and len(secret) >= MIN_TEXT_SECRET:
             text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
@@ -346,7 +347,8 @@ def secret_problems(cfg: Any, environ: Mapping[str, str] | None = None) -> list[
                 SecretProblem(
                     path,
                     f"{found}; plans, configs, job files and logs never hold secrets: give a plain value (the "
-                    "account reaches sbatch only through SBATCH_ACCOUNT, credentials through your exported environment)",
+                    "account reaches sbatch only through SBATCH_ACCOUNT, credentials through your exported "
+                    "environment)",
                 )
             )
     return problems

@@ -197,7 +197,8 @@ def recover(folder: Path, paths: Sequence[Path] = ()) -> list[str]:
 
 
 def recover_beside(paths: Sequence[str | Path]) -> None:
-    """:func:`recover` the folders that would hold ``paths``, printing its notes: before a command checks or writes them."""
+    """:func:`recover` the folders that would hold ``paths``, printing its notes: before a command checks or writes
+    them."""
     targets = [Path(os.path.abspath(p)) for p in paths]
     for folder in dict.fromkeys(p.parent for p in targets):
         for note in recover(folder, targets):

@@ -49,7 +49,8 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType({name: f.default for name, f in _
 
 
 def spec_of(key: str) -> Optional[FieldSpec]:
-    """The spec of a typed key: a leaf field, or an entry of a mapping field (``cluster.env.NAME``); None for a group."""
+    """The spec of a typed key: a leaf field, or an entry of a mapping field (``cluster.env.NAME``); None for a
+    group."""
     while key:
         if key in TABLE:
             return TABLE[key]
@@ -120,5 +121,6 @@ _PRESET_FIELDS = {"train": _supplied(("every",)), "reproduce": _supplied(("every
 
 
 def preset_fields(intent: str) -> Mapping[str, str]:
-    """Bridge field a later release's NVIDIA preset is read from -> our field it supplies, for this intent (read-only)."""
+    """Bridge field a later release's NVIDIA preset is read from -> our field it supplies, for this intent
+    (read-only)."""
     return _PRESET_FIELDS[intent]

@@ -337,4 +337,5 @@ class RunConfig(Frozen):
     resume: bool = setting(False, Flag())
     """Resume from the latest checkpoint of run_id."""
     step_time_s: Optional[float] = setting(None, Real(0.0, 1e6, low_open=True))
-    """Seconds per step to turn into TFLOP/s and MFU in the plan (null: only published step times that match the run)."""
+    """Seconds per step to turn into TFLOP/s and MFU in the plan (null: only published step times that match the
+    run)."""

@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  tokenizer    {manifest['tokenizer']['vocab_size']:,} tokens ({manifest['tokenizer']['source']}) "
         f"{manifest['tokenizer']['path']}\n"
-        f"  total        {manifest['tokens']:,} tokens from {manifest['characters']:,} characters in {manifest['seconds']} s\n"
+        f"  total        {manifest['tokens']:,} tokens from {manifest['characters']:,} characters in "
+        f"{manifest['seconds']} s\n"
         "train on it:   "
         + (
             "data=pydocs"

@@ -281,7 +281,8 @@ def verdict(result: CompareResult) -> str:
         return "Muon reached the target and AdamW did not within the budget: Muon's per-step cost pays for itself here."
     tokens, seconds = result.tokens_ratio, result.seconds_ratio
     text = (
-        f"Muon needs {tokens:.2f}x AdamW's tokens and {seconds:.2f}x its training time to reach loss {result.target:.3f}"
+        f"Muon needs {tokens:.2f}x AdamW's tokens and {seconds:.2f}x its training time to reach loss "
+        f"{result.target:.3f}"
         + (f" at {result.step_time_ratio:.2f}x the time per step" if result.step_time_ratio else "")
         + ": "
         + ("its per-step cost pays for itself" if seconds < 1 else "its per-step cost does not pay for itself")

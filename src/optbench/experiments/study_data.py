@@ -63,8 +63,10 @@ def validation_set(config: RunConfig) -> dict:
             raise UserError(
                 Problem(
                     "train.eval_iters",
-                    f"a validation pass takes {int(wanted):,} sequences from {sampler.dataset.prefix}, whose validation split "
-                    f"holds {sampler.samples_per_epoch:,}: samples would repeat; hold out more (data.split) or evaluate fewer",
+                    f"a validation pass takes {int(wanted):,} sequences from {sampler.dataset.prefix}, whose "
+                    "validation split "
+                    f"holds {sampler.samples_per_epoch:,}: samples would repeat; hold out more (data.split) or "
+                    "evaluate fewer",
                 )
             )
     prefixes, _ = dataset_blend(list(data.path))

@@ -32,7 +32,8 @@ def setup_of(run: MeasuredRun) -> dict[str, str]:
         "data": _data(summary),
         "precision": run.precision,
         "tokens per step": str(summary.get("tokens_per_step") or UNKNOWN),
-        "machine": f"{device}, {run.world_size or '?'} process(es), {summary.get('threads_per_process') or '?'} thread(s)",
+        "machine": f"{device}, {run.world_size or '?'} process(es), {summary.get('threads_per_process') or '?'} "
+        "thread(s)",
         "engine": run.engine or UNKNOWN,
     }
 

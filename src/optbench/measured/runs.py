@@ -86,7 +86,8 @@ class MeasuredRun:
     engine: str = ""
     """local or megatron_bridge."""
     intent: str = ""
-    """Bridge runs: reproduce (NVIDIA's measured configuration) or train (real routing, NaN checks, eval); "" unknown."""
+    """Bridge runs: reproduce (NVIDIA's measured configuration) or train (real routing, NaN checks, eval); ""
+    unknown."""
     world_size: int | None = None
     """GPUs (processes)."""
     peak: PeakInfo | None = None

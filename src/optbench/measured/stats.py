@@ -73,4 +73,7 @@ def format_spread(
     if s.n == 1:
         return f"{format_number(s.median, digits)}{unit} (n=1)"
     low, high = (s.low, s.high) if extremes else (s.q1, s.q3)
-    return f"{format_number(s.median, digits)}{unit} [{format_number(low, digits)}-{format_number(high, digits)}] (n={s.n})"
+    return (
+        f"{format_number(s.median, digits)}{unit} "
+        f"[{format_number(low, digits)}-{format_number(high, digits)}] (n={s.n})"
+    )

@@ -10,7 +10,8 @@ import torch
 def params_with_grad(
     optimizer: torch.optim.Optimizer, closure: Callable[[], float] | None
 ) -> Iterator[tuple[dict, torch.Tensor]]:
-    """(group, parameter) of every parameter that has a gradient; a closure is refused, as Emerging-Optimizers refuses it."""
+    """(group, parameter) of every parameter that has a gradient; a closure is refused, as Emerging-Optimizers refuses
+    it."""
     if closure is not None:
         raise ValueError("closure is not supported (as upstream)")
     for group in optimizer.param_groups:

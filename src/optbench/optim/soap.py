@@ -216,7 +216,8 @@ class SOAP(torch.optim.Optimizer):
 
 
 def build_soap(routes: Sequence[ParamRoute], cfg, tp_group, later: bool) -> SOAP:
-    """SOAP over the matrix side's routes (the registry's local builder; not tensor-parallel aware: ``tp_group`` unused)."""
+    """SOAP over the matrix side's routes (the registry's local builder; not tensor-parallel aware: ``tp_group``
+    unused)."""
     soap = cfg.soap
     return SOAP(
         param_groups(routes, cfg.weight_decay, lambda r: {}),

@@ -126,7 +126,8 @@ def _layout_was_balanced(run: RunConfig, overrides: Sequence[str]) -> bool:
 
 
 def claim_results(run: RunConfig) -> Path:
-    """The run's results folder, created and marked as optbench's (refused if it is not ours: optbench.common.outputs)."""
+    """The run's results folder, created and marked as optbench's (refused if it is not ours:
+    optbench.common.outputs)."""
     return claim(run.results_dir, "results_dir", "results")
 
 
@@ -276,7 +277,11 @@ def intent_line(bridge: BridgeSetup, optimizer: str = "muon") -> str:
     intent, preset = bridge.intent, bridge.preset
     if not preset:
         return f"{intent}: no NVIDIA preset for this model, GPU and precision; the Bridge recipe with our settings"
-    source = f"NVIDIA's {preset['key']} preset ({preset.get('container', 'Megatron Bridge ' + preset['release'])}: {preset.get('case') or 'scripts/performance'})"
+    source = (
+        f"NVIDIA's {preset['key']} preset "
+        f"({preset.get('container', 'Megatron Bridge ' + preset['release'])}: "
+        f"{preset.get('case') or 'scripts/performance'})"
+    )
     if preset.get("adapted_from_adam"):
         label = OPTIMIZER_LABELS[optimizer]
         source += f" - no {label} preset for this model: Adam's, with our {label} settings"

@@ -10,10 +10,12 @@
 * EP among the powers of two that divide the routed experts and the ranks of a pipeline stage (ETP 1);
 * MBS in {1, 2, 4} that divide the global batch over the data-parallel ranks;
 
-and the composed run's own value of each (so its layout is always a point), with everything else (GBS, sequence, precision, recompute, dispatcher, kernels) as composed. A dimension the user fixes
+and the composed run's own value of each (so its layout is always a point), with everything else (GBS, sequence,
+precision, recompute, dispatcher, kernels) as composed. A dimension the user fixes
 (``make search ... FIX=ep,mbs``) takes only the composed run's value. Each point is
 validated as ``make plan`` validates it (a layout that does not split, or whose memory estimate exceeds the
-GPU's HBM, or the share of it ``HBM=`` allows, is dropped and counted; the run's own layout is kept and ranked whatever its estimate), projected at the model's calibrated efficiency, and ranked by projected
+GPU's HBM, or the share of it ``HBM=`` allows, is dropped and counted; the run's own layout is kept and ranked whatever
+its estimate), projected at the model's calibrated efficiency, and ranked by projected
 model TFLOP/s per GPU. The top points are also projected with AdamW at the same layout (the Muon-vs-AdamW gap).
 """
 

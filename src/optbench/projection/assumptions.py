@@ -46,7 +46,8 @@ class Assumptions:
     ``ns_gemm_efficiency``, because ``X X^T`` and the Gram products have ``g x g`` outputs, too few tiles to fill the
     GPU when ``g`` is small. Fitted (log least squares) to upstream Muon's per-matrix times on one NVIDIA H200 for
     every GPU-bound matrix shape of the three cluster recipes (results/bench/muon_matrices.md, `make bench-gpu`),
-    never to a published row (13 points): 1.08 at 7168, 1.17 at 4096, 1.41 at 2048, 2.02 at 1024, 3.51 at 512. Applied to every
+    never to a published row (13 points): 1.08 at 7168, 1.17 at 4096, 1.41 at 2048, 2.02 at 1024, 3.51 at 512. Applied
+    to every
     GPU as a fraction of its own peak (Blackwell's NS GEMMs were not measured) and to SYRK's kernels alike."""
     ns_small_gram_power: float = 1.3
     """``p`` of the small-Gram slowdown above (same fit)."""
@@ -55,7 +56,8 @@ class Assumptions:
     eager_op_overhead_s: float = 10e-6
     """Host time to issue one eager PyTorch op (Python, dispatcher, cudaLaunchKernel): published
     estimates range 5-25 us per op; 10 us is the middle. Kernels shorter than this are launch-bound. Measured
-    13-32 us per op for upstream Muon on the x86 hosts of an H200 and an H100 machine (``eager_op_overhead_measured_s``);
+    13-32 us per op for upstream Muon on the x86 hosts of an H200 and an H100 machine
+    (``eager_op_overhead_measured_s``);
     a GB300's host is a Grace CPU, which no session has measured, so the a-priori figure stays (docs/projection.md
     section 4 gives what the measured ones would change)."""
     eager_op_overhead_measured_s: tuple[float, float] = (13.1e-6, 32.1e-6)
@@ -83,7 +85,8 @@ class Assumptions:
     moment2_ops: int = 5
     """AdaMuon's eager ops per matrix on top of Muon's (square, lerp_, sqrt, + eps, divide)."""
     qr_efficiency: float = 0.25
-    """Fraction of the fp32 (CUDA-core) peak a Householder QR (cuSOLVER geqrf + orgqr; an optimizer's ``MatrixFlops.qr``) of a 1-8k square matrix
+    """Fraction of the fp32 (CUDA-core) peak a Householder QR (cuSOLVER geqrf + orgqr; an optimizer's
+    ``MatrixFlops.qr``) of a 1-8k square matrix
     sustains: its panel factorisation is memory-bound; a quarter is a middle figure for blocked QR. Not fitted."""
     fp8_cast_bytes_per_element: float = 4.0
     """HBM bytes per weight element to quantize bf16 weights to FP8 row- and column-wise copies once a
@@ -114,7 +117,8 @@ class Assumptions:
     small_expert_gemm_rows_mxfp8: float = 1438.4
     """``M0`` of the same slowdown for MXFP8 grouped GEMMs (Blackwell), which nobody here has measured. Fitted by
     ``make projection`` with the carried calibration table (:mod:`optbench.projection.carried`: the grid value whose
-    table of architecture, model and release efficiencies leaves the smallest residual over every published AdamW row it can
+    table of architecture, model and release efficiencies leaves the smallest residual over every published AdamW row it
+    can
     solve them all at (1073.9 on the 52 rows of three models; 1438.4 since Qwen3 235B-A22B's 24 joined); never a
     Muon row), and held to results/projection/calibration.json by a test. The H200's FP8 grouped GEMMs (torch's
     kernel, results/bench/grouped_gemm.md) also fall off sooner than its BF16 ones (2.6x at 1,024 rows for
@@ -130,7 +134,8 @@ class Assumptions:
     GEMM name in three fewer, fitted 21.1 us); never fitted to a published row. Taken for every GPU: a
     Blackwell's was not measured. 0 turns the term off (docs/projection.md section 1)."""
     activation_traffic: bool = True
-    """Price the element-wise kernels' activation traffic at the HBM bandwidth (:mod:`optbench.projection.activation_traffic`,
+    """Price the element-wise kernels' activation traffic at the HBM bandwidth
+    (:mod:`optbench.projection.activation_traffic`,
     an inventory of Megatron Core's passes, not fitted); False leaves that time to the calibrated efficiency, as before
     it (docs/projection.md section 1 compares)."""
     small_expert_gemms: bool = True

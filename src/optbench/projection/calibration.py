@@ -132,7 +132,8 @@ class Calibration:
     """The anchor row's release ran NVIDIA's very preset of its setup that the run's release runs (drift only)."""
 
     def across_precision(self, run_peak: str) -> bool:
-        """Whether the efficiency serves GEMMs at another precision than its anchor's (``run_peak``: e.g. gb300_bf16)."""
+        """Whether the efficiency serves GEMMs at another precision than its anchor's (``run_peak``: e.g.
+        gb300_bf16)."""
         return bool(self.crossed_from) or gemm_precision(run_peak) != gemm_precision(self.peak_key)
 
     def across_gpu(self, run_gpu: str) -> bool:

@@ -127,7 +127,8 @@ class CarriedTable:
         self, kind: str, key: str, shape: GemmShape | None = None, expert: ExpertRates | None = None
     ) -> tuple[float, str]:
         """(log term, how it was found) for ``key`` of ``kind`` (gpu, model, release); ``shape``: a model's
-        :func:`gemm_shape`, ``expert``: its measured expert GEMM rates, read in that order when the model has no term."""
+        :func:`gemm_shape`, ``expert``: its measured expert GEMM rates, read in that order when the model has no
+        term."""
         if kind == "gpu":
             arch = gpu_arch(key)
             table = dict(self.arch)

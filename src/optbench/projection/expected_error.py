@@ -36,8 +36,10 @@ CASE_SCHEMES = {
 }
 """How far a projection is from what calibrated it -> the scheme that measured such a distance:
 ``row``: the run is its anchor row's own configuration; ``release``: the same layout at another release whose
-preset changed; ``layout``: its model, GPU and GPU count have a row at another layout; ``setup``: another GPU count (the carried table where its model has no row on the GPU: ``gpu`` when the
-GPU's architecture has rows, ``family`` when it has none); ``model``: a model without any row. ``drift`` (an identical executed preset at another release) reads the release drift."""
+preset changed; ``layout``: its model, GPU and GPU count have a row at another layout; ``setup``: another GPU count (the
+carried table where its model has no row on the GPU: ``gpu`` when the
+GPU's architecture has rows, ``family`` when it has none); ``model``: a model without any row. ``drift`` (an identical
+executed preset at another release) reads the release drift."""
 CARRIED_SCHEMES = {SCHEME_LABELS[CASE_SCHEMES[case]] for case in ("setup", "gpu", "family", "model")}
 """What a plan's expected error names when its efficiency came from the carried table."""
 

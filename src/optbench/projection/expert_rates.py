@@ -77,7 +77,8 @@ class ExpertRates:
     def moved_term(self, fitted: dict[str, float]) -> tuple[float, list[str]] | None:
         """The run's model's log term from the fitted models the bench also measured: each one's term moved by the
         ratio of the two models' time per FLOP, their routed share at the measured rates and the rest at the fitted
-        model's; the mean over them, and their names. None when the bench measured not the run's model or none of them."""
+        model's; the mean over them, and their names. None when the bench measured not the run's model or none of
+        them."""
         rates = dict(self.rates)
         own = rates.get(self.model)
         alike = sorted(m for m in fitted if m in rates)

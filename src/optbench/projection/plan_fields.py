@@ -1,4 +1,5 @@
-"""The summary lines of plan.json's ``projection`` section (``make plan``; the section is :func:`optbench.projection.project.project`)."""
+"""The summary lines of plan.json's ``projection`` section (``make plan``; the section is
+:func:`optbench.projection.project.project`)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def projection_summary_lines(p: Projection, name: str) -> list[str]:
         else ""
     )
     lines = [
-        f"  projection  step {step.step_time_s:.2f} s: {step.tflops_per_gpu:.1f} model{ns} TFLOP/s/GPU; MFU {_mfu(step.mfu)}",
+        f"  projection  step {step.step_time_s:.2f} s: {step.tflops_per_gpu:.1f} model{ns} TFLOP/s/GPU; MFU "
+        f"{_mfu(step.mfu)}",
         f"              GEMM efficiency {eff.value:.3f} of {eff.of_peak} ({eff.status} on {eff.calibrated_on})",
         f"              {expected_error_text(p.expected_error)}",
         *([f"              {band}"] if (band := band_text(p.expected_error)) else []),
@@ -68,8 +70,10 @@ def projection_summary_lines(p: Projection, name: str) -> list[str]:
         words = {"newton_schulz_compute": own.flops_words} if own.matrix_flops is not None else {}
         parts = ", ".join(f"{words.get(k, k.replace('_', ' '))} {_ms_or_s(v)}" for k, v in overhead.parts_s.items())
         lines.append(
-            f"  vs AdamW    twin {twin.recipe}: step {twin.step.step_time_s:.2f} s, {twin.step.tflops_per_gpu:.1f} TFLOP/s/GPU;"
-            f" {OPTIMIZER_LABELS[name]} {overhead.tflops_per_gpu_change_percent:+.2f} %, +{_ms_or_s(overhead.total_s)} = {parts}"
+            f"  vs AdamW    twin {twin.recipe}: step {twin.step.step_time_s:.2f} s, "
+            f"{twin.step.tflops_per_gpu:.1f} TFLOP/s/GPU;"
+            f" {OPTIMIZER_LABELS[name]} {overhead.tflops_per_gpu_change_percent:+.2f} %, "
+            f"+{_ms_or_s(overhead.total_s)} = {parts}"
         )
         if overhead.twin_differs_in:
             lines.append(

@@ -70,7 +70,8 @@ def _steps(rows: list[PublishedRow]) -> list[dict[str, Any]]:
 
 
 def release_drift(rows: list[PublishedRow]) -> dict[str, Any]:
-    """Every consecutive-release step and, per kind (preset unchanged / changed), the count, median and largest |change|."""
+    """Every consecutive-release step and, per kind (preset unchanged / changed), the count, median and largest
+    |change|."""
     steps = _steps(rows)
     kinds = {}
     for name, same in (("preset_unchanged", True), ("preset_changed", False)):

@@ -48,7 +48,8 @@ class RowConfig:
 
 
 class RowRuns(Protocol):
-    """Where the projection gets a published row's configuration and run (:class:`optbench.plan.row_runs.ComposedRowRuns`)."""
+    """Where the projection gets a published row's configuration and run
+    (:class:`optbench.plan.row_runs.ComposedRowRuns`)."""
 
     def config(self, row: PublishedRow) -> RowConfig | str:
         """The configuration of ``row``, or the reason there is none (no recipe, no cluster preset, no composition)."""

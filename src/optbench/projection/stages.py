@@ -1,7 +1,8 @@
 """Model FLOPs per token held by each pipeline rank, split from Bridge's whole-model count.
 
 :func:`optbench.accounting.flops.flop_terms` gives the whole model's FLOPs per sequence by term.
-A pipeline rank runs the layers of its virtual stages (:class:`optbench.accounting.placement.VirtualStage`, placed once per run),
+A pipeline rank runs the layers of its virtual stages (:class:`optbench.accounting.placement.VirtualStage`, placed once
+per run),
 so its share is split from those terms without restating the formula:
 
 * attention is the same for every layer (Bridge's attention term is per layer times layers): each

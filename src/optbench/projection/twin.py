@@ -64,7 +64,8 @@ class TwinMismatch(UserError):
 
 
 def check_twin(run: RunConfig, twin: RunConfig, recipe: str, kept: Sequence[str]) -> RunConfig:
-    """``twin`` (composed from ``recipe`` and ``kept``) when it is an AdamW run of ``run``'s model; else TwinMismatch."""
+    """``twin`` (composed from ``recipe`` and ``kept``) when it is an AdamW run of ``run``'s model; else
+    TwinMismatch."""
     if twin.optimizer.name != "adamw":
         raise TwinMismatch(
             f"{recipe} trains with {twin.optimizer.name}, not AdamW: name an AdamW recipe of "

@@ -1,7 +1,8 @@
 """How far the projection is from every published row, under seven schemes, each beside copying (``make projection``).
 
 Each row is projected at its own configuration (the :class:`~optbench.projection.row_config.RowRuns` handed down:
-the path ``make plan`` takes), with the calibration allowed to use only the rows the scheme keeps, and the carried table and its MXFP8
+the path ``make plan`` takes), with the calibration allowed to use only the rows the scheme keeps, and the carried table
+and its MXFP8
 ``M0`` refitted on those rows alone (:mod:`optbench.projection.carried`: nested, the held-out rows never fit
 anything):
 

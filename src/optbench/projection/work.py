@@ -115,7 +115,8 @@ class StepInputs:
     fp8_cast_s: tuple[float, ...]
     """Per rank: quantizing weights to FP8 once per step."""
     stage_weight_traffic: tuple[tuple[WeightTraffic, ...], ...] = ()
-    """Per pipeline rank: its GEMM classes' weight traffic (routed experts, dense); empty: GEMMs priced by FLOPs only."""
+    """Per pipeline rank: its GEMM classes' weight traffic (routed experts, dense); empty: GEMMs priced by FLOPs
+    only."""
     hbm_bytes_per_s: float = 0.0
     """Achievable HBM bandwidth the weight traffic moves at."""
     gemm_kernel_efficiency: float = 1.0

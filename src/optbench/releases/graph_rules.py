@@ -16,7 +16,8 @@ Core's ``TransformerConfig.__post_init__`` asserts, in the container (every rele
 * a full-iteration graph takes no per-layer scope ("cuda_graph_modules must be empty when
   cuda_graph_impl="full_iteration"", Core 0.18 on, the only releases that have it): found by
   ``make plan CHECK=bridge`` (a scope typed over 26.06's full-iteration preset passed our checks);
-* the per-layer scopes fit the model (every release 0.16-0.19): ``moe`` and ``moe_router`` not together, ``moe_preprocess``
+* the per-layer scopes fit the model (every release 0.16-0.19): ``moe`` and ``moe_router`` not together,
+  ``moe_preprocess``
   only with ``moe_router``, the MoE scopes only in a MoE model, ``mlp`` only where some layer is dense, and ``moe``
   only for drop-and-pad MoE (a capacity factor with padding, which neither our config nor NVIDIA's presets set). Found
   by the single-field override sweep on 26.02-26.04.01 (tests/bridge_env/conformance.py), where Qwen3's preset

@@ -42,7 +42,8 @@ def hydra_value(value: Any) -> str:
 
 
 MAPPINGS = ("env_vars.",)
-"""ConfigContainer fields that are plain dicts (Bridge 0.6's ``env_vars``): a key may be new, so it is added or set (``++``)."""
+"""ConfigContainer fields that are plain dicts (Bridge 0.6's ``env_vars``): a key may be new, so it is added or set
+(``++``)."""
 
 
 def format_override(key: str, value: Any) -> str:

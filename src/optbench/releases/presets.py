@@ -44,14 +44,17 @@ DATA = versions.DATA
 
 
 OURS = {
-    "checkpoint.save": "checkpoints follow train.save_interval (NVIDIA's throughput runs save none; so do ours by default)",
+    "checkpoint.save": "checkpoints follow train.save_interval (NVIDIA's throughput runs save none; so do ours "
+    "by default)",
     "checkpoint.load": "resume=true loads our run's checkpoint folder",
     "checkpoint.save_interval": "train.save_interval (no checkpoint is written without one, as in NVIDIA's runs)",
-    "tokenizer.tokenizer_type": "mock data: a NullTokenizer of the model's vocabulary (NVIDIA's recipe names a tokenizer "
+    "tokenizer.tokenizer_type": "mock data: a NullTokenizer of the model's vocabulary (NVIDIA's recipe names a "
+    "tokenizer "
     "that mock data never reads; model.vocab_size, and so the FLOPs, are the model's either way)",
     "tokenizer.tokenizer_model": "as tokenizer.tokenizer_type",
     "tokenizer.vocab_size": "as tokenizer.tokenizer_type",
-    "logger.tensorboard_dir": "Bridge sends its TFLOP/s to wandb only through the tensorboard writer; kept in the run folder",
+    "logger.tensorboard_dir": "Bridge sends its TFLOP/s to wandb only through the tensorboard writer; kept in "
+    "the run folder",
     "logger.save_config_filepath": "NVIDIA's path inside its /nemo_run mount; ours is the run folder",
     "logger.wandb_project": "our wandb settings (NVIDIA's launcher passes none by default)",
     "logger.wandb_entity": "our wandb settings",
@@ -59,7 +62,8 @@ OURS = {
     "logger.wandb_save_dir": "our results folder",
     "logger.log_throughput_to_tensorboard": "with tensorboard: Bridge's TFLOP/s reach wandb this way",
     "logger.log_throughput": "Bridge prints TFLOP/s/GPU per iteration (what make table LOGS= parses)",
-    "train.train_iters": "NVIDIA's launcher runs 50 iterations; ours run train.iters (100 in the GB300 recipes: more steady-state steps)",
+    "train.train_iters": "NVIDIA's launcher runs 50 iterations; ours run train.iters (100 in the GB300 recipes: "
+    "more steady-state steps)",
     "scheduler.lr_decay_iters": "follows train.iters (NVIDIA: its 50 iterations)",
     "rng.seed": "train.seed",
     "dataset.random_seed": "data.seed",
@@ -81,7 +85,8 @@ TRAIN_SETTINGS: dict[str, Any] = {
 }
 """What ``train`` changes in a preset: real routing and NaN checks (evaluation: train.eval_interval/eval_iters)."""
 TRAIN_EVAL_DEFAULTS = {"train.eval_iters": 32}
-"""``train`` evaluates even when the config leaves eval unset: Bridge's recipe default (at the recipe's eval_interval)."""
+"""``train`` evaluates even when the config leaves eval unset: Bridge's recipe default (at the recipe's
+eval_interval)."""
 
 
 @dataclass(frozen=True)
@@ -173,14 +178,16 @@ def executed_configuration(container: str, key: str) -> Optional[str]:
 
 
 def serving_release(release: str, model: str) -> str:
-    """The release whose presets serve ``model`` in ``release`` (:data:`FALLBACK` where the release's scripts lack it)."""
+    """The release whose presets serve ``model`` in ``release`` (:data:`FALLBACK` where the release's scripts lack
+    it)."""
     if release in FALLBACK and not any(k.startswith(model + "/") for k in load(release)["presets"]):
         return FALLBACK[release]
     return release
 
 
 def case_key(model: str, gpu: str, precision: str, optimizer: str) -> str:
-    """A case's key in ``presets-<bridge>.json``: ``<model>/<gpu>/<precision>/<optimizer>`` (NVIDIA's optimizer name)."""
+    """A case's key in ``presets-<bridge>.json``: ``<model>/<gpu>/<precision>/<optimizer>`` (NVIDIA's optimizer
+    name)."""
     return f"{model}/{gpu}/{precision}/{optimizer}"
 
 
@@ -254,7 +261,8 @@ def require_preset(run: RunConfig) -> Optional[Preset]:
         raise UserError(
             Problem(
                 "intent",
-                f"NVIDIA measured no {preset_key(run)} in Megatron Bridge {release} ({run.cluster.container}; {where}); "
+                f"NVIDIA measured no {preset_key(run)} in Megatron Bridge {release} ({run.cluster.container}; "
+                f"{where}); "
                 "use intent=train, or a GPU and precision NVIDIA measured",
                 ("cluster.gpu", "precision"),
             )
@@ -394,7 +402,8 @@ MUON_WORKAROUND = (
 
 
 MUON_DDP = ("ddp.use_distributed_optimizer", "ddp.overlap_param_gather")
-"""dist_muon is its own (layer-wise) distributed optimizer: Megatron refuses the element-wise one and its param gather."""
+"""dist_muon is its own (layer-wise) distributed optimizer: Megatron refuses the element-wise one and its param
+gather."""
 
 
 def is_muon_field(key: str) -> bool:
@@ -455,8 +464,14 @@ def derived_reason(key: str, intent: str, adapted_from_adam: bool, optimizer: st
         return TRAIN_ONLY[key]
     if adapted_from_adam and (is_muon_field(key) or key in MUON_ON_ADAM_PRESET):
         if optimizer == "muon":
-            return "Muon on NVIDIA's Adam preset (no Muon preset for this model): the optimizer and what Bridge derives from it"
-        return f"{optimizer} on NVIDIA's Adam preset (NVIDIA publishes none for it): the optimizer and what Bridge derives from it"
+            return (
+                "Muon on NVIDIA's Adam preset (no Muon preset for this model): the optimizer and what Bridge "
+                "derives from it"
+            )
+        return (
+            f"{optimizer} on NVIDIA's Adam preset (NVIDIA publishes none for it): the optimizer and what "
+            "Bridge derives from it"
+        )
     return None
 
 

@@ -249,7 +249,8 @@ def markdown(data: dict[str, Any]) -> str:
         f" our top {data['top']}, our best layout has a lower EP on {data['outside_top_behind_lower_ep']}.",
         "",
         f"Among the layouts of its own EP only (`make search FIX=ep`: the all-to-all a lower EP saves is priced, for"
-        f" the flex dispatcher of NVIDIA's presets above HybridEP's published kernel rate), NVIDIA's layout is in our top {data['top']} on **{data['in_top_at_its_ep']} of {len(rows)} rows**."
+        " the flex dispatcher of NVIDIA's presets above HybridEP's published kernel rate), NVIDIA's layout is "
+        f"in our top {data['top']} on **{data['in_top_at_its_ep']} of {len(rows)} rows**."
         f" This is not the bar above, which stays at {data['in_top']}: it says where the search's error lies.",
         "",
         *_headroom_lines(data),
@@ -304,7 +305,8 @@ def _headroom_lines(data: dict[str, Any]) -> list[str]:
     return [
         f"Memory: NVIDIA's layouts take {100 * spread['min']:.0f} to {100 * spread['max']:.0f} % of HBM by our estimate"
         f" (median {100 * spread['median']:.0f} %; +-20 %). Dropping every other layout whose estimate exceeds a"
-        f" stricter share, NVIDIA's layout would be in our top {data['top']} on: {stricter} (of {len(data['rows'])} rows).",
+        f" stricter share, NVIDIA's layout would be in our top {data['top']} on: {stricter} (of "
+        f"{len(data['rows'])} rows).",
         "",
     ]
 

@@ -66,7 +66,8 @@ def write_throughput(
     check_sources(published, sources)
     results = claim(results_dir, "results_dir", "results")
     say(
-        f"reading the measured runs under {results / 'runs'}{' and ' + str(len(extra_logs)) + ' log(s)' if extra_logs else ''}"
+        "reading the measured runs under "
+        f"{results / 'runs'}{' and ' + str(len(extra_logs)) + ' log(s)' if extra_logs else ''}"
     )
     collection = collect_runs(results, extra_logs)
     table = build_table(published, collection.runs, warmup)

@@ -73,7 +73,8 @@ def check_tensor_parallel(run: RunConfig) -> Iterable[Problem]:
     if m.num_moe_experts and p.tp > 1 and p.ep > 1 and not p.sequence_parallel:
         yield Problem(
             "parallel.sequence_parallel",
-            "Megatron requires sequence parallelism for MoE with tp > 1 and ep > 1; set parallel.sequence_parallel=true",
+            "Megatron requires sequence parallelism for MoE with tp > 1 and ep > 1; set "
+            "parallel.sequence_parallel=true",
             ("parallel.tp", "parallel.ep"),
         )
 

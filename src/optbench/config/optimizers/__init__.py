@@ -22,7 +22,8 @@ __all__ = [
 REGISTRY: dict[str, OptimizerEntry] = {e.name: e for e in (adamw.ENTRY, muon.ENTRY, adaptive_muon.ENTRY, soap.ENTRY)}
 """Name -> entry, in the order tables list them."""
 MATRIX_OPTIMIZERS = tuple(name for name, e in REGISTRY.items() if e.matrix)
-"""Megatron Core's emerging optimizers: 2-D weights (not embedding/output) go to them, the rest to the scalar optimizer."""
+"""Megatron Core's emerging optimizers: 2-D weights (not embedding/output) go to them, the rest to the scalar
+optimizer."""
 
 
 def entry(name: str) -> OptimizerEntry:

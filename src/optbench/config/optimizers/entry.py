@@ -56,7 +56,8 @@ class OptimizerEntry:
     sections: tuple[str, ...] = ()
     """The settings sections it reads (fields of ``optimizer``, each filled by the config group of its name)."""
     matrix: bool = False
-    """An emerging optimizer of Megatron Core: 2-D weights (not embedding/output) go to it, the rest to the scalar one."""
+    """An emerging optimizer of Megatron Core: 2-D weights (not embedding/output) go to it, the rest to the scalar
+    one."""
     flops_label: str = ""
     """Short name of its own FLOPs in throughput lines ("NS")."""
     flops_words: str = ""
@@ -92,7 +93,8 @@ class OptimizerEntry:
     tensor_parallel_aware: bool = True
     """False: Megatron preconditions each tensor-parallel shard as a matrix of its own."""
     unshardable_state: str = ""
-    """Words naming state that is not parameter-shaped, which Megatron's torch_dist checkpoint cannot shard; "" = none."""
+    """Words naming state that is not parameter-shaped, which Megatron's torch_dist checkpoint cannot shard; "" =
+    none."""
     describe: Optional[Callable[[Any, list[tuple[str, str]]], str]] = None
     """(the run's ``optimizer`` section, the plan's Bridge overrides as (key, value) pairs) -> the plan summary's words
     on its settings (the overrides give Megatron's spelling of it in the run's container)."""

@@ -47,7 +47,8 @@ class MuonConfig(Frozen):
         bridge="optimizer.muon_fp32_matmul_prec",
         transform="ns_precision",
     )
-    """Newton-Schulz product precision: medium (bf16), high (tf32), highest (fp32); auto = medium on GPU, highest on CPU."""
+    """Newton-Schulz product precision: medium (bf16), high (tf32), highest (fp32); auto = medium on GPU, highest on
+    CPU."""
     tp_mode: str = setting("blockwise", Choice(MUON_TP_MODES), bridge="optimizer.muon_tp_mode")
     """Tensor-parallel Newton-Schulz: blockwise, duplicated or distributed (muon_tp_mode)."""
     split_qkv: bool = setting(True, Flag(), bridge="optimizer.muon_split_qkv")
@@ -61,7 +62,8 @@ class MuonConfig(Frozen):
     assignment: str = setting("pingpong", Choice(MUON_ASSIGNMENTS))
     """Owner assignment for layer_wise: pingpong (Megatron) or cost_aware (ours; local engine only)."""
     syrk: bool = setting(False, Flag())
-    """Compute the symmetric Newton-Schulz products (X X^T, A A) one triangle block at a time (ours; local engine only)."""
+    """Compute the symmetric Newton-Schulz products (X X^T, A A) one triangle block at a time (ours; local engine
+    only)."""
     qk_clip: bool = setting(False, Flag(), bridge="model.qk_clip")
     """MuonClip's QK-clip (Kimi K2): after each step scale the query/key weights of heads whose max attention
     logit exceeded qk_clip_threshold (Megatron Core model.qk_clip; MLA models, and GQA models without

@@ -113,7 +113,8 @@ def bridge_recipe(run: RunConfig) -> BridgeRecipe:
 
 def bridge_model(run: RunConfig) -> Optional[str]:
     """The model whose Bridge recipe function the run starts from: its own, else (a small proxy such as
-    qwen3_moe_tiny) the one it stands for, whose shape our ``model.*`` overrides then replace; None when neither has one."""
+    qwen3_moe_tiny) the one it stands for, whose shape our ``model.*`` overrides then replace; None when neither has
+    one."""
     for name in (run.model.name, run.model.proxy_of):
         if name in model_registry():
             return name

@@ -228,9 +228,11 @@ class MetricsCallback:
             "wall_s": records[-1]["wall_s"] if records else 0.0,
             "peak_memory_gb": max((r["peak_memory_gb"] for r in records), default=None),
             "peak_memory_gb_all_ranks": peak_memory_all_ranks_gb,
-            "peak_memory_note": "peak_memory_gb: the last rank (torch max_memory_allocated); _all_ranks: max over ranks",
+            "peak_memory_note": "peak_memory_gb: the last rank (torch max_memory_allocated); _all_ranks: max "
+            "over ranks",
             "tokens_per_step": self.run.train.gbs * self.run.train.seq_length,
-            "step_time_source": "last rank: wall time over each log interval (synchronized where Bridge's interval timer "
+            "step_time_source": "last rank: wall time over each log interval (synchronized where Bridge's "
+            "interval timer "
             "synchronizes) divided by its steps",
             **provenance(
                 self.run,

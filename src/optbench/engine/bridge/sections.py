@@ -239,7 +239,8 @@ def _schedule(run: RunConfig) -> list[Item]:
 
 
 def _evaluation(run: RunConfig) -> list[Item]:
-    """train.eval_*: as configured; unset, intent=train evaluates with Bridge's defaults, reproduce keeps the preset's 0."""
+    """train.eval_*: as configured; unset, intent=train evaluates with Bridge's defaults, reproduce keeps the preset's
+    0."""
     items = []
     for key in ("train.eval_interval", "train.eval_iters"):
         name = bridge_name(key)

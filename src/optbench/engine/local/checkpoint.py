@@ -299,7 +299,10 @@ def fit_problem(run: RunConfig, folder: Path, world: int) -> str | None:
                 or payload["step"] != step
                 or not isinstance(payload["optimizer"], dict)
             ):
-                return f"rank{rank}.pt is not a rank file of step {step} (its fields or step differ from what a save writes)"
+                return (
+                    f"rank{rank}.pt is not a rank file of step {step} (its fields or step differ from what a "
+                    "save writes)"
+                )
     except Exception as err:  # noqa: BLE001 - any unpickling failure of a file is the file's problem, said in one line
         return f"its files cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:120]})"
     return None

@@ -5,7 +5,8 @@ One process per data-parallel rank. Under ``torchrun`` the process group comes f
 
 * CPU: fp32 weights and fp32 compute; each process gets ``OMP_NUM_THREADS`` threads, else the cores
   other processes leave free, followed as the load changes (:mod:`optbench.engine.local.threads`);
-  torch's deterministic algorithms, so a run is bitwise reproducible at a fixed thread count. MFU divides by a peak *measured* at start (see :func:`cpu_matmul_probe`), because a
+  torch's deterministic algorithms, so a run is bitwise reproducible at a fixed thread count. MFU divides by a peak
+  *measured* at start (see :func:`cpu_matmul_probe`), because a
   CPU has no datasheet tensor peak.
 * GPU: fp32 weights, gradients and optimizer state, bf16 autocast for the forward and backward
   (precision=bf16); MFU divides by the GPU's datasheet peak from ``optbench/data/gpus.csv``.
@@ -143,7 +144,8 @@ def cpu_peak(dtype: torch.dtype, gflops: float, threads: int, world: int) -> Pea
     """An MFU denominator of a CPU run, from the probe's measurement."""
     name = "fp32" if dtype == torch.float32 else "bf16"
     return Peak(
-        label=f"cpu {name} matmul probe: {gflops:.1f} GFLOP/s measured ({threads} threads per process, {world} processes)",
+        label=f"cpu {name} matmul probe: {gflops:.1f} GFLOP/s measured ({threads} threads per process, {world} "
+        "processes)",
         key=CPU_PEAK_KEYS[dtype],
         tflops=gflops / 1e3,
         source=f"measured at start: fastest {name} square GEMM of sides {list(PROBE_SIZES)} per process after "

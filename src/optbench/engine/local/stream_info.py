@@ -1,4 +1,5 @@
-"""What a token stream is (mock, synthetic, indexed), shown in the log and summary.json: one type every stream returns."""
+"""What a token stream is (mock, synthetic, indexed), shown in the log and summary.json: one type every stream
+returns."""
 
 from __future__ import annotations
 

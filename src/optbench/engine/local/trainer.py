@@ -209,7 +209,8 @@ class Trainer:
             f"  peak    {self.rt.peaks[0].label if self.rt.peaks else 'none known (MFU not computed)'}",
             f"  run     {self.run_dir.name} -> {self.run_dir}"
             + (
-                f" (checkpoint every {run.train.save_interval} steps; resume=true run_id={self.run_dir.name} continues it)"
+                f" (checkpoint every {run.train.save_interval} steps; resume=true run_id={self.run_dir.name} "
+                "continues it)"
                 if run.train.save_interval
                 else ""
             ),

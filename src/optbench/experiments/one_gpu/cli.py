@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout",
         default="200",
         help="seconds per arm, 1 to 3,600 (on an H200: Muon 113.5 s for "
-        "20 steps, 76.6 s of them in the steps; AdamW 92.0 s for 30, 62.2 s in the steps; a preconditioner that refreshes eigenbases needs more)",
+        "20 steps, 76.6 s of them in the steps; AdamW 92.0 s for 30, 62.2 s in the steps; a preconditioner that "
+        "refreshes eigenbases needs more)",
     )
     parser.add_argument(
         "--set",

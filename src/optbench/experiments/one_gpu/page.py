@@ -205,7 +205,8 @@ def _setup(done: dict[str, dict[str, Any]]) -> str:
     layout = " ".join(f"{k.upper()}{v}" for k, v in plan["layout"].items())
     return (
         f"{model['name']} scaled by the smoke ({model['total_params'] / 1e6:.0f} M parameters, "
-        f"{model['active_params'] / 1e6:.0f} M active), {layout}, GBS {plan['gbs']} = MBS {plan['mbs']} x {plan['num_microbatches']} micro-batches, "
+        f"{model['active_params'] / 1e6:.0f} M active), {layout}, GBS {plan['gbs']} = MBS {plan['mbs']} x "
+        f"{plan['num_microbatches']} micro-batches, "
         f"sequence {plan['seq_length']}, {plan['precision']}, on {plan['gpu']}."
     )
 

@@ -2,7 +2,8 @@
 --loop core|bridge --report <file>``.
 
 The run folder holds what a Bridge job's folder holds (config.yaml and the plan.json the launcher writes). The worker
-does what the job's entry point does with them (:mod:`optbench.engine.bridge.entry`: the release check, the recipe function,
+does what the job's entry point does with them (:mod:`optbench.engine.bridge.entry`: the release check, the recipe
+function,
 the mixed-precision preset, the plan's overrides through Bridge's own ``process_config_with_overrides``), then the
 changes a machine without Transformer Engine needs (:mod:`.no_te`, recorded), and trains:
 

@@ -35,7 +35,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[4]
-"""The checkout (this file is src/optbench/engine/bridge/cpu_check/environments.py; it runs by path before any install)."""
+"""The checkout (this file is src/optbench/engine/bridge/cpu_check/environments.py; it runs by path before any
+install)."""
 CONTAINERS = HERE.parents[2] / "data" / "bridge" / "containers.json"
 OVERLAYS = ROOT / ".bridge-releases"
 BASES = {

@@ -48,7 +48,8 @@ TE_VERSION = "2.12.0"
 """What the stand-in Transformer Engine reports (the NeMo 26.02 container's major line)."""
 
 GPU_REGISTRY = Path(__file__).resolve().parents[3] / "data" / "gpus.csv"
-"""The GPU registry (optbench.catalog.hardware reads it too); read as a file: this module runs before optbench is importable."""
+"""The GPU registry (optbench.catalog.hardware reads it too); read as a file: this module runs before optbench is
+importable."""
 
 
 def _gpu_properties(gpu: str) -> tuple[str, int, int, float, int]:
