@@ -129,7 +129,7 @@ def test_a_small_gram_costs_more_per_flop_and_the_switch_removes_it():
 
 def test_each_qkv_call_has_its_own_gram_and_the_calls_sum_to_the_flops():
     """A split QKV is three orthogonalizations with three Gram sizes; their FLOPs are the parameter's."""
-    from optbench.accounting.ns_flops import local_param_ns_calls, local_param_ns_flops
+    from optbench.accounting.ns_flops import newton_schulz_calls, local_param_ns_flops
     from optbench.accounting.placement import place
     from optbench.compose.recipe import compose_run
 
@@ -137,7 +137,7 @@ def test_each_qkv_call_has_its_own_gram_and_the_calls_sum_to_the_flops():
     held = place(run).ranks[0].dense
     for mode in ("blockwise", "duplicated", "distributed"):
         for param in held:
-            calls = local_param_ns_calls(param, run.model, run, mode) if param.spec.is_muon else ()
+            calls = newton_schulz_calls(param, run.model, run, mode) if param.spec.is_muon else ()
             assert sum(f for _, f in calls) == local_param_ns_flops(param, run.model, run, mode)
             if param.spec.name.endswith("linear_qkv.weight"):
                 assert len(calls) == 3

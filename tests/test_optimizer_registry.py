@@ -79,6 +79,18 @@ def test_an_optimizer_that_counts_its_own_work_says_all_of_it():
             assert e.matrix_state_bytes(_config(name), (64, 32)) >= 8 * 64 * 32, name
 
 
+def test_each_matrix_optimizer_counts_its_work_one_way_through_its_entry():
+    """Issue 82 item 4: the Muon family's Newton-Schulz count per tensor-parallel mode is named by its entry, as SOAP's
+    own count is; no stage picks a count by the optimizer's name."""
+    for name, e in REGISTRY.items():
+        if not e.matrix:
+            assert e.matrix_flops is None and not e.matrix_calls, name
+            continue
+        assert (e.matrix_flops is None) != (not e.matrix_calls), name  # exactly one of the two
+        if e.matrix_calls:
+            assert callable(e.calls()), name
+
+
 def test_the_matrix_optimizers_are_listed_in_words_from_the_registry():
     assert matrix_labels() == "Muon, AdaMuon and SOAP"
 

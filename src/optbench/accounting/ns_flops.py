@@ -148,19 +148,19 @@ def rank_matrix_ns_work(
 def local_param_ns_flops(
     param: LocalParam, model: ModelConfig, run: RunConfig, tp_mode: str, syrk: bool = False
 ) -> float:
-    """Matrix-optimizer FLOPs per step one holder of ``param`` spends on it: Newton-Schulz for the Muon family, the
-    registry entry's own count on the local shard for the others
-    (:attr:`~optbench.config.optimizers.OptimizerEntry.matrix_flops`); 0 for Adam-side parameters."""
+    """Matrix-optimizer FLOPs per step one holder of ``param`` spends on it, as its registry entry counts them: per
+    tensor-parallel mode (``matrix_calls``: :func:`newton_schulz_calls` for the Muon family) or on the local shard
+    (``matrix_flops``); 0 for Adam-side parameters."""
     spec, o = param.spec, run.optimizer
     if not spec.is_muon or not o.matrix_optimizer:
         return 0.0
-    own = entry(o.name).matrix_flops
-    if own is not None:  # not tensor-parallel aware: every shard is a matrix of its own, in every TP mode
-        return own(o.matrix_section, *param.local_shape).total
-    return sum(flops for _, flops in local_param_ns_calls(param, model, run, tp_mode, syrk))
+    own = entry(o.name)
+    if own.matrix_flops is not None:  # not tensor-parallel aware: every shard is a matrix of its own, in every TP mode
+        return own.matrix_flops(o.matrix_section, *param.local_shape).total
+    return sum(flops for _, flops in own.calls()(param, model, run, tp_mode, syrk))
 
 
-def local_param_ns_calls(
+def newton_schulz_calls(
     param: LocalParam, model: ModelConfig, run: RunConfig, tp_mode: str, syrk: bool = False
 ) -> tuple[tuple[int, float], ...]:
     """(Gram size, FLOPs) of each Newton-Schulz call one holder of a Muon or AdaMuon ``param`` makes per step (a

@@ -108,7 +108,7 @@ class OptimizerConfig(Frozen):
     """Reduce gradients in fp32 (Kimi K2 Muon recipe: true)."""
     scalar_optimizer: str = setting("adam", Choice(SCALAR_OPTIMIZERS), bridge="optimizer.muon_scalar_optimizer")
     """Muon family: the optimizer of everything Muon does not take (norms, biases, embeddings, output): adam, or lion
-    (honoured from Megatron Core 0.19, nemo:26.08)."""
+    (honoured from Megatron Core 0.19, NeMo 26.08)."""
     lion_beta1: float = setting(0.95, PROBABILITY, bridge="optimizer.lion_beta1")
     """Lion's interpolation beta of the sign update (lion_beta1)."""
     lion_beta2: float = setting(0.98, PROBABILITY, bridge="optimizer.lion_beta2")

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass
-from optbench.accounting.ns_flops import OwnedItem, OwnersFn, local_param_ns_calls, pingpong_by_numel, recipe_tp_mode
+from optbench.accounting.ns_flops import OwnedItem, OwnersFn, pingpong_by_numel, recipe_tp_mode
 from optbench.accounting.placement import pipeline_rank_of
 from optbench.config.optimizers import entry
 from optbench.config.schema import RunConfig
@@ -238,7 +238,7 @@ def _muon_cost(
     item: OwnedItem, run: RunConfig, a: Assumptions, rate_ns: float, hbm: float, syrk: bool
 ) -> tuple[float, float, int]:
     """(NS GEMM s, element-wise s, eager ops) of a Muon or AdaMuon matrix."""
-    calls = local_param_ns_calls(item.param, run.model, run, recipe_tp_mode(run), syrk)
+    calls = entry(run.optimizer.name).calls()(item.param, run.model, run, recipe_tp_mode(run), syrk)
     return muon_matrix_cost(
         item.numel, calls, run.optimizer.muon.ns_steps, a, rate_ns, hbm, syrk, run.optimizer.adaptive_muon is not None
     )

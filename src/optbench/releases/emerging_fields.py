@@ -11,7 +11,7 @@ What the releases do (read from the tagged sources; markers in ``optbench/data/b
 * ``muon_scalar_optimizer`` (Core >= 0.17) picks the optimizer of what Muon does not take. Core 0.17 routes it
   (marker ``muon_scalar_optimizer_routed``) but its Lion needs Emerging-Optimizers >= 0.2, and nemo:26.04/26.04.01
   ship 0.1.0 (Bridge's uv.lock): the run stops at the builder's assert. Core 0.18 ignores the field (Adam runs).
-  Core 0.19 (nemo:26.08) routes it again, with Emerging-Optimizers 0.2.0: the first container where Lion runs.
+  Core 0.19 (NeMo 26.08) routes it again, with Emerging-Optimizers 0.2.0: the first container where Lion runs.
 """
 
 from __future__ import annotations

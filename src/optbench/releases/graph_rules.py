@@ -5,7 +5,7 @@ Core's ``TransformerConfig.__post_init__`` asserts, in the container (every rele
 * ``cuda_graph_impl`` is one it knows: ``full_iteration`` only from Core 0.18 (nemo:26.06; before it, whole
   iterations were a ``local`` graph scope our config does not offer). Read from each tag's source
   (``tools/bridge_versions.py`` marker ``cuda_graph_full_iteration_impl``);
-* (Bridge, from 0.6: nemo:26.08) the ``local`` implementation only for full-iteration graphs, which our config
+* (Bridge, from 0.6: NeMo 26.08) the ``local`` implementation only for full-iteration graphs, which our config
   writes as ``full_iteration``, so every ``local`` graph is refused there (``bridge/utils/cuda_graph.py``, marker
   ``local_graphs_full_iteration_only``). Found by the single-field override sweep, listed as a gap until the tags
   were fetched;

@@ -24,8 +24,8 @@ They were found by the pairwise override sweep (``tests/bridge_env/conformance.p
 Muon's layer-wise optimizer off (the layer-wise one refuses both FP8 parameter settings: validate.py), and each is one
 field away on every AdamW MXFP8 recipe, whose NVIDIA preset turns both on (``precision.fp8_param_gather=false`` or
 ``precision.reuse_grad_buf_for_mxfp8_param_ag=false`` alone passed ``make plan``); the recompute one by a later run of
-it (seed 23, Kimi K2 on nemo:26.08: ``parallel.recompute_modules=[moe_act] precision.fp8_recipe=delayed``); the last
-two by its first run over DeepSeek-V3's recipes (nemo:26.08, one field: ``precision.fp8_recipe=tensorwise``,
+it (seed 23, Kimi K2 on NeMo 26.08: ``parallel.recompute_modules=[moe_act] precision.fp8_recipe=delayed``); the last
+two by its first run over DeepSeek-V3's recipes (NeMo 26.08, one field: ``precision.fp8_recipe=tensorwise``,
 ``optimizer.use_distributed_optimizer=false``).
 """
 

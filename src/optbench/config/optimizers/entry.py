@@ -80,8 +80,14 @@ class OptimizerEntry:
     products_precision: str = ""
     """The fixed precision of its matrix products (Megatron's fp32_matmul_prec words); "" = ``optimizer.muon``'s."""
     matrix_flops: Optional[Callable[[Any, int, int], MatrixFlops]] = None
-    """(its section, rows, cols) -> its FLOPs per step on one local shard, not tensor-parallel aware; None: the
-    Newton-Schulz count (accounting/ns_flops.py, per tensor-parallel mode)."""
+    """(its section, rows, cols) -> its FLOPs per step on one local shard, not tensor-parallel aware; None: it counts
+    its calls per tensor-parallel mode instead (``matrix_calls``)."""
+    matrix_calls: str = ""
+    """Its matrix work per tensor-parallel mode, ``module:function`` (Hydra's ``_target_`` convention: the count lives
+    in the accounting layer, above this registry): (local parameter, model, run, TP mode, symmetric products) ->
+    (Gram size, FLOPs) of each call one holder of the parameter makes per step. The Muon family names the
+    Newton-Schulz count (``optbench.accounting.ns_flops:newton_schulz_calls``); "" with ``matrix_flops``, or for
+    AdamW."""
     elementwise_bytes: Optional[Callable[[int, int], float]] = None
     """(rows, cols) -> HBM bytes of its element-wise work on one matrix outside the products, counted in its
     implementation (the projection prices them at the HBM bandwidth); with ``matrix_flops``."""
@@ -105,6 +111,13 @@ class OptimizerEntry:
     """Its local-engine implementation, ``module:function`` (Hydra's ``_target_`` convention; the function takes
     the matrix side's routes, the ``optimizer`` section, the tensor-parallel group and whether Emerging-Optimizers is
     0.3+); "" for AdamW, whose every parameter goes to the scalar optimizer."""
+
+    def calls(self) -> Callable[..., tuple[tuple[int, float], ...]]:
+        """The function ``matrix_calls`` names."""
+        import importlib
+
+        module, function = self.matrix_calls.split(":")
+        return getattr(importlib.import_module(module), function)
 
     def section(self, optimizer: Any) -> Any:
         """Its own settings section of a run's ``optimizer`` (the first it reads), or None."""

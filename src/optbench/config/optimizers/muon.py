@@ -138,4 +138,5 @@ ENTRY = OptimizerEntry(
     ),
     gpu_smoke=("qwen3_moe_tiny_muon", ()),
     local_builder="optbench.optim.training:build_muon",
+    matrix_calls="optbench.accounting.ns_flops:newton_schulz_calls",
 )
