@@ -111,9 +111,8 @@ def search_lines(
             f" {expected.scheme}) of the best"
         )
         lines.append(
-            f"  ~ ties      {result['within_expected_error_of_best']} layouts tie with the best: {how}; the "
-            "model does not"
-            " resolve their order"
+            f"  ~ ties      {result['within_expected_error_of_best']} layouts tie with the best: {how}; the model "
+            "does not resolve their order"
             + (
                 f"; ! above {100 * HBM_WARNING:g} % of HBM by an estimate of +-20 %: may not fit"
                 if any((r.get("hbm_percent") or 0) > 100 * HBM_WARNING for r in result["top"])
@@ -150,11 +149,10 @@ def search_lines(
         )
     if "ep" not in result["fixed"]:
         lines.append(
-            f"  caveat      the all-to-all a lower EP saves is priced from bandwidths: {prices}; expert GEMMs with few"
-            " rows are measured (results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all "
-            "(low EP) can rank"
-            " higher than they run; NVIDIA's own layouts rank as in results/projection/search_ranks.md; FIX=ep ranks"
-            " the layouts at this EP only"
+            f"  caveat      the all-to-all a lower EP saves is priced from bandwidths: {prices}; expert GEMMs with "
+            "few rows are measured (results/bench/grouped_gemm.md): layouts that shrink or drop the MoE all-to-all "
+            "(low EP) can rank higher than they run; NVIDIA's own layouts rank as in "
+            "results/projection/search_ranks.md; FIX=ep ranks the layouts at this EP only"
         )
     if "mbs" not in result["fixed"]:
         lines.append(

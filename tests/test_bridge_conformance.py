@@ -2,8 +2,7 @@
 
 tests/bridge_env/conformance.py runs with each container's real Bridge + Core (``make bridge-env`` builds them:
 src/optbench/engine/bridge/cpu_check/environments.py) and reports, for every cluster recipe and both intents composed
-for that
-container: the overrides that did not land, the outcome of Bridge's ``runtime_config_update``, which optimizer
+for that container: the overrides that did not land, the outcome of Bridge's ``runtime_config_update``, which optimizer
 the built config holds, every effective field that differs from NVIDIA's executed preset of that release (with the
 documented reason, or none), and the metrics callback driven through Bridge's CallbackManager, GlobalState and
 Megatron's Timers; plus two negative controls. This file asserts on those reports. Each container's tests run on

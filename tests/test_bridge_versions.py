@@ -173,8 +173,7 @@ def test_the_default_container_is_the_newest_one_checked_against_its_real_bridge
 @pytest.mark.parametrize("intent", ["reproduce", "train"])
 def test_full_iteration_cuda_graphs_turn_the_loss_nan_check_off(recipe: str, intent: str) -> None:
     """Regression: on 26.06.01 (Bridge 0.5.1) every Qwen3 and DeepSeek-V3 plan failed Bridge's validation
-    (full-iteration
-    graphs with check_for_nan_in_loss on); intent=train keeps the gradient NaN check."""
+    (full-iteration graphs with check_for_nan_in_loss on); intent=train keeps the gradient NaN check."""
     items = dict(
         override_items(resolve(compose_run(recipe, ["cluster.container=nemo:26.06.01", f"intent={intent}"])).run)
     )

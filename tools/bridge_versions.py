@@ -305,8 +305,7 @@ def main() -> int:
             "commit": bridge_head,
             "container_to_bridge": "docs/versions1.json ('<bridge> · <container>')",
             "components": "docs/releases/software-versions.md (lists 25.09-26.06; 26.02.01, 26.04.01, 26.06.01 "
-            "and 26.08 "
-            "are not listed there: their Core is the one the Bridge tag pins)",
+            "and 26.08 are not listed there: their Core is the one the Bridge tag pins)",
             "tool": "tools/bridge_versions.py",
         },
         "containers": containers,

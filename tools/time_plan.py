@@ -5,11 +5,10 @@
 
 Each run is ``python -m optbench plan kimi_k2_muon`` with the checkout's own ``src`` first on ``PYTHONPATH`` (one
 interpreter and package set for both), its plan written under a folder this tool creates and removes. Before issue 54 a
-checkout kept its merges on disk,
-wherever ``OPTBENCH_COMPOSE_CACHE`` says: warm runs share one folder this tool creates, cold runs each get a new
-empty one, so no checkout's own cache is read, replaced or removed. Prints the median wall and user+sys CPU seconds
-per cell (docs/notes/architecture-notes.md, "Plan time"). Both checkouts' ``src`` and ``launch`` are byte-compiled
-first: with
+checkout kept its merges on disk, wherever ``OPTBENCH_COMPOSE_CACHE`` says: warm runs share one folder this tool
+creates, cold runs each get a new empty one, so no checkout's own cache is read, replaced or removed. Prints the median
+wall and user+sys CPU seconds per cell (docs/notes/architecture-notes.md, "Plan time"). Both checkouts' ``src`` and
+``launch`` are byte-compiled first: with
 ``PYTHONDONTWRITEBYTECODE=1`` (set on our VMs) no run writes a ``.pyc``, and a stale one costs a compile per run.
 """
 

@@ -385,8 +385,7 @@ def search_layout_cases(results: Path, container: str, stride: int = 1) -> list[
 OVERRIDE_RECIPES = ("qwen3_30b_a3b_muon", "kimi_k2_muon", "qwen3_30b_a3b_adamw", "deepseek_v3_adamw")
 """Recipes every single-field override is tried on (Qwen3 on 8 GPUs, Kimi K2 on 256: MLA, layer-wise Muon; Qwen3 with
 AdamW: the baseline's distributed optimizer and FP8 parameter all-gather, which layer-wise Muon refuses; DeepSeek-V3
-with
-AdamW: MTP, dense first layers, Bridge's precision-aware Adam and, from 26.06, NVIDIA's FP8 output projection)."""
+with AdamW: MTP, dense first layers, Bridge's precision-aware Adam and, from 26.06, NVIDIA's FP8 output projection)."""
 KNOWN_GAPS: dict[str, str] = {}
 """Single-field overrides our checks pass and the default container's Bridge refuses, each with why it is not refused
 yet. None now: the last, ``parallel.cuda_graph_impl=local`` on Bridge 0.6, is refused since its marker was read from

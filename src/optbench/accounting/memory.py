@@ -9,8 +9,7 @@ Bytes per parameter held by a rank (its pipeline stages, TP/ETP shard and EP sli
 * gradients: the DDP buffer of every local parameter, 4 bytes with ``grad_reduce_in_fp32``, else 2.
 * optimizer state: AdamW keeps fp32 master weights, exp_avg and exp_avg_sq (12 bytes; 8 where the run's
   NVIDIA preset keeps the moments in BF16 with Megatron's precision-aware optimizer, Bridge's DeepSeek-V3 recipe); with
-  the
-  element-wise distributed optimizer they are sharded over DP x CP (dense) and expert-DP (experts).
+  the element-wise distributed optimizer they are sharded over DP x CP (dense) and expert-DP (experts).
   A matrix optimizer keeps its registry entry's state for its matrices (Muon: fp32 master weights and one
   momentum buffer, 8 bytes; :mod:`optbench.accounting.optimizer_work`) and 12 bytes for its Adam-side
   parameters; with the layer-wise optimizer only for the parameters the

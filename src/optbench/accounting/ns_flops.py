@@ -1,9 +1,8 @@
 """Newton-Schulz FLOPs: per matrix, per tensor-parallel mode, and per rank under the layer-wise optimizer.
 
 Convention (Megatron Core 0.16.1 with Emerging-Optimizers 0.1.0: docs/optimizer.md, Semantics). Muon transposes a matrix
-so that it is s x l with s <= l; one
-Newton-Schulz iteration computes A = X X^T (s x l times l x s: 2*s^2*l FLOPs), B = b*A + c*A A
-(s x s times s x s: 2*s^3) and X' = a*X + B X (s x s times s x l: 2*s^2*l), so
+so that it is s x l with s <= l; one Newton-Schulz iteration computes A = X X^T (s x l times l x s: 2*s^2*l FLOPs), B =
+b*A + c*A A (s x s times s x s: 2*s^3) and X' = a*X + B X (s x s times s x l: 2*s^2*l), so
 
     flops_per_iteration = 4 * s^2 * l + 2 * s^3.
 

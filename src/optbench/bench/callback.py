@@ -102,9 +102,8 @@ def markdown(data: dict[str, Any]) -> str:
         [
             "# Bridge metrics callback: host cost per record",
             "",
-            f"`{data['command']}` ({data['created']}, {data['machine']['processor']}, "
-            f"{data['machine']['cores']} cores, "
-            f"Python {data['machine']['python']}).",
+            f"`{data['command']}` ({data['created']}, {data['machine']['processor']}, {data['machine']['cores']} "
+            f"cores, Python {data['machine']['python']}).",
             "",
             f"- {data['recipe']}, one record per step: **{us['median']:.0f} us** host time per record "
             f"(median of {data['records']}, IQR {us['q1']:.0f}-{us['q3']:.0f} us), device calls stubbed out.",

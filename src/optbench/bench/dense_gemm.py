@@ -4,10 +4,9 @@ Why: the step model prices a rank's GEMMs at one calibrated rate, but a GEMM mad
 short by a small microbatch runs further below the peak. Each dense GEMM of the recipes (attention projections,
 the dense and shared-expert MLPs, the output head) is timed at TP 1/2/4/8 (a column-parallel GEMM splits its
 output, a row-parallel one its input, a replicated one neither) for 1,024 to 32,768 tokens per GEMM: ``x @ w`` in bf16,
-TF32 off, the
-median of :data:`TRIALS` CUDA-event timings after :data:`WARMUP` calls. The fit of ``time = FLOPs / R + t0`` over
-every case (:func:`optbench.bench.dense_gemm_report.fit_fixed_cost`) gives the step model's per-GEMM fixed cost
-``Assumptions.dense_gemm_fixed_s`` (docs/projection.md section 1). Causal ``scaled_dot_product_attention`` at
+TF32 off, the median of :data:`TRIALS` CUDA-event timings after :data:`WARMUP` calls. The fit of ``time = FLOPs / R +
+t0`` over every case (:func:`optbench.bench.dense_gemm_report.fit_fixed_cost`) gives the step model's per-GEMM fixed
+cost ``Assumptions.dense_gemm_fixed_s`` (docs/projection.md section 1). Causal ``scaled_dot_product_attention`` at
 sequence 4096 and MBS 1-8, heads divided by TP, is timed beside it (FLOPs: half the score matrix); the step
 model does not use it yet.
 """

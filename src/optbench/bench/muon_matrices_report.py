@@ -52,10 +52,9 @@ def markdown(data: dict[str, Any]) -> str:
         "weights and gradients; median of 5 steps after one, per matrix. *Model*: the projection's price of one such "
         f"matrix at {data['peak_bf16_tflops']:.0f} TFLOP/s bf16 x ns_gemm_efficiency {a['ns_gemm_efficiency']} and "
         f"{data['hbm_effective_tb_s']:.2f} TB/s effective HBM, Newton-Schulz slowed by `s(g)` below: NS GEMMs / "
-        "element-wise "
-        f"({a['muon_bytes_per_element']:.0f} B per element) / launches beyond both "
-        f"({a['eager_op_overhead_s'] * 1e6:.0f}"
-        f" us per eager op); AdamW at {a['adam_bytes_per_element']:.0f} B per element.",
+        f"element-wise ({a['muon_bytes_per_element']:.0f} B per element) / launches beyond both "
+        f"({a['eager_op_overhead_s'] * 1e6:.0f} us per eager op); AdamW at {a['adam_bytes_per_element']:.0f} B per "
+        "element.",
         "",
         *markdown_table(
             [

@@ -376,11 +376,10 @@ def _loaded_lines(cpu: dict[str, Any]) -> list[str]:
         f"step {c['step']}: {c['threads']} (others busy {c['others_busy_cores']} cores)" for c in changes
     )
     return [
-        f"Under load: `default_loaded` runs beside {cpu['busy_processes']} processes that each keep one core busy "
-        f"(a pure-Python loop): {shown(ratio)} the quiet wall time (target at most {LOADED_TARGET:.0f}x). "
-        f"Its threads: {threads or '-'}. "
-        f"`default_loaded_old_policy` is the same run with the engine's earlier thread policy (all cores, libgomp's "
-        f"default spin count): {shown(old)} the quiet time.",
+        f"Under load: `default_loaded` runs beside {cpu['busy_processes']} processes that each keep one core busy (a "
+        f"pure-Python loop): {shown(ratio)} the quiet wall time (target at most {LOADED_TARGET:.0f}x). Its threads: "
+        f"{threads or '-'}. `default_loaded_old_policy` is the same run with the engine's earlier thread policy (all "
+        f"cores, libgomp's default spin count): {shown(old)} the quiet time.",
         "",
     ]
 

@@ -41,9 +41,8 @@ def exit_on_user_error(debug: bool = False, typed: Sequence[str] = ()) -> Iterat
             if debug:
                 raise
             print(
-                "interrupted (Ctrl-C): what was written is complete (metrics.jsonl holds the finished steps); a "
-                "local run "
-                "with train.save_interval continues from its last checkpoint with resume=true run_id=<its run id>",
+                "interrupted (Ctrl-C): what was written is complete (metrics.jsonl holds the finished steps); a local "
+                "run with train.save_interval continues from its last checkpoint with resume=true run_id=<its run id>",
                 file=sys.stderr,
             )
             raise SystemExit(EXIT_INTERRUPTED) from None

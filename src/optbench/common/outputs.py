@@ -198,10 +198,9 @@ def output_problem(
     except OSError as err:
         return f"{short_path(path)} cannot be read ({err.strerror})"
     return (
-        f"{short_path(path)} exists and optbench did not create it (no {marker_path(Path('.'), kind).name} "
-        "marker): its files "
-        f"would be at risk; give a new or empty folder (an earlier optbench {kind} folder: add the marker with "
-        f"`touch {short_path(marker_path(folder, kind), 200)}`)"
+        f"{short_path(path)} exists and optbench did not create it (no {marker_path(Path('.'), kind).name} marker): "
+        f"its files would be at risk; give a new or empty folder (an earlier optbench {kind} folder: add the marker "
+        f"with `touch {short_path(marker_path(folder, kind), 200)}`)"
     )
 
 

@@ -346,9 +346,8 @@ def secret_problems(cfg: Any, environ: Mapping[str, str] | None = None) -> list[
             problems.append(
                 SecretProblem(
                     path,
-                    f"{found}; plans, configs, job files and logs never hold secrets: give a plain value (the "
-                    "account reaches sbatch only through SBATCH_ACCOUNT, credentials through your exported "
-                    "environment)",
+                    f"{found}; plans, configs, job files and logs never hold secrets: give a plain value (the account "
+                    "reaches sbatch only through SBATCH_ACCOUNT, credentials through your exported environment)",
                 )
             )
     return problems

@@ -3,9 +3,8 @@
 :func:`replacing` checks every target first (a file where a file goes, a folder holding only what the
 command writes where a folder goes), then writes a journal beside them
 (``.optbench-journal-<pid>-<token>.json``) before it sets anything aside (``.<name>.previous-<token>``: a folder
-moved, a file copied).
-The block's own failure restores the earlier outputs at once; a process killed at any instant leaves a
-journal that the next :func:`replacing` (or :func:`recover`) of the same folder reads: before the
+moved, a file copied). The block's own failure restores the earlier outputs at once; a process killed at any instant
+leaves a journal that the next :func:`replacing` (or :func:`recover`) of the same folder reads: before the
 commit it restores the earlier outputs (removing what the killed block had written), after it it only
 removes the set-aside copies.
 

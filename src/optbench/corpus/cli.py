@@ -87,10 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(console_table(["part", "documents", "tokens", "files"], rows, ("left", "right", "right", "left"))))
     print(
         f"  tokenizer    {manifest['tokenizer']['vocab_size']:,} tokens ({manifest['tokenizer']['source']}) "
-        f"{manifest['tokenizer']['path']}\n"
-        f"  total        {manifest['tokens']:,} tokens from {manifest['characters']:,} characters in "
-        f"{manifest['seconds']} s\n"
-        "train on it:   "
+        f"{manifest['tokenizer']['path']}\n  total        {manifest['tokens']:,} tokens from "
+        f"{manifest['characters']:,} characters in {manifest['seconds']} s\ntrain on it:   "
         + (
             "data=pydocs"
             if not args.input and not args.out

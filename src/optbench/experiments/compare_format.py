@@ -71,17 +71,15 @@ def render_compare_markdown(result: CompareResult, plot: str | None = None) -> s
         "`make study` (results/study.md) tunes each optimizer's learning rate and measures on held-out seeds.",
         "",
         f"Recipes {ctx.get('recipes', {}).get(MUON, '?')} vs {ctx.get('recipes', {}).get(ADAMW, '?')} on "
-        f"{ctx.get('data', '?')} data, "
-        f"{ctx.get('iters', '?')} steps of {ctx.get('gbs', '?')} x {ctx.get('seq_length', '?')} tokens, seeds "
-        f"{ctx.get('seeds', [])}"
+        f"{ctx.get('data', '?')} data, {ctx.get('iters', '?')} steps of {ctx.get('gbs', '?')} x "
+        f"{ctx.get('seq_length', '?')} tokens, seeds {ctx.get('seeds', [])}"
         + (f" (CPU-sized defaults `{' '.join(ctx['defaults'])}`" if ctx.get("defaults") else "")
         + (f", then your overrides `{' '.join(ctx['overrides'])}`" if ctx.get("overrides") else "")
         + (")" if ctx.get("defaults") else "")
         + f". Target loss {result.target:.4f} ({result.target_rule}){floor}; loss smoothed by a trailing mean over "
         f"{result.window} steps. Time = sum of step times up to the step that reaches the target (forward, backward, "
-        "optimizer and Newton-Schulz; start-up excluded). A run that never reaches the target is reported as "
-        "not reached, "
-        "never extrapolated. Medians [min-max] over the seeds that reached. Method: docs/results.md.",
+        "optimizer and Newton-Schulz; start-up excluded). A run that never reaches the target is reported as not "
+        "reached, never extrapolated. Medians [min-max] over the seeds that reached. Method: docs/results.md.",
         "",
     ]
     cells = [

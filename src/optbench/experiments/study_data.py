@@ -64,9 +64,8 @@ def validation_set(config: RunConfig) -> dict:
                 Problem(
                     "train.eval_iters",
                     f"a validation pass takes {int(wanted):,} sequences from {sampler.dataset.prefix}, whose "
-                    "validation split "
-                    f"holds {sampler.samples_per_epoch:,}: samples would repeat; hold out more (data.split) or "
-                    "evaluate fewer",
+                    f"validation split holds {sampler.samples_per_epoch:,}: samples would repeat; hold out more "
+                    "(data.split) or evaluate fewer",
                 )
             )
     prefixes, _ = dataset_blend(list(data.path))

@@ -80,8 +80,8 @@ SIZES = {
 }
 """Size -> overrides. ``cpu``: 307,200 training tokens per run (0.3 epochs of pydocs' training split), a
 validation pass of 128 x 8 x 64 = 65,536 tokens every 50 steps; ~2-6 min per run on 2 cores (the preconditioned
-optimizers the most).
-``gpu``: 49 M tokens per run, a proxy about 8x larger, 65,536 validation tokens: meant for one GPU."""
+optimizers the most). ``gpu``: 49 M tokens per run, a proxy about 8x larger, 65,536 validation tokens: meant for one
+GPU."""
 
 COMMON = ("data=pydocs", "data.split='90,10,0'", "data.valid_seed=1", "logger=none", "train.lr_decay_iters=null")
 """Every run: pydocs with a tenth of each part's documents held out (about 100k tokens, so a 64k-token

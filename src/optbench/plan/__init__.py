@@ -278,8 +278,7 @@ def intent_line(bridge: BridgeSetup, optimizer: str = "muon") -> str:
     if not preset:
         return f"{intent}: no NVIDIA preset for this model, GPU and precision; the Bridge recipe with our settings"
     source = (
-        f"NVIDIA's {preset['key']} preset "
-        f"({preset.get('container', 'Megatron Bridge ' + preset['release'])}: "
+        f"NVIDIA's {preset['key']} preset ({preset.get('container', 'Megatron Bridge ' + preset['release'])}: "
         f"{preset.get('case') or 'scripts/performance'})"
     )
     if preset.get("adapted_from_adam"):

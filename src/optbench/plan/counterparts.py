@@ -1,8 +1,8 @@
 """The runs a plan composes beside its own: a matrix-optimizer run's AdamW twin, and the optimizers COMPARE names.
 
 The planner decides them (the twin is the recipe the run's ``compare_with`` names: projection.twin.twin_recipe),
-composes
-each once through Hydra, and hands them to the projection (:class:`optbench.projection.counterparts.Counterparts`),
+composes each once through Hydra, and hands them to the projection
+(:class:`optbench.projection.counterparts.Counterparts`),
 which composes nothing itself.
 """
 

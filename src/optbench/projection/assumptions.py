@@ -47,8 +47,7 @@ class Assumptions:
     GPU when ``g`` is small. Fitted (log least squares) to upstream Muon's per-matrix times on one NVIDIA H200 for
     every GPU-bound matrix shape of the three cluster recipes (results/bench/muon_matrices.md, `make bench-gpu`),
     never to a published row (13 points): 1.08 at 7168, 1.17 at 4096, 1.41 at 2048, 2.02 at 1024, 3.51 at 512. Applied
-    to every
-    GPU as a fraction of its own peak (Blackwell's NS GEMMs were not measured) and to SYRK's kernels alike."""
+    to every GPU as a fraction of its own peak (Blackwell's NS GEMMs were not measured) and to SYRK's kernels alike."""
     ns_small_gram_power: float = 1.3
     """``p`` of the small-Gram slowdown above (same fit)."""
     ns_small_grams: bool = True
@@ -118,8 +117,7 @@ class Assumptions:
     """``M0`` of the same slowdown for MXFP8 grouped GEMMs (Blackwell), which nobody here has measured. Fitted by
     ``make projection`` with the carried calibration table (:mod:`optbench.projection.carried`: the grid value whose
     table of architecture, model and release efficiencies leaves the smallest residual over every published AdamW row it
-    can
-    solve them all at (1073.9 on the 52 rows of three models; 1438.4 since Qwen3 235B-A22B's 24 joined); never a
+    can solve them all at (1073.9 on the 52 rows of three models; 1438.4 since Qwen3 235B-A22B's 24 joined); never a
     Muon row), and held to results/projection/calibration.json by a test. The H200's FP8 grouped GEMMs (torch's
     kernel, results/bench/grouped_gemm.md) also fall off sooner than its BF16 ones (2.6x at 1,024 rows for
     Qwen3's shapes, 1.1-1.2x at 512-1,024 for DeepSeek-V3's); re-measure on a Blackwell GPU when one is lent."""

@@ -2,9 +2,8 @@
 
 For a held-out row, the copy baseline predicts the model-only TFLOP/s/GPU of the **nearest** published row the
 scheme keeps, with no step model at all. Nearest, in this order: the same optimizer, the same model, the same precision,
-the same
-GPU (else one in the same system shape, NVL72 or 8-GPU node, then of the same architecture), the same GPU count,
-the same layout, the nearest release (earlier before later), then file order. A scheme that keeps no row of
+the same GPU (else one in the same system shape, NVL72 or 8-GPU node, then of the same architecture), the same GPU
+count, the same layout, the nearest release (earlier before later), then file order. A scheme that keeps no row of
 the model copies another model's figure; one that keeps nothing copies nothing (the row then has no baseline).
 """
 

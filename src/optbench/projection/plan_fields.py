@@ -70,9 +70,8 @@ def projection_summary_lines(p: Projection, name: str) -> list[str]:
         words = {"newton_schulz_compute": own.flops_words} if own.matrix_flops is not None else {}
         parts = ", ".join(f"{words.get(k, k.replace('_', ' '))} {_ms_or_s(v)}" for k, v in overhead.parts_s.items())
         lines.append(
-            f"  vs AdamW    twin {twin.recipe}: step {twin.step.step_time_s:.2f} s, "
-            f"{twin.step.tflops_per_gpu:.1f} TFLOP/s/GPU;"
-            f" {OPTIMIZER_LABELS[name]} {overhead.tflops_per_gpu_change_percent:+.2f} %, "
+            f"  vs AdamW    twin {twin.recipe}: step {twin.step.step_time_s:.2f} s, {twin.step.tflops_per_gpu:.1f} "
+            f"TFLOP/s/GPU; {OPTIMIZER_LABELS[name]} {overhead.tflops_per_gpu_change_percent:+.2f} %, "
             f"+{_ms_or_s(overhead.total_s)} = {parts}"
         )
         if overhead.twin_differs_in:

@@ -211,8 +211,8 @@ def _untested(resolved: ResolvedRun, case: str) -> str | None:
 
 def _tested_knobs() -> dict[str, Any] | None:
     """What the published rows the projection scores vary: the TP and CP values they run, and whether any model x GPU is
-    published at two
-    GPU counts; parsed once per content of published.csv (every projection of a search asks), None without the file."""
+    published at two GPU counts; parsed once per content of published.csv (every projection of a search asks), None
+    without the file."""
     from optbench.catalog.models import model_registry
     from optbench.catalog.published import PUBLISHED_CSV, data_only_reason, default_published_dir, load_published
     from optbench.common.checkout import repo_root

@@ -5,8 +5,7 @@ the ones the user names (``make plan ... COMPARE=<name>,<name>``), each one more
 :mod:`optbench.projection.counterparts`). A
 sibling is the run with another matrix optimizer, as that optimizer's recipe configures it: the
 model's ``<model>_<optimizer>`` recipe when there is one (so an optimizer with more state gets its own micro batch),
-else the
-run's recipe with ``optimizer=<name>``; the user's non-optimizer overrides are kept. Each sibling is
+else the run's recipe with ``optimizer=<name>``; the user's non-optimizer overrides are kept. Each sibling is
 validated like any run, so one the container lacks or that does not fit is shown with its one-line
 reason instead of a number.
 """

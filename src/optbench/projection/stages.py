@@ -2,8 +2,7 @@
 
 :func:`optbench.accounting.flops.flop_terms` gives the whole model's FLOPs per sequence by term.
 A pipeline rank runs the layers of its virtual stages (:class:`optbench.accounting.placement.VirtualStage`, placed once
-per run),
-so its share is split from those terms without restating the formula:
+per run), so its share is split from those terms without restating the formula:
 
 * attention is the same for every layer (Bridge's attention term is per layer times layers): each
   decoder or MTP layer gets ``attention / (layers + mtp_layers)``;

@@ -8,25 +8,22 @@ pipeline rank ``r``, per microbatch
 (``X_r``: the element-wise kernels' activation bytes at the HBM bandwidth,
 :mod:`optbench.projection.activation_traffic`,
 breakdown ``activation_traffic``; ``F_r`` its GEMM FLOPs per GPU, ``E_r`` their routed-expert part, ``A_r`` their
-attention part that a
-context-parallel ring overlaps with). ``s(M) = 1 + (M0 / M) ** p`` is how much longer expert GEMMs with ``M``
-routed rows per expert take per FLOP (measured on an H200, results/bench/grouped_gemm.md; breakdown
+attention part that a context-parallel ring overlaps with). ``s(M) = 1 + (M0 / M) ** p`` is how much longer expert GEMMs
+with ``M`` routed rows per expert take per FLOP (measured on an H200, results/bench/grouped_gemm.md; breakdown
 ``small_expert_gemms``). ``n_r t0`` is what the rank's ``n_r`` dense GEMM calls per microbatch (forward, data and
 weight gradient of each dense weight) cost beyond their FLOPs, ``t0`` per call as measured on an H200
 (results/bench/dense_gemm.md; breakdown ``dense_gemm_fixed``). ``tp_r`` is the tensor-parallel collectives' time, all
 of it without ``tp_comm_overlap``; with it (Transformer Engine's userbuffers pipeline each all-gather and
 reduce-scatter with the GEMM it feeds) only ``max(0, tp_r - T_r / R)``, ``T_r`` the FLOPs of the GEMMs TP splits
 (breakdown ``tensor_parallel``). ``W_r`` is what weight traffic adds where it binds (the roofline): for each GEMM class
-(routed
-experts; everything else) the forward and the data gradient read the weights, the weight gradient reads
+(routed experts; everything else) the forward and the data gradient read the weights, the weight gradient reads
 and writes the main gradient, and each pass takes at least ``bytes / HBM``; the pass's own kernel time is
 its FLOPs at ``max(R, gemm_kernel_efficiency x peak)``, so ``W_r`` is the sum of ``max(0, bytes / HBM - kernel)``.
 Under an FP8 recipe without ``fp8_dot_product_attention`` the attention core (score and value products,
 FlashAttention) runs in BF16: its FLOPs take ``fp8_attention_speedup`` times their time at ``R``; ``B_r`` is
 the excess (breakdown ``bf16_attention``). With ``parallel.ep_comm_overlap`` (Megatron's EP A2A overlap: the forward of
-one microbatch and the
-backward of another run interleaved, each one's all-to-all hidden behind the other's GEMMs; Megatron Core
-``overlap_moe_expert_parallel_comm``) only what the GEMMs cannot cover is exposed:
+one microbatch and the backward of another run interleaved, each one's all-to-all hidden behind the other's GEMMs;
+Megatron Core ``overlap_moe_expert_parallel_comm``) only what the GEMMs cannot cover is exposed:
 ``a2a_r -> max(0, a2a_r - F_r / R)``. No parameter is fitted for it: the overlap is taken as complete up
 to the GEMM time (the SMs the dispatcher takes are in the calibrated efficiency). The slowest pipeline rank sets the
 pace; interleaved 1F1B adds ``(pp - 1) / vpp`` microbatch

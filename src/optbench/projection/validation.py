@@ -2,9 +2,8 @@
 
 Each row is projected at its own configuration (the :class:`~optbench.projection.row_config.RowRuns` handed down:
 the path ``make plan`` takes), with the calibration allowed to use only the rows the scheme keeps, and the carried table
-and its MXFP8
-``M0`` refitted on those rows alone (:mod:`optbench.projection.carried`: nested, the held-out rows never fit
-anything):
+and its MXFP8 ``M0`` refitted on those rows alone (:mod:`optbench.projection.carried`: nested, the held-out rows never
+fit anything):
 
 * ``leave_one_setup_out``: no row of the row's model x GPU x GPU count x precision (every release held out at
   once): what a user planning a setup nobody published gets. Each model x GPU here has one GPU count, so the

@@ -53,9 +53,8 @@ def graph_problems(run: RunConfig, container: Container) -> Iterable[Problem]:
         since = f" (from {newer.name})" if newer is not None else ""
         yield Problem(
             "parallel.cuda_graph_impl",
-            f"full_iteration is not a CUDA-graph implementation of Megatron Core "
-            f"{container.core} ({container.name}), only of 0.18 on{since}; use none, local or "
-            "transformer_engine",
+            f"full_iteration is not a CUDA-graph implementation of Megatron Core {container.core} ({container.name}), "
+            f"only of 0.18 on{since}; use none, local or transformer_engine",
             ("cluster.container",),
         )
     if impl == "local" and behaviour(container, LOCAL_FULL_ITERATION_ONLY):

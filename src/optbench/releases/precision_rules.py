@@ -53,9 +53,8 @@ def precision_problems(run: RunConfig, container: Container) -> Iterable[Problem
         # Found by make plan CHECK=bridge: the FP4 preset's fp4 and our precision's fp8 both reach Core, which refuses.
         yield Problem(
             "precision.bridge_mixed_precision",
-            f"{p.bridge_mixed_precision} turns on FP4 and precision={p.name} "
-            "FP8; Megatron Core refuses both at once; drop the override (each precision= option sets its own "
-            "preset)",
+            f"{p.bridge_mixed_precision} turns on FP4 and precision={p.name} FP8; Megatron Core refuses both at once; "
+            "drop the override (each precision= option sets its own preset)",
             ("precision",),
         )
     if p.reuse_grad_buf_for_mxfp8_param_ag and not p.fp8_param_gather:
@@ -69,9 +68,8 @@ def precision_problems(run: RunConfig, container: Container) -> Iterable[Problem
     if p.fp8_recipe == "mxfp8" and p.fp8_param_gather and not p.reuse_grad_buf_for_mxfp8_param_ag:
         yield Problem(
             "precision.reuse_grad_buf_for_mxfp8_param_ag",
-            "fp8_param_gather=true with "
-            f"reuse_grad_buf_for_mxfp8_param_ag=false: Megatron Bridge {container.bridge} ({container.name}) "
-            "requires the reuse with MXFP8 parameters; set it true, or fp8_param_gather=false",
+            f"fp8_param_gather=true with reuse_grad_buf_for_mxfp8_param_ag=false: Megatron Bridge {container.bridge} "
+            f"({container.name}) requires the reuse with MXFP8 parameters; set it true, or fp8_param_gather=false",
             ("precision.fp8_param_gather",),
         )
     if p.fp8_recipe == "delayed" and p.bridge_mixed_precision in FIRST_LAST_BF16_PRESETS:

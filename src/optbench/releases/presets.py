@@ -49,8 +49,7 @@ OURS = {
     "checkpoint.load": "resume=true loads our run's checkpoint folder",
     "checkpoint.save_interval": "train.save_interval (no checkpoint is written without one, as in NVIDIA's runs)",
     "tokenizer.tokenizer_type": "mock data: a NullTokenizer of the model's vocabulary (NVIDIA's recipe names a "
-    "tokenizer "
-    "that mock data never reads; model.vocab_size, and so the FLOPs, are the model's either way)",
+    "tokenizer that mock data never reads; model.vocab_size, and so the FLOPs, are the model's either way)",
     "tokenizer.tokenizer_model": "as tokenizer.tokenizer_type",
     "tokenizer.vocab_size": "as tokenizer.tokenizer_type",
     "logger.tensorboard_dir": "Bridge sends its TFLOP/s to wandb only through the tensorboard writer; kept in "
@@ -262,8 +261,7 @@ def require_preset(run: RunConfig) -> Optional[Preset]:
             Problem(
                 "intent",
                 f"NVIDIA measured no {preset_key(run)} in Megatron Bridge {release} ({run.cluster.container}; "
-                f"{where}); "
-                "use intent=train, or a GPU and precision NVIDIA measured",
+                f"{where}); use intent=train, or a GPU and precision NVIDIA measured",
                 ("cluster.gpu", "precision"),
             )
         )

@@ -1,8 +1,7 @@
 """The matrix optimizers side by side, as ``make plan`` projected them: a section of ``make table``.
 
 NVIDIA publishes no throughput for the emerging optimizers but Muon and this machine measures no cluster run, so the
-only
-numbers to put beside each other are projections. ``make plan`` writes them into each plan.json
+only numbers to put beside each other are projections. ``make plan`` writes them into each plan.json
 (``projection.optimizers``: each matrix optimizer against one AdamW twin); ``make table`` collects the
 plans under ``<results>/plans/<recipe>/plan.json`` and shows one row per plan. Nothing is recomputed.
 """

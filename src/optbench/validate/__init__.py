@@ -89,8 +89,7 @@ def check_fields(run: RunConfig) -> Iterable[Problem]:
             yield Problem(
                 "model.moe_router_group_topk",
                 f"{group_topk} of {groups} groups of {m.num_moe_experts // groups} experts cannot hold "
-                f"top-{m.moe_router_topk}; "
-                "raise it (at most the number of groups) or lower model.moe_router_topk",
+                f"top-{m.moe_router_topk}; raise it (at most the number of groups) or lower model.moe_router_topk",
                 ("model.moe_router_num_groups", "model.moe_router_topk"),
             )
     p = run.parallel

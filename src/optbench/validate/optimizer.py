@@ -92,9 +92,8 @@ def megatron_limits(run: RunConfig) -> Iterable[Problem]:
         yield Problem(
             "optimizer.name",
             f"{e.label} in Megatron preconditions each tensor-parallel shard alone ({', '.join(split)}): another "
-            f"optimizer than {e.label} on the full matrix; set parallel.tp=1 and parallel.etp=1, or "
-            "intent=train to run "
-            "it knowingly",
+            f"optimizer than {e.label} on the full matrix; set parallel.tp=1 and parallel.etp=1, or intent=train to "
+            "run it knowingly",
             ("parallel.tp", "parallel.etp"),
         )
     if e.unshardable_state and run.train.save_interval is not None:
@@ -156,9 +155,8 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
     if o.muon.qk_clip and not run.model.multi_latent_attention and run.model.qk_layernorm:
         yield Problem(
             "optimizer.muon.qk_clip",
-            f"QK-clip scales the query/key projections; {run.model.name} uses GQA with QK-norm, which normalises "
-            "them again, so no logit changes (Megatron would run it silently); set it false or "
-            "model.qk_layernorm=false",
+            f"QK-clip scales the query/key projections; {run.model.name} uses GQA with QK-norm, which normalises them "
+            "again, so no logit changes (Megatron would run it silently); set it false or model.qk_layernorm=false",
             ("model",),
         )
     normuon = o.adaptive_muon is not None and o.adaptive_muon.moment2_method == "normuon"
@@ -167,19 +165,17 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
             "train.save_interval",
             "NorMuon's second moment is one row or column per matrix (Emerging-Optimizers' moment2_buffer, [m, 1] or "
             "[1, n]), and Megatron Core's torch_dist checkpoint asserts every optimizer state tensor has its "
-            "parameter's "
-            "shape (dist_checkpointing/optimizer.py, make_sharded_optimizer_tensor): the first save would stop "
-            "the run; "
-            "set train.save_interval=null, or optimizer.adaptive_muon.moment2_method=adamuon (parameter-shaped)",
+            "parameter's shape (dist_checkpointing/optimizer.py, make_sharded_optimizer_tensor): the first save would "
+            "stop the run; set train.save_interval=null, or optimizer.adaptive_muon.moment2_method=adamuon "
+            "(parameter-shaped)",
             ("optimizer.adaptive_muon.moment2_method",),
         )
     if o.adaptive_muon is not None and o.muon.extra_scale_factor != 1.0 and not adamuon_scales_after_moment2(run):
         yield Problem(
             "optimizer.muon.extra_scale_factor",
             f"changes nothing for AdaMuon with Emerging-Optimizers {versions.emerging_optimizers(container_of(run))} "
-            f"({container_of(run).name}): the scale multiplies the orthogonalized update, which the second "
-            "moment divides "
-            f"out again ({o.adaptive_muon.moment2_method}, up to eps); set it 1.0, or a container whose "
+            f"({container_of(run).name}): the scale multiplies the orthogonalized update, which the second moment "
+            f"divides out again ({o.adaptive_muon.moment2_method}, up to eps); set it 1.0, or a container whose "
             "Emerging-Optimizers (0.3+) scales after the second moment: " + first_scaling_container(),
             ("optimizer.name", "cluster.container"),
         )

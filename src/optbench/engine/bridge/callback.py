@@ -232,8 +232,7 @@ class MetricsCallback:
             "over ranks",
             "tokens_per_step": self.run.train.gbs * self.run.train.seq_length,
             "step_time_source": "last rank: wall time over each log interval (synchronized where Bridge's "
-            "interval timer "
-            "synchronizes) divided by its steps",
+            "interval timer synchronizes) divided by its steps",
             **provenance(
                 self.run,
                 device=self.probe.device_name(),

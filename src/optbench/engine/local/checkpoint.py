@@ -5,9 +5,8 @@ Layout under the checkpoint directory (``train.checkpoint_dir``, default
 
     step_000010/model.pt        model weights and buffers (written by rank 0: the replicas are identical)
     step_000010/rank0.pt        this rank's optimizer state, RNG states, step, samples consumed, world size
-    step_000010/rank1.pt        ...
-    step_000010/manifest.json   written last, by rank 0: step, world size, and every file's size and SHA-256
-    latest                      "step_000010", replaced atomically once the manifest is written
+    step_000010/rank1.pt        ... step_000010/manifest.json   written last, by rank 0: step, world size, and every
+    file's size and SHA-256 latest                      "step_000010", replaced atomically once the manifest is written
 
 Every file is written to a temporary name, fsynced and renamed, so a killed run leaves either the
 previous checkpoint or the new one, never a torn file; ``latest`` only moves after a barrier. Under

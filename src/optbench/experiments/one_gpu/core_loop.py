@@ -4,9 +4,8 @@ Used where Bridge's own ``pretrain()`` cannot run (a machine without Transformer
 Bridge job builds from the same ConfigContainer: the model through the provider's ``provide_distributed_model``
 (Megatron's DDP around a bf16 ``Float16Module``), the optimizer and scheduler through Bridge's ``setup_optimizer``
 (Core's Muon, and its other emerging optimizers through Emerging-Optimizers), one step through Core's
-``forward_backward_func``
-with the model-config hooks Bridge sets (gradient sync, ``finalize_model_grads``, loss scaling), the optimizer
-step inside Megatron's ``optimizer`` timer as Bridge times it. Our
+``forward_backward_func`` with the model-config hooks Bridge sets (gradient sync, ``finalize_model_grads``, loss
+scaling), the optimizer step inside Megatron's ``optimizer`` timer as Bridge times it. Our
 :class:`~optbench.engine.bridge.callback.MetricsCallback`
 is called with the same context fields Bridge gives it. What differs from Bridge's loop: the data (our synthetic
 token stream, learnable, instead of Bridge's data loader) and no evaluation, checkpointing or rerun machinery.

@@ -3,9 +3,8 @@
 
 The run folder holds what a Bridge job's folder holds (config.yaml and the plan.json the launcher writes). The worker
 does what the job's entry point does with them (:mod:`optbench.engine.bridge.entry`: the release check, the recipe
-function,
-the mixed-precision preset, the plan's overrides through Bridge's own ``process_config_with_overrides``), then the
-changes a machine without Transformer Engine needs (:mod:`.no_te`, recorded), and trains:
+function, the mixed-precision preset, the plan's overrides through Bridge's own ``process_config_with_overrides``), then
+the changes a machine without Transformer Engine needs (:mod:`.no_te`, recorded), and trains:
 
 * ``--loop bridge``: Bridge's own ``pretrain()`` with its GPT ``forward_step`` and our callback, the imports of
   Transformer Engine answered by the CPU check's stand-ins (:mod:`optbench.engine.bridge.cpu_check.stand_ins`);

@@ -1,8 +1,7 @@
 """A plan.json built with its container's real Megatron Bridge and Core on a CPU: ``make plan CHECK=bridge``.
 
 ``python src/optbench/engine/bridge/cpu_check/plan_check.py <folder with plan.json>... --out <report.json>``, run with
-the
-interpreter and ``PYTHONPATH`` of the plans' container (:mod:`.environments`; the launcher picks them). It does
+the interpreter and ``PYTHONPATH`` of the plans' container (:mod:`.environments`; the launcher picks them). It does
 what the job's entry point does with each plan, up to the point where a GPU would be needed:
 
 1. the plan's Bridge setup (recipe function, mixed-precision preset, the recorded overrides) built into a
@@ -13,9 +12,8 @@ what the job's entry point does with each plan, up to the point where a GPU woul
    on the GPU the plan is for (faked CUDA device properties, :mod:`.stand_ins`).
 
 It writes a JSON list of reports, one per folder, and exits 0 whenever it could look (what Bridge refused is in the
-report); the
-launcher turns a refusal into one line. Transformer Engine, the kernels and NCCL are stand-ins here, so what
-passes can still fail where only they decide (a kernel missing for a shape, memory, the network): this
+report); the launcher turns a refusal into one line. Transformer Engine, the kernels and NCCL are stand-ins here, so
+what passes can still fail where only they decide (a kernel missing for a shape, memory, the network): this
 checks the configuration, not the run.
 """
 
