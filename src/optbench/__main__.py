@@ -114,6 +114,9 @@ COMMANDS: dict[str, Command] = {
     "gpu-smoke": Command(
         "optbench.experiments.one_gpu.cli", (), "on a GPU: the real Megatron Bridge + Core train a proxy"
     ),
+    "term-selection": Command(
+        "optbench.report.term_report", (), "maintainers: each step-model term re-decided inside the folds (~20 min)"
+    ),
     "projection-tables": Command(
         "optbench.report.projection_tables", (), "maintainers: Muon projected at the published layouts, with a chart"
     ),
@@ -122,8 +125,8 @@ COMMANDS: dict[str, Command] = {
         "optbench.experiments.one_gpu.page", (), "maintainers: results/bench/megatron_one_gpu.md from its JSON"
     ),
 }
-"""Every command, in the order ``--help`` lists them; tests/test_cli.py holds the Makefile's targets to it (the last
-three have no make target)."""
+"""Every command, in the order ``--help`` lists them; tests/test_cli.py holds the Makefile's targets to it (the
+maintainers' commands have no make target)."""
 LIST_VARIABLES = ("LOGS",)
 """Make variables whose value is a list of words, each given to its flag once (LOGS="a.log b.log")."""
 

@@ -273,6 +273,12 @@ def _plans_from_committed(published: str, holdout: Holdout) -> bool:
     return holdout == NO_HOLDOUT and Path(published) == default_published_dir(repo_root() / "results")
 
 
+def _default_switches(assumptions: Assumptions) -> bool:
+    """Whether the step model is the default one, whatever its fitted ``M0`` (the carried table's own)."""
+    unfitted = {"small_expert_gemm_rows_mxfp8": 0.0}
+    return replace(assumptions, **unfitted) == replace(DEFAULT_ASSUMPTIONS, **unfitted)
+
+
 def _reads_committed_solutions(published: str, holdout: Holdout, assumptions: Assumptions) -> bool:
     """Whether a calibration may read the rows ``make projection`` solved (anchors.json: the anchors, the BF16/FP8
     pairs' rates): a plan's, as :func:`_plans_from_committed`, at the assumptions they were solved at."""
@@ -303,7 +309,7 @@ def _calibrate(
         solved = Calibration(**fields) if fields else unsolved.get(row_id(row)) or _solved(row, assumptions, row_runs)
         if not isinstance(solved, str):
             return replace(solved, same_preset=release is not None and same_configuration(row, release))
-    return _carried(model, gpu, release, published, holdout, shape, expert, row_runs)
+    return _carried(model, gpu, release, published, holdout, shape, expert, row_runs, assumptions)
 
 
 def _carried(
@@ -315,12 +321,13 @@ def _carried(
     shape: GemmShape | None,
     expert: ExpertRates | None,
     row_runs: RowRuns,
+    assumptions: Assumptions = DEFAULT_ASSUMPTIONS,
 ) -> Calibration | None:
     """The efficiency of the carried table (:mod:`optbench.projection.carried`): the committed one for a plan, one
-    refitted without the held-out rows for a validation scheme."""
-    table = (committed_table() if _plans_from_committed(published, holdout) else None) or fitted_without(
-        published, holdout, row_runs
-    )
+    refitted without the held-out rows for a validation scheme, or at step-model switches other than the default (a
+    term's selection, :mod:`optbench.projection.term_selection`)."""
+    committed = _plans_from_committed(published, holdout) and _default_switches(assumptions)
+    table = (committed_table() if committed else None) or fitted_without(published, holdout, row_runs, assumptions)
     if table is None or release is None:
         return None
     efficiency, how = table.efficiency(model, gpu, release, shape, expert)

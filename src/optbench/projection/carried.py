@@ -45,7 +45,7 @@ from optbench.accounting.plan_fields import PRECISION_ALIASES
 from optbench.common.checkout import repo_root
 from optbench.catalog.hardware import gpu_catalog
 from optbench.config.schema import ModelConfig
-from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
+from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.expert_rates import ExpertRates
 from optbench.projection.row_config import RowRuns
 from optbench.projection.row_solve import solve_at
@@ -207,10 +207,13 @@ def fit_rows(rows: Sequence[PublishedRow], row_runs: RowRuns, inconsistent: Sequ
     return kept
 
 
-@lru_cache(maxsize=4096)
-def solved_efficiency(row: PublishedRow, mxfp8_expert_rows: float, row_runs: RowRuns) -> float | None:
-    """The efficiency ``row`` solves to at its executed configuration with MXFP8 ``M0`` = ``mxfp8_expert_rows``."""
-    assumptions = replace(DEFAULT_ASSUMPTIONS, small_expert_gemm_rows_mxfp8=mxfp8_expert_rows)
+@lru_cache(maxsize=16384)
+def solved_efficiency(
+    row: PublishedRow, mxfp8_expert_rows: float, row_runs: RowRuns, base: Assumptions = DEFAULT_ASSUMPTIONS
+) -> float | None:
+    """The efficiency ``row`` solves to at its executed configuration with MXFP8 ``M0`` = ``mxfp8_expert_rows`` (the
+    step model's other constants and switches: ``base``'s)."""
+    assumptions = replace(base, small_expert_gemm_rows_mxfp8=mxfp8_expert_rows)
     solved = solve_at(row_runs.run(row), row, assumptions)
     return None if isinstance(solved, str) else solved[0]
 
@@ -234,7 +237,10 @@ def _least_squares(rows: Sequence[PublishedRow], effs: Sequence[float]) -> tuple
 
 
 def fit_table(
-    rows: Sequence[PublishedRow], row_runs: RowRuns, grid: Sequence[float] = MXFP8_EXPERT_ROWS_GRID
+    rows: Sequence[PublishedRow],
+    row_runs: RowRuns,
+    grid: Sequence[float] = MXFP8_EXPERT_ROWS_GRID,
+    base: Assumptions = DEFAULT_ASSUMPTIONS,
 ) -> CarriedTable | None:
     """The table fitted on ``rows`` (see :func:`fit_rows`), ``M0`` chosen on ``grid``; None without rows.
 
@@ -244,7 +250,7 @@ def fit_table(
     could solve, against 0.155 at 1438 over all 76)."""
     best: CarriedTable | None = None
     for m0 in grid:
-        solved = [(row, solved_efficiency(row, m0, row_runs)) for row in rows]
+        solved = [(row, solved_efficiency(row, m0, row_runs, base)) for row in rows]
         if not solved or not all(e for _, e in solved):
             continue
         terms, rms = _least_squares([r for r, _ in solved], [e for _, e in solved])
@@ -264,13 +270,20 @@ def fit_table(
     return best
 
 
-@lru_cache(maxsize=256)
-def fitted_without(published: str, holdout: Any, row_runs: RowRuns) -> CarriedTable | None:
+def fitted_without(
+    published: str, holdout: Any, row_runs: RowRuns, base: Assumptions = DEFAULT_ASSUMPTIONS
+) -> CarriedTable | None:
     """The table refitted on the rows ``holdout`` (a :class:`~optbench.projection.calibration.Holdout`) keeps: a
-    validation scheme's training rows."""
+    validation scheme's training rows; the step model's switches and constants are ``base``'s (its ``M0`` is what the
+    fit chooses)."""
+    return _fitted_without(published, holdout, row_runs, replace(base, small_expert_gemm_rows_mxfp8=0.0))
+
+
+@lru_cache(maxsize=512)
+def _fitted_without(published: str, holdout: Any, row_runs: RowRuns, base: Assumptions) -> CarriedTable | None:
     rows = load_published(published)
     fit_on = [r for r in fit_rows(rows, row_runs, tuple(load_inconsistent(published))) if holdout.keeps(r)]
-    return fit_table(fit_on, row_runs)
+    return fit_table(fit_on, row_runs, base=base)
 
 
 def committed_table(results_dir: str | Path | None = None) -> CarriedTable | None:
