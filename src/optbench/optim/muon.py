@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from optbench.optim.newton_schulz import (
+    NORM_EPS,
     SCALE_MODES,
     coefficient_schedule,
     muon_scale_factor,
@@ -100,6 +101,7 @@ class Muon(torch.optim.Optimizer):
         expert_tp_group: dist.ProcessGroup | None = None,
         syrk: bool = False,
         batch_same_shapes: bool = True,
+        ns_eps: float = NORM_EPS,
     ) -> None:
         coefficient_schedule(coefficients, ns_steps)  # validates both
         if scale_mode not in SCALE_MODES:
@@ -121,6 +123,7 @@ class Muon(torch.optim.Optimizer):
         self._buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self.expert_tp_group = expert_tp_group
         self.syrk = syrk
+        self.ns_eps = ns_eps
         self.batch_same_shapes = batch_same_shapes
         self.last_ns_time_s = 0.0
         """Wall time of the orthogonalization (Newton-Schulz, its communication and scaling) in the last step."""
@@ -286,6 +289,7 @@ class Muon(torch.optim.Optimizer):
                 mode=self.tp_mode,
                 precision=self.precision,
                 syrk=self.syrk,
+                eps=self.ns_eps,
                 scale=muon_scale_factor(full_rows, full_cols, self.scale_mode) * self.extra_scale_factor,
                 out=self._buffers[key][1] if key in self._buffers else None,
             )

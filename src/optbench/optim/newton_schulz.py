@@ -55,6 +55,17 @@ FIXED_SCHEDULES = ("cubic5",)
 MATMUL_PRECISIONS = ("medium", "high", "highest")
 SCALE_MODES = ("spectral", "shape_scaling", "unit_rms_norm")
 NORM_EPS = 1e-7
+"""Emerging-Optimizers 0.1.0-0.3.0's ``eps`` of the normalization (``newton_schulz(..., eps=1e-7)``)."""
+NORM_EPS_FROM_0_4 = 1e-15
+"""Emerging-Optimizers 0.4.0's default (docs/optimizer.md, "Emerging-Optimizers by version")."""
+
+
+def norm_eps(emerging_optimizers: str) -> float:
+    """The normalization ``eps`` of that Emerging-Optimizers release."""
+    major, minor = (int(part) for part in emerging_optimizers.split(".")[:2])
+    return NORM_EPS_FROM_0_4 if (major, minor) >= (0, 4) else NORM_EPS
+
+
 """Upstream's clamp on the Frobenius norm before the first step."""
 
 

@@ -28,7 +28,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from optbench.config.optimizers import REGISTRY
 from optbench.optim.newton_schulz import matmul_precision
+from optbench.releases.versions import release_line
 from optbench.optim.param_loop import params_with_grad
 from optbench.optim.routing import ParamRoute, param_groups
 
@@ -215,10 +217,12 @@ class SOAP(torch.optim.Optimizer):
                 self._step_matrix(weight, grad.to(torch.float32), state, group, beta1, beta2)
 
 
-def build_soap(routes: Sequence[ParamRoute], cfg, tp_group, later: bool) -> SOAP:
+def build_soap(routes: Sequence[ParamRoute], cfg, tp_group, emerging_optimizers: str) -> SOAP:
     """SOAP over the matrix side's routes (the registry's local builder; not tensor-parallel aware: ``tp_group``
-    unused)."""
+    unused), as that Emerging-Optimizers release behaves: from 0.3 it refreshes the eigenbasis every step with a plain
+    first eigh, from 0.4 its products run at fp32 (``highest``) instead of TF32."""
     soap = cfg.soap
+    later = release_line(emerging_optimizers) >= (0, 3)
     return SOAP(
         param_groups(routes, cfg.weight_decay, lambda r: {}),
         lr=cfg.lr,
@@ -228,4 +232,5 @@ def build_soap(routes: Sequence[ParamRoute], cfg, tp_group, later: bool) -> SOAP
         precondition_frequency=1 if later else soap.precondition_frequency,  # 0.3.0 refreshes every step
         use_kl_shampoo=soap.use_kl_shampoo,
         stabilized_eigh=not later,  # 0.3.0's first eigendecomposition is a plain eigh
+        fp32_matmul_prec=REGISTRY["soap"].products_precision_at(emerging_optimizers),
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from optbench.optim.newton_schulz import newton_schulz
+from optbench.optim.newton_schulz import NORM_EPS, newton_schulz
 
 TP_MODES = ("blockwise", "duplicated", "distributed")
 
@@ -59,12 +59,13 @@ def newton_schulz_tp(
     syrk: bool = False,
     scale: float = 1.0,
     out: torch.Tensor | None = None,
+    eps: float = NORM_EPS,
 ) -> torch.Tensor:
     """This rank's shard of the orthogonalized matrix (or batch) whose shard ``x`` is, times ``scale``
     (written into ``out`` when given, except in duplicated mode)."""
     check_tp_mode(mode)
     world = tp_world(tp_group)
-    kwargs = dict(steps=steps, coefficients=coefficients, precision=precision, syrk=syrk, scale=scale)
+    kwargs = dict(steps=steps, coefficients=coefficients, precision=precision, syrk=syrk, scale=scale, eps=eps)
     if partition_dim is None or world == 1 or mode == "blockwise":
         return newton_schulz(x, out=out, **kwargs)
     if partition_dim not in (0, 1):

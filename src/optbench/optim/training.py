@@ -30,7 +30,7 @@ from optbench.optim.layer_wise import LayerWiseSharding
 from optbench.optim.lion import Lion
 from optbench.releases.versions import release_line
 from optbench.optim.muon import Muon
-from optbench.optim.newton_schulz import coefficient_schedule, resolve_matmul_precision
+from optbench.optim.newton_schulz import coefficient_schedule, norm_eps, resolve_matmul_precision
 from optbench.optim.routing import (
     MUON,
     ParamRoute,
@@ -266,16 +266,17 @@ def build_optimizer(
     mine = [r for r in routes if sharding is None or sharding.owns(r.param)]
     muon_routes = [r for r in mine if r.optimizer == MUON]
     adam_routes = [r for r in mine if r.optimizer != MUON]
-    later = release_line(emerging_optimizers) >= (0, 3)
-    muon = local_builder(cfg.name)(muon_routes, cfg, tp_group, later) if muon_routes else None
+    muon = local_builder(cfg.name)(muon_routes, cfg, tp_group, emerging_optimizers) if muon_routes else None
     adamw = _build_scalar(adam_routes, cfg) if adam_routes else None
     return TrainingOptimizer(
         cfg.name, routes, muon, adamw, dp_group=dp_group, sharding=sharding, grad_reduce_in_fp32=cfg.grad_reduce_in_fp32
     )
 
 
-def build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group, later: bool) -> Muon:
-    """Muon, or AdaMuon with ``optimizer.adaptive_muon`` (the registry's local builder of both)."""
+def build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group, emerging_optimizers: str) -> Muon:
+    """Muon, or AdaMuon with ``optimizer.adaptive_muon`` (the registry's local builder of both), as that
+    Emerging-Optimizers release behaves: AdaMuon scales after the second moment from 0.3, the normalization's eps is
+    1e-15 from 0.4."""
     m = cfg.muon
     groups = param_groups(
         routes,
@@ -293,7 +294,7 @@ def build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group, lat
                 moment2_method=adaptive.moment2_method,
                 beta2=adaptive.beta2,
                 eps=adaptive.eps,
-                scale_after_moment2=later,
+                scale_after_moment2=release_line(emerging_optimizers) >= (0, 3),
             ),
         )
     )
@@ -314,6 +315,7 @@ def build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group, lat
         tp_group=tp_group,
         expert_tp_group=tp_group,
         syrk=m.syrk,
+        ns_eps=norm_eps(emerging_optimizers),
     )
 
 

@@ -79,6 +79,8 @@ class OptimizerEntry:
     """Its own switches sent to Megatron Bridge only when on (off is every release's default)."""
     products_precision: str = ""
     """The fixed precision of its matrix products (Megatron's fp32_matmul_prec words); "" = ``optimizer.muon``'s."""
+    products_precision_from: tuple[tuple[str, str], ...] = ()
+    """(Emerging-Optimizers release, the precision from it on) where a release changed ``products_precision``."""
     matrix_flops: Optional[Callable[[Any, int, int], MatrixFlops]] = None
     """(its section, rows, cols) -> its FLOPs per step on one local shard, not tensor-parallel aware; None: it counts
     its calls per tensor-parallel mode instead (``matrix_calls``)."""
@@ -109,8 +111,18 @@ class OptimizerEntry:
     """(recipe, overrides) of its arm in ``make gpu-smoke``."""
     local_builder: str = ""
     """Its local-engine implementation, ``module:function`` (Hydra's ``_target_`` convention; the function takes
-    the matrix side's routes, the ``optimizer`` section, the tensor-parallel group and whether Emerging-Optimizers is
-    0.3+); "" for AdamW, whose every parameter goes to the scalar optimizer."""
+    the matrix side's routes, the ``optimizer`` section, the tensor-parallel group and the run's Emerging-Optimizers
+    release, whose defaults it follows); "" for AdamW, whose every parameter goes to the scalar optimizer."""
+
+    def products_precision_at(self, emerging_optimizers: str) -> str:
+        """``products_precision`` in that Emerging-Optimizers release."""
+
+        def line(version: str) -> tuple[int, int]:
+            major, minor = version.split(".")[:2]
+            return int(major), int(minor)
+
+        changed = [prec for first, prec in self.products_precision_from if line(emerging_optimizers) >= line(first)]
+        return changed[-1] if changed else self.products_precision
 
     def calls(self) -> Callable[..., tuple[tuple[int, float], ...]]:
         """The function ``matrix_calls`` names."""
