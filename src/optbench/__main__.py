@@ -115,7 +115,7 @@ COMMANDS: dict[str, Command] = {
         "optbench.experiments.one_gpu.cli", (), "on a GPU: the real Megatron Bridge + Core train a proxy"
     ),
     "term-selection": Command(
-        "optbench.report.term_report", (), "maintainers: each step-model term re-decided inside the folds (~20 min)"
+        "optbench.report.term_report", (), "maintainers: each step-model term re-decided inside the folds (~8 min)"
     ),
     "projection-tables": Command(
         "optbench.report.projection_tables", (), "maintainers: Muon projected at the published layouts, with a chart"

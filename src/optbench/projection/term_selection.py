@@ -6,12 +6,12 @@ Here the choice is re-made inside every outer fold from the fold's own rows only
 training groups are held out one at a time, each projected with the term and without it from the other training
 groups (the carried table refitted each time), and the fold keeps the term when the inner median error is smaller
 with it. The outer fold's held-out rows are then projected with the fold's choice (**nested**). Beside it: the term
-always on (today's model), always off, and how many folds kept it. Two schemes: leave one setup out (the headline)
-and leave one model out (where a term must carry to a model it never saw).
+always on, always off, and how many folds kept it. Two schemes: leave one setup out (the headline) and leave one
+model out (where a term must carry to a model it never saw).
 
-A term stays only if it improves the nested held-out error: the nested median below the always-off median in a
-scheme, and above it in none. ``make projection`` writes the verdicts (results/projection/validation.json
-``term_selection``); the choice ledger of docs/projection.md quotes them.
+A term stays only if it improves the nested held-out error: the nested median, averaged over the two schemes, below
+the always-off one. ``python -m optbench term-selection`` writes the verdicts (results/projection/term_selection.json
+and .md); the choice ledger of docs/projection.md quotes them.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _scheme(term: str, scheme: str, scored: list[PublishedRow], published: str, 
     groups: dict[Any, list[PublishedRow]] = {}
     for row in scored:
         groups.setdefault(group_of(row), []).append(row)
-    variants = {"on": DEFAULT_ASSUMPTIONS, "off": replace(DEFAULT_ASSUMPTIONS, **{term: False})}
+    variants = {name: replace(DEFAULT_ASSUMPTIONS, **{term: name == "on"}) for name in ("on", "off")}
     errors: dict[str, list[float]] = {"on": [], "off": [], "nested": []}
     kept = 0
     for group, rows in groups.items():
@@ -98,7 +98,7 @@ def select_terms(scored: list[PublishedRow], published: str, row_runs: RowRuns) 
         gains = [
             s["median_abs_error_percent"]["off"] - s["median_abs_error_percent"]["nested"] for s in schemes.values()
         ]
-        terms[term] = {**schemes, "stays": any(g > 0 for g in gains) and not any(g < 0 for g in gains)}
+        terms[term] = {**schemes, "stays": statistics.mean(gains) > 0, "default": getattr(DEFAULT_ASSUMPTIONS, term)}
     return {
         "about": "each optional step-model term re-decided inside every outer fold by an inner cross-validation on the "
         "fold's own rows (optbench.projection.term_selection)",

@@ -1,5 +1,5 @@
 """``python -m optbench term-selection``: each optional step-model term re-decided inside the folds, written to
-results/projection/term_selection.{json,md} (maintainers; about 20 min on 2 cores, after ``make projection``).
+results/projection/term_selection.{json,md} (maintainers; 7.4 min on a 2-core VM, after ``make projection``).
 
 It scores the AdamW rows ``make projection`` scored (results/projection/validation.json: in the validated domain,
 projected under leave one setup out) and writes what :mod:`optbench.projection.term_selection` finds.
@@ -31,7 +31,7 @@ def scored_rows(validation: dict) -> set[str]:
 
 
 def markdown(data: dict) -> str:
-    header = ["term", "scheme", "always on (today)", "always off", "nested", "folds keeping it", "stays"]
+    header = ["term", "scheme", "always on", "always off", "nested", "folds keeping it", "stays", "default now"]
     body = []
     for term, result in data["terms"].items():
         for scheme in SCHEMES:
@@ -39,7 +39,8 @@ def markdown(data: dict) -> str:
             m = s["median_abs_error_percent"]
             body.append(
                 [term, scheme.replace("_", " "), f"{m['on']} %", f"{m['off']} %", f"{m['nested']} %",
-                 f"{s['folds_keeping_it']} of {s['folds']}", "yes" if result["stays"] else "no"]
+                 f"{s['folds_keeping_it']} of {s['folds']}", "yes" if result["stays"] else "no",
+                 "on" if result["default"] else "off"]
             )  # fmt: skip
     return "\n".join(
         [
@@ -49,8 +50,8 @@ def markdown(data: dict) -> str:
             "",
             f"Median absolute held-out error over {data['rows']} scored AdamW rows. Each outer fold keeps a term when "
             "an inner cross-validation on its own training groups (one held out at a time, the carried table refitted "
-            "each time) has a smaller median error with it; a term stays when its nested median is below the "
-            "always-off one in a scheme and above it in none (optbench.projection.term_selection).",
+            "each time) has a smaller median error with it; a term stays when its nested median, averaged over the two "
+            "schemes, is below the always-off one (optbench.projection.term_selection).",
             "",
             *markdown_table(header, body),
             "",
