@@ -52,19 +52,15 @@ def _config(name: str) -> OptimizerConfig:
     return OptimizerConfig(name=name, **{s: _section_class(s)() for s in REGISTRY[name].sections})
 
 
+def _route(weight: torch.nn.Parameter) -> object:
+    """A stand-in for one routed parameter (optbench.optim.routing.ParamRoute's fields the builders read)."""
+    fields = {"qkv_split_shapes": None, "partition_dim": None, "is_expert": False}
+    return type("Route", (), {"param": weight, "weight_decay_mult": 1.0, **fields})()
+
+
 def test_each_matrix_optimizer_builds_its_local_implementation_from_the_entry():
     weight = torch.nn.Parameter(torch.randn(8, 4))
-    route = type(
-        "Route",
-        (),
-        {
-            "param": weight,
-            "weight_decay_mult": 1.0,
-            "qkv_split_shapes": None,
-            "partition_dim": None,
-            "is_expert": False,
-        },
-    )()
+    route = _route(weight)
     for name in MATRIX_OPTIMIZERS:
         built = local_builder(name)([route], _config(name), None, "0.2.0")
         assert isinstance(built, torch.optim.Optimizer) and built.param_groups[0]["params"] == [weight], name
@@ -73,18 +69,7 @@ def test_each_matrix_optimizer_builds_its_local_implementation_from_the_entry():
 def test_the_local_optimizers_follow_the_containers_emerging_optimizers_release():
     """Issue 80 item 4: Emerging-Optimizers 0.4.0 normalizes before Newton-Schulz with eps 1e-15 (1e-7 before) and
     runs SOAP's products at fp32 (TF32 before); the local builders and the projection's SOAP rate follow the release."""
-    weight = torch.nn.Parameter(torch.randn(8, 4))
-    route = type(
-        "Route",
-        (),
-        {
-            "param": weight,
-            "weight_decay_mult": 1.0,
-            "qkv_split_shapes": None,
-            "partition_dim": None,
-            "is_expert": False,
-        },
-    )()
+    route = _route(torch.nn.Parameter(torch.randn(8, 4)))
     for release, eps, soap_products in (("0.1.0", 1e-7, "high"), ("0.2.0", 1e-7, "high"), ("0.4.0", 1e-15, "highest")):
         assert local_builder("muon")([route], _config("muon"), None, release).ns_eps == eps
         assert local_builder("soap")([route], _config("soap"), None, release).fp32_matmul_prec == soap_products

@@ -135,3 +135,15 @@ def _unknown_variable(target: str, name: str, value: str, known: list[str], read
 def add_results_options(parser: argparse.ArgumentParser) -> None:
     """--results-dir, as every results command (table, compare, study) takes it."""
     parser.add_argument("--results-dir", default=os.environ.get(RESULTS_DIR_ENV) or "results")
+
+
+def results_parser(command: str, doc: str) -> argparse.ArgumentParser:
+    """The parser of a maintainers' report command (``python -m optbench <command>``), with ``--results``: the
+    results folder it reads and writes (default: the repository's)."""
+    from optbench.common.checkout import repo_root
+
+    parser = argparse.ArgumentParser(prog=f"python -m optbench {command}", description=doc.split("\n\n")[0])
+    parser.add_argument(
+        "--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)"
+    )
+    return parser

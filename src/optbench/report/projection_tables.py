@@ -15,12 +15,11 @@ the efficiency is always re-calibrated on AdamW only.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from optbench.common.checkout import repo_root
+from optbench.common.make_args import results_parser
 from optbench.compose.recipe import compose_run
 from optbench.common.io import atomic_write_json, atomic_write_text
 from optbench.common.tables import markdown_table
@@ -233,10 +232,7 @@ def chart(data: dict[str, Any], path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m optbench projection-tables", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)"
-    )
+    parser = results_parser("projection-tables", __doc__)
     args = parser.parse_args(argv)
     results = claim(args.results, "--results", "results")
     data = collect()

@@ -10,13 +10,13 @@ Rows that share a configuration share one search. Writes ``results/projection/se
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+from optbench.common.make_args import results_parser
 from optbench.common.checkout import repo_root
 from optbench.common.errors import Problem, UserError
 from optbench.common.tables import markdown_table
@@ -366,10 +366,7 @@ def _change_lines(changes: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="make search-ranks", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)"
-    )
+    parser = results_parser("search-ranks", __doc__)
     parser.add_argument(
         "--models",
         default="",

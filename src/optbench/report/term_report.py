@@ -7,11 +7,11 @@ projected under leave one setup out) and writes what :mod:`optbench.projection.t
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 from optbench.catalog.published import default_published_dir, load_published, row_id
+from optbench.common.make_args import results_parser
 from optbench.common.checkout import repo_root
 from optbench.common.errors import Problem, UserError
 from optbench.common.io import atomic_write_json, atomic_write_text
@@ -60,10 +60,7 @@ def markdown(data: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m optbench term-selection", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)"
-    )
+    parser = results_parser("term-selection", __doc__)
     args = parser.parse_args(argv)
     results = claim(args.results, "--results", "results")
     validation_path = results / "projection" / "validation.json"

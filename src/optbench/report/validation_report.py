@@ -7,10 +7,10 @@ transferred from another GPU) and prints it beside its projection.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
+from optbench.common.make_args import results_parser
 from optbench.common.checkout import repo_root
 from optbench.common.errors import Problem, UserError
 from optbench.common.io import atomic_write_json, atomic_write_text
@@ -217,10 +217,7 @@ def markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="make projection", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--results", default=str(repo_root() / "results"), help="results folder (default: the repository's)"
-    )
+    parser = results_parser("projection", __doc__)
     parser.add_argument("--update-docs", action="store_true", help=f"rewrite the summary block of {' and '.join(DOCS)}")
     args = parser.parse_args(argv)
     results = check_output(args.results, "--results", "results")
