@@ -21,8 +21,8 @@ class Block(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, Block())
 sys.path.insert(0, "")
-sys.argv = ["launch", *sys.argv[1:]]
-runpy.run_module("launch", run_name="__main__")
+sys.argv = ["optbench", *sys.argv[1:]]
+runpy.run_module("optbench", run_name="__main__")
 """
 
 
