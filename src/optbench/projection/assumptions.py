@@ -18,7 +18,7 @@ parameter at a time, no batching or CUDA graphs):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from optbench.accounting.assignment import DEFAULT_COST_MODEL
 
@@ -158,6 +158,11 @@ class Assumptions:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def switches(self) -> Assumptions:
+        """These assumptions without the MXFP8 ``M0`` the carried table fits: what a fit depends on, and what tells
+        one step model from another."""
+        return replace(self, small_expert_gemm_rows_mxfp8=0.0)
 
 
 DEFAULT_ASSUMPTIONS = Assumptions()

@@ -273,12 +273,6 @@ def _plans_from_committed(published: str, holdout: Holdout) -> bool:
     return holdout == NO_HOLDOUT and Path(published) == default_published_dir(repo_root() / "results")
 
 
-def _default_switches(assumptions: Assumptions) -> bool:
-    """Whether the step model is the default one, whatever its fitted ``M0`` (the carried table's own)."""
-    unfitted = {"small_expert_gemm_rows_mxfp8": 0.0}
-    return replace(assumptions, **unfitted) == replace(DEFAULT_ASSUMPTIONS, **unfitted)
-
-
 def _reads_committed_solutions(published: str, holdout: Holdout, assumptions: Assumptions) -> bool:
     """Whether a calibration may read the rows ``make projection`` solved (anchors.json: the anchors, the BF16/FP8
     pairs' rates): a plan's, as :func:`_plans_from_committed`, at the assumptions they were solved at."""
@@ -326,7 +320,7 @@ def _carried(
     """The efficiency of the carried table (:mod:`optbench.projection.carried`): the committed one for a plan, one
     refitted without the held-out rows for a validation scheme, or at step-model switches other than the default (a
     term's selection, :mod:`optbench.projection.term_selection`)."""
-    committed = _plans_from_committed(published, holdout) and _default_switches(assumptions)
+    committed = _plans_from_committed(published, holdout) and assumptions.switches() == DEFAULT_ASSUMPTIONS.switches()
     table = (committed_table() if committed else None) or fitted_without(published, holdout, row_runs, assumptions)
     if table is None or release is None:
         return None

@@ -276,7 +276,7 @@ def fitted_without(
     """The table refitted on the rows ``holdout`` (a :class:`~optbench.projection.calibration.Holdout`) keeps: a
     validation scheme's training rows; the step model's switches and constants are ``base``'s (its ``M0`` is what the
     fit chooses)."""
-    return _fitted_without(published, holdout, row_runs, replace(base, small_expert_gemm_rows_mxfp8=0.0))
+    return _fitted_without(published, holdout, row_runs, base.switches())
 
 
 @lru_cache(maxsize=512)
@@ -284,6 +284,14 @@ def _fitted_without(published: str, holdout: Any, row_runs: RowRuns, base: Assum
     rows = load_published(published)
     fit_on = [r for r in fit_rows(rows, row_runs, tuple(load_inconsistent(published))) if holdout.keeps(r)]
     return fit_table(fit_on, row_runs, base=base)
+
+
+def refitted(
+    published: str, holdout: Any, row_runs: RowRuns, base: Assumptions = DEFAULT_ASSUMPTIONS
+) -> tuple[CarriedTable | None, Assumptions]:
+    """:func:`fitted_without`, and ``base`` with the ``M0`` that fit chose: what a validation fold projects with."""
+    table = fitted_without(published, holdout, row_runs, base)
+    return table, base if table is None else replace(base, small_expert_gemm_rows_mxfp8=table.mxfp8_expert_rows)
 
 
 def committed_table(results_dir: str | Path | None = None) -> CarriedTable | None:

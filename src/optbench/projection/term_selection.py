@@ -24,7 +24,7 @@ from typing import Any
 from optbench.catalog.published import PublishedRow
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.calibration import Holdout
-from optbench.projection.carried import fitted_without, setup_of
+from optbench.projection.carried import refitted, setup_of
 from optbench.projection.published_rows import projection_error
 from optbench.projection.row_config import RowRuns
 
@@ -42,8 +42,7 @@ def _errors(
     rows: list[PublishedRow], holdout: Holdout, published: str, row_runs: RowRuns, base: Assumptions
 ) -> list[float]:
     """The errors in % of ``rows`` projected with the carried table refitted on what ``holdout`` keeps, at ``base``."""
-    table = fitted_without(published, holdout, row_runs, base)
-    assumptions = base if table is None else replace(base, small_expert_gemm_rows_mxfp8=table.mxfp8_expert_rows)
+    _, assumptions = refitted(published, holdout, row_runs, base)
     results = (projection_error(row, row_runs, holdout, assumptions) for row in rows)
     return [r["error_percent"] for r in results if "error_percent" in r]
 

@@ -34,12 +34,11 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from dataclasses import replace
 
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
 from optbench.projection.calibration import Holdout, row_id, solve_on
 from optbench.projection.bands import RESAMPLES, bootstrap, error_band, held_out_coverage
-from optbench.projection.carried import fitted_without, setup_of
+from optbench.projection.carried import refitted, setup_of
 from optbench.projection.interconnect import system_family
 from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.copy_baseline import copied
@@ -101,12 +100,7 @@ def _projected(
         r.model == row.model and r.gpu == row.gpu and r.optimizer == "adamw" and holdout.keeps(r) for r in rows
     ):
         return {"reason": "no AdamW row of this model and GPU at another layout"}
-    table = fitted_without(published, holdout, row_runs)
-    assumptions = (
-        DEFAULT_ASSUMPTIONS
-        if table is None
-        else replace(DEFAULT_ASSUMPTIONS, small_expert_gemm_rows_mxfp8=table.mxfp8_expert_rows)
-    )
+    table, assumptions = refitted(published, holdout, row_runs)
     result = projection_error(row, row_runs, holdout, assumptions)
     if "error_percent" in result:
         carried = result["anchor"].startswith("the carried table")
@@ -209,14 +203,19 @@ def _band_figures(chosen: list[dict[str, Any]], scheme: str) -> dict[str, Any]:
     }
 
 
-def summary(records: list[dict[str, Any]], scheme: str, optimizer: str | None = None) -> dict[str, Any]:
-    """Median |error|, share within each threshold and the worst rows of ``scheme`` over the validated domain, and
-    the copy baseline's scores over the same rows (``copy_baseline``)."""
-    chosen = [
+def scored(records: list[dict[str, Any]], scheme: str, optimizer: str | None = None) -> list[dict[str, Any]]:
+    """The records ``scheme`` scores: rows of the validated domain it projected (of ``optimizer``; None: every one)."""
+    return [
         r
         for r in records
         if r["outside_domain"] is None and "error_percent" in r[scheme] and optimizer in (None, r["optimizer"])
     ]
+
+
+def summary(records: list[dict[str, Any]], scheme: str, optimizer: str | None = None) -> dict[str, Any]:
+    """Median |error|, share within each threshold and the worst rows of ``scheme`` over the validated domain, and
+    the copy baseline's scores over the same rows (``copy_baseline``)."""
+    chosen = scored(records, scheme, optimizer)
     if not chosen:
         return {"rows": 0}
     worst = sorted(chosen, key=lambda r: -abs(r[scheme]["error_percent"]))[:3]

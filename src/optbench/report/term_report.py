@@ -19,15 +19,7 @@ from optbench.common.outputs import claim
 from optbench.common.tables import markdown_table
 from optbench.plan.row_runs import COMPOSED_ROWS
 from optbench.projection.term_selection import SCHEMES, select_terms
-
-
-def scored_rows(validation: dict) -> set[str]:
-    """The AdamW rows the validation scored: in the validated domain, with a leave-one-setup-out error."""
-    return {
-        r["row"]
-        for r in validation["rows"]
-        if r["optimizer"] == "adamw" and r["outside_domain"] is None and "error_percent" in r["leave_one_setup_out"]
-    }
+from optbench.projection.validation import scored
 
 
 def markdown(data: dict) -> str:
@@ -66,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     validation_path = results / "projection" / "validation.json"
     if not validation_path.is_file():
         raise UserError(Problem("--results", f"no {validation_path}: run make projection first"))
-    wanted = scored_rows(json.loads(validation_path.read_text(encoding="utf-8")))
+    records = json.loads(validation_path.read_text(encoding="utf-8"))["rows"]
+    wanted = {r["row"] for r in scored(records, "leave_one_setup_out", "adamw")}
     published = str(default_published_dir(repo_root() / "results"))
     rows = [r for r in load_published(published) if row_id(r) in wanted]
     started = time.perf_counter()
