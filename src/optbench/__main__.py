@@ -76,7 +76,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "table": Command(
         "optbench.report.cli",
-        ("table",),
+        (),
         "published rows beside measured runs, with plots",
         {"WARMUP": "--warmup", "LOGS": "--log"},
     ),
@@ -127,8 +127,6 @@ COMMANDS: dict[str, Command] = {
 }
 """Every command, in the order ``--help`` lists them; tests/test_cli.py holds the Makefile's targets to it (the
 maintainers' commands have no make target)."""
-LIST_VARIABLES = ("LOGS",)
-"""Make variables whose value is a list of words, each given to its flag once (LOGS="a.log b.log")."""
 
 
 def usage() -> str:
@@ -139,34 +137,21 @@ def usage() -> str:
     )
 
 
-def _from_make(name: str, command: Command) -> list[str]:
-    """The command's words from make's command line (a list variable's words each given to its flag)."""
-    from optbench.common.make_args import words_from_make
-
-    words = []
-    for word in words_from_make(name, command.make, command.recipe, command.overrides):
-        flag, _, value = word.partition("=")
-        listed = [v for n, f in command.make.items() if f == flag and n in LIST_VARIABLES for v in value.split()]
-        words.extend(f"{flag}={v}" for v in listed) if listed else words.append(word)
-    return words
-
-
 @contextlib.contextmanager
-def _recorded_as(name: str, command: Command, rest: Sequence[str], words: Sequence[str]) -> Iterator[None]:
+def _recorded_as(name: str, command: Command, from_make: bool, words: Sequence[str]) -> Iterator[None]:
     """While the command runs, OPTBENCH_COMMAND holds how the user typed it (secret values hidden), as every run,
     plan and benchmark records it: ``make <target> ...`` from make, else ``python -m optbench <command> ...``. A value
     already set (a make that started another) is kept."""
-    from optbench.common.make_args import MAKE_OVERRIDES_ENV, split_make_words
+    from optbench.common.make_args import MAKE_RECIPE_ENV, typed_after_make
     from optbench.common.redact import recorded_overrides
     from optbench.metrics.summary import COMMAND_ENV
 
     if COMMAND_ENV in os.environ:
         yield
         return
-    if FROM_MAKE in rest:
-        typed = list(reversed(split_make_words(os.environ.get(MAKE_OVERRIDES_ENV, ""))))
-        recipe = [f"RECIPE={words[[w.startswith('--') for w in words].index(False)]}"] if command.recipe else []
-        typed = [*recipe, *(w for w in typed if not w.startswith("RECIPE="))]
+    if from_make:
+        recipe = [f"RECIPE={os.environ.get(MAKE_RECIPE_ENV, '')}"] if command.recipe else []
+        typed = [*recipe, *(w for w in typed_after_make() if not w.startswith("RECIPE="))]
         shown = ["make", name, *recorded_overrides(typed)]
     else:
         shown = ["python", "-m", "optbench", name, *recorded_overrides(words)]
@@ -199,12 +184,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is None:
         print(f"error: command: '{name}' is not a command; use one of: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    words = rest
-    if FROM_MAKE in rest:
+    words, from_make = rest, FROM_MAKE in rest
+    if from_make:
+        from optbench.common.make_args import words_from_make
+
         with exit_on_user_error(debug=_debug(rest)):
-            words = [*_from_make(name, command), *(w for w in rest if w != FROM_MAKE)]
+            made = words_from_make(name, command.make, command.recipe, command.overrides)
+        words = [*made, *(w for w in rest if w != FROM_MAKE)]
     typed = typed_keys([w for w in words if not w.startswith("-")])
-    with exit_on_user_error(debug=_debug(words), typed=typed), _recorded_as(name, command, rest, words):
+    with exit_on_user_error(debug=_debug(words), typed=typed), _recorded_as(name, command, from_make, words):
         return int(importlib.import_module(command.module).main([*command.words, *words]) or 0)
 
 

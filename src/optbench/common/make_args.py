@@ -72,6 +72,16 @@ def environment_for_make(extra: Mapping[str, str] | None = None) -> dict[str, st
     return {**{k: v for k, v in os.environ.items() if k not in MAKE_INHERITED}, **(extra or {})}
 
 
+LIST_VARIABLES = ("LOGS",)
+"""Make variables whose value is a list of words, each given to its flag once (LOGS="a.log b.log")."""
+
+
+def typed_after_make(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every ``key=value`` word typed after ``make <target>``, in the order typed."""
+    environ = os.environ if environ is None else environ
+    return list(reversed(split_make_words(environ.get(MAKE_OVERRIDES_ENV, ""))))
+
+
 def words_from_make(
     target: str,
     variables: Mapping[str, str],
@@ -81,7 +91,8 @@ def words_from_make(
 ) -> list[str]:
     """The command line of ``make <target> ...`` as the command's own words: each upper-case ``NAME=value`` typed
     after make that the target reads becomes its flag (``variables``: NAME -> ``--flag``; an empty value is not
-    given), then RECIPE (make's default when none was typed), then the Hydra overrides in the order typed.
+    given; a :data:`LIST_VARIABLES` value gives the flag once per word), then RECIPE (make's default when none was
+    typed), then the Hydra overrides in the order typed.
 
     Make lists only what was typed on its command line in ``$(MAKEOVERRIDES)``, so a MODEL or TARGET left in the
     shell's environment is never read. Refused in one line: an upper-case word the target does not read (make would
@@ -92,7 +103,7 @@ def words_from_make(
     from optbench.common.redact import clipped
 
     environ = os.environ if environ is None else environ
-    typed = list(reversed(split_make_words(environ.get(MAKE_OVERRIDES_ENV, ""))))
+    typed = typed_after_make(environ)
     readable = [*(("RECIPE",) if takes_recipe else ()), *variables]
     known = {*MAKE_OWN, *readable}
     flags, overrides = [], []
@@ -102,8 +113,9 @@ def words_from_make(
             overrides.append(word)
         elif name not in known:
             raise UserError(Problem(name, _unknown_variable(target, name, value, sorted(known), readable)))
-        elif name in variables and value.strip():
-            flags.append(f"{variables[name]}={value.strip()}")  # '=' keeps a value that starts with '-' a value
+        elif name in variables:  # '=' keeps a value that starts with '-' a value
+            values = value.split() if name in LIST_VARIABLES else [value.strip()] if value.strip() else []
+            flags.extend(f"{variables[name]}={v}" for v in values)
     if overrides and not takes_overrides:
         options = ", ".join(f"{n}=" for n in variables) or "no options"
         raise UserError(

@@ -1,7 +1,6 @@
-"""``python -m optbench table``: the entry point behind ``make table``.
+"""``python -m optbench table [--results-dir D] [--warmup N] [--log FILE ...]``: the entry point behind ``make table``.
 
-  table    [--results-dir D] [--warmup N] [--log FILE ...]
-           write results/throughput.md, .csv and plots from the published rows and every measured run
+It writes results/throughput.md, .csv and plots from the published rows and every measured run.
 
 ``make compare`` and ``make study`` train: they are :mod:`optbench.experiments.cli`.
 """
@@ -42,21 +41,14 @@ def cmd_table(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m optbench", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    table = sub.add_parser("table", help="write results/throughput.{md,csv} and plots")
-    add_results_options(table)
-    table.add_argument("--warmup", default=None, help="steps skipped at the start of every run segment")
-    table.add_argument("--log", dest="logs", action="append", default=[], help="a raw Megatron Bridge log (repeatable)")
-    table.set_defaults(func=cmd_table)
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "table" and args.warmup is None:
-        from optbench.report.throughput import DEFAULT_WARMUP
+    from optbench.report.throughput import DEFAULT_WARMUP
 
-        args.warmup = str(DEFAULT_WARMUP)
-    return run_in_results_dir(args)
+    parser = argparse.ArgumentParser(prog="python -m optbench table", description=__doc__.split("\n\n")[1])
+    add_results_options(parser)
+    parser.add_argument("--warmup", default=str(DEFAULT_WARMUP), help="steps skipped at the start of every run segment")
+    parser.add_argument(
+        "--log", dest="logs", action="append", default=[], help="a raw Megatron Bridge log (repeatable)"
+    )
+    parser.set_defaults(func=cmd_table)
+    return run_in_results_dir(parser.parse_args(argv))
