@@ -12,6 +12,7 @@ from optbench.common.checkout import repo_root
 from optbench.config.optimizers import MATRIX_OPTIMIZERS, REGISTRY, matrix_labels
 from optbench.config.schema import OptimizerConfig
 from optbench.optim.training import local_builder
+from optbench.releases.versions import release_line
 
 SOAP_FILES = {
     "src/optbench/config/optimizers/__init__.py",
@@ -73,7 +74,7 @@ def test_the_local_optimizers_follow_the_containers_emerging_optimizers_release(
     for release, eps, soap_products in (("0.1.0", 1e-7, "high"), ("0.2.0", 1e-7, "high"), ("0.4.0", 1e-15, "highest")):
         assert local_builder("muon")([route], _config("muon"), None, release).ns_eps == eps
         assert local_builder("soap")([route], _config("soap"), None, release).fp32_matmul_prec == soap_products
-        assert REGISTRY["soap"].products_precision_at(release) == soap_products
+        assert REGISTRY["soap"].products_precision_at(release_line(release)) == soap_products
 
 
 def test_an_optimizer_that_counts_its_own_work_says_all_of_it():

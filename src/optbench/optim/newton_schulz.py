@@ -60,10 +60,9 @@ NORM_EPS_FROM_0_4 = 1e-15
 """Emerging-Optimizers 0.4.0's default (docs/optimizer.md, "Emerging-Optimizers by version")."""
 
 
-def norm_eps(emerging_optimizers: str) -> float:
-    """The normalization ``eps`` of that Emerging-Optimizers release."""
-    major, minor = (int(part) for part in emerging_optimizers.split(".")[:2])
-    return NORM_EPS_FROM_0_4 if (major, minor) >= (0, 4) else NORM_EPS
+def norm_eps(emerging_optimizers: tuple[int, int]) -> float:
+    """The normalization ``eps`` of the Emerging-Optimizers release of that (major, minor)."""
+    return NORM_EPS_FROM_0_4 if emerging_optimizers >= (0, 4) else NORM_EPS
 
 
 """Upstream's clamp on the Frobenius norm before the first step."""

@@ -222,7 +222,8 @@ def build_soap(routes: Sequence[ParamRoute], cfg, tp_group, emerging_optimizers:
     unused), as that Emerging-Optimizers release behaves: from 0.3 it refreshes the eigenbasis every step with a plain
     first eigh, from 0.4 its products run at fp32 (``highest``) instead of TF32."""
     soap = cfg.soap
-    later = release_line(emerging_optimizers) >= (0, 3)
+    line = release_line(emerging_optimizers)
+    later = line >= (0, 3)
     return SOAP(
         param_groups(routes, cfg.weight_decay, lambda r: {}),
         lr=cfg.lr,
@@ -232,5 +233,5 @@ def build_soap(routes: Sequence[ParamRoute], cfg, tp_group, emerging_optimizers:
         precondition_frequency=1 if later else soap.precondition_frequency,  # 0.3.0 refreshes every step
         use_kl_shampoo=soap.use_kl_shampoo,
         stabilized_eigh=not later,  # 0.3.0's first eigendecomposition is a plain eigh
-        fp32_matmul_prec=REGISTRY["soap"].products_precision_at(emerging_optimizers),
+        fp32_matmul_prec=REGISTRY["soap"].products_precision_at(line),
     )

@@ -277,7 +277,7 @@ def build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group, eme
     """Muon, or AdaMuon with ``optimizer.adaptive_muon`` (the registry's local builder of both), as that
     Emerging-Optimizers release behaves: AdaMuon scales after the second moment from 0.3, the normalization's eps is
     1e-15 from 0.4."""
-    m = cfg.muon
+    m, line = cfg.muon, release_line(emerging_optimizers)
     groups = param_groups(
         routes,
         cfg.weight_decay,
@@ -294,7 +294,7 @@ def build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group, eme
                 moment2_method=adaptive.moment2_method,
                 beta2=adaptive.beta2,
                 eps=adaptive.eps,
-                scale_after_moment2=release_line(emerging_optimizers) >= (0, 3),
+                scale_after_moment2=line >= (0, 3),
             ),
         )
     )
@@ -315,7 +315,7 @@ def build_muon(routes: Sequence[ParamRoute], cfg: OptimizerConfig, tp_group, eme
         tp_group=tp_group,
         expert_tp_group=tp_group,
         syrk=m.syrk,
-        ns_eps=norm_eps(emerging_optimizers),
+        ns_eps=norm_eps(line),
     )
 
 

@@ -37,7 +37,7 @@ from optbench.config.optimizers import entry
 from optbench.config.schema import RunConfig
 from optbench.catalog.hardware import gpu_catalog
 from optbench.projection import comm
-from optbench.releases.versions import container_of, emerging_optimizers
+from optbench.releases.versions import container_of, emerging_optimizers_line
 from optbench.projection.assumptions import NS_PEAK_FRACTION_OF_BF16, Assumptions
 from optbench.projection.gemm_weights import (
     BF16_BYTES,
@@ -156,8 +156,8 @@ def gemm_peak(run: RunConfig) -> tuple[float, str]:
 def ns_peak(run: RunConfig) -> float:
     """FLOP/s peak of the matrix optimizer's products: at its registry entry's fixed precision, else Newton-Schulz's
     at ``optimizer.muon.fp32_matmul_prec``."""
-    own = entry(run.optimizer.name).products_precision_at(emerging_optimizers(container_of(run)))
-    muon, fixed = run.optimizer.muon, own
+    muon = run.optimizer.muon
+    fixed = entry(run.optimizer.name).products_precision_at(emerging_optimizers_line(container_of(run)))
     prec = fixed or (muon.fp32_matmul_prec if muon is not None else "medium")
     return gpu_catalog()[run.cluster.gpu].peak("bf16") * 1e12 * NS_PEAK_FRACTION_OF_BF16[prec]
 

@@ -79,8 +79,9 @@ class OptimizerEntry:
     """Its own switches sent to Megatron Bridge only when on (off is every release's default)."""
     products_precision: str = ""
     """The fixed precision of its matrix products (Megatron's fp32_matmul_prec words); "" = ``optimizer.muon``'s."""
-    products_precision_from: tuple[tuple[str, str], ...] = ()
-    """(Emerging-Optimizers release, the precision from it on) where a release changed ``products_precision``."""
+    products_precision_from: tuple[tuple[tuple[int, int], str], ...] = ()
+    """((major, minor) of an Emerging-Optimizers release, the precision from it on) where a release changed
+    ``products_precision``."""
     matrix_flops: Optional[Callable[[Any, int, int], MatrixFlops]] = None
     """(its section, rows, cols) -> its FLOPs per step on one local shard, not tensor-parallel aware; None: it counts
     its calls per tensor-parallel mode instead (``matrix_calls``)."""
@@ -114,14 +115,9 @@ class OptimizerEntry:
     the matrix side's routes, the ``optimizer`` section, the tensor-parallel group and the run's Emerging-Optimizers
     release, whose defaults it follows); "" for AdamW, whose every parameter goes to the scalar optimizer."""
 
-    def products_precision_at(self, emerging_optimizers: str) -> str:
-        """``products_precision`` in that Emerging-Optimizers release."""
-
-        def line(version: str) -> tuple[int, int]:
-            major, minor = version.split(".")[:2]
-            return int(major), int(minor)
-
-        changed = [prec for first, prec in self.products_precision_from if line(emerging_optimizers) >= line(first)]
+    def products_precision_at(self, emerging_optimizers: tuple[int, int]) -> str:
+        """``products_precision`` in the Emerging-Optimizers release of that (major, minor)."""
+        changed = [prec for first, prec in self.products_precision_from if emerging_optimizers >= first]
         return changed[-1] if changed else self.products_precision
 
     def calls(self) -> Callable[..., tuple[tuple[int, float], ...]]:

@@ -101,7 +101,7 @@ ENTRY = OptimizerEntry(
         "optimizer.soap.use_kl_shampoo",
     ),
     products_precision="high",  # Emerging-Optimizers' default: TF32
-    products_precision_from=(("0.4.0", "highest"),),  # 0.4.0's default: fp32
+    products_precision_from=(((0, 4), "highest"),),  # 0.4.0's default: fp32
     matrix_flops=lambda s, m, n: soap_flops(m, n, s.precondition_frequency, s.use_kl_shampoo),
     elementwise_bytes=_elementwise_bytes,
     eager_ops=EAGER_OPS,
