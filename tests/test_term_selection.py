@@ -48,3 +48,21 @@ def test_a_term_no_fold_keeps_does_not_stay(monkeypatch):
         assert result[scheme]["folds_keeping_it"] == 0
         assert result[scheme]["median_abs_error_percent"]["nested"] == result[scheme]["median_abs_error_percent"]["off"]
     assert not result["stays"]  # equal to always-off is no improvement
+
+
+def test_the_command_refuses_a_folder_without_make_projections_output_in_one_line(tmp_path, capsys):
+    import pytest
+
+    from optbench.__main__ import main
+
+    (tmp_path / "projection").mkdir()
+    (tmp_path / "projection" / "validation.json").write_text("{damaged")
+    for folder in (tmp_path / "absent", tmp_path):
+        with pytest.raises(SystemExit) as stopped:
+            main(["term-selection", "--results", str(folder)])
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert stopped.value.code == 2 and line.startswith("error: --results: ") and "run make projection" in line
+    assert not (tmp_path / "absent").exists() and sorted(p.name for p in tmp_path.rglob("*")) == [
+        "projection",
+        "validation.json",
+    ]

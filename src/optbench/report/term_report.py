@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from optbench.catalog.published import default_published_dir, load_published, row_id
 from optbench.common.make_args import results_parser
@@ -54,12 +55,17 @@ def markdown(data: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = results_parser("term-selection", __doc__)
     args = parser.parse_args(argv)
+    validation_path = Path(args.results) / "projection" / "validation.json"
+    try:  # read before the folder is claimed: a folder without make projection's output gets nothing written
+        records = json.loads(validation_path.read_text(encoding="utf-8"))["rows"]
+        wanted = {r["row"] for r in scored(records, "leave_one_setup_out", "adamw")}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserError(
+            Problem(
+                "--results", f"{validation_path} is missing or unreadable ({type(err).__name__}); run make projection"
+            )
+        ) from None
     results = claim(args.results, "--results", "results")
-    validation_path = results / "projection" / "validation.json"
-    if not validation_path.is_file():
-        raise UserError(Problem("--results", f"no {validation_path}: run make projection first"))
-    records = json.loads(validation_path.read_text(encoding="utf-8"))["rows"]
-    wanted = {r["row"] for r in scored(records, "leave_one_setup_out", "adamw")}
     published = str(default_published_dir(repo_root() / "results"))
     rows = [r for r in load_published(published) if row_id(r) in wanted]
     started = time.perf_counter()
