@@ -52,6 +52,7 @@ MODEL_PROVIDER = {
     "qwen3_235b_a22b": ("models/gpt_provider.py", "GPTModelProvider"),
     "llama3_70b": ("models/gpt_provider.py", "GPTModelProvider"),  # Llama3ModelProvider70B adds RoPE scaling only
     "llama31_405b": ("models/gpt_provider.py", "GPTModelProvider"),
+    "gpt_oss_120b": ("models/gpt_oss/gpt_oss_provider.py", "GPTOSSProvider"),
 }
 
 

@@ -75,9 +75,12 @@ def test_every_scheme_states_its_band_coverage_and_bootstrap():
     assert set(data["schemes"]) == set(SCHEME_LABELS) >= {"leave_one_architecture_out", "leave_one_family_out"}
     for scheme in data["schemes"]:
         summary = data["summary"][scheme]["all"]
-        assert 0 <= summary["band_80_coverage"] <= 1 and summary["band_80_median_half_width_percent"] > 0
         low, high = summary["band_80_error_percent"]
-        assert low < 0 < high
+        if scheme == "in_sample":  # an anchor reproduces its own row's speed exactly: the band may be no band
+            assert low <= 0 <= high
+        else:
+            assert summary["band_80_median_half_width_percent"] > 0 and low < 0 < high
+        assert 0 <= summary["band_80_coverage"] <= 1
         boot = summary["bootstrap_90"]
         assert (
             boot["unit"] == "setup"

@@ -52,8 +52,8 @@ def test_the_committed_table_is_fitted_on_adamw_rows_only_and_counts_its_paramet
     assert table is not None and table.rows
     assert all(" adamw " in row for row in table.rows)  # never a Muon row
     assert (
-        table.parameter_count == len(table.arch) + len(table.model) - 1 + len(table.release) - 1 + 1 == 15
-    )  # 6 models
+        table.parameter_count == len(table.arch) + len(table.model) - 1 + len(table.release) - 1 + 1 == 16
+    )  # 7 models
     data = json.loads((REPO / "results" / "projection" / "calibration.json").read_text())
     assert data["table"]["parameter_count"] == table.parameter_count and data["command"] == "make projection"
 

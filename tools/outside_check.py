@@ -6,8 +6,11 @@ TP 4-8, CP 2, dense GEMMs and FP8 current scaling on Blackwell, none of which a 
 band of each scheme is rebuilt from the committed validation.json with those models' rows removed, as it was
 printed before they were scored. Run after ``make projection``::
 
-    .venv/bin/python tools/outside_check.py --models llama3_70b,llama31_405b   # ->
-    results/projection/outside_check.json
+    .venv/bin/python tools/outside_check.py --models llama3_70b,llama31_405b
+    .venv/bin/python tools/outside_check.py --models gpt_oss_120b
+
+Each check is one entry of results/projection/outside_check.json (``checks``, by the models held back); a run
+replaces its own entry and keeps the others.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def main() -> int:
 
 
 def check(names: str) -> int:
-    """The outside check of ``names`` (comma-separated models), written to results/projection/outside_check.json."""
+    """The outside check of ``names`` (comma-separated models), its entry of results/projection/outside_check.json."""
     models = frozenset(m for m in names.split(",") if m)
     results = check_output(ROOT / "results", "results", "results")
     directory = default_published_dir(results)
@@ -101,11 +104,25 @@ def check(names: str) -> int:
     }
     print(f"median |error| {summary['median_abs_error_percent']} %, range {summary['error_range_percent']}")
     out = results / OUT
+    checks = _earlier_checks(out)
+    checks[",".join(sorted(models))] = {"summary": summary, "bands": bands, "rows": rows}
     with replacing(files=[out]):
         claim(results, "results", "results")
-        atomic_write_json(out, {"about": __doc__.split("\n\n")[0], "summary": summary, "bands": bands, "rows": rows})
+        atomic_write_json(out, {"about": __doc__.split("\n\n")[0], "checks": dict(sorted(checks.items()))})
     print(f"wrote {out}")
     return 0
+
+
+def _earlier_checks(out: Path) -> dict:
+    """The checks the file already holds (none before the first; a damaged file is a one-line refusal)."""
+    if not out.is_file():
+        return {}
+    try:
+        return dict(json.loads(out.read_text())["checks"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise UserError(
+            Problem("results", f"{out} is not an outside check this tool wrote ({err}); move it away and rerun")
+        ) from err
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "tools"))  # nvidia_presets.flat_config: the same 
 from optbench.engine.bridge.cpu_check import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
 from optbench.engine.bridge.readback import comparable, lookup, read_back  # noqa: E402
 from optbench.engine.bridge.cpu_check.runtime import update_at  # noqa: E402
-from conformance_recipes import RECIPES  # noqa: E402  (beside this script, which runs by path)
+from conformance_recipes import RECIPES, as_nvidia_ran_it  # noqa: E402  (beside this script, which runs by path)
 
 INTENTS = ("reproduce", "train")
 OPTIMIZER_IDENTITY = ("optimizer.optimizer", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer")
@@ -188,6 +188,7 @@ def check_case(recipe: str, intent: str, results: Path, container: str, extra: t
             f"results_dir={results}",
             f"run_id={recipe}-{intent}",
             f"cluster.container={container}",
+            *as_nvidia_ran_it(recipe, container),
             *extra,
         ],
     )

@@ -1,10 +1,11 @@
 """What copying a published figure would score: the baseline every validation scheme sets its model beside.
 
-For a held-out row, the copy baseline predicts the model-only TFLOP/s/GPU of the **nearest** published row the
-scheme keeps, with no step model at all. Nearest, in this order: the same optimizer, the same model, the same precision,
-the same GPU (else one in the same system shape, NVL72 or 8-GPU node, then of the same architecture), the same GPU
-count, the same layout, the nearest release (earlier before later), then file order. A scheme that keeps no row of
-the model copies another model's figure; one that keeps nothing copies nothing (the row then has no baseline).
+For a held-out row, the copy baseline predicts the model-only TFLOP/s/GPU (each row's speed in our FLOPs count, as
+the model is scored) of the **nearest** published row the scheme keeps, with no step model at all. Nearest, in this
+order: the same optimizer, the same model, the same precision, the same GPU (else one in the same system shape, NVL72
+or 8-GPU node, then of the same architecture), the same GPU count, the same layout, the nearest release (earlier
+before later), then file order. A scheme that keeps no row of the model copies another model's figure; one that keeps
+nothing copies nothing (the row then has no baseline).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from optbench.catalog.hardware import gpu_catalog
 from optbench.projection.carried import precision_class
 from optbench.projection.interconnect import system_family
 from optbench.projection.row_config import RowRuns, layout_key
+from optbench.projection.row_solve import published_tflops_at
 from optbench.catalog.published import PublishedRow, release_order, row_id
 
 
@@ -74,8 +76,18 @@ def copied(
     source = nearest(row, rows, keeps, row_runs)
     if source is None or not row.model_tflops_per_gpu:
         return {"reason": "no row kept to copy"}
+    copy, truth = figure(source, row_runs), figure(row, row_runs)
     return {
-        "tflops": source.model_tflops_per_gpu,
-        "error_percent": round(100 * (source.model_tflops_per_gpu / row.model_tflops_per_gpu - 1), 2),
+        "tflops": copy,
+        "error_percent": round(100 * (copy / truth - 1), 2),
         "copied_from": row_id(source),
     }
+
+
+def figure(row: PublishedRow, row_runs: RowRuns) -> float | None:
+    """The row's figure as the model is scored on it (TFLOP/s/GPU, 2 decimals): its speed in our FLOPs count at its
+    own run where it has one, else its published model-only figure (None without one)."""
+    resolved = row_runs.run(row)
+    at_run = None if isinstance(resolved, str) else published_tflops_at(resolved.run, row)
+    value = at_run or row.model_tflops_per_gpu
+    return None if value is None else round(value, 2)

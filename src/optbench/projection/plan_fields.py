@@ -6,7 +6,13 @@ from __future__ import annotations
 from optbench.config.optimizers import entry
 from optbench.config.schema import MATRIX_FLOPS_LABELS, OPTIMIZER_LABELS
 from optbench.projection.expected_error import band_text, expected_error_text
-from optbench.projection.section import Projection, ProjectionSection, SiblingProjection, Unavailable
+from optbench.projection.section import (
+    Projection,
+    ProjectionSection,
+    PublishedComparison,
+    SiblingProjection,
+    Unavailable,
+)
 
 SHORT_NAMES = {
     "compute": "GEMMs",
@@ -95,10 +101,15 @@ def projection_summary_lines(p: Projection, name: str) -> list[str]:
         )
     for row in p.compared_with_published:
         lines.append(
-            f"  published   {row.published}: {row.published_model_tflops_per_gpu:g} model TFLOP/s/GPU;"
+            f"  published   {row.published}: {row.published_model_tflops_per_gpu:g} model TFLOP/s/GPU{_counted(row)};"
             f" projected {row.projected_tflops_per_gpu:.1f} ({row.error_percent:+.2f} %)"
         )
     if p.what_if:
         wins = ", ".join(f"{k.replace('_', ' ')} {v.win_percent:+.2f} %" for k, v in p.what_if.items())
         lines.append(f"  what-if     model TFLOP/s/GPU: {wins}")
     return lines
+
+
+def _counted(row: PublishedComparison) -> str:
+    tokens = row.published_tokens_per_s_per_gpu
+    return "" if tokens is None else f" ({tokens:g} tokens/s/GPU in our FLOPs count)"

@@ -32,6 +32,7 @@ from optbench.releases.versions import container_of
 from optbench.releases.versions import runnable as runnable_containers
 from optbench.projection.interconnect import interconnect_for
 from optbench.projection.row_config import RowRuns, run_layout_key
+from optbench.projection.row_solve import published_tflops_at
 from optbench.projection.section import (
     ExpectedError,
     MatrixOverhead,
@@ -65,12 +66,14 @@ def _compared(resolved: ResolvedRun, projected_tflops: float) -> tuple[Published
     for row in matching_published_rows(resolved.run, resolved.layout):
         if not row.model_tflops_per_gpu or row.release != release:
             continue
+        published = published_tflops_at(resolved.run, row) or row.model_tflops_per_gpu
         out.append(
             PublishedComparison(
                 row.label,
-                row.model_tflops_per_gpu,
+                round(published, 2),
                 round(projected_tflops, 2),
-                round(100 * (projected_tflops / row.model_tflops_per_gpu - 1), 2),
+                round(100 * (projected_tflops / published - 1), 2),
+                row.tokens_per_s_per_gpu,
             )
         )
     return tuple(out)

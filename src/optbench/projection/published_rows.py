@@ -15,6 +15,7 @@ from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.calibration import NO_HOLDOUT, Holdout, row_id
 from optbench.projection.project import project
 from optbench.projection.row_config import RowRuns
+from optbench.projection.row_solve import published_tflops_at
 from optbench.projection.section import ProjectionSection
 from optbench.catalog.published import PublishedRow
 
@@ -27,7 +28,8 @@ def projection_error(
     with_expected_error: bool = False,
 ) -> dict[str, Any]:
     """{'tflops', 'error_percent', 'anchor', 'anchor_itself', 'command', 'in_domain'} or {'reason'} for one
-    published row (model-only FLOPs both sides); ``with_expected_error`` adds 'expected_error', the
+    published row (model-only FLOPs both sides, the published one by its speed in our count:
+    :func:`~optbench.projection.row_solve.published_tflops_at`); ``with_expected_error`` adds 'expected_error', the
     :class:`~optbench.projection.section.ExpectedError` its ``make plan`` states."""
     if not row.model_tflops_per_gpu:
         return {"reason": "no model-only figure"}
@@ -43,10 +45,11 @@ def projection_error(
     if not isinstance(section, ProjectionSection):
         return {"reason": section.reason}
     tflops = section.step.tflops_per_gpu
+    published = published_tflops_at(resolved.run, row) or row.model_tflops_per_gpu
     anchor = section.efficiency.calibrated_on
     return {
         "tflops": tflops,
-        "error_percent": round(100 * (tflops / row.model_tflops_per_gpu - 1), 2),
+        "error_percent": round(100 * (tflops / published - 1), 2),
         "anchor": anchor,
         "anchor_itself": section.efficiency.anchor_row == row_id(row),
         "command": config.command,

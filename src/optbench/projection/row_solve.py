@@ -6,7 +6,7 @@ of a published pair, :mod:`optbench.projection.precision_ratio`).
 
 from __future__ import annotations
 
-from optbench.accounting.throughput import step_time_for_tflops, step_time_for_tokens
+from optbench.accounting.throughput import step_throughput, step_time_for_tflops, step_time_for_tokens
 from optbench.config.schema import RunConfig
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.interconnect import interconnect_for
@@ -23,6 +23,16 @@ def step_time(run: RunConfig, row: PublishedRow) -> float | None:
     if row.model_tflops_per_gpu:
         return step_time_for_tflops(run, row.model_tflops_per_gpu)
     return None
+
+
+def published_tflops_at(run: RunConfig, row: PublishedRow) -> float | None:
+    """``row``'s published speed as model TFLOP/s/GPU counted by our FLOPs rule at ``run`` (its own configuration),
+    None without a figure. Compared by speed, not by NVIDIA's count: NVIDIA's FLOPs rule for a model can change
+    between releases (GPT-OSS 120B: 27.2 GFLOP/token up to 26.04.01, 32.6 from 26.06; docs/projection.md), our
+    projection's does not. Where the row publishes tokens/s this is that speed in our count (the projected and the
+    published figure then differ exactly as their tokens/s do); else the published model-only TFLOP/s."""
+    step = step_time(run, row)
+    return None if step is None else step_throughput(run, step).tflops_per_gpu
 
 
 def solve_at(resolved: ResolvedRun, row: PublishedRow, assumptions: Assumptions) -> tuple[float, float] | str:

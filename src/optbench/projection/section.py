@@ -114,12 +114,15 @@ class ExpectedError(JsonRecord):
 
 @dataclass(frozen=True)
 class PublishedComparison(JsonRecord):
-    """A published model-only figure of the run's own setup and release beside the projection (never fitted)."""
+    """A published figure of the run's own setup and release beside the projection (never fitted): its speed as model
+    TFLOP/s/GPU in our FLOPs count (:func:`optbench.projection.row_solve.published_tflops_at`)."""
 
     published: str
     published_model_tflops_per_gpu: float
     projected_tflops_per_gpu: float
     error_percent: float
+    published_tokens_per_s_per_gpu: float | None = None
+    """The tokens/s the figure counts (None where the source gives TFLOP/s only)."""
 
 
 @dataclass(frozen=True, kw_only=True)

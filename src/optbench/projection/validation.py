@@ -41,7 +41,7 @@ from optbench.projection.bands import RESAMPLES, bootstrap, error_band, held_out
 from optbench.projection.carried import refitted, setup_of
 from optbench.projection.interconnect import system_family
 from optbench.catalog.hardware import gpu_catalog
-from optbench.projection.copy_baseline import copied
+from optbench.projection.copy_baseline import copied, figure
 from optbench.projection.expected_error import SCHEME_LABELS
 from optbench.projection.published_rows import projection_error
 from optbench.projection.release_drift import release_drift
@@ -147,6 +147,7 @@ def validate_rows(
             "precision": row.precision,
             "optimizer": row.optimizer,
             "published_model_tflops_per_gpu": row.model_tflops_per_gpu,
+            "published_tflops_per_gpu_our_count": figure(row, row_runs),
             "command": None if isinstance(config, str) else config.command,
             "typed_from_row": [] if isinstance(config, str) else list(config.typed),
             "setup": list(setup_of(row)),

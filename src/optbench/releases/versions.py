@@ -146,7 +146,11 @@ MAPPING_FIELDS = ("env_vars",)
 
 
 def has_field(container: Container, key: str, mla: bool = True) -> bool:
+    """Whether the container's Bridge + Core has the override key: ``section.field``, or a whole section (NVIDIA's
+    GPT-OSS launcher sets ``comm_overlap`` to None)."""
     section, _, name = key.partition(".")
+    if not name:
+        return section in fields(container.bridge)["container_sections"]
     if section in MAPPING_FIELDS:
         return bool(name) and section in fields(container.bridge)["container_sections"]
     return name in _section_names(container.bridge, section, mla)

@@ -205,9 +205,22 @@ def _checked_items(run: RunConfig) -> tuple[Optional[presets.Preset], list[Item]
     field names of the run's container (Bridge + Core of that release)."""
     preset = presets.require_preset(run)
     ours = _ours_under(run, preset)
-    items = _coupled(preset_items(run, ours, preset) + ours)
+    items = _without_removed_sections(_coupled(preset_items(run, ours, preset) + ours))
     versions.check_fields(run, [key for key, _ in items])
     return preset, ours, items
+
+
+def _without_removed_sections(items: list[Item]) -> list[Item]:
+    """``items`` where a preset removes a whole section (``comm_overlap=None``: NVIDIA's GPT-OSS launcher runs without
+    Bridge's communication-overlap config) and our fields under it are all off: those fields are dropped, as setting
+    them would bring the section back. A field of ours turned on under it keeps the section and drops the removal
+    (the plan lists that field as a departure from the preset)."""
+    for section in [key for key, value in items if "." not in key and value is None]:
+        under = [key for key, value in items if key.startswith(f"{section}.")]
+        on = any(value for key, value in items if key in under)
+        dropped = {section} if on else set(under)
+        items = [(key, value) for key, value in items if key not in dropped]
+    return items
 
 
 def override_items(run: RunConfig) -> list[Item]:
