@@ -434,3 +434,19 @@ def test_the_unseen_release_stand_in_runs_the_jobs_check_and_stops_on_a_removed_
     assert f"has no field {fixture['field']}, which the plan sets" in removed["error_lines"][0]
     assert removed["conformance"]["status"] == "stopped"
     assert [m["field"] for m in removed["conformance"]["missing_fields"]] == [fixture["field"]]
+    # NVIDIA's preset of the same setup: no perf scripts here, then the stand-in of their interface
+    assert found["nvidia_preset"]["status"] == "no perf scripts in this container"
+    rebuilt = report["nvidia_scripts"]
+    assert rebuilt["trained"] is True and rebuilt["conformance"]["status"] == "ok"
+    nvidia = rebuilt["conformance"]["nvidia_preset"]
+    assert nvidia["status"] == "rebuilt" and nvidia["case"][:6] == [
+        "-m",
+        "kimi",
+        "--model_recipe_name",
+        "kimi_k2",
+        "-g",
+        "gb300",
+    ]
+    assert nvidia["case"][-2:] == ["--optimizer_type", "muon"] and nvidia["fields_compared"] == found["fields_checked"]
+    iters = next(d for d in nvidia["differs"] if d["field"] == "train.train_iters")
+    assert iters["nvidia"] == 50 and "reason" in iters  # a documented departure: ours run train.iters

@@ -267,3 +267,29 @@ def test_entry_runs_by_path_without_an_install_and_fails_in_one_line(tmp_path: P
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"error: config: no resolved config at {tmp_path / 'missing.yaml'}"]
+
+
+def test_nvidia_s_preset_rebuilt_in_the_job_never_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's rebuild of NVIDIA's preset from the container's perf scripts records a failure of NVIDIA's code in
+    one line and lets the run go on; a precision NVIDIA's scripts have no case for is said, not tried."""
+    from optbench.engine.bridge import conformance, nvidia_preset
+
+    run = resolve(compose_run("qwen3_30b_a3b_adamw", [ON_0_3_1])).run
+    monkeypatch.setattr(nvidia_preset, "find_scripts", lambda: None)
+    assert conformance.with_nvidia(run, None, [])["status"] == "no perf scripts in this container"
+    monkeypatch.setattr(nvidia_preset, "find_scripts", lambda: tmp_path)
+
+    def broken(case: list[str], optimizer: str, scripts: Path) -> Any:
+        assert case == ["-m", "qwen", "--model_recipe_name", "qwen3_30b_a3b", "-g", "gb300", "-c", "fp8_mx"] + [
+            "-ng",
+            "8",
+            "-gn",
+            "4",
+        ]
+        raise ImportError("No module named 'argument_parser'\nmore lines")
+
+    monkeypatch.setattr(nvidia_preset, "rebuilt", broken)
+    failed = conformance.with_nvidia(run, None, [])
+    assert failed["status"] == "failed" and failed["error"] == "ImportError: No module named 'argument_parser'"
+    fp16 = resolve(compose_run("qwen3_30b_a3b_adamw", [ON_0_3_1, "precision=fp16", "intent=train"])).run
+    assert conformance.with_nvidia(fp16, None, [])["status"] == "NVIDIA's scripts have no fp16 case"

@@ -44,14 +44,13 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from optbench.catalog.hardware import gpu_catalog  # noqa: E402
 from optbench.catalog.models import model_registry  # noqa: E402
+from optbench.engine.bridge.nvidia_preset import COMPUTE_DTYPES, case_args, nvidia_config, real_adam  # noqa: E402
 
 FAMILIES = {model: (entry.nvidia_family, entry.nvidia_recipe) for model, entry in model_registry().items()}
 """Our model -> NVIDIA's (model_family_name, model_recipe_name), from the model registry (optbench/data/models.csv)."""
 GPUS_PER_NODE = {gpu: spec.gpus_per_node for gpu, spec in gpu_catalog().items()}
 """GPUs per node of each registry GPU (optbench/data/gpus.csv); a GPU NVIDIA has no workload config for yields no
 case."""
-PRECISIONS = {"bf16": "bf16", "fp8_cs": "fp8_cs", "mxfp8": "fp8_mx"}
-"""Our precision name -> NVIDIA's compute dtype."""
 MIXED_PRECISION_PRESETS = {
     "bf16": "bf16_mixed",
     "fp8_cs": "bf16_with_fp8_current_scaling_mixed",
@@ -114,7 +113,7 @@ def cases() -> list[tuple[str, str, str, str]]:
         if not model_recipes(model):
             continue  # a catalog model without a recipe of ours (Llama 3): nothing composes from its preset
         for gpu in GPUS_PER_NODE:
-            for precision, dtype in PRECISIONS.items():
+            for precision, dtype in COMPUTE_DTYPES.items():
                 try:
                     get_workload_base_config(family, recipe, gpu, dtype.upper(), "pretrain", "v2")
                 except ValueError:
@@ -160,31 +159,9 @@ class Capture:
 
 
 def launcher_argv(model: str, gpu: str, precision: str, optimizer: str, num_gpus: int) -> list[str]:
-    family, recipe = FAMILIES[model]
-    argv = [
-        "-m",
-        family,
-        "--model_recipe_name",
-        recipe,
-        "-g",
-        gpu,
-        "-c",
-        PRECISIONS[precision],
-        "-ng",
-        str(num_gpus),
-        "-gn",
-        str(GPUS_PER_NODE[gpu]),
-        "-a",
-        PLACEHOLDERS["account"],
-        "-p",
-        PLACEHOLDERS["partition"],
-        "-l",
-        PLACEHOLDERS["log_dir"],
-        "-i",
-        PLACEHOLDERS["image"],
-        "--dryrun",
-    ]
-    return argv + (["--optimizer_type", optimizer] if model in OPTIMIZERS else [])
+    placeholders = ("account", "partition", "log_dir", "image")
+    launcher = [arg for flag, name in zip(("-a", "-p", "-l", "-i"), placeholders) for arg in (flag, PLACEHOLDERS[name])]
+    return case_args(model, gpu, precision, optimizer, num_gpus, GPUS_PER_NODE[gpu], (*launcher, "--dryrun"))
 
 
 def render_job(scripts: Path, argv: list[str], base: Path) -> dict[str, Any]:
@@ -213,71 +190,12 @@ def render_job(scripts: Path, argv: list[str], base: Path) -> dict[str, Any]:
     return capture.result
 
 
-def accepted(function: Any, **kwargs: Any) -> dict[str, Any]:
-    """The keyword arguments ``function`` takes (NVIDIA's signatures change between releases)."""
-    import inspect
-
-    return {k: v for k, v in kwargs.items() if k in inspect.signature(function).parameters}
-
-
-def nvidia_config(script_args: list[str]) -> Any:
-    """run_script.py's ConfigContainer for these arguments (the code of its main(), up to pretrain)."""
-    from argument_parser import parse_cli_args
-    from utils.overrides import set_cli_overrides, set_post_overrides, set_user_overrides
-    from utils.utils import get_perf_optimized_recipe
-
-    args, cli_overrides = parse_cli_args().parse_known_args(script_args)
-    import run_script
-
-    if hasattr(run_script, "_prepare_perf_recipe"):  # Bridge >= 0.6: flat perf recipes, found by name first
-        recipe = run_script._prepare_perf_recipe(args, cli_overrides)
-        if args.compute_dtype == "bf16" and recipe.optimizer.optimizer == "adam":  # as _run_training, before pretrain
-            recipe.optimizer.use_precision_aware_optimizer = True
-        return recipe, cli_overrides
-    recipe = get_perf_optimized_recipe(
-        **accepted(
-            get_perf_optimized_recipe,
-            model_family_name=args.model_family_name,
-            model_recipe_name=args.model_recipe_name,
-            train_task=args.task,
-            gpu=args.gpu,
-            compute_dtype=args.compute_dtype,
-            mock=args.data == "mock",
-            config_variant=args.config_variant,
-            optimizer_type=getattr(args, "optimizer_type", None),
-        )
-    )
-    recipe = set_cli_overrides(recipe, cli_overrides)
-    recipe = set_user_overrides(recipe, args)
-    return set_post_overrides(
-        recipe,
-        args.model_family_name,
-        args.model_recipe_name,
-        args.gpu,
-        args.num_gpus,
-        args.compute_dtype,
-        args.task,
-        user_gbs=args.global_batch_size,
-        config_variant=args.config_variant,
-    ), cli_overrides
-
-
 LAUNCHER_TRAINS_MUON = (
     "NVIDIA's run_script.py of this release finds Kimi K2's flat perf recipe by name and never applies "
     "--optimizer_type adam: its documented Adam launch trains dist_muon. The settings here apply NVIDIA's own Adam "
     "path instead (utils.get_perf_optimized_recipe: _apply_kimi_k2_optimizer(cfg, 'adam') keeping the recipe's "
     "lr_decay_iters and lr_warmup_iters), so that the Adam twin is a real Adam run"
 )
-
-
-def real_adam(config: Any) -> Any:
-    """NVIDIA's Adam settings for Kimi K2 where its launcher leaves the flat recipe's Muon (Bridge 0.6)."""
-    from megatron.bridge.recipes.kimi.kimi_k2 import _apply_kimi_k2_optimizer
-
-    decay, warmup = config.scheduler.lr_decay_iters, config.scheduler.lr_warmup_iters
-    _apply_kimi_k2_optimizer(config, "adam")
-    config.scheduler.lr_decay_iters, config.scheduler.lr_warmup_iters = decay, warmup
-    return config
 
 
 def launcher_container() -> str:
@@ -363,7 +281,7 @@ def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path)
     for model, gpu, precision, optimizer in cases():
         key = f"{model}/{gpu}/{precision}/{optimizer}"
         family, recipe_name = FAMILIES[model]
-        base = get_workload_base_config(family, recipe_name, gpu, PRECISIONS[precision].upper(), "pretrain", "v2")
+        base = get_workload_base_config(family, recipe_name, gpu, COMPUTE_DTYPES[precision].upper(), "pretrain", "v2")
         print(f"{key}: {base.num_gpus} GPUs", file=sys.stderr)
         stand_ins.install(gpu)
         with tempfile.TemporaryDirectory() as tmp:

@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import inspect
 import json
+import os
 import sys
 import tempfile
 import time
@@ -45,6 +46,7 @@ sys.path.insert(0, str(ROOT / "tools"))  # nvidia_presets.flat_config: the same 
 
 from optbench.engine.bridge.cpu_check import stand_ins  # noqa: E402  (before anything imports Bridge or Megatron Core)
 from optbench.engine.bridge.readback import comparable, lookup, read_back  # noqa: E402
+from optbench.engine.bridge.nvidia_preset import SCRIPTS_VARIABLE  # noqa: E402
 from optbench.engine.bridge.cpu_check.runtime import update_at  # noqa: E402
 from conformance_recipes import RECIPES, as_nvidia_ran_it  # noqa: E402  (beside this script, which runs by path)
 
@@ -53,6 +55,8 @@ OPTIMIZER_IDENTITY = ("optimizer.optimizer", "ddp.use_distributed_optimizer", "o
 """What makes a run Adam or Muon after Bridge's runtime update (Bridge 0.6's Kimi recipe is Muon unless overridden)."""
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia"
 REMOVED_FIELD = ROOT / "tests" / "fixtures" / "conformance" / "removed_field.json"
+STUB = ROOT / "tests" / "fixtures" / "conformance" / "nvidia_scripts"
+"""A stand-in of the interface of NVIDIA's perf scripts the job's check calls (its README says what it does)."""
 
 
 def flat(config: Any) -> dict[str, Any]:
@@ -588,7 +592,11 @@ def job_check_cases(results: Path) -> dict[str, Any]:
             return without
 
     out: dict[str, Any] = {"fixture": fixture}
-    for name, api in (("as_installed", NoTraining), ("field_removed", Removed)):
+    cases = (("as_installed", NoTraining, None), ("field_removed", Removed, None), ("nvidia_scripts", NoTraining, STUB))
+    for name, api, scripts in cases:
+        os.environ.pop(SCRIPTS_VARIABLE, None)
+        if scripts:
+            os.environ[SCRIPTS_VARIABLE] = str(scripts)
         run_id = f"job-{name}"
         resolved = validate(
             compose_run(
@@ -615,6 +623,7 @@ def job_check_cases(results: Path) -> dict[str, Any]:
         conformance_file = folder / "conformance.json"
         case["conformance"] = json.loads(conformance_file.read_text()) if conformance_file.is_file() else None
         out[name] = case
+    os.environ.pop(SCRIPTS_VARIABLE, None)
     return out
 
 

@@ -181,7 +181,8 @@ def _container(config: RunConfig | None, summary: dict[str, Any]) -> dict[str, A
 
 
 def conformance_status(directory: Path) -> str:
-    """conformance.json's status in a run folder, with what differed ("" without the file)."""
+    """conformance.json's status in a run folder, with what differed and, where the job rebuilt NVIDIA's preset, how
+    many fields the plan sets otherwise ("" without the file)."""
     found = _read_json(directory / CONFORMANCE_FILE)
     status = str(found.get("status") or "")
     counted = [
@@ -189,7 +190,12 @@ def conformance_status(directory: Path) -> str:
         for key, label in (("kind_differs", "of another kind"), ("values_not_landed", "not landed"))
         if isinstance(found.get(key), list) and found[key]
     ]
-    return f"{status} ({', '.join(counted)})" if status == "differs" and counted else status
+    text = f"{status} ({', '.join(counted)})" if status == "differs" and counted else status
+    nvidia = found.get("nvidia_preset") if isinstance(found.get("nvidia_preset"), dict) else {}
+    if nvidia.get("status") == "rebuilt" and isinstance(nvidia.get("differs"), list):
+        unexplained = nvidia.get("differs_unexplained", 0)
+        text += f"; NVIDIA's preset: {len(nvidia['differs'])} fields differ, {unexplained} unexplained"
+    return text
 
 
 def read_metrics_run(directory: Path) -> MeasuredRun:

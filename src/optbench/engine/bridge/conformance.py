@@ -13,8 +13,10 @@ there, before anything trains:
 It writes the outcome (rank 0 only: every rank runs the same check) and stops with one line when a field the plan
 sets is gone, the recipe function is, or the optimizer is not the plan's: a run that silently dropped a setting
 would not be the run the plan priced. Kinds that differ are listed, not fatal: Bridge's override processing
-converts text to enums and dtypes, which this check cannot judge. NVIDIA's executed preset of the same setup is
-not rebuilt here (the CPU conformance test compares every checked release's, tests/bridge_env/conformance.py).
+converts text to enums and dtypes, which this check cannot judge. Where the container has its perf scripts
+(``$OPTBENCH_NVIDIA_SCRIPTS``, else Megatron Bridge's source in the image), NVIDIA's executed preset of the same
+setup is rebuilt by NVIDIA's own code (:mod:`optbench.engine.bridge.nvidia_preset`) and each field the plan sets to
+another value is listed: never fatal, since a plan may depart from NVIDIA on purpose (the plan says which).
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from typing import Any
 
 from optbench.common.errors import Problem, UserError
 from optbench.common.io import atomic_write_json
+from optbench.config.schema import RunConfig
+from optbench.engine.bridge import nvidia_preset
 from optbench.engine.bridge.readback import comparable, lookup, read_back
+from optbench.releases import presets
 from optbench.releases.versions import Container, emerging_optimizers
 from optbench.runs import CONFORMANCE_FILE
 
@@ -93,6 +98,8 @@ class Conformance:
     """Fields whose planned value is of another kind than the container's default: listed, not fatal."""
     not_landed: list[dict[str, Any]] = field(default_factory=list)
     optimizer: dict[str, Any] = field(default_factory=dict)
+    nvidia_preset: dict[str, Any] = field(default_factory=lambda: {"status": "not rebuilt"})
+    """NVIDIA's executed preset of the same setup, rebuilt from the container's perf scripts (:func:`with_nvidia`)."""
     stop: str | None = None
     """Why the job stopped before step 1 (None: it went on)."""
 
@@ -121,7 +128,7 @@ class Conformance:
             "kind_differs": self.kind_differs,
             "values_not_landed": self.not_landed,
             "optimizer": self.optimizer,
-            "nvidia_preset": "not rebuilt in the job (tests/bridge_env/conformance.py compares each checked release's)",
+            "nvidia_preset": self.nvidia_preset,
         }
 
 
@@ -194,6 +201,50 @@ def check_built(report: Conformance, config: Any, overrides: list[str]) -> None:
             f"{OPTIMIZER_KEY}: the plan runs {planned} but this container's Megatron Bridge built "
             f"{built!r}; nothing was trained"
         )
+
+
+def with_nvidia(run: RunConfig, config: Any, overrides: list[str]) -> dict[str, Any]:
+    """NVIDIA's executed preset of ``run``'s own case (model, GPU, precision, optimizer, GPU count) rebuilt from this
+    container's perf scripts, and each field ``overrides`` set that NVIDIA's configuration has at another value.
+    Never raises: NVIDIA's code of a release we never checked may fail, and that is recorded in one line."""
+    from optbench.config.layout import gpus_per_node
+
+    scripts = nvidia_preset.find_scripts()
+    if scripts is None:
+        places = ", ".join([f"${nvidia_preset.SCRIPTS_VARIABLE}", *nvidia_preset.SCRIPTS_PLACES])
+        return {"status": "no perf scripts in this container", "looked_in": places}
+    model, gpu, precision, optimizer = presets.preset_key(run).split("/")
+    if precision not in nvidia_preset.COMPUTE_DTYPES:
+        return {"status": f"NVIDIA's scripts have no {precision} case", "scripts": str(scripts)}
+    case = nvidia_preset.case_args(model, gpu, precision, optimizer, run.parallel.num_gpus, gpus_per_node(run))
+    try:
+        nvidia, built = nvidia_preset.rebuilt(case, optimizer, scripts)
+    except Exception as err:  # noqa: BLE001 - any failure of NVIDIA's code is reported, the run goes on
+        line = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+        return {"status": "failed", "scripts": str(scripts), "case": case, "error": line}
+    differs = []
+    for text in overrides:
+        key, _, may_add = parse_override(text)
+        ours, theirs = comparable(_lookup_or_none(config, key)), comparable(_lookup_or_none(nvidia, key))
+        if may_add or ours == theirs or (key in presets.NONE_IS_EMPTY and ours in (None, []) and theirs in (None, [])):
+            continue
+        reason = departure_reason(run, key)
+        differs.append({"field": key, "plan": ours, "nvidia": theirs, **({"reason": reason} if reason else {})})
+    return {
+        "status": "rebuilt",
+        "scripts": str(scripts),
+        "case": case,
+        "launcher_optimizer": built,
+        "fields_compared": len(overrides),
+        "differs": differs,
+        "differs_unexplained": sum("reason" not in d for d in differs),
+    }
+
+
+def departure_reason(run: RunConfig, key: str) -> str | None:
+    """Why the plan sets ``key`` otherwise than NVIDIA on purpose (our documented departures), or None."""
+    known = {**presets.OURS, **presets.departure_reasons(run)}
+    return known.get(key) or presets.derived_reason(key, run.intent, False, run.optimizer.name)
 
 
 def is_writer() -> bool:

@@ -134,6 +134,8 @@ def checked_config(
         conformance.finish(report, folder)
     config = api.apply_overrides(config, setup.overrides)
     conformance.check_built(report, config, list(setup.overrides))
+    if conformance.is_writer() and not report.stop:
+        report.nvidia_preset = conformance.with_nvidia(run, config, list(setup.overrides))
     conformance.finish(report, folder)
     for item in report.kind_differs:
         print(
