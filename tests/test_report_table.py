@@ -182,7 +182,11 @@ def test_a_bridge_runs_container_check_is_shown_beside_its_row(results_dir):
     rows = [r for r in _rows(written.csv) if r["run_id"] == LOG_RUN]
     assert rows and all(r["run_conformance"] == "differs (1 of another kind)" for r in rows)
     assert "(container check: differs (1 of another kind))" in written.markdown.read_text()
-    nvidia = {"status": "rebuilt", "differs": [{"field": "train.train_iters"}, {"field": "x"}], "differs_unexplained": 1}
+    nvidia = {
+        "status": "rebuilt",
+        "differs": [{"field": "train.train_iters"}, {"field": "x"}],
+        "differs_unexplained": 1,
+    }
     (directory / "conformance.json").write_text(json.dumps({"status": "ok", "nvidia_preset": nvidia}))
     rows = [r for r in _rows(write_throughput(results_dir).csv) if r["run_id"] == LOG_RUN]
     assert all(r["run_conformance"] == "ok; NVIDIA's preset: 2 fields differ, 1 unexplained" for r in rows)
