@@ -155,6 +155,15 @@ INVALID = [
     ),
     ("unknown-key", K, ["parallel.tpp=2"], "parallel.tpp", "unknown key (did you mean tp?)"),
     ("appended-unknown-key", K, ["+train.gbs_typo=3"], "train.gbs_typo", "unknown key"),
+    (
+        "unknown-section",  # issue 80's spelling of the unverified-container switch
+        K,
+        ["cluster.container=nemo:26.10.01", "release.unverified=true"],
+        "release.unverified",
+        "unknown section release (did you mean cluster.unverified_container?)",
+    ),
+    ("key-of-another-section", K, ["parallel.unverified=1"], "parallel.unverified", "(did you mean cluster.unverified"),
+    ("no-lookalike-across-sections", K, ["parallel.ep_size=8"], "parallel.ep_size", "unknown key; parallel has:"),
     ("wrong-type", K, ["parallel.tp=two"], "parallel.tp", "expected an integer, got 'two'"),
     ("null-int", K, ["train.mbs=null"], "train.mbs", "cannot be null"),
     ("unknown-recipe", "kimi_k2_moun", [], "RECIPE", "no recipe 'kimi_k2_moun' (did you mean kimi_k2_muon?)"),

@@ -24,7 +24,7 @@ from optbench.config import overrides as typed
 from optbench.config.domains import check_domains
 from optbench.config.optimizers import REGISTRY
 from optbench.config.schema import RunConfig
-from optbench.config.serialize import closest, to_run_config, translate_schema_error
+from optbench.config.serialize import closest, to_run_config, translate_schema_error, unknown_key_problem
 from optbench.common.errors import Problem, UserError
 from optbench.common.redact import remember_secret, secret_problems
 
@@ -82,7 +82,12 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> UserErro
     text = str(err)
     cause = _keyed_cause(err)
     if cause is not None:
-        return translate_schema_error(cause)
+        error = translate_schema_error(cause)
+        first = error.problems[0]
+        typed_below = [k for k in (typed.typed_key(o) for o in overrides) if k and k.startswith(f"{first.field}.")]
+        if typed_below and first.message.startswith("unknown key"):  # a section we lack: judge the key typed in it
+            return UserError(unknown_key_problem(typed_below[0]))
+        return error
     merging = re.search(r"Error merging override (.+)", text)
     if merging:
         key = typed.typed_key(merging.group(1)) or "overrides"

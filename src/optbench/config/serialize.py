@@ -38,12 +38,42 @@ def _schema_keys(path: str) -> list[str]:
     return [f.name for f in fields(node)]
 
 
+@functools.lru_cache(maxsize=1)
+def _schema_paths() -> tuple[str, ...]:
+    """Every dotted field path of the schema (sections and their fields)."""
+    out: list[str] = []
+    pending = [""]
+    while pending:
+        path = pending.pop()
+        for name in _schema_keys(path):
+            dotted = f"{path}.{name}" if path else name
+            out.append(dotted)
+            if _schema_keys(dotted):
+                pending.append(dotted)
+    return tuple(sorted(out))
+
+
 def unknown_key_problem(full_key: str) -> Problem:
+    """An unknown key: the nearest name in its own section, else a field of that name elsewhere (a user who types
+    ``release.unverified`` is told of ``cluster.unverified_container``)."""
     parent, _, key = full_key.rpartition(".")
+    top = _schema_keys("")
+    section = parent.split(".")[0]
+    if parent and section not in top:  # a section we lack
+        hint = _elsewhere(key) or closest(section, top)
+        return Problem(full_key, f"unknown section {section}{hint}; the run config has: {', '.join(top)}")
     allowed = _schema_keys(parent)
     where = parent or "the run config"
     known = ", ".join(allowed) if allowed else "(none)"
-    return Problem(full_key, f"unknown key{closest(key, allowed)}; {where} has: {known}")
+    return Problem(full_key, f"unknown key{closest(key, allowed) or _elsewhere(key)}; {where} has: {known}")
+
+
+def _elsewhere(key: str) -> str:
+    """' (did you mean <section>.<field>?)' for the one field of some section whose name contains ``key`` (four
+    letters or more: ``unverified`` in ``cluster.unverified_container``), else ''. Containment, not similarity:
+    similar names across sections mislead (``ep_size`` is not ``model.hidden_size``)."""
+    found = [path for path in _schema_paths() if "." in path and len(key) >= 4 and key in path.rpartition(".")[2]]
+    return f" (did you mean {found[0]}?)" if len(found) == 1 else ""
 
 
 def translate_schema_error(err: OmegaConfBaseException) -> UserError:
@@ -81,10 +111,21 @@ def _unknown_keys(node: Any, path: str = "") -> list[str]:
     for key in node.keys():
         full = f"{path}.{key}" if path else str(key)
         if known is not None and key not in known:
-            found.append(full)
+            value = node[key] if not OmegaConf.is_interpolation(node, key) else None
+            leaves = _leaf_keys(value, full) if isinstance(value, DictConfig) else []
+            found += leaves or [full]  # a section we lack: name what was typed under it (release.unverified)
         elif not OmegaConf.is_interpolation(node, key):  # an interpolated value is checked where it points
             found += _unknown_keys(node[key], full)
     return found
+
+
+def _leaf_keys(node: DictConfig, path: str) -> list[str]:
+    out = []
+    for key in node.keys():
+        full = f"{path}.{key}"
+        child = None if OmegaConf.is_interpolation(node, key) else node[key]
+        out += _leaf_keys(child, full) if isinstance(child, DictConfig) else [full]
+    return out
 
 
 def to_run_config(cfg: DictConfig) -> RunConfig:
