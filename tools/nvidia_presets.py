@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from optbench.catalog.hardware import gpu_catalog  # noqa: E402
 from optbench.catalog.models import model_registry  # noqa: E402
-from optbench.engine.bridge.nvidia_preset import COMPUTE_DTYPES, case_args, nvidia_config, real_adam  # noqa: E402
+from optbench.engine.bridge.nvidia_preset import COMPUTE_DTYPES, as_case, case_args, nvidia_config  # noqa: E402
 
 FAMILIES = {model: (entry.nvidia_family, entry.nvidia_recipe) for model, entry in model_registry().items()}
 """Our model -> NVIDIA's (model_family_name, model_recipe_name), from the model registry (optbench/data/models.csv)."""
@@ -287,9 +287,7 @@ def extract(scripts: Path, release: str, commit: str, out: Path, fixtures: Path)
         with tempfile.TemporaryDirectory() as tmp:
             job = render_job(scripts, launcher_argv(model, gpu, precision, optimizer, base.num_gpus), Path(tmp))
         config, plugin_overrides = nvidia_config(job["script_args"])
-        launcher_optimizer = config.optimizer.optimizer
-        if optimizer == "adam" and launcher_optimizer != "adam":
-            config = real_adam(config)
+        config, launcher_optimizer = as_case(config, optimizer)
         nvidia = flat_config(config)
         plain = flat_config(plain_recipe(model, precision, optimizer))
         settings = {k: v for k, v in nvidia.items() if k not in plain or plain[k] != v}

@@ -66,7 +66,7 @@ def _compared(resolved: ResolvedRun, projected_tflops: float) -> tuple[Published
     for row in matching_published_rows(resolved.run, resolved.layout):
         if not row.model_tflops_per_gpu or row.release != release:
             continue
-        published = published_tflops_at(resolved.run, row) or row.model_tflops_per_gpu
+        published = published_tflops_at(resolved.run, row)  # a row with a figure has one
         out.append(
             PublishedComparison(
                 row.label,

@@ -45,7 +45,7 @@ def projection_error(
     if not isinstance(section, ProjectionSection):
         return {"reason": section.reason}
     tflops = section.step.tflops_per_gpu
-    published = published_tflops_at(resolved.run, row) or row.model_tflops_per_gpu
+    published = published_tflops_at(resolved.run, row)  # a row with a figure has one
     anchor = section.efficiency.calibrated_on
     return {
         "tflops": tflops,

@@ -152,7 +152,7 @@ def has_field(container: Container, key: str, mla: bool = True) -> bool:
     if not name:
         return section in fields(container.bridge)["container_sections"]
     if section in MAPPING_FIELDS:
-        return bool(name) and section in fields(container.bridge)["container_sections"]
+        return section in fields(container.bridge)["container_sections"]
     return name in _section_names(container.bridge, section, mla)
 
 

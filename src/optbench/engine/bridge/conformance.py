@@ -222,13 +222,14 @@ def with_nvidia(run: RunConfig, config: Any, overrides: list[str]) -> dict[str, 
     except Exception as err:  # noqa: BLE001 - any failure of NVIDIA's code is reported, the run goes on
         line = f"{type(err).__name__}: {err}".splitlines()[0][:300]
         return {"status": "failed", "scripts": str(scripts), "case": case, "error": line}
+    reasons = {**presets.OURS, **presets.departure_reasons(run)}  # our documented departures, why each
     differs = []
     for text in overrides:
         key, _, may_add = parse_override(text)
         ours, theirs = comparable(_lookup_or_none(config, key)), comparable(_lookup_or_none(nvidia, key))
         if may_add or ours == theirs or (key in presets.NONE_IS_EMPTY and ours in (None, []) and theirs in (None, [])):
             continue
-        reason = departure_reason(run, key)
+        reason = reasons.get(key) or presets.derived_reason(key, run.intent, False, run.optimizer.name)
         differs.append({"field": key, "plan": ours, "nvidia": theirs, **({"reason": reason} if reason else {})})
     return {
         "status": "rebuilt",
@@ -239,12 +240,6 @@ def with_nvidia(run: RunConfig, config: Any, overrides: list[str]) -> dict[str, 
         "differs": differs,
         "differs_unexplained": sum("reason" not in d for d in differs),
     }
-
-
-def departure_reason(run: RunConfig, key: str) -> str | None:
-    """Why the plan sets ``key`` otherwise than NVIDIA on purpose (our documented departures), or None."""
-    known = {**presets.OURS, **presets.departure_reasons(run)}
-    return known.get(key) or presets.derived_reason(key, run.intent, False, run.optimizer.name)
 
 
 def is_writer() -> bool:

@@ -97,6 +97,13 @@ def nvidia_config(script_args: list[str]) -> tuple[Any, list[str]]:
     ), cli_overrides
 
 
+def as_case(config: Any, optimizer: str) -> tuple[Any, str]:
+    """(NVIDIA's config for a case of ``optimizer``, the optimizer its launcher built): Adam's settings applied where
+    the launcher trains another optimizer for an Adam case (:func:`real_adam`)."""
+    built = config.optimizer.optimizer
+    return (real_adam(config) if optimizer == "adam" and built != "adam" else config), built
+
+
 def real_adam(config: Any) -> Any:
     """NVIDIA's Adam settings for Kimi K2 where its launcher leaves the flat recipe's Muon (Bridge 0.6)."""
     from megatron.bridge.recipes.kimi.kimi_k2 import _apply_kimi_k2_optimizer
@@ -121,11 +128,7 @@ def scripts_importable(scripts: Path) -> Iterator[None]:
 
 
 def rebuilt(case: list[str], optimizer: str, scripts: Path) -> tuple[Any, str]:
-    """(NVIDIA's config of ``case`` (:func:`case_args`), the optimizer its launcher built) with ``scripts``; Adam's
-    settings applied where the launcher trains another optimizer for an Adam case (:func:`real_adam`)."""
+    """:func:`as_case` of NVIDIA's config of ``case`` (:func:`case_args`), built with ``scripts``."""
     with scripts_importable(scripts):
         config, _ = nvidia_config(case)
-    built = config.optimizer.optimizer
-    if optimizer == "adam" and built != "adam":
-        config = real_adam(config)
-    return config, built
+    return as_case(config, optimizer)
