@@ -24,6 +24,14 @@ def test_fp8_runs_report_the_fp8_peak_first_and_the_bf16_peak() -> None:
     assert [p.key for p in peaks_for("b200", bf16_first)] == ["b200_bf16", "b200_fp8"]
 
 
+def test_nvfp4_runs_report_the_fp4_peak_first_and_the_bf16_peak() -> None:
+    nvfp4 = PrecisionConfig(name="nvfp4", fp4="e2m1", fp4_recipe="nvfp4", peak="fp4")
+    peaks = peaks_for("gb300", nvfp4)
+    assert [(p.key, p.tflops) for p in peaks] == [("gb300_fp4", 15000), ("gb300_bf16", 2500)]
+    assert "nvfp4" in peaks[0].label
+    assert [(p.key, p.tflops) for p in peaks_for("gb200", nvfp4)] == [("gb200_fp4", 10000), ("gb200_bf16", 2500)]
+
+
 def test_bf16_runs_have_one_peak_and_unknown_gpus_none() -> None:
     bf16 = PrecisionConfig(name="bf16")
     assert [(p.key, p.tflops) for p in peaks_for("gb200", bf16)] == [("gb200_bf16", 2500)]

@@ -48,7 +48,7 @@ def test_the_preset_data_says_where_it_came_from() -> None:
     source = provenance()
     assert source["release"] == "0.3.1" and source["commit"].startswith("9c9dd84")
     # 50 + Qwen3 235B-A22B's 14 + Llama 3 70B's and 3.1 405B's 14 each + GPT-OSS 120B's 5 (BF16)
-    assert len(load()["presets"]) == 97 and "scripts/performance" in source["source"]
+    assert len(load()["presets"]) == 108 and "scripts/performance" in source["source"]
 
 
 @pytest.mark.parametrize("recipe", CLUSTER_RECIPES)

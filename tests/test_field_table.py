@@ -80,6 +80,8 @@ def test_every_declared_bridge_name_is_emitted_for_some_run(tmp_path) -> None:
             "parallel.moe_flex_dispatcher_backend=deepep",
         ),
         _emitted("qwen3_30b_a3b_soap", "cluster.container=nemo:26.08"),
+        _emitted("llama31_405b_adamw", "precision=nvfp4"),  # NVIDIA's NVFP4 preset: FP4 fields
+        _emitted("llama3_70b_adamw", "parallel.megatron_fsdp=true"),
         _emitted("deepseek_v3_adamw", "cluster.container=nemo:26.08"),  # NVIDIA's MXFP8 preset: FP8 output projection
         _emitted("qwen3_30b_a3b_adaptive_muon", "cluster.container=nemo:26.08", "optimizer.scalar_optimizer=lion"),
         _emitted(

@@ -20,6 +20,8 @@ from optbench.projection.expected_error import expected_error_cell
 from optbench.projection.ranking import rank_by_projection, ranking_lines
 from optbench.projection.twin import twin_recipe
 from optbench.resolve import resolve
+from optbench.validate import validate
+from optbench.engine.bridge.adapter import override_items
 
 FIELDS = ("step_time_s", "tflops_per_gpu", "tflops_per_gpu_with_ns", "mfu", "breakdown_s", "efficiency")
 
@@ -216,31 +218,22 @@ def test_the_projection_composes_nothing_it_is_handed(monkeypatch):
     assert projection.twin is not None and projection.expected_error.band.tflops_per_gpu and calls == []
 
 
-def test_a_preset_running_megatron_fsdp_gets_no_projection_and_says_why(capsys):
-    """Llama 3 70B's FP8 preset on GB300 runs Megatron FSDP, which the step model has no term for: the plan is built,
-    the projection is refused with the reason (and the published rows of that setup stay data)."""
-    from optbench.__main__ import main
-
-    assert (
-        main(
-            [
-                "plan",
-                "llama3_70b_adamw",
-                "precision=fp8_cs",
-                "cluster.container=nemo:26.04.01",
-                "force=true",
-                "description=fsdp",
-            ]
-        )
-        == 0
-    )
-    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  projection"))
-    assert "none: NVIDIA's llama3_70b/gb300/fp8_cs/adam preset runs Megatron FSDP (ddp.use_megatron_fsdp)" in line
-    # without force the memory refusal says why its estimate is no better: FSDP's sharding is not in it either
-    with pytest.raises(SystemExit) as stopped:
-        main(["plan", "llama3_70b_adamw", "precision=fp8_cs", "cluster.container=nemo:26.04.01", "description=fsdp"])
-    assert stopped.value.code == 2
-    refusal = capsys.readouterr().err.strip()
-    assert (
-        len(refusal.splitlines()) == 1 and "runs Megatron FSDP" in refusal and "nor does the memory estimate" in refusal
-    )
+def test_a_preset_running_megatron_fsdp_is_planned_with_its_collectives_and_sharded_memory():
+    """Llama 3 70B's FP8 preset on GB300 runs Megatron FSDP (TP1 PP1, DP 64): the run holds it
+    (parallel.megatron_fsdp), Bridge gets what NVIDIA's launcher sets beside it, the memory estimate shards the
+    weights and gradients, and the step prices the per-microbatch gathers (hidden behind the GEMMs here)."""
+    overrides = ["precision=fp8_cs", "cluster.container=nemo:26.04.01", "force=true"]
+    resolved = validate(compose_run("llama3_70b_adamw", overrides))
+    assert resolved.run.parallel.megatron_fsdp and resolved.layout.dp == 64
+    sent = dict(override_items(resolved.run))
+    assert sent["ddp.use_megatron_fsdp"] is True and sent["ddp.data_parallel_sharding_strategy"] == "optim_grads_params"
+    assert sent["checkpoint.ckpt_format"] == "fsdp_dtensor"
+    memory = resolved.memory.breakdown_gb
+    assert memory["fsdp_buffers"] > 0 and memory["weights"] < 140 / 64 * 1.1  # 70 B bf16 weights over 64 GPUs
+    projection = build_plan(resolved, overrides).projection
+    assert projection.available and projection.breakdown_s["fsdp_exposed"] == 0.0  # hidden behind the GEMMs
+    assert projection.breakdown_s["dp_grad_reduce_exposed"] == 0.0  # reduced every microbatch, none after the step
+    assert 0 < projection.breakdown_s["param_gather_exposed"] < 0.01  # the first layer's gather only
+    ddp = validate(compose_run("llama3_70b_adamw", [*overrides, "parallel.megatron_fsdp=false"]))
+    assert "fsdp_buffers" not in ddp.memory.breakdown_gb or ddp.memory.breakdown_gb["fsdp_buffers"] == 0
+    assert ddp.memory.breakdown_gb["weights"] > 30

@@ -245,7 +245,7 @@ def test_an_efficiency_carried_across_precision_goes_through_the_published_pairs
     crossed, own = bf16.projection.efficiency, mxfp8.projection.efficiency
     assert (crossed.of_peak, own.of_peak, own.status) == ("gb300_bf16", "gb300_fp8", "calibrated")
     ratio = crossed.precision_ratio
-    assert [pair.bf16 for pair in ratio.pairs] == [
+    assert ratio.precisions == "BF16/FP8" and [pair.lower for pair in ratio.pairs] == [
         "bridge_perf_summary 25.11 deepseek_v3 gb200 x256 bf16 adamw 782",
         "bridge_perf_summary 25.11 deepseek_v3 gb300 x256 bf16 adamw 961",
     ]
@@ -276,6 +276,27 @@ def test_the_precision_ratio_leaves_out_held_out_pairs_and_without_one_carries_t
     assert none.as_record("gb300", "gb300_bf16").status == "transferred to gb300_bf16"
     ratio = both.precision_ratio
     assert ratio.efficiency_at(ratio.efficiency_at(0.2, "gb300_bf16"), "gb300_fp8") == pytest.approx(0.2)
+
+
+def test_nvfp4_crosses_from_fp8_at_the_fp8_fp4_ratio_and_from_bf16_through_both():
+    """NVIDIA's NVFP4 rows pair with the FP8 rows of their setups (Llama 3 70B and 3.1 405B on GB200 and GB300); an
+    efficiency crosses one rung at its ratio and BF16 <-> FP4 at the product, and crossing back returns it."""
+    from optbench.projection.precision_ratio import PrecisionRatio, chained, pairs, row_rung
+
+    fp4_pairs = pairs(ROWS, "fp8", "fp4")
+    assert all(row_rung(fp8) == "fp8" and fp4.precision == "nvfp4" for fp8, fp4 in fp4_pairs)
+    assert {(fp4.model, fp4.gpu) for _, fp4 in fp4_pairs} == {
+        (model, gpu) for model in ("llama3_70b", "llama31_405b") for gpu in ("gb200", "gb300")
+    }
+    assert not pairs(ROWS, "bf16", "fp4")  # BF16 reaches FP4 through FP8 only
+    bf16_fp8 = PrecisionRatio(0.6, (("a", "b", 0.6),))
+    fp8_fp4 = PrecisionRatio(0.8, (("b", "c", 0.8),), "fp8", "fp4")
+    both = chained(bf16_fp8, fp8_fp4)
+    assert (both.label, both.value, len(both.pairs)) == ("BF16/FP4", pytest.approx(0.48), 2)
+    # GB300: FP4 peak 15000, FP8 5000: an FP8 fraction 0.2 at rate ratio 0.8 is 0.2 x 5000 / 0.8 of the FP4 peak.
+    assert fp8_fp4.efficiency_at(0.2, "gb300_fp4") == pytest.approx(0.2 * 5000 / 0.8 / 15000)
+    assert fp8_fp4.efficiency_at(fp8_fp4.efficiency_at(0.2, "gb300_fp4"), "gb300_fp8") == pytest.approx(0.2)
+    assert both.efficiency_at(both.efficiency_at(0.5, "gb200_fp4"), "gb200_bf16") == pytest.approx(0.5)
 
 
 @pytest.mark.slow  # a minute: a plan per model and release (every row: each row's command in make projection)

@@ -131,10 +131,15 @@ BRIDGE_030_BATCH = {
 }
 """Batch sizes our 26.02 train presets do not hold: Qwen3 on B200 keeps 26.02's MBS 1 (26.02.01: 4); DeepSeek-V3 on
 B200/B300 has no train preset (a command line sets train.gbs/mbs; the plan lists the departure from the preset)."""
-PUBLISHED_NOT_EXECUTED = {("26.02.01", "llama31_405b", "gb300", "fp8"), ("26.02.01", "llama3_70b", "gb300", "mxfp8")}
+PUBLISHED_NOT_EXECUTED = {
+    ("26.02.01", "llama31_405b", "gb300", "fp8"),
+    ("26.02.01", "llama3_70b", "gb300", "mxfp8"),
+    ("26.02.01", "llama3_70b", "gb300", "nvfp4"),
+}
 """Rows whose stated layout is not what NVIDIA's 0.3.1 launcher executes for that case (405B FP8: TP2 CP2 stated, TP4
-CP1 executed; 70B MXFP8: MBS 2 without VPP stated, MBS 1 VPP 5 executed): the projection types the stated values
-(plan/row_runs.py), so these rows are scored at the layout NVIDIA published."""
+CP1 executed; 70B MXFP8: MBS 2 without VPP stated, MBS 1 VPP 5 executed; 70B NVFP4: PP1 MBS 2 stated, PP4 VPP5 MBS 1
+executed): the projection types the stated values (plan/row_runs.py), so these rows are scored at the layout NVIDIA
+published."""
 NON_DEFAULT_VARIANT_GBS = {"15360"}
 """DeepSeek-V3 26.06 GB300 at GBS 15360: NVIDIA's named variant (DEEPSEEK_V3_..._GB300_FP8_MX_GBS15360), not the
 default."""
@@ -224,6 +229,18 @@ def test_nvidias_h100_preset_brings_its_sequence_parallelism_with_its_tensor_par
 def test_a_tp_typed_to_1_over_nvidias_h100_preset_leaves_its_sequence_parallelism_behind() -> None:
     run = compose_run("kimi_k2_muon", ["cluster=h100", "precision=fp8_cs", "parallel.tp=1"])
     assert (run.parallel.tp, run.parallel.sequence_parallel) == (1, False)
+
+
+def test_sequence_parallelism_follows_a_typed_tp_as_nvidias_launcher_sets_it_unless_typed_too() -> None:
+    """NVIDIA's launcher sets sequence_parallel = tp > 1 from a TP it is given; so does a typed parallel.tp (issue 79's
+    done-when: `make plan RECIPE=qwen3_30b_a3b_muon parallel.tp=2` plans, MoE at TP 2 and EP > 1 needing it)."""
+    run = compose_run("qwen3_30b_a3b_muon", ["parallel.tp=2"])
+    assert (run.parallel.tp, run.parallel.sequence_parallel) == (2, True) and run.parallel.ep > 1
+    assert collect_problems(run) == []
+    typed_off = compose_run("qwen3_30b_a3b_muon", ["parallel.tp=2", "parallel.sequence_parallel=false"])
+    assert typed_off.parallel.sequence_parallel is False
+    assert [p.field for p in collect_problems(typed_off)] == ["parallel.sequence_parallel"]
+    assert compose_run("qwen3_30b_a3b_muon").parallel.sequence_parallel is False  # untyped: the recipe's
 
 
 def test_sequence_parallelism_without_tensor_parallelism_is_refused_as_megatron_drops_or_refuses_it() -> None:

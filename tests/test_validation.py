@@ -105,7 +105,7 @@ INVALID = [
     (
         "moe-tp-needs-sp",
         Q,
-        ["parallel.tp=2", "parallel.num_gpus=16"],
+        ["parallel.tp=2", "parallel.num_gpus=16", "parallel.sequence_parallel=false"],
         "parallel.sequence_parallel",
         "requires sequence parallelism",
     ),
@@ -337,6 +337,31 @@ INVALID = [
         ["precision.fp8_recipe=tensorwise"],
         "precision.fp8_output_proj",
         "the FP8 output projection runs only under MXFP8",
+    ),
+    # Megatron FSDP and NVFP4 (issue 79's Llama rows):
+    ("fsdp-with-muon", K, ["parallel.megatron_fsdp=true"], "parallel.megatron_fsdp", "has no FSDP branch"),
+    (
+        "fsdp-without-distributed-optimizer",
+        "llama3_70b_adamw",
+        ["parallel.megatron_fsdp=true", "optimizer.use_distributed_optimizer=false"],
+        "optimizer.use_distributed_optimizer",
+        "always runs the distributed optimizer",
+    ),
+    ("nvfp4-on-hopper", "llama3_70b_adamw", ["precision=nvfp4", "cluster=h100"], "precision", "FP4 peak"),
+    ("fp4-beside-fp8", Q, ["precision.fp4=e2m1"], "precision.fp4", "refuses both at once"),
+    (
+        "fp4-param-gather-without-fp4",
+        Q,
+        ["precision.fp4_param_gather=true"],
+        "precision.fp4_param_gather",
+        "need an FP4 recipe",
+    ),
+    (
+        "fp4-param-gather-before-0.4.2",
+        "llama3_70b_adamw",
+        ["precision=nvfp4", "precision.fp4_param_gather=true", "cluster.container=nemo:26.04", "intent=train"],
+        "precision.fp4_param_gather",
+        "has no FP4 parameter all-gather",
     ),
     (
         "precision-aware-adam-without-distributed-optimizer",

@@ -55,6 +55,7 @@ MIXED_PRECISION_PRESETS = {
     "bf16": "bf16_mixed",
     "fp8_cs": "bf16_with_fp8_current_scaling_mixed",
     "mxfp8": "bf16_with_mxfp8_mixed",
+    "nvfp4": "bf16_with_nvfp4_mixed",
 }
 """As conf/precision/*.yaml's bridge_mixed_precision."""
 OPTIMIZERS = {"kimi_k2": ("muon", "adam")}

@@ -46,23 +46,32 @@ class _Shards:
     etp: int
 
 
-def _gemm_input_bytes(fp8: bool) -> int:
-    return 1 if fp8 else BF16
+def quantized_bytes(run: RunConfig) -> float:
+    """Bytes per element of a GEMM input kept quantized for the backward: 1 under FP8, 0.5 + 1/16 under NVFP4 (an
+    E4M3 scale per 16 values), 0 (none kept) in BF16."""
+    if run.precision.fp4 is not None:
+        return 0.5 + 1 / 16
+    return 1.0 if run.precision.fp8 is not None else 0.0
 
 
-def attention_bytes_per_token(run: RunConfig, shards: _Shards, fp8: bool, modules: set[str]) -> float:
-    """Bytes the attention block of one layer keeps per token."""
+def _gemm_input_bytes(quantized: float) -> float:
+    return quantized or BF16
+
+
+def attention_bytes_per_token(run: RunConfig, shards: _Shards, quantized: float, modules: set[str]) -> float:
+    """Bytes the attention block of one layer keeps per token (``quantized``: :func:`quantized_bytes`)."""
     m = run.model
+    quantized_copies = quantized > 0
     h, heads, tp = m.hidden_size, m.num_attention_heads, shards.tp
-    gemm_in = _gemm_input_bytes(fp8)
+    gemm_in = _gemm_input_bytes(quantized)
     kept = BF16 * h / shards.seq  # residual stream into input_layernorm
     if m.multi_latent_attention:
         qk, rope, v = m.qk_head_dim or 0, m.qk_pos_emb_head_dim or 0, m.v_head_dim or 0
         q_lora, kv_lora = m.q_lora_rank or 0, m.kv_lora_rank or 0
-        # The normed input feeds two projections: under FP8 each keeps its own 1-byte copy, in bf16
+        # The normed input feeds two projections: quantized, each keeps its own copy, in bf16
         # they share it (recomputed instead under `layernorm` recompute).
-        if fp8:
-            kept += 2 * h / shards.seq
+        if quantized_copies:
+            kept += 2 * quantized * h / shards.seq
         elif "layernorm" not in modules:
             kept += BF16 * h / shards.seq
         kept += BF16 * (q_lora + kv_lora + rope) / shards.seq  # latents (inputs of the up-projections' norms)
@@ -80,15 +89,15 @@ def attention_bytes_per_token(run: RunConfig, shards: _Shards, fp8: bool, module
             kept += BF16 * (heads + groups) * kv / tp  # Q, K before their norms
         out = heads * kv
     kept += BF16 * out / tp  # attention output (kept by fused attention, input of the projection)
-    kept += (1 if fp8 else 0) * out / tp  # its quantized copy for the output projection
+    kept += quantized * out / tp  # its quantized copy for the output projection
     return kept
 
 
-def ffn_bytes_per_token(run: RunConfig, layer: int, shards: _Shards, fp8: bool, modules: set[str]) -> float:
-    """Bytes the FFN block (dense MLP or MoE) of one layer keeps per token."""
+def ffn_bytes_per_token(run: RunConfig, layer: int, shards: _Shards, quantized: float, modules: set[str]) -> float:
+    """Bytes the FFN block (dense MLP or MoE) of one layer keeps per token (``quantized``: :func:`quantized_bytes`)."""
     m = run.model
     h, tp = m.hidden_size, shards.tp
-    gemm_in = _gemm_input_bytes(fp8)
+    gemm_in = _gemm_input_bytes(quantized)
     residual = BF16 * h / shards.seq
     if not is_moe_layer(m, layer):
         if "mlp" in modules:
@@ -101,7 +110,7 @@ def ffn_bytes_per_token(run: RunConfig, layer: int, shards: _Shards, fp8: bool, 
     kept += 2 * FP32 * (m.num_moe_experts or 0) / shards.seq  # router logits and scores
     shared = m.moe_shared_expert_intermediate_size
     if shared and "shared_experts" not in modules:
-        kept += (1 if fp8 else 0) * h / shards.seq + BF16 * 2 * shared / tp + gemm_in * shared / tp
+        kept += quantized * h / shards.seq + BF16 * 2 * shared / tp + gemm_in * shared / tp
     ffn = (m.moe_ffn_hidden_size or 0) / shards.etp
     per_pair = gemm_in * h + BF16 * 2 * ffn + (0 if "moe_act" in modules else gemm_in * ffn)
     return kept + m.moe_router_topk * shards.etp * per_pair / shards.seq
@@ -110,9 +119,11 @@ def ffn_bytes_per_token(run: RunConfig, layer: int, shards: _Shards, fp8: bool, 
 def layer_bytes_per_token(run: RunConfig, layer: int, tp: int, sequence_parallel: bool, etp: int) -> float:
     """Bytes one layer keeps per local token (before the context-parallel split) without full recompute."""
     shards = _Shards(tp=tp, seq=tp if sequence_parallel and tp > 1 else 1, etp=etp)
-    fp8 = run.precision.fp8 is not None
+    quantized = quantized_bytes(run)
     modules = set(run.parallel.recompute_modules or []) if run.parallel.recompute_granularity == "selective" else set()
-    return attention_bytes_per_token(run, shards, fp8, modules) + ffn_bytes_per_token(run, layer, shards, fp8, modules)
+    return attention_bytes_per_token(run, shards, quantized, modules) + ffn_bytes_per_token(
+        run, layer, shards, quantized, modules
+    )
 
 
 def forwards_in_flight(layout: Layout, pp_rank: int) -> list[int]:

@@ -4,9 +4,11 @@ Bytes per parameter held by a rank (its pipeline stages, TP/ETP shard and EP sli
 
 * weights: 2 (bf16). Under FP8 / MXFP8 without ``fp8_param_gather`` Transformer Engine also keeps
   quantized copies of every GEMM weight across the microbatches of a step (row- and column-wise:
-  about 2 more bytes, term ``fp8_weight_copies``); with ``fp8_param_gather`` the weights themselves
-  are those copies (2 bytes, no extra term).
+  about 2 more bytes, term ``fp8_weight_copies``; under NVFP4 2 x (0.5 + 1/16)); with ``fp8_param_gather``
+  (``fp4_param_gather``) the weights themselves are those copies (no extra term).
 * gradients: the DDP buffer of every local parameter, 4 bytes with ``grad_reduce_in_fp32``, else 2.
+* Megatron FSDP (``parallel.megatron_fsdp``): weights and gradients sharded as the optimizer state is, plus two whole
+  layers (weights and gradients) gathered at a time (term ``fsdp_buffers``; NVIDIA's presets double-buffer).
 * optimizer state: AdamW keeps fp32 master weights, exp_avg and exp_avg_sq (12 bytes; 8 where the run's
   NVIDIA preset keeps the moments in BF16 with Megatron's precision-aware optimizer, Bridge's DeepSeek-V3 recipe); with
   the element-wise distributed optimizer they are sharded over DP x CP (dense) and expert-DP (experts).
@@ -37,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from optbench.accounting.activations import forwards_in_flight, layer_bytes_per_token
+from optbench.accounting.activations import forwards_in_flight, layer_bytes_per_token, quantized_bytes
 from optbench.accounting.ns_flops import (
     DpGroupWork,
     OwnedItem,
@@ -68,7 +70,16 @@ OMISSIONS = (
     "FP8 scale tensors",
     "optimizer-step transients (Newton-Schulz workspaces)",
 )
-TERMS = ("weights", "fp8_weight_copies", "gradients", "optimizer_state", "activations", "logits", "allowance")
+TERMS = (
+    "weights",
+    "fp8_weight_copies",
+    "gradients",
+    "fsdp_buffers",
+    "optimizer_state",
+    "activations",
+    "logits",
+    "allowance",
+)
 
 
 @dataclass(frozen=True)
@@ -207,7 +218,8 @@ def estimate_memory(
     ``layout``, ``placement``, ``optimizer_bytes`` (:func:`optimizer_bytes_per_rank`): the resolved run's
     (``ResolvedRun.memory`` is the one caller).
     """
-    fp8 = run.precision.fp8 is not None
+    quantized = quantized_bytes(run)
+    gathered_quantized = run.precision.fp8_param_gather or run.precision.fp4_param_gather
     grad_bytes = 4 if run.optimizer.grad_reduce_in_fp32 else 2
     stages = []
     for pp_rank in range(layout.pp):
@@ -215,13 +227,24 @@ def estimate_memory(
         # Every EP rank holds as many experts, shaped alike (placement.ExpertSlice): the first is the busiest.
         params = list(held.dense) + list(held.experts[0])
         numel = sum(x.numel for x in params)
-        gemm = sum(x.numel for x in params if _is_fp8_gemm_weight(x.spec))
+        held_numel, fsdp_buffers = numel, 0.0
+        if run.parallel.megatron_fsdp:
+            # Sharded over DP x CP (experts: expert-DP); two layers at a time gathered whole (double buffer), each
+            # with its gradients before they are reduce-scattered.
+            layers = sum(len(s.decoder_layers) for s in placement.stages if s.pipeline_rank == pp_rank) or 1
+            fsdp_buffers = 2 * numel / layers * (2 + grad_bytes) / GB
+            numel = (
+                sum(x.numel for x in held.dense) / (layout.dp * layout.cp)
+                + sum(x.numel for x in held.experts[0]) / layout.edp
+            )
+        gemm = sum(x.numel for x in params if _is_fp8_gemm_weight(x.spec)) * numel / held_numel
         ranks = [r for r in range(layout.world_size) if pipeline_rank_of(layout, r) == pp_rank]
         activations, logits, in_flight = _activation_gb(run, layout, placement, pp_rank)
         terms = {
             "weights": 2 * numel / GB,
-            "fp8_weight_copies": (2 * gemm / GB) if fp8 and not run.precision.fp8_param_gather else 0.0,
+            "fp8_weight_copies": (2 * quantized * gemm / GB) if quantized and not gathered_quantized else 0.0,
             "gradients": grad_bytes * numel / GB,
+            "fsdp_buffers": fsdp_buffers,
             "optimizer_state": max(optimizer_bytes[r] for r in ranks) / GB,
             "activations": activations,
             "logits": logits,

@@ -3,7 +3,8 @@
 Peaks come from ``optbench/data/gpus.csv`` (datasheet or vendor figures, rack
 NVL72 figures divided by 72, no sparsity). MFU = achieved TFLOP/s per GPU / peak TFLOP/s per GPU.
 Under FP8 (current scaling) or MXFP8 a run is reported against the FP8 peak (as Megatron Bridge's
-team quotes it) and against the BF16 peak, so that it can be set beside a BF16 run.
+team quotes it) and against the BF16 peak, so that it can be set beside a BF16 run; under NVFP4, against the FP4
+peak and the BF16 peak.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def _peak(gpu: str, precision_key: str, shown_as: str) -> Peak:
 def peaks_for(gpu: str, precision: PrecisionConfig) -> list[Peak]:
     """The peaks an MFU of ``gpu`` at ``precision`` is reported against, the primary one first.
 
-    FP8 / MXFP8 runs: the FP8 peak, then the BF16 peak. BF16 (and FP16) runs: the BF16 peak.
+    FP8 / MXFP8 runs: the FP8 peak, then the BF16 peak; NVFP4 runs: the FP4 peak, then the BF16 peak. BF16 (and
+    FP16) runs: the BF16 peak.
     ``precision.peak`` may ask for the other order. A GPU that is not in the catalog (``auto``,
     ``cpu``) has no published peak: the result is empty and the caller supplies its own (the local
     engine measures one).
@@ -51,6 +53,9 @@ def peaks_for(gpu: str, precision: PrecisionConfig) -> list[Peak]:
         return []
     spec = gpu_catalog()[gpu]
     bf16 = _peak(gpu, "bf16", "bf16")
+    if precision.fp4 is not None and "fp4" in spec.peak_tflops:
+        fp4 = _peak(gpu, "fp4", precision.fp4_recipe or "fp4")
+        return [bf16, fp4] if precision.peak == "bf16" else [fp4, bf16]
     if precision.fp8 is None or "fp8" not in spec.peak_tflops:
         return [bf16]
     fp8 = _peak(gpu, "fp8", precision.fp8_recipe if precision.fp8_recipe == "mxfp8" else "fp8")

@@ -67,7 +67,7 @@ def layout_matches(run: RunConfig, layout: dict[str, int | None], lay: Layout | 
         "cp": lay.cp,
         "ep": lay.ep,
         "etp": lay.etp,
-        "fsdp": 0,  # Megatron FSDP is not in our config: a run matches only a row that ran DDP or does not say
+        "fsdp": lay.dp * lay.cp if run.parallel.megatron_fsdp else 0,  # the sharding group; 0: DDP
     }
     return all(value is None or ours[key] == value for key, value in layout.items())
 

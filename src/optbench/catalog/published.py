@@ -226,16 +226,12 @@ def load_inconsistent(directory: str | Path) -> dict[str, str]:
 
 def data_only_reason(row: PublishedRow) -> str | None:
     """Why the projection keeps ``row`` as data and scores nothing of it (None when it scores it): its model is a
-    catalog entry only (models.csv's ``not_projected``), or it ran Megatron FSDP, which our config does not hold."""
+    catalog entry only (models.csv's ``not_projected``)."""
     from optbench.catalog.models import model_registry
 
     entry = model_registry().get(row.model)
     if entry is not None and entry.not_projected:
         return f"{row.model} is a catalog model, {entry.not_projected}"
-    if row.layout.get("fsdp"):
-        return (
-            f"Megatron FSDP (sharding group {row.layout['fsdp']}) is not in our config: the row is data, not projected"
-        )
     return None
 
 

@@ -246,7 +246,7 @@ def compose_run(recipe: str, overrides: Sequence[str] = ()) -> RunConfig:
         for field, value in release.items():
             OmegaConf.update(cfg, field, value, merge=True)
         run = _checked(cfg, [*release_layout.as_overrides(release), *overrides], secrets_checked=True)
-    return follow_stage_overrides(run, overrides)
+    return release_layout.sequence_parallel_follows_tp(follow_stage_overrides(run, overrides), overrides)
 
 
 def _checked(cfg: DictConfig, overrides: Sequence[str], secrets_checked: bool = False) -> RunConfig:

@@ -18,6 +18,7 @@ the model's published values (conf/model, conf/optimizer).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,12 @@ REPRODUCE_FIELDS = {
     bridge: ours for bridge, ours in preset_fields("reproduce").items() if bridge not in preset_fields("train")
 }
 """Library-recipe values taken from a later release for intent=reproduce only (the schema's preset='reproduce')."""
+
+
+FOLLOW_THE_RELEASE = ("precision.fp4_param_gather",)
+"""Fields a typed ``precision=`` group does not decide: the typed precision's own Bridge preset sets them differently
+per release (``bf16_with_nvfp4_mixed`` keeps FP4 weight copies from Bridge 0.4.2, whose field is new there), so the
+release's preset supplies them unless the field itself is typed."""
 
 
 def _current(run: RunConfig, field: str) -> Any:
@@ -91,16 +98,26 @@ def layout_values(run: RunConfig, user_overrides: Sequence[str]) -> dict[str, An
     supplied = preset_fields(run.intent)
     kept = {supplied.get(key) for key in presets.departure_reasons(run)}
     out = {}
-    # The preset's sequence parallelism goes with its TP: on a TP the user set to 1, Megatron refuses it.
-    follows_tp = "parallel.tp" in typed and run.parallel.tp == 1
     for field, value in release_values(run).items():
-        if field in typed or field in kept or field.split(".")[0] in groups:
+        if field in typed or field in kept or (field.split(".")[0] in groups and field not in FOLLOW_THE_RELEASE):
             continue
-        if field == "parallel.sequence_parallel" and follows_tp:
-            continue
+        if field == "parallel.sequence_parallel" and "parallel.tp" in typed:
+            continue  # it follows the typed TP (sequence_parallel_follows_tp), not the preset's
         if _current(run, field) != value:
             out[field] = value
     return out
+
+
+def sequence_parallel_follows_tp(run: RunConfig, user_overrides: Sequence[str]) -> RunConfig:
+    """``run`` with sequence parallelism on above TP 1 and off at TP 1 where the user typed ``parallel.tp`` and not
+    ``parallel.sequence_parallel``, as NVIDIA's launcher sets it from a TP it is given (scripts/performance
+    utils/overrides.py: ``sequence_parallel = bool(tensor_model_parallel_size > 1)``, Bridge 0.3-0.6). Megatron
+    refuses sequence parallelism at TP 1, and an MoE model at TP > 1 with EP > 1 without it."""
+    typed = set(typed_keys(user_overrides))
+    wanted = run.parallel.tp > 1
+    if "parallel.tp" not in typed or "parallel.sequence_parallel" in typed or run.parallel.sequence_parallel == wanted:
+        return run
+    return dataclasses.replace(run, parallel=dataclasses.replace(run.parallel, sequence_parallel=wanted))
 
 
 def as_overrides(values: dict[str, Any]) -> list[str]:

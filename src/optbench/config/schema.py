@@ -67,7 +67,7 @@ from optbench.common.outputs import MAX_PATH
 ENGINES = ("local", "megatron_bridge")
 INTENTS = ("reproduce", "train")
 """reproduce: NVIDIA's measured Bridge configuration; train: the same with real routing, NaN checks and evaluation."""
-PRECISIONS = ("bf16", "fp16", "fp8_cs", "mxfp8")
+PRECISIONS = ("bf16", "fp16", "fp8_cs", "mxfp8", "nvfp4")
 DATA_KINDS = ("mock", "synthetic", "indexed")
 WANDB_MODES = ("offline", "online", "disabled")
 EXECUTORS = ("local", "slurm")
@@ -78,7 +78,7 @@ class PrecisionConfig(Frozen):
     """Mixed precision recipe and what it implies."""
 
     name: str = setting("???", Choice(PRECISIONS))
-    """bf16, fp16, fp8_cs (FP8 current scaling) or mxfp8 (Blackwell block scaling)."""
+    """bf16, fp16, fp8_cs (FP8 current scaling), mxfp8 (Blackwell block scaling) or nvfp4 (Blackwell FP4)."""
     params_dtype: str = setting("bf16", Choice(("bf16", "fp16")))
     """Dtype of the model weights (bf16 or fp16)."""
     fp8: Optional[str] = setting(None, Choice(("hybrid", "e4m3")), bridge="mixed_precision.fp8")
@@ -113,10 +113,25 @@ class PrecisionConfig(Frozen):
     fp8_output_proj: bool = setting(False, Flag(), readers=BRIDGE, bridge="model.fp8_output_proj", preset="every")
     """Keep the attention output projection's input in FP8 (needs precision.fp8_recipe=mxfp8; Megatron Core 0.18+,
     nemo:26.06+); NVIDIA's DeepSeek-V3 MXFP8 presets set it from nemo:26.06."""
+    fp4: Optional[str] = setting(None, Choice(("e2m1",)), readers=BRIDGE, bridge="mixed_precision.fp4")
+    """Transformer Engine FP4 format (e2m1); null for no FP4. Excludes precision.fp8 (Megatron Bridge: "fp4 and fp8
+    cannot be used simultaneously")."""
+    fp4_recipe: Optional[str] = setting(None, Choice(("nvfp4",)), readers=BRIDGE, bridge="mixed_precision.fp4_recipe")
+    """nvfp4 (16-element blocks with FP8 scales, Transformer Engine's NVFP4BlockScaling)."""
+    fp4_param_gather: bool = setting(
+        False,
+        Flag(),
+        readers=BRIDGE,
+        bridge=("mixed_precision.fp4_param_gather", "mixed_precision.fp4_param"),
+        preset="every",
+    )
+    """Keep FP4 weight copies for the parameter all-gather (a field of Megatron Bridge 0.4.2+, nemo:26.04.01+, where
+    its NVFP4 preset turns it on, and NVIDIA's Kimi K2 NVFP4 preset keeps it under layer-wise Muon)."""
     bridge_mixed_precision: str = setting("bf16_mixed", Choice(BRIDGE_MIXED_PRECISION_PRESETS), readers=BRIDGE)
     """Name of the Megatron Bridge mixed-precision preset this maps to."""
-    peak: str = setting("bf16", Choice(("bf16", "fp8")))
-    """Which peak tensor throughput MFU divides by first: bf16 or fp8 (the other is reported too)."""
+    peak: str = setting("bf16", Choice(("bf16", "fp8", "fp4")))
+    """Which peak tensor throughput MFU divides by first: bf16, fp8 or fp4 (the others of the run's precision are
+    reported too)."""
 
 
 DEFAULT_CONTAINER = "nemo:26.08"

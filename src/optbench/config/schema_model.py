@@ -173,6 +173,11 @@ class ParallelConfig(Frozen):
     """Expert tensor parallel size."""
     sequence_parallel: bool = setting(False, Flag(), readers=BRIDGE, bridge="model.sequence_parallel", preset="every")
     """Shard activations along the sequence inside TP regions."""
+    megatron_fsdp: bool = setting(False, Flag(), readers=BRIDGE, bridge="ddp.use_megatron_fsdp", preset="every")
+    """Megatron FSDP (ZeRO-3): weights, gradients and optimizer state sharded over DP x CP (experts: expert-DP),
+    each layer's weights all-gathered in the forward and again in the backward and its gradients reduce-scattered,
+    every microbatch (Bridge's ``ddp.use_megatron_fsdp`` with sharding strategy ``optim_grads_params``, as NVIDIA's
+    Llama 3 70B FP8 presets on GB200/GB300 run it). AdamW only."""
     pipeline_layout: Optional[List[List[str]]] = setting(
         None,
         Items(Items(Choice(PIPELINE_LAYOUT_ENTRIES), 1024 + 18), 4096),

@@ -30,7 +30,7 @@ from optbench.compose.recipe_choice import recipe_group_choice
 from optbench.config.layout import derive_layout
 from optbench.config.schema import RunConfig
 from optbench.projection.row_config import STATED, RowConfig, row_key
-from optbench.releases import presets, versions
+from optbench.releases import versions
 from optbench.releases.hydra_values import format_override
 from optbench.resolve import ResolvedRun
 from optbench.validate import validate
@@ -77,12 +77,19 @@ def _stated(stated: tuple[tuple[str, int], ...], run: RunConfig) -> list[str]:
         "gbs": run.train.gbs,
         "mbs": run.train.mbs,
         "seq_length": run.train.seq_length,
+        "fsdp": lay.dp * lay.cp if run.parallel.megatron_fsdp else 0,
     }
     out = []
     for column, value in stated:
         if ours[column] == value:
             continue
+        if column == "fsdp":
+            out.append(f"{STATED[column]}={'true' if value else 'false'}")
+            continue
         out.append(f"{STATED[column]}={'null' if column == 'vpp' and value == 1 else value}")
+    columns = dict(stated)
+    if columns.get("pp") == 1 and "vpp" not in columns and lay.vpp > 1:
+        out.append(f"{STATED['vpp']}=null")  # one stage cannot interleave (26.02.01's Llama 3 70B GB300 NVFP4 row)
     return out
 
 
@@ -124,8 +131,6 @@ def _row(
         if no_mtp and layout and not rebalanced and any("mtp" in stage for stage in layout):  # the preset places MTP
             typed.append(format_override("parallel.pipeline_layout", [[e for e in s if e != "mtp"] for s in layout]))
         config = RowConfig(recipe, tuple(base + typed), own, tuple(typed))
-        if (unpriced := presets.unpriced_setting(composed)) is not None:
-            return unpriced, unpriced
         return config, validate(compose_run(recipe, list(config.overrides)) if typed else composed)
     except UserError as err:
         reason = err.lines()[0].removeprefix("error: ")

@@ -48,9 +48,9 @@ def anchor_record(calibration: Any) -> dict[str, Any]:
 
 def anchors_document(solved: dict[str, Any], gemm_rates: dict[str, float | None]) -> dict[str, Any]:
     """What ``make projection`` writes: every AdamW row solved (row id -> :func:`anchor_record`) or why it cannot
-    anchor (row id -> reason), the effective GEMM rate of every row of a BF16/FP8 pair (row id -> FLOP/s, null when
-    it has none: :mod:`optbench.projection.precision_ratio`), and the assumptions they were solved at (a plan at
-    other assumptions solves live)."""
+    anchor (row id -> reason), the effective GEMM rate of every row of a BF16/FP8 or FP8/FP4 pair (row id ->
+    FLOP/s, null when it has none: :mod:`optbench.projection.precision_ratio`), and the assumptions they were solved
+    at (a plan at other assumptions solves live)."""
     return {
         "about": "every published AdamW row's efficiency, solved at its executed configuration "
         "(optbench.projection.anchors): what make plan reads instead of composing its anchor",
@@ -91,7 +91,8 @@ def committed_unsolved(results_dir: str | None = None) -> dict[str, str]:
 
 
 def committed_gemm_rates(results_dir: str | None = None) -> dict[str, float | None]:
-    """The BF16/FP8 pair rows' effective GEMM rates ``make projection`` wrote (row id -> FLOP/s or None), or {}."""
+    """The BF16/FP8 and FP8/FP4 pair rows' effective GEMM rates ``make projection`` wrote (row id -> FLOP/s or None),
+    or {}."""
     rates = _document(results_dir).get("gemm_rates", {})
     if not isinstance(rates, dict):
         return {}

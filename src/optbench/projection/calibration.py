@@ -44,7 +44,14 @@ from optbench.projection.anchors import committed_anchors, committed_gemm_rates,
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.carried import GemmShape, committed_table, fitted_without, gemm_shape, setup_of
 from optbench.projection.expert_rates import ExpertRates, expert_rates
-from optbench.projection.precision_ratio import PrecisionRatio, gemm_precision, live_rate, precision_ratio
+from optbench.projection.precision_ratio import (
+    RUNGS,
+    PrecisionRatio,
+    chained,
+    gemm_precision,
+    live_rate,
+    precision_ratio,
+)
 from optbench.projection.row_solve import solve_at
 from optbench.projection.section import EfficiencyRecord
 from optbench.projection.work import gemm_peak
@@ -122,7 +129,8 @@ class Calibration:
     crossed_from: str = ""
     """The anchor's GEMM peak when the efficiency was carried to another precision's (:mod:`precision_ratio`)."""
     precision_ratio: PrecisionRatio | None = None
-    """The BF16/FP8 rate ratio it was carried at (None: carried as the same fraction of peak, unmeasured)."""
+    """The rate ratio (BF16/FP8, FP8/FP4 or both) it was carried at (None: carried as the same fraction of peak,
+    unmeasured)."""
     carried: tuple[tuple[str, str], ...] = ()
     """From the carried table (:mod:`optbench.projection.carried`): how its GPU, model and release terms were found;
     empty when solved on an anchor row of the run's own model and GPU."""
@@ -148,7 +156,8 @@ class Calibration:
     def as_record(self, run_gpu: str, run_peak: str | None = None) -> EfficiencyRecord:
         """plan.json's ``efficiency`` for a run on ``run_gpu`` at GEMM peak ``run_peak``."""
         if self.crossed_from:  # the anchor's peak names its GPU as well
-            moves = [f"from {self.crossed_from} at BF16/FP8 rate ratio {self.precision_ratio.value:.3f}"]
+            ratio = self.precision_ratio
+            moves = [f"from {self.crossed_from} at {ratio.label} rate ratio {ratio.value:.3f}"]
         else:
             moves = [f"from {self.anchor_gpu}"] if self.across_gpu(run_gpu) else []
             if run_peak is not None and self.across_precision(run_peak):
@@ -374,7 +383,9 @@ def calibrate(
         return None
     if calibration is None or not calibration.across_precision(run_peak):
         return calibration
-    ratio = _precision_ratio(str(directory), assumptions, holdout, row_runs)
+    ratio = _crossing(
+        str(directory), assumptions, holdout, row_runs, gemm_precision(calibration.peak_key), gemm_precision(run_peak)
+    )
     if ratio is None:
         return calibration
     return replace(
@@ -386,16 +397,34 @@ def calibrate(
     )
 
 
+def _crossing(
+    published: str, assumptions: Assumptions, holdout: Holdout, row_runs: RowRuns, anchor: str, run: str
+) -> PrecisionRatio | None:
+    """The ratio between the anchor's and the run's GEMM precisions: one rung's, or two chained (BF16 <-> FP4);
+    None where a rung has no pair."""
+    low, high = sorted((anchor, run), key=RUNGS.index)
+    steps = RUNGS[RUNGS.index(low) : RUNGS.index(high) + 1]
+    ratios = [_precision_ratio(published, assumptions, holdout, row_runs, a, b) for a, b in zip(steps, steps[1:])]
+    if not ratios or any(r is None for r in ratios):
+        return None
+    return ratios[0] if len(ratios) == 1 else chained(ratios[0], ratios[1])
+
+
 @lru_cache(maxsize=64)
 def _precision_ratio(
-    published: str, assumptions: Assumptions, holdout: Holdout, row_runs: RowRuns
+    published: str,
+    assumptions: Assumptions,
+    holdout: Holdout,
+    row_runs: RowRuns,
+    lower: str = "bf16",
+    higher: str = "fp8",
 ) -> PrecisionRatio | None:
-    """The BF16/FP8 ratio over the pairs ``holdout`` keeps: a plan's from the rates ``make projection`` committed,
-    a validation scheme's (and any other assumptions' or folder's) solved live."""
+    """The ``lower``/``higher`` ratio over the pairs ``holdout`` keeps: a plan's from the rates ``make projection``
+    committed, a validation scheme's (and any other assumptions' or folder's) solved live."""
     stored = committed_gemm_rates() if _reads_committed_solutions(published, holdout, assumptions) else {}
 
     def rate(row: PublishedRow) -> float | None:
         name = row_id(row)
         return stored[name] if name in stored else live_rate(row, assumptions, row_runs)
 
-    return precision_ratio(load_published(published), row_id, holdout.keeps, rate)
+    return precision_ratio(load_published(published), row_id, holdout.keeps, rate, lower, higher)

@@ -47,6 +47,7 @@ from optbench.catalog.hardware import gpu_catalog
 from optbench.config.schema import ModelConfig
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from optbench.projection.expert_rates import ExpertRates
+from optbench.projection.precision_ratio import row_rung
 from optbench.projection.row_config import RowRuns
 from optbench.projection.row_solve import solve_at
 from optbench.catalog.published import (
@@ -196,10 +197,15 @@ class CarriedTable:
 
 def fit_rows(rows: Sequence[PublishedRow], row_runs: RowRuns, inconsistent: Sequence[str] = ()) -> list[PublishedRow]:
     """The rows a table may be fitted on: AdamW, a model-only figure, a release whose preset we executed, not
-    contradicted by its own setup."""
+    contradicted by its own setup, GEMMs in BF16 or FP8. NVFP4 rows stay out: the table is read as a fraction of the
+    FP8 peak, and a run in NVFP4 reaches it through the FP8/FP4 rate ratio of the published pairs
+    (:mod:`optbench.projection.precision_ratio`), as a BF16 run does through BF16/FP8. Fitted in, their fraction of a
+    peak three times FP8's would move the GPU and model terms of every other row."""
     kept = []
     for row in rows:
         if row.optimizer != "adamw" or not row.model_tflops_per_gpu or row_id(row) in inconsistent:
+            continue
+        if row_rung(row) == "fp4":
             continue
         config = row_runs.config(row)
         if not isinstance(config, str) and config.in_domain and not isinstance(row_runs.run(row), str):

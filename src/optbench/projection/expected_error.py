@@ -186,12 +186,12 @@ _parsed: dict[tuple[str, int], dict] = {}
 """The last validation.json parsed, by (path, hash of its bytes)."""
 
 
-def across_precision(pairs: int) -> ExpectedError:
+def across_precision(pairs: int, ratio: str = "BF16/FP8") -> ExpectedError:
     """What a plan says instead of the out-of-sample error when its efficiency crosses precision (a BF16 run on an
-    FP8 anchor), carried at a rate ratio from ``pairs`` published BF16/FP8 pairs (0: as the same fraction of peak):
+    FP8 anchor), carried at a ``ratio`` rate ratio from ``pairs`` published pairs (0: as the same fraction of peak):
     no row the out-of-sample figures cover is of that kind."""
     how = (
-        f"at a BF16/FP8 rate ratio from {pairs} published pair{'' if pairs == 1 else 's'} outside the validated domain"
+        f"at a {ratio} rate ratio from {pairs} published pair{'' if pairs == 1 else 's'} outside the validated domain"
         if pairs
         else "as the same fraction of peak"
     )

@@ -19,12 +19,16 @@ from optbench.projection.interconnect import Interconnect
 BF16_BYTES = 2
 MXFP8_SCALE_BYTES = 1 / 32
 """One 1-byte E8M0 scale per 32 elements."""
+NVFP4_SCALE_BYTES = 1 / 16
+"""One 1-byte E4M3 scale per 16 elements (NVFP4's per-tensor FP32 scale is negligible)."""
 
 
 def weight_bytes_per_element(run: RunConfig) -> float:
-    """Bytes of one GEMM weight element as the GEMMs read it: FP8 (1, + 1/32 for MXFP8 scales) under an FP8
-    recipe, else bf16."""
+    """Bytes of one GEMM weight element as the GEMMs read it: FP4 (1/2, + 1/16 for NVFP4's FP8 scale per 16
+    elements) under NVFP4, FP8 (1, + 1/32 for MXFP8 scales) under an FP8 recipe, else bf16."""
     prec = run.precision
+    if prec.fp4 is not None:
+        return 0.5 + NVFP4_SCALE_BYTES
     if prec.fp8 is None:
         return BF16_BYTES
     return 1 + (MXFP8_SCALE_BYTES if prec.fp8_recipe == "mxfp8" else 0.0)
@@ -106,15 +110,16 @@ def weight_traffic(
 def fp8_cast(
     run: RunConfig, net: Interconnect, a: Assumptions, layout, distopt: bool, gemm_numel: list[tuple[int, list[int]]]
 ) -> tuple[float, ...]:
-    """Per rank: quantizing its GEMM weights to FP8 once per step (TE caches them across microbatches).
+    """Per rank: quantizing its GEMM weights to FP8 (or FP4) once per step (TE caches them across microbatches).
 
-    With ``fp8_param_gather`` under the distributed optimizer only the rank's shard is cast (the
-    gathered parameters arrive in FP8); otherwise every GEMM weight the rank holds.
+    With ``fp8_param_gather`` (``fp4_param_gather``) under the distributed optimizer only the rank's shard is cast
+    (the gathered parameters arrive quantized); otherwise every GEMM weight the rank holds.
     """
     world = layout.world_size
-    if run.precision.fp8 is None:
+    prec = run.precision
+    if prec.fp8 is None and prec.fp4 is None:
         return (0.0,) * world
-    sharded = distopt and run.precision.fp8_param_gather
+    sharded = distopt and (prec.fp8_param_gather or prec.fp4_param_gather)
     dense_share = 1 / (layout.dp * layout.cp) if sharded else 1.0
     expert_share = 1 / layout.edp if sharded else 1.0
     out = []

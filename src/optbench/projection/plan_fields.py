@@ -26,6 +26,7 @@ SHORT_NAMES = {
     "tensor_parallel": "TP",
     "context_parallel": "CP",
     "pipeline_p2p": "PP p2p",
+    "fsdp_exposed": "FSDP collectives",
     "dp_grad_reduce_exposed": "grad reduce",
     "optimizer": "optimizer",
     "param_gather_exposed": "param gather",

@@ -1,4 +1,4 @@
-"""The BF16-to-FP8 GEMM rate ratio, for a run whose GEMM precision no anchor of its model shares.
+"""The BF16-to-FP8 (and FP8-to-FP4) GEMM rate ratio, for a run whose GEMM precision no anchor of its model shares.
 
 The calibrated efficiency is a fraction of the anchor's GEMM peak that also absorbs the time the model does not
 price (attention and element-wise kernels, router, quantization). Carried to another precision as the same
@@ -16,6 +16,12 @@ solved anchors (results/projection/anchors.json), so a plan that crosses precisi
 an FP8 anchor then runs its GEMMs at ``eff_anchor x peak_fp8 x ratio`` (and an FP8 run on a BF16 anchor at
 ``eff_anchor x peak_bf16 / ratio``), both peaks of the run's GPU. No pair, no ratio: the fraction of peak carries
 over unchanged and the plan says the error of that is not measured.
+
+NVFP4 is one rung further: FP8/FP4 pairs (an FP8 and an NVFP4 row of one setup: NVIDIA's Llama 3 70B and 3.1
+405B on GB200 and GB300) give a second ratio, ``rate_fp8 / rate_fp4``, and a BF16 anchor reaches an NVFP4 run
+through both (their product). One more fitted parameter; GB300's FP4 peak is three times its FP8 one and GB200's
+twice, yet NVIDIA's NVFP4 rows gain about the same over FP8 on both, so the ratio of rates, not of fractions of
+peak, is what carries.
 """
 
 from __future__ import annotations
@@ -34,54 +40,82 @@ from optbench.projection.work import gemm_peak
 from optbench.catalog.published import PublishedRow
 
 
+RUNGS = ("bf16", "fp8", "fp4")
+"""The GEMM precisions in rate order; a ratio is measured between neighbours and chained across two steps."""
+
+
 def gemm_precision(peak_key: str) -> str:
-    """'bf16' or 'fp8' of a peak key such as gb300_fp8."""
+    """'bf16', 'fp8' or 'fp4' of a peak key such as gb300_fp8."""
     return peak_key.rsplit("_", 1)[-1]
+
+
+def row_rung(row: PublishedRow) -> str:
+    """The GEMM precision a published row's precision runs at (nvfp4: fp4; fp8, fp8_cs, mxfp8: fp8)."""
+    if "fp4" in row.precision:
+        return "fp4"
+    return "fp8" if "fp8" in row.precision else "bf16"
 
 
 @dataclass(frozen=True)
 class PrecisionRatio:
-    """BF16's effective GEMM rate over FP8's, from published pairs."""
+    """The lower precision's effective GEMM rate over the higher one's, from published pairs."""
 
     value: float
-    """Geometric mean of the pairs' ratios."""
+    """Geometric mean of the pairs' ratios (a product of two such means across two rungs)."""
     pairs: tuple[tuple[str, str, float], ...]
-    """(BF16 row, FP8 row, that pair's ratio) of every pair used."""
+    """(lower row, higher row, that pair's ratio) of every pair used."""
+    lower: str = "bf16"
+    higher: str = "fp8"
+
+    @property
+    def label(self) -> str:
+        """e.g. 'BF16/FP8'."""
+        return f"{self.lower.upper()}/{self.higher.upper()}"
 
     def as_record(self) -> RateRatio:
         """plan.json's ``efficiency.precision_ratio``."""
         return RateRatio(
-            round(self.value, 4), tuple(RatePair(bf16, fp8, round(ratio, 4)) for bf16, fp8, ratio in self.pairs)
+            round(self.value, 4),
+            tuple(RatePair(lower, higher, round(ratio, 4)) for lower, higher, ratio in self.pairs),
+            self.label,
         )
 
     def efficiency_at(self, efficiency: float, run_peak_key: str) -> float:
         """An anchor's efficiency (fraction of the other precision's peak) as a fraction of ``run_peak_key``."""
         spec = gpu_catalog()[run_peak_key.rsplit("_", 1)[0]]
-        fp8_over_bf16 = spec.peak("fp8") / spec.peak("bf16")
-        if gemm_precision(run_peak_key) == "bf16":
-            return efficiency * fp8_over_bf16 * self.value
-        return efficiency / fp8_over_bf16 / self.value
+        run = gemm_precision(run_peak_key)
+        anchor = self.higher if run == self.lower else self.lower
+        rate_factor = self.value if run == self.lower else 1 / self.value
+        return efficiency * spec.peak(anchor) / spec.peak(run) * rate_factor
 
 
-def pairs(rows: list[PublishedRow]) -> list[tuple[PublishedRow, PublishedRow]]:
-    """(BF16 row, FP8 row) of every setup NVIDIA published in both precisions (AdamW, same source and release)."""
+def chained(first: PrecisionRatio, second: PrecisionRatio) -> PrecisionRatio:
+    """BF16/FP4 from BF16/FP8 and FP8/FP4 (neighbouring ratios, ``first`` the lower)."""
+    return PrecisionRatio(first.value * second.value, first.pairs + second.pairs, first.lower, second.higher)
+
+
+def pairs(
+    rows: list[PublishedRow], lower: str = "bf16", higher: str = "fp8"
+) -> list[tuple[PublishedRow, PublishedRow]]:
+    """(lower row, higher row) of every setup NVIDIA published at both GEMM precisions (AdamW, same source and
+    release)."""
 
     def setup(row: PublishedRow) -> tuple:
         return (row.source, row.release, row.model, row.gpu, row.num_gpus)
 
     adamw = [row for row in rows if row.optimizer == "adamw"]
     return [
-        (bf16, fp8)
-        for bf16 in adamw
-        if bf16.precision == "bf16"
-        for fp8 in adamw
-        if "fp8" in fp8.precision and setup(fp8) == setup(bf16)
+        (low, high)
+        for low in adamw
+        if row_rung(low) == lower
+        for high in adamw
+        if row_rung(high) == higher and setup(high) == setup(low)
     ]
 
 
 def pair_rows(rows: list[PublishedRow]) -> list[PublishedRow]:
     """Every row of a pair, once each, in the published order: the rows whose rates ``make projection`` commits."""
-    paired = {id(row) for pair in pairs(rows) for row in pair}
+    paired = {id(row) for lower, higher in zip(RUNGS, RUNGS[1:]) for pair in pairs(rows, lower, higher) for row in pair}
     return [row for row in rows if id(row) in paired]
 
 
@@ -98,15 +132,18 @@ def precision_ratio(
     row_name: Callable[[PublishedRow], str],
     keeps: Callable[[PublishedRow], bool],
     rate: Callable[[PublishedRow], float | None],
+    lower: str = "bf16",
+    higher: str = "fp8",
 ) -> PrecisionRatio | None:
-    """The ratio over the pairs whose two rows ``keeps`` keeps (``row_name``: a row's name; ``rate``: a row's
-    effective GEMM rate, :func:`live_rate` or the one ``make projection`` committed), None without one."""
+    """The ``lower``/``higher`` ratio over the pairs whose two rows ``keeps`` keeps (``row_name``: a row's name;
+    ``rate``: a row's effective GEMM rate, :func:`live_rate` or the one ``make projection`` committed), None without
+    one."""
     found = []
-    for bf16, fp8 in pairs(rows):
-        if keeps(bf16) and keeps(fp8):
-            rate_bf16, rate_fp8 = rate(bf16), rate(fp8)
-            if rate_bf16 and rate_fp8:
-                found.append((row_name(bf16), row_name(fp8), rate_bf16 / rate_fp8))
+    for low, high in pairs(rows, lower, higher):
+        if keeps(low) and keeps(high):
+            rate_low, rate_high = rate(low), rate(high)
+            if rate_low and rate_high:
+                found.append((row_name(low), row_name(high), rate_low / rate_high))
     if not found:
         return None
-    return PrecisionRatio(math.exp(sum(math.log(r) for _, _, r in found) / len(found)), tuple(found))
+    return PrecisionRatio(math.exp(sum(math.log(r) for _, _, r in found) / len(found)), tuple(found), lower, higher)

@@ -27,7 +27,6 @@ from optbench.projection.expected_error import (
     expected_error,
     with_band_tflops,
 )
-from optbench.releases import presets
 from optbench.releases.versions import container_of
 from optbench.releases.versions import runnable as runnable_containers
 from optbench.projection.interconnect import interconnect_for
@@ -184,7 +183,8 @@ def _expected_error(resolved: ResolvedRun, calibration: Calibration, gemm_peak_k
     scheme's figure and band, untested where the container is unchecked (then in the class of software we did not
     check) or no published row changes what the run changes."""
     if calibration.across_precision(gemm_peak_key):
-        return across_precision(len(calibration.precision_ratio.pairs) if calibration.precision_ratio else 0)
+        ratio = calibration.precision_ratio
+        return across_precision(len(ratio.pairs), ratio.label) if ratio else across_precision(0)
     run, case, unverified = resolved.run, _error_case(resolved, calibration), _unverified(resolved)
     expected = expected_error(
         case,
@@ -274,8 +274,6 @@ def project(
         return Unavailable(
             reason=f"no interconnect figures for gpu {run.cluster.gpu!r} in optbench/data/interconnect.csv"
         )
-    if (unpriced := presets.unpriced_setting(run)) is not None:
-        return Unavailable(reason=unpriced)
     calibration = calibrate(run, assumptions, published_dir, holdout, row_runs=row_runs)
     if calibration is None:
         return Unavailable(

@@ -52,8 +52,16 @@ def projection_error(
         "error_percent": round(100 * (tflops / published - 1), 2),
         "anchor": anchor,
         "anchor_itself": section.efficiency.anchor_row == row_id(row),
+        "precision_ratios": _ratios(section.efficiency.precision_ratio),
         "command": config.command,
         "typed": list(config.typed),
         "in_domain": config.in_domain,
         **({"expected_error": section.expected_error} if with_expected_error else {}),
     }
+
+
+def _ratios(ratio) -> int:
+    """How many fitted rate ratios an efficiency crossed precision at: 0, 1 (BF16/FP8 or FP8/FP4) or 2 (BF16/FP4)."""
+    if ratio is None:
+        return 0
+    return 2 if ratio.precisions == "BF16/FP4" else 1

@@ -24,8 +24,9 @@ STATED = {
     "gbs": "train.gbs",
     "mbs": "train.mbs",
     "seq_length": "train.seq_length",
+    "fsdp": "parallel.megatron_fsdp",
 }
-"""A published row's layout column -> our field."""
+"""A published row's layout column -> our field (fsdp: the sharding group, > 0 for Megatron FSDP)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def row_key(row: PublishedRow) -> tuple:
 
 
 def layout_key(row: PublishedRow, row_runs: RowRuns) -> tuple | None:
-    """The layout a row was measured at (its executed configuration: TP, PP, VPP, CP, EP, ETP, MBS, GBS), or None
+    """The layout a row was measured at (its executed configuration: TP, PP, VPP, CP, EP, ETP, MBS, GBS, FSDP), or None
     when it has none we compose."""
     resolved = row_runs.run(row)
     return None if isinstance(resolved, str) else run_layout_key(resolved)
@@ -76,4 +77,4 @@ def layout_key(row: PublishedRow, row_runs: RowRuns) -> tuple | None:
 def run_layout_key(resolved: ResolvedRun) -> tuple:
     """A resolved run's layout as :func:`layout_key` compares them."""
     lay, train = resolved.layout, resolved.run.train
-    return lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.etp, train.mbs, train.gbs
+    return lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.etp, train.mbs, train.gbs, resolved.run.parallel.megatron_fsdp

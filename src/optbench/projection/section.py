@@ -27,19 +27,28 @@ class Unavailable(JsonRecord):
 
 @dataclass(frozen=True)
 class RatePair(JsonRecord):
-    """One published BF16/FP8 pair and its GEMM-rate ratio."""
+    """One published pair (the lower and the higher GEMM precision's row) and its GEMM-rate ratio."""
 
-    bf16: str
-    fp8: str
+    lower: str
+    higher: str
     ratio: float
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "RatePair":
+        """Plans written before NVFP4 named the rows by their precision (bf16, fp8): run folders keep such plans."""
+        if "lower" not in data and "bf16" in data:
+            data = {"lower": data["bf16"], "higher": data["fp8"], "ratio": data["ratio"]}
+        return super().from_json(data)
 
 
 @dataclass(frozen=True)
 class RateRatio(JsonRecord):
-    """The BF16/FP8 rate ratio an efficiency crossed precision at (:mod:`optbench.projection.precision_ratio`)."""
+    """The rate ratio an efficiency crossed precision at (:mod:`optbench.projection.precision_ratio`)."""
 
     value: float
     pairs: tuple[RatePair, ...]
+    precisions: str = "BF16/FP8"
+    """Which rate over which: BF16/FP8, FP8/FP4 or BF16/FP4 (plans written before NVFP4 lack it: BF16/FP8)."""
 
 
 @dataclass(frozen=True, kw_only=True)

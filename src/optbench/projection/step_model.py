@@ -42,6 +42,10 @@ After the last backward (Megatron's order; every rank then meets in the gradient
   ``overlap_param_gather``), all of it when it follows the step (Muon's layer-wise optimizer);
 * the optimizer step of the slowest rank sets the step (the all-gather waits for it): Muon's
   imbalance is the busiest rank minus the mean.
+
+Under Megatron FSDP the gradient reduction and the parameter all-gather happen every microbatch instead, layer by
+layer (two gathers and one reduce-scatter of the stage's weights), overlapped with the GEMMs: a microbatch adds
+``max(0, fsdp_r - GEMM time)`` (breakdown ``fsdp_exposed``), and after the step only the first layer's gather waits.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ BREAKDOWN_TERMS = (
     "tensor_parallel",
     "context_parallel",
     "pipeline_p2p",
+    "fsdp_exposed",
     "dp_grad_reduce_exposed",
     "optimizer",
     "param_gather_exposed",
@@ -153,6 +158,8 @@ class _StageTime(NamedTuple):
     """MoE all-to-all time not hidden (all of it without EP overlap)."""
     tp_exposed: float
     """TP collectives' time not hidden (all of it without TP overlap; beyond the TP-split GEMMs' time with it)."""
+    fsdp_exposed: float
+    """Megatron FSDP's gathers and reduce-scatters beyond the GEMMs' time (0 without FSDP)."""
     total: float
     """The microbatch: the parts above."""
 
@@ -190,6 +197,7 @@ def _stage_time(inputs: StepInputs, r: int, rate: float, backward_share: float) 
     gemm = flops + bound + bf16_attention + small_experts + dense_fixed
     ep = max(0.0, inputs.stage_ep_s[r] - gemm) if inputs.ep_overlap else inputs.stage_ep_s[r]
     activation = inputs.stage_activation_s[r] if inputs.stage_activation_s else 0.0
+    fsdp = max(0.0, inputs.stage_fsdp_s[r] - gemm) if inputs.stage_fsdp_s else 0.0
     return _StageTime(
         flops,
         bound,
@@ -200,7 +208,8 @@ def _stage_time(inputs: StepInputs, r: int, rate: float, backward_share: float) 
         cp_exposed,
         ep,
         tp,
-        gemm + activation + ep + tp + cp_exposed,
+        fsdp,
+        gemm + activation + ep + tp + cp_exposed + fsdp,
     )
 
 
@@ -235,6 +244,7 @@ def evaluate(inputs: StepInputs, efficiency: float, backward_share: float = 2.0 
         "tensor_parallel": m * stage.tp_exposed,
         "context_parallel": m * stage.cp_exposed,
         "pipeline_p2p": _pipeline_hops(inputs) * inputs.p2p_s,
+        "fsdp_exposed": m * stage.fsdp_exposed,
         "dp_grad_reduce_exposed": max(exposed_grad(r) for r in range(inputs.world)),
         "optimizer": inputs.optimizer[busiest].total_s,
         "param_gather_exposed": max(gather),

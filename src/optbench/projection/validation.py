@@ -104,7 +104,8 @@ def _projected(
     result = projection_error(row, row_runs, holdout, assumptions)
     if "error_percent" in result:
         carried = result["anchor"].startswith("the carried table")
-        result["parameters"] = (table.parameter_count if carried else 2) if table else 1
+        fitted = (table.parameter_count if carried else 2) if table else 1
+        result["parameters"] = fitted + result.pop("precision_ratios")
     result["copy"] = copied(row, rows, holdout.keeps, row_runs)
     return result
 
@@ -226,7 +227,8 @@ def summary(records: list[dict[str, Any]], scheme: str, optimizer: str | None = 
         "worst": [{"row": r["row"], "error_percent": r[scheme]["error_percent"]} for r in worst],
         "fitted_parameters": max(r[scheme]["parameters"] for r in chosen),
         "fitted_parameters_note": "the most fitted numbers one projection uses: an anchor row's efficiency and the "
-        "MXFP8 M0 (2), or the carried table's GPU, model and release terms and M0",
+        "MXFP8 M0 (2), or the carried table's GPU, model and release terms and M0; plus the rate ratio (or two) an "
+        "efficiency carried across precision used",
         "distinct_anchors": len({r[scheme]["anchor"] for r in chosen}),
         "copy_baseline": {**_scores(copies), "fitted_parameters": 0} if copies else {"rows": 0},
         **_band_figures(chosen, scheme),

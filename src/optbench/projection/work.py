@@ -144,12 +144,19 @@ class StepInputs:
     stage_dense_gemm_fixed_s: tuple[float, ...] = ()
     """Per pipeline rank: its dense GEMM calls per microbatch times ``Assumptions.dense_gemm_fixed_s`` (empty: none
     priced)."""
+    stage_fsdp_s: tuple[float, ...] = ()
+    """Per pipeline rank: Megatron FSDP's collectives per microbatch (each layer's weights all-gathered for the
+    forward and again for the backward, its gradients reduce-scattered), overlapped with the GEMMs (empty: no FSDP)."""
 
 
 def gemm_peak(run: RunConfig) -> tuple[float, str]:
-    """(FLOP/s, key) of the precision the model's GEMMs run in: FP8 under FP8 recipes, else BF16."""
+    """(FLOP/s, key) of the precision the model's GEMMs run in: FP4 under NVFP4, FP8 under FP8 recipes, else BF16."""
     spec = gpu_catalog()[run.cluster.gpu]
-    key = "fp8" if run.precision.fp8 is not None and "fp8" in spec.peak_tflops else "bf16"
+    key = "bf16"
+    if run.precision.fp4 is not None and "fp4" in spec.peak_tflops:
+        key = "fp4"
+    elif run.precision.fp8 is not None and "fp8" in spec.peak_tflops:
+        key = "fp8"
     return spec.peak(key) * 1e12, f"{run.cluster.gpu}_{key}"
 
 
@@ -168,7 +175,8 @@ def qr_rate(run: RunConfig, a: Assumptions) -> float:
 
 
 def _param_gather_bytes(run: RunConfig) -> float:
-    return weight_bytes_per_element(run) if run.precision.fp8_param_gather else BF16_BYTES
+    low_precision_copies = run.precision.fp8_param_gather or run.precision.fp4_param_gather
+    return weight_bytes_per_element(run) if low_precision_copies else BF16_BYTES
 
 
 @dataclass(frozen=True)
@@ -280,7 +288,8 @@ def build_inputs(
     rate_ns = a.ns_gemm_efficiency * ns_peak(run) if opt.matrix_optimizer else 1.0
     hbm = net.hbm_effective
 
-    grad_s, grad_bucket, gather_s, gather_bucket = ([0.0] * world for _ in range(4))
+    fsdp = p.megatron_fsdp
+    grad_s, grad_bucket, gather_s, gather_bucket, fsdp_s = ([0.0] * world for _ in range(5))
     ns_gemm, elementwise, launch = ([0.0] * world for _ in range(3))
 
     # Groups of one shape class deal alike items (DpGroupWork.shape_class): cost and deal each class once.
@@ -293,7 +302,19 @@ def build_inputs(
         costs = costs_of[group.shape_class]
         volume = costs.volume
         more = math.ceil(volume / bucket) - 1  # each further bucket is one more collective: one more latency
-        if distopt:
+        if fsdp:
+            # Every microbatch: two gathers and one reduce-scatter per layer unit; only the first unit's gather
+            # waits before the first forward, and nothing is left for after the last backward.
+            per_microbatch = (
+                2 * comm.all_gather_s(volume * _param_gather_bytes(run), ranks, net)
+                + comm.reduce_scatter_s(volume * grad_bytes, ranks, net)
+                + 3 * more * comm.ring_latency_s(ranks, net, 1)
+            )
+            for rank in ranks:
+                fsdp_s[rank] += per_microbatch
+            reduce = last = 0.0
+            gather = first = comm.all_gather_s(min(bucket, volume) * _param_gather_bytes(run), ranks, net)
+        elif distopt:
             reduce = comm.reduce_scatter_s(volume * grad_bytes, ranks, net) + more * comm.ring_latency_s(ranks, net, 1)
             last = comm.reduce_scatter_s(min(bucket, volume) * grad_bytes, ranks, net)
             gather = comm.all_gather_s(volume * _param_gather_bytes(run), ranks, net) + more * comm.ring_latency_s(
@@ -351,7 +372,7 @@ def build_inputs(
     traffic = weight_traffic(run, work, gemm_numel, tokens_gpu) if a.weight_roofline else ()
     peak, peak_key = gemm_peak(run)
     bf16_attention = ()
-    if peak_key.endswith("_fp8") and not run.precision.fp8_dot_product_attention:
+    if not peak_key.endswith("_bf16") and not run.precision.fp8_dot_product_attention:
         bf16_attention = tuple(w.attention_core_flops_per_token * tokens_gpu for w in work)
     rank_pp = tuple(pipeline_rank_of(layout, r) for r in range(world))
     return StepInputs(
@@ -390,6 +411,9 @@ def build_inputs(
         stage_dense_gemm_fixed_s=tuple(
             calls * a.dense_gemm_fixed_s for calls in dense_gemm_calls(run, resolved.placement)
         ),
+        stage_fsdp_s=tuple(max(fsdp_s[r] for r in range(world) if rank_pp[r] == stage) for stage in range(p.pp))
+        if fsdp
+        else (),
         tp_overlap=p.tp_comm_overlap,
         stage_tp_gemm_flops_mb=tuple(
             (w.flops_per_token - w.expert_flops_per_token - w.attention_core_flops_per_token) * tokens_gpu for w in work

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 
 from optbench.config.schema import MATRIX_OPTIMIZERS, RunConfig
 from optbench.common.errors import Problem
-from optbench.releases import presets
+from optbench.releases import presets, versions
 from optbench.releases.versions import Container
 
 DELAYED_NOT_RECOMPUTED = ("moe_act", "layernorm")
@@ -56,6 +56,28 @@ def precision_problems(run: RunConfig, container: Container) -> Iterable[Problem
             f"{p.bridge_mixed_precision} turns on FP4 and precision={p.name} FP8; Megatron Core refuses both at once; "
             "drop the override (each precision= option sets its own preset)",
             ("precision",),
+        )
+    if p.fp4 is not None and p.fp8 is not None:
+        yield Problem(
+            "precision.fp4",
+            f'FP4 ({p.fp4}) beside FP8 ({p.fp8}): Megatron Bridge refuses both at once ("fp4 and fp8 cannot be used '
+            'simultaneously"); set precision.fp8=null, or use precision=nvfp4 as it is',
+            ("precision.fp8", "precision"),
+        )
+    if p.fp4_param_gather and p.fp4 is None:
+        yield Problem(
+            "precision.fp4_param_gather",
+            "FP4 weight copies for the parameter all-gather need an FP4 recipe and this run has none; set it false "
+            "or use precision=nvfp4",
+            ("precision",),
+        )
+    if p.fp4_param_gather and not versions.has_field(container, "mixed_precision.fp4_param_gather"):
+        yield Problem(
+            "precision.fp4_param_gather",
+            f"Megatron Bridge {container.bridge} ({container.name}) has no FP4 parameter all-gather (a field of "
+            "0.4.2+, nemo:26.04.01+); set precision.fp4_param_gather=false, or cluster.container=nemo:26.04.01 or "
+            "newer",
+            ("cluster.container", "precision"),
         )
     if p.reuse_grad_buf_for_mxfp8_param_ag and not p.fp8_param_gather:
         yield Problem(

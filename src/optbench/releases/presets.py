@@ -306,30 +306,6 @@ def unheld_reason(entry: dict[str, Any]) -> Optional[str]:
     return None
 
 
-UNPRICED = {
-    "ddp.use_megatron_fsdp": (
-        "Megatron FSDP (ddp.use_megatron_fsdp), which the step model does not price: it prices the distributed "
-        "optimizer's reduce-scatter and all-gather, not FSDP's per-layer parameter gathers"
-    ),
-}
-"""Settings of NVIDIA's presets the step model has no term for, with why: a run under one has no projection."""
-
-
-def unpriced_setting(run: RunConfig) -> Optional[str]:
-    """Why the projection cannot price ``run``'s preset (one of :data:`UNPRICED` on), or None."""
-    preset = preset_or_none(run)
-    if preset is None:
-        return None
-    return next(
-        (
-            f"NVIDIA's {preset.key} preset runs {why}"
-            for key, why in UNPRICED.items()
-            if preset.knows(key) and preset.nvidia_value(key)
-        ),
-        None,
-    )
-
-
 NOT_EMITTED = {
     "comm_overlap.tp_comm_overlap_cfg.": (
         "NVIDIA's launcher assigns one of Bridge's named userbuffers_* TP-overlap objects (training/comm_overlap.py) "

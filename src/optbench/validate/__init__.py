@@ -18,7 +18,6 @@ from optbench.common.checkout import repo_root
 from optbench.releases.graph_rules import graph_problems, recompute_problems
 from optbench.releases.moe_rules import moe_problems
 from optbench.releases.precision_rules import precision_problems
-from optbench.releases.presets import unpriced_setting
 from optbench.config.data_path import split_weights
 from optbench.config.domains import MAX_EXPERT_LAYERS, check_domains
 from optbench.config.layout import gpus_per_node
@@ -167,8 +166,9 @@ def check_world(run: RunConfig) -> Iterable[Problem]:
 
 def check_precision(run: RunConfig) -> Iterable[Problem]:
     fp8 = run.precision.fp8 is not None
+    fp4 = run.precision.fp4 is not None
     gpu = run.cluster.gpu
-    if run.engine == "local" and fp8:
+    if run.engine == "local" and (fp8 or fp4):
         yield Problem(
             "precision",
             f"the local engine runs bf16/fp32 only, not {run.precision.name}; use precision=bf16",
@@ -184,6 +184,13 @@ def check_precision(run: RunConfig) -> Iterable[Problem]:
     spec = gpu_catalog().get(gpu)
     if spec is None:
         return
+    if fp4 and "fp4" not in spec.peak_tflops:
+        yield Problem(
+            "precision",
+            f"nvfp4 needs a Blackwell GPU with a published FP4 peak (optbench/data/gpus.csv, its MFU denominator); "
+            f"{gpu} has none; use precision=mxfp8, or add {gpu}'s peak_fp4_tflops with its source",
+            ("cluster",),
+        )
     if run.precision.fp8_recipe == "mxfp8" and not spec.mxfp8:
         yield Problem(
             "precision",
@@ -292,13 +299,11 @@ def check_memory(resolved: ResolvedRun) -> Iterable[Problem]:
         return  # what NVIDIA ran fits, whatever our estimate says; the plan says both
     term = estimate.largest_term
     total = above(estimate.total_gb, estimate.hbm_gb)
-    unpriced = unpriced_setting(run)  # e.g. Megatron FSDP's sharding, which the estimate does not hold either
     yield Problem(
         "parallel",
         f"estimated memory per GPU {total} GB exceeds the {estimate.hbm_gb:g} GB HBM of "
         f"{run.cluster.gpu} (pipeline rank {estimate.worst_pipeline_rank}; largest term: {term} "
-        f"{estimate.breakdown_gb[term]:.0f} GB; estimate +-{100 * estimate.expected_error:.0f} %"
-        f"{'; ' + unpriced + ', nor does the memory estimate' if unpriced else ''}); use more GPUs, "
+        f"{estimate.breakdown_gb[term]:.0f} GB; estimate +-{100 * estimate.expected_error:.0f} %); use more GPUs, "
         "more pp or ep, recompute or a smaller train.mbs, or set force=true to launch anyway",
         ("train", "model", "precision", "optimizer", "cluster", "force"),
     )

@@ -123,6 +123,31 @@ def first_scaling_container() -> str:
     return f"cluster.container={first.name}" if first else "none of the containers we know ships one yet"
 
 
+def _fsdp_problems(run: RunConfig) -> Iterable[Problem]:
+    """Megatron FSDP shards every parameter over DP x CP and runs only the element-wise distributed optimizer: Core
+    builds the emerging optimizers (Muon and the others of the registry) on their own path, which has no FSDP branch
+    (``megatron.core.optimizer.get_megatron_optimizer`` returns for them before it, Core 0.16-0.19), and Bridge turns
+    the distributed optimizer on under FSDP whatever the config says."""
+    if not run.parallel.megatron_fsdp:
+        return
+    o = run.optimizer
+    if o.matrix_optimizer:
+        yield Problem(
+            "parallel.megatron_fsdp",
+            f"Megatron FSDP runs Adam only: Megatron Core builds {OPTIMIZER_LABELS[o.name]} on its emerging-optimizer "
+            "path, which has no FSDP branch (each rank would orthogonalize a shard); set parallel.megatron_fsdp=false "
+            "or optimizer=adamw",
+            ("optimizer",),
+        )
+    elif not o.use_distributed_optimizer:
+        yield Problem(
+            "optimizer.use_distributed_optimizer",
+            "false under Megatron FSDP, which always runs the distributed optimizer (Megatron Bridge turns it on); set "
+            "it true, or parallel.megatron_fsdp=false",
+            ("parallel.megatron_fsdp",),
+        )
+
+
 def check_optimizer(run: RunConfig) -> Iterable[Problem]:
     o = run.optimizer
     wanted = entry(o.name).sections if o.name in REGISTRY else ()
@@ -147,6 +172,7 @@ def check_optimizer(run: RunConfig) -> Iterable[Problem]:
             f"picks what Muon or AdaMuon does not take; {o.name} gives "
             "those parameters to Adam (Megatron routes them for the Muon family only): set it adam",
         )
+    yield from _fsdp_problems(run)
     if o.matrix_optimizer:
         yield from _emerging_optimizer_problems(run)
         yield from megatron_limits(run)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-COMPUTE_DTYPES = {"bf16": "bf16", "fp8_cs": "fp8_cs", "mxfp8": "fp8_mx"}
+COMPUTE_DTYPES = {"bf16": "bf16", "fp8_cs": "fp8_cs", "mxfp8": "fp8_mx", "nvfp4": "nvfp4"}
 """Our precision name -> NVIDIA's compute dtype (``-c``)."""
 SCRIPTS_VARIABLE = "OPTBENCH_NVIDIA_SCRIPTS"
 """Where the job looks for the container's ``scripts/performance`` first (a folder holding ``run_script.py``)."""

@@ -81,10 +81,21 @@ def _parallel(run: RunConfig) -> list[Item]:
     ]
     if p.ep_comm_overlap:  # only when on: the releases' CommOverlapConfig leaves it None, not False, when off
         items += bridge_items(run, "parallel.ep_comm_overlap")
+    if p.megatron_fsdp:
+        # Only when on, with what NVIDIA's launcher sets beside it (scripts/performance utils/overrides.py
+        # _set_megatron_fsdp_overrides, Bridge 0.3-0.6): ZeRO-3 sharding, no averaging inside the collective, weights
+        # built on the meta device. Bridge saves and loads Megatron FSDP checkpoints only as fsdp_dtensor.
+        items += [
+            *bridge_items(run, "parallel.megatron_fsdp"),
+            ("ddp.data_parallel_sharding_strategy", "optim_grads_params"),
+            ("ddp.average_in_collective", False),
+            ("model.init_model_with_meta_device", True),
+            ("checkpoint.ckpt_format", "fsdp_dtensor"),
+        ]
     return items
 
 
-ONLY_WHEN_ON = ("parallel.ep_comm_overlap", "precision.fp8_output_proj")
+ONLY_WHEN_ON = ("parallel.ep_comm_overlap", "precision.fp8_output_proj", "parallel.megatron_fsdp")
 """Switches emitted only when on (see _parallel, _precision: the FP8 output projection is a field of Core 0.18+
 only). When a preset turns one on and the run turns it off, the preset's setting must not win:
 :func:`optbench.engine.bridge.adapter._ours_under` writes the run's off in its place."""
@@ -157,6 +168,12 @@ def _precision(run: RunConfig) -> list[Item]:
         items += bridge_items(run, "precision.fp8_dot_product_attention")
     if run.precision.fp8_output_proj:
         items += bridge_items(run, "precision.fp8_output_proj")
+    if run.precision.fp4 is not None:
+        items += bridge_items(run, "precision.fp4", "precision.fp4_recipe")
+    if versions.has_field(versions.container_of(run), "mixed_precision.fp4_param_gather"):
+        # A field of Bridge 0.4.2+ only, whose NVFP4 preset turns it on: written there whatever its value, so that an
+        # off typed by the user reaches the run.
+        items += bridge_items(run, "precision.fp4_param_gather", section="mixed_precision")
     # fp8_param mirrors fp8_param_gather (MixedPrecisionConfig keeps them in sync; the schema sets both so that
     # order cannot matter). grad_reduce_in_fp32: the preset says True and setup() would copy it over
     # ddp.grad_reduce_in_fp32, so it must match ours.
