@@ -297,6 +297,12 @@ def test_nvfp4_crosses_from_fp8_at_the_fp8_fp4_ratio_and_from_bf16_through_both(
     assert fp8_fp4.efficiency_at(0.2, "gb300_fp4") == pytest.approx(0.2 * 5000 / 0.8 / 15000)
     assert fp8_fp4.efficiency_at(fp8_fp4.efficiency_at(0.2, "gb300_fp4"), "gb300_fp8") == pytest.approx(0.2)
     assert both.efficiency_at(both.efficiency_at(0.5, "gb200_fp4"), "gb200_bf16") == pytest.approx(0.5)
+    _, kimi = plan_run("kimi_k2_adamw", ["precision=nvfp4"])  # no NVFP4 row of Kimi K2: crosses from its FP8 anchor
+    crossed = kimi.projection.efficiency
+    assert crossed.of_peak == "gb300_fp4" and crossed.precision_ratio.precisions == "FP8/FP4"
+    assert "NVIDIA's NVFP4 rows held out" in expected_error_text(kimi.projection.expected_error)
+    _, llama = plan_run("llama31_405b_adamw", ["precision=nvfp4"])  # its own NVFP4 rows anchor it
+    assert llama.projection.efficiency.of_peak == "gb300_fp4" and llama.projection.efficiency.precision_ratio is None
 
 
 @pytest.mark.slow  # a minute: a plan per model and release (every row: each row's command in make projection)

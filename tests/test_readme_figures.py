@@ -91,9 +91,10 @@ def test_the_search_ranks_the_readme_quotes_are_make_search_ranks_output() -> No
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     rows = data["rows"]
     assert f"in its top {data['top']} for {data['in_top']} of {len(rows)} published rows" in readme
-    quoted = re.findall(r"(Llama 3 70B|Qwen3 235B-A22B)'s (\d+)", readme)
-    assert len(quoted) == 2, quoted
-    for model, count in quoted:
-        key = {"Llama 3 70B": "llama3_70b", "Qwen3 235B-A22B": "qwen3_235b_a22b"}[model]
-        mine = [r for r in rows if r["row"].split()[2] == key]
-        assert len(mine) == int(count) and not any(r["rank"] is not None and r["rank"] <= data["top"] for r in mine)
+    keys = {"Llama 3 70B": "llama3_70b", "Qwen3 235B-A22B": "qwen3_235b_a22b", "GPT-OSS 120B": "gpt_oss_120b"}
+    quoted = re.findall(rf"(\d+|none) of ({'|'.join(keys)})'s (\d+)", readme)
+    assert len(quoted) == 3, quoted
+    for in_top, model, count in quoted:
+        mine = [r for r in rows if r["row"].split()[2] == keys[model]]
+        top = sum(r["rank"] is not None and r["rank"] <= data["top"] for r in mine)
+        assert (len(mine), top) == (int(count), 0 if in_top == "none" else int(in_top)), model
