@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 from dataclasses import replace
@@ -10,7 +11,7 @@ import pytest
 
 from optbench.accounting.flops import attention_core_per_layer_token, model_flops_per_step
 from optbench.accounting.params import parameter_counts
-from optbench.compose.recipe import compose_run
+from optbench.compose.recipe import compose_run, repo_root
 from optbench.projection import comm
 from optbench.projection.activation_traffic import bytes_per_token
 from optbench.projection.assumptions import DEFAULT_ASSUMPTIONS
@@ -127,7 +128,8 @@ def test_weight_traffic_penalises_few_rows_per_expert():
         assert (evaluate(inputs, 0.3).parts["gemm_weight_bound"] > 0) == binds, overrides
     _, off = _inputs("parallel.ep=1", "train.mbs=1", assumptions=NO_ROOFLINE)  # the switch off
     assert off.stage_weight_traffic == () and evaluate(off, 0.3).parts["gemm_weight_bound"] == 0.0
-    assert DEFAULT_ASSUMPTIONS.weight_roofline  # the term selection's verdict (results/projection/term_selection.md)
+    verdict = json.loads((repo_root() / "results" / "projection" / "term_selection.json").read_text())["terms"]
+    assert DEFAULT_ASSUMPTIONS.weight_roofline == verdict["weight_roofline"]["stays"]  # the term selection's verdict
 
 
 def test_bf16_attention_under_fp8_gemms_by_hand():

@@ -94,17 +94,17 @@ class Assumptions:
     """Bytes per hidden element of a token sent by the MoE dispatcher (bf16 dispatch and combine)."""
     backward_share: float = 2.0 / 3.0
     """Share of a microbatch's GEMM FLOPs in its backward pass (data and weight gradient: 2 of 3)."""
-    weight_roofline: bool = True
+    weight_roofline: bool = False
     """Bound each GEMM class by its weight traffic as well as its FLOPs (roofline: Williams, Waterman and Patterson,
     CACM 2009): forward and data gradient read the weights, the weight gradient reads and writes the main gradient
     it accumulates into (Megatron's ``gradient_accumulation_fusion``, on wherever APEX's fused kernel is installed,
     as in the NeMo container). What binds is expert GEMMs with few rows per expert (low EP, small MBS). No
     constant is fitted: the bytes follow from the precision, the bandwidth is interconnect.csv's HBM figure.
-    On by the term-selection rule (``python -m optbench term-selection``: a term stays when its nested median,
-    averaged over leaving one setup and one model out, is below the term off): on 136 rows 7.48 vs 7.50 % and 20.49
-    vs 20.48 %, so it stays by 0.005 points, a tie in all but the rule (off from 2026-12-07 afternoon, when on 111
-    rows it changed no error at all). The small-expert-GEMM slowdown below prices the same few-row GEMMs from
-    measurements."""
+    Off by the term-selection rule (``python -m optbench term-selection``: a term stays when its nested median,
+    averaged over leaving one setup and one model out, is below the term off): on 162 rows (2026-12-08, NVFP4 and
+    FSDP in) nested and off are equal, 7.12 % and 22.04 %, so it does not stay. It was on by 0.005 points on 136 rows
+    and off on 111, where it changed no error: a tie every time. The small-expert-GEMM slowdown below prices the same
+    few-row GEMMs from measurements."""
     small_expert_gemm_rows: float = 120.0
     """``M0`` of the small-expert-GEMM slowdown ``s(M) = 1 + (M0 / M) ** small_expert_gemm_power`` (``M``: routed
     rows per expert per GPU per microbatch, ``mbs x seq / (cp x tp) x etp x topk x ep / experts``): a rank's expert

@@ -321,11 +321,24 @@ def not_emitted(key: str) -> Optional[str]:
     return next((prefix for prefix in NOT_EMITTED if key.startswith(prefix)), None)
 
 
-def unreproduced(preset: Preset) -> list[dict[str, Any]]:
-    """One departure per :data:`NOT_EMITTED` prefix the preset sets, with its field count and reason."""
+TP_OVERLAP_TUNING = "comm_overlap.tp_comm_overlap_cfg."
+
+
+def tp_overlap_runs(run: RunConfig) -> bool:
+    """Whether Bridge keeps TP overlap on for the run: it turns it off below TP 2 and without sequence parallelism
+    (``CommOverlapConfig.setup``: "Disabling tensor parallel communication overlap due to TP size < 2", Bridge
+    0.3-0.6), and then NVIDIA's TP-overlap tuning decides nothing."""
+    return run.parallel.tp >= 2 and run.parallel.sequence_parallel
+
+
+def unreproduced(preset: Preset, run: RunConfig) -> list[dict[str, Any]]:
+    """One departure per :data:`NOT_EMITTED` prefix the preset sets, with its field count and reason (the TP-overlap
+    tuning only where TP overlap runs)."""
     counts: dict[str, int] = {}
     for key in preset.settings:
         prefix = not_emitted(key)
+        if prefix == TP_OVERLAP_TUNING and not tp_overlap_runs(run):
+            continue
         if prefix:
             counts[prefix] = counts.get(prefix, 0) + 1
     return [

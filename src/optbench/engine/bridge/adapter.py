@@ -274,7 +274,7 @@ def preset_summary(
     # NVIDIA's dist_muon, written as Megatron Core >= 0.18 spells it, is the same optimizer: not a departure.
     respelled = [d for d in departures if presets.is_respelling(d["field"], preset.adapted_from_adam)]
     departures = [d for d in departures if d not in respelled]
-    departures += presets.unreproduced(preset)
+    departures += presets.unreproduced(preset, run)
     muon_own = [preset.adapted_from_adam and presets.is_muon_field(d["field"]) for d in departures]
     if preset.launcher_optimizer:  # NVIDIA's launcher trains another optimizer for this case: a departure to name
         departures.append(
