@@ -46,11 +46,15 @@ class _Shards:
     etp: int
 
 
+NVFP4_BYTES_PER_ELEMENT = 0.5 + 1 / 16
+"""An NVFP4 value (4 bits) and its share of one E4M3 scale per 16 values (the per-tensor FP32 scale neglected)."""
+
+
 def quantized_bytes(run: RunConfig) -> float:
     """Bytes per element of a GEMM input kept quantized for the backward: 1 under FP8, 0.5 + 1/16 under NVFP4 (an
     E4M3 scale per 16 values), 0 (none kept) in BF16."""
     if run.precision.fp4 is not None:
-        return 0.5 + 1 / 16
+        return NVFP4_BYTES_PER_ELEMENT
     return 1.0 if run.precision.fp8 is not None else 0.0
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from optbench.accounting.params import ATTENTION, DENSE_MLP, EMBEDDING, EXPERT, QKV, ROUTER, SHARED_EXPERT
 from optbench.accounting.placement import Placement, pipeline_rank_of
+from optbench.accounting.activations import NVFP4_BYTES_PER_ELEMENT
 from optbench.config.schema import RunConfig
 from optbench.projection.assumptions import Assumptions
 from optbench.projection.interconnect import Interconnect
@@ -19,8 +20,6 @@ from optbench.projection.interconnect import Interconnect
 BF16_BYTES = 2
 MXFP8_SCALE_BYTES = 1 / 32
 """One 1-byte E8M0 scale per 32 elements."""
-NVFP4_SCALE_BYTES = 1 / 16
-"""One 1-byte E4M3 scale per 16 elements (NVFP4's per-tensor FP32 scale is negligible)."""
 
 
 def weight_bytes_per_element(run: RunConfig) -> float:
@@ -28,7 +27,7 @@ def weight_bytes_per_element(run: RunConfig) -> float:
     elements) under NVFP4, FP8 (1, + 1/32 for MXFP8 scales) under an FP8 recipe, else bf16."""
     prec = run.precision
     if prec.fp4 is not None:
-        return 0.5 + NVFP4_SCALE_BYTES
+        return NVFP4_BYTES_PER_ELEMENT
     if prec.fp8 is None:
         return BF16_BYTES
     return 1 + (MXFP8_SCALE_BYTES if prec.fp8_recipe == "mxfp8" else 0.0)
